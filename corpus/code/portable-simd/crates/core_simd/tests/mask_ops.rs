@@ -1,0 +1,3 @@
+#![feature(portable_simd)]
+
+mod mask_ops_impl;

@@ -1,0 +1,363 @@
+//! Sources: where documents come from. Each `--src` resolves to a format and a sorted list of
+//! inputs; [`DocumentStream`] reads them in order, one document at a time, so memory does not grow
+//! with the corpus.
+
+mod arrow_ipc;
+mod code;
+mod jsonl;
+mod mds;
+mod parquet_file;
+mod text;
+
+use std::path::{Path, PathBuf};
+
+use rsd_shard::SourceInfo;
+
+use crate::error::{DataError, Result};
+
+pub use mds::MdsDataset;
+
+/// A corpus format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// A directory of text files (`.txt`, `.md`, …): one document per file.
+    Text,
+    /// A directory of code repositories: one document per repository.
+    Code,
+    /// JSON Lines, optionally zstd-compressed (`.jsonl`, `.jsonl.zst`): one document per line.
+    Jsonl,
+    /// Parquet files: one document per row of the text column.
+    Parquet,
+    /// Arrow IPC files or streams (what Hugging Face `datasets` writes with `save_to_disk`).
+    Arrow,
+    /// MosaicML MDS shards with `input_ids` and `indices` (ProLong's format): already tokenized.
+    Mds,
+}
+
+impl Format {
+    /// The name used on the command line and in manifests.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Text => "text",
+            Format::Code => "code",
+            Format::Jsonl => "jsonl",
+            Format::Parquet => "parquet",
+            Format::Arrow => "arrow",
+            Format::Mds => "mds",
+        }
+    }
+}
+
+/// What a document holds: text to tokenize, or ids that are already tokens (MDS).
+#[derive(Debug)]
+pub enum Content {
+    /// Text to tokenize; BOS/EOS are added around it.
+    Text(String),
+    /// Token ids, stored as they are (they carry their own BOS/EOS).
+    Tokens(Vec<u32>),
+}
+
+/// One document and where it came from (for messages).
+#[derive(Debug)]
+pub struct RawDoc {
+    /// `file:line N`, `file:row N`, `repo dir`, …
+    pub origin: String,
+    /// The document.
+    pub content: Content,
+    /// Input bytes this document accounts for.
+    pub bytes: u64,
+}
+
+type DocIter = Box<dyn Iterator<Item = Result<RawDoc>> + Send>;
+
+/// Options that shape how sources are read.
+#[derive(Debug, Clone)]
+pub struct ReadOptions {
+    /// JSONL field / parquet or arrow column holding the text.
+    pub text_field: String,
+}
+
+/// A `--src` resolved to a format and its inputs.
+#[derive(Debug, Clone)]
+pub struct ResolvedSource {
+    /// The `--src` as given.
+    pub spec: String,
+    /// The resolved path.
+    pub path: PathBuf,
+    /// The format.
+    pub format: Format,
+    /// Inputs in reading order: files, repository directories, or MDS dataset directories.
+    pub inputs: Vec<PathBuf>,
+    /// Total size of the input files in bytes (for progress).
+    pub bytes: u64,
+}
+
+const TEXT_EXTENSIONS: &[&str] = &["txt", "md", "markdown", "rst", "tex", "text", "org", "adoc"];
+
+/// The ProLong subsets that have a long-document variant, by their short names.
+fn prolong_subset(name: &str) -> &str {
+    match name {
+        "book" | "books" => "book",
+        "repo" | "repos" | "code" | "stack" => "thestackv1_concat_by_repo",
+        other => other,
+    }
+}
+
+/// Resolve `prolong/<subset>` under `data_root`: `prolong-data-64K/<subset>-65536` for lengths up
+/// to 64K, `prolong-data-512K/<subset>-524288` beyond, or the subset without a length suffix (the
+/// short-document subsets).
+fn resolve_prolong(subset: &str, data_root: &Path, seq_len: u64) -> Result<PathBuf> {
+    let name = prolong_subset(subset);
+    let (root64, root512) = (data_root.join("prolong-data-64K"), data_root.join("prolong-data-512K"));
+    let mut candidates = vec![];
+    if seq_len > 65536 {
+        candidates.push(root512.join(format!("{name}-524288")));
+    }
+    candidates.push(root64.join(format!("{name}-65536")));
+    candidates.push(root64.join(name));
+    candidates.push(data_root.join(name));
+    if let Some(found) = candidates.iter().find(|c| c.is_dir()) {
+        return Ok(found.clone());
+    }
+    let tried: Vec<String> = candidates.iter().map(|c| format!("  {}", c.display())).collect();
+    Err(DataError::Config(format!(
+        "prolong/{subset}: no ProLong data found. Looked in:\n{}\n\
+         ProLong's data (princeton-nlp/prolong-data-64K and -512K) is laid out as\n  \
+         <data-root>/prolong-data-64K/book-65536/procNN-64/{{index.json,shard.NNNNN.mds}}\n  \
+         <data-root>/prolong-data-64K/thestackv1_concat_by_repo-65536/…\n  \
+         <data-root>/prolong-data-512K/book-524288/…\n\
+         Download it there, then pass --data-root (or set RSD_DATA_ROOT) to the folder that holds prolong-data-64K.",
+        tried.join("\n")
+    )))
+}
+
+fn file_len(path: &Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
+fn has_ext(path: &Path, exts: &[&str]) -> bool {
+    path.extension().and_then(|e| e.to_str()).is_some_and(|e| exts.iter().any(|x| x.eq_ignore_ascii_case(e)))
+}
+
+fn format_of_file(path: &Path) -> Option<Format> {
+    let name = path.file_name()?.to_str()?.to_ascii_lowercase();
+    if name.ends_with(".jsonl") || name.ends_with(".jsonl.zst") || name.ends_with(".json.zst") || name.ends_with(".ndjson") {
+        Some(Format::Jsonl)
+    } else if name.ends_with(".parquet") {
+        Some(Format::Parquet)
+    } else if name.ends_with(".arrow") || name.ends_with(".feather") || name.ends_with(".ipc") {
+        Some(Format::Arrow)
+    } else if name.ends_with(".mds") {
+        Some(Format::Mds)
+    } else if has_ext(path, TEXT_EXTENSIONS) {
+        Some(Format::Text)
+    } else {
+        None
+    }
+}
+
+/// Every regular file under `dir`, sorted by path (byte order, so it is the same everywhere).
+fn files_under(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files = vec![];
+    for entry in walkdir::WalkDir::new(dir).follow_links(true).sort_by_file_name() {
+        let entry = entry.map_err(|e| {
+            let path = e.path().map(Path::to_path_buf).unwrap_or_else(|| dir.to_path_buf());
+            DataError::Io { path, source: e.into_io_error().unwrap_or_else(|| std::io::Error::other("walk failed")) }
+        })?;
+        if entry.file_type().is_file() {
+            files.push(entry.into_path());
+        }
+    }
+    Ok(files)
+}
+
+/// Resolve one `--src`.
+pub fn resolve(spec: &str, forced: Option<Format>, data_root: &Path, seq_len: u64) -> Result<ResolvedSource> {
+    let path = match spec.strip_prefix("prolong/") {
+        Some(subset) if !Path::new(spec).exists() => resolve_prolong(subset, data_root, seq_len)?,
+        _ => PathBuf::from(spec),
+    };
+    if !path.exists() {
+        return Err(DataError::Config(format!("--src {spec}: {} does not exist", path.display())));
+    }
+    let mut resolved = ResolvedSource { spec: spec.to_string(), path: path.clone(), format: Format::Text, inputs: vec![], bytes: 0 };
+    if path.is_file() {
+        let format = forced.or_else(|| format_of_file(&path)).ok_or_else(|| {
+            DataError::Config(format!(
+                "--src {spec}: cannot tell the format of {} from its name; pass --format (text, jsonl, parquet, arrow, mds)",
+                path.display()
+            ))
+        })?;
+        if format == Format::Code {
+            return Err(DataError::Config(format!("--src {spec}: --format code takes a directory of repositories")));
+        }
+        if format == Format::Mds {
+            let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+            resolved.inputs = vec![dir];
+        } else {
+            resolved.inputs = vec![path.clone()];
+        }
+        resolved.format = format;
+        resolved.bytes = file_len(&path);
+        return Ok(resolved);
+    }
+
+    // A directory. MDS datasets and `datasets.save_to_disk` output are recognised by their index files.
+    if forced.is_none() || forced == Some(Format::Mds) {
+        let mds = mds::find_datasets(&path)?;
+        if !mds.is_empty() {
+            resolved.format = Format::Mds;
+            resolved.bytes = mds.iter().map(|d| mds::dataset_bytes(d)).sum();
+            resolved.inputs = mds;
+            return Ok(resolved);
+        } else if forced == Some(Format::Mds) {
+            return Err(DataError::Config(format!(
+                "--src {spec}: no MDS index.json (with a \"shards\" list) under {}",
+                path.display()
+            )));
+        }
+    }
+    if forced.is_none() || forced == Some(Format::Arrow) {
+        if let Some(files) = arrow_ipc::saved_dataset_files(&path)? {
+            resolved.format = Format::Arrow;
+            resolved.bytes = files.iter().map(|f| file_len(f)).sum();
+            resolved.inputs = files;
+            return Ok(resolved);
+        }
+    }
+    if forced == Some(Format::Code) {
+        return code::resolve(resolved);
+    }
+    let files = files_under(&path)?;
+    let by_format = |f: Format| files.iter().filter(|p| format_of_file(p) == Some(f)).cloned().collect::<Vec<_>>();
+    let format = match forced {
+        Some(f) => f,
+        None => {
+            let found: Vec<Format> = [Format::Jsonl, Format::Parquet, Format::Arrow, Format::Text]
+                .into_iter()
+                .filter(|f| files.iter().any(|p| format_of_file(p) == Some(*f)))
+                .collect();
+            let top_level_dirs = std::fs::read_dir(&path)
+                .map_err(|e| DataError::io(&path, e))?
+                .flatten()
+                .any(|e| e.file_type().is_ok_and(|t| t.is_dir()));
+            let top_level_files = std::fs::read_dir(&path)
+                .map_err(|e| DataError::io(&path, e))?
+                .flatten()
+                .any(|e| e.file_type().is_ok_and(|t| t.is_file()) && !e.file_name().to_string_lossy().starts_with('.'));
+            match found.as_slice() {
+                [f] if *f != Format::Text || !has_code(&files) => *f,
+                [] | [Format::Text] if top_level_dirs && !top_level_files => return code::resolve(resolved),
+                [] => {
+                    return Err(DataError::Config(format!(
+                        "--src {spec}: {} holds no files of a known format (.txt/.md, .jsonl[.zst], .parquet, .arrow, MDS); \
+                         for a directory of code repositories pass --format code",
+                        path.display()
+                    )))
+                }
+                several => {
+                    let names: Vec<&str> = several.iter().map(|f| f.name()).collect();
+                    return Err(DataError::Config(format!(
+                        "--src {spec}: {} mixes formats ({}); pass --format, or give each kind as its own --src",
+                        path.display(),
+                        names.join(", ")
+                    )));
+                }
+            }
+        }
+    };
+    resolved.format = format;
+    resolved.inputs = by_format(format);
+    if format == Format::Text && resolved.inputs.is_empty() {
+        // --format text on files without a text extension: take every non-hidden file.
+        resolved.inputs = files.into_iter().filter(|p| !is_hidden(p)).collect();
+    }
+    if resolved.inputs.is_empty() {
+        return Err(DataError::Config(format!("--src {spec}: no {} files under {}", format.name(), path.display())));
+    }
+    resolved.bytes = resolved.inputs.iter().map(|f| file_len(f)).sum();
+    Ok(resolved)
+}
+
+fn is_hidden(path: &Path) -> bool {
+    path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with('.'))
+}
+
+fn has_code(files: &[PathBuf]) -> bool {
+    files.iter().any(|p| has_ext(p, code::CODE_EXTENSIONS))
+}
+
+/// Reads every document of every source, in order, and keeps per-source counts.
+pub struct DocumentStream {
+    sources: Vec<ResolvedSource>,
+    options: ReadOptions,
+    source_index: usize,
+    input_index: usize,
+    current: Option<DocIter>,
+    /// Per-source counts, filled in as documents are read.
+    pub info: Vec<SourceInfo>,
+}
+
+impl DocumentStream {
+    /// A stream over `sources`, in the order given.
+    pub fn new(sources: Vec<ResolvedSource>, options: ReadOptions) -> DocumentStream {
+        let info = sources
+            .iter()
+            .map(|s| SourceInfo {
+                spec: s.spec.clone(),
+                path: s.path.display().to_string(),
+                format: s.format.name().to_string(),
+                files: 0,
+                documents: 0,
+                bytes: 0,
+            })
+            .collect();
+        DocumentStream { sources, options, source_index: 0, input_index: 0, current: None, info }
+    }
+
+    fn open_next(&mut self) -> Option<Result<DocIter>> {
+        loop {
+            let source = self.sources.get(self.source_index)?;
+            if let Some(input) = source.inputs.get(self.input_index) {
+                self.input_index += 1;
+                self.info[self.source_index].files += 1;
+                let input = input.clone();
+                let opts = &self.options;
+                let it: Result<DocIter> = match source.format {
+                    Format::Text => Ok(Box::new(std::iter::once(text::read(&input)))),
+                    Format::Code => Ok(Box::new(std::iter::once(code::read_repo(&input)))),
+                    Format::Jsonl => jsonl::open(&input, &opts.text_field).map(|i| Box::new(i) as DocIter),
+                    Format::Parquet => parquet_file::open(&input, &opts.text_field).map(|i| Box::new(i) as DocIter),
+                    Format::Arrow => arrow_ipc::open(&input, &opts.text_field).map(|i| Box::new(i) as DocIter),
+                    Format::Mds => mds::MdsDataset::open(&input).map(|d| Box::new(d.documents()) as DocIter),
+                };
+                return Some(it);
+            }
+            self.source_index += 1;
+            self.input_index = 0;
+        }
+    }
+}
+
+impl Iterator for DocumentStream {
+    type Item = Result<RawDoc>;
+    fn next(&mut self) -> Option<Result<RawDoc>> {
+        loop {
+            if let Some(it) = self.current.as_mut() {
+                if let Some(item) = it.next() {
+                    if let Ok(doc) = &item {
+                        let info = &mut self.info[self.source_index];
+                        info.documents += 1;
+                        info.bytes += doc.bytes;
+                    }
+                    return Some(item);
+                }
+                self.current = None;
+            }
+            match self.open_next()? {
+                Ok(it) => self.current = Some(it),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+}

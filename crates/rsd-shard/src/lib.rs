@@ -1,0 +1,33 @@
+//! The rsd on-disk token shard format.
+//!
+//! A shard directory holds Megatron-compatible `.bin`/`.idx` pairs plus a manifest, `index.json`,
+//! written last. One packed training sample is one Megatron *document*; each document piece inside
+//! the sample is one Megatron *sequence*. That mapping gives document boundaries for free, keeps
+//! reads zero-copy, and lets megatron-core's `IndexedDataset` open our output unchanged.
+//!
+//! * [`ShardWriter`] writes one pair under temporary names and renames it into place when done;
+//!   [`ShardSetWriter`] rolls shards at a size target.
+//! * [`ShardSet`] memory-maps a directory and hands out [`Sample`]s that borrow the mapped bytes.
+//! * [`verify`] checks structure and checksums, naming the file and byte offset of any damage.
+//! * [`Manifest`] is the `index.json` schema.
+//!
+//! The full byte layout is in `docs/FORMAT.md`.
+#![deny(missing_docs)]
+
+mod dtype;
+mod error;
+mod fsutil;
+mod idx;
+mod manifest;
+mod reader;
+mod verify;
+mod writer;
+
+pub use dtype::TokenDtype;
+pub use error::{Result, ShardError};
+pub use fsutil::{fsync_dir, write_file_atomic};
+pub use idx::{IdxHeader, IDX_MAGIC, IDX_VERSION};
+pub use manifest::{Manifest, ShardInfo, SourceInfo, TokenizerInfo, Totals, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE};
+pub use reader::{Sample, Shard, ShardSet, Tokens};
+pub use verify::{verify, VerifyOptions, VerifyReport};
+pub use writer::{ShardSetWriter, ShardWriter};

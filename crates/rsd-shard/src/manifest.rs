@@ -1,0 +1,166 @@
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::dtype::TokenDtype;
+use crate::error::{Result, ShardError};
+use crate::fsutil::write_file_atomic;
+
+/// Name of the manifest inside a shard directory. It is written last: its presence means the
+/// directory is complete.
+pub const MANIFEST_FILE: &str = "index.json";
+/// The `format` field of every manifest.
+pub const FORMAT_NAME: &str = "rsd-shards";
+/// The manifest version this crate writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// `index.json`: what a shard directory holds and how it was made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Always [`FORMAT_NAME`].
+    pub format: String,
+    /// [`FORMAT_VERSION`] when written.
+    pub version: u32,
+    /// The tokenizer whose ids the shards hold.
+    pub tokenizer: TokenizerInfo,
+    /// Token dtype of every `.bin`.
+    pub dtype: TokenDtype,
+    /// The packing length: every sample has exactly this many tokens in `fixed` mode, at most this
+    /// many in `mixed` mode.
+    pub seq_len: u64,
+    /// `fixed` or `mixed` (see docs/FORMAT.md).
+    pub mode: String,
+    /// Id used for tail padding, if any sample is padded.
+    pub pad_id: Option<u32>,
+    /// The shards, in order.
+    pub shards: Vec<ShardInfo>,
+    /// Counts over the whole directory.
+    pub totals: Totals,
+    /// Where the documents came from.
+    pub sources: Vec<SourceInfo>,
+    /// The exact command line that wrote this directory.
+    pub command: Vec<String>,
+    /// Program and version that wrote it.
+    pub created_by: String,
+}
+
+/// The tokenizer, identified by content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenizerInfo {
+    /// A human name (file name or bundled name).
+    pub name: String,
+    /// sha256 of the tokenizer.json bytes.
+    pub sha256: String,
+    /// Number of ids (largest id + 1).
+    pub vocab_size: u64,
+    /// Id put before each document, if any.
+    pub bos_id: Option<u32>,
+    /// Id put after each document, if any.
+    pub eos_id: Option<u32>,
+}
+
+/// One `.bin`/`.idx` pair.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardInfo {
+    /// File prefix inside the directory: `<prefix>.bin`, `<prefix>.idx`.
+    pub prefix: String,
+    /// Packed samples (Megatron documents).
+    pub samples: u64,
+    /// Document pieces (Megatron sequences).
+    pub pieces: u64,
+    /// Tokens in the `.bin`.
+    pub tokens: u64,
+    /// Size of the `.bin` in bytes.
+    pub bin_bytes: u64,
+    /// Size of the `.idx` in bytes.
+    pub idx_bytes: u64,
+    /// xxh3-64 of the `.bin`, 16 hex digits.
+    pub bin_xxh3: String,
+    /// xxh3-64 of the `.idx`, 16 hex digits.
+    pub idx_xxh3: String,
+}
+
+/// Counts over the whole directory.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Totals {
+    /// Packed samples.
+    pub samples: u64,
+    /// Tokens stored, padding included.
+    pub tokens: u64,
+    /// Source documents that went into the shards.
+    pub documents: u64,
+    /// Document pieces (a document split across samples counts once per sample).
+    pub pieces: u64,
+    /// Padding tokens stored (tail padding in `fixed` mode).
+    pub padding_tokens: u64,
+    /// Slots left empty in `mixed` mode: `samples × seq_len − tokens`.
+    pub unused_slots: u64,
+    /// Tokens read but not stored (a dropped tail).
+    pub dropped_tokens: u64,
+    /// Documents skipped (empty, shorter than the minimum, or bad input with `--skip-bad`).
+    pub skipped_documents: u64,
+}
+
+/// One `--src` as given and what was read from it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceInfo {
+    /// The source as the user wrote it.
+    pub spec: String,
+    /// The resolved path.
+    pub path: String,
+    /// Detected or forced format.
+    pub format: String,
+    /// Files read.
+    pub files: u64,
+    /// Documents read (before filtering).
+    pub documents: u64,
+    /// Input bytes of document text or token data.
+    pub bytes: u64,
+}
+
+impl Manifest {
+    /// Read and check `dir/index.json`.
+    pub fn read(dir: &Path) -> Result<Manifest> {
+        let path = dir.join(MANIFEST_FILE);
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                ShardError::Manifest {
+                    path: path.clone(),
+                    what: "no manifest: this is not a finished shard directory (an interrupted \
+                           `rsd-data pack` leaves none; run it again to resume)"
+                        .into(),
+                }
+            } else {
+                ShardError::io(&path, e)
+            }
+        })?;
+        let manifest: Manifest = serde_json::from_str(&text).map_err(|e| ShardError::Manifest {
+            path: path.clone(),
+            what: format!("not a valid rsd manifest at line {} column {}: {e}", e.line(), e.column()),
+        })?;
+        if manifest.format != FORMAT_NAME {
+            return Err(ShardError::Manifest {
+                path,
+                what: format!("format is {:?}, expected {FORMAT_NAME:?}", manifest.format),
+            });
+        }
+        if manifest.version != FORMAT_VERSION {
+            return Err(ShardError::Manifest {
+                path,
+                what: format!(
+                    "manifest version {} but this build reads version {FORMAT_VERSION}; use a matching rsd",
+                    manifest.version
+                ),
+            });
+        }
+        Ok(manifest)
+    }
+
+    /// Write `dir/index.json` atomically.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        let mut text = serde_json::to_string_pretty(self)
+            .map_err(|e| ShardError::Invalid(format!("cannot serialize manifest: {e}")))?;
+        text.push('\n');
+        write_file_atomic(&dir.join(MANIFEST_FILE), text.as_bytes())
+    }
+}

@@ -1,0 +1,303 @@
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+
+use crate::dtype::TokenDtype;
+use crate::error::{Result, ShardError};
+use crate::idx::{i32_at, i64_at, IdxHeader};
+use crate::manifest::Manifest;
+
+/// A sample's token ids, borrowed from the mapped `.bin` in its stored width.
+#[derive(Debug, Clone, Copy)]
+pub enum Tokens<'a> {
+    /// uint16 storage.
+    U16(&'a [u16]),
+    /// int32 storage.
+    I32(&'a [i32]),
+}
+
+impl<'a> Tokens<'a> {
+    /// Number of tokens.
+    pub fn len(&self) -> usize {
+        match self {
+            Tokens::U16(t) => t.len(),
+            Tokens::I32(t) => t.len(),
+        }
+    }
+    /// True when there are no tokens.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Token `i` as u32. Panics if `i` is out of range, like slice indexing.
+    pub fn get(&self, i: usize) -> u32 {
+        match self {
+            Tokens::U16(t) => t[i] as u32,
+            Tokens::I32(t) => t[i] as u32,
+        }
+    }
+    /// Append the tokens to `out`, widened to u32.
+    pub fn extend_into(&self, out: &mut Vec<u32>) {
+        match self {
+            Tokens::U16(t) => out.extend(t.iter().map(|&x| x as u32)),
+            Tokens::I32(t) => out.extend(t.iter().map(|&x| x as u32)),
+        }
+    }
+    /// The tokens widened to u32.
+    pub fn to_vec(&self) -> Vec<u32> {
+        let mut v = Vec::with_capacity(self.len());
+        self.extend_into(&mut v);
+        v
+    }
+    /// The raw little-endian bytes, as stored.
+    pub fn as_bytes(&self) -> &'a [u8] {
+        // SAFETY: u16/i32 slices are plain data; viewing them as bytes is always valid.
+        unsafe {
+            match self {
+                Tokens::U16(t) => std::slice::from_raw_parts(t.as_ptr().cast(), t.len() * 2),
+                Tokens::I32(t) => std::slice::from_raw_parts(t.as_ptr().cast(), t.len() * 4),
+            }
+        }
+    }
+}
+
+/// One packed sample: its tokens and the lengths of the document pieces inside it.
+#[derive(Debug, Clone)]
+pub struct Sample<'a> {
+    /// The tokens, zero-copy from the mapped `.bin`.
+    pub tokens: Tokens<'a>,
+    /// Lengths of consecutive document pieces; they sum to `tokens.len()`.
+    pub pieces: Vec<u32>,
+}
+
+/// One memory-mapped `.bin`/`.idx` pair.
+pub struct Shard {
+    bin_path: PathBuf,
+    idx_path: PathBuf,
+    bin: Mmap,
+    idx: Mmap,
+    header: IdxHeader,
+}
+
+fn map(path: &Path) -> Result<Mmap> {
+    let file = File::open(path).map_err(|e| ShardError::io(path, e))?;
+    // SAFETY: shards are written once and renamed into place; nothing rewrites them in place.
+    // A file truncated under us would fault, which is the documented mmap caveat.
+    unsafe { Mmap::map(&file) }.map_err(|e| ShardError::io(path, e))
+}
+
+impl Shard {
+    /// Map `<prefix>.bin` and `<prefix>.idx` and check the header and both files' sizes.
+    pub fn open(prefix: &Path) -> Result<Shard> {
+        let bin_path = prefix.with_extension("bin");
+        let idx_path = prefix.with_extension("idx");
+        let idx = map(&idx_path)?;
+        let header = IdxHeader::parse(&idx, &idx_path)?;
+        let bin = map(&bin_path)?;
+        let shard = Shard { bin_path, idx_path, bin, idx, header };
+        shard.check_ends()?;
+        Ok(shard)
+    }
+
+    /// O(1) checks that catch truncation and most header damage: the index array starts at 0 and
+    /// ends at the sequence count, and the last sequence ends exactly at the end of the `.bin`.
+    fn check_ends(&self) -> Result<()> {
+        let h = &self.header;
+        let first = i64_at(&self.idx, h.doc_index_offset());
+        let last = i64_at(&self.idx, h.doc_index_offset() + 8 * (h.document_count as usize - 1));
+        if first != 0 || last != h.sequence_count as i64 {
+            return Err(ShardError::corrupt(
+                &self.idx_path,
+                h.doc_index_offset() as u64,
+                format!("document index runs {first}..{last}, expected 0..{}", h.sequence_count),
+            ));
+        }
+        let expected_bin = if h.sequence_count == 0 {
+            0
+        } else {
+            let n = h.sequence_count as usize - 1;
+            let ptr = self.pointer(n);
+            let len = self.length(n);
+            if ptr < 0 || len < 0 {
+                return Err(ShardError::corrupt(&self.idx_path, h.pointers_offset() as u64 + 8 * n as u64, "negative pointer or length"));
+            }
+            ptr as u64 + len as u64 * h.dtype.size() as u64
+        };
+        if self.bin.len() as u64 != expected_bin {
+            return Err(ShardError::corrupt(
+                &self.bin_path,
+                (self.bin.len() as u64).min(expected_bin),
+                format!("file is {} bytes, but its .idx says the tokens end at byte {expected_bin}", self.bin.len()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Number of samples.
+    pub fn num_samples(&self) -> usize {
+        self.header.document_count as usize - 1
+    }
+    /// Number of document pieces.
+    pub fn num_pieces(&self) -> usize {
+        self.header.sequence_count as usize
+    }
+    /// Token dtype.
+    pub fn dtype(&self) -> TokenDtype {
+        self.header.dtype
+    }
+    /// Path of the `.bin`.
+    pub fn bin_path(&self) -> &Path {
+        &self.bin_path
+    }
+    /// Path of the `.idx`.
+    pub fn idx_path(&self) -> &Path {
+        &self.idx_path
+    }
+    /// The whole mapped `.bin`.
+    pub fn bin_bytes(&self) -> &[u8] {
+        &self.bin
+    }
+    /// The whole mapped `.idx`.
+    pub fn idx_bytes(&self) -> &[u8] {
+        &self.idx
+    }
+    /// The parsed `.idx` header.
+    pub fn header(&self) -> &IdxHeader {
+        &self.header
+    }
+
+    pub(crate) fn length(&self, seq: usize) -> i32 {
+        i32_at(&self.idx, self.header.lengths_offset() + 4 * seq)
+    }
+    pub(crate) fn pointer(&self, seq: usize) -> i64 {
+        i64_at(&self.idx, self.header.pointers_offset() + 8 * seq)
+    }
+    pub(crate) fn doc_index(&self, i: usize) -> i64 {
+        i64_at(&self.idx, self.header.doc_index_offset() + 8 * i)
+    }
+
+    /// The sequence range `[first, end)` and byte range of sample `i`, checked against the files.
+    pub fn sample_span(&self, i: usize) -> Result<(usize, usize, usize, usize)> {
+        if i >= self.num_samples() {
+            return Err(ShardError::Invalid(format!(
+                "{}: sample {i} out of range (the shard has {})",
+                self.idx_path.display(),
+                self.num_samples()
+            )));
+        }
+        let off = self.header.doc_index_offset() as u64 + 8 * i as u64;
+        let (first, end) = (self.doc_index(i), self.doc_index(i + 1));
+        if first < 0 || end <= first || end as u64 > self.header.sequence_count {
+            return Err(ShardError::corrupt(&self.idx_path, off, format!("sample {i} spans sequences {first}..{end}")));
+        }
+        let (first, end) = (first as usize, end as usize);
+        let start = self.pointer(first);
+        let mut tokens: i64 = 0;
+        for s in first..end {
+            let len = self.length(s);
+            if len <= 0 {
+                let at = self.header.lengths_offset() as u64 + 4 * s as u64;
+                return Err(ShardError::corrupt(&self.idx_path, at, format!("sequence {s} has length {len}")));
+            }
+            tokens += len as i64;
+        }
+        let size = self.header.dtype.size() as i64;
+        let byte_end = start.checked_add(tokens * size).unwrap_or(i64::MAX);
+        if start < 0 || start % size != 0 || byte_end as u64 > self.bin.len() as u64 {
+            let at = self.header.pointers_offset() as u64 + 8 * first as u64;
+            return Err(ShardError::corrupt(
+                &self.idx_path,
+                at,
+                format!("sample {i} points at bytes {start}..{byte_end} of a {}-byte .bin", self.bin.len()),
+            ));
+        }
+        Ok((first, end, start as usize, byte_end as usize))
+    }
+
+    /// Sample `i`: zero-copy tokens and piece lengths.
+    pub fn sample(&self, i: usize) -> Result<Sample<'_>> {
+        let (first, end, start, byte_end) = self.sample_span(i)?;
+        let bytes = &self.bin[start..byte_end];
+        // SAFETY: the map is page-aligned and `start` is a multiple of the element size (checked
+        // in sample_span), so the pointer is aligned; the length is within the mapping.
+        let tokens = unsafe {
+            match self.header.dtype {
+                TokenDtype::Uint16 => Tokens::U16(std::slice::from_raw_parts(bytes.as_ptr().cast(), bytes.len() / 2)),
+                TokenDtype::Int32 => Tokens::I32(std::slice::from_raw_parts(bytes.as_ptr().cast(), bytes.len() / 4)),
+            }
+        };
+        let pieces = (first..end).map(|s| self.length(s) as u32).collect();
+        Ok(Sample { tokens, pieces })
+    }
+}
+
+/// A whole shard directory: the manifest and every shard it lists, mapped.
+pub struct ShardSet {
+    dir: PathBuf,
+    manifest: Manifest,
+    shards: Vec<Shard>,
+    /// `starts[k]` = global index of shard k's first sample; one extra entry holds the total.
+    starts: Vec<u64>,
+}
+
+impl ShardSet {
+    /// Open `dir`: read `index.json`, map every shard, and check counts against the manifest.
+    pub fn open(dir: &Path) -> Result<ShardSet> {
+        let manifest = Manifest::read(dir)?;
+        let mut shards = Vec::with_capacity(manifest.shards.len());
+        let mut starts = vec![0u64];
+        for info in &manifest.shards {
+            let shard = Shard::open(&dir.join(&info.prefix))?;
+            if shard.num_samples() as u64 != info.samples || shard.dtype() != manifest.dtype {
+                return Err(ShardError::Manifest {
+                    path: dir.join(crate::MANIFEST_FILE),
+                    what: format!(
+                        "shard {} has {} samples of {}, the manifest says {} of {}",
+                        info.prefix,
+                        shard.num_samples(),
+                        shard.dtype().name(),
+                        info.samples,
+                        manifest.dtype.name()
+                    ),
+                });
+            }
+            starts.push(starts.last().copied().unwrap_or(0) + info.samples);
+            shards.push(shard);
+        }
+        Ok(ShardSet { dir: dir.to_path_buf(), manifest, shards, starts })
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    /// The manifest.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+    /// The shards, in order.
+    pub fn shards(&self) -> &[Shard] {
+        &self.shards
+    }
+    /// Total samples.
+    pub fn num_samples(&self) -> u64 {
+        self.starts.last().copied().unwrap_or(0)
+    }
+    /// (shard, index within shard) of global sample `global`.
+    pub fn locate(&self, global: u64) -> Result<(usize, usize)> {
+        if global >= self.num_samples() {
+            return Err(ShardError::Invalid(format!(
+                "{}: sample {global} out of range ({} samples)",
+                self.dir.display(),
+                self.num_samples()
+            )));
+        }
+        let k = self.starts.partition_point(|&s| s <= global) - 1;
+        Ok((k, (global - self.starts[k]) as usize))
+    }
+    /// Global sample `global`.
+    pub fn sample(&self, global: u64) -> Result<Sample<'_>> {
+        let (k, i) = self.locate(global)?;
+        self.shards[k].sample(i)
+    }
+}

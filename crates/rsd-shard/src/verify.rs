@@ -1,0 +1,193 @@
+use std::path::Path;
+
+use crate::dtype::TokenDtype;
+use crate::error::{Result, ShardError};
+use crate::manifest::{Manifest, MANIFEST_FILE};
+use crate::reader::Shard;
+
+/// What [`verify`] checks beyond structure.
+#[derive(Debug, Clone, Copy)]
+pub struct VerifyOptions {
+    /// Recompute xxh3 checksums of every file and compare with the manifest.
+    pub checksums: bool,
+    /// Check that every token id is below the manifest's vocabulary size.
+    pub token_range: bool,
+}
+
+impl Default for VerifyOptions {
+    fn default() -> Self {
+        VerifyOptions { checksums: true, token_range: true }
+    }
+}
+
+/// Counts of what was verified, and anything odd that is not an error.
+#[derive(Debug, Clone, Default)]
+pub struct VerifyReport {
+    /// Shards checked.
+    pub shards: u64,
+    /// Samples checked.
+    pub samples: u64,
+    /// Tokens checked.
+    pub tokens: u64,
+    /// Bytes read.
+    pub bytes: u64,
+    /// Leftover files and similar oddities.
+    pub warnings: Vec<String>,
+}
+
+/// Check a shard directory completely: manifest, file sizes, checksums, every `.idx` entry, and
+/// (optionally) the range of every token. The first problem found is returned as an error naming
+/// the file and byte offset.
+pub fn verify(dir: &Path, options: VerifyOptions) -> Result<VerifyReport> {
+    let manifest = Manifest::read(dir)?;
+    let manifest_path = dir.join(MANIFEST_FILE);
+    let mut report = VerifyReport::default();
+    let (mut samples, mut tokens, mut pieces) = (0u64, 0u64, 0u64);
+    for info in &manifest.shards {
+        for (ext, bytes_expected) in [("bin", info.bin_bytes), ("idx", info.idx_bytes)] {
+            let path = dir.join(format!("{}.{ext}", info.prefix));
+            let len = std::fs::metadata(&path).map_err(|e| ShardError::io(&path, e))?.len();
+            if len != bytes_expected {
+                return Err(ShardError::corrupt(
+                    &path,
+                    len.min(bytes_expected),
+                    format!("file is {len} bytes, the manifest says {bytes_expected}"),
+                ));
+            }
+        }
+        let shard = Shard::open(&dir.join(&info.prefix))?;
+        if options.checksums {
+            for (path, bytes, expected) in [
+                (shard.bin_path(), shard.bin_bytes(), &info.bin_xxh3),
+                (shard.idx_path(), shard.idx_bytes(), &info.idx_xxh3),
+            ] {
+                let got = format!("{:016x}", xxhash_rust::xxh3::xxh3_64(bytes));
+                if &got != expected {
+                    return Err(ShardError::corrupt(path, 0, format!("xxh3 checksum {got}, the manifest says {expected}")));
+                }
+            }
+        }
+        check_index(&shard, &manifest)?;
+        if options.token_range {
+            check_token_range(&shard, manifest.tokenizer.vocab_size)?;
+        }
+        if shard.num_samples() as u64 != info.samples || shard.num_pieces() as u64 != info.pieces {
+            return Err(ShardError::Manifest {
+                path: manifest_path,
+                what: format!(
+                    "shard {} holds {} samples and {} pieces, the manifest says {} and {}",
+                    info.prefix,
+                    shard.num_samples(),
+                    shard.num_pieces(),
+                    info.samples,
+                    info.pieces
+                ),
+            });
+        }
+        samples += info.samples;
+        pieces += info.pieces;
+        tokens += info.bin_bytes / manifest.dtype.size() as u64;
+        report.bytes += info.bin_bytes + info.idx_bytes;
+        report.shards += 1;
+    }
+    if samples != manifest.totals.samples || tokens != manifest.totals.tokens || pieces != manifest.totals.pieces {
+        return Err(ShardError::Manifest {
+            path: manifest_path,
+            what: format!(
+                "shards hold {samples} samples, {tokens} tokens, {pieces} pieces; totals say {}, {}, {}",
+                manifest.totals.samples, manifest.totals.tokens, manifest.totals.pieces
+            ),
+        });
+    }
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".tmp") {
+                report.warnings.push(format!("leftover temporary file {name} (safe to delete)"));
+            }
+        }
+    }
+    report.samples = samples;
+    report.tokens = tokens;
+    Ok(report)
+}
+
+/// Every index entry: pointers contiguous from 0, lengths positive, samples non-empty and no
+/// longer than the packing length (exactly that long in `fixed` mode, but for a kept tail).
+fn check_index(shard: &Shard, manifest: &Manifest) -> Result<()> {
+    let h = shard.header();
+    let size = h.dtype.size() as i64;
+    let mut expected_ptr = 0i64;
+    for s in 0..shard.num_pieces() {
+        let len = shard.length(s);
+        if len <= 0 {
+            return Err(ShardError::corrupt(
+                shard.idx_path(),
+                h.lengths_offset() as u64 + 4 * s as u64,
+                format!("sequence {s} has length {len}, expected > 0"),
+            ));
+        }
+        let ptr = shard.pointer(s);
+        if ptr != expected_ptr {
+            return Err(ShardError::corrupt(
+                shard.idx_path(),
+                h.pointers_offset() as u64 + 8 * s as u64,
+                format!("sequence {s} starts at byte {ptr}, expected {expected_ptr} (right after sequence {})", s as i64 - 1),
+            ));
+        }
+        expected_ptr += len as i64 * size;
+    }
+    let n = shard.num_samples();
+    for i in 0..n {
+        let (first, end) = (shard.doc_index(i), shard.doc_index(i + 1));
+        if end <= first {
+            return Err(ShardError::corrupt(
+                shard.idx_path(),
+                h.doc_index_offset() as u64 + 8 * (i as u64 + 1),
+                format!("document index {end} after {first}: must increase"),
+            ));
+        }
+        let sample = shard.sample(i)?;
+        let len = sample.tokens.len() as u64;
+        let is_last_of_set = i + 1 == n;
+        let too_long = len > manifest.seq_len;
+        let short_fixed = manifest.mode == "fixed" && len != manifest.seq_len && !is_last_of_set;
+        if too_long || short_fixed {
+            return Err(ShardError::corrupt(
+                shard.idx_path(),
+                h.doc_index_offset() as u64 + 8 * i as u64,
+                format!("sample {i} has {len} tokens; {} mode with length {} allows {}", manifest.mode, manifest.seq_len,
+                    if manifest.mode == "fixed" { "exactly that" } else { "at most that" }),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_token_range(shard: &Shard, vocab_size: u64) -> Result<()> {
+    let bytes = shard.bin_bytes();
+    let bad = match shard.dtype() {
+        TokenDtype::Uint16 => bytes
+            .chunks_exact(2)
+            .position(|c| u16::from_le_bytes([c[0], c[1]]) as u64 >= vocab_size)
+            .map(|i| (i * 2, u16::from_le_bytes([bytes[i * 2], bytes[i * 2 + 1]]) as i64)),
+        TokenDtype::Int32 => bytes
+            .chunks_exact(4)
+            .position(|c| {
+                let v = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                v < 0 || v as u64 >= vocab_size
+            })
+            .map(|i| {
+                let c = &bytes[i * 4..i * 4 + 4];
+                (i * 4, i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64)
+            }),
+    };
+    match bad {
+        Some((offset, id)) => Err(ShardError::corrupt(
+            shard.bin_path(),
+            offset as u64,
+            format!("token id {id} is outside the vocabulary (0..{vocab_size})"),
+        )),
+        None => Ok(()),
+    }
+}

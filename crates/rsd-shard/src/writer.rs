@@ -1,0 +1,180 @@
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use xxhash_rust::xxh3::Xxh3;
+
+use crate::dtype::TokenDtype;
+use crate::error::{Result, ShardError};
+use crate::fsutil::fsync_dir;
+use crate::idx;
+use crate::manifest::ShardInfo;
+
+/// Writes one `.bin`/`.idx` pair. Both are written under `<name>.tmp` and renamed into place by
+/// [`ShardWriter::finish`] after an fsync; a writer dropped unfinished removes its temporary files.
+pub struct ShardWriter {
+    dir: PathBuf,
+    prefix: String,
+    dtype: TokenDtype,
+    bin_tmp: PathBuf,
+    bin: Option<BufWriter<File>>,
+    hasher: Xxh3,
+    bin_bytes: u64,
+    lengths: Vec<i32>,
+    doc_indices: Vec<i64>,
+    encode_buf: Vec<u8>,
+}
+
+impl ShardWriter {
+    /// Start `dir/<prefix>.bin` and `.idx` (under temporary names).
+    pub fn create(dir: &Path, prefix: &str, dtype: TokenDtype) -> Result<ShardWriter> {
+        let bin_tmp = dir.join(format!("{prefix}.bin.tmp"));
+        let file = File::create(&bin_tmp).map_err(|e| ShardError::io(&bin_tmp, e))?;
+        Ok(ShardWriter {
+            dir: dir.to_path_buf(),
+            prefix: prefix.to_string(),
+            dtype,
+            bin_tmp,
+            bin: Some(BufWriter::with_capacity(4 << 20, file)),
+            hasher: Xxh3::new(),
+            bin_bytes: 0,
+            lengths: Vec::new(),
+            doc_indices: vec![0],
+            encode_buf: Vec::new(),
+        })
+    }
+
+    /// Append one sample: `tokens`, split into consecutive document pieces of `pieces` lengths
+    /// (which must sum to `tokens.len()`; zero-length pieces are not allowed).
+    pub fn add_sample(&mut self, tokens: &[u32], pieces: &[u32]) -> Result<()> {
+        let total: u64 = pieces.iter().map(|&p| p as u64).sum();
+        if total != tokens.len() as u64 || pieces.contains(&0) || tokens.is_empty() {
+            return Err(ShardError::Invalid(format!(
+                "sample of {} tokens with pieces {:?}: pieces must be non-empty and sum to the token count",
+                tokens.len(),
+                &pieces[..pieces.len().min(8)]
+            )));
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t > self.dtype.max_id()) {
+            return Err(ShardError::Invalid(format!("token id {bad} does not fit in {}", self.dtype.name())));
+        }
+        self.encode_buf.clear();
+        match self.dtype {
+            TokenDtype::Uint16 => {
+                for &t in tokens {
+                    self.encode_buf.extend_from_slice(&(t as u16).to_le_bytes());
+                }
+            }
+            TokenDtype::Int32 => {
+                for &t in tokens {
+                    self.encode_buf.extend_from_slice(&(t as i32).to_le_bytes());
+                }
+            }
+        }
+        let bin = self.bin.as_mut().ok_or_else(|| ShardError::Invalid("shard already finished".into()))?;
+        bin.write_all(&self.encode_buf).map_err(|e| ShardError::io(&self.bin_tmp, e))?;
+        self.hasher.update(&self.encode_buf);
+        self.bin_bytes += self.encode_buf.len() as u64;
+        self.lengths.extend(pieces.iter().map(|&p| p as i32));
+        self.doc_indices.push(self.lengths.len() as i64);
+        Ok(())
+    }
+
+    /// Bytes of token data written so far.
+    pub fn bin_bytes(&self) -> u64 {
+        self.bin_bytes
+    }
+
+    /// Samples written so far.
+    pub fn samples(&self) -> u64 {
+        self.doc_indices.len() as u64 - 1
+    }
+
+    /// Write the `.idx`, fsync both files, and rename them into place.
+    pub fn finish(mut self) -> Result<ShardInfo> {
+        let bin = self.bin.take().ok_or_else(|| ShardError::Invalid("shard already finished".into()))?;
+        let file = bin.into_inner().map_err(|e| ShardError::io(&self.bin_tmp, e.into_error()))?;
+        file.sync_all().map_err(|e| ShardError::io(&self.bin_tmp, e))?;
+        drop(file);
+
+        let idx_bytes = idx::encode(self.dtype, &self.lengths, &self.doc_indices);
+        let idx_tmp = self.dir.join(format!("{}.idx.tmp", self.prefix));
+        let write_idx = || -> std::io::Result<()> {
+            let mut f = File::create(&idx_tmp)?;
+            f.write_all(&idx_bytes)?;
+            f.sync_all()
+        };
+        if let Err(e) = write_idx() {
+            let _ = std::fs::remove_file(&idx_tmp);
+            return Err(ShardError::io(&idx_tmp, e));
+        }
+        let bin_path = self.dir.join(format!("{}.bin", self.prefix));
+        let idx_path = self.dir.join(format!("{}.idx", self.prefix));
+        std::fs::rename(&self.bin_tmp, &bin_path).map_err(|e| ShardError::io(&bin_path, e))?;
+        std::fs::rename(&idx_tmp, &idx_path).map_err(|e| ShardError::io(&idx_path, e))?;
+        fsync_dir(&self.dir)?;
+        Ok(ShardInfo {
+            prefix: self.prefix.clone(),
+            samples: self.doc_indices.len() as u64 - 1,
+            pieces: self.lengths.len() as u64,
+            tokens: self.bin_bytes / self.dtype.size() as u64,
+            bin_bytes: self.bin_bytes,
+            idx_bytes: idx_bytes.len() as u64,
+            bin_xxh3: format!("{:016x}", self.hasher.digest()),
+            idx_xxh3: format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&idx_bytes)),
+        })
+    }
+}
+
+impl Drop for ShardWriter {
+    fn drop(&mut self) {
+        if self.bin.take().is_some() {
+            let _ = std::fs::remove_file(&self.bin_tmp);
+        }
+    }
+}
+
+/// Writes a sequence of shards named `shard-00000`, `shard-00001`, …, starting a new one when the
+/// current `.bin` reaches the size target.
+pub struct ShardSetWriter {
+    dir: PathBuf,
+    dtype: TokenDtype,
+    target_bytes: u64,
+    next_index: usize,
+    current: Option<ShardWriter>,
+}
+
+impl ShardSetWriter {
+    /// Shards go into `dir`, numbered from `first_index` (non-zero when resuming).
+    pub fn new(dir: &Path, dtype: TokenDtype, target_bytes: u64, first_index: usize) -> ShardSetWriter {
+        ShardSetWriter { dir: dir.to_path_buf(), dtype, target_bytes: target_bytes.max(1), next_index: first_index, current: None }
+    }
+
+    /// The file prefix of shard number `index`.
+    pub fn prefix(index: usize) -> String {
+        format!("shard-{index:05}")
+    }
+
+    /// Append a sample; returns the finished shard when this sample filled one.
+    pub fn add_sample(&mut self, tokens: &[u32], pieces: &[u32]) -> Result<Option<ShardInfo>> {
+        if self.current.is_none() {
+            let prefix = Self::prefix(self.next_index);
+            self.current = Some(ShardWriter::create(&self.dir, &prefix, self.dtype)?);
+            self.next_index += 1;
+        }
+        let writer = self.current.as_mut().ok_or_else(|| ShardError::Invalid("no open shard".into()))?;
+        writer.add_sample(tokens, pieces)?;
+        if writer.bin_bytes() >= self.target_bytes {
+            return self.close_current();
+        }
+        Ok(None)
+    }
+
+    /// Finish the open shard, if any.
+    pub fn close_current(&mut self) -> Result<Option<ShardInfo>> {
+        match self.current.take() {
+            Some(writer) => writer.finish().map(Some),
+            None => Ok(None),
+        }
+    }
+}
