@@ -1,3 +1,5 @@
+//! Typed errors: every message names the file and the line, row or offset it is about.
+
 use std::path::PathBuf;
 
 /// Everything that can go wrong turning a corpus into shards. Messages name the file, and the line,

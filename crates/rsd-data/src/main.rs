@@ -1,1 +1,448 @@
-fn main(){}
+//! `rsd-data`: pack corpora into token shards, and look at the result.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use rayon::prelude::*;
+use rsd_data::pack::{Mode, Tail};
+use rsd_data::pipeline::{self, PackConfig, Progress};
+use rsd_data::source::{self, Content, DocumentStream, Format, ReadOptions};
+use rsd_data::tokenizer::{Delimiter, Tokenizer, BUNDLED_NAME};
+use rsd_shard::{ShardSet, VerifyOptions};
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+#[derive(Parser)]
+#[command(name = "rsd-data", version, about = "Tokenize and pack corpora into memory-mapped token shards for rsd-train.")]
+#[command(long_about = "Tokenize and pack corpora into memory-mapped token shards for rsd-train.\n\n\
+The shards are Megatron-compatible .bin/.idx pairs plus an index.json manifest: one packed sample is one \
+Megatron document, each document piece inside it one Megatron sequence (docs/FORMAT.md).\n\n\
+Typical use:\n  rsd-data pack --len 65536 --src prolong/book --out data/book\n  rsd-data pack --len 8192 --mode mixed --src corpus/books --src corpus/code --out data/demo\n  rsd-data inspect data/demo --sample 0\n  rsd-data verify data/demo")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Tokenize and pack sources into a shard directory (resumable, deterministic).
+    Pack(PackArgs),
+    /// Summarize a shard directory: counts, waste, length histograms, decoded samples.
+    Inspect(InspectArgs),
+    /// Check a shard directory's structure and checksums; exit 1 naming the file and offset of any damage.
+    Verify(VerifyArgs),
+    /// Measure the bare tokenizer rate on some sources (the ceiling for `pack`).
+    TokenizeBench(TokenizeBenchArgs),
+}
+
+#[derive(Args)]
+struct PackArgs {
+    /// A source: a directory or file path, or `prolong/<subset>` (book, repo, or any ProLong subset
+    /// name) resolved under --data-root. Repeat for several; they are read in the order given.
+    /// Formats are detected from names and index files: a directory of .txt/.md (one document per
+    /// file), a directory of code repositories (one document per repository), .jsonl[.zst],
+    /// .parquet, .arrow or a `datasets.save_to_disk` directory, MosaicML MDS (already tokenized).
+    #[arg(long = "src", required = true, value_name = "PATH|prolong/SUBSET")]
+    sources: Vec<String>,
+    /// Output directory (created; must be empty, an interrupted pack to resume, or --force).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// Packing length in tokens.
+    #[arg(long = "len", default_value_t = 65536)]
+    seq_len: usize,
+    /// `fixed`: contiguous windows of exactly --len tokens; `mixed`: whole documents best-fit into
+    /// samples of at most --len tokens (documents longer than --len are split), for document-masked training.
+    #[arg(long, value_enum, default_value_t = Mode::Fixed)]
+    mode: Mode,
+    /// A tokenizer.json (or a directory holding one). Default: the bundled Qwen3 tokenizer, or for
+    /// ProLong/MDS sources (Llama-3 ids) the Llama-3 tokenizer that scripts/setup.sh fetches.
+    #[arg(long, value_name = "FILE")]
+    tokenizer: Option<String>,
+    /// Token put before each document: `auto` (the tokenizer's template, e.g. Llama-3's
+    /// <|begin_of_text|>), `none`, a token string or an id.
+    #[arg(long, default_value = "auto")]
+    bos: String,
+    /// Token put after each document: `auto` (<|end_of_text|>, <|endoftext|>, </s>… as the tokenizer has), `none`, a token or an id.
+    #[arg(long, default_value = "auto")]
+    eos: String,
+    /// Force the format of every --src instead of detecting it.
+    #[arg(long, value_enum)]
+    format: Option<Format>,
+    /// JSONL field, or Parquet/Arrow column, that holds the text.
+    #[arg(long, default_value = "text")]
+    text_field: String,
+    /// Where `prolong/<subset>` is looked up (the folder holding prolong-data-64K / -512K).
+    /// Default: $RSD_DATA_ROOT, else ./datasets.
+    #[arg(long, value_name = "DIR")]
+    data_root: Option<PathBuf>,
+    /// The last partial window in fixed mode: drop it, keep it as a shorter sample, or pad it.
+    #[arg(long, value_enum, default_value_t = Tail::Drop)]
+    tail: Tail,
+    /// Id used by --tail pad (default: the EOS id).
+    #[arg(long)]
+    pad_id: Option<u32>,
+    /// Skip documents with fewer tokens than this (BOS/EOS included).
+    #[arg(long, default_value_t = 1)]
+    min_doc_tokens: usize,
+    /// Target size of each .bin file, e.g. 1GiB, 256MiB, or bytes.
+    #[arg(long, default_value = "1GiB", value_parser = parse_size)]
+    shard_size: u64,
+    /// Open samples kept by the mixed-mode best-fit packer (memory: this × --len × 4 bytes).
+    #[arg(long, default_value_t = 64)]
+    max_open_bins: usize,
+    /// Tokenizer threads (the output is identical for any value).
+    #[arg(long, default_value_t = default_workers())]
+    workers: usize,
+    /// Skip bad records (malformed JSON lines, invalid UTF-8, missing fields), count and report
+    /// them, instead of stopping at the first one.
+    #[arg(long)]
+    skip_bad: bool,
+    /// Overwrite a complete output, or discard an interrupted one made with other settings.
+    #[arg(long)]
+    force: bool,
+    /// Progress display: a bar on a terminal, plain lines otherwise.
+    #[arg(long, value_enum, default_value_t = ProgressMode::Auto)]
+    progress: ProgressMode,
+    /// Seconds between plain progress lines.
+    #[arg(long, default_value_t = 10.0)]
+    progress_interval: f64,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ProgressMode {
+    Auto,
+    Bar,
+    Lines,
+    None,
+}
+
+#[derive(Args)]
+struct InspectArgs {
+    /// Shard directory.
+    dir: PathBuf,
+    /// Global sample index to decode and print (repeatable).
+    #[arg(long = "sample", default_values_t = [0u64])]
+    samples: Vec<u64>,
+    /// Characters of decoded text to print per sample.
+    #[arg(long, default_value_t = 600)]
+    chars: usize,
+    /// Tokenizer to decode with (default: the one the manifest names, if it is found and its sha256 matches).
+    #[arg(long)]
+    tokenizer: Option<String>,
+}
+
+#[derive(Args)]
+struct VerifyArgs {
+    /// Shard directory.
+    dir: PathBuf,
+    /// Skip recomputing checksums (structure and sizes are still checked).
+    #[arg(long)]
+    no_checksums: bool,
+    /// Skip checking that every id is below the vocabulary size.
+    #[arg(long)]
+    no_token_range: bool,
+}
+
+#[derive(Args)]
+struct TokenizeBenchArgs {
+    /// Sources, as for `pack`.
+    #[arg(long = "src", required = true)]
+    sources: Vec<String>,
+    /// Tokenizer (default: the bundled Qwen3 one).
+    #[arg(long)]
+    tokenizer: Option<String>,
+    /// Threads.
+    #[arg(long, default_value_t = default_workers())]
+    workers: usize,
+    /// Read at most this many bytes of text into memory first.
+    #[arg(long, default_value = "256MiB", value_parser = parse_size)]
+    max_bytes: u64,
+    /// Timed passes over the text (the best is reported).
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+    /// JSONL field / column holding the text.
+    #[arg(long, default_value = "text")]
+    text_field: String,
+}
+
+fn default_workers() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("{s:?} is not a size (e.g. 1GiB, 512MiB, 1000000)"))?;
+    let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1u64,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        other => return Err(format!("unknown size unit {other:?} (use KiB, MiB, GiB)")),
+    };
+    Ok((n * mult as f64) as u64)
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let _ = ctrlc::set_handler(|| {
+        if INTERRUPTED.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        eprintln!("\ninterrupt: stopping after the current batch (Ctrl-C again to quit at once)");
+    });
+    let result = match cli.command {
+        Command::Pack(a) => pack(a),
+        Command::Inspect(a) => inspect(a),
+        Command::Verify(a) => verify(a),
+        Command::TokenizeBench(a) => tokenize_bench(a),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(if INTERRUPTED.load(Ordering::SeqCst) { 130 } else { 1 });
+    }
+}
+
+fn llama3_tokenizer_path() -> PathBuf {
+    let assets = std::env::var_os("RSD_ASSETS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/rsd/assets"));
+    assets.join("llama3-tokenizer.json")
+}
+
+fn choose_tokenizer(given: Option<String>, sources: &[source::ResolvedSource]) -> Result<String> {
+    if let Some(t) = given {
+        return Ok(t);
+    }
+    if !sources.is_empty() && sources.iter().all(|s| s.format == Format::Mds) {
+        let llama3 = llama3_tokenizer_path();
+        if llama3.is_file() {
+            eprintln!("tokenizer: MDS sources hold Llama-3 ids (ProLong); using {}", llama3.display());
+            return Ok(llama3.display().to_string());
+        }
+        bail!(
+            "MDS sources are already tokenized, so the tokenizer must be the one they were made with \
+             (Llama-3 for ProLong). {} is missing: run scripts/setup.sh to fetch it, or pass --tokenizer FILE",
+            llama3.display()
+        );
+    }
+    if sources.iter().any(|s| s.format == Format::Mds) {
+        bail!("MDS (pre-tokenized) and text sources are mixed: pass --tokenizer with the tokenizer the MDS ids were made with");
+    }
+    Ok(BUNDLED_NAME.to_string())
+}
+
+fn data_root(given: Option<PathBuf>) -> PathBuf {
+    given.or_else(|| std::env::var_os("RSD_DATA_ROOT").map(PathBuf::from)).unwrap_or_else(|| PathBuf::from("datasets"))
+}
+
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+fn pack(a: PackArgs) -> Result<()> {
+    let root = data_root(a.data_root.clone());
+    let sources = a
+        .sources
+        .iter()
+        .map(|s| source::resolve(s, a.format, &root, a.seq_len as u64))
+        .collect::<rsd_data::Result<Vec<_>>>()?;
+    let tok_spec = choose_tokenizer(a.tokenizer.clone(), &sources)?;
+    let tok = Tokenizer::load(&tok_spec, &Delimiter::parse(&a.bos), &Delimiter::parse(&a.eos))?;
+    if let Some(reason) = &tok.fallback_reason {
+        eprintln!("warning: the fast encoder cannot load {} ({reason}); using tokenizers 0.22, which is slower", tok.name());
+    }
+    eprintln!(
+        "packing {} source(s) with {} (vocab {}, BOS {:?}, EOS {:?}) into {} [{} mode, length {}, {} workers]",
+        sources.len(),
+        tok.name(),
+        tok.vocab_size(),
+        tok.bos(),
+        tok.eos(),
+        a.out.display(),
+        if a.mode == Mode::Fixed { "fixed" } else { "mixed" },
+        a.seq_len,
+        a.workers
+    );
+    for s in &sources {
+        eprintln!("  {} → {} [{}], {} input(s), {:.1} MB", s.spec, s.path.display(), s.format.name(), s.inputs.len(), s.bytes as f64 / 1e6);
+    }
+    let cfg = PackConfig {
+        sources,
+        read: ReadOptions { text_field: a.text_field.clone() },
+        out: a.out.clone(),
+        seq_len: a.seq_len,
+        mode: a.mode,
+        tail: a.tail,
+        pad_id: a.pad_id,
+        min_doc_tokens: a.min_doc_tokens,
+        shard_bytes: a.shard_size,
+        max_open: a.max_open_bins,
+        skip_bad: a.skip_bad,
+        force: a.force,
+        workers: a.workers,
+        batch_bytes: 4 << 20,
+        command: std::env::args().collect(),
+    };
+    let show_bar = match a.progress {
+        ProgressMode::Auto => std::io::stderr().is_terminal(),
+        ProgressMode::Bar => true,
+        _ => false,
+    };
+    let lines = a.progress == ProgressMode::Lines || (a.progress == ProgressMode::Auto && !show_bar);
+    let bar = show_bar.then(|| {
+        let total: u64 = cfg.sources.iter().map(|s| s.bytes).sum();
+        let bar = indicatif::ProgressBar::new(total.max(1));
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ETA {eta} {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    let start = Instant::now();
+    let interval = Duration::from_secs_f64(a.progress_interval.max(0.1));
+    let mut last_line = Instant::now();
+    let mut on_progress = |p: Progress| {
+        let secs = start.elapsed().as_secs_f64().max(1e-9);
+        let (docs_s, toks_s) = (p.documents as f64 / secs, p.tokens as f64 / secs);
+        if let Some(bar) = &bar {
+            bar.set_length(p.total_bytes.max(1));
+            bar.set_position(p.bytes);
+            bar.set_message(format!("{:.0} docs/s {:.2} M tok/s, {} shards", docs_s, toks_s / 1e6, p.shards));
+        } else if lines && last_line.elapsed() >= interval {
+            last_line = Instant::now();
+            let pct = if p.total_bytes > 0 { 100.0 * p.bytes as f64 / p.total_bytes as f64 } else { 0.0 };
+            let eta = if p.bytes > 0 { secs * (p.total_bytes.saturating_sub(p.bytes)) as f64 / p.bytes as f64 } else { 0.0 };
+            eprintln!(
+                "[{:>7.1}s] {pct:5.1}% of input, {} docs ({docs_s:.0}/s), {} tokens ({:.2} M/s), {} shards, ETA {eta:.0}s",
+                secs, p.documents, p.tokens, toks_s / 1e6, p.shards
+            );
+        }
+    };
+    let result = pipeline::run(&cfg, &tok, &INTERRUPTED, &mut on_progress);
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    let summary = result?;
+    let m = &summary.manifest;
+    let t = &m.totals;
+    let slots = (t.samples * m.seq_len).max(1) as f64;
+    let input_bytes: u64 = m.sources.iter().map(|s| s.bytes).sum();
+    println!("wrote {}: {} shards, {} samples, {} tokens ({})", a.out.display(), m.shards.len(), t.samples, t.tokens, m.dtype.name());
+    println!("  documents  {} packed, {} skipped; {} pieces", t.documents, t.skipped_documents, t.pieces);
+    println!(
+        "  waste      {:.2}% padding, {:.2}% unused slots, {} tokens dropped with the tail",
+        100.0 * t.padding_tokens as f64 / slots,
+        100.0 * t.unused_slots as f64 / slots,
+        t.dropped_tokens
+    );
+    println!(
+        "  time       {:.2}s: {:.2} M tokens/s, {:.1} MB/s of input{}; peak RSS {:.0} MiB",
+        summary.seconds,
+        t.tokens as f64 / summary.seconds / 1e6,
+        input_bytes as f64 / summary.seconds / 1e6,
+        if summary.resumed_shards > 0 { format!(" (resumed after {} shards)", summary.resumed_shards) } else { String::new() },
+        peak_rss_mib().unwrap_or(0.0)
+    );
+    for e in &summary.skipped_examples {
+        println!("  skipped    {e}");
+    }
+    Ok(())
+}
+
+fn matching_tokenizer(set: &ShardSet, given: Option<String>) -> Result<Option<Tokenizer>> {
+    let info = &set.manifest().tokenizer;
+    let spec = match given {
+        Some(g) => g,
+        None => info.name.clone(),
+    };
+    let tok = match Tokenizer::load(&spec, &Delimiter::None, &Delimiter::None) {
+        Ok(t) => t,
+        Err(_) => return Ok(None),
+    };
+    if tok.sha256() != info.sha256 {
+        eprintln!("note: {} is not the tokenizer these shards were made with (sha256 differs); not decoding", tok.name());
+        return Ok(None);
+    }
+    Ok(Some(tok))
+}
+
+fn inspect(a: InspectArgs) -> Result<()> {
+    let set = ShardSet::open(&a.dir)?;
+    let tok = matching_tokenizer(&set, a.tokenizer)?;
+    print!("{}", rsd_data::inspect::report(&set, tok.as_ref(), &a.samples, a.chars)?);
+    Ok(())
+}
+
+fn verify(a: VerifyArgs) -> Result<()> {
+    let start = Instant::now();
+    let opts = VerifyOptions { checksums: !a.no_checksums, token_range: !a.no_token_range };
+    let report = rsd_shard::verify(&a.dir, opts).with_context(|| format!("{} failed verification", a.dir.display()))?;
+    for w in &report.warnings {
+        eprintln!("warning: {w}");
+    }
+    println!(
+        "ok: {} — {} shards, {} samples, {} tokens, {:.1} MB checked in {:.2}s",
+        a.dir.display(),
+        report.shards,
+        report.samples,
+        report.tokens,
+        report.bytes as f64 / 1e6,
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn tokenize_bench(a: TokenizeBenchArgs) -> Result<()> {
+    let tok = Tokenizer::load(a.tokenizer.as_deref().unwrap_or(BUNDLED_NAME), &Delimiter::None, &Delimiter::None)?;
+    let sources = a
+        .sources
+        .iter()
+        .map(|s| source::resolve(s, None, Path::new("datasets"), 0))
+        .collect::<rsd_data::Result<Vec<_>>>()?;
+    let mut texts = vec![];
+    let mut bytes = 0u64;
+    for doc in DocumentStream::new(sources, ReadOptions { text_field: a.text_field.clone() }) {
+        if let Content::Text(t) = doc?.content {
+            bytes += t.len() as u64;
+            texts.push(t);
+        }
+        if bytes >= a.max_bytes {
+            break;
+        }
+    }
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(a.workers.max(1)).build()?;
+    let mut best = f64::INFINITY;
+    let mut tokens = 0usize;
+    for _ in 0..a.repeat.max(1) {
+        let start = Instant::now();
+        tokens = pool.install(|| {
+            texts
+                .par_iter()
+                .map_init(Vec::new, |scratch, t| {
+                    let mut out = Vec::new();
+                    tok.encode_into(t, scratch, &mut out).map(|_| out.len())
+                })
+                .try_reduce(|| 0, |x, y| Ok(x + y))
+        })?;
+        best = best.min(start.elapsed().as_secs_f64());
+    }
+    println!(
+        "{{\"engine\": \"{}\", \"workers\": {}, \"documents\": {}, \"bytes\": {bytes}, \"tokens\": {tokens}, \"seconds\": {best:.4}, \"tokens_per_s\": {:.0}, \"mb_per_s\": {:.2}}}",
+        tok.engine_name(),
+        a.workers,
+        texts.len(),
+        tokens as f64 / best,
+        bytes as f64 / best / 1e6
+    );
+    Ok(())
+}

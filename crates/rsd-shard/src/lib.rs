@@ -31,3 +31,8 @@ pub use manifest::{Manifest, ShardInfo, SourceInfo, TokenizerInfo, Totals, FORMA
 pub use reader::{Sample, Shard, ShardSet, Tokens};
 pub use verify::{verify, VerifyOptions, VerifyReport};
 pub use writer::{ShardSetWriter, ShardWriter};
+
+/// The checksum recorded for every shard file (xxh3-64): fast enough to verify at memory speed.
+pub fn checksum(bytes: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(bytes)
+}

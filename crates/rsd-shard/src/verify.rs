@@ -61,7 +61,7 @@ pub fn verify(dir: &Path, options: VerifyOptions) -> Result<VerifyReport> {
                 (shard.bin_path(), shard.bin_bytes(), &info.bin_xxh3),
                 (shard.idx_path(), shard.idx_bytes(), &info.idx_xxh3),
             ] {
-                let got = format!("{:016x}", xxhash_rust::xxh3::xxh3_64(bytes));
+                let got = format!("{:016x}", crate::checksum(bytes));
                 if &got != expected {
                     return Err(ShardError::corrupt(path, 0, format!("xxh3 checksum {got}, the manifest says {expected}")));
                 }

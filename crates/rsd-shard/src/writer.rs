@@ -121,7 +121,7 @@ impl ShardWriter {
             bin_bytes: self.bin_bytes,
             idx_bytes: idx_bytes.len() as u64,
             bin_xxh3: format!("{:016x}", self.hasher.digest()),
-            idx_xxh3: format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&idx_bytes)),
+            idx_xxh3: format!("{:016x}", crate::checksum(&idx_bytes)),
         })
     }
 }

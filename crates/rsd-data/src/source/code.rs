@@ -1,0 +1,97 @@
+//! A directory of code repositories: each top-level subdirectory is one repository and becomes one
+//! document — its files in byte order of their paths, each behind a header line with its path, as
+//! ProLong concatenates The Stack by repository. Version-control, vendored, build-output and binary
+//! files are skipped, so a document is the code people wrote.
+
+use std::path::{Path, PathBuf};
+
+use super::{Content, RawDoc, ResolvedSource};
+use crate::error::{DataError, Result};
+
+/// Extensions that mark a directory as code when detecting formats.
+pub(super) const CODE_EXTENSIONS: &[&str] = &[
+    "rs", "py", "go", "c", "h", "cc", "cpp", "hpp", "java", "js", "ts", "rb", "php", "cs", "swift", "kt", "scala", "sh", "toml",
+];
+
+/// Directories that hold other people's code or generated files.
+const SKIP_DIRS: &[&str] = &[
+    ".git", ".hg", ".svn", "node_modules", "vendor", "third_party", "third-party", "target", "build", "dist", "__pycache__",
+    ".venv", "venv", ".tox", ".idea", ".vscode", ".mypy_cache", ".pytest_cache",
+];
+/// Generated files that are text but not code anyone wrote.
+const SKIP_FILES: &[&str] = &["Cargo.lock", "package-lock.json", "yarn.lock", "pnpm-lock.yaml", "poetry.lock", "go.sum"];
+/// Files larger than this are almost always data or generated code.
+const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// The header line before each file inside a repository document.
+pub fn file_header(relative_path: &str) -> String {
+    format!("--- {relative_path} ---\n")
+}
+
+pub(super) fn resolve(mut source: ResolvedSource) -> Result<ResolvedSource> {
+    let mut repos: Vec<PathBuf> = std::fs::read_dir(&source.path)
+        .map_err(|e| DataError::io(&source.path, e))?
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter(|e| !SKIP_DIRS.contains(&e.file_name().to_string_lossy().as_ref()))
+        .map(|e| e.path())
+        .collect();
+    repos.sort();
+    if repos.is_empty() {
+        return Err(DataError::Config(format!(
+            "--src {}: --format code wants a directory whose subdirectories are repositories; {} has none",
+            source.spec,
+            source.path.display()
+        )));
+    }
+    source.format = super::Format::Code;
+    source.bytes = repos.iter().map(|r| dir_bytes(r)).sum();
+    source.inputs = repos;
+    Ok(source)
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    walkdir::WalkDir::new(dir).into_iter().flatten().filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
+}
+
+fn skipped_dir(entry: &walkdir::DirEntry) -> bool {
+    entry.depth() > 0 && entry.file_type().is_dir() && SKIP_DIRS.contains(&entry.file_name().to_string_lossy().as_ref())
+}
+
+/// Text of a file if it is source code: valid UTF-8, no NUL bytes, not huge, not minified.
+fn code_text(path: &Path, len: u64) -> Option<String> {
+    let name = path.file_name()?.to_str()?;
+    if len > MAX_FILE_BYTES || len == 0 || SKIP_FILES.contains(&name) || name.ends_with(".min.js") {
+        return None;
+    }
+    let bytes = std::fs::read(path).ok()?;
+    if bytes.iter().take(8192).any(|&b| b == 0) {
+        return None;
+    }
+    String::from_utf8(bytes).ok()
+}
+
+pub(super) fn read_repo(repo: &Path) -> Result<RawDoc> {
+    let mut doc = String::new();
+    let mut bytes = 0u64;
+    let walker = walkdir::WalkDir::new(repo).sort_by_file_name().into_iter().filter_entry(|e| !skipped_dir(e));
+    for entry in walker {
+        let entry = entry.map_err(|e| DataError::Io {
+            path: e.path().map(Path::to_path_buf).unwrap_or_else(|| repo.to_path_buf()),
+            source: e.into_io_error().unwrap_or_else(|| std::io::Error::other("walk failed")),
+        })?;
+        if !entry.file_type().is_file() {
+            continue;
+        }
+        let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
+        bytes += len;
+        let Some(text) = code_text(entry.path(), len) else { continue };
+        let rel = entry.path().strip_prefix(repo).unwrap_or(entry.path());
+        doc.push_str(&file_header(&rel.to_string_lossy()));
+        doc.push_str(&text);
+        if !text.ends_with('\n') {
+            doc.push('\n');
+        }
+    }
+    Ok(RawDoc { origin: repo.display().to_string(), bytes, content: Content::Text(doc) })
+}
