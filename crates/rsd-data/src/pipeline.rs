@@ -339,6 +339,9 @@ pub fn run(
         journal = j;
     }
     let skip = journal.consumed;
+    // A crash simulator for the crash-safety tests: abort (no cleanup at all) once this many shards
+    // are finished and the next one has been started.
+    let crash_after: Option<usize> = std::env::var("RSD_PACK_CRASH_AFTER_SHARDS").ok().and_then(|v| v.parse().ok());
     let total_bytes: u64 = cfg.sources.iter().map(|s| s.bytes).sum();
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -395,6 +398,7 @@ pub fn run(
                 progress.shards = journal.shards.len() as u64;
                 progress.tokens = journal.totals.tokens;
                 let mut last_report = Instant::now();
+                let mut in_open_shard = 0usize;
                 let mut write_ready = |ready: &mut Vec<PackedSample>, journal: &mut Journal, packer: &Packer, consumed: u64| -> Result<()> {
                     let n = ready.len();
                     for k in 0..n {
@@ -403,7 +407,12 @@ pub fn run(
                         journal.totals.tokens += s.tokens.len() as u64;
                         journal.totals.pieces += s.pieces.len() as u64;
                         journal.totals.unused_slots += (cfg.seq_len - s.tokens.len()) as u64;
+                        if crash_after.is_some_and(|n| journal.shards.len() >= n && in_open_shard > 0) {
+                            std::process::abort();
+                        }
+                        in_open_shard += 1;
                         if let Some(info) = shards.add_sample(&s.tokens, &s.pieces)? {
+                            in_open_shard = 0;
                             journal.shards.push(info);
                             journal.consumed = consumed;
                             journal.packer = packer.counts;
