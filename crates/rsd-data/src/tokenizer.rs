@@ -57,6 +57,9 @@ impl Delimiter {
     }
 }
 
+/// Start-of-document tokens, looked for when the post-processor template names none (some copies of
+/// the Llama-3 tokenizer ship with a bare ByteLevel post-processor).
+const BOS_CANDIDATES: &[&str] = &["<|begin_of_text|>", "<s>", "<bos>"];
 /// End-of-document tokens of the tokenizers people use, in the order we look for them.
 const EOS_CANDIDATES: &[&str] = &["<|end_of_text|>", "<|endoftext|>", "</s>", "<eos>", "<|eos|>"];
 
@@ -97,8 +100,11 @@ impl Tokenizer {
             }
         };
         let mut tok = Tokenizer { engine, name: name.to_string(), sha256, vocab_size, bos: None, eos: None, fallback_reason };
-        tok.bos = tok.resolve_delimiter(bos, template_bos(&json).as_deref(), "BOS")?;
-        let auto_eos = EOS_CANDIDATES.iter().find(|c| tok.token_to_id(c).is_some()).map(|s| s.to_string());
+        let special = added_tokens(&json);
+        let find = |candidates: &[&str]| candidates.iter().find(|c| special.iter().any(|s| s == *c)).map(|s| s.to_string());
+        let auto_bos = template_bos(&json).or_else(|| find(BOS_CANDIDATES));
+        tok.bos = tok.resolve_delimiter(bos, auto_bos.as_deref(), "BOS")?;
+        let auto_eos = find(EOS_CANDIDATES);
         tok.eos = tok.resolve_delimiter(eos, auto_eos.as_deref(), "EOS")?;
         Ok(tok)
     }
@@ -216,6 +222,17 @@ fn vocab_size(json: &Value) -> Option<u64> {
         added.iter().filter_map(|t| t.get("id").and_then(Value::as_u64)).for_each(&mut bump);
     }
     max.map(|m| m + 1)
+}
+
+/// The contents of the special added tokens (auto-detection only trusts these: `</s>` or `<s>` can
+/// also be ordinary BPE entries).
+fn added_tokens(json: &Value) -> Vec<String> {
+    let Some(Value::Array(added)) = json.get("added_tokens") else { return vec![] };
+    added
+        .iter()
+        .filter(|t| t.get("special").and_then(Value::as_bool).unwrap_or(false))
+        .filter_map(|t| t.get("content").and_then(Value::as_str).map(str::to_string))
+        .collect()
 }
 
 /// The special token a TemplateProcessing post-processor puts first (Llama-3's `<|begin_of_text|>`).

@@ -1,0 +1,514 @@
+//! The one attention primitive.
+//!
+//! Queries attend to a list of key/value blocks; each block is either unmasked (a key prefix: an
+//! earlier part of the sequence, K/V reused from an earlier pass, or K/V gathered from another
+//! context-parallel rank) or causal (the queries' own block, same span). Each block runs through
+//! libtorch's fused kernel (flash attention on CPU, memory-efficient attention on CUDA), which
+//! returns the block output and its log-sum-exp; the blocks are merged by LSE in fp32:
+//!
+//! ```text
+//! lse = logsumexp_b(lse_b)        out = Σ_b exp(lse_b − lse) · out_b
+//! ```
+//!
+//! which equals one softmax over all keys. The merged LSE is returned for callers that merge
+//! further (context parallelism).
+//!
+//! **Gradients.** The fused kernels' LSE output is not differentiable in libtorch, and tch has no
+//! custom autograd functions, so a naive merge would drop the gradient through the merge weights.
+//! With more than one block we therefore attach a *surrogate* LSE with the exact gradient and the
+//! exact value: ∂lse_b/∂q_i = scale·Σ_j p_ij k_j is an attention output with the keys as values,
+//! `a = attn(q, k, v=k)`, so `lse_b + scale·[(q·a.detach() − sg) + (q.detach()·a − sg)]`, with `a`
+//! differentiable only through its value slot, has value `lse_b` and gradient ∂lse_b/∂q and
+//! ∂lse_b/∂k. That costs one extra kernel call per block, only when a gradient is needed and only
+//! with a prefix; a single causal block (plain CLM) is one kernel call, as in SDPA.
+//!
+//! [`attend_reference`] materialises the scores; tests compare the two, values and gradients.
+use tch::{Device, Kind, Tensor};
+
+use crate::error::{ModelError, Result, TchContext};
+
+/// How a key block is masked against the queries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mask {
+    /// Every query sees every key (a prefix that precedes all queries).
+    None,
+    /// The block covers the same span as the queries: query i sees keys 0..=i.
+    Causal,
+}
+
+/// One block of keys and values, `[B, Hkv, Lk, D]` each (Hkv may divide the query heads: GQA).
+#[derive(Debug, Clone, Copy)]
+pub struct KvBlock<'a> {
+    /// Keys (RoPE already applied).
+    pub k: &'a Tensor,
+    /// Values.
+    pub v: &'a Tensor,
+    /// Masking against the queries.
+    pub mask: Mask,
+}
+
+/// Attention output.
+#[derive(Debug)]
+pub struct Attended {
+    /// `[B, H, Lq, D]` in the query dtype.
+    pub out: Tensor,
+    /// `[B, H, Lq]` fp32 log-sum-exp of the scaled scores over all keys. Differentiable when more
+    /// than one block was merged; not with a single block (libtorch's kernels do not differentiate
+    /// their LSE output).
+    pub lse: Tensor,
+}
+
+fn repeat_kv(x: &Tensor, heads: i64) -> std::result::Result<Tensor, tch::TchError> {
+    let (b, hkv, l, d) = x.size4()?;
+    if hkv == heads {
+        return Ok(x.shallow_clone());
+    }
+    x.f_unsqueeze(2)?
+        .f_expand([b, hkv, heads / hkv, l, d], false)?
+        .f_reshape([b, heads, l, d])
+}
+
+/// One fused kernel call: `(out, lse)` with `lse` fp32 `[B, H, Lq]`.
+fn kernel(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    causal: bool,
+    scale: f64,
+) -> Result<(Tensor, Tensor)> {
+    let heads = q.size()[1];
+    let k = repeat_kv(k, heads).ctx("attention: repeat kv")?;
+    let v = repeat_kv(v, heads).ctx("attention: repeat kv")?;
+    let lq = q.size()[2];
+    let (out, lse) = match q.device() {
+        Device::Cpu => Tensor::f_internal_scaled_dot_product_flash_attention_for_cpu(
+            q,
+            &k,
+            &v,
+            0.0,
+            causal,
+            None::<Tensor>,
+            scale,
+        )
+        .ctx("attention: flash kernel (cpu)")?,
+        _ => {
+            let (out, lse, _, _) = Tensor::f_internal_scaled_dot_product_efficient_attention(
+                q,
+                &k,
+                &v,
+                None::<Tensor>,
+                true,
+                0.0,
+                causal,
+                scale,
+            )
+            .ctx("attention: memory-efficient kernel (cuda)")?;
+            // The CUDA kernel pads the LSE's sequence dimension to a multiple of 32.
+            (out, lse.f_narrow(2, 0, lq).ctx("attention: lse")?)
+        }
+    };
+    Ok((
+        out,
+        lse.f_to_kind(Kind::Float).ctx("attention: lse to fp32")?,
+    ))
+}
+
+fn check_shapes(q: &Tensor, blocks: &[KvBlock<'_>]) -> Result<()> {
+    let qs = q.size();
+    if qs.len() != 4 {
+        return Err(ModelError::Input(format!(
+            "attention: queries must be [B, H, L, D], got {qs:?}"
+        )));
+    }
+    if blocks.is_empty() {
+        return Err(ModelError::Input("attention: no key blocks".into()));
+    }
+    for (i, b) in blocks.iter().enumerate() {
+        let (ks, vs) = (b.k.size(), b.v.size());
+        let ok = ks.len() == 4
+            && ks == vs
+            && ks[0] == qs[0]
+            && ks[3] == qs[3]
+            && ks[1] > 0
+            && qs[1] % ks[1] == 0
+            && (b.mask == Mask::None || ks[2] == qs[2]);
+        if !ok {
+            return Err(ModelError::Input(format!(
+                "attention: block {i} ({:?}) has k {ks:?}, v {vs:?}, incompatible with queries {qs:?}",
+                b.mask
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Attends `q` `[B, H, Lq, D]` to `blocks`, merging them by LSE in fp32. See the module docs.
+pub fn attend(q: &Tensor, blocks: &[KvBlock<'_>], scale: f64) -> Result<Attended> {
+    check_shapes(q, blocks)?;
+    let blocks: Vec<&KvBlock<'_>> = blocks.iter().filter(|b| b.k.size()[2] > 0).collect();
+    if blocks.len() == 1 {
+        let b = blocks[0];
+        let (out, lse) = kernel(q, b.k, b.v, b.mask == Mask::Causal, scale)?;
+        return Ok(Attended { out, lse });
+    }
+    if blocks.is_empty() {
+        return Err(ModelError::Input(
+            "attention: all key blocks are empty".into(),
+        ));
+    }
+    let mut outs = Vec::with_capacity(blocks.len());
+    let mut lses = Vec::with_capacity(blocks.len());
+    for b in &blocks {
+        let causal = b.mask == Mask::Causal;
+        let (out, lse) = kernel(q, b.k, b.v, causal, scale)?;
+        let needs_grad = q.requires_grad() || b.k.requires_grad();
+        let lse = if needs_grad {
+            // Surrogate with the exact value and gradient (module docs).
+            let a = kernel(&q.detach(), &b.k.detach(), b.k, causal, scale)?.0;
+            let f = || -> std::result::Result<Tensor, tch::TchError> {
+                let qf = q.f_to_kind(Kind::Float)?;
+                let af = a.f_to_kind(Kind::Float)?;
+                let s1 = qf
+                    .f_mul(&af.detach())?
+                    .f_sum_dim_intlist(-1, false, Kind::Float)?;
+                let s2 = qf
+                    .detach()
+                    .f_mul(&af)?
+                    .f_sum_dim_intlist(-1, false, Kind::Float)?;
+                let zero = s1.f_sub(&s1.detach())?.f_add(&s2.f_sub(&s2.detach())?)?;
+                lse.f_add(&zero.f_mul_scalar(scale)?)
+            };
+            f().ctx("attention: lse surrogate")?
+        } else {
+            lse
+        };
+        outs.push(out);
+        lses.push(lse);
+    }
+    let f = || -> std::result::Result<Attended, tch::TchError> {
+        let lse = Tensor::f_stack(&lses, 0)?.f_logsumexp(0, false)?;
+        let mut acc: Option<Tensor> = None;
+        for (o, l) in outs.iter().zip(&lses) {
+            let w = l.f_sub(&lse)?.f_exp()?.f_unsqueeze(-1)?;
+            let term = o.f_to_kind(Kind::Float)?.f_mul(&w)?;
+            acc = Some(match acc {
+                None => term,
+                Some(a) => a.f_add(&term)?,
+            });
+        }
+        let out = acc.unwrap_or_else(|| q.zeros_like()).f_to_kind(q.kind())?;
+        Ok(Attended { out, lse })
+    };
+    f().ctx("attention: lse merge")
+}
+
+/// Slow reference: materialised fp32 scores, the same masks. For tests and debugging only.
+pub fn attend_reference(q: &Tensor, blocks: &[KvBlock<'_>], scale: f64) -> Result<Attended> {
+    check_shapes(q, blocks)?;
+    let heads = q.size()[1];
+    let lq = q.size()[2];
+    let f = || -> std::result::Result<Attended, tch::TchError> {
+        let mut ks = Vec::new();
+        let mut vs = Vec::new();
+        let mut masks = Vec::new();
+        for b in blocks {
+            let lk = b.k.size()[2];
+            ks.push(repeat_kv(b.k, heads)?.f_to_kind(Kind::Float)?);
+            vs.push(repeat_kv(b.v, heads)?.f_to_kind(Kind::Float)?);
+            let allowed = match b.mask {
+                Mask::None => Tensor::f_ones([lq, lk], (Kind::Bool, q.device()))?,
+                Mask::Causal => Tensor::f_ones([lq, lk], (Kind::Bool, q.device()))?.f_tril(0)?,
+            };
+            masks.push(allowed);
+        }
+        let k = Tensor::f_cat(&ks, 2)?;
+        let v = Tensor::f_cat(&vs, 2)?;
+        let allowed = Tensor::f_cat(&masks, 1)?;
+        let scores = q
+            .f_to_kind(Kind::Float)?
+            .f_matmul(&k.f_transpose(-1, -2)?)?
+            .f_mul_scalar(scale)?
+            .f_masked_fill(&allowed.f_logical_not()?, f64::NEG_INFINITY)?;
+        let lse = scores.f_logsumexp(-1, false)?;
+        let p = scores.f_sub(&lse.f_unsqueeze(-1)?)?.f_exp()?;
+        Ok(Attended {
+            out: p.f_matmul(&v)?.f_to_kind(q.kind())?,
+            lse,
+        })
+    };
+    f().ctx("attention: reference")
+}
+
+/// Document boundaries per batch row, cu_seqlens-style: `[0, e1, e2, …, L]`, strictly increasing.
+/// Tokens attend only within their document. With a key prefix the boundaries cover the whole
+/// sequence `[prefix ; queries]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DocBoundaries {
+    rows: Vec<Vec<i64>>,
+}
+
+impl DocBoundaries {
+    /// One boundary list per batch row; each must start at 0 and end at `total_len`.
+    pub fn new(rows: Vec<Vec<i64>>, total_len: i64) -> Result<Self> {
+        for (r, cu) in rows.iter().enumerate() {
+            let ok = cu.len() >= 2
+                && cu[0] == 0
+                && cu.last() == Some(&total_len)
+                && cu.windows(2).all(|w| w[0] < w[1]);
+            if !ok {
+                return Err(ModelError::Input(format!(
+                    "document boundaries of row {r} must be strictly increasing from 0 to the \
+                     sequence length {total_len}, got {cu:?}"
+                )));
+            }
+        }
+        Ok(DocBoundaries { rows })
+    }
+
+    /// The same boundaries for each of `batch` rows.
+    pub fn same_for_all(cu: Vec<i64>, batch: usize, total_len: i64) -> Result<Self> {
+        Self::new(vec![cu; batch], total_len)
+    }
+
+    /// Boundaries of each row.
+    pub fn rows(&self) -> &[Vec<i64>] {
+        &self.rows
+    }
+}
+
+/// Causal self-attention of `q` over its own `k`, `v` (`[B, Hkv, Lq, D]`), optionally after a key
+/// `prefix` (`[B, Hkv, Lp, D]` each, unmasked), optionally restricted to documents. This is what a
+/// decoder layer calls; everything goes through [`attend`].
+pub fn attend_documents(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    prefix: Option<(&Tensor, &Tensor)>,
+    docs: Option<&DocBoundaries>,
+    scale: f64,
+) -> Result<Attended> {
+    let lp = prefix
+        .map(|(pk, _)| pk.size().get(2).copied().unwrap_or(0))
+        .unwrap_or(0);
+    let Some(docs) = docs else {
+        let mut blocks = Vec::with_capacity(2);
+        if let Some((pk, pv)) = prefix {
+            blocks.push(KvBlock {
+                k: pk,
+                v: pv,
+                mask: Mask::None,
+            });
+        }
+        blocks.push(KvBlock {
+            k,
+            v,
+            mask: Mask::Causal,
+        });
+        return attend(q, &blocks, scale);
+    };
+    let (batch, lq) = (q.size()[0], q.size()[2]);
+    if docs.rows.len() as i64 != batch {
+        return Err(ModelError::Input(format!(
+            "document boundaries have {} rows, the batch has {batch}",
+            docs.rows.len()
+        )));
+    }
+    let mut row_outs = Vec::with_capacity(batch as usize);
+    let mut row_lses = Vec::with_capacity(batch as usize);
+    for (b, cu) in docs.rows.iter().enumerate() {
+        if cu.last() != Some(&(lp + lq)) {
+            return Err(ModelError::Input(format!(
+                "document boundaries of row {b} end at {:?}, the sequence (prefix {lp} + {lq}) \
+                 has {} tokens",
+                cu.last(),
+                lp + lq
+            )));
+        }
+        let row = |t: &Tensor| t.f_narrow(0, b as i64, 1);
+        let (qb, kb, vb) = (row(q), row(k), row(v));
+        let (qb, kb, vb) = (qb.ctx("docs")?, kb.ctx("docs")?, vb.ctx("docs")?);
+        let mut outs = Vec::new();
+        let mut lses = Vec::new();
+        for w in cu.windows(2) {
+            let (start, end) = (w[0], w[1]);
+            if end <= lp {
+                continue; // a document entirely inside the prefix has no queries here
+            }
+            let qs = start.max(lp) - lp;
+            let n = end - lp - qs;
+            let seg = |t: &Tensor| t.f_narrow(2, qs, n).ctx("docs: segment");
+            let (sq, sk, sv) = (seg(&qb)?, seg(&kb)?, seg(&vb)?);
+            let mut blocks = Vec::with_capacity(2);
+            let pre;
+            if let (Some((pk, pv)), true) = (prefix, start < lp) {
+                let pseg = |t: &Tensor| {
+                    t.f_narrow(0, b as i64, 1)
+                        .and_then(|t| t.f_narrow(2, start, lp - start))
+                        .ctx("docs: prefix segment")
+                };
+                pre = (pseg(pk)?, pseg(pv)?);
+                blocks.push(KvBlock {
+                    k: &pre.0,
+                    v: &pre.1,
+                    mask: Mask::None,
+                });
+            }
+            blocks.push(KvBlock {
+                k: &sk,
+                v: &sv,
+                mask: Mask::Causal,
+            });
+            let a = attend(&sq, &blocks, scale)?;
+            outs.push(a.out);
+            lses.push(a.lse);
+        }
+        row_outs.push(Tensor::f_cat(&outs, 2).ctx("docs: concat")?);
+        row_lses.push(Tensor::f_cat(&lses, 2).ctx("docs: concat")?);
+    }
+    Ok(Attended {
+        out: Tensor::f_cat(&row_outs, 0).ctx("docs: concat rows")?,
+        lse: Tensor::f_cat(&row_lses, 0).ctx("docs: concat rows")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+        (a - b).abs().max().double_value(&[])
+    }
+
+    fn rand(shape: &[i64]) -> Tensor {
+        Tensor::randn(shape, (Kind::Float, Device::Cpu)).set_requires_grad(true)
+    }
+
+    /// Values, LSE and all gradients of the fused+merged path against the materialised reference,
+    /// with GQA, a prefix block and a causal own block.
+    #[test]
+    fn merged_blocks_match_reference_values_and_gradients() {
+        tch::manual_seed(0);
+        let (b, h, hkv, lp, lq, d) = (2, 4, 2, 5, 7, 8);
+        let q = rand(&[b, h, lq, d]);
+        let (pk, pv) = (rand(&[b, hkv, lp, d]), rand(&[b, hkv, lp, d]));
+        let (k, v) = (rand(&[b, hkv, lq, d]), rand(&[b, hkv, lq, d]));
+        let blocks = [
+            KvBlock {
+                k: &pk,
+                v: &pv,
+                mask: Mask::None,
+            },
+            KvBlock {
+                k: &k,
+                v: &v,
+                mask: Mask::Causal,
+            },
+        ];
+        let scale = 1.0 / (d as f64).sqrt();
+        let g = Tensor::randn([b, h, lq, d], (Kind::Float, Device::Cpu));
+        let gl = Tensor::randn([b, h, lq], (Kind::Float, Device::Cpu));
+        let grads = |a: Attended| {
+            ((a.out * &g).sum(Kind::Float) + (a.lse * &gl).sum(Kind::Float)).backward();
+            let gs: Vec<Tensor> = [&q, &pk, &pv, &k, &v]
+                .iter()
+                .map(|t| t.grad().copy())
+                .collect();
+            for t in [&q, &pk, &pv, &k, &v] {
+                let _ = t.grad().zero_();
+            }
+            gs
+        };
+        let fast = attend(&q, &blocks, scale).unwrap();
+        let slow = attend_reference(&q, &blocks, scale).unwrap();
+        assert!(max_diff(&fast.out, &slow.out) < 1e-5);
+        assert!(max_diff(&fast.lse, &slow.lse) < 1e-5);
+        let gf = grads(fast);
+        let gs = grads(slow);
+        for (name, (a, b)) in ["q", "prefix k", "prefix v", "k", "v"]
+            .iter()
+            .zip(gf.iter().zip(&gs))
+        {
+            let d = max_diff(a, b);
+            assert!(d < 1e-5, "gradient of {name} differs by {d}");
+            assert!(
+                b.abs().max().double_value(&[]) > 1e-3,
+                "gradient of {name} is trivially 0"
+            );
+        }
+    }
+
+    /// Prefix + own block equals one causal pass over the concatenation (the skip-view reuse).
+    #[test]
+    fn prefix_reuse_equals_full_causal_pass() {
+        tch::manual_seed(1);
+        let (h, l, s, d) = (2, 9, 4, 8);
+        let q = Tensor::randn([1, h, l, d], (Kind::Float, Device::Cpu));
+        let k = Tensor::randn([1, h, l, d], (Kind::Float, Device::Cpu));
+        let v = Tensor::randn([1, h, l, d], (Kind::Float, Device::Cpu));
+        let full = attend_documents(&q, &k, &v, None, None, 0.3).unwrap();
+        let tail = |t: &Tensor| t.narrow(2, s, l - s);
+        let head = |t: &Tensor| t.narrow(2, 0, s);
+        let part = attend_documents(
+            &tail(&q),
+            &tail(&k),
+            &tail(&v),
+            Some((&head(&k), &head(&v))),
+            None,
+            0.3,
+        )
+        .unwrap();
+        assert!(max_diff(&part.out, &tail(&full.out)) < 1e-6);
+        assert!(max_diff(&part.lse, &tail(&full.lse)) < 1e-6);
+    }
+
+    /// Document masking equals separate runs per document, also across a prefix boundary.
+    #[test]
+    fn documents_equal_separate_runs() {
+        tch::manual_seed(2);
+        let (h, l, d) = (2, 10, 8);
+        let t = || Tensor::randn([1, h, l, d], (Kind::Float, Device::Cpu));
+        let (q, k, v) = (t(), t(), t());
+        let cu = vec![0, 3, 8, 10];
+        let docs = DocBoundaries::same_for_all(cu.clone(), 1, l).unwrap();
+        let masked = attend_documents(&q, &k, &v, None, Some(&docs), 0.3).unwrap();
+        for w in cu.windows(2) {
+            let seg = |x: &Tensor| x.narrow(2, w[0], w[1] - w[0]);
+            let alone = attend_documents(&seg(&q), &seg(&k), &seg(&v), None, None, 0.3).unwrap();
+            assert!(max_diff(&seg(&masked.out), &alone.out) < 1e-6);
+        }
+        // Same documents, first 5 tokens as a prefix: the document [3, 8) straddles it.
+        let (head, tail) = (
+            |x: &Tensor| x.narrow(2, 0, 5),
+            |x: &Tensor| x.narrow(2, 5, 5),
+        );
+        let part = attend_documents(
+            &tail(&q),
+            &tail(&k),
+            &tail(&v),
+            Some((&head(&k), &head(&v))),
+            Some(&docs),
+            0.3,
+        )
+        .unwrap();
+        assert!(max_diff(&part.out, &tail(&masked.out)) < 1e-6);
+    }
+
+    #[test]
+    fn bad_inputs_are_errors() {
+        let q = Tensor::zeros([1, 2, 4, 8], (Kind::Float, Device::Cpu));
+        let k = Tensor::zeros([1, 2, 3, 8], (Kind::Float, Device::Cpu));
+        let e = attend(
+            &q,
+            &[KvBlock {
+                k: &k,
+                v: &k,
+                mask: Mask::Causal,
+            }],
+            1.0,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("incompatible"), "{e}");
+        assert!(DocBoundaries::new(vec![vec![0, 5, 5, 10]], 10).is_err());
+        assert!(DocBoundaries::new(vec![vec![0, 9]], 10).is_err());
+    }
+}

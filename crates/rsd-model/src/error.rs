@@ -1,0 +1,135 @@
+//! The one error type of the crate. Every variant carries the context a user needs to act: the file,
+//! the tensor name, both shapes.
+use std::path::PathBuf;
+
+/// Errors from config parsing, checkpoint I/O and the forward pass.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// `config.json` (or an index file) is not valid JSON or misses a required field.
+    #[error("{path}: invalid JSON: {source}")]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// The parser's error.
+        source: serde_json::Error,
+    },
+    /// The config names an architecture this crate does not implement.
+    #[error(
+        "unsupported architecture {found:?}: supported are LlamaForCausalLM (model_type \"llama\") \
+         and Qwen3ForCausalLM (model_type \"qwen3\")"
+    )]
+    UnsupportedArchitecture {
+        /// What `architectures` / `model_type` said.
+        found: String,
+    },
+    /// A config field has a value this crate does not implement (it would silently compute
+    /// something else than transformers does).
+    #[error("unsupported config: {field} = {value} ({reason})")]
+    UnsupportedConfig {
+        /// The HF field name.
+        field: &'static str,
+        /// Its value as written.
+        value: String,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+    /// A config is inconsistent (e.g. heads do not divide the hidden size).
+    #[error("invalid config: {0}")]
+    InvalidConfig(String),
+    /// A safetensors file is truncated or malformed.
+    #[error("{file}: not a valid safetensors file: {reason}")]
+    Safetensors {
+        /// The file.
+        file: PathBuf,
+        /// The parser's message.
+        reason: String,
+    },
+    /// The checkpoint lacks a tensor the model needs.
+    #[error("{dir}: missing tensor {name} (model expects shape {expected:?})")]
+    MissingTensor {
+        /// The checkpoint directory.
+        dir: PathBuf,
+        /// The safetensors key.
+        name: String,
+        /// The shape the model expects.
+        expected: Vec<i64>,
+    },
+    /// The checkpoint has a tensor the model does not know.
+    #[error(
+        "{file}: unexpected tensor {name} with shape {shape:?} (not a parameter of this model)"
+    )]
+    UnexpectedTensor {
+        /// The file holding it.
+        file: PathBuf,
+        /// The safetensors key.
+        name: String,
+        /// Its shape in the file.
+        shape: Vec<i64>,
+    },
+    /// A tensor's shape in the checkpoint differs from the model's.
+    #[error(
+        "{file}: shape mismatch for {name}: checkpoint has {found:?}, model expects {expected:?}"
+    )]
+    ShapeMismatch {
+        /// The file holding it.
+        file: PathBuf,
+        /// The safetensors key.
+        name: String,
+        /// Shape in the file.
+        found: Vec<i64>,
+        /// Shape the model expects.
+        expected: Vec<i64>,
+    },
+    /// A tensor is stored in a dtype we do not convert from.
+    #[error("{file}: tensor {name} has unsupported dtype {dtype}")]
+    UnsupportedDtype {
+        /// The file holding it.
+        file: PathBuf,
+        /// The safetensors key.
+        name: String,
+        /// The dtype as safetensors names it.
+        dtype: String,
+    },
+    /// The caller's inputs are inconsistent (shapes, token range, document boundaries).
+    #[error("invalid input: {0}")]
+    Input(String),
+    /// The output directory exists and overwriting was not asked for.
+    #[error("{0}: already exists (pass overwrite to replace it)")]
+    Exists(PathBuf),
+    /// libtorch reported an error during `op`.
+    #[error("{op}: {source}")]
+    Torch {
+        /// What we were doing.
+        op: &'static str,
+        /// libtorch's message.
+        source: tch::TchError,
+    },
+}
+
+/// Crate result type.
+pub type Result<T, E = ModelError> = std::result::Result<T, E>;
+
+/// Attaches an operation name to a libtorch error (`.ctx("attention")?`).
+pub(crate) trait TchContext<T> {
+    fn ctx(self, op: &'static str) -> Result<T>;
+}
+
+impl<T> TchContext<T> for std::result::Result<T, tch::TchError> {
+    fn ctx(self, op: &'static str) -> Result<T> {
+        self.map_err(|source| ModelError::Torch { op, source })
+    }
+}
+
+/// Wraps an `std::io::Error` with its path.
+pub(crate) fn io_err(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> ModelError {
+    let path = path.into();
+    move |source| ModelError::Io { path, source }
+}

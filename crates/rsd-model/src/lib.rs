@@ -1,0 +1,65 @@
+//! Llama-3 and Qwen3 causal LMs in libtorch (tch), shaped for long-context training.
+//!
+//! - [`ModelConfig`] reads a Hugging Face `config.json` as is and refuses what we do not implement.
+//! - [`Model::forward`] takes token ids **and explicit position ids** per token, optional document
+//!   boundaries and an optional per-layer K/V prefix from an earlier pass; it returns the final
+//!   hidden states (the loss computes logits in chunks) and, on request, every layer's K/V.
+//! - All attention goes through one primitive, [`attention::attend`]: queries over key blocks that
+//!   are either unmasked (a prefix) or causal (their own block), merged by log-sum-exp in fp32.
+//! - [`Model::load`] / [`Model::save`] read and write plain HF directories (sharded safetensors),
+//!   so checkpoints go straight to transformers, vLLM and the usual evaluation harnesses.
+//!
+//! See `docs/MODEL.md` for the design and the API the trainer builds on.
+#![deny(missing_docs)]
+
+pub mod attention;
+pub mod checkpoint;
+pub mod config;
+pub mod error;
+pub mod model;
+pub mod rope;
+
+pub use attention::{attend, Attended, DocBoundaries, KvBlock, Mask};
+pub use checkpoint::SaveOptions;
+pub use config::{Family, ModelConfig, RopeScaling};
+pub use error::{ModelError, Result};
+pub use model::{ForwardArgs, ForwardOutput, Init, LayerKv, Model, ModelOptions};
+
+/// Parses a device name: `cpu`, `cuda` (= `cuda:0`) or `cuda:N`.
+pub fn parse_device(s: &str) -> Result<tch::Device> {
+    match s {
+        "cpu" => Ok(tch::Device::Cpu),
+        "cuda" => Ok(tch::Device::Cuda(0)),
+        _ => s
+            .strip_prefix("cuda:")
+            .and_then(|n| n.parse().ok())
+            .map(tch::Device::Cuda)
+            .ok_or_else(|| ModelError::Input(format!("unknown device {s:?} (cpu, cuda, cuda:N)"))),
+    }
+}
+
+/// Checks that `device` exists (a CUDA device on a machine without one otherwise fails deep inside
+/// libtorch with a long C++ trace).
+pub fn check_device(device: tch::Device) -> Result<()> {
+    if let tch::Device::Cuda(n) = device {
+        let count = tch::Cuda::device_count();
+        if n as i64 >= count {
+            return Err(ModelError::Input(format!(
+                "device cuda:{n} requested, but libtorch sees {count} CUDA device(s)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Parses a dtype name: `fp32`/`float32`, `bf16`/`bfloat16`, `fp16`/`float16`.
+pub fn parse_kind(s: &str) -> Result<tch::Kind> {
+    match s {
+        "fp32" | "float32" | "f32" => Ok(tch::Kind::Float),
+        "bf16" | "bfloat16" => Ok(tch::Kind::BFloat16),
+        "fp16" | "float16" | "f16" => Ok(tch::Kind::Half),
+        _ => Err(ModelError::Input(format!(
+            "unknown dtype {s:?} (fp32, bf16, fp16)"
+        ))),
+    }
+}

@@ -1,0 +1,707 @@
+//! The decoder shared by Llama and Qwen3: RMSNorm → MLP → Attention → Layer → Model.
+//!
+//! The two families differ only in Qwen3's per-head RMSNorm on queries and keys (applied before
+//! RoPE) and in config defaults, so one decoder serves both; the differences are the
+//! `Family::Qwen3` branches below. Parameter paths in the [`VarStore`] are the HF safetensors keys
+//! (`model.layers.3.self_attn.q_proj.weight`), so loading and saving need no name table.
+//!
+//! The forward pass is shaped for training, not generation: it takes explicit position ids,
+//! optional document boundaries and an optional per-layer K/V prefix from an earlier pass, and
+//! returns the final hidden states (after the last norm) plus, on request, every layer's K/V.
+use tch::nn::VarStore;
+use tch::{Device, Kind, Tensor};
+
+use crate::attention::{attend_documents, DocBoundaries};
+use crate::config::{Family, ModelConfig};
+use crate::error::{ModelError, Result, TchContext};
+use crate::rope::{apply_rotary, Rope};
+
+type TchResult<T> = std::result::Result<T, tch::TchError>;
+
+/// Where and in which dtype the parameters live.
+#[derive(Debug, Clone, Copy)]
+pub struct ModelOptions {
+    /// `Device::Cpu` or `Device::Cuda(n)`.
+    pub device: Device,
+    /// `Kind::Float` or `Kind::BFloat16` (others work but are not tested).
+    pub kind: Kind,
+}
+
+impl Default for ModelOptions {
+    fn default() -> Self {
+        ModelOptions {
+            device: Device::Cpu,
+            kind: Kind::Float,
+        }
+    }
+}
+
+/// `n` normal(0, `std`) values from a generator seeded by `seed` and the parameter's name. Our own
+/// generator (splitmix64 + Box–Muller) instead of libtorch's global one: the values do not depend
+/// on what else ran before or concurrently (parallel tests), nor on the order parameters are made.
+fn normal_values(seed: i64, name: &str, n: usize, std: f64) -> Vec<f32> {
+    let mut state = seed as u64 ^ 0x9e37_79b9_7f4a_7c15;
+    for b in name.bytes() {
+        state = (state ^ b as u64).wrapping_mul(0x1000_0000_01b3);
+    }
+    let mut next = move || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        // 53 random bits -> (0, 1]
+        ((z ^ (z >> 31)) >> 11) as f64 * (1.0 / (1u64 << 53) as f64) + f64::EPSILON
+    };
+    let mut out = Vec::with_capacity(n + 1);
+    while out.len() < n {
+        let (u1, u2) = (next(), next());
+        let r = (-2.0 * u1.ln()).sqrt() * std;
+        let a = 2.0 * std::f64::consts::PI * u2;
+        out.push((r * a.cos()) as f32);
+        out.push((r * a.sin()) as f32);
+    }
+    out.truncate(n);
+    out
+}
+
+/// How fresh parameters are filled.
+#[derive(Debug, Clone, Copy)]
+pub enum Init {
+    /// Uninitialised memory, to be overwritten by a checkpoint.
+    Empty,
+    /// transformers' init: normal(0, `initializer_range`) for linear and embedding weights, zeros
+    /// for biases, ones for norms; deterministic for a seed (see `normal_values`).
+    Random {
+        /// Seed for `tch::manual_seed`.
+        seed: i64,
+    },
+}
+
+/// Post-RoPE keys and values of one layer, `[B, Hkv, L, head_dim]` each.
+#[derive(Debug)]
+pub struct LayerKv {
+    /// Keys with RoPE applied at their own positions.
+    pub k: Tensor,
+    /// Values.
+    pub v: Tensor,
+}
+
+/// Inputs of [`Model::forward`].
+#[derive(Debug, Clone, Copy)]
+pub struct ForwardArgs<'a> {
+    /// Token ids `[B, T]` (int64).
+    pub tokens: &'a Tensor,
+    /// Position ids `[B, T]` (int64): any integers, one per token.
+    pub positions: &'a Tensor,
+    /// Optional document boundaries; with a prefix they cover `[prefix ; tokens]`.
+    pub docs: Option<&'a DocBoundaries>,
+    /// Optional K/V of an earlier pass, one entry per layer, `[B, Hkv, Lp, head_dim]`: the tokens
+    /// attend to all of it (within their document) and then causally to themselves.
+    pub prefix: Option<&'a [LayerKv]>,
+    /// Return every layer's K/V (for a later pass to reuse as its prefix).
+    pub return_kv: bool,
+}
+
+impl<'a> ForwardArgs<'a> {
+    /// Plain causal forward at the given positions.
+    pub fn new(tokens: &'a Tensor, positions: &'a Tensor) -> Self {
+        ForwardArgs {
+            tokens,
+            positions,
+            docs: None,
+            prefix: None,
+            return_kv: false,
+        }
+    }
+}
+
+/// Outputs of [`Model::forward`].
+#[derive(Debug)]
+pub struct ForwardOutput {
+    /// Final hidden states `[B, T, hidden_size]` (after the final norm), in the model dtype.
+    pub hidden: Tensor,
+    /// Per-layer K/V when `return_kv` was set.
+    pub kv: Option<Vec<LayerKv>>,
+}
+
+fn linear(x: &Tensor, w: &Tensor, b: &Option<Tensor>) -> TchResult<Tensor> {
+    x.f_linear(w, b.as_ref())
+}
+
+/// RMSNorm exactly as transformers computes it: statistics in fp32, weight applied after casting
+/// back to the input dtype.
+#[derive(Debug)]
+struct RmsNorm {
+    weight: Tensor,
+    eps: f64,
+}
+
+impl RmsNorm {
+    fn forward(&self, x: &Tensor) -> TchResult<Tensor> {
+        let kind = x.kind();
+        let xf = x.f_to_kind(Kind::Float)?;
+        let var = xf
+            .f_pow_tensor_scalar(2)?
+            .f_mean_dim(-1, true, Kind::Float)?;
+        let normed = xf.f_mul(&var.f_add_scalar(self.eps)?.f_rsqrt()?)?;
+        self.weight.f_mul(&normed.f_to_kind(kind)?)
+    }
+}
+
+#[derive(Debug)]
+struct Mlp {
+    gate: (Tensor, Option<Tensor>),
+    up: (Tensor, Option<Tensor>),
+    down: (Tensor, Option<Tensor>),
+}
+
+impl Mlp {
+    fn forward(&self, x: &Tensor) -> TchResult<Tensor> {
+        let g = linear(x, &self.gate.0, &self.gate.1)?.f_silu()?;
+        let u = linear(x, &self.up.0, &self.up.1)?;
+        linear(&g.f_mul(&u)?, &self.down.0, &self.down.1)
+    }
+}
+
+#[derive(Debug)]
+struct SelfAttention {
+    q: (Tensor, Option<Tensor>),
+    k: (Tensor, Option<Tensor>),
+    v: (Tensor, Option<Tensor>),
+    o: (Tensor, Option<Tensor>),
+    /// Qwen3 only: RMSNorm over each head of q and k.
+    qk_norm: Option<(RmsNorm, RmsNorm)>,
+    heads: i64,
+    kv_heads: i64,
+    head_dim: i64,
+}
+
+/// Per-forward state every layer needs.
+struct Ctx<'a> {
+    cos: &'a Tensor,
+    sin: &'a Tensor,
+    docs: Option<&'a DocBoundaries>,
+}
+
+impl SelfAttention {
+    fn forward(
+        &self,
+        x: &Tensor,
+        ctx: &Ctx<'_>,
+        prefix: Option<&LayerKv>,
+    ) -> Result<(Tensor, LayerKv)> {
+        let (b, t, _) = x.size3().ctx("attention input")?;
+        // 1. Projections, (B, T, H·D) -> (B, T, H, D); Qwen3 normalises each head here.
+        let proj = || -> TchResult<(Tensor, Tensor, Tensor)> {
+            let mut q =
+                linear(x, &self.q.0, &self.q.1)?.f_view([b, t, self.heads, self.head_dim])?;
+            let mut k =
+                linear(x, &self.k.0, &self.k.1)?.f_view([b, t, self.kv_heads, self.head_dim])?;
+            let v =
+                linear(x, &self.v.0, &self.v.1)?.f_view([b, t, self.kv_heads, self.head_dim])?;
+            if let Some((qn, kn)) = &self.qk_norm {
+                q = qn.forward(&q)?;
+                k = kn.forward(&k)?;
+            }
+            // 2. (B, T, H, D) -> (B, H, T, D)
+            Ok((
+                q.f_transpose(1, 2)?,
+                k.f_transpose(1, 2)?,
+                v.f_transpose(1, 2)?,
+            ))
+        };
+        let (q, k, v) = proj().ctx("attention projections")?;
+        // 3. RoPE at the explicit positions.
+        let q = apply_rotary(&q, ctx.cos, ctx.sin)?;
+        let k = apply_rotary(&k, ctx.cos, ctx.sin)?;
+        // 4. The one primitive: [prefix, unmasked] + [own block, causal], per document.
+        let scale = 1.0 / (self.head_dim as f64).sqrt();
+        let attn = attend_documents(&q, &k, &v, prefix.map(|p| (&p.k, &p.v)), ctx.docs, scale)?;
+        // 5. (B, H, T, D) -> (B, T, H·D) -> o_proj
+        let out = attn
+            .out
+            .f_transpose(1, 2)
+            .and_then(|o| o.f_reshape([b, t, self.heads * self.head_dim]))
+            .and_then(|o| linear(&o, &self.o.0, &self.o.1))
+            .ctx("attention output")?;
+        Ok((out, LayerKv { k, v }))
+    }
+}
+
+#[derive(Debug)]
+struct Layer {
+    input_layernorm: RmsNorm,
+    self_attn: SelfAttention,
+    post_attention_layernorm: RmsNorm,
+    mlp: Mlp,
+}
+
+impl Layer {
+    fn forward(
+        &self,
+        x: &Tensor,
+        ctx: &Ctx<'_>,
+        prefix: Option<&LayerKv>,
+    ) -> Result<(Tensor, LayerKv)> {
+        let h = self.input_layernorm.forward(x).ctx("input_layernorm")?;
+        let (a, kv) = self.self_attn.forward(&h, ctx, prefix)?;
+        let f = || -> TchResult<Tensor> {
+            let x = x.f_add(&a)?;
+            let m = self
+                .mlp
+                .forward(&self.post_attention_layernorm.forward(&x)?)?;
+            x.f_add(&m)
+        };
+        Ok((f().ctx("mlp")?, kv))
+    }
+}
+
+/// A Llama or Qwen3 causal LM.
+#[derive(Debug)]
+pub struct Model {
+    config: ModelConfig,
+    options: ModelOptions,
+    vs: VarStore,
+    embed_tokens: Tensor,
+    layers: Vec<Layer>,
+    norm: RmsNorm,
+    /// The embedding matrix itself when embeddings are tied.
+    lm_head: Tensor,
+    rope: Rope,
+}
+
+/// Creates one parameter under `path` (its full name is the safetensors key).
+struct Builder<'a> {
+    vs: &'a VarStore,
+    options: ModelOptions,
+    init: Init,
+    std: f64,
+}
+
+#[derive(Clone, Copy)]
+enum Fill {
+    Normal,
+    Zeros,
+    Ones,
+}
+
+impl Builder<'_> {
+    fn param(&self, path: &str, dims: &[i64], fill: Fill) -> Result<Tensor> {
+        let dev = self.options.device;
+        let t = match (self.init, fill) {
+            (Init::Empty, _) => Tensor::f_empty(dims, (self.options.kind, dev)),
+            (Init::Random { seed }, Fill::Normal) => {
+                let n: i64 = dims.iter().product();
+                let values = normal_values(seed, path, n as usize, self.std);
+                Tensor::f_from_slice(&values)
+                    .and_then(|t| t.f_reshape(dims))
+                    .and_then(|t| t.f_to_device(dev))
+            }
+            (Init::Random { .. }, Fill::Zeros) => Tensor::f_zeros(dims, (Kind::Float, dev)),
+            (Init::Random { .. }, Fill::Ones) => Tensor::f_ones(dims, (Kind::Float, dev)),
+        }
+        .and_then(|t| t.f_to_kind(self.options.kind))
+        .ctx("allocating parameters")?;
+        // tch joins path components with '.', so the full name is the safetensors key.
+        let mut parts: Vec<&str> = path.split('.').collect();
+        let name = parts.pop().unwrap_or(path);
+        let dir = parts.iter().fold(self.vs.root(), |p, c| p.sub(*c));
+        Ok(dir.add(name, t, true))
+    }
+
+    fn linear(
+        &self,
+        path: &str,
+        out: i64,
+        inp: i64,
+        bias: bool,
+    ) -> Result<(Tensor, Option<Tensor>)> {
+        let w = self.param(&format!("{path}.weight"), &[out, inp], Fill::Normal)?;
+        let b = if bias {
+            Some(self.param(&format!("{path}.bias"), &[out], Fill::Zeros)?)
+        } else {
+            None
+        };
+        Ok((w, b))
+    }
+
+    fn norm(&self, path: &str, dim: i64, eps: f64) -> Result<RmsNorm> {
+        Ok(RmsNorm {
+            weight: self.param(&format!("{path}.weight"), &[dim], Fill::Ones)?,
+            eps,
+        })
+    }
+}
+
+impl Model {
+    /// Builds a model for `config` with parameters filled per `init`.
+    pub fn new(config: ModelConfig, options: ModelOptions, init: Init) -> Result<Self> {
+        let vs = VarStore::new(options.device);
+        let c = &config;
+        let bld = Builder {
+            vs: &vs,
+            options,
+            init,
+            std: c.initializer_range,
+        };
+        let (d, hd) = (c.hidden_size, c.head_dim);
+        let embed_tokens = bld.param(
+            "model.embed_tokens.weight",
+            &[c.vocab_size, d],
+            Fill::Normal,
+        )?;
+        let mut layers = Vec::with_capacity(c.num_hidden_layers as usize);
+        for i in 0..c.num_hidden_layers {
+            let p = format!("model.layers.{i}");
+            let ab = c.attention_bias;
+            let qk_norm = match c.family {
+                Family::Qwen3 => Some((
+                    bld.norm(&format!("{p}.self_attn.q_norm"), hd, c.rms_norm_eps)?,
+                    bld.norm(&format!("{p}.self_attn.k_norm"), hd, c.rms_norm_eps)?,
+                )),
+                Family::Llama => None,
+            };
+            let (nq, nkv) = (c.num_attention_heads * hd, c.num_key_value_heads * hd);
+            let self_attn = SelfAttention {
+                q: bld.linear(&format!("{p}.self_attn.q_proj"), nq, d, ab)?,
+                k: bld.linear(&format!("{p}.self_attn.k_proj"), nkv, d, ab)?,
+                v: bld.linear(&format!("{p}.self_attn.v_proj"), nkv, d, ab)?,
+                o: bld.linear(&format!("{p}.self_attn.o_proj"), d, nq, ab)?,
+                qk_norm,
+                heads: c.num_attention_heads,
+                kv_heads: c.num_key_value_heads,
+                head_dim: hd,
+            };
+            let (ff, mb) = (c.intermediate_size, c.mlp_bias);
+            layers.push(Layer {
+                input_layernorm: bld.norm(&format!("{p}.input_layernorm"), d, c.rms_norm_eps)?,
+                self_attn,
+                post_attention_layernorm: bld.norm(
+                    &format!("{p}.post_attention_layernorm"),
+                    d,
+                    c.rms_norm_eps,
+                )?,
+                mlp: Mlp {
+                    gate: bld.linear(&format!("{p}.mlp.gate_proj"), ff, d, mb)?,
+                    up: bld.linear(&format!("{p}.mlp.up_proj"), ff, d, mb)?,
+                    down: bld.linear(&format!("{p}.mlp.down_proj"), d, ff, mb)?,
+                },
+            });
+        }
+        let norm = bld.norm("model.norm", d, c.rms_norm_eps)?;
+        let lm_head = if c.tie_word_embeddings {
+            embed_tokens.shallow_clone()
+        } else {
+            bld.param("lm_head.weight", &[c.vocab_size, d], Fill::Normal)?
+        };
+        let rope = Rope::new(c, options.device)?;
+        Ok(Model {
+            config,
+            options,
+            vs,
+            embed_tokens,
+            layers,
+            norm,
+            lm_head,
+            rope,
+        })
+    }
+
+    /// A seeded random model (tiny models for tests and demos).
+    pub fn random(config: ModelConfig, options: ModelOptions, seed: i64) -> Result<Self> {
+        Self::new(config, options, Init::Random { seed })
+    }
+
+    /// The resolved config.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// Device and dtype.
+    pub fn options(&self) -> ModelOptions {
+        self.options
+    }
+
+    /// The variable store (for optimizers: `vs.trainable_variables()`).
+    pub fn var_store(&self) -> &VarStore {
+        &self.vs
+    }
+
+    /// Parameters by safetensors key, sorted by key.
+    pub fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut v: Vec<(String, Tensor)> = self.vs.variables().into_iter().collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    /// Replaces the RoPE base (ABF) and rebuilds the frequencies.
+    pub fn set_rope_theta(&mut self, theta: f64) -> Result<()> {
+        self.config.set_rope_theta(theta)?;
+        self.rope = Rope::new(&self.config, self.options.device)?;
+        Ok(())
+    }
+
+    /// Replaces `rope_scaling` (an HF dict or `null`, e.g. YaRN for evaluation) and rebuilds the
+    /// frequencies.
+    pub fn set_rope_scaling(&mut self, value: serde_json::Value) -> Result<()> {
+        self.config.set_rope_scaling(value)?;
+        self.rope = Rope::new(&self.config, self.options.device)?;
+        Ok(())
+    }
+
+    /// Mutable config access for fields that do not change the computation (e.g.
+    /// `max_position_embeddings` before saving).
+    pub fn config_mut_for_save(&mut self) -> &mut ModelConfig {
+        &mut self.config
+    }
+
+    fn check_args(&self, args: &ForwardArgs<'_>) -> Result<(i64, i64)> {
+        let ts = args.tokens.size();
+        let [b, t] = ts[..] else {
+            return Err(ModelError::Input(format!(
+                "tokens must be [B, T], got {ts:?}"
+            )));
+        };
+        if args.positions.size() != ts {
+            return Err(ModelError::Input(format!(
+                "positions {:?} must have the shape of tokens {ts:?}",
+                args.positions.size()
+            )));
+        }
+        for (name, t) in [("tokens", args.tokens), ("positions", args.positions)] {
+            if !matches!(
+                t.kind(),
+                Kind::Int64 | Kind::Int | Kind::Int16 | Kind::Uint8 | Kind::Int8
+            ) {
+                return Err(ModelError::Input(format!(
+                    "{name} must be integers, got {:?}",
+                    t.kind()
+                )));
+            }
+        }
+        // A range check is a host sync on GPU; the loader guarantees ids there. On CPU it is free
+        // and turns a libtorch index error into a message naming the id.
+        if args.tokens.device() == Device::Cpu && b * t > 0 {
+            let lo = args.tokens.min().int64_value(&[]);
+            let hi = args.tokens.max().int64_value(&[]);
+            if lo < 0 || hi >= self.config.vocab_size {
+                return Err(ModelError::Input(format!(
+                    "token ids must lie in [0, {}), got min {lo}, max {hi}",
+                    self.config.vocab_size
+                )));
+            }
+        }
+        if let Some(prefix) = args.prefix {
+            if prefix.len() != self.layers.len() {
+                return Err(ModelError::Input(format!(
+                    "prefix has K/V for {} layers, the model has {}",
+                    prefix.len(),
+                    self.layers.len()
+                )));
+            }
+            let c = &self.config;
+            for (i, p) in prefix.iter().enumerate() {
+                let ks = p.k.size();
+                let ok = ks.len() == 4
+                    && ks[0] == b
+                    && ks[1] == c.num_key_value_heads
+                    && ks[3] == c.head_dim
+                    && p.v.size() == ks;
+                if !ok {
+                    return Err(ModelError::Input(format!(
+                        "prefix of layer {i}: k {ks:?}, v {:?}; expected [{b}, {}, Lp, {}]",
+                        p.v.size(),
+                        c.num_key_value_heads,
+                        c.head_dim
+                    )));
+                }
+            }
+        }
+        Ok((b, t))
+    }
+
+    /// Runs the decoder. See [`ForwardArgs`]; returns final hidden states and optionally K/V.
+    pub fn forward(&self, args: &ForwardArgs<'_>) -> Result<ForwardOutput> {
+        self.check_args(args)?;
+        let tokens = args.tokens.f_to_kind(Kind::Int64).ctx("tokens")?;
+        let mut x =
+            Tensor::f_embedding(&self.embed_tokens, &tokens, -1, false, false).ctx("embedding")?;
+        let (cos, sin) = self.rope.cos_sin(args.positions, self.options.kind)?;
+        let ctx = Ctx {
+            cos: &cos,
+            sin: &sin,
+            docs: args.docs,
+        };
+        let mut kvs = args
+            .return_kv
+            .then(|| Vec::with_capacity(self.layers.len()));
+        for (i, layer) in self.layers.iter().enumerate() {
+            let prefix = args.prefix.map(|p| &p[i]);
+            let (y, kv) = layer.forward(&x, &ctx, prefix)?;
+            x = y;
+            if let Some(kvs) = kvs.as_mut() {
+                kvs.push(kv);
+            }
+        }
+        let hidden = self.norm.forward(&x).ctx("final norm")?;
+        Ok(ForwardOutput { hidden, kv: kvs })
+    }
+
+    /// LM-head logits `[.., vocab]` for hidden states `[.., hidden_size]`, in the model dtype.
+    /// Training computes these in chunks; this is for inspection and tests.
+    pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
+        hidden
+            .f_linear(&self.lm_head, None::<&Tensor>)
+            .ctx("lm_head")
+    }
+
+    /// Names and shapes of all parameters the model expects from a checkpoint.
+    pub fn expected_shapes(&self) -> Vec<(String, Vec<i64>)> {
+        self.named_parameters()
+            .into_iter()
+            .map(|(n, t)| (n, t.size()))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    pub(crate) fn tiny(arch: &str, tied: bool) -> ModelConfig {
+        ModelConfig::from_hf_json(json!({"architectures": [arch], "vocab_size": 50,
+            "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+            "tie_word_embeddings": tied, "rope_theta": 10000.0}))
+        .unwrap()
+    }
+
+    fn ids(b: i64, t: i64) -> (Tensor, Tensor) {
+        let tok = Tensor::randint(50, [b, t], (Kind::Int64, Device::Cpu));
+        let pos = Tensor::arange(t, (Kind::Int64, Device::Cpu))
+            .unsqueeze(0)
+            .repeat([b, 1]);
+        (tok, pos)
+    }
+
+    #[test]
+    fn parameter_names_are_hf_keys_and_counts_match() {
+        for (arch, tied) in [("LlamaForCausalLM", false), ("Qwen3ForCausalLM", true)] {
+            let m = Model::random(tiny(arch, tied), ModelOptions::default(), 0).unwrap();
+            let names: Vec<String> = m.named_parameters().into_iter().map(|p| p.0).collect();
+            assert!(names.contains(&"model.layers.1.mlp.down_proj.weight".to_string()));
+            assert_eq!(names.contains(&"lm_head.weight".to_string()), !tied);
+            assert_eq!(
+                names.iter().any(|n| n.contains("q_norm")),
+                arch.starts_with("Qwen3")
+            );
+            let n: i64 = m
+                .named_parameters()
+                .iter()
+                .map(|p| p.1.numel() as i64)
+                .sum();
+            assert_eq!(n, m.config().num_parameters());
+        }
+    }
+
+    /// The skip view's prefix reuse: running the suffix against the standard pass's K/V gives
+    /// the same hidden states as a full pass with the perturbed positions.
+    #[test]
+    fn prefix_kv_reuse_equals_full_perturbed_pass() {
+        tch::manual_seed(3);
+        let m = Model::random(tiny("Qwen3ForCausalLM", false), ModelOptions::default(), 1).unwrap();
+        let (t, s, y) = (12, 5, 40);
+        let (tok, pos) = ids(1, t);
+        let std = m
+            .forward(&ForwardArgs {
+                return_kv: true,
+                ..ForwardArgs::new(&tok, &pos)
+            })
+            .unwrap();
+        let skip = pos.shallow_clone() + (pos.ge(s).to_kind(Kind::Int64) * y);
+        let full = m.forward(&ForwardArgs::new(&tok, &skip)).unwrap();
+        let kv = std.kv.unwrap();
+        let prefix: Vec<LayerKv> = kv
+            .iter()
+            .map(|l| LayerKv {
+                k: l.k.narrow(2, 0, s),
+                v: l.v.narrow(2, 0, s),
+            })
+            .collect();
+        let (tt, tp) = (tok.narrow(1, s, t - s), skip.narrow(1, s, t - s));
+        let part = m
+            .forward(&ForwardArgs {
+                prefix: Some(&prefix),
+                ..ForwardArgs::new(&tt, &tp)
+            })
+            .unwrap();
+        let d = (part.hidden - full.hidden.narrow(1, s, t - s))
+            .abs()
+            .max()
+            .double_value(&[]);
+        assert!(d < 1e-5, "{d}");
+    }
+
+    #[test]
+    fn gradients_reach_every_parameter() {
+        let m = Model::random(tiny("LlamaForCausalLM", true), ModelOptions::default(), 2).unwrap();
+        let (tok, pos) = ids(2, 6);
+        let h = m.forward(&ForwardArgs::new(&tok, &pos)).unwrap().hidden;
+        m.logits(&h)
+            .unwrap()
+            .logsumexp([-1], false)
+            .sum(Kind::Float)
+            .backward();
+        for (name, p) in m.named_parameters() {
+            let g = p.grad();
+            assert!(
+                g.defined() && g.abs().sum(Kind::Float).double_value(&[]) > 0.0,
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_inputs_are_errors() {
+        let m = Model::random(tiny("LlamaForCausalLM", true), ModelOptions::default(), 2).unwrap();
+        let (tok, pos) = ids(1, 4);
+        let bad = tok.shallow_clone() + 100;
+        let e = m.forward(&ForwardArgs::new(&bad, &pos)).unwrap_err();
+        assert!(e.to_string().contains("token ids"), "{e}");
+        let e = m
+            .forward(&ForwardArgs::new(&tok, &pos.narrow(1, 0, 3)))
+            .unwrap_err();
+        assert!(e.to_string().contains("shape"), "{e}");
+        let prefix = [LayerKv {
+            k: Tensor::zeros([1, 2, 3, 8], (Kind::Float, Device::Cpu)),
+            v: Tensor::zeros([1, 2, 3, 8], (Kind::Float, Device::Cpu)),
+        }];
+        let e = m.forward(&ForwardArgs {
+            prefix: Some(&prefix),
+            ..ForwardArgs::new(&tok, &pos)
+        });
+        assert!(e.unwrap_err().to_string().contains("layers"));
+    }
+
+    #[test]
+    fn bf16_forward_runs_and_is_close_to_fp32() {
+        let cfg = tiny("LlamaForCausalLM", false);
+        let m32 = Model::random(cfg.clone(), ModelOptions::default(), 5).unwrap();
+        let m16 = Model::random(
+            cfg,
+            ModelOptions {
+                kind: Kind::BFloat16,
+                ..Default::default()
+            },
+            5,
+        )
+        .unwrap();
+        let (tok, pos) = ids(1, 8);
+        let a = m32.forward(&ForwardArgs::new(&tok, &pos)).unwrap().hidden;
+        let b = m16.forward(&ForwardArgs::new(&tok, &pos)).unwrap().hidden;
+        assert_eq!(b.kind(), Kind::BFloat16);
+        let d = (a - b.to_kind(Kind::Float)).abs().max().double_value(&[]);
+        assert!(d < 0.1, "{d}");
+    }
+}

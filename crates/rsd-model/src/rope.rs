@@ -1,0 +1,251 @@
+//! Rotary position embeddings with explicit position ids.
+//!
+//! Positions are an input (any integers per token, not only `0..T`): the perturbed views of RSD
+//! (skip, cyclic) are nothing but different position ids. The inverse frequencies are computed with
+//! the same fp32 tensor operations, in the same order, as transformers' `modeling_rope_utils`, so a
+//! model agrees with transformers bit-for-bit in its angles, not only approximately; at positions of
+//! tens of thousands, a one-ulp difference in a frequency is a visible phase error.
+use tch::{Device, Kind, Tensor};
+
+use crate::config::{ModelConfig, RopeScaling};
+use crate::error::{Result, TchContext};
+
+/// Inverse frequencies and attention scaling for one model.
+#[derive(Debug)]
+pub struct Rope {
+    /// `[head_dim / 2]`, fp32.
+    inv_freq: Tensor,
+    /// Multiplies cos and sin (YaRN's temperature; 1 otherwise).
+    attention_scaling: f64,
+}
+
+fn yarn_mscale(scale: f64, mscale: f64) -> f64 {
+    if scale <= 1.0 {
+        1.0
+    } else {
+        0.1 * mscale * scale.ln() + 1.0
+    }
+}
+
+impl Rope {
+    /// Builds the frequencies for `cfg` on `device`.
+    pub fn new(cfg: &ModelConfig, device: Device) -> Result<Self> {
+        let dim = cfg.head_dim;
+        let base = cfg.rope_theta;
+        let cpu = (Kind::Float, Device::Cpu);
+        // base ** (arange(0, dim, 2).float() / dim), in fp32 as transformers does.
+        let exponents = Tensor::f_arange_start_step(0, dim, 2, (Kind::Int64, Device::Cpu))
+            .and_then(|t| t.f_to_kind(Kind::Float))
+            .and_then(|t| t.f_div_scalar(dim))
+            .ctx("rope: exponents")?;
+        let pos_freqs = Tensor::f_pow_scalar(base, &exponents).ctx("rope: base ** exponents")?;
+        let inv_freq = pos_freqs.f_reciprocal().ctx("rope: inv_freq")?;
+        let (inv_freq, attention_scaling) = match &cfg.rope_scaling {
+            RopeScaling::None => (inv_freq, 1.0),
+            RopeScaling::Linear { factor } => {
+                (inv_freq.f_div_scalar(*factor).ctx("rope: linear")?, 1.0)
+            }
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings: old_ctx,
+            } => {
+                let low_freq_wavelen = old_ctx / low_freq_factor;
+                let high_freq_wavelen = old_ctx / high_freq_factor;
+                let f = || -> std::result::Result<Tensor, tch::TchError> {
+                    let wavelen = inv_freq
+                        .f_reciprocal()?
+                        .f_mul_scalar(2.0 * std::f64::consts::PI)?;
+                    let low = wavelen.f_gt(low_freq_wavelen)?;
+                    let scaled = inv_freq.f_div_scalar(*factor)?;
+                    let inv_llama = scaled.f_where_self(&low, &inv_freq)?;
+                    // smooth = (old_ctx / wavelen - low_freq_factor) / (high - low)
+                    let smooth = wavelen
+                        .f_reciprocal()?
+                        .f_mul_scalar(*old_ctx)?
+                        .f_sub_scalar(*low_freq_factor)?
+                        .f_div_scalar(high_freq_factor - low_freq_factor)?;
+                    let smoothed = smooth
+                        .f_neg()?
+                        .f_add_scalar(1.0)?
+                        .f_mul(&inv_llama)?
+                        .f_div_scalar(*factor)?
+                        .f_add(&smooth.f_mul(&inv_llama)?)?;
+                    let medium = wavelen
+                        .f_lt(high_freq_wavelen)?
+                        .f_logical_not()?
+                        .f_logical_and(&low.f_logical_not()?)?;
+                    smoothed.f_where_self(&medium, &inv_llama)
+                };
+                (f().ctx("rope: llama3 scaling")?, 1.0)
+            }
+            RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings: orig,
+                attention_factor,
+                beta_fast,
+                beta_slow,
+                mscale,
+                mscale_all_dim,
+                truncate,
+            } => {
+                let attention_factor =
+                    attention_factor.unwrap_or_else(|| match (mscale, mscale_all_dim) {
+                        (Some(m), Some(ma)) if *m != 0.0 && *ma != 0.0 => {
+                            yarn_mscale(*factor, *m) / yarn_mscale(*factor, *ma)
+                        }
+                        _ => yarn_mscale(*factor, 1.0),
+                    });
+                let d = dim as f64;
+                let correction_dim = |rot: f64| {
+                    d * (orig / (rot * 2.0 * std::f64::consts::PI)).ln() / (2.0 * base.ln())
+                };
+                let (mut low, mut high) = (correction_dim(*beta_fast), correction_dim(*beta_slow));
+                if *truncate {
+                    low = low.floor();
+                    high = high.ceil();
+                }
+                let low = low.max(0.0);
+                let mut high = high.min(d - 1.0);
+                if low == high {
+                    high += 0.001;
+                }
+                let f = || -> std::result::Result<Tensor, tch::TchError> {
+                    let extrapolation = pos_freqs.f_reciprocal()?;
+                    let interpolation = pos_freqs.f_mul_scalar(*factor)?.f_reciprocal()?;
+                    let ramp = Tensor::f_arange(dim / 2, cpu)?
+                        .f_sub_scalar(low)?
+                        .f_div_scalar(high - low)?
+                        .f_clamp(0.0, 1.0)?;
+                    let extra_factor = ramp.f_neg()?.f_add_scalar(1.0)?;
+                    interpolation
+                        .f_mul(&extra_factor.f_neg()?.f_add_scalar(1.0)?)?
+                        .f_add(&extrapolation.f_mul(&extra_factor)?)
+                };
+                (f().ctx("rope: yarn scaling")?, attention_factor)
+            }
+        };
+        Ok(Rope {
+            inv_freq: inv_freq.f_to_device(device).ctx("rope: to device")?,
+            attention_scaling,
+        })
+    }
+
+    /// cos and sin for `positions` `[B, T]` (int), each `[B, 1, T, head_dim]` in `kind`, ready to
+    /// broadcast over heads.
+    pub fn cos_sin(&self, positions: &Tensor, kind: Kind) -> Result<(Tensor, Tensor)> {
+        let f = || -> std::result::Result<(Tensor, Tensor), tch::TchError> {
+            // (B, T, 1) * (D/2) -> (B, T, D/2): one fp32 product per element, like HF's k=1 matmul.
+            let freqs = positions
+                .f_to_kind(Kind::Float)?
+                .f_unsqueeze(-1)?
+                .f_mul(&self.inv_freq)?;
+            let emb = Tensor::f_cat(&[&freqs, &freqs], -1)?;
+            let cos = emb.f_cos()?.f_mul_scalar(self.attention_scaling)?;
+            let sin = emb.f_sin()?.f_mul_scalar(self.attention_scaling)?;
+            Ok((
+                cos.f_to_kind(kind)?.f_unsqueeze(1)?,
+                sin.f_to_kind(kind)?.f_unsqueeze(1)?,
+            ))
+        };
+        f().ctx("rope: cos/sin")
+    }
+
+    /// The inverse frequencies, `[head_dim / 2]` fp32.
+    pub fn inv_freq(&self) -> &Tensor {
+        &self.inv_freq
+    }
+
+    /// The cos/sin multiplier (YaRN temperature; 1.0 otherwise).
+    pub fn attention_scaling(&self) -> f64 {
+        self.attention_scaling
+    }
+}
+
+/// Applies rotary embeddings to `x` `[B, H, T, D]` (HF's rotate-half layout, not interleaved).
+pub fn apply_rotary(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    let f = || -> std::result::Result<Tensor, tch::TchError> {
+        let half = x.size().last().copied().unwrap_or(0) / 2;
+        let x1 = x.f_narrow(-1, 0, half)?;
+        let x2 = x.f_narrow(-1, half, half)?;
+        let rotated = Tensor::f_cat(&[&x2.f_neg()?, &x1], -1)?;
+        x.f_mul(cos)?.f_add(&rotated.f_mul(sin)?)
+    };
+    f().ctx("rope: apply")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cfg(scaling: serde_json::Value) -> ModelConfig {
+        ModelConfig::from_hf_json(
+            json!({"architectures": ["LlamaForCausalLM"], "vocab_size": 8,
+            "hidden_size": 64, "intermediate_size": 8, "num_hidden_layers": 1,
+            "num_attention_heads": 4, "rope_theta": 500000.0, "max_position_embeddings": 8192,
+            "rope_scaling": scaling}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn default_frequencies_follow_the_formula() {
+        let r = Rope::new(&cfg(json!(null)), Device::Cpu).unwrap();
+        let f: Vec<f32> = Vec::try_from(r.inv_freq()).unwrap();
+        assert_eq!(f.len(), 8);
+        for (i, v) in f.iter().enumerate() {
+            let want = 1.0 / 500000f64.powf(2.0 * i as f64 / 16.0);
+            assert!(
+                (*v as f64 - want).abs() <= 1e-6 * want,
+                "{i}: {v} vs {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn llama3_scaling_keeps_high_and_divides_low_frequencies() {
+        let base = Rope::new(&cfg(json!(null)), Device::Cpu).unwrap();
+        let r = Rope::new(
+            &cfg(
+                json!({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+            ),
+            Device::Cpu,
+        )
+        .unwrap();
+        let b: Vec<f32> = Vec::try_from(base.inv_freq()).unwrap();
+        let s: Vec<f32> = Vec::try_from(r.inv_freq()).unwrap();
+        assert_eq!(s[0], b[0], "highest frequency is untouched");
+        assert!(
+            (s[7] - b[7] / 8.0).abs() <= 1e-6 * b[7],
+            "lowest frequency is divided by 8"
+        );
+    }
+
+    #[test]
+    fn rotation_preserves_norm_and_position_zero_is_identity() {
+        let r = Rope::new(
+            &cfg(json!({"rope_type": "yarn", "factor": 4.0})),
+            Device::Cpu,
+        )
+        .unwrap();
+        assert!(r.attention_scaling() > 1.0);
+        let plain = Rope::new(&cfg(json!(null)), Device::Cpu).unwrap();
+        let x = Tensor::randn([1, 2, 3, 16], (Kind::Float, Device::Cpu));
+        let pos = Tensor::from_slice(&[0i64, 7, 100000]).view([1, 3]);
+        let (c, s) = plain.cos_sin(&pos, Kind::Float).unwrap();
+        let y = apply_rotary(&x, &c, &s).unwrap();
+        let diff = (y.norm_scalaropt_dim(2, [-1], false) - x.norm_scalaropt_dim(2, [-1], false))
+            .abs()
+            .max()
+            .double_value(&[]);
+        assert!(diff < 1e-4, "{diff}");
+        let d0 = (y.narrow(2, 0, 1) - x.narrow(2, 0, 1))
+            .abs()
+            .max()
+            .double_value(&[]);
+        assert_eq!(d0, 0.0);
+    }
+}
