@@ -53,13 +53,27 @@ pub enum DataError {
 
 impl DataError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        DataError::Io { path: path.into(), source }
+        DataError::Io {
+            path: path.into(),
+            source,
+        }
     }
     pub(crate) fn bad_file(path: impl Into<PathBuf>, what: impl Into<String>) -> Self {
-        DataError::BadFile { path: path.into(), what: what.into() }
+        DataError::BadFile {
+            path: path.into(),
+            what: what.into(),
+        }
     }
-    pub(crate) fn bad_record(path: impl Into<PathBuf>, location: impl Into<String>, what: impl Into<String>) -> Self {
-        DataError::BadRecord { path: path.into(), location: location.into(), what: what.into() }
+    pub(crate) fn bad_record(
+        path: impl Into<PathBuf>,
+        location: impl Into<String>,
+        what: impl Into<String>,
+    ) -> Self {
+        DataError::BadRecord {
+            path: path.into(),
+            location: location.into(),
+            what: what.into(),
+        }
     }
     /// Whether `--skip-bad` may skip this error and go on.
     pub fn is_skippable(&self) -> bool {

@@ -21,7 +21,11 @@ fn histogram(title: &str, values: &[u64]) -> String {
     }
     let max = counts.values().copied().max().unwrap_or(1);
     for (bucket, count) in counts {
-        let (lo, hi) = if bucket == 0 { (0, 0) } else { (1u64 << (bucket - 1), (1u64 << bucket) - 1) };
+        let (lo, hi) = if bucket == 0 {
+            (0, 0)
+        } else {
+            (1u64 << (bucket - 1), (1u64 << bucket) - 1)
+        };
         let bar = "#".repeat(((count * 40).div_ceil(max)) as usize);
         let _ = writeln!(out, "  {lo:>9}–{hi:<9} {count:>9}  {bar}");
     }
@@ -29,12 +33,22 @@ fn histogram(title: &str, values: &[u64]) -> String {
 }
 
 /// Summary, histograms of sample and piece lengths, and the decoded text of `show` samples.
-pub fn report(set: &ShardSet, tokenizer: Option<&Tokenizer>, show: &[u64], chars: usize) -> Result<String> {
+pub fn report(
+    set: &ShardSet,
+    tokenizer: Option<&Tokenizer>,
+    show: &[u64],
+    chars: usize,
+) -> Result<String> {
     let m = set.manifest();
     let t = &m.totals;
     let mut out = String::new();
     let _ = writeln!(out, "{}", set.dir().display());
-    let _ = writeln!(out, "  created by   {}  ({})", m.created_by, m.command.join(" "));
+    let _ = writeln!(
+        out,
+        "  created by   {}  ({})",
+        m.created_by,
+        m.command.join(" ")
+    );
     let _ = writeln!(
         out,
         "  tokenizer    {} (vocab {}, sha256 {}…, BOS {:?}, EOS {:?})",
@@ -44,12 +58,29 @@ pub fn report(set: &ShardSet, tokenizer: Option<&Tokenizer>, show: &[u64], chars
         m.tokenizer.bos_id,
         m.tokenizer.eos_id
     );
-    let _ = writeln!(out, "  layout       {} mode, length {}, {} tokens, {} shards", m.mode, m.seq_len, m.dtype.name(), m.shards.len());
+    let _ = writeln!(
+        out,
+        "  layout       {} mode, length {}, {} tokens, {} shards",
+        m.mode,
+        m.seq_len,
+        m.dtype.name(),
+        m.shards.len()
+    );
     let _ = writeln!(out, "  samples      {}", t.samples);
     let _ = writeln!(out, "  tokens       {}", t.tokens);
-    let _ = writeln!(out, "  documents    {} ({} pieces; {} skipped)", t.documents, t.pieces, t.skipped_documents);
+    let _ = writeln!(
+        out,
+        "  documents    {} ({} pieces; {} skipped)",
+        t.documents, t.pieces, t.skipped_documents
+    );
     let slots = t.samples * m.seq_len;
-    let pct = |x: u64| if slots == 0 { 0.0 } else { 100.0 * x as f64 / slots as f64 };
+    let pct = |x: u64| {
+        if slots == 0 {
+            0.0
+        } else {
+            100.0 * x as f64 / slots as f64
+        }
+    };
     let _ = writeln!(
         out,
         "  waste        {} padding ({:.2}%), {} unused slots ({:.2}%), {} tokens dropped",
@@ -60,7 +91,11 @@ pub fn report(set: &ShardSet, tokenizer: Option<&Tokenizer>, show: &[u64], chars
         t.dropped_tokens
     );
     for s in &m.sources {
-        let _ = writeln!(out, "  source       {} → {} [{}]: {} files, {} documents, {} bytes", s.spec, s.path, s.format, s.files, s.documents, s.bytes);
+        let _ = writeln!(
+            out,
+            "  source       {} → {} [{}]: {} files, {} documents, {} bytes",
+            s.spec, s.path, s.format, s.files, s.documents, s.bytes
+        );
     }
     let mut sample_lens = Vec::new();
     let mut piece_lens = Vec::new();
@@ -77,22 +112,44 @@ pub fn report(set: &ShardSet, tokenizer: Option<&Tokenizer>, show: &[u64], chars
     out.push_str(&histogram("document piece length (tokens)", &piece_lens));
     for &g in show {
         if g >= set.num_samples() {
-            let _ = writeln!(out, "\nsample {g}: out of range ({} samples)", set.num_samples());
+            let _ = writeln!(
+                out,
+                "\nsample {g}: out of range ({} samples)",
+                set.num_samples()
+            );
             continue;
         }
         let s = set.sample(g)?;
         let (shard, local) = set.locate(g)?;
-        let _ = writeln!(out, "\nsample {g} (shard {}, index {local}): {} tokens, pieces {:?}", m.shards[shard].prefix, s.tokens.len(), s.pieces);
+        let _ = writeln!(
+            out,
+            "\nsample {g} (shard {}, index {local}): {} tokens, pieces {:?}",
+            m.shards[shard].prefix,
+            s.tokens.len(),
+            s.pieces
+        );
         match tokenizer {
             Some(tok) => {
                 let ids = s.tokens.to_vec();
                 let text = tok.decode(&ids[..ids.len().min(chars * 2)])?;
                 let clipped: String = text.chars().take(chars).collect();
-                let _ = writeln!(out, "{clipped}{}", if text.chars().count() > chars { " …" } else { "" });
+                let _ = writeln!(
+                    out,
+                    "{clipped}{}",
+                    if text.chars().count() > chars {
+                        " …"
+                    } else {
+                        ""
+                    }
+                );
             }
             None => {
                 let ids = s.tokens.to_vec();
-                let _ = writeln!(out, "ids {:?} … (no matching tokenizer to decode with: pass --tokenizer)", &ids[..ids.len().min(32)]);
+                let _ = writeln!(
+                    out,
+                    "ids {:?} … (no matching tokenizer to decode with: pass --tokenizer)",
+                    &ids[..ids.len().min(32)]
+                );
             }
         }
     }

@@ -17,11 +17,17 @@ use rsd_shard::{ShardSet, VerifyOptions};
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 #[derive(Parser)]
-#[command(name = "rsd-data", version, about = "Tokenize and pack corpora into memory-mapped token shards for rsd-train.")]
-#[command(long_about = "Tokenize and pack corpora into memory-mapped token shards for rsd-train.\n\n\
+#[command(
+    name = "rsd-data",
+    version,
+    about = "Tokenize and pack corpora into memory-mapped token shards for rsd-train."
+)]
+#[command(
+    long_about = "Tokenize and pack corpora into memory-mapped token shards for rsd-train.\n\n\
 The shards are Megatron-compatible .bin/.idx pairs plus an index.json manifest: one packed sample is one \
 Megatron document, each document piece inside it one Megatron sequence (docs/FORMAT.md).\n\n\
-Typical use:\n  rsd-data pack --len 65536 --src prolong/book --out data/book\n  rsd-data pack --len 8192 --mode mixed --src corpus/books --src corpus/code --out data/demo\n  rsd-data inspect data/demo --sample 0\n  rsd-data verify data/demo")]
+Typical use:\n  rsd-data pack --len 65536 --src prolong/book --out data/book\n  rsd-data pack --len 8192 --mode mixed --src corpus/books --src corpus/code --out data/demo\n  rsd-data inspect data/demo --sample 0\n  rsd-data verify data/demo"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -170,14 +176,20 @@ struct TokenizeBenchArgs {
 }
 
 fn default_workers() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }
 
 fn parse_size(s: &str) -> std::result::Result<u64, String> {
     let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("{s:?} is not a size (e.g. 1GiB, 512MiB, 1000000)"))?;
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 1GiB, 512MiB, 1000000)"))?;
     let mult = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1u64,
         "k" | "kb" | "kib" => 1 << 10,
@@ -205,14 +217,20 @@ fn main() {
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
-        std::process::exit(if INTERRUPTED.load(Ordering::SeqCst) { 130 } else { 1 });
+        std::process::exit(if INTERRUPTED.load(Ordering::SeqCst) {
+            130
+        } else {
+            1
+        });
     }
 }
 
 fn llama3_tokenizer_path() -> PathBuf {
     let assets = std::env::var_os("RSD_ASSETS")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/rsd/assets"));
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/rsd/assets")
+        });
     assets.join("llama3-tokenizer.json")
 }
 
@@ -223,7 +241,10 @@ fn choose_tokenizer(given: Option<String>, sources: &[source::ResolvedSource]) -
     if !sources.is_empty() && sources.iter().all(|s| s.format == Format::Mds) {
         let llama3 = llama3_tokenizer_path();
         if llama3.is_file() {
-            eprintln!("tokenizer: MDS sources hold Llama-3 ids (ProLong); using {}", llama3.display());
+            eprintln!(
+                "tokenizer: MDS sources hold Llama-3 ids (ProLong); using {}",
+                llama3.display()
+            );
             return Ok(llama3.display().to_string());
         }
         bail!(
@@ -239,7 +260,9 @@ fn choose_tokenizer(given: Option<String>, sources: &[source::ResolvedSource]) -
 }
 
 fn data_root(given: Option<PathBuf>) -> PathBuf {
-    given.or_else(|| std::env::var_os("RSD_DATA_ROOT").map(PathBuf::from)).unwrap_or_else(|| PathBuf::from("datasets"))
+    given
+        .or_else(|| std::env::var_os("RSD_DATA_ROOT").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("datasets"))
 }
 
 fn peak_rss_mib() -> Option<f64> {
@@ -257,7 +280,11 @@ fn pack(a: PackArgs) -> Result<()> {
         .map(|s| source::resolve(s, a.format, &root, a.seq_len as u64))
         .collect::<rsd_data::Result<Vec<_>>>()?;
     let tok_spec = choose_tokenizer(a.tokenizer.clone(), &sources)?;
-    let tok = Tokenizer::load(&tok_spec, &Delimiter::parse(&a.bos), &Delimiter::parse(&a.eos))?;
+    let tok = Tokenizer::load(
+        &tok_spec,
+        &Delimiter::parse(&a.bos),
+        &Delimiter::parse(&a.eos),
+    )?;
     if let Some(reason) = &tok.fallback_reason {
         eprintln!("warning: the fast encoder cannot load {} ({reason}); using tokenizers 0.22, which is slower", tok.name());
     }
@@ -274,11 +301,20 @@ fn pack(a: PackArgs) -> Result<()> {
         a.workers
     );
     for s in &sources {
-        eprintln!("  {} → {} [{}], {} input(s), {:.1} MB", s.spec, s.path.display(), s.format.name(), s.inputs.len(), s.bytes as f64 / 1e6);
+        eprintln!(
+            "  {} → {} [{}], {} input(s), {:.1} MB",
+            s.spec,
+            s.path.display(),
+            s.format.name(),
+            s.inputs.len(),
+            s.bytes as f64 / 1e6
+        );
     }
     let cfg = PackConfig {
         sources,
-        read: ReadOptions { text_field: a.text_field.clone() },
+        read: ReadOptions {
+            text_field: a.text_field.clone(),
+        },
         out: a.out.clone(),
         seq_len: a.seq_len,
         mode: a.mode,
@@ -298,13 +334,16 @@ fn pack(a: PackArgs) -> Result<()> {
         ProgressMode::Bar => true,
         _ => false,
     };
-    let lines = a.progress == ProgressMode::Lines || (a.progress == ProgressMode::Auto && !show_bar);
+    let lines =
+        a.progress == ProgressMode::Lines || (a.progress == ProgressMode::Auto && !show_bar);
     let bar = show_bar.then(|| {
         let total: u64 = cfg.sources.iter().map(|s| s.bytes).sum();
         let bar = indicatif::ProgressBar::new(total.max(1));
         bar.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ETA {eta} {msg}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            indicatif::ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ETA {eta} {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         bar
     });
@@ -317,11 +356,24 @@ fn pack(a: PackArgs) -> Result<()> {
         if let Some(bar) = &bar {
             bar.set_length(p.total_bytes.max(1));
             bar.set_position(p.bytes);
-            bar.set_message(format!("{:.0} docs/s {:.2} M tok/s, {} shards", docs_s, toks_s / 1e6, p.shards));
+            bar.set_message(format!(
+                "{:.0} docs/s {:.2} M tok/s, {} shards",
+                docs_s,
+                toks_s / 1e6,
+                p.shards
+            ));
         } else if lines && last_line.elapsed() >= interval {
             last_line = Instant::now();
-            let pct = if p.total_bytes > 0 { 100.0 * p.bytes as f64 / p.total_bytes as f64 } else { 0.0 };
-            let eta = if p.bytes > 0 { secs * (p.total_bytes.saturating_sub(p.bytes)) as f64 / p.bytes as f64 } else { 0.0 };
+            let pct = if p.total_bytes > 0 {
+                100.0 * p.bytes as f64 / p.total_bytes as f64
+            } else {
+                0.0
+            };
+            let eta = if p.bytes > 0 {
+                secs * (p.total_bytes.saturating_sub(p.bytes)) as f64 / p.bytes as f64
+            } else {
+                0.0
+            };
             eprintln!(
                 "[{:>7.1}s] {pct:5.1}% of input, {} docs ({docs_s:.0}/s), {} tokens ({:.2} M/s), {} shards, ETA {eta:.0}s",
                 secs, p.documents, p.tokens, toks_s / 1e6, p.shards
@@ -337,8 +389,18 @@ fn pack(a: PackArgs) -> Result<()> {
     let t = &m.totals;
     let slots = (t.samples * m.seq_len).max(1) as f64;
     let input_bytes: u64 = m.sources.iter().map(|s| s.bytes).sum();
-    println!("wrote {}: {} shards, {} samples, {} tokens ({})", a.out.display(), m.shards.len(), t.samples, t.tokens, m.dtype.name());
-    println!("  documents  {} packed, {} skipped; {} pieces", t.documents, t.skipped_documents, t.pieces);
+    println!(
+        "wrote {}: {} shards, {} samples, {} tokens ({})",
+        a.out.display(),
+        m.shards.len(),
+        t.samples,
+        t.tokens,
+        m.dtype.name()
+    );
+    println!(
+        "  documents  {} packed, {} skipped; {} pieces",
+        t.documents, t.skipped_documents, t.pieces
+    );
     println!(
         "  waste      {:.2}% padding, {:.2}% unused slots, {} tokens dropped with the tail",
         100.0 * t.padding_tokens as f64 / slots,
@@ -350,7 +412,11 @@ fn pack(a: PackArgs) -> Result<()> {
         summary.seconds,
         t.tokens as f64 / summary.seconds / 1e6,
         input_bytes as f64 / summary.seconds / 1e6,
-        if summary.resumed_shards > 0 { format!(" (resumed after {} shards)", summary.resumed_shards) } else { String::new() },
+        if summary.resumed_shards > 0 {
+            format!(" (resumed after {} shards)", summary.resumed_shards)
+        } else {
+            String::new()
+        },
         peak_rss_mib().unwrap_or(0.0)
     );
     for e in &summary.skipped_examples {
@@ -379,14 +445,21 @@ fn matching_tokenizer(set: &ShardSet, given: Option<String>) -> Result<Option<To
 fn inspect(a: InspectArgs) -> Result<()> {
     let set = ShardSet::open(&a.dir)?;
     let tok = matching_tokenizer(&set, a.tokenizer)?;
-    print!("{}", rsd_data::inspect::report(&set, tok.as_ref(), &a.samples, a.chars)?);
+    print!(
+        "{}",
+        rsd_data::inspect::report(&set, tok.as_ref(), &a.samples, a.chars)?
+    );
     Ok(())
 }
 
 fn verify(a: VerifyArgs) -> Result<()> {
     let start = Instant::now();
-    let opts = VerifyOptions { checksums: !a.no_checksums, token_range: !a.no_token_range };
-    let report = rsd_shard::verify(&a.dir, opts).with_context(|| format!("{} failed verification", a.dir.display()))?;
+    let opts = VerifyOptions {
+        checksums: !a.no_checksums,
+        token_range: !a.no_token_range,
+    };
+    let report = rsd_shard::verify(&a.dir, opts)
+        .with_context(|| format!("{} failed verification", a.dir.display()))?;
     for w in &report.warnings {
         eprintln!("warning: {w}");
     }
@@ -403,7 +476,11 @@ fn verify(a: VerifyArgs) -> Result<()> {
 }
 
 fn tokenize_bench(a: TokenizeBenchArgs) -> Result<()> {
-    let tok = Tokenizer::load(a.tokenizer.as_deref().unwrap_or(BUNDLED_NAME), &Delimiter::None, &Delimiter::None)?;
+    let tok = Tokenizer::load(
+        a.tokenizer.as_deref().unwrap_or(BUNDLED_NAME),
+        &Delimiter::None,
+        &Delimiter::None,
+    )?;
     let sources = a
         .sources
         .iter()
@@ -411,7 +488,12 @@ fn tokenize_bench(a: TokenizeBenchArgs) -> Result<()> {
         .collect::<rsd_data::Result<Vec<_>>>()?;
     let mut texts = vec![];
     let mut bytes = 0u64;
-    for doc in DocumentStream::new(sources, ReadOptions { text_field: a.text_field.clone() }) {
+    for doc in DocumentStream::new(
+        sources,
+        ReadOptions {
+            text_field: a.text_field.clone(),
+        },
+    ) {
         if let Content::Text(t) = doc?.content {
             bytes += t.len() as u64;
             texts.push(t);
@@ -420,7 +502,9 @@ fn tokenize_bench(a: TokenizeBenchArgs) -> Result<()> {
             break;
         }
     }
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(a.workers.max(1)).build()?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(a.workers.max(1))
+        .build()?;
     let mut best = f64::INFINITY;
     let mut tokens = 0usize;
     for _ in 0..a.repeat.max(1) {

@@ -77,7 +77,15 @@ impl Packer {
     /// A packer for samples of `len` tokens. `max_open` bounds the open bins in `mixed` mode (and so
     /// memory: `max_open × len` tokens).
     pub fn new(mode: Mode, len: usize, tail: Tail, pad_id: u32, max_open: usize) -> Packer {
-        Packer { mode, len: len.max(1), tail, pad_id, max_open: max_open.max(1), open: Vec::new(), counts: PackerCounts::default() }
+        Packer {
+            mode,
+            len: len.max(1),
+            tail,
+            pad_id,
+            max_open: max_open.max(1),
+            open: Vec::new(),
+            counts: PackerCounts::default(),
+        }
     }
 
     /// Add one document.
@@ -155,7 +163,9 @@ impl Packer {
             }
             match (self.mode, self.tail) {
                 (Mode::Mixed, _) | (Mode::Fixed, Tail::Keep) => out.push(sample),
-                (Mode::Fixed, Tail::Drop) => self.counts.dropped_tokens += sample.tokens.len() as u64,
+                (Mode::Fixed, Tail::Drop) => {
+                    self.counts.dropped_tokens += sample.tokens.len() as u64
+                }
                 (Mode::Fixed, Tail::Pad) => {
                     let pad = vec![self.pad_id; sample.room(self.len)];
                     if !pad.is_empty() {
@@ -197,7 +207,12 @@ mod tests {
             .collect()
     }
 
-    fn run(mode: Mode, tail: Tail, len: usize, max_open: usize) -> (Vec<PackedSample>, PackerCounts) {
+    fn run(
+        mode: Mode,
+        tail: Tail,
+        len: usize,
+        max_open: usize,
+    ) -> (Vec<PackedSample>, PackerCounts) {
         let mut p = Packer::new(mode, len, tail, 999, max_open);
         let mut out = vec![];
         for d in docs() {
@@ -249,7 +264,10 @@ mod tests {
             let mut at = 0;
             for &p in &s.pieces {
                 let piece = &s.tokens[at..at + p as usize];
-                assert!(piece.windows(2).all(|w| w[1] == w[0] + 1), "a piece is contiguous ids: {piece:?}");
+                assert!(
+                    piece.windows(2).all(|w| w[1] == w[0] + 1),
+                    "a piece is contiguous ids: {piece:?}"
+                );
                 at += p as usize;
             }
         }

@@ -23,7 +23,9 @@ use std::time::Instant;
 
 use crossbeam_channel::bounded;
 use rayon::prelude::*;
-use rsd_shard::{Manifest, ShardInfo, ShardSetWriter, SourceInfo, TokenDtype, TokenizerInfo, Totals};
+use rsd_shard::{
+    Manifest, ShardInfo, ShardSetWriter, SourceInfo, TokenDtype, TokenizerInfo, Totals,
+};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -119,7 +121,18 @@ struct Journal {
 
 /// A fingerprint of everything that decides the output bytes (not `--workers` or `--force`).
 fn fingerprint(cfg: &PackConfig, tok: &Tokenizer) -> String {
-    let sources: Vec<_> = cfg.sources.iter().map(|s| (s.spec.clone(), s.path.clone(), s.format.name(), s.inputs.clone())).collect();
+    let sources: Vec<_> = cfg
+        .sources
+        .iter()
+        .map(|s| {
+            (
+                s.spec.clone(),
+                s.path.clone(),
+                s.format.name(),
+                s.inputs.clone(),
+            )
+        })
+        .collect();
     let key = serde_json::json!({
         "sources": sources, "text_field": cfg.read.text_field, "tokenizer": tok.sha256(),
         "bos": tok.bos(), "eos": tok.eos(), "seq_len": cfg.seq_len, "mode": cfg.mode, "tail": cfg.tail,
@@ -132,13 +145,20 @@ fn fingerprint(cfg: &PackConfig, tok: &Tokenizer) -> String {
 fn is_our_file(name: &str) -> bool {
     name == rsd_shard::MANIFEST_FILE
         || name.starts_with("pack.journal")
-        || (name.starts_with("shard-") && (name.ends_with(".bin") || name.ends_with(".idx") || name.ends_with(".tmp")))
+        || (name.starts_with("shard-")
+            && (name.ends_with(".bin") || name.ends_with(".idx") || name.ends_with(".tmp")))
         || name == "index.json.tmp"
 }
 
 fn remove_our_files(out: &Path, keep: &[ShardInfo]) -> Result<()> {
-    let keep: Vec<String> = keep.iter().flat_map(|s| [format!("{}.bin", s.prefix), format!("{}.idx", s.prefix)]).collect();
-    for entry in std::fs::read_dir(out).map_err(|e| DataError::io(out, e))?.flatten() {
+    let keep: Vec<String> = keep
+        .iter()
+        .flat_map(|s| [format!("{}.bin", s.prefix), format!("{}.idx", s.prefix)])
+        .collect();
+    for entry in std::fs::read_dir(out)
+        .map_err(|e| DataError::io(out, e))?
+        .flatten()
+    {
         let name = entry.file_name().to_string_lossy().into_owned();
         if is_our_file(&name) && !keep.contains(&name) && !name.starts_with("pack.journal") {
             std::fs::remove_file(entry.path()).map_err(|e| DataError::io(entry.path(), e))?;
@@ -163,22 +183,44 @@ type Resume = (Journal, Vec<PackedSample>, Vec<PackedSample>);
 fn read_journal(out: &Path) -> Result<Resume> {
     let path = out.join(JOURNAL);
     let text = std::fs::read_to_string(&path).map_err(|e| DataError::io(&path, e))?;
-    let journal: Journal = serde_json::from_str(&text)
-        .map_err(|e| DataError::bad_file(&path, format!("unreadable resume journal ({e}); pass --force to start over")))?;
+    let journal: Journal = serde_json::from_str(&text).map_err(|e| {
+        DataError::bad_file(
+            &path,
+            format!("unreadable resume journal ({e}); pass --force to start over"),
+        )
+    })?;
     let tpath = out.join(JOURNAL_TOKENS);
     let bytes = std::fs::read(&tpath).map_err(|e| DataError::io(&tpath, e))?;
-    let need: u64 = journal.queued.iter().chain(&journal.open).flatten().map(|&p| p as u64 * 4).sum();
+    let need: u64 = journal
+        .queued
+        .iter()
+        .chain(&journal.open)
+        .flatten()
+        .map(|&p| p as u64 * 4)
+        .sum();
     if bytes.len() as u64 != need {
-        return Err(DataError::bad_file(&tpath, format!("{} bytes, the journal needs {need}; pass --force to start over", bytes.len())));
+        return Err(DataError::bad_file(
+            &tpath,
+            format!(
+                "{} bytes, the journal needs {need}; pass --force to start over",
+                bytes.len()
+            ),
+        ));
     }
     let mut at = 0usize;
     let mut take = |list: &[Vec<u32>]| -> Vec<PackedSample> {
         list.iter()
             .map(|pieces| {
                 let n: usize = pieces.iter().map(|&p| p as usize).sum();
-                let tokens = bytes[at..at + 4 * n].chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+                let tokens = bytes[at..at + 4 * n]
+                    .chunks_exact(4)
+                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect();
                 at += 4 * n;
-                PackedSample { tokens, pieces: pieces.clone() }
+                PackedSample {
+                    tokens,
+                    pieces: pieces.clone(),
+                }
             })
             .collect()
     };
@@ -187,7 +229,12 @@ fn read_journal(out: &Path) -> Result<Resume> {
     Ok((journal, queued, open))
 }
 
-fn write_journal(out: &Path, journal: &mut Journal, queued: &[PackedSample], open: &[PackedSample]) -> Result<()> {
+fn write_journal(
+    out: &Path,
+    journal: &mut Journal,
+    queued: &[PackedSample],
+    open: &[PackedSample],
+) -> Result<()> {
     journal.queued = queued.iter().map(|s| s.pieces.clone()).collect();
     journal.open = open.iter().map(|s| s.pieces.clone()).collect();
     let mut bytes = Vec::with_capacity(queued.iter().chain(open).map(|s| s.tokens.len() * 4).sum());
@@ -197,7 +244,8 @@ fn write_journal(out: &Path, journal: &mut Journal, queued: &[PackedSample], ope
         }
     }
     rsd_shard::write_file_atomic(&out.join(JOURNAL_TOKENS), &bytes)?;
-    let text = serde_json::to_string(journal).map_err(|e| DataError::Config(format!("cannot serialize journal: {e}")))?;
+    let text = serde_json::to_string(journal)
+        .map_err(|e| DataError::Config(format!("cannot serialize journal: {e}")))?;
     rsd_shard::write_file_atomic(&out.join(JOURNAL), text.as_bytes())?;
     Ok(())
 }
@@ -205,7 +253,10 @@ fn write_journal(out: &Path, journal: &mut Journal, queued: &[PackedSample], ope
 /// Check that the shards a journal lists are intact.
 fn check_shards(out: &Path, shards: &[ShardInfo]) -> Result<()> {
     for s in shards {
-        for (ext, len, sum) in [("bin", s.bin_bytes, &s.bin_xxh3), ("idx", s.idx_bytes, &s.idx_xxh3)] {
+        for (ext, len, sum) in [
+            ("bin", s.bin_bytes, &s.bin_xxh3),
+            ("idx", s.idx_bytes, &s.idx_xxh3),
+        ] {
             let path = out.join(format!("{}.{ext}", s.prefix));
             let bytes = std::fs::read(&path).map_err(|e| DataError::io(&path, e))?;
             let got = format!("{:016x}", rsd_shard::checksum(&bytes));
@@ -276,11 +327,18 @@ fn prepare_output(cfg: &PackConfig, fp: &str) -> Result<Option<Resume>> {
 /// A tokenized stream item: the ids, `None` for an empty document, or the record's error.
 type Tokenized = Result<(Option<Vec<u32>>, u64, String)>;
 
-fn tokenize(doc: Result<RawDoc>, tok: &Tokenizer, scratch: &mut Vec<tokenizers::pipeline::PipelineToken>) -> Tokenized {
+fn tokenize(
+    doc: Result<RawDoc>,
+    tok: &Tokenizer,
+    scratch: &mut Vec<tokenizers::pipeline::PipelineToken>,
+) -> Tokenized {
     let doc = doc?;
     let ids = match doc.content {
         Content::Text(text) if text.is_empty() => None,
-        Content::Text(text) => Some(tok.encode_document(&text, scratch).map_err(|e| DataError::bad_record(&doc.origin, "tokenize", e.to_string()))?),
+        Content::Text(text) => Some(
+            tok.encode_document(&text, scratch)
+                .map_err(|e| DataError::bad_record(&doc.origin, "tokenize", e.to_string()))?,
+        ),
         Content::Tokens(ids) => {
             let vocab = tok.vocab_size();
             if let Some(pos) = ids.iter().position(|&t| t as u64 >= vocab) {
@@ -313,14 +371,24 @@ pub fn run(
     }
     let dtype = TokenDtype::for_vocab(tok.vocab_size());
     let pad_id = match (cfg.tail, cfg.pad_id.or(tok.eos())) {
-        (Tail::Pad, None) => return Err(DataError::Config("--tail pad needs --pad-id (the tokenizer has no EOS to default to)".into())),
+        (Tail::Pad, None) => {
+            return Err(DataError::Config(
+                "--tail pad needs --pad-id (the tokenizer has no EOS to default to)".into(),
+            ))
+        }
         (_, p) => p,
     };
     let fp = fingerprint(cfg, tok);
     let resume = prepare_output(cfg, &fp)?;
     let resumed_shards = resume.as_ref().map_or(0, |(j, _, _)| j.shards.len());
 
-    let mut packer = Packer::new(cfg.mode, cfg.seq_len, cfg.tail, pad_id.unwrap_or(0), cfg.max_open);
+    let mut packer = Packer::new(
+        cfg.mode,
+        cfg.seq_len,
+        cfg.tail,
+        pad_id.unwrap_or(0),
+        cfg.max_open,
+    );
     let mut journal = Journal {
         version: JOURNAL_VERSION,
         fingerprint: fp,
@@ -341,7 +409,9 @@ pub fn run(
     let skip = journal.consumed;
     // A crash simulator for the crash-safety tests: abort (no cleanup at all) once this many shards
     // are finished and the next one has been started.
-    let crash_after: Option<usize> = std::env::var("RSD_PACK_CRASH_AFTER_SHARDS").ok().and_then(|v| v.parse().ok());
+    let crash_after: Option<usize> = std::env::var("RSD_PACK_CRASH_AFTER_SHARDS")
+        .ok()
+        .and_then(|v| v.parse().ok());
     let total_bytes: u64 = cfg.sources.iter().map(|s| s.bytes).sum();
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -350,7 +420,9 @@ pub fn run(
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(cfg.workers.max(1))
         .build()
-        .map_err(|e| DataError::Config(format!("cannot start {} worker threads: {e}", cfg.workers)))?;
+        .map_err(|e| {
+            DataError::Config(format!("cannot start {} worker threads: {e}", cfg.workers))
+        })?;
 
     std::thread::scope(|scope| -> Result<PackSummary> {
         // Stage 1: read documents in order, in batches of about `batch_bytes`.
@@ -391,15 +463,24 @@ pub fn run(
         let writer_stop = stop.clone();
         let writer = scope.spawn(move || -> Result<(Journal, Vec<ShardInfo>)> {
             let result = (|| -> Result<(Journal, Vec<ShardInfo>)> {
-                let mut shards = ShardSetWriter::new(&cfg.out, dtype, cfg.shard_bytes, journal.shards.len());
+                let mut shards =
+                    ShardSetWriter::new(&cfg.out, dtype, cfg.shard_bytes, journal.shards.len());
                 // A resumed run first writes the samples the journal had finished but not yet stored.
                 let mut ready: Vec<PackedSample> = queued;
-                let mut progress = Progress { total_bytes, resumed_documents: skip, ..Default::default() };
+                let mut progress = Progress {
+                    total_bytes,
+                    resumed_documents: skip,
+                    ..Default::default()
+                };
                 progress.shards = journal.shards.len() as u64;
                 progress.tokens = journal.totals.tokens;
                 let mut last_report = Instant::now();
                 let mut in_open_shard = 0usize;
-                let mut write_ready = |ready: &mut Vec<PackedSample>, journal: &mut Journal, packer: &Packer, consumed: u64| -> Result<()> {
+                let mut write_ready = |ready: &mut Vec<PackedSample>,
+                                       journal: &mut Journal,
+                                       packer: &Packer,
+                                       consumed: u64|
+                 -> Result<()> {
                     let n = ready.len();
                     for k in 0..n {
                         let s = &ready[k];
@@ -407,7 +488,9 @@ pub fn run(
                         journal.totals.tokens += s.tokens.len() as u64;
                         journal.totals.pieces += s.pieces.len() as u64;
                         journal.totals.unused_slots += (cfg.seq_len - s.tokens.len()) as u64;
-                        if crash_after.is_some_and(|n| journal.shards.len() >= n && in_open_shard > 0) {
+                        if crash_after
+                            .is_some_and(|n| journal.shards.len() >= n && in_open_shard > 0)
+                        {
                             std::process::abort();
                         }
                         in_open_shard += 1;
@@ -417,7 +500,12 @@ pub fn run(
                             journal.consumed = consumed;
                             journal.packer = packer.counts;
                             // Not yet in a finished shard: the rest of `ready`, and the open bins.
-                            write_journal(&cfg.out, journal, &ready[k + 1..], packer.open_samples())?;
+                            write_journal(
+                                &cfg.out,
+                                journal,
+                                &ready[k + 1..],
+                                packer.open_samples(),
+                            )?;
                         }
                     }
                     ready.clear();
@@ -483,8 +571,12 @@ pub fn run(
             if interrupted.load(Ordering::Relaxed) || stop.load(Ordering::Relaxed) {
                 break;
             }
-            let tokenized: Vec<Tokenized> =
-                pool.install(|| batch.into_par_iter().map_init(Vec::new, |scratch, doc| tokenize(doc, tok, scratch)).collect());
+            let tokenized: Vec<Tokenized> = pool.install(|| {
+                batch
+                    .into_par_iter()
+                    .map_init(Vec::new, |scratch, doc| tokenize(doc, tok, scratch))
+                    .collect()
+            });
             if tok_tx.send(tokenized).is_err() {
                 break;
             }
@@ -492,8 +584,12 @@ pub fn run(
         stop.store(true, Ordering::Relaxed);
         drop(tok_tx);
         drop(doc_rx);
-        let writer_result = writer.join().map_err(|_| DataError::Config("the writer thread panicked".into()))?;
-        let source_info = reader.join().map_err(|_| DataError::Config("the reader thread panicked".into()))?;
+        let writer_result = writer
+            .join()
+            .map_err(|_| DataError::Config("the writer thread panicked".into()))?;
+        let source_info = reader
+            .join()
+            .map_err(|_| DataError::Config("the reader thread panicked".into()))?;
         if interrupted.load(Ordering::Relaxed) {
             return Err(DataError::Interrupted);
         }

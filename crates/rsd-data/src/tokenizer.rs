@@ -61,18 +61,30 @@ impl Delimiter {
 /// the Llama-3 tokenizer ship with a bare ByteLevel post-processor).
 const BOS_CANDIDATES: &[&str] = &["<|begin_of_text|>", "<s>", "<bos>"];
 /// End-of-document tokens of the tokenizers people use, in the order we look for them.
-const EOS_CANDIDATES: &[&str] = &["<|end_of_text|>", "<|endoftext|>", "</s>", "<eos>", "<|eos|>"];
+const EOS_CANDIDATES: &[&str] = &[
+    "<|end_of_text|>",
+    "<|endoftext|>",
+    "</s>",
+    "<eos>",
+    "<|eos|>",
+];
 
 impl Tokenizer {
     /// Load `spec`: a path to a `tokenizer.json`, or [`BUNDLED_NAME`].
     pub fn load(spec: &str, bos: &Delimiter, eos: &Delimiter) -> Result<Tokenizer> {
         let (name, bytes) = if spec == BUNDLED_NAME || spec == "bundled" {
-            let bytes = zstd::decode_all(BUNDLED_QWEN3)
-                .map_err(|e| DataError::Tokenizer { name: BUNDLED_NAME.into(), what: format!("bundled copy is damaged: {e}") })?;
+            let bytes = zstd::decode_all(BUNDLED_QWEN3).map_err(|e| DataError::Tokenizer {
+                name: BUNDLED_NAME.into(),
+                what: format!("bundled copy is damaged: {e}"),
+            })?;
             (BUNDLED_NAME.to_string(), bytes)
         } else {
             let path = Path::new(spec);
-            let path = if path.is_dir() { path.join("tokenizer.json") } else { path.to_path_buf() };
+            let path = if path.is_dir() {
+                path.join("tokenizer.json")
+            } else {
+                path.to_path_buf()
+            };
             let bytes = std::fs::read(&path).map_err(|e| DataError::io(&path, e))?;
             (path.display().to_string(), bytes)
         };
@@ -80,13 +92,28 @@ impl Tokenizer {
     }
 
     /// Load from the bytes of a `tokenizer.json`; `name` is used in messages and the manifest.
-    pub fn from_bytes(name: &str, bytes: &[u8], bos: &Delimiter, eos: &Delimiter) -> Result<Tokenizer> {
-        let err = |what: String| DataError::Tokenizer { name: name.to_string(), what };
-        let text = std::str::from_utf8(bytes).map_err(|e| err(format!("not UTF-8 at byte {}", e.valid_up_to())))?;
-        let json: Value = serde_json::from_str(text)
-            .map_err(|e| err(format!("not valid JSON (line {}, column {}): {e}", e.line(), e.column())))?;
+    pub fn from_bytes(
+        name: &str,
+        bytes: &[u8],
+        bos: &Delimiter,
+        eos: &Delimiter,
+    ) -> Result<Tokenizer> {
+        let err = |what: String| DataError::Tokenizer {
+            name: name.to_string(),
+            what,
+        };
+        let text = std::str::from_utf8(bytes)
+            .map_err(|e| err(format!("not UTF-8 at byte {}", e.valid_up_to())))?;
+        let json: Value = serde_json::from_str(text).map_err(|e| {
+            err(format!(
+                "not valid JSON (line {}, column {}): {e}",
+                e.line(),
+                e.column()
+            ))
+        })?;
         let sha256 = format!("{:x}", Sha256::digest(bytes));
-        let vocab_size = vocab_size(&json).ok_or_else(|| err("no model.vocab or added_tokens: not a tokenizer.json".into()))?;
+        let vocab_size = vocab_size(&json)
+            .ok_or_else(|| err("no model.vocab or added_tokens: not a tokenizer.json".into()))?;
 
         let (engine, fallback_reason) = match tokenizers::canonicalize_str(text)
             .map_err(|e| e.to_string())
@@ -99,9 +126,22 @@ impl Tokenizer {
                 (Engine::Legacy(Box::new(legacy)), Some(reason))
             }
         };
-        let mut tok = Tokenizer { engine, name: name.to_string(), sha256, vocab_size, bos: None, eos: None, fallback_reason };
+        let mut tok = Tokenizer {
+            engine,
+            name: name.to_string(),
+            sha256,
+            vocab_size,
+            bos: None,
+            eos: None,
+            fallback_reason,
+        };
         let special = added_tokens(&json);
-        let find = |candidates: &[&str]| candidates.iter().find(|c| special.iter().any(|s| s == *c)).map(|s| s.to_string());
+        let find = |candidates: &[&str]| {
+            candidates
+                .iter()
+                .find(|c| special.iter().any(|s| s == *c))
+                .map(|s| s.to_string())
+        };
         let auto_bos = template_bos(&json).or_else(|| find(BOS_CANDIDATES));
         tok.bos = tok.resolve_delimiter(bos, auto_bos.as_deref(), "BOS")?;
         let auto_eos = find(EOS_CANDIDATES);
@@ -109,7 +149,12 @@ impl Tokenizer {
         Ok(tok)
     }
 
-    fn resolve_delimiter(&self, want: &Delimiter, auto: Option<&str>, what: &str) -> Result<Option<u32>> {
+    fn resolve_delimiter(
+        &self,
+        want: &Delimiter,
+        auto: Option<&str>,
+        what: &str,
+    ) -> Result<Option<u32>> {
         let token = match want {
             Delimiter::None => return Ok(None),
             Delimiter::Auto => match auto {
@@ -135,7 +180,15 @@ impl Tokenizer {
             Engine::Pipeline(t) => t.get_added_vocabulary().token_to_id(token).or_else(|| {
                 // Plain vocabulary entries: encode and accept a single-id result that decodes back.
                 let mut out = Vec::new();
-                t.encode_into(token, &EncodeOptions { add_special_tokens: false, ..Default::default() }, &mut out).ok()?;
+                t.encode_into(
+                    token,
+                    &EncodeOptions {
+                        add_special_tokens: false,
+                        ..Default::default()
+                    },
+                    &mut out,
+                )
+                .ok()?;
                 (out.len() == 1).then(|| out[0].id())
             }),
             Engine::Legacy(t) => t.token_to_id(token),
@@ -144,18 +197,36 @@ impl Tokenizer {
 
     /// Append the ids of `text` (no BOS/EOS; special-token literals in the text become their ids,
     /// as Hugging Face tokenizers do by default).
-    pub fn encode_into(&self, text: &str, scratch: &mut Vec<PipelineToken>, out: &mut Vec<u32>) -> Result<()> {
+    pub fn encode_into(
+        &self,
+        text: &str,
+        scratch: &mut Vec<PipelineToken>,
+        out: &mut Vec<u32>,
+    ) -> Result<()> {
         match &self.engine {
             Engine::Pipeline(t) => {
                 scratch.clear();
-                t.encode_into(text, &EncodeOptions { add_special_tokens: false, ..Default::default() }, scratch)
-                    .map_err(|e| DataError::Tokenizer { name: self.name.clone(), what: format!("encode failed: {e}") })?;
+                t.encode_into(
+                    text,
+                    &EncodeOptions {
+                        add_special_tokens: false,
+                        ..Default::default()
+                    },
+                    scratch,
+                )
+                .map_err(|e| DataError::Tokenizer {
+                    name: self.name.clone(),
+                    what: format!("encode failed: {e}"),
+                })?;
                 out.extend_from_slice(PipelineToken::cast_slice(scratch));
             }
             Engine::Legacy(t) => {
                 let enc = t
                     .encode_fast(text, false)
-                    .map_err(|e| DataError::Tokenizer { name: self.name.clone(), what: format!("encode failed: {e}") })?;
+                    .map_err(|e| DataError::Tokenizer {
+                        name: self.name.clone(),
+                        what: format!("encode failed: {e}"),
+                    })?;
                 out.extend_from_slice(enc.get_ids());
             }
         }
@@ -163,7 +234,11 @@ impl Tokenizer {
     }
 
     /// A document's ids: BOS, the text's ids, EOS.
-    pub fn encode_document(&self, text: &str, scratch: &mut Vec<PipelineToken>) -> Result<Vec<u32>> {
+    pub fn encode_document(
+        &self,
+        text: &str,
+        scratch: &mut Vec<PipelineToken>,
+    ) -> Result<Vec<u32>> {
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
         out.extend(self.bos);
         self.encode_into(text, scratch, &mut out)?;
@@ -177,7 +252,10 @@ impl Tokenizer {
             Engine::Pipeline(t) => t.decode(ids, false).map_err(|e| e.to_string()),
             Engine::Legacy(t) => t.decode(ids, false).map_err(|e| e.to_string()),
         };
-        r.map_err(|e| DataError::Tokenizer { name: self.name.clone(), what: format!("decode failed: {e}") })
+        r.map_err(|e| DataError::Tokenizer {
+            name: self.name.clone(),
+            what: format!("decode failed: {e}"),
+        })
     }
 
     /// Name (path or bundled name).
@@ -219,7 +297,10 @@ fn vocab_size(json: &Value) -> Option<u64> {
         _ => {}
     }
     if let Some(Value::Array(added)) = json.get("added_tokens") {
-        added.iter().filter_map(|t| t.get("id").and_then(Value::as_u64)).for_each(&mut bump);
+        added
+            .iter()
+            .filter_map(|t| t.get("id").and_then(Value::as_u64))
+            .for_each(&mut bump);
     }
     max.map(|m| m + 1)
 }
@@ -227,7 +308,9 @@ fn vocab_size(json: &Value) -> Option<u64> {
 /// The contents of the special added tokens (auto-detection only trusts these: `</s>` or `<s>` can
 /// also be ordinary BPE entries).
 fn added_tokens(json: &Value) -> Vec<String> {
-    let Some(Value::Array(added)) = json.get("added_tokens") else { return vec![] };
+    let Some(Value::Array(added)) = json.get("added_tokens") else {
+        return vec![];
+    };
     added
         .iter()
         .filter(|t| t.get("special").and_then(Value::as_bool).unwrap_or(false))
@@ -245,5 +328,8 @@ fn template_bos(json: &Value) -> Option<String> {
             .find_map(|p| p.get("single"))
     })?;
     let first = single.as_array()?.first()?;
-    first.pointer("/SpecialToken/id")?.as_str().map(str::to_string)
+    first
+        .pointer("/SpecialToken/id")?
+        .as_str()
+        .map(str::to_string)
 }

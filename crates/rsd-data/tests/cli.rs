@@ -17,7 +17,11 @@ fn run(args: &[&str]) -> Output {
 
 fn ok(args: &[&str]) -> String {
     let out = run(args);
-    assert!(out.status.success(), "rsd-data {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "rsd-data {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -25,7 +29,10 @@ fn fails(args: &[&str]) -> String {
     let out = run(args);
     assert!(!out.status.success(), "rsd-data {args:?} should fail");
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!err.contains("panicked"), "a panic is never an answer: {err}");
+    assert!(
+        !err.contains("panicked"),
+        "a panic is never an answer: {err}"
+    );
     err
 }
 
@@ -42,7 +49,10 @@ fn sample_docs() -> Vec<String> {
         "数字 1234567890 and émojis 🚀🚀".to_string(),
     ];
     for i in 0..40 {
-        docs.push(format!("Document {i}: {}", "the quick brown fox jumps over the lazy dog. ".repeat(i % 7 + 1)));
+        docs.push(format!(
+            "Document {i}: {}",
+            "the quick brown fox jumps over the lazy dog. ".repeat(i % 7 + 1)
+        ));
     }
     docs
 }
@@ -55,7 +65,10 @@ fn write_text_dir(dir: &Path, docs: &[String]) {
 }
 
 fn write_jsonl(path: &Path, docs: &[String]) {
-    let lines: Vec<String> = docs.iter().map(|d| serde_json::json!({"id": 1, "text": d}).to_string()).collect();
+    let lines: Vec<String> = docs
+        .iter()
+        .map(|d| serde_json::json!({"id": 1, "text": d}).to_string())
+        .collect();
     std::fs::write(path, lines.join("\n") + "\n").unwrap();
 }
 
@@ -77,7 +90,12 @@ fn dir_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
         .unwrap()
         .flatten()
-        .map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap()))
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
         .collect();
     files.sort();
     files
@@ -106,7 +124,19 @@ fn fixed_round_trip_decodes_to_the_documents() {
     let src = tmp.path().join("books");
     write_text_dir(&src, &docs);
     let out = tmp.path().join("out");
-    ok(&["pack", "--len", "64", "--tail", "keep", "--src", p(&src), "--out", p(&out), "--progress", "none"]);
+    ok(&[
+        "pack",
+        "--len",
+        "64",
+        "--tail",
+        "keep",
+        "--src",
+        p(&src),
+        "--out",
+        p(&out),
+        "--progress",
+        "none",
+    ]);
     let tok = bundled();
     let text = tok.decode(&all_tokens(&out)).unwrap();
     let expected: String = docs.iter().map(|d| format!("{d}<|endoftext|>")).collect();
@@ -114,7 +144,10 @@ fn fixed_round_trip_decodes_to_the_documents() {
     let set = ShardSet::open(&out).unwrap();
     let m = set.manifest();
     assert_eq!(m.totals.documents, docs.len() as u64);
-    assert_eq!((m.dtype, m.mode.as_str(), m.seq_len), (rsd_shard::TokenDtype::Int32, "fixed", 64));
+    assert_eq!(
+        (m.dtype, m.mode.as_str(), m.seq_len),
+        (rsd_shard::TokenDtype::Int32, "fixed", 64)
+    );
     assert_eq!(m.tokenizer.eos_id, Some(151643));
     for g in 0..set.num_samples() - 1 {
         assert_eq!(set.sample(g).unwrap().tokens.len(), 64);
@@ -129,7 +162,19 @@ fn mixed_mode_keeps_documents_whole_and_recorded_as_pieces() {
     let src = tmp.path().join("d.jsonl");
     write_jsonl(&src, &docs);
     let out = tmp.path().join("out");
-    ok(&["pack", "--len", "256", "--mode", "mixed", "--src", p(&src), "--out", p(&out), "--progress", "none"]);
+    ok(&[
+        "pack",
+        "--len",
+        "256",
+        "--mode",
+        "mixed",
+        "--src",
+        p(&src),
+        "--out",
+        p(&out),
+        "--progress",
+        "none",
+    ]);
     let tok = bundled();
     let set = ShardSet::open(&out).unwrap();
     let mut decoded = vec![];
@@ -140,7 +185,11 @@ fn mixed_mode_keeps_documents_whole_and_recorded_as_pieces() {
         let mut at = 0;
         for &piece in &s.pieces {
             let piece_ids = &ids[at..at + piece as usize];
-            assert_eq!(*piece_ids.last().unwrap(), 151643, "every piece is a whole document ending in EOS");
+            assert_eq!(
+                *piece_ids.last().unwrap(),
+                151643,
+                "every piece is a whole document ending in EOS"
+            );
             decoded.push(tok.decode(&piece_ids[..piece_ids.len() - 1]).unwrap());
             at += piece as usize;
         }
@@ -150,7 +199,10 @@ fn mixed_mode_keeps_documents_whole_and_recorded_as_pieces() {
     decoded.sort();
     assert_eq!(decoded, expected);
     let out_text = ok(&["inspect", p(&out), "--sample", "0"]);
-    assert!(out_text.contains("mixed mode") && out_text.contains("document pieces per sample"), "{out_text}");
+    assert!(
+        out_text.contains("mixed mode") && out_text.contains("document pieces per sample"),
+        "{out_text}"
+    );
 }
 
 #[test]
@@ -165,10 +217,28 @@ fn code_repositories_become_one_document_each_skipping_vendored_and_binary_files
     std::fs::write(repos.join("alpha/README.md"), "# Alpha\n").unwrap();
     std::fs::write(repos.join("alpha/node_modules/x/index.js"), "vendored();\n").unwrap();
     std::fs::write(repos.join("alpha/.git/HEAD"), "ref: refs/heads/main\n").unwrap();
-    std::fs::write(repos.join("alpha/logo.png"), [0x89u8, b'P', b'N', b'G', 0, 0, 1]).unwrap();
+    std::fs::write(
+        repos.join("alpha/logo.png"),
+        [0x89u8, b'P', b'N', b'G', 0, 0, 1],
+    )
+    .unwrap();
     std::fs::write(repos.join("beta/lib.py"), "def f():\n    return 1").unwrap();
     let out = tmp.path().join("out");
-    ok(&["pack", "--len", "4096", "--mode", "mixed", "--format", "code", "--src", p(&repos), "--out", p(&out), "--progress", "none"]);
+    ok(&[
+        "pack",
+        "--len",
+        "4096",
+        "--mode",
+        "mixed",
+        "--format",
+        "code",
+        "--src",
+        p(&repos),
+        "--out",
+        p(&out),
+        "--progress",
+        "none",
+    ]);
     let tok = bundled();
     let set = ShardSet::open(&out).unwrap();
     assert_eq!(set.manifest().totals.documents, 2);
@@ -189,12 +259,29 @@ fn output_is_identical_for_any_worker_count() {
     for workers in ["1", "2", "3"] {
         let out = tmp.path().join(format!("out{workers}"));
         ok(&[
-            "pack", "--len", "32", "--mode", "mixed", "--shard-size", "600", "--src", p(&src), "--out", p(&out), "--workers", workers,
-            "--progress", "none",
+            "pack",
+            "--len",
+            "32",
+            "--mode",
+            "mixed",
+            "--shard-size",
+            "600",
+            "--src",
+            p(&src),
+            "--out",
+            p(&out),
+            "--workers",
+            workers,
+            "--progress",
+            "none",
         ]);
         identities.push(pack_identity(&out));
     }
-    assert!(identities[0].len() > 6, "several shards expected: {:?}", identities[0].iter().map(|f| &f.0).collect::<Vec<_>>());
+    assert!(
+        identities[0].len() > 6,
+        "several shards expected: {:?}",
+        identities[0].iter().map(|f| &f.0).collect::<Vec<_>>()
+    );
     assert_eq!(identities[0], identities[1]);
     assert_eq!(identities[0], identities[2]);
 }
@@ -206,26 +293,60 @@ fn a_crashed_pack_resumes_to_the_same_bytes() {
         let src = tmp.path().join("d.jsonl");
         write_jsonl(&src, &sample_docs());
         let args = |out: &Path| -> Vec<String> {
-            ["pack", "--len", "48", "--mode", mode, "--shard-size", "400", "--src", p(&src), "--out", p(out), "--progress", "none"]
-                .iter()
-                .map(|s| s.to_string())
-                .collect()
+            [
+                "pack",
+                "--len",
+                "48",
+                "--mode",
+                mode,
+                "--shard-size",
+                "400",
+                "--src",
+                p(&src),
+                "--out",
+                p(out),
+                "--progress",
+                "none",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
         };
         let reference = tmp.path().join("reference");
-        ok(&args(&reference).iter().map(String::as_str).collect::<Vec<_>>());
+        ok(&args(&reference)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>());
 
         let out = tmp.path().join("out");
-        let crashed = bin().args(args(&out)).env("RSD_PACK_CRASH_AFTER_SHARDS", "3").output().unwrap();
-        assert!(!crashed.status.success(), "the simulated crash must stop the run");
+        let crashed = bin()
+            .args(args(&out))
+            .env("RSD_PACK_CRASH_AFTER_SHARDS", "3")
+            .output()
+            .unwrap();
+        assert!(
+            !crashed.status.success(),
+            "the simulated crash must stop the run"
+        );
         let names: Vec<String> = dir_files(&out).into_iter().map(|f| f.0).collect();
-        assert!(!names.contains(&"index.json".to_string()), "no manifest after a crash: {names:?}");
-        assert!(names.iter().any(|n| n.ends_with(".tmp")), "the crash left a partial shard: {names:?}");
+        assert!(
+            !names.contains(&"index.json".to_string()),
+            "no manifest after a crash: {names:?}"
+        );
+        assert!(
+            names.iter().any(|n| n.ends_with(".tmp")),
+            "the crash left a partial shard: {names:?}"
+        );
         let err = fails(&["verify", p(&out)]);
         assert!(err.contains("no manifest"), "{err}");
 
         let resumed = ok(&args(&out).iter().map(String::as_str).collect::<Vec<_>>());
         assert!(resumed.contains("resumed after 3 shards"), "{resumed}");
-        assert_eq!(pack_identity(&out), pack_identity(&reference), "{mode}: resumed output differs");
+        assert_eq!(
+            pack_identity(&out),
+            pack_identity(&reference),
+            "{mode}: resumed output differs"
+        );
     }
 }
 
@@ -235,11 +356,24 @@ fn complete_output_is_not_overwritten_without_force() {
     let src = tmp.path().join("d.jsonl");
     write_jsonl(&src, &sample_docs());
     let out = tmp.path().join("out");
-    let args = ["pack", "--len", "64", "--src", p(&src), "--out", p(&out), "--progress", "none"];
+    let args = [
+        "pack",
+        "--len",
+        "64",
+        "--src",
+        p(&src),
+        "--out",
+        p(&out),
+        "--progress",
+        "none",
+    ];
     ok(&args);
     let before = dir_files(&out);
     let err = fails(&args);
-    assert!(err.contains("already holds a complete pack") && err.contains("--force"), "{err}");
+    assert!(
+        err.contains("already holds a complete pack") && err.contains("--force"),
+        "{err}"
+    );
     assert_eq!(dir_files(&out), before);
     let mut forced = args.to_vec();
     forced.push("--force");
@@ -248,23 +382,57 @@ fn complete_output_is_not_overwritten_without_force() {
     let foreign = tmp.path().join("foreign");
     std::fs::create_dir_all(&foreign).unwrap();
     std::fs::write(foreign.join("notes.txt"), "mine").unwrap();
-    let err = fails(&["pack", "--len", "64", "--src", p(&src), "--out", p(&foreign)]);
-    assert!(err.contains("not an rsd shard directory") && err.contains("notes.txt"), "{err}");
+    let err = fails(&[
+        "pack",
+        "--len",
+        "64",
+        "--src",
+        p(&src),
+        "--out",
+        p(&foreign),
+    ]);
+    assert!(
+        err.contains("not an rsd shard directory") && err.contains("notes.txt"),
+        "{err}"
+    );
 }
 
 #[test]
 fn malformed_json_names_file_and_line_or_is_skipped_and_counted() {
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("bad.jsonl");
-    std::fs::write(&src, "{\"text\": \"good one\"}\n{\"text\": \"broken\n{\"text\": \"good two\"}\n").unwrap();
+    std::fs::write(
+        &src,
+        "{\"text\": \"good one\"}\n{\"text\": \"broken\n{\"text\": \"good two\"}\n",
+    )
+    .unwrap();
     let out = tmp.path().join("out");
     let err = fails(&["pack", "--len", "4", "--src", p(&src), "--out", p(&out)]);
-    assert!(err.contains("bad.jsonl:line 2") && err.contains("malformed JSON"), "{err}");
+    assert!(
+        err.contains("bad.jsonl:line 2") && err.contains("malformed JSON"),
+        "{err}"
+    );
     assert!(!out.join("index.json").exists());
 
     let out2 = tmp.path().join("out2");
-    let stdout = ok(&["pack", "--len", "4", "--skip-bad", "--tail", "keep", "--src", p(&src), "--out", p(&out2), "--progress", "none"]);
-    assert!(stdout.contains("1 skipped") && stdout.contains("line 2"), "{stdout}");
+    let stdout = ok(&[
+        "pack",
+        "--len",
+        "4",
+        "--skip-bad",
+        "--tail",
+        "keep",
+        "--src",
+        p(&src),
+        "--out",
+        p(&out2),
+        "--progress",
+        "none",
+    ]);
+    assert!(
+        stdout.contains("1 skipped") && stdout.contains("line 2"),
+        "{stdout}"
+    );
     let m = ShardSet::open(&out2).unwrap().manifest().clone();
     assert_eq!((m.totals.documents, m.totals.skipped_documents), (2, 1));
 }
@@ -274,9 +442,36 @@ fn missing_field_lists_the_fields_there_are() {
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("d.jsonl");
     std::fs::write(&src, "{\"content\": \"x\", \"meta\": 1}\n").unwrap();
-    let err = fails(&["pack", "--len", "4", "--src", p(&src), "--out", p(&tmp.path().join("o"))]);
-    assert!(err.contains("d.jsonl:line 1") && err.contains("no field \"text\"") && err.contains("content, meta"), "{err}");
-    ok(&["pack", "--len", "4", "--text-field", "content", "--tail", "keep", "--src", p(&src), "--out", p(&tmp.path().join("o2")), "--progress", "none"]);
+    let err = fails(&[
+        "pack",
+        "--len",
+        "4",
+        "--src",
+        p(&src),
+        "--out",
+        p(&tmp.path().join("o")),
+    ]);
+    assert!(
+        err.contains("d.jsonl:line 1")
+            && err.contains("no field \"text\"")
+            && err.contains("content, meta"),
+        "{err}"
+    );
+    ok(&[
+        "pack",
+        "--len",
+        "4",
+        "--text-field",
+        "content",
+        "--tail",
+        "keep",
+        "--src",
+        p(&src),
+        "--out",
+        p(&tmp.path().join("o2")),
+        "--progress",
+        "none",
+    ]);
 }
 
 #[test]
@@ -286,46 +481,124 @@ fn invalid_utf8_names_file_and_byte() {
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("a.txt"), b"fine text").unwrap();
     std::fs::write(src.join("b.txt"), b"abc\xff\xfedef").unwrap();
-    let err = fails(&["pack", "--len", "4", "--src", p(&src), "--out", p(&tmp.path().join("o"))]);
-    assert!(err.contains("b.txt:byte 3") && err.contains("invalid UTF-8"), "{err}");
+    let err = fails(&[
+        "pack",
+        "--len",
+        "4",
+        "--src",
+        p(&src),
+        "--out",
+        p(&tmp.path().join("o")),
+    ]);
+    assert!(
+        err.contains("b.txt:byte 3") && err.contains("invalid UTF-8"),
+        "{err}"
+    );
     let jsonl = tmp.path().join("d.jsonl");
     std::fs::write(&jsonl, b"{\"text\": \"ok\"}\n{\"text\": \"\xff\"}\n").unwrap();
-    let err = fails(&["pack", "--len", "4", "--src", p(&jsonl), "--out", p(&tmp.path().join("o2"))]);
-    assert!(err.contains("d.jsonl:line 2") && err.contains("invalid UTF-8"), "{err}");
+    let err = fails(&[
+        "pack",
+        "--len",
+        "4",
+        "--src",
+        p(&jsonl),
+        "--out",
+        p(&tmp.path().join("o2")),
+    ]);
+    assert!(
+        err.contains("d.jsonl:line 2") && err.contains("invalid UTF-8"),
+        "{err}"
+    );
 }
 
 #[test]
 fn empty_documents_are_skipped_and_counted() {
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("d.jsonl");
-    std::fs::write(&src, "{\"text\": \"\"}\n{\"text\": \"hello world\"}\n\n{\"text\": \"\"}\n").unwrap();
+    std::fs::write(
+        &src,
+        "{\"text\": \"\"}\n{\"text\": \"hello world\"}\n\n{\"text\": \"\"}\n",
+    )
+    .unwrap();
     let out = tmp.path().join("o");
-    ok(&["pack", "--len", "4", "--tail", "keep", "--src", p(&src), "--out", p(&out), "--progress", "none"]);
+    ok(&[
+        "pack",
+        "--len",
+        "4",
+        "--tail",
+        "keep",
+        "--src",
+        p(&src),
+        "--out",
+        p(&out),
+        "--progress",
+        "none",
+    ]);
     let m = ShardSet::open(&out).unwrap().manifest().clone();
     assert_eq!((m.totals.documents, m.totals.skipped_documents), (1, 2));
     // Nothing but empty documents is an error, not an empty success.
     let empty = tmp.path().join("e.jsonl");
     std::fs::write(&empty, "{\"text\": \"\"}\n").unwrap();
-    let err = fails(&["pack", "--len", "4", "--src", p(&empty), "--out", p(&tmp.path().join("o2"))]);
-    assert!(err.contains("nothing to write") && err.contains("1 skipped"), "{err}");
+    let err = fails(&[
+        "pack",
+        "--len",
+        "4",
+        "--src",
+        p(&empty),
+        "--out",
+        p(&tmp.path().join("o2")),
+    ]);
+    assert!(
+        err.contains("nothing to write") && err.contains("1 skipped"),
+        "{err}"
+    );
 }
 
 #[test]
 fn corrupt_zstd_names_the_file() {
     let tmp = tempfile::tempdir().unwrap();
     let docs = sample_docs();
-    let lines: String = docs.iter().map(|d| serde_json::json!({"text": d}).to_string() + "\n").collect();
+    let lines: String = docs
+        .iter()
+        .map(|d| serde_json::json!({"text": d}).to_string() + "\n")
+        .collect();
     let compressed = zstd::encode_all(lines.as_bytes(), 3).unwrap();
     let good = tmp.path().join("good.jsonl.zst");
     std::fs::write(&good, &compressed).unwrap();
     let out = tmp.path().join("o");
-    ok(&["pack", "--len", "16", "--tail", "keep", "--src", p(&good), "--out", p(&out), "--progress", "none"]);
-    assert_eq!(ShardSet::open(&out).unwrap().manifest().totals.documents, docs.len() as u64);
+    ok(&[
+        "pack",
+        "--len",
+        "16",
+        "--tail",
+        "keep",
+        "--src",
+        p(&good),
+        "--out",
+        p(&out),
+        "--progress",
+        "none",
+    ]);
+    assert_eq!(
+        ShardSet::open(&out).unwrap().manifest().totals.documents,
+        docs.len() as u64
+    );
 
     let truncated = tmp.path().join("trunc.jsonl.zst");
     std::fs::write(&truncated, &compressed[..compressed.len() / 2]).unwrap();
-    let err = fails(&["pack", "--len", "16", "--src", p(&truncated), "--out", p(&tmp.path().join("o2"))]);
-    assert!(err.contains("trunc.jsonl.zst") && err.contains("corrupt or truncated"), "{err}");
+    let err = fails(&[
+        "pack",
+        "--len",
+        "16",
+        "--src",
+        p(&truncated),
+        "--out",
+        p(&tmp.path().join("o2")),
+    ]);
+    assert!(
+        err.contains("trunc.jsonl.zst") && err.contains("corrupt or truncated"),
+        "{err}"
+    );
 
     let mut garbled = compressed.clone();
     for b in garbled.iter_mut().skip(20).take(40) {
@@ -333,7 +606,15 @@ fn corrupt_zstd_names_the_file() {
     }
     let bad = tmp.path().join("garbled.jsonl.zst");
     std::fs::write(&bad, &garbled).unwrap();
-    let err = fails(&["pack", "--len", "16", "--src", p(&bad), "--out", p(&tmp.path().join("o3"))]);
+    let err = fails(&[
+        "pack",
+        "--len",
+        "16",
+        "--src",
+        p(&bad),
+        "--out",
+        p(&tmp.path().join("o3")),
+    ]);
     assert!(err.contains("garbled.jsonl.zst"), "{err}");
 }
 
@@ -342,26 +623,58 @@ fn truncated_parquet_and_arrow_name_the_file() {
     let tmp = tempfile::tempdir().unwrap();
     let pq = tmp.path().join("t.parquet");
     std::fs::write(&pq, b"PAR1\x00\x00\x00garbage").unwrap();
-    let err = fails(&["pack", "--len", "16", "--src", p(&pq), "--out", p(&tmp.path().join("o"))]);
-    assert!(err.contains("t.parquet") && err.contains("Parquet"), "{err}");
+    let err = fails(&[
+        "pack",
+        "--len",
+        "16",
+        "--src",
+        p(&pq),
+        "--out",
+        p(&tmp.path().join("o")),
+    ]);
+    assert!(
+        err.contains("t.parquet") && err.contains("Parquet"),
+        "{err}"
+    );
     let arrow = tmp.path().join("t.arrow");
     std::fs::write(&arrow, b"ARROW1\x00\x00garbage").unwrap();
-    let err = fails(&["pack", "--len", "16", "--src", p(&arrow), "--out", p(&tmp.path().join("o2"))]);
+    let err = fails(&[
+        "pack",
+        "--len",
+        "16",
+        "--src",
+        p(&arrow),
+        "--out",
+        p(&tmp.path().join("o2")),
+    ]);
     assert!(err.contains("t.arrow") && err.contains("Arrow"), "{err}");
 }
 
 #[test]
 fn prolong_sources_say_where_they_looked() {
     let tmp = tempfile::tempdir().unwrap();
-    let err = fails(&["pack", "--src", "prolong/book", "--data-root", p(tmp.path()), "--out", p(&tmp.path().join("o"))]);
-    assert!(err.contains("prolong-data-64K/book-65536") && err.contains("procNN-64"), "{err}");
+    let err = fails(&[
+        "pack",
+        "--src",
+        "prolong/book",
+        "--data-root",
+        p(tmp.path()),
+        "--out",
+        p(&tmp.path().join("o")),
+    ]);
+    assert!(
+        err.contains("prolong-data-64K/book-65536") && err.contains("procNN-64"),
+        "{err}"
+    );
 }
 
 #[test]
 fn disk_full_is_a_clean_error_with_no_manifest() {
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("d.jsonl");
-    let docs: Vec<String> = (0..300).map(|i| format!("{i} {}", "lorem ipsum dolor sit amet ".repeat(40))).collect();
+    let docs: Vec<String> = (0..300)
+        .map(|i| format!("{i} {}", "lorem ipsum dolor sit amet ".repeat(40)))
+        .collect();
     write_jsonl(&src, &docs);
     let out = tmp.path().join("o");
     // RLIMIT_FSIZE makes writes past 64 KiB fail with EFBIG, as a full disk fails them with ENOSPC.
@@ -374,7 +687,10 @@ fn disk_full_is_a_clean_error_with_no_manifest() {
     let res = Command::new("sh").arg("-c").arg(&script).output().unwrap();
     let err = String::from_utf8_lossy(&res.stderr);
     assert!(!res.status.success(), "must fail: {err}");
-    assert!(err.contains("error:") && err.contains("shard-00000.bin") && err.contains("too large"), "{err}");
+    assert!(
+        err.contains("error:") && err.contains("shard-00000.bin") && err.contains("too large"),
+        "{err}"
+    );
     assert!(!out.join("index.json").exists());
     assert!(!PathBuf::from(&out).join("shard-00000.bin").exists());
 }

@@ -40,9 +40,16 @@ pub type Result<T> = std::result::Result<T, ShardError>;
 
 impl ShardError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        ShardError::Io { path: path.into(), source }
+        ShardError::Io {
+            path: path.into(),
+            source,
+        }
     }
     pub(crate) fn corrupt(path: impl Into<PathBuf>, offset: u64, what: impl Into<String>) -> Self {
-        ShardError::Corrupt { path: path.into(), offset, what: what.into() }
+        ShardError::Corrupt {
+            path: path.into(),
+            offset,
+            what: what.into(),
+        }
     }
 }

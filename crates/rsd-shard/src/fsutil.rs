@@ -24,7 +24,11 @@ pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 
 /// fsync a directory so that renames inside it survive a crash.
 pub fn fsync_dir(dir: &Path) -> Result<()> {
-    let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
     let handle = File::open(dir).map_err(|e| ShardError::io(dir, e))?;
     handle.sync_all().map_err(|e| ShardError::io(dir, e))
 }

@@ -41,22 +41,45 @@ impl IdxHeader {
             return Err(ShardError::corrupt(
                 path,
                 bytes.len() as u64,
-                format!("file is {} bytes, shorter than the {HEADER_LEN}-byte .idx header", bytes.len()),
+                format!(
+                    "file is {} bytes, shorter than the {HEADER_LEN}-byte .idx header",
+                    bytes.len()
+                ),
             ));
         }
         if &bytes[..9] != IDX_MAGIC {
-            return Err(ShardError::corrupt(path, 0, "bad magic: expected MMIDIDX\\0\\0 (a Megatron .idx file)"));
+            return Err(ShardError::corrupt(
+                path,
+                0,
+                "bad magic: expected MMIDIDX\\0\\0 (a Megatron .idx file)",
+            ));
         }
         let version = u64_at(bytes, 9);
         if version != IDX_VERSION {
-            return Err(ShardError::corrupt(path, 9, format!("version {version}, expected {IDX_VERSION}")));
+            return Err(ShardError::corrupt(
+                path,
+                9,
+                format!("version {version}, expected {IDX_VERSION}"),
+            ));
         }
         let dtype = TokenDtype::from_megatron_code(bytes[17]).ok_or_else(|| {
-            ShardError::corrupt(path, 17, format!("dtype code {}, expected 8 (uint16) or 4 (int32)", bytes[17]))
+            ShardError::corrupt(
+                path,
+                17,
+                format!("dtype code {}, expected 8 (uint16) or 4 (int32)", bytes[17]),
+            )
         })?;
-        let header = IdxHeader { dtype, sequence_count: u64_at(bytes, 18), document_count: u64_at(bytes, 26) };
+        let header = IdxHeader {
+            dtype,
+            sequence_count: u64_at(bytes, 18),
+            document_count: u64_at(bytes, 26),
+        };
         let expected = header.file_len().ok_or_else(|| {
-            ShardError::corrupt(path, 18, "sequence/document counts overflow: header is damaged")
+            ShardError::corrupt(
+                path,
+                18,
+                "sequence/document counts overflow: header is damaged",
+            )
         })?;
         if bytes.len() as u64 != expected {
             return Err(ShardError::corrupt(
@@ -71,7 +94,11 @@ impl IdxHeader {
             ));
         }
         if header.document_count == 0 {
-            return Err(ShardError::corrupt(path, 26, "document count 0: the index array must hold at least [0]"));
+            return Err(ShardError::corrupt(
+                path,
+                26,
+                "document count 0: the index array must hold at least [0]",
+            ));
         }
         Ok(header)
     }
@@ -80,7 +107,9 @@ impl IdxHeader {
     pub fn file_len(&self) -> Option<u64> {
         let n = self.sequence_count;
         let d = self.document_count;
-        n.checked_mul(12)?.checked_add(d.checked_mul(8)?)?.checked_add(HEADER_LEN as u64)
+        n.checked_mul(12)?
+            .checked_add(d.checked_mul(8)?)?
+            .checked_add(HEADER_LEN as u64)
     }
     pub(crate) fn lengths_offset(&self) -> usize {
         HEADER_LEN

@@ -136,7 +136,11 @@ impl Manifest {
         })?;
         let manifest: Manifest = serde_json::from_str(&text).map_err(|e| ShardError::Manifest {
             path: path.clone(),
-            what: format!("not a valid rsd manifest at line {} column {}: {e}", e.line(), e.column()),
+            what: format!(
+                "not a valid rsd manifest at line {} column {}: {e}",
+                e.line(),
+                e.column()
+            ),
         })?;
         if manifest.format != FORMAT_NAME {
             return Err(ShardError::Manifest {

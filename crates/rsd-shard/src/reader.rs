@@ -94,7 +94,13 @@ impl Shard {
         let idx = map(&idx_path)?;
         let header = IdxHeader::parse(&idx, &idx_path)?;
         let bin = map(&bin_path)?;
-        let shard = Shard { bin_path, idx_path, bin, idx, header };
+        let shard = Shard {
+            bin_path,
+            idx_path,
+            bin,
+            idx,
+            header,
+        };
         shard.check_ends()?;
         Ok(shard)
     }
@@ -104,12 +110,18 @@ impl Shard {
     fn check_ends(&self) -> Result<()> {
         let h = &self.header;
         let first = i64_at(&self.idx, h.doc_index_offset());
-        let last = i64_at(&self.idx, h.doc_index_offset() + 8 * (h.document_count as usize - 1));
+        let last = i64_at(
+            &self.idx,
+            h.doc_index_offset() + 8 * (h.document_count as usize - 1),
+        );
         if first != 0 || last != h.sequence_count as i64 {
             return Err(ShardError::corrupt(
                 &self.idx_path,
                 h.doc_index_offset() as u64,
-                format!("document index runs {first}..{last}, expected 0..{}", h.sequence_count),
+                format!(
+                    "document index runs {first}..{last}, expected 0..{}",
+                    h.sequence_count
+                ),
             ));
         }
         let expected_bin = if h.sequence_count == 0 {
@@ -119,7 +131,11 @@ impl Shard {
             let ptr = self.pointer(n);
             let len = self.length(n);
             if ptr < 0 || len < 0 {
-                return Err(ShardError::corrupt(&self.idx_path, h.pointers_offset() as u64 + 8 * n as u64, "negative pointer or length"));
+                return Err(ShardError::corrupt(
+                    &self.idx_path,
+                    h.pointers_offset() as u64 + 8 * n as u64,
+                    "negative pointer or length",
+                ));
             }
             ptr as u64 + len as u64 * h.dtype.size() as u64
         };
@@ -127,7 +143,10 @@ impl Shard {
             return Err(ShardError::corrupt(
                 &self.bin_path,
                 (self.bin.len() as u64).min(expected_bin),
-                format!("file is {} bytes, but its .idx says the tokens end at byte {expected_bin}", self.bin.len()),
+                format!(
+                    "file is {} bytes, but its .idx says the tokens end at byte {expected_bin}",
+                    self.bin.len()
+                ),
             ));
         }
         Ok(())
@@ -188,7 +207,11 @@ impl Shard {
         let off = self.header.doc_index_offset() as u64 + 8 * i as u64;
         let (first, end) = (self.doc_index(i), self.doc_index(i + 1));
         if first < 0 || end <= first || end as u64 > self.header.sequence_count {
-            return Err(ShardError::corrupt(&self.idx_path, off, format!("sample {i} spans sequences {first}..{end}")));
+            return Err(ShardError::corrupt(
+                &self.idx_path,
+                off,
+                format!("sample {i} spans sequences {first}..{end}"),
+            ));
         }
         let (first, end) = (first as usize, end as usize);
         let start = self.pointer(first);
@@ -197,7 +220,11 @@ impl Shard {
             let len = self.length(s);
             if len <= 0 {
                 let at = self.header.lengths_offset() as u64 + 4 * s as u64;
-                return Err(ShardError::corrupt(&self.idx_path, at, format!("sequence {s} has length {len}")));
+                return Err(ShardError::corrupt(
+                    &self.idx_path,
+                    at,
+                    format!("sequence {s} has length {len}"),
+                ));
             }
             tokens += len as i64;
         }
@@ -208,7 +235,10 @@ impl Shard {
             return Err(ShardError::corrupt(
                 &self.idx_path,
                 at,
-                format!("sample {i} points at bytes {start}..{byte_end} of a {}-byte .bin", self.bin.len()),
+                format!(
+                    "sample {i} points at bytes {start}..{byte_end} of a {}-byte .bin",
+                    self.bin.len()
+                ),
             ));
         }
         Ok((first, end, start as usize, byte_end as usize))
@@ -222,8 +252,14 @@ impl Shard {
         // in sample_span), so the pointer is aligned; the length is within the mapping.
         let tokens = unsafe {
             match self.header.dtype {
-                TokenDtype::Uint16 => Tokens::U16(std::slice::from_raw_parts(bytes.as_ptr().cast(), bytes.len() / 2)),
-                TokenDtype::Int32 => Tokens::I32(std::slice::from_raw_parts(bytes.as_ptr().cast(), bytes.len() / 4)),
+                TokenDtype::Uint16 => Tokens::U16(std::slice::from_raw_parts(
+                    bytes.as_ptr().cast(),
+                    bytes.len() / 2,
+                )),
+                TokenDtype::Int32 => Tokens::I32(std::slice::from_raw_parts(
+                    bytes.as_ptr().cast(),
+                    bytes.len() / 4,
+                )),
             }
         };
         let pieces = (first..end).map(|s| self.length(s) as u32).collect();
@@ -264,7 +300,12 @@ impl ShardSet {
             starts.push(starts.last().copied().unwrap_or(0) + info.samples);
             shards.push(shard);
         }
-        Ok(ShardSet { dir: dir.to_path_buf(), manifest, shards, starts })
+        Ok(ShardSet {
+            dir: dir.to_path_buf(),
+            manifest,
+            shards,
+            starts,
+        })
     }
 
     /// The directory.

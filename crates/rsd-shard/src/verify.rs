@@ -16,7 +16,10 @@ pub struct VerifyOptions {
 
 impl Default for VerifyOptions {
     fn default() -> Self {
-        VerifyOptions { checksums: true, token_range: true }
+        VerifyOptions {
+            checksums: true,
+            token_range: true,
+        }
     }
 }
 
@@ -46,7 +49,9 @@ pub fn verify(dir: &Path, options: VerifyOptions) -> Result<VerifyReport> {
     for info in &manifest.shards {
         for (ext, bytes_expected) in [("bin", info.bin_bytes), ("idx", info.idx_bytes)] {
             let path = dir.join(format!("{}.{ext}", info.prefix));
-            let len = std::fs::metadata(&path).map_err(|e| ShardError::io(&path, e))?.len();
+            let len = std::fs::metadata(&path)
+                .map_err(|e| ShardError::io(&path, e))?
+                .len();
             if len != bytes_expected {
                 return Err(ShardError::corrupt(
                     &path,
@@ -63,7 +68,11 @@ pub fn verify(dir: &Path, options: VerifyOptions) -> Result<VerifyReport> {
             ] {
                 let got = format!("{:016x}", crate::checksum(bytes));
                 if &got != expected {
-                    return Err(ShardError::corrupt(path, 0, format!("xxh3 checksum {got}, the manifest says {expected}")));
+                    return Err(ShardError::corrupt(
+                        path,
+                        0,
+                        format!("xxh3 checksum {got}, the manifest says {expected}"),
+                    ));
                 }
             }
         }
@@ -90,7 +99,10 @@ pub fn verify(dir: &Path, options: VerifyOptions) -> Result<VerifyReport> {
         report.bytes += info.bin_bytes + info.idx_bytes;
         report.shards += 1;
     }
-    if samples != manifest.totals.samples || tokens != manifest.totals.tokens || pieces != manifest.totals.pieces {
+    if samples != manifest.totals.samples
+        || tokens != manifest.totals.tokens
+        || pieces != manifest.totals.pieces
+    {
         return Err(ShardError::Manifest {
             path: manifest_path,
             what: format!(
@@ -103,7 +115,9 @@ pub fn verify(dir: &Path, options: VerifyOptions) -> Result<VerifyReport> {
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             if name.ends_with(".tmp") {
-                report.warnings.push(format!("leftover temporary file {name} (safe to delete)"));
+                report
+                    .warnings
+                    .push(format!("leftover temporary file {name} (safe to delete)"));
             }
         }
     }
@@ -156,8 +170,16 @@ fn check_index(shard: &Shard, manifest: &Manifest) -> Result<()> {
             return Err(ShardError::corrupt(
                 shard.idx_path(),
                 h.doc_index_offset() as u64 + 8 * i as u64,
-                format!("sample {i} has {len} tokens; {} mode with length {} allows {}", manifest.mode, manifest.seq_len,
-                    if manifest.mode == "fixed" { "exactly that" } else { "at most that" }),
+                format!(
+                    "sample {i} has {len} tokens; {} mode with length {} allows {}",
+                    manifest.mode,
+                    manifest.seq_len,
+                    if manifest.mode == "fixed" {
+                        "exactly that"
+                    } else {
+                        "at most that"
+                    }
+                ),
             ));
         }
     }
@@ -170,7 +192,12 @@ fn check_token_range(shard: &Shard, vocab_size: u64) -> Result<()> {
         TokenDtype::Uint16 => bytes
             .chunks_exact(2)
             .position(|c| u16::from_le_bytes([c[0], c[1]]) as u64 >= vocab_size)
-            .map(|i| (i * 2, u16::from_le_bytes([bytes[i * 2], bytes[i * 2 + 1]]) as i64)),
+            .map(|i| {
+                (
+                    i * 2,
+                    u16::from_le_bytes([bytes[i * 2], bytes[i * 2 + 1]]) as i64,
+                )
+            }),
         TokenDtype::Int32 => bytes
             .chunks_exact(4)
             .position(|c| {

@@ -56,7 +56,10 @@ impl ShardWriter {
             )));
         }
         if let Some(&bad) = tokens.iter().find(|&&t| t > self.dtype.max_id()) {
-            return Err(ShardError::Invalid(format!("token id {bad} does not fit in {}", self.dtype.name())));
+            return Err(ShardError::Invalid(format!(
+                "token id {bad} does not fit in {}",
+                self.dtype.name()
+            )));
         }
         self.encode_buf.clear();
         match self.dtype {
@@ -71,8 +74,12 @@ impl ShardWriter {
                 }
             }
         }
-        let bin = self.bin.as_mut().ok_or_else(|| ShardError::Invalid("shard already finished".into()))?;
-        bin.write_all(&self.encode_buf).map_err(|e| ShardError::io(&self.bin_tmp, e))?;
+        let bin = self
+            .bin
+            .as_mut()
+            .ok_or_else(|| ShardError::Invalid("shard already finished".into()))?;
+        bin.write_all(&self.encode_buf)
+            .map_err(|e| ShardError::io(&self.bin_tmp, e))?;
         self.hasher.update(&self.encode_buf);
         self.bin_bytes += self.encode_buf.len() as u64;
         self.lengths.extend(pieces.iter().map(|&p| p as i32));
@@ -92,9 +99,15 @@ impl ShardWriter {
 
     /// Write the `.idx`, fsync both files, and rename them into place.
     pub fn finish(mut self) -> Result<ShardInfo> {
-        let bin = self.bin.take().ok_or_else(|| ShardError::Invalid("shard already finished".into()))?;
-        let file = bin.into_inner().map_err(|e| ShardError::io(&self.bin_tmp, e.into_error()))?;
-        file.sync_all().map_err(|e| ShardError::io(&self.bin_tmp, e))?;
+        let bin = self
+            .bin
+            .take()
+            .ok_or_else(|| ShardError::Invalid("shard already finished".into()))?;
+        let file = bin
+            .into_inner()
+            .map_err(|e| ShardError::io(&self.bin_tmp, e.into_error()))?;
+        file.sync_all()
+            .map_err(|e| ShardError::io(&self.bin_tmp, e))?;
         drop(file);
 
         let idx_bytes = idx::encode(self.dtype, &self.lengths, &self.doc_indices);
@@ -146,8 +159,19 @@ pub struct ShardSetWriter {
 
 impl ShardSetWriter {
     /// Shards go into `dir`, numbered from `first_index` (non-zero when resuming).
-    pub fn new(dir: &Path, dtype: TokenDtype, target_bytes: u64, first_index: usize) -> ShardSetWriter {
-        ShardSetWriter { dir: dir.to_path_buf(), dtype, target_bytes: target_bytes.max(1), next_index: first_index, current: None }
+    pub fn new(
+        dir: &Path,
+        dtype: TokenDtype,
+        target_bytes: u64,
+        first_index: usize,
+    ) -> ShardSetWriter {
+        ShardSetWriter {
+            dir: dir.to_path_buf(),
+            dtype,
+            target_bytes: target_bytes.max(1),
+            next_index: first_index,
+            current: None,
+        }
     }
 
     /// The file prefix of shard number `index`.
@@ -162,7 +186,10 @@ impl ShardSetWriter {
             self.current = Some(ShardWriter::create(&self.dir, &prefix, self.dtype)?);
             self.next_index += 1;
         }
-        let writer = self.current.as_mut().ok_or_else(|| ShardError::Invalid("no open shard".into()))?;
+        let writer = self
+            .current
+            .as_mut()
+            .ok_or_else(|| ShardError::Invalid("no open shard".into()))?;
         writer.add_sample(tokens, pieces)?;
         if writer.bin_bytes() >= self.target_bytes {
             return self.close_current();

@@ -4,7 +4,13 @@ use std::path::Path;
 
 use rsd_shard::*;
 
-fn manifest(dir: &Path, dtype: TokenDtype, seq_len: u64, mode: &str, shards: Vec<ShardInfo>) -> Manifest {
+fn manifest(
+    dir: &Path,
+    dtype: TokenDtype,
+    seq_len: u64,
+    mode: &str,
+    shards: Vec<ShardInfo>,
+) -> Manifest {
     let mut totals = Totals::default();
     for s in &shards {
         totals.samples += s.samples;
@@ -14,7 +20,13 @@ fn manifest(dir: &Path, dtype: TokenDtype, seq_len: u64, mode: &str, shards: Vec
     let m = Manifest {
         format: FORMAT_NAME.into(),
         version: FORMAT_VERSION,
-        tokenizer: TokenizerInfo { name: "test".into(), sha256: "0".repeat(64), vocab_size: 70_000, bos_id: None, eos_id: Some(1) },
+        tokenizer: TokenizerInfo {
+            name: "test".into(),
+            sha256: "0".repeat(64),
+            vocab_size: 70_000,
+            bos_id: None,
+            eos_id: Some(1),
+        },
         dtype,
         seq_len,
         mode: mode.into(),
@@ -33,7 +45,9 @@ fn manifest(dir: &Path, dtype: TokenDtype, seq_len: u64, mode: &str, shards: Vec
 fn samples(n: usize) -> Vec<(Vec<u32>, Vec<u32>)> {
     (0..n)
         .map(|i| {
-            let tokens: Vec<u32> = (0..8).map(|j| ((i * 7919 + j * 104_729) % 65_000) as u32).collect();
+            let tokens: Vec<u32> = (0..8)
+                .map(|j| ((i * 7919 + j * 104_729) % 65_000) as u32)
+                .collect();
             let pieces = match i % 3 {
                 0 => vec![8],
                 1 => vec![3, 5],
@@ -44,7 +58,12 @@ fn samples(n: usize) -> Vec<(Vec<u32>, Vec<u32>)> {
         .collect()
 }
 
-fn write_set(dir: &Path, dtype: TokenDtype, target_bytes: u64, data: &[(Vec<u32>, Vec<u32>)]) -> Vec<ShardInfo> {
+fn write_set(
+    dir: &Path,
+    dtype: TokenDtype,
+    target_bytes: u64,
+    data: &[(Vec<u32>, Vec<u32>)],
+) -> Vec<ShardInfo> {
     let mut w = ShardSetWriter::new(dir, dtype, target_bytes, 0);
     let mut infos = vec![];
     for (t, p) in data {
@@ -63,7 +82,11 @@ fn round_trip_both_dtypes_and_rolling() {
         let data = samples(25);
         // 8 tokens × 2 or 4 bytes; a 40-byte target rolls every 3 (u16) or 2 (i32) samples.
         let infos = write_set(tmp.path(), dtype, 40, &data);
-        assert!(infos.len() > 5, "expected several shards, got {}", infos.len());
+        assert!(
+            infos.len() > 5,
+            "expected several shards, got {}",
+            infos.len()
+        );
         manifest(tmp.path(), dtype, 8, "fixed", infos);
         let set = ShardSet::open(tmp.path()).unwrap();
         assert_eq!(set.num_samples(), 25);
@@ -76,8 +99,11 @@ fn round_trip_both_dtypes_and_rolling() {
         let report = verify(tmp.path(), VerifyOptions::default()).unwrap();
         assert_eq!((report.samples, report.tokens), (25, 200));
         // No temporary files are left behind.
-        let leftovers: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().flatten()
-            .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp")).collect();
+        let leftovers: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+            .collect();
         assert!(leftovers.is_empty());
     }
 }
@@ -86,11 +112,23 @@ fn round_trip_both_dtypes_and_rolling() {
 fn writer_rejects_bad_samples() {
     let tmp = tempfile::tempdir().unwrap();
     let mut w = ShardWriter::create(tmp.path(), "x", TokenDtype::Uint16).unwrap();
-    assert!(w.add_sample(&[1, 2, 3], &[2]).is_err(), "pieces must sum to the token count");
-    assert!(w.add_sample(&[1, 2, 3], &[3, 0]).is_err(), "zero-length piece");
-    assert!(w.add_sample(&[70_000], &[1]).is_err(), "id does not fit in uint16");
+    assert!(
+        w.add_sample(&[1, 2, 3], &[2]).is_err(),
+        "pieces must sum to the token count"
+    );
+    assert!(
+        w.add_sample(&[1, 2, 3], &[3, 0]).is_err(),
+        "zero-length piece"
+    );
+    assert!(
+        w.add_sample(&[70_000], &[1]).is_err(),
+        "id does not fit in uint16"
+    );
     drop(w);
-    assert!(!tmp.path().join("x.bin.tmp").exists(), "an unfinished writer removes its temp file");
+    assert!(
+        !tmp.path().join("x.bin.tmp").exists(),
+        "an unfinished writer removes its temp file"
+    );
     assert!(!tmp.path().join("x.bin").exists());
 }
 
@@ -133,17 +171,34 @@ fn verify_finds_truncation_and_header_damage() {
     let bin = tmp.path().join("shard-00000.bin");
     let f = std::fs::OpenOptions::new().write(true).open(&bin).unwrap();
     f.set_len(infos[0].bin_bytes - 4).unwrap();
-    expect_corrupt(tmp.path(), "shard-00000.bin", Some(infos[0].bin_bytes - 4), "manifest says");
+    expect_corrupt(
+        tmp.path(),
+        "shard-00000.bin",
+        Some(infos[0].bin_bytes - 4),
+        "manifest says",
+    );
 
     let (tmp, _) = packed_dir(TokenDtype::Int32);
     flip_byte(&tmp.path().join("shard-00000.idx"), 2);
-    let err = Shard::open(&tmp.path().join("shard-00000")).err().unwrap().to_string();
-    assert!(err.contains("shard-00000.idx") && err.contains("magic"), "{err}");
+    let err = Shard::open(&tmp.path().join("shard-00000"))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("shard-00000.idx") && err.contains("magic"),
+        "{err}"
+    );
 
     let (tmp, _) = packed_dir(TokenDtype::Int32);
     flip_byte(&tmp.path().join("shard-00000.idx"), 17);
-    let err = Shard::open(&tmp.path().join("shard-00000")).err().unwrap().to_string();
-    assert!(err.contains("at byte 17") && err.contains("dtype code"), "{err}");
+    let err = Shard::open(&tmp.path().join("shard-00000"))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("at byte 17") && err.contains("dtype code"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -155,7 +210,10 @@ fn verify_without_checksums_still_finds_index_damage() {
     drop(shard);
     let ptr_offset = 34 + 4 * n + 8;
     flip_byte(&tmp.path().join("shard-00000.idx"), ptr_offset);
-    let opts = VerifyOptions { checksums: false, token_range: true };
+    let opts = VerifyOptions {
+        checksums: false,
+        token_range: true,
+    };
     let err = verify(tmp.path(), opts).unwrap_err();
     match &err {
         ShardError::Corrupt { path, offset, .. } => {
@@ -169,16 +227,34 @@ fn verify_without_checksums_still_finds_index_damage() {
 #[test]
 fn token_ids_outside_the_vocab_are_found_with_their_offset() {
     let tmp = tempfile::tempdir().unwrap();
-    let infos = write_set(tmp.path(), TokenDtype::Int32, 1 << 20, &[(vec![5, 6, 70_001, 7], vec![4])]);
+    let infos = write_set(
+        tmp.path(),
+        TokenDtype::Int32,
+        1 << 20,
+        &[(vec![5, 6, 70_001, 7], vec![4])],
+    );
     manifest(tmp.path(), TokenDtype::Int32, 4, "fixed", infos);
-    let err = verify(tmp.path(), VerifyOptions { checksums: true, token_range: true }).unwrap_err();
+    let err = verify(
+        tmp.path(),
+        VerifyOptions {
+            checksums: true,
+            token_range: true,
+        },
+    )
+    .unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("shard-00000.bin: at byte 8") && msg.contains("70001"), "{msg}");
+    assert!(
+        msg.contains("shard-00000.bin: at byte 8") && msg.contains("70001"),
+        "{msg}"
+    );
 }
 
 #[test]
 fn missing_manifest_says_what_to_do() {
     let tmp = tempfile::tempdir().unwrap();
     let msg = ShardSet::open(tmp.path()).err().unwrap().to_string();
-    assert!(msg.contains("index.json") && msg.contains("rsd-data pack"), "{msg}");
+    assert!(
+        msg.contains("index.json") && msg.contains("rsd-data pack"),
+        "{msg}"
+    );
 }

@@ -17,10 +17,17 @@ use crate::error::{DataError, Result};
 /// The index of the text column, or an error listing the columns there are.
 pub(super) fn column_index(path: &Path, schema: &Schema, field: &str) -> Result<usize> {
     schema.index_of(field).map_err(|_| {
-        let names: Vec<String> = schema.fields().iter().map(|f| format!("{} ({})", f.name(), f.data_type())).collect();
+        let names: Vec<String> = schema
+            .fields()
+            .iter()
+            .map(|f| format!("{} ({})", f.name(), f.data_type()))
+            .collect();
         DataError::bad_file(
             path,
-            format!("no column {field:?}; the file has: {} (choose one with --text-field)", names.join(", ")),
+            format!(
+                "no column {field:?}; the file has: {} (choose one with --text-field)",
+                names.join(", ")
+            ),
         )
     })
 }
@@ -38,7 +45,15 @@ pub(super) struct TextBatches<R> {
 
 impl<R> TextBatches<R> {
     pub(super) fn new(path: PathBuf, reader: R, field: &str) -> Self {
-        TextBatches { path, reader, field: field.to_string(), batch: None, row_in_batch: 0, row: 0, failed: false }
+        TextBatches {
+            path,
+            reader,
+            field: field.to_string(),
+            batch: None,
+            row_in_batch: 0,
+            row: 0,
+            failed: false,
+        }
     }
 }
 
@@ -85,7 +100,10 @@ impl<R: Iterator<Item = std::result::Result<RecordBatch, ArrowError>>> Iterator 
                             self.failed = true;
                             Some(Err(DataError::bad_file(
                                 &self.path,
-                                format!("column {:?} has type {ty}, expected a string column", self.field),
+                                format!(
+                                    "column {:?} has type {ty}, expected a string column",
+                                    self.field
+                                ),
                             )))
                         }
                     };
@@ -135,7 +153,12 @@ fn is_ipc_file(path: &Path) -> Result<bool> {
 fn reader(path: &Path, projection: Option<Vec<usize>>) -> Result<IpcReader> {
     let file = File::open(path).map_err(|e| DataError::io(path, e))?;
     let buffered = BufReader::with_capacity(1 << 20, file);
-    let bad = |e: ArrowError| DataError::bad_file(path, format!("not a readable Arrow IPC file or stream (truncated or corrupt?): {e}"));
+    let bad = |e: ArrowError| {
+        DataError::bad_file(
+            path,
+            format!("not a readable Arrow IPC file or stream (truncated or corrupt?): {e}"),
+        )
+    };
     Ok(if is_ipc_file(path)? {
         IpcReader::File(FileReader::try_new(buffered, projection).map_err(bad)?)
     } else {
@@ -150,7 +173,11 @@ pub(super) fn open(path: &Path, field: &str) -> Result<TextBatches<IpcReader>> {
         IpcReader::Stream(r) => r.schema(),
     };
     let index = column_index(path, &schema, field)?;
-    Ok(TextBatches::new(path.to_path_buf(), reader(path, Some(vec![index]))?, field))
+    Ok(TextBatches::new(
+        path.to_path_buf(),
+        reader(path, Some(vec![index]))?,
+        field,
+    ))
 }
 
 /// The `.arrow` files of a `datasets.save_to_disk` directory, in order; `None` if `dir` is not one.
@@ -167,11 +194,17 @@ pub(super) fn saved_dataset_files(dir: &Path) -> Result<Option<Vec<PathBuf>>> {
         return Ok(None);
     }
     let text = std::fs::read_to_string(&state).map_err(|e| DataError::io(&state, e))?;
-    let json: Value = serde_json::from_str(&text).map_err(|e| DataError::bad_file(&state, format!("not valid JSON: {e}")))?;
+    let json: Value = serde_json::from_str(&text)
+        .map_err(|e| DataError::bad_file(&state, format!("not valid JSON: {e}")))?;
     let files = json
         .get("_data_files")
         .and_then(Value::as_array)
-        .ok_or_else(|| DataError::bad_file(&state, "no \"_data_files\" list: not a datasets save_to_disk directory"))?;
+        .ok_or_else(|| {
+            DataError::bad_file(
+                &state,
+                "no \"_data_files\" list: not a datasets save_to_disk directory",
+            )
+        })?;
     let mut out = vec![];
     for f in files {
         let name = f.get("filename").and_then(Value::as_str).ok_or_else(|| {

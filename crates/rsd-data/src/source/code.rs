@@ -10,16 +10,40 @@ use crate::error::{DataError, Result};
 
 /// Extensions that mark a directory as code when detecting formats.
 pub(super) const CODE_EXTENSIONS: &[&str] = &[
-    "rs", "py", "go", "c", "h", "cc", "cpp", "hpp", "java", "js", "ts", "rb", "php", "cs", "swift", "kt", "scala", "sh", "toml",
+    "rs", "py", "go", "c", "h", "cc", "cpp", "hpp", "java", "js", "ts", "rb", "php", "cs", "swift",
+    "kt", "scala", "sh", "toml",
 ];
 
 /// Directories that hold other people's code or generated files.
 const SKIP_DIRS: &[&str] = &[
-    ".git", ".hg", ".svn", "node_modules", "vendor", "third_party", "third-party", "target", "build", "dist", "__pycache__",
-    ".venv", "venv", ".tox", ".idea", ".vscode", ".mypy_cache", ".pytest_cache",
+    ".git",
+    ".hg",
+    ".svn",
+    "node_modules",
+    "vendor",
+    "third_party",
+    "third-party",
+    "target",
+    "build",
+    "dist",
+    "__pycache__",
+    ".venv",
+    "venv",
+    ".tox",
+    ".idea",
+    ".vscode",
+    ".mypy_cache",
+    ".pytest_cache",
 ];
 /// Generated files that are text but not code anyone wrote.
-const SKIP_FILES: &[&str] = &["Cargo.lock", "package-lock.json", "yarn.lock", "pnpm-lock.yaml", "poetry.lock", "go.sum"];
+const SKIP_FILES: &[&str] = &[
+    "Cargo.lock",
+    "package-lock.json",
+    "yarn.lock",
+    "pnpm-lock.yaml",
+    "poetry.lock",
+    "go.sum",
+];
 /// Files larger than this are almost always data or generated code.
 const MAX_FILE_BYTES: u64 = 1 << 20;
 
@@ -51,11 +75,19 @@ pub(super) fn resolve(mut source: ResolvedSource) -> Result<ResolvedSource> {
 }
 
 fn dir_bytes(dir: &Path) -> u64 {
-    walkdir::WalkDir::new(dir).into_iter().flatten().filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum()
 }
 
 fn skipped_dir(entry: &walkdir::DirEntry) -> bool {
-    entry.depth() > 0 && entry.file_type().is_dir() && SKIP_DIRS.contains(&entry.file_name().to_string_lossy().as_ref())
+    entry.depth() > 0
+        && entry.file_type().is_dir()
+        && SKIP_DIRS.contains(&entry.file_name().to_string_lossy().as_ref())
 }
 
 /// Text of a file if it is source code: valid UTF-8, no NUL bytes, not huge, not minified.
@@ -74,18 +106,28 @@ fn code_text(path: &Path, len: u64) -> Option<String> {
 pub(super) fn read_repo(repo: &Path) -> Result<RawDoc> {
     let mut doc = String::new();
     let mut bytes = 0u64;
-    let walker = walkdir::WalkDir::new(repo).sort_by_file_name().into_iter().filter_entry(|e| !skipped_dir(e));
+    let walker = walkdir::WalkDir::new(repo)
+        .sort_by_file_name()
+        .into_iter()
+        .filter_entry(|e| !skipped_dir(e));
     for entry in walker {
         let entry = entry.map_err(|e| DataError::Io {
-            path: e.path().map(Path::to_path_buf).unwrap_or_else(|| repo.to_path_buf()),
-            source: e.into_io_error().unwrap_or_else(|| std::io::Error::other("walk failed")),
+            path: e
+                .path()
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|| repo.to_path_buf()),
+            source: e
+                .into_io_error()
+                .unwrap_or_else(|| std::io::Error::other("walk failed")),
         })?;
         if !entry.file_type().is_file() {
             continue;
         }
         let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
         bytes += len;
-        let Some(text) = code_text(entry.path(), len) else { continue };
+        let Some(text) = code_text(entry.path(), len) else {
+            continue;
+        };
         let rel = entry.path().strip_prefix(repo).unwrap_or(entry.path());
         doc.push_str(&file_header(&rel.to_string_lossy()));
         doc.push_str(&text);
@@ -93,5 +135,9 @@ pub(super) fn read_repo(repo: &Path) -> Result<RawDoc> {
             doc.push('\n');
         }
     }
-    Ok(RawDoc { origin: repo.display().to_string(), bytes, content: Content::Text(doc) })
+    Ok(RawDoc {
+        origin: repo.display().to_string(),
+        bytes,
+        content: Content::Text(doc),
+    })
 }

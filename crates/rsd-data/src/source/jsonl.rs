@@ -28,20 +28,39 @@ pub(super) fn open(path: &Path, field: &str) -> Result<JsonlDocs> {
     } else {
         Box::new(BufReader::with_capacity(1 << 20, file) as BufReader<File>)
     };
-    Ok(JsonlDocs { path: path.to_path_buf(), reader, field: field.to_string(), line: 0, buf: Vec::new(), done: false })
+    Ok(JsonlDocs {
+        path: path.to_path_buf(),
+        reader,
+        field: field.to_string(),
+        line: 0,
+        buf: Vec::new(),
+        done: false,
+    })
 }
 
 impl JsonlDocs {
     fn parse_line(&self) -> Result<RawDoc> {
         let line = self.line;
         let text = std::str::from_utf8(&self.buf).map_err(|e| {
-            DataError::bad_record(&self.path, format!("line {line}"), format!("invalid UTF-8 at byte {} of the line", e.valid_up_to()))
+            DataError::bad_record(
+                &self.path,
+                format!("line {line}"),
+                format!("invalid UTF-8 at byte {} of the line", e.valid_up_to()),
+            )
         })?;
         let value: Value = serde_json::from_str(text.trim_end()).map_err(|e| {
-            DataError::bad_record(&self.path, format!("line {line}"), format!("malformed JSON at column {}: {e}", e.column()))
+            DataError::bad_record(
+                &self.path,
+                format!("line {line}"),
+                format!("malformed JSON at column {}: {e}", e.column()),
+            )
         })?;
         let Value::Object(map) = value else {
-            return Err(DataError::bad_record(&self.path, format!("line {line}"), "expected a JSON object per line"));
+            return Err(DataError::bad_record(
+                &self.path,
+                format!("line {line}"),
+                "expected a JSON object per line",
+            ));
         };
         match map.get(&self.field) {
             Some(Value::String(s)) => Ok(RawDoc {
@@ -52,14 +71,22 @@ impl JsonlDocs {
             Some(other) => Err(DataError::bad_record(
                 &self.path,
                 format!("line {line}"),
-                format!("field {:?} is {}, expected a string", self.field, json_kind(other)),
+                format!(
+                    "field {:?} is {}, expected a string",
+                    self.field,
+                    json_kind(other)
+                ),
             )),
             None => {
                 let keys: Vec<&str> = map.keys().map(String::as_str).collect();
                 Err(DataError::bad_record(
                     &self.path,
                     format!("line {line}"),
-                    format!("no field {:?}; this line has: {} (choose one with --text-field)", self.field, keys.join(", ")),
+                    format!(
+                        "no field {:?}; this line has: {} (choose one with --text-field)",
+                        self.field,
+                        keys.join(", ")
+                    ),
                 ))
             }
         }
@@ -95,7 +122,10 @@ impl Iterator for JsonlDocs {
                     self.done = true;
                     return Some(Err(DataError::bad_file(
                         &self.path,
-                        format!("read failed at line {} (corrupt or truncated compressed data?): {e}", self.line),
+                        format!(
+                            "read failed at line {} (corrupt or truncated compressed data?): {e}",
+                            self.line
+                        ),
                     )));
                 }
             }

@@ -27,7 +27,10 @@ pub fn find_datasets(root: &Path) -> Result<Vec<PathBuf>> {
     let mut walker = walkdir::WalkDir::new(root).sort_by_file_name().into_iter();
     while let Some(entry) = walker.next() {
         let Ok(entry) = entry else { continue };
-        if entry.file_type().is_dir() && entry.depth() > 0 && is_mds_index(&entry.path().join("index.json")) {
+        if entry.file_type().is_dir()
+            && entry.depth() > 0
+            && is_mds_index(&entry.path().join("index.json"))
+        {
             found.push(entry.path().to_path_buf());
             walker.skip_current_dir();
         }
@@ -36,20 +39,29 @@ pub fn find_datasets(root: &Path) -> Result<Vec<PathBuf>> {
 }
 
 fn is_mds_index(path: &Path) -> bool {
-    let Ok(text) = std::fs::read_to_string(path) else { return false };
-    let Ok(json) = serde_json::from_str::<Value>(&text) else { return false };
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return false;
+    };
+    let Ok(json) = serde_json::from_str::<Value>(&text) else {
+        return false;
+    };
     json.get("shards").is_some_and(Value::is_array) && json.get("version").is_some()
 }
 
 /// Total bytes of a dataset's shard files, from its index (for progress).
 pub fn dataset_bytes(dir: &Path) -> u64 {
-    MdsDataset::open(dir).map(|d| d.shards.iter().map(|s| s.bytes).sum()).unwrap_or(0)
+    MdsDataset::open(dir)
+        .map(|d| d.shards.iter().map(|s| s.bytes).sum())
+        .unwrap_or(0)
 }
 
 #[derive(Debug, Clone)]
 enum Column {
     /// `ndarray:<dtype>[:shape]` or `ndarray`.
-    NdArray { dtype: Option<Dtype>, fixed_shape: Option<Vec<u64>> },
+    NdArray {
+        dtype: Option<Dtype>,
+        fixed_shape: Option<Vec<u64>>,
+    },
     /// Anything else; only its size matters to us.
     Other,
 }
@@ -113,7 +125,9 @@ impl Dtype {
             Dtype::I16 => i16::from_le_bytes([b[0], b[1]]) as i64,
             Dtype::U32 => u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64,
             Dtype::I32 => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64,
-            Dtype::U64 | Dtype::I64 => i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
+            Dtype::U64 | Dtype::I64 => {
+                i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
+            }
         }
     }
 }
@@ -139,24 +153,34 @@ impl MdsDataset {
     pub fn open(dir: &Path) -> Result<MdsDataset> {
         let index = dir.join("index.json");
         let text = std::fs::read_to_string(&index).map_err(|e| DataError::io(&index, e))?;
-        let json: Value = serde_json::from_str(&text).map_err(|e| DataError::bad_file(&index, format!("not valid JSON: {e}")))?;
+        let json: Value = serde_json::from_str(&text)
+            .map_err(|e| DataError::bad_file(&index, format!("not valid JSON: {e}")))?;
         let bad = |what: String| DataError::bad_file(&index, what);
-        let shards = json.get("shards").and_then(Value::as_array).ok_or_else(|| bad("no \"shards\" list".into()))?;
+        let shards = json
+            .get("shards")
+            .and_then(Value::as_array)
+            .ok_or_else(|| bad("no \"shards\" list".into()))?;
         let mut entries = vec![];
         for (k, shard) in shards.iter().enumerate() {
             let format = shard.get("format").and_then(Value::as_str).unwrap_or("");
             if format != "mds" {
-                return Err(bad(format!("shard {k} has format {format:?}; only \"mds\" is supported")));
+                return Err(bad(format!(
+                    "shard {k} has format {format:?}; only \"mds\" is supported"
+                )));
             }
-            let names = str_list(shard.get("column_names")).ok_or_else(|| bad(format!("shard {k}: no column_names")))?;
-            let encodings = str_list(shard.get("column_encodings")).ok_or_else(|| bad(format!("shard {k}: no column_encodings")))?;
+            let names = str_list(shard.get("column_names"))
+                .ok_or_else(|| bad(format!("shard {k}: no column_names")))?;
+            let encodings = str_list(shard.get("column_encodings"))
+                .ok_or_else(|| bad(format!("shard {k}: no column_encodings")))?;
             let sizes: Vec<Option<u64>> = shard
                 .get("column_sizes")
                 .and_then(Value::as_array)
                 .map(|a| a.iter().map(Value::as_u64).collect())
                 .ok_or_else(|| bad(format!("shard {k}: no column_sizes")))?;
             if names.len() != encodings.len() || names.len() != sizes.len() {
-                return Err(bad(format!("shard {k}: column_names, column_encodings and column_sizes differ in length")));
+                return Err(bad(format!(
+                    "shard {k}: column_names, column_encodings and column_sizes differ in length"
+                )));
             }
             let columns = names
                 .into_iter()
@@ -179,16 +203,40 @@ impl MdsDataset {
                 Some(c) if c == "zstd" || c.starts_with("zstd:") => true,
                 Some(other) => return Err(bad(format!("shard {k} is compressed with {other:?}; only uncompressed or zstd MDS is supported"))),
             };
-            let data = if zstd { shard.get("zip_data") } else { shard.get("raw_data") };
+            let data = if zstd {
+                shard.get("zip_data")
+            } else {
+                shard.get("raw_data")
+            };
             let basename = data
                 .and_then(|d| d.get("basename"))
                 .and_then(Value::as_str)
-                .ok_or_else(|| bad(format!("shard {k}: no {} basename", if zstd { "zip_data" } else { "raw_data" })))?;
-            let bytes = data.and_then(|d| d.get("bytes")).and_then(Value::as_u64).unwrap_or(0);
-            let samples = shard.get("samples").and_then(Value::as_u64).ok_or_else(|| bad(format!("shard {k}: no samples count")))?;
-            entries.push(ShardEntry { file: dir.join(basename), zstd, samples, bytes, columns });
+                .ok_or_else(|| {
+                    bad(format!(
+                        "shard {k}: no {} basename",
+                        if zstd { "zip_data" } else { "raw_data" }
+                    ))
+                })?;
+            let bytes = data
+                .and_then(|d| d.get("bytes"))
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            let samples = shard
+                .get("samples")
+                .and_then(Value::as_u64)
+                .ok_or_else(|| bad(format!("shard {k}: no samples count")))?;
+            entries.push(ShardEntry {
+                file: dir.join(basename),
+                zstd,
+                samples,
+                bytes,
+                columns,
+            });
         }
-        Ok(MdsDataset { dir: dir.to_path_buf(), shards: entries })
+        Ok(MdsDataset {
+            dir: dir.to_path_buf(),
+            shards: entries,
+        })
     }
 
     /// The dataset's directory.
@@ -198,15 +246,20 @@ impl MdsDataset {
 
     /// Every document of every shard, in order.
     pub fn documents(self) -> impl Iterator<Item = Result<RawDoc>> + Send {
-        self.shards.into_iter().flat_map(|shard| match ShardDocs::open(shard) {
-            Ok(docs) => Box::new(docs) as Box<dyn Iterator<Item = Result<RawDoc>> + Send>,
-            Err(e) => Box::new(std::iter::once(Err(e))),
-        })
+        self.shards
+            .into_iter()
+            .flat_map(|shard| match ShardDocs::open(shard) {
+                Ok(docs) => Box::new(docs) as Box<dyn Iterator<Item = Result<RawDoc>> + Send>,
+                Err(e) => Box::new(std::iter::once(Err(e))),
+            })
     }
 }
 
 fn str_list(v: Option<&Value>) -> Option<Vec<String>> {
-    v?.as_array()?.iter().map(|x| x.as_str().map(str::to_string)).collect()
+    v?.as_array()?
+        .iter()
+        .map(|x| x.as_str().map(str::to_string))
+        .collect()
 }
 
 fn parse_encoding(enc: &str) -> Column {
@@ -215,7 +268,9 @@ fn parse_encoding(enc: &str) -> Column {
         return Column::Other;
     }
     let dtype = parts.next().and_then(Dtype::parse);
-    let fixed_shape = parts.next().map(|s| s.split(',').filter_map(|d| d.parse().ok()).collect());
+    let fixed_shape = parts
+        .next()
+        .map(|s| s.split(',').filter_map(|d| d.parse().ok()).collect());
     Column::NdArray { dtype, fixed_shape }
 }
 
@@ -248,22 +303,36 @@ impl ShardDocs {
         let path = &entry.file;
         let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
         let bytes = if entry.zstd {
-            let raw = zstd::decode_all(file).map_err(|e| DataError::bad_file(path, format!("corrupt or truncated zstd data: {e}")))?;
+            let raw = zstd::decode_all(file).map_err(|e| {
+                DataError::bad_file(path, format!("corrupt or truncated zstd data: {e}"))
+            })?;
             Bytes::Owned(raw)
         } else {
             // SAFETY: read-only map of an input file we do not modify.
             Bytes::Mapped(unsafe { Mmap::map(&file) }.map_err(|e| DataError::io(path, e))?)
         };
         if bytes.len() < 8 {
-            return Err(DataError::bad_file(path, format!("{} bytes: too short for an MDS shard header", bytes.len())));
+            return Err(DataError::bad_file(
+                path,
+                format!("{} bytes: too short for an MDS shard header", bytes.len()),
+            ));
         }
         let n = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
         if n as u64 != entry.samples {
-            return Err(DataError::bad_file(path, format!("header says {n} samples, index.json says {}", entry.samples)));
+            return Err(DataError::bad_file(
+                path,
+                format!("header says {n} samples, index.json says {}", entry.samples),
+            ));
         }
         let table_end = 4 + 4 * (n + 1);
         if bytes.len() < table_end {
-            return Err(DataError::bad_file(path, format!("truncated: {} bytes, the offset table alone needs {table_end}", bytes.len())));
+            return Err(DataError::bad_file(
+                path,
+                format!(
+                    "truncated: {} bytes, the offset table alone needs {table_end}",
+                    bytes.len()
+                ),
+            ));
         }
         let last = u32_at(&bytes, 4 + 4 * n) as usize;
         if last != bytes.len() {
@@ -272,23 +341,48 @@ impl ShardDocs {
                 format!("truncated or padded: the offset table ends at byte {last} but the file has {} bytes", bytes.len()),
             ));
         }
-        Ok(ShardDocs { entry, bytes: Arc::new(bytes), n, sample: 0, pending: Vec::new().into_iter() })
+        Ok(ShardDocs {
+            entry,
+            bytes: Arc::new(bytes),
+            n,
+            sample: 0,
+            pending: Vec::new().into_iter(),
+        })
     }
 
     /// Split sample `i` into its documents.
     fn sample_docs(&self, i: usize) -> Result<Vec<Result<RawDoc>>> {
         let path = &self.entry.file;
         let bytes = &self.bytes[..];
-        let (start, end) = (u32_at(bytes, 4 + 4 * i) as usize, u32_at(bytes, 8 + 4 * i) as usize);
+        let (start, end) = (
+            u32_at(bytes, 4 + 4 * i) as usize,
+            u32_at(bytes, 8 + 4 * i) as usize,
+        );
         let loc = format!("sample {i}");
         if start > end || end > bytes.len() {
-            return Err(DataError::bad_record(path, loc, format!("offsets {start}..{end} outside the {}-byte file", bytes.len())));
+            return Err(DataError::bad_record(
+                path,
+                loc,
+                format!(
+                    "offsets {start}..{end} outside the {}-byte file",
+                    bytes.len()
+                ),
+            ));
         }
         let sample = &bytes[start..end];
         // Sizes of the variable-size columns come first.
-        let variable = self.entry.columns.iter().filter(|(_, _, s)| s.is_none()).count();
+        let variable = self
+            .entry
+            .columns
+            .iter()
+            .filter(|(_, _, s)| s.is_none())
+            .count();
         if sample.len() < 4 * variable {
-            return Err(DataError::bad_record(path, loc, "sample shorter than its column size table"));
+            return Err(DataError::bad_record(
+                path,
+                loc,
+                "sample shorter than its column size table",
+            ));
         }
         let mut var_sizes = (0..variable).map(|k| u32_at(sample, 4 * k) as usize);
         let mut at = 4 * variable;
@@ -302,13 +396,19 @@ impl ShardDocs {
                 return Err(DataError::bad_record(
                     path,
                     &loc,
-                    format!("column {name:?} needs bytes {at}..{} of a {}-byte sample", at + size, sample.len()),
+                    format!(
+                        "column {name:?} needs bytes {at}..{} of a {}-byte sample",
+                        at + size,
+                        sample.len()
+                    ),
                 ));
             }
             let data = &sample[at..at + size];
             at += size;
             if name == "input_ids" || name == "indices" {
-                let array = decode_ndarray(column, data).map_err(|what| DataError::bad_record(path, &loc, format!("column {name:?}: {what}")))?;
+                let array = decode_ndarray(column, data).map_err(|what| {
+                    DataError::bad_record(path, &loc, format!("column {name:?}: {what}"))
+                })?;
                 if name == "input_ids" {
                     ids = Some(array);
                 } else {
@@ -316,26 +416,44 @@ impl ShardDocs {
                 }
             }
         }
-        let (Some((id_dtype, _, id_bytes)), Some((ix_dtype, ix_shape, ix_bytes))) = (ids, indices) else {
-            return Err(DataError::bad_record(path, &loc, "missing input_ids or indices"));
+        let (Some((id_dtype, _, id_bytes)), Some((ix_dtype, ix_shape, ix_bytes))) = (ids, indices)
+        else {
+            return Err(DataError::bad_record(
+                path,
+                &loc,
+                "missing input_ids or indices",
+            ));
         };
         let n_ids = id_bytes.len() / id_dtype.size();
         let n_ix = ix_bytes.len() / ix_dtype.size();
         if n_ix % 2 != 0 || (ix_shape.len() == 2 && ix_shape[1] != 2) {
-            return Err(DataError::bad_record(path, &loc, format!("indices has shape {ix_shape:?}, expected (documents, 2)")));
+            return Err(DataError::bad_record(
+                path,
+                &loc,
+                format!("indices has shape {ix_shape:?}, expected (documents, 2)"),
+            ));
         }
         let mut docs = vec![];
         let spans: Vec<(i64, i64)> = if n_ix == 0 {
             vec![(0, n_ids as i64)]
         } else {
-            (0..n_ix / 2).map(|d| (ix_dtype.get(ix_bytes, 2 * d), ix_dtype.get(ix_bytes, 2 * d + 1))).collect()
+            (0..n_ix / 2)
+                .map(|d| {
+                    (
+                        ix_dtype.get(ix_bytes, 2 * d),
+                        ix_dtype.get(ix_bytes, 2 * d + 1),
+                    )
+                })
+                .collect()
         };
         for (d, (s, e)) in spans.into_iter().enumerate() {
             if s < 0 || e < s || e as usize > n_ids {
                 return Err(DataError::bad_record(
                     path,
                     &loc,
-                    format!("document {d} spans tokens {s}..{e}, outside input_ids of length {n_ids}"),
+                    format!(
+                        "document {d} spans tokens {s}..{e}, outside input_ids of length {n_ids}"
+                    ),
                 ));
             }
             if e == s {
@@ -345,7 +463,11 @@ impl ShardDocs {
             for t in s as usize..e as usize {
                 let v = id_dtype.get(id_bytes, t);
                 if !(0..=u32::MAX as i64).contains(&v) {
-                    return Err(DataError::bad_record(path, &loc, format!("input_ids[{t}] = {v} is not a token id")));
+                    return Err(DataError::bad_record(
+                        path,
+                        &loc,
+                        format!("input_ids[{t}] = {v} is not a token id"),
+                    ));
                 }
                 tokens.push(v as u32);
             }
@@ -396,7 +518,11 @@ fn decode_ndarray<'a>(column: &Column, data: &'a [u8]) -> std::result::Result<Nd
     let values = &data[at..];
     let count: u64 = shape.iter().product();
     if count * dtype.size() as u64 != values.len() as u64 {
-        return Err(format!("shape {shape:?} needs {} value bytes, found {}", count * dtype.size() as u64, values.len()));
+        return Err(format!(
+            "shape {shape:?} needs {} value bytes, found {}",
+            count * dtype.size() as u64,
+            values.len()
+        ));
     }
     Ok((dtype, shape, values))
 }

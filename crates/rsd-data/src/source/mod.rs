@@ -108,7 +108,10 @@ fn prolong_subset(name: &str) -> &str {
 /// short-document subsets).
 fn resolve_prolong(subset: &str, data_root: &Path, seq_len: u64) -> Result<PathBuf> {
     let name = prolong_subset(subset);
-    let (root64, root512) = (data_root.join("prolong-data-64K"), data_root.join("prolong-data-512K"));
+    let (root64, root512) = (
+        data_root.join("prolong-data-64K"),
+        data_root.join("prolong-data-512K"),
+    );
     let mut candidates = vec![];
     if seq_len > 65536 {
         candidates.push(root512.join(format!("{name}-524288")));
@@ -119,7 +122,10 @@ fn resolve_prolong(subset: &str, data_root: &Path, seq_len: u64) -> Result<PathB
     if let Some(found) = candidates.iter().find(|c| c.is_dir()) {
         return Ok(found.clone());
     }
-    let tried: Vec<String> = candidates.iter().map(|c| format!("  {}", c.display())).collect();
+    let tried: Vec<String> = candidates
+        .iter()
+        .map(|c| format!("  {}", c.display()))
+        .collect();
     Err(DataError::Config(format!(
         "prolong/{subset}: no ProLong data found. Looked in:\n{}\n\
          ProLong's data (princeton-nlp/prolong-data-64K and -512K) is laid out as\n  \
@@ -136,12 +142,18 @@ fn file_len(path: &Path) -> u64 {
 }
 
 fn has_ext(path: &Path, exts: &[&str]) -> bool {
-    path.extension().and_then(|e| e.to_str()).is_some_and(|e| exts.iter().any(|x| x.eq_ignore_ascii_case(e)))
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| exts.iter().any(|x| x.eq_ignore_ascii_case(e)))
 }
 
 fn format_of_file(path: &Path) -> Option<Format> {
     let name = path.file_name()?.to_str()?.to_ascii_lowercase();
-    if name.ends_with(".jsonl") || name.ends_with(".jsonl.zst") || name.ends_with(".json.zst") || name.ends_with(".ndjson") {
+    if name.ends_with(".jsonl")
+        || name.ends_with(".jsonl.zst")
+        || name.ends_with(".json.zst")
+        || name.ends_with(".ndjson")
+    {
         Some(Format::Jsonl)
     } else if name.ends_with(".parquet") {
         Some(Format::Parquet)
@@ -159,10 +171,21 @@ fn format_of_file(path: &Path) -> Option<Format> {
 /// Every regular file under `dir`, sorted by path (byte order, so it is the same everywhere).
 fn files_under(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut files = vec![];
-    for entry in walkdir::WalkDir::new(dir).follow_links(true).sort_by_file_name() {
+    for entry in walkdir::WalkDir::new(dir)
+        .follow_links(true)
+        .sort_by_file_name()
+    {
         let entry = entry.map_err(|e| {
-            let path = e.path().map(Path::to_path_buf).unwrap_or_else(|| dir.to_path_buf());
-            DataError::Io { path, source: e.into_io_error().unwrap_or_else(|| std::io::Error::other("walk failed")) }
+            let path = e
+                .path()
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|| dir.to_path_buf());
+            DataError::Io {
+                path,
+                source: e
+                    .into_io_error()
+                    .unwrap_or_else(|| std::io::Error::other("walk failed")),
+            }
         })?;
         if entry.file_type().is_file() {
             files.push(entry.into_path());
@@ -172,15 +195,29 @@ fn files_under(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// Resolve one `--src`.
-pub fn resolve(spec: &str, forced: Option<Format>, data_root: &Path, seq_len: u64) -> Result<ResolvedSource> {
+pub fn resolve(
+    spec: &str,
+    forced: Option<Format>,
+    data_root: &Path,
+    seq_len: u64,
+) -> Result<ResolvedSource> {
     let path = match spec.strip_prefix("prolong/") {
         Some(subset) if !Path::new(spec).exists() => resolve_prolong(subset, data_root, seq_len)?,
         _ => PathBuf::from(spec),
     };
     if !path.exists() {
-        return Err(DataError::Config(format!("--src {spec}: {} does not exist", path.display())));
+        return Err(DataError::Config(format!(
+            "--src {spec}: {} does not exist",
+            path.display()
+        )));
     }
-    let mut resolved = ResolvedSource { spec: spec.to_string(), path: path.clone(), format: Format::Text, inputs: vec![], bytes: 0 };
+    let mut resolved = ResolvedSource {
+        spec: spec.to_string(),
+        path: path.clone(),
+        format: Format::Text,
+        inputs: vec![],
+        bytes: 0,
+    };
     if path.is_file() {
         let format = forced.or_else(|| format_of_file(&path)).ok_or_else(|| {
             DataError::Config(format!(
@@ -189,7 +226,9 @@ pub fn resolve(spec: &str, forced: Option<Format>, data_root: &Path, seq_len: u6
             ))
         })?;
         if format == Format::Code {
-            return Err(DataError::Config(format!("--src {spec}: --format code takes a directory of repositories")));
+            return Err(DataError::Config(format!(
+                "--src {spec}: --format code takes a directory of repositories"
+            )));
         }
         if format == Format::Mds {
             let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
@@ -229,7 +268,13 @@ pub fn resolve(spec: &str, forced: Option<Format>, data_root: &Path, seq_len: u6
         return code::resolve(resolved);
     }
     let files = files_under(&path)?;
-    let by_format = |f: Format| files.iter().filter(|p| format_of_file(p) == Some(f)).cloned().collect::<Vec<_>>();
+    let by_format = |f: Format| {
+        files
+            .iter()
+            .filter(|p| format_of_file(p) == Some(f))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
     let format = match forced {
         Some(f) => f,
         None => {
@@ -244,7 +289,10 @@ pub fn resolve(spec: &str, forced: Option<Format>, data_root: &Path, seq_len: u6
             let top_level_files = std::fs::read_dir(&path)
                 .map_err(|e| DataError::io(&path, e))?
                 .flatten()
-                .any(|e| e.file_type().is_ok_and(|t| t.is_file()) && !e.file_name().to_string_lossy().starts_with('.'));
+                .any(|e| {
+                    e.file_type().is_ok_and(|t| t.is_file())
+                        && !e.file_name().to_string_lossy().starts_with('.')
+                });
             match found.as_slice() {
                 [f] if *f != Format::Text || !has_code(&files) => *f,
                 [] | [Format::Text] if top_level_dirs && !top_level_files => return code::resolve(resolved),
@@ -273,14 +321,20 @@ pub fn resolve(spec: &str, forced: Option<Format>, data_root: &Path, seq_len: u6
         resolved.inputs = files.into_iter().filter(|p| !is_hidden(p)).collect();
     }
     if resolved.inputs.is_empty() {
-        return Err(DataError::Config(format!("--src {spec}: no {} files under {}", format.name(), path.display())));
+        return Err(DataError::Config(format!(
+            "--src {spec}: no {} files under {}",
+            format.name(),
+            path.display()
+        )));
     }
     resolved.bytes = resolved.inputs.iter().map(|f| file_len(f)).sum();
     Ok(resolved)
 }
 
 fn is_hidden(path: &Path) -> bool {
-    path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with('.'))
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with('.'))
 }
 
 fn has_code(files: &[PathBuf]) -> bool {
@@ -312,7 +366,14 @@ impl DocumentStream {
                 bytes: 0,
             })
             .collect();
-        DocumentStream { sources, options, source_index: 0, input_index: 0, current: None, info }
+        DocumentStream {
+            sources,
+            options,
+            source_index: 0,
+            input_index: 0,
+            current: None,
+            info,
+        }
     }
 
     fn open_next(&mut self) -> Option<Result<DocIter>> {
@@ -323,14 +384,20 @@ impl DocumentStream {
                 self.info[self.source_index].files += 1;
                 let input = input.clone();
                 let opts = &self.options;
-                let it: Result<DocIter> = match source.format {
-                    Format::Text => Ok(Box::new(std::iter::once(text::read(&input)))),
-                    Format::Code => Ok(Box::new(std::iter::once(code::read_repo(&input)))),
-                    Format::Jsonl => jsonl::open(&input, &opts.text_field).map(|i| Box::new(i) as DocIter),
-                    Format::Parquet => parquet_file::open(&input, &opts.text_field).map(|i| Box::new(i) as DocIter),
-                    Format::Arrow => arrow_ipc::open(&input, &opts.text_field).map(|i| Box::new(i) as DocIter),
-                    Format::Mds => mds::MdsDataset::open(&input).map(|d| Box::new(d.documents()) as DocIter),
-                };
+                let it: Result<DocIter> =
+                    match source.format {
+                        Format::Text => Ok(Box::new(std::iter::once(text::read(&input)))),
+                        Format::Code => Ok(Box::new(std::iter::once(code::read_repo(&input)))),
+                        Format::Jsonl => {
+                            jsonl::open(&input, &opts.text_field).map(|i| Box::new(i) as DocIter)
+                        }
+                        Format::Parquet => parquet_file::open(&input, &opts.text_field)
+                            .map(|i| Box::new(i) as DocIter),
+                        Format::Arrow => arrow_ipc::open(&input, &opts.text_field)
+                            .map(|i| Box::new(i) as DocIter),
+                        Format::Mds => mds::MdsDataset::open(&input)
+                            .map(|d| Box::new(d.documents()) as DocIter),
+                    };
                 return Some(it);
             }
             self.source_index += 1;

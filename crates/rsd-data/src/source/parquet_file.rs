@@ -14,8 +14,12 @@ const BATCH_ROWS: usize = 256;
 
 pub(super) fn open(path: &Path, field: &str) -> Result<TextBatches<ParquetRecordBatchReader>> {
     let file = File::open(path).map_err(|e| DataError::io(path, e))?;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
-        .map_err(|e| DataError::bad_file(path, format!("not a readable Parquet file (truncated or corrupt?): {e}")))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| {
+        DataError::bad_file(
+            path,
+            format!("not a readable Parquet file (truncated or corrupt?): {e}"),
+        )
+    })?;
     let index = column_index(path, builder.schema(), field)?;
     let mask = ProjectionMask::roots(builder.parquet_schema(), [index]);
     let reader = builder

@@ -10,11 +10,19 @@ pub(super) fn read_utf8(path: &Path) -> Result<String> {
     let bytes = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
     String::from_utf8(bytes).map_err(|e| {
         let at = e.utf8_error().valid_up_to();
-        DataError::bad_record(path, format!("byte {at}"), "invalid UTF-8 (text files must be UTF-8)")
+        DataError::bad_record(
+            path,
+            format!("byte {at}"),
+            "invalid UTF-8 (text files must be UTF-8)",
+        )
     })
 }
 
 pub(super) fn read(path: &Path) -> Result<RawDoc> {
     let text = read_utf8(path)?;
-    Ok(RawDoc { origin: path.display().to_string(), bytes: text.len() as u64, content: Content::Text(text) })
+    Ok(RawDoc {
+        origin: path.display().to_string(),
+        bytes: text.len() as u64,
+        content: Content::Text(text),
+    })
 }
