@@ -109,6 +109,13 @@ def test_special_token_literals_and_parquet_from_pyarrow(tmp_path, qwen3_path):
     got, _, _ = megatron_read(out)
     assert np.array_equal(got, expected_stream(qwen3_path, docs, None, 151643))
 
+    # A Parquet file cut short (an interrupted download) is refused, naming the file.
+    truncated = tmp_path / "cut.parquet"
+    data = path.read_bytes()
+    truncated.write_bytes(data[: len(data) * 2 // 3])
+    res = rsd("pack", "--len", 100, "--text-field", "body", "--src", truncated, "--out", tmp_path / "o3", ok=False)
+    assert "cut.parquet" in res.stderr and "Parquet" in res.stderr
+
 
 def test_arrow_written_by_datasets_save_to_disk_and_pyarrow_ipc_file(tmp_path, qwen3_path):
     import datasets

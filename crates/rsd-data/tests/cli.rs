@@ -694,3 +694,24 @@ fn disk_full_is_a_clean_error_with_no_manifest() {
     assert!(!out.join("index.json").exists());
     assert!(!PathBuf::from(&out).join("shard-00000.bin").exists());
 }
+
+#[test]
+fn an_unloadable_tokenizer_says_what_both_engines_found() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tok = tmp.path().join("tokenizer.json");
+    let json = serde_json::json!({
+        "version": "1.0", "added_tokens": [], "normalizer": null, "pre_tokenizer": null,
+        "post_processor": {"type": "Mystery"}, "decoder": null,
+        "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "a": 1}, "unk_token": "[UNK]"}
+    });
+    std::fs::write(&tok, json.to_string()).unwrap();
+    let src = tmp.path().join("d.jsonl");
+    std::fs::write(&src, "{\"text\": \"a\"}\n").unwrap();
+    let err = fails(&["pack", "--len", "4", "--tokenizer", p(&tok), "--src", p(&src), "--out", p(&tmp.path().join("o"))]);
+    assert!(
+        err.contains("tokenizer.json") && err.contains("fast encoder") && err.contains("tokenizers 0.22") && err.contains("Mystery"),
+        "{err}"
+    );
+    let err = fails(&["pack", "--len", "4", "--tokenizer", p(&src), "--src", p(&src), "--out", p(&tmp.path().join("o2"))]);
+    assert!(err.contains("d.jsonl") && err.contains("not valid JSON"), "{err}");
+}

@@ -61,27 +61,30 @@ impl ShardWriter {
                 self.dtype.name()
             )));
         }
-        self.encode_buf.clear();
-        match self.dtype {
-            TokenDtype::Uint16 => {
-                for &t in tokens {
-                    self.encode_buf.extend_from_slice(&(t as u16).to_le_bytes());
-                }
-            }
-            TokenDtype::Int32 => {
-                for &t in tokens {
-                    self.encode_buf.extend_from_slice(&(t as i32).to_le_bytes());
-                }
-            }
-        }
         let bin = self
             .bin
             .as_mut()
             .ok_or_else(|| ShardError::Invalid("shard already finished".into()))?;
-        bin.write_all(&self.encode_buf)
-            .map_err(|e| ShardError::io(&self.bin_tmp, e))?;
-        self.hasher.update(&self.encode_buf);
-        self.bin_bytes += self.encode_buf.len() as u64;
+        let bytes: &[u8] = match self.dtype {
+            // Ids were checked to fit in 31 bits, so their u32 little-endian bytes are the int32 bytes.
+            TokenDtype::Int32 if cfg!(target_endian = "little") => {
+                // SAFETY: viewing initialized u32s as bytes is always valid.
+                unsafe { std::slice::from_raw_parts(tokens.as_ptr().cast::<u8>(), tokens.len() * 4) }
+            }
+            TokenDtype::Int32 => {
+                self.encode_buf.clear();
+                self.encode_buf.extend(tokens.iter().flat_map(|&t| (t as i32).to_le_bytes()));
+                &self.encode_buf
+            }
+            TokenDtype::Uint16 => {
+                self.encode_buf.clear();
+                self.encode_buf.extend(tokens.iter().flat_map(|&t| (t as u16).to_le_bytes()));
+                &self.encode_buf
+            }
+        };
+        bin.write_all(bytes).map_err(|e| ShardError::io(&self.bin_tmp, e))?;
+        self.hasher.update(bytes);
+        self.bin_bytes += bytes.len() as u64;
         self.lengths.extend(pieces.iter().map(|&p| p as i32));
         self.doc_indices.push(self.lengths.len() as i64);
         Ok(())
