@@ -713,5 +713,5 @@ fn an_unloadable_tokenizer_says_what_both_engines_found() {
         "{err}"
     );
     let err = fails(&["pack", "--len", "4", "--tokenizer", p(&src), "--src", p(&src), "--out", p(&tmp.path().join("o2"))]);
-    assert!(err.contains("d.jsonl") && err.contains("not valid JSON"), "{err}");
+    assert!(err.contains("d.jsonl") && err.contains("not a tokenizer.json"), "{err}");
 }
