@@ -707,11 +707,37 @@ fn an_unloadable_tokenizer_says_what_both_engines_found() {
     std::fs::write(&tok, json.to_string()).unwrap();
     let src = tmp.path().join("d.jsonl");
     std::fs::write(&src, "{\"text\": \"a\"}\n").unwrap();
-    let err = fails(&["pack", "--len", "4", "--tokenizer", p(&tok), "--src", p(&src), "--out", p(&tmp.path().join("o"))]);
+    let err = fails(&[
+        "pack",
+        "--len",
+        "4",
+        "--tokenizer",
+        p(&tok),
+        "--src",
+        p(&src),
+        "--out",
+        p(&tmp.path().join("o")),
+    ]);
     assert!(
-        err.contains("tokenizer.json") && err.contains("fast encoder") && err.contains("tokenizers 0.22") && err.contains("Mystery"),
+        err.contains("tokenizer.json")
+            && err.contains("fast encoder")
+            && err.contains("tokenizers 0.22")
+            && err.contains("Mystery"),
         "{err}"
     );
-    let err = fails(&["pack", "--len", "4", "--tokenizer", p(&src), "--src", p(&src), "--out", p(&tmp.path().join("o2"))]);
-    assert!(err.contains("d.jsonl") && err.contains("not a tokenizer.json"), "{err}");
+    let err = fails(&[
+        "pack",
+        "--len",
+        "4",
+        "--tokenizer",
+        p(&src),
+        "--src",
+        p(&src),
+        "--out",
+        p(&tmp.path().join("o2")),
+    ]);
+    assert!(
+        err.contains("d.jsonl") && err.contains("not a tokenizer.json"),
+        "{err}"
+    );
 }

@@ -69,20 +69,25 @@ impl ShardWriter {
             // Ids were checked to fit in 31 bits, so their u32 little-endian bytes are the int32 bytes.
             TokenDtype::Int32 if cfg!(target_endian = "little") => {
                 // SAFETY: viewing initialized u32s as bytes is always valid.
-                unsafe { std::slice::from_raw_parts(tokens.as_ptr().cast::<u8>(), tokens.len() * 4) }
+                unsafe {
+                    std::slice::from_raw_parts(tokens.as_ptr().cast::<u8>(), tokens.len() * 4)
+                }
             }
             TokenDtype::Int32 => {
                 self.encode_buf.clear();
-                self.encode_buf.extend(tokens.iter().flat_map(|&t| (t as i32).to_le_bytes()));
+                self.encode_buf
+                    .extend(tokens.iter().flat_map(|&t| (t as i32).to_le_bytes()));
                 &self.encode_buf
             }
             TokenDtype::Uint16 => {
                 self.encode_buf.clear();
-                self.encode_buf.extend(tokens.iter().flat_map(|&t| (t as u16).to_le_bytes()));
+                self.encode_buf
+                    .extend(tokens.iter().flat_map(|&t| (t as u16).to_le_bytes()));
                 &self.encode_buf
             }
         };
-        bin.write_all(bytes).map_err(|e| ShardError::io(&self.bin_tmp, e))?;
+        bin.write_all(bytes)
+            .map_err(|e| ShardError::io(&self.bin_tmp, e))?;
         self.hasher.update(bytes);
         self.bin_bytes += bytes.len() as u64;
         self.lengths.extend(pieces.iter().map(|&p| p as i32));

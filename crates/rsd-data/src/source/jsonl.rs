@@ -43,15 +43,29 @@ impl JsonlDocs {
     fn parse_line(&self) -> Result<RawDoc> {
         let line = self.line;
         let text = std::str::from_utf8(&self.buf).map_err(|e| {
-            DataError::bad_record(&self.path, format!("line {line}"), format!("invalid UTF-8 at byte {} of the line", e.valid_up_to()))
+            DataError::bad_record(
+                &self.path,
+                format!("line {line}"),
+                format!("invalid UTF-8 at byte {} of the line", e.valid_up_to()),
+            )
         })?;
         let mut de = serde_json::Deserializer::from_str(text.trim_end());
-        let found = FieldSeed { field: &self.field }.deserialize(&mut de).and_then(|f| de.end().map(|_| f));
+        let found = FieldSeed { field: &self.field }
+            .deserialize(&mut de)
+            .and_then(|f| de.end().map(|_| f));
         let found = found.map_err(|e| {
-            DataError::bad_record(&self.path, format!("line {line}"), format!("malformed JSON at column {}: {e}", e.column()))
+            DataError::bad_record(
+                &self.path,
+                format!("line {line}"),
+                format!("malformed JSON at column {}: {e}", e.column()),
+            )
         })?;
         match found {
-            Field::Text(s) => Ok(RawDoc { origin: format!("{}:line {line}", self.path.display()), bytes: self.buf.len() as u64, content: Content::Text(s) }),
+            Field::Text(s) => Ok(RawDoc {
+                origin: format!("{}:line {line}", self.path.display()),
+                bytes: self.buf.len() as u64,
+                content: Content::Text(s),
+            }),
             Field::NotAString(kind) => Err(DataError::bad_record(
                 &self.path,
                 format!("line {line}"),
@@ -60,11 +74,17 @@ impl JsonlDocs {
             Field::Missing(keys) => Err(DataError::bad_record(
                 &self.path,
                 format!("line {line}"),
-                format!("no field {:?}; this line has: {} (choose one with --text-field)", self.field, keys.join(", ")),
+                format!(
+                    "no field {:?}; this line has: {} (choose one with --text-field)",
+                    self.field,
+                    keys.join(", ")
+                ),
             )),
-            Field::NotAnObject(kind) => {
-                Err(DataError::bad_record(&self.path, format!("line {line}"), format!("expected a JSON object per line, found {kind}")))
-            }
+            Field::NotAnObject(kind) => Err(DataError::bad_record(
+                &self.path,
+                format!("line {line}"),
+                format!("expected a JSON object per line, found {kind}"),
+            )),
         }
     }
 }
@@ -112,7 +132,10 @@ impl<'de> Visitor<'de> for FieldSeed<'_> {
         }
         Ok(found.unwrap_or(Field::Missing(keys)))
     }
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Field, A::Error> {
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> std::result::Result<Field, A::Error> {
         while seq.next_element::<IgnoredAny>()?.is_some() {}
         Ok(Field::NotAnObject("an array"))
     }

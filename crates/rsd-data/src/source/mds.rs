@@ -463,14 +463,24 @@ impl ShardDocs {
             let span = &id_bytes[s as usize * size..e as usize * size];
             let tokens: Vec<u32> = match id_dtype {
                 // The common case (ProLong: uint32) converts in bulk.
-                Dtype::U32 => span.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-                Dtype::U16 => span.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]) as u32).collect(),
+                Dtype::U32 => span
+                    .chunks_exact(4)
+                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+                Dtype::U16 => span
+                    .chunks_exact(2)
+                    .map(|c| u16::from_le_bytes([c[0], c[1]]) as u32)
+                    .collect(),
                 _ => {
                     let mut tokens = Vec::with_capacity((e - s) as usize);
                     for t in s as usize..e as usize {
                         let v = id_dtype.get(id_bytes, t);
                         if !(0..=u32::MAX as i64).contains(&v) {
-                            return Err(DataError::bad_record(path, &loc, format!("input_ids[{t}] = {v} is not a token id")));
+                            return Err(DataError::bad_record(
+                                path,
+                                &loc,
+                                format!("input_ids[{t}] = {v} is not a token id"),
+                            ));
                         }
                         tokens.push(v as u32);
                     }
