@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The main job end to end on the bundled data: install, build, pack the bundled corpus (books and code
-# repositories) into shards, then inspect and verify them. Idempotent: a second run repacks with --force.
+# repositories) into shards, inspect and verify them, train a tiny Qwen3-shaped model with the RSD
+# objective (skip perturbation, reverse KL) for a few minutes on CPU, and save a Hugging Face
+# checkpoint. Idempotent: a second run repacks and retrains from scratch (--force / a fresh run dir).
 #
-#   scripts/demo.sh                 # output under runs/demo/
-#   RSD_DEMO_OUT=/tmp/x scripts/demo.sh
+#   scripts/demo.sh                      # output under runs/demo/
+#   RSD_DEMO_OUT=/tmp/x RSD_DEMO_STEPS=50 scripts/demo.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -11,18 +13,29 @@ bash scripts/setup.sh
 # shellcheck disable=SC1091
 source .rsd-env
 out="${RSD_DEMO_OUT:-runs/demo}"
+steps="${RSD_DEMO_STEPS:-150}"
 mkdir -p "$out"
 
 echo "==> building (release)" >&2
-cargo build --release -q -p rsd-data
+cargo build --release -q -p rsd-data -p rsd-train -p rsd-model
 bin=target/release
 
-echo "==> packing corpus/books and corpus/code into $out/shards (mixed mode, 2048 tokens)" >&2
-"$bin/rsd-data" pack --len 2048 --mode mixed --src corpus/books --src corpus/code --out "$out/shards" --force
+echo "==> packing corpus/books and corpus/code into $out/shards (fixed mode, 512 tokens)" >&2
+"$bin/rsd-data" pack --len 512 --src corpus/books --src corpus/code --out "$out/shards" --force
 echo "==> inspect" >&2
 "$bin/rsd-data" inspect "$out/shards" --sample 0 --chars 300
 echo "==> verify" >&2
 "$bin/rsd-data" verify "$out/shards"
 
+echo "==> training configs/tiny-cpu.toml with the rsd objective for $steps steps" >&2
+rm -rf "$out/train"
+"$bin/rsd-train" --config configs/tiny-cpu.toml --shards "$out/shards" --out "$out/train" --steps "$steps"
+
+echo "==> the trained checkpoint" >&2
+final="$out/train/model"
+"$bin/rsd-model" inspect "$final"
+
 echo
-echo "shards:   $out/shards (index.json, shard-*.bin/.idx; megatron-core's IndexedDataset opens them too)"
+echo "shards:      $out/shards (index.json, shard-*.bin/.idx; megatron-core's IndexedDataset opens them too)"
+echo "training:    $out/train (metrics.jsonl, summary.json, checkpoints/)"
+echo "checkpoint:  $final (config.json + model.safetensors: loads in transformers)"

@@ -14,6 +14,8 @@ use rsd_data::source::{self, Content, DocumentStream, Format, ReadOptions};
 use rsd_data::tokenizer::{Delimiter, Tokenizer, BUNDLED_NAME};
 use rsd_shard::{ShardSet, VerifyOptions};
 
+mod stream_cmd;
+
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 #[derive(Parser)]
@@ -43,6 +45,10 @@ enum Command {
     Verify(VerifyArgs),
     /// Measure the bare tokenizer rate on some sources (the ceiling for `pack`).
     TokenizeBench(TokenizeBenchArgs),
+    /// Print what the loader hands one (DP, CP) rank, one JSON line per sample row; save/resume its state.
+    Stream(stream_cmd::StreamArgs),
+    /// Benchmark the loader on a shard directory: tokens/s, GB/s, first-batch latency, RSS, vs memcpy.
+    Bench(stream_cmd::BenchArgs),
 }
 
 #[derive(Args)]
@@ -214,6 +220,8 @@ fn main() {
         Command::Inspect(a) => inspect(a),
         Command::Verify(a) => verify(a),
         Command::TokenizeBench(a) => tokenize_bench(a),
+        Command::Stream(a) => stream_cmd::stream(a),
+        Command::Bench(a) => stream_cmd::bench(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -23,7 +23,7 @@ pub use attention::{attend, Attended, DocBoundaries, KvBlock, Mask};
 pub use checkpoint::SaveOptions;
 pub use config::{Family, ModelConfig, RopeScaling};
 pub use error::{ModelError, Result};
-pub use model::{ForwardArgs, ForwardOutput, Init, LayerKv, Model, ModelOptions};
+pub use model::{ForwardArgs, ForwardOutput, Init, LayerKv, Model, ModelOptions, Rotary};
 
 /// Parses a device name: `cpu`, `cuda` (= `cuda:0`) or `cuda:N`.
 pub fn parse_device(s: &str) -> Result<tch::Device> {

@@ -115,6 +115,13 @@ impl<'a> ForwardArgs<'a> {
     }
 }
 
+/// RoPE cos/sin tables for one pass at explicit positions (see [`Model::rotary`]).
+#[derive(Debug)]
+pub struct Rotary {
+    cos: Tensor,
+    sin: Tensor,
+}
+
 /// Outputs of [`Model::forward`].
 #[derive(Debug)]
 pub struct ForwardOutput {
@@ -523,28 +530,69 @@ impl Model {
     /// Runs the decoder. See [`ForwardArgs`]; returns final hidden states and optionally K/V.
     pub fn forward(&self, args: &ForwardArgs<'_>) -> Result<ForwardOutput> {
         self.check_args(args)?;
-        let tokens = args.tokens.f_to_kind(Kind::Int64).ctx("tokens")?;
-        let mut x =
-            Tensor::f_embedding(&self.embed_tokens, &tokens, -1, false, false).ctx("embedding")?;
-        let (cos, sin) = self.rope.cos_sin(args.positions, self.options.kind)?;
-        let ctx = Ctx {
-            cos: &cos,
-            sin: &sin,
-            docs: args.docs,
-        };
+        let mut x = self.embed(args.tokens)?;
+        let rotary = self.rotary(args.positions)?;
         let mut kvs = args
             .return_kv
             .then(|| Vec::with_capacity(self.layers.len()));
-        for (i, layer) in self.layers.iter().enumerate() {
+        for i in 0..self.layers.len() {
             let prefix = args.prefix.map(|p| &p[i]);
-            let (y, kv) = layer.forward(&x, &ctx, prefix)?;
+            let (y, kv) = self.layer_forward(i, &x, &rotary, args.docs, prefix)?;
             x = y;
             if let Some(kvs) = kvs.as_mut() {
                 kvs.push(kv);
             }
         }
-        let hidden = self.norm.forward(&x).ctx("final norm")?;
+        let hidden = self.final_norm(&x)?;
         Ok(ForwardOutput { hidden, kv: kvs })
+    }
+
+    // The pieces of `forward`, public for callers that drive the layers themselves (the trainer's
+    // per-layer activation checkpointing and its interleaved two-view pass). `forward` is exactly
+    // embed → rotary → layer_forward for every layer → final_norm, and does the input checks.
+
+    /// Number of decoder layers.
+    pub fn num_layers(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// Token embeddings `[B, T, hidden]` for ids `[B, T]` (no range check; see [`Model::forward`]).
+    pub fn embed(&self, tokens: &Tensor) -> Result<Tensor> {
+        let tokens = tokens.f_to_kind(Kind::Int64).ctx("tokens")?;
+        Tensor::f_embedding(&self.embed_tokens, &tokens, -1, false, false).ctx("embedding")
+    }
+
+    /// RoPE tables at explicit positions `[B, T]`, shared by every layer of one pass.
+    pub fn rotary(&self, positions: &Tensor) -> Result<Rotary> {
+        let (cos, sin) = self.rope.cos_sin(positions, self.options.kind)?;
+        Ok(Rotary { cos, sin })
+    }
+
+    /// Decoder layer `i` on `x` `[B, T, hidden]`: returns its output and its post-RoPE K/V.
+    /// `docs` and `prefix` mean what they mean in [`ForwardArgs`].
+    pub fn layer_forward(
+        &self,
+        i: usize,
+        x: &Tensor,
+        rotary: &Rotary,
+        docs: Option<&DocBoundaries>,
+        prefix: Option<&LayerKv>,
+    ) -> Result<(Tensor, LayerKv)> {
+        let layer = self
+            .layers
+            .get(i)
+            .ok_or_else(|| ModelError::Input(format!("no layer {i}")))?;
+        let ctx = Ctx {
+            cos: &rotary.cos,
+            sin: &rotary.sin,
+            docs,
+        };
+        layer.forward(x, &ctx, prefix)
+    }
+
+    /// The final RMSNorm (what [`ForwardOutput::hidden`] is taken after).
+    pub fn final_norm(&self, x: &Tensor) -> Result<Tensor> {
+        self.norm.forward(x).ctx("final norm")
     }
 
     /// LM-head logits `[.., vocab]` for hidden states `[.., hidden_size]`, in the model dtype.

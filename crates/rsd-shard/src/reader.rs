@@ -244,6 +244,25 @@ impl Shard {
         Ok((first, end, start as usize, byte_end as usize))
     }
 
+    /// Unmap the pages covering bytes `start..end` of the `.bin` from this process
+    /// (`madvise(MADV_DONTNEED)`), so a long sequential or shuffled pass does not grow RSS. The
+    /// kernel's page cache keeps the data; a later read faults the pages back in. Best effort:
+    /// failures are ignored because the only cost is memory.
+    pub fn release_bin_range(&self, start: usize, end: usize) {
+        // memmap2 rounds the start down to a page boundary (and the kernel rounds the length up),
+        // so pages shared with neighbouring samples are released too; rereading them is cheap.
+        let (lo, hi) = (start.min(self.bin.len()), end.min(self.bin.len()));
+        if hi <= lo {
+            return;
+        }
+        // SAFETY: the map is a read-only file mapping; MADV_DONTNEED on it only drops our page
+        // table entries, and later reads see the file's contents again. No `&mut` views exist.
+        let _ = unsafe {
+            self.bin
+                .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, lo, hi - lo)
+        };
+    }
+
     /// Sample `i`: zero-copy tokens and piece lengths.
     pub fn sample(&self, i: usize) -> Result<Sample<'_>> {
         let (first, end, start, byte_end) = self.sample_span(i)?;

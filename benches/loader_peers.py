@@ -1,0 +1,158 @@
+"""Loader benchmark against real peers on the same tokens (docs/BENCHMARKS-loader.md).
+
+For one rsd shard directory (make one with `rsd-data bench DIR --synthetic-tokens 2e8 --len 65536`):
+  * rsd-loader, through `rsd-data bench --json` (release build): sequential/shuffled, 1..N workers,
+    memcpy limit, first-batch latency, RSS;
+  * nanoGPT-style np.memmap reader: random windows of L+1 tokens → int64 x, y;
+  * megatron-core IndexedDataset: random samples (documents) read sequence by sequence → int64;
+  * mosaicml-streaming StreamingDataset over MDS shards written from the same samples → int64.
+Each reader is timed for --seconds after one warm-up pass over the page cache. Peers produce int64
+arrays (what they hand a trainer); rsd-loader produces int32 tokens + labels + position ids.
+
+    python benches/loader_peers.py --dir /tmp/bench64k --bin target-loader/release/rsd-data --json-out out.json
+"""
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def rss_mib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def timed(name, step, seconds, tokens_per_step_fn=None):
+    """Call step() until `seconds` pass; step returns tokens read."""
+    t0 = time.perf_counter()
+    first = step()
+    first_ms = (time.perf_counter() - t0) * 1e3
+    tokens, n, t1 = 0, 0, time.perf_counter()
+    rss0 = rss_mib()
+    rss_max = rss0
+    while time.perf_counter() - t1 < seconds:
+        tokens += step()
+        n += 1
+        if n % 16 == 0:
+            rss_max = max(rss_max, rss_mib())
+    dt = time.perf_counter() - t1
+    out = {"reader": name, "tokens_per_s": tokens / dt, "samples": n, "seconds": dt, "first_ms": first_ms,
+           "rss_start_mib": rss0, "rss_max_mib": rss_max, "first_tokens": int(first)}
+    print(f"{name:>28}: {tokens / dt / 1e6:8.1f} M tok/s  ({n} samples in {dt:.1f}s), RSS {rss0:.0f}→{rss_max:.0f} MiB", flush=True)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dir", required=True, type=Path)
+    ap.add_argument("--bin", type=Path, default=Path("target-loader/release/rsd-data"))
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--mds-samples", type=int, default=1024, help="samples written to MDS for streaming")
+    ap.add_argument("--workers", default="1,2")
+    ap.add_argument("--json-out", type=Path)
+    ap.add_argument("--skip-rsd", action="store_true")
+    args = ap.parse_args()
+
+    manifest = json.loads((args.dir / "index.json").read_text())
+    L = manifest["seq_len"]
+    dtype = np.uint16 if manifest["dtype"] == "uint16" else np.int32
+    results = {"dir": str(args.dir), "seq_len": L, "tokens": manifest["totals"]["tokens"], "readers": []}
+    rng = np.random.default_rng(0)
+
+    # rsd-loader (separate process, release build), in the same run.
+    if not args.skip_rsd:
+        res = subprocess.run([str(args.bin), "bench", str(args.dir), "--json", "--workers", args.workers,
+                              "--seconds", str(args.seconds)], capture_output=True, text=True, check=True)
+        for line in res.stdout.splitlines():
+            rec = json.loads(line)
+            results["readers"].append({"reader": "rsd-loader", **rec})
+            if rec["what"] == "memcpy_limit":
+                print(f"{'memcpy limit':>28}: {rec['bytes_per_s'] / 1e9:8.2f} GB/s = {rec['bytes_per_s'] / np.dtype(dtype).itemsize / 1e6:.1f} M tok/s")
+            else:
+                r = rec["report"]
+                print(f"{'rsd-loader ' + rec['order'] + ' w' + str(rec['workers']):>28}: {r['tokens_per_s'] / 1e6:8.1f} M tok/s "
+                      f"({100 * rec['fraction_of_memcpy']:.0f}% of memcpy), first batch {r['first_batch_ms']:.1f} ms, "
+                      f"RSS max {r['rss_max'] / 2**20:.0f} MiB", flush=True)
+
+    shards = manifest["shards"]
+
+    # nanoGPT: np.memmap of one .bin, random windows, astype(int64) for x and y (recreated per batch as nanoGPT does).
+    bin0 = args.dir / (shards[0]["prefix"] + ".bin")
+    n_tok = shards[0]["tokens"]
+
+    def nanogpt_step():
+        data = np.memmap(bin0, dtype=dtype, mode="r")
+        i = int(rng.integers(0, n_tok - L - 1))
+        x = data[i:i + L].astype(np.int64)
+        y = data[i + 1:i + 1 + L].astype(np.int64)
+        return len(x) + 0 * len(y)
+
+    np.asarray(np.memmap(bin0, dtype=dtype, mode="r")).sum()  # warm the page cache
+    results["readers"].append(timed("nanoGPT np.memmap", nanogpt_step, args.seconds))
+
+    # megatron-core IndexedDataset: a random sample = one Megatron document = its sequences.
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    dss = [IndexedDataset(str(args.dir / s["prefix"])) for s in shards]
+
+    def megatron_step():
+        ds = dss[int(rng.integers(0, len(dss)))]
+        docs = ds.document_indices
+        k = int(rng.integers(0, len(docs) - 1))
+        parts = [ds[j] for j in range(docs[k], docs[k + 1])]
+        return len(np.concatenate(parts).astype(np.int64))
+
+    results["readers"].append(timed("megatron-core IndexedDataset", megatron_step, args.seconds))
+
+    # mosaicml-streaming: MDS written from the same samples, read with StreamingDataset(shuffle=True).
+    from streaming import MDSWriter, StreamingDataset
+
+    mds = args.dir.parent / (args.dir.name + "-mds")
+    if not (mds / "index.json").exists():
+        t0 = time.perf_counter()
+        with MDSWriter(out=str(mds), columns={"input_ids": "ndarray:uint16" if dtype == np.uint16 else "ndarray:int32"},
+                       size_limit=1 << 28) as w:
+            written = 0
+            for ds in dss:
+                docs = ds.document_indices
+                for k in range(len(docs) - 1):
+                    w.write({"input_ids": np.concatenate([ds[j] for j in range(docs[k], docs[k + 1])])})
+                    written += 1
+                    if written >= args.mds_samples:
+                        break
+                if written >= args.mds_samples:
+                    break
+        print(f"wrote {written} samples as MDS to {mds} in {time.perf_counter() - t0:.1f}s", flush=True)
+    sds = StreamingDataset(local=str(mds), shuffle=True, batch_size=1, shuffle_seed=1)
+    it = iter(sds)
+    for _ in range(min(len(sds), 256)):  # warm
+        next(it)
+
+    def streaming_step():
+        nonlocal it
+        try:
+            s = next(it)
+        except StopIteration:
+            it = iter(sds)
+            s = next(it)
+        return len(np.asarray(s["input_ids"]).astype(np.int64))
+
+    results["readers"].append(timed("mosaicml-streaming", streaming_step, args.seconds))
+    results["peak_rss_mib_python"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if args.json_out:
+        args.json_out.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,348 @@
+//! `rsd-data stream` and `rsd-data bench`: thin front ends over `rsd-loader` (docs/LOADER.md).
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use rsd_loader::bench::{memcpy_limit, pass, rss};
+use rsd_loader::synth::{self, SynthSpec};
+use rsd_loader::{
+    Batching, Loader, LoaderConfig, LoaderState, Pipeline, Positions, Source, IGNORE_INDEX,
+};
+use serde_json::json;
+
+/// Where the data comes from and how it is mixed, shared by `stream` and `bench`.
+#[derive(Args)]
+pub struct SourceArgs {
+    /// Shard directories (the mixture's sources).
+    #[arg(value_name = "DIR")]
+    dirs: Vec<PathBuf>,
+    /// Mixture weights, one per DIR, comma separated (default: equal).
+    #[arg(long, value_delimiter = ',')]
+    weights: Vec<f64>,
+    /// A pipeline file (pipelines/*.json) naming sources and weights, instead of DIR/--weights.
+    #[arg(long, value_name = "FILE")]
+    pipeline: Option<PathBuf>,
+    /// Where relative dirs of a pipeline file are resolved (default: $RSD_DATA_ROOT, else `.`).
+    #[arg(long, value_name = "DIR")]
+    data_root: Option<PathBuf>,
+}
+
+impl SourceArgs {
+    fn sources(&self) -> Result<Vec<Source>> {
+        if let Some(p) = &self.pipeline {
+            if !self.dirs.is_empty() {
+                bail!("give either DIR… or --pipeline, not both");
+            }
+            let root = self
+                .data_root
+                .clone()
+                .or_else(|| std::env::var_os("RSD_DATA_ROOT").map(PathBuf::from))
+                .unwrap_or_else(|| PathBuf::from("."));
+            return Ok(Pipeline::read(p, &root)?.sources);
+        }
+        if self.dirs.is_empty() {
+            bail!("no shard directory given (DIR… or --pipeline FILE)");
+        }
+        if !self.weights.is_empty() && self.weights.len() != self.dirs.len() {
+            bail!(
+                "{} weights for {} directories: give one weight per directory",
+                self.weights.len(),
+                self.dirs.len()
+            );
+        }
+        Ok(self
+            .dirs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| Source::new(d, self.weights.get(i).copied().unwrap_or(1.0)))
+            .collect())
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum PositionsArg {
+    Auto,
+    Row,
+    Document,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum StreamFormat {
+    Jsonl,
+}
+
+#[derive(Args)]
+pub struct StreamArgs {
+    #[command(flatten)]
+    src: SourceArgs,
+    /// Shuffle seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Epoch to start in.
+    #[arg(long, default_value_t = 0)]
+    epoch: u64,
+    /// Stop when the first source finishes this many epochs (default: 1 unless --batches is given).
+    #[arg(long)]
+    epochs: Option<u64>,
+    /// Data-parallel rank.
+    #[arg(long, default_value_t = 0)]
+    dp_rank: usize,
+    /// Data-parallel world size.
+    #[arg(long, default_value_t = 1)]
+    dp_size: usize,
+    /// Context-parallel rank.
+    #[arg(long, default_value_t = 0)]
+    cp_rank: usize,
+    /// Context-parallel group size (rows are cut into 2·P zigzag chunks).
+    #[arg(long, default_value_t = 1)]
+    cp_size: usize,
+    /// Samples per rank per step.
+    #[arg(long, default_value_t = 1, conflicts_with = "token_budget")]
+    batch_size: usize,
+    /// Tokens per rank per step instead of a sample count (mixed-length shards).
+    #[arg(long)]
+    token_budget: Option<usize>,
+    /// Read in stored order instead of shuffling.
+    #[arg(long)]
+    no_shuffle: bool,
+    /// Position-id numbering.
+    #[arg(long, value_enum, default_value_t = PositionsArg::Auto)]
+    positions: PositionsArg,
+    /// Continue from a state saved with --save-state (or by the trainer).
+    #[arg(long, value_name = "STATE.json")]
+    resume: Option<PathBuf>,
+    /// Stop after this many batches.
+    #[arg(long)]
+    batches: Option<u64>,
+    /// Write the loader state after the last batch printed.
+    #[arg(long, value_name = "STATE.json")]
+    save_state: Option<PathBuf>,
+    /// Token ids printed from each end of a row.
+    #[arg(long, default_value_t = 4)]
+    edge: usize,
+    /// Assembling threads (0: on the main thread).
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+    /// Verify checksums when opening.
+    #[arg(long)]
+    verify: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = StreamFormat::Jsonl)]
+    format: StreamFormat,
+}
+
+pub fn stream(a: StreamArgs) -> Result<()> {
+    let _ = a.format;
+    let cfg = LoaderConfig {
+        sources: a.src.sources()?,
+        seed: a.seed,
+        epoch: a.epoch,
+        epochs: a
+            .epochs
+            .or(if a.batches.is_none() { Some(1) } else { None }),
+        dp_rank: a.dp_rank,
+        dp_size: a.dp_size,
+        cp_rank: a.cp_rank,
+        cp_size: a.cp_size,
+        batching: match a.token_budget {
+            Some(t) => Batching::Tokens(t),
+            None => Batching::Samples(a.batch_size),
+        },
+        shuffle: !a.no_shuffle,
+        positions: match a.positions {
+            PositionsArg::Auto => Positions::Auto,
+            PositionsArg::Row => Positions::Row,
+            PositionsArg::Document => Positions::Document,
+        },
+        workers: a.workers,
+        verify: a.verify,
+        ..LoaderConfig::default()
+    };
+    let mut loader = match &a.resume {
+        Some(p) => {
+            let state = LoaderState::read(p)?;
+            Loader::resume(cfg, &state)?
+        }
+        None => Loader::new(cfg)?,
+    };
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut done = 0u64;
+    while a.batches.is_none_or(|n| done < n) {
+        let Some(b) = loader.next() else { break };
+        let b = b?;
+        for (row, id) in b.samples.iter().enumerate() {
+            let (lo, hi) = (b.row_offsets[row] as usize, b.row_offsets[row + 1] as usize);
+            let toks = &b.tokens[lo..hi];
+            let pos = &b.position_ids[lo..hi];
+            let base = b.full_row_offsets[row];
+            let end = b.full_row_offsets[row + 1];
+            let docs: Vec<u32> = b
+                .doc_offsets
+                .iter()
+                .filter(|&&d| d > base && d <= end)
+                .map(|d| d - base)
+                .collect();
+            let chunks: Vec<[u32; 2]> = if b.chunks.len() == 2 * b.samples.len() {
+                vec![b.chunks[2 * row], b.chunks[2 * row + 1]]
+            } else {
+                vec![b.chunks[row]]
+            };
+            let chunks: Vec<[u32; 2]> = chunks.iter().map(|[x, y]| [x - base, y - base]).collect();
+            let line = json!({
+                "step": b.step,
+                "row": row,
+                "source": id.source,
+                "shard": id.shard,
+                "index": id.index,
+                "global": id.global,
+                "epoch": id.epoch,
+                "tokens": toks.len(),
+                "first": &toks[..a.edge.min(toks.len())],
+                "last": &toks[toks.len().saturating_sub(a.edge)..],
+                "pos": [pos.iter().min(), pos.iter().max()],
+                "labels": b.labels[lo..hi].iter().filter(|&&l| l != IGNORE_INDEX).count(),
+                "docs": docs,
+                "chunks": chunks,
+                "row_len": end - base,
+            });
+            writeln!(out, "{line}")?;
+        }
+        done += 1;
+    }
+    out.flush()?;
+    if let Some(p) = &a.save_state {
+        loader
+            .state()
+            .write(p)
+            .with_context(|| format!("saving the loader state to {}", p.display()))?;
+        eprintln!(
+            "saved loader state after {done} batches (global step {}) to {}",
+            loader.state().step,
+            p.display()
+        );
+    }
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Shard directory (created with synthetic data when --synthetic-tokens is given and it is missing).
+    dir: PathBuf,
+    /// Worker-thread counts to measure, comma separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2])]
+    workers: Vec<usize>,
+    /// Samples per batch.
+    #[arg(long, default_value_t = 1)]
+    batch_size: usize,
+    /// Prefetch depth (batches).
+    #[arg(long, default_value_t = 4)]
+    prefetch: usize,
+    /// Seconds per measured pass (a pass also stops at the end of one epoch).
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// Keep consumed pages mapped (shows the RSS growth that release avoids).
+    #[arg(long)]
+    no_release: bool,
+    /// Write a synthetic dataset of about this many tokens into DIR first (if it has no manifest).
+    #[arg(long)]
+    synthetic_tokens: Option<f64>,
+    /// Sample length for --synthetic-tokens.
+    #[arg(long, default_value_t = 65536)]
+    len: u32,
+    /// Bytes of data the memcpy-limit pass copies.
+    #[arg(long, default_value = "2GiB", value_parser = crate::parse_size)]
+    memcpy_bytes: u64,
+    /// Print only JSON lines.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn bench(a: BenchArgs) -> Result<()> {
+    if let Some(tokens) = a.synthetic_tokens {
+        if !a.dir.join(rsd_shard::MANIFEST_FILE).exists() {
+            let spec = SynthSpec {
+                samples: (tokens / a.len as f64).ceil() as u64,
+                seq_len: a.len,
+                vocab: 50_000,
+                shard_bytes: 1 << 30,
+                ..SynthSpec::default()
+            };
+            let t = std::time::Instant::now();
+            synth::write(&a.dir, &spec)?;
+            eprintln!(
+                "wrote {} synthetic samples of {} tokens to {} in {:.1}s",
+                spec.samples,
+                a.len,
+                a.dir.display(),
+                t.elapsed().as_secs_f64()
+            );
+        }
+    }
+    let set = rsd_shard::ShardSet::open(&a.dir)?;
+    let m = set.manifest().clone();
+    let bpt = m.dtype.size();
+    let total_tokens = m.totals.tokens;
+    let samples = set.num_samples();
+    drop(set);
+    let limit = memcpy_limit(&a.dir, a.memcpy_bytes, 2)?;
+    let emit = |v: serde_json::Value, human: String| {
+        if a.json {
+            println!("{v}");
+        } else {
+            println!("{human}");
+        }
+    };
+    emit(
+        json!({"what": "memcpy_limit", "dir": a.dir, "bytes_per_s": limit, "tokens": total_tokens, "samples": samples, "seq_len": m.seq_len}),
+        format!(
+            "{}: {} samples, {:.3} B tokens ({}), length {}\nmemcpy limit (page cache → buffer): {:.2} GB/s",
+            a.dir.display(),
+            samples,
+            total_tokens as f64 / 1e9,
+            m.dtype.name(),
+            m.seq_len,
+            limit / 1e9
+        ),
+    );
+    for shuffle in [false, true] {
+        for &workers in &a.workers {
+            let cfg = LoaderConfig {
+                sources: vec![Source::new(&a.dir, 1.0)],
+                batching: Batching::Samples(a.batch_size),
+                shuffle,
+                workers,
+                prefetch: a.prefetch,
+                epochs: Some(1),
+                release_pages: !a.no_release,
+                ..LoaderConfig::default()
+            };
+            let r = pass(cfg, bpt, u64::MAX, a.seconds)?;
+            let order = if shuffle { "shuffled" } else { "sequential" };
+            emit(
+                json!({"what": "loader", "order": order, "workers": workers, "batch_size": a.batch_size, "release_pages": !a.no_release,
+                       "fraction_of_memcpy": r.bytes_per_s / limit, "report": r}),
+                format!(
+                    "{order:>10} workers={workers}: {:>7.1} M tok/s {:>6.2} GB/s ({:>3.0}% of memcpy), first batch {:.1} ms, RSS {:.0}→max {:.0}→end {:.0} MiB (file-backed max {:.0} MiB), {} batches in {:.1}s",
+                    r.tokens_per_s / 1e6,
+                    r.bytes_per_s / 1e9,
+                    100.0 * r.bytes_per_s / limit,
+                    r.first_batch_ms,
+                    r.rss_start as f64 / 1048576.0,
+                    r.rss_max as f64 / 1048576.0,
+                    r.rss_end as f64 / 1048576.0,
+                    r.rss_file_max as f64 / 1048576.0,
+                    r.batches,
+                    r.seconds
+                ),
+            );
+        }
+    }
+    let (now, _) = rss();
+    if !a.json {
+        println!("process RSS now {:.0} MiB", now as f64 / 1048576.0);
+    }
+    Ok(())
+}

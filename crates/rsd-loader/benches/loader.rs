@@ -1,0 +1,92 @@
+//! Criterion benchmarks of the loader on synthetic shards (written once per run into a temp dir):
+//! one batch of one 64K- or 512K-token sample, sequential and shuffled, inline and with 1–2
+//! workers, against a plain memcpy of the same bytes (the physical limit).
+//!
+//! `cargo bench -p rsd-loader` (set RSD_BENCH_TOKENS to change the dataset size, default 256M tokens).
+
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use rsd_loader::synth::{self, SynthSpec};
+use rsd_loader::{Batching, Loader, LoaderConfig, Source};
+
+fn bench(c: &mut Criterion) {
+    let tokens: u64 = std::env::var("RSD_BENCH_TOKENS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256 << 20);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    for len in [65_536u32, 524_288] {
+        let dir = tmp.path().join(format!("len{len}"));
+        let spec = SynthSpec {
+            samples: (tokens / len as u64).max(4),
+            seq_len: len,
+            ..SynthSpec::default()
+        };
+        synth::write(&dir, &spec).expect("write synthetic shards");
+        let bytes = len as u64 * 2;
+        let mut g = c.benchmark_group(format!("sample{}k", len / 1024));
+        g.throughput(Throughput::Bytes(bytes));
+        g.measurement_time(Duration::from_secs(4))
+            .warm_up_time(Duration::from_secs(1))
+            .sample_size(20);
+
+        // The limit: copy the same number of bytes out of the page-cached map.
+        let set = rsd_shard::ShardSet::open(&dir).expect("open");
+        let bin = set.shards()[0].bin_bytes();
+        let mut buf = vec![0u8; bytes as usize];
+        let mut at = 0usize;
+        g.bench_function("memcpy", |b| {
+            b.iter(|| {
+                if at + buf.len() > bin.len() {
+                    at = 0;
+                }
+                buf.copy_from_slice(&bin[at..at + bytes as usize]);
+                at += bytes as usize;
+                std::hint::black_box(&buf);
+            })
+        });
+        for shuffle in [false, true] {
+            for workers in [0usize, 1, 2] {
+                let cfg = LoaderConfig {
+                    sources: vec![Source::new(&dir, 1.0)],
+                    batching: Batching::Samples(1),
+                    shuffle,
+                    workers,
+                    prefetch: 4,
+                    ..LoaderConfig::default()
+                };
+                let mut loader = Loader::new(cfg).expect("loader");
+                let id = BenchmarkId::new(
+                    if shuffle { "shuffled" } else { "sequential" },
+                    format!("workers{workers}"),
+                );
+                g.bench_function(id, |b| {
+                    b.iter(|| {
+                        let batch = loader.next().expect("endless").expect("batch");
+                        loader.recycle(std::hint::black_box(batch));
+                    })
+                });
+            }
+        }
+        g.finish();
+        // First batch on a fresh loader (open + plan + assemble).
+        let cfg = LoaderConfig {
+            sources: vec![Source::new(&dir, 1.0)],
+            workers: 0,
+            ..LoaderConfig::default()
+        };
+        c.bench_function(&format!("first_batch_{}k", len / 1024), |b| {
+            b.iter(|| {
+                Loader::new(cfg.clone())
+                    .expect("loader")
+                    .next()
+                    .expect("batch")
+                    .expect("ok")
+            })
+        });
+    }
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,273 @@
+//! Assembling a batch: copy tokens out of the map, shift labels, number positions, record document
+//! boundaries, and cut each row into this CP rank's zigzag chunks.
+
+use rsd_shard::Tokens;
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::plan::StepPlan;
+use crate::sources::OpenSource;
+use crate::Positions;
+
+/// The label value that losses ignore (PyTorch's default `ignore_index`).
+pub const IGNORE_INDEX: i32 = -100;
+
+/// Where a row came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SampleId {
+    /// Index of the source in the config.
+    pub source: u32,
+    /// Shard within the source's directory.
+    pub shard: u32,
+    /// Sample index within the shard.
+    pub index: u64,
+    /// Sample index within the source (over all its shards).
+    pub global: u64,
+    /// The source's epoch this draw belongs to.
+    pub epoch: u64,
+}
+
+/// One step's data for one (DP, CP) rank. Rows are concatenated (see docs/LOADER.md).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Batch {
+    /// Global step index since the start of the stream (identical on every rank).
+    pub step: u64,
+    /// Token ids held by this rank.
+    pub tokens: Vec<i32>,
+    /// Next-token targets, shifted on the full row before CP slicing; [`IGNORE_INDEX`] = no loss.
+    pub labels: Vec<i32>,
+    /// RoPE position ids of the tokens held.
+    pub position_ids: Vec<i32>,
+    /// cu_seqlens over rows in the local arrays (`rows + 1` entries).
+    pub row_offsets: Vec<u32>,
+    /// cu_seqlens over document pieces in full-row (pre-CP) flat coordinates.
+    pub doc_offsets: Vec<u32>,
+    /// cu_seqlens over rows in full-row coordinates (rows padded to a multiple of 2·cp_size).
+    pub full_row_offsets: Vec<u32>,
+    /// Full-coordinate ranges `[start, end)` held locally, in local order.
+    pub chunks: Vec<[u32; 2]>,
+    /// Origin of each row.
+    pub samples: Vec<SampleId>,
+    /// Real (non-padding) tokens over the full rows.
+    pub num_tokens: u64,
+    /// Labels that are not ignored, over the full rows (sum over DP ranks to normalise the loss).
+    pub num_label_tokens: u64,
+}
+
+impl Batch {
+    /// Number of rows.
+    pub fn rows(&self) -> usize {
+        self.samples.len()
+    }
+}
+
+/// How rows are cut and labelled.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Layout {
+    pub cp_rank: usize,
+    pub cp_size: usize,
+    pub positions: crate::Positions,
+    pub mask_doc_boundaries: Option<bool>,
+    pub release_pages: bool,
+}
+
+impl Batch {
+    /// Empty every array but keep its allocation, for reuse.
+    fn clear(&mut self) {
+        self.tokens.clear();
+        self.labels.clear();
+        self.position_ids.clear();
+        self.row_offsets.clear();
+        self.doc_offsets.clear();
+        self.full_row_offsets.clear();
+        self.chunks.clear();
+        self.samples.clear();
+        (self.num_tokens, self.num_label_tokens) = (0, 0);
+    }
+}
+
+/// Build the batch for `plan` from the mapped shards, reusing `spare`'s allocations if given
+/// (fresh multi-MiB vectors cost a page fault per 4 KiB; reused ones are already mapped, often cached).
+pub(crate) fn assemble(
+    sources: &[OpenSource],
+    plan: &StepPlan,
+    layout: &Layout,
+    spare: Option<Batch>,
+) -> Result<Batch> {
+    let mut b = spare.unwrap_or_default();
+    b.clear();
+    b.step = plan.step;
+    b.row_offsets.push(0);
+    b.full_row_offsets.push(0);
+    b.doc_offsets.push(0);
+    let two_p = 2 * layout.cp_size as u64;
+    // Size the arrays once: growing them by doubling would copy every token again.
+    let mut local = 0usize;
+    for r in &plan.rows {
+        let set = &sources[r.source].set;
+        let (k, i) = set.locate(r.global)?;
+        let (_, _, start, end) = set.shards()[k].sample_span(i)?;
+        let len = ((end - start) / set.manifest().dtype.size()) as u64;
+        local += (len.div_ceil(two_p) * two_p / layout.cp_size as u64) as usize;
+    }
+    b.tokens.reserve_exact(local);
+    b.labels.reserve_exact(local);
+    b.position_ids.reserve_exact(local);
+    let mut full_base = 0u64;
+    for r in &plan.rows {
+        let src = &sources[r.source];
+        let (k, i) = src.set.locate(r.global)?;
+        let shard = &src.set.shards()[k];
+        let sample = shard.sample(i)?;
+        let len = sample.tokens.len() as u64;
+        let padded = if layout.cp_size > 1 {
+            len.div_ceil(two_p) * two_p
+        } else {
+            len
+        };
+        let doc_mode = match layout.positions {
+            Positions::Row => false,
+            Positions::Document => true,
+            Positions::Auto => src.mixed,
+        };
+        let mask_docs = layout.mask_doc_boundaries.unwrap_or(src.mixed);
+
+        // Document starts within the row (plus the row end), and the padding "document".
+        let mut starts = Vec::with_capacity(sample.pieces.len() + 2);
+        let mut at = 0u64;
+        for &p in &sample.pieces {
+            starts.push(at);
+            at += p as u64;
+        }
+        starts.push(len);
+        for s in &starts[1..] {
+            b.doc_offsets.push((full_base + s) as u32);
+        }
+        if padded > len {
+            b.doc_offsets.push((full_base + padded) as u32);
+        }
+
+        // Labels over the full row count toward the normaliser, whichever chunk holds them.
+        let masked_ends = if mask_docs {
+            sample.pieces.len() as u64
+        } else {
+            1
+        };
+        b.num_label_tokens += len.saturating_sub(masked_ends);
+        b.num_tokens += len;
+
+        let chunks: Vec<(u64, u64)> = if layout.cp_size > 1 {
+            let c = padded / two_p;
+            let (a, z) = (layout.cp_rank as u64, two_p - 1 - layout.cp_rank as u64);
+            vec![(a * c, (a + 1) * c), (z * c, (z + 1) * c)]
+        } else {
+            vec![(0, len)]
+        };
+        for (lo, hi) in chunks {
+            push_range(
+                &mut b,
+                &sample.tokens,
+                &starts,
+                lo,
+                hi,
+                len,
+                src.pad_id,
+                doc_mode,
+                mask_docs,
+            );
+            b.chunks
+                .push([(full_base + lo) as u32, (full_base + hi) as u32]);
+        }
+        b.row_offsets.push(b.tokens.len() as u32);
+        full_base += padded;
+        b.full_row_offsets.push(full_base as u32);
+        b.samples.push(crate::SampleId {
+            source: r.source as u32,
+            shard: k as u32,
+            index: i as u64,
+            global: r.global,
+            epoch: r.epoch,
+        });
+        if layout.release_pages {
+            // The row is copied out: drop the pages from our mapping so RSS does not grow with the
+            // amount read. The page cache keeps them; this only unmaps them from the process.
+            let (_, _, start, end) = shard.sample_span(i)?;
+            shard.release_bin_range(start, end);
+        }
+    }
+    Ok(b)
+}
+
+/// Append full-row positions `lo..hi` of one row (positions ≥ `len` are padding).
+#[allow(clippy::too_many_arguments)]
+fn push_range(
+    b: &mut Batch,
+    tokens: &Tokens<'_>,
+    starts: &[u64],
+    lo: u64,
+    hi: u64,
+    len: u64,
+    pad: i32,
+    doc_mode: bool,
+    mask_docs: bool,
+) {
+    let (lo_u, hi_u, len_u) = (lo as usize, hi as usize, len as usize);
+    let real_hi = hi_u.min(len_u);
+    let real_lo = lo_u.min(real_hi);
+    // Tokens: a widening copy straight from the map (vectorises).
+    match tokens {
+        Tokens::U16(t) => b
+            .tokens
+            .extend(t[real_lo..real_hi].iter().map(|&x| x as i32)),
+        Tokens::I32(t) => b.tokens.extend_from_slice(&t[real_lo..real_hi]),
+    }
+    // Labels: the same copy shifted by one; the row's last position has no target.
+    let with_target = real_hi.min(len_u.saturating_sub(1)).saturating_sub(real_lo);
+    let label_base = b.labels.len();
+    if with_target > 0 {
+        let (from, to) = (real_lo + 1, real_lo + 1 + with_target);
+        match tokens {
+            Tokens::U16(t) => b.labels.extend(t[from..to].iter().map(|&x| x as i32)),
+            Tokens::I32(t) => b.labels.extend_from_slice(&t[from..to]),
+        }
+    }
+    b.labels
+        .resize(label_base + (real_hi - real_lo), IGNORE_INDEX);
+    if mask_docs {
+        // The last token of each document piece must not predict the next document.
+        for &s in &starts[1..starts.len() - 1] {
+            let end = s as usize - 1;
+            if end >= real_lo && end < real_hi {
+                b.labels[label_base + end - real_lo] = IGNORE_INDEX;
+            }
+        }
+    }
+    // Positions: row positions, or restarting at each document start.
+    if doc_mode {
+        let mut d = starts
+            .partition_point(|&s| s as usize <= real_lo)
+            .saturating_sub(1);
+        for j in real_lo..real_hi {
+            while d + 1 < starts.len() - 1 && starts[d + 1] as usize <= j {
+                d += 1;
+            }
+            b.position_ids.push((j - starts[d] as usize) as i32);
+        }
+    } else {
+        b.position_ids.extend((real_lo..real_hi).map(|j| j as i32));
+    }
+    // Padding (CP only): pad tokens, no labels, positions continuing from the row's last one.
+    if hi_u > real_hi {
+        let from = lo_u.max(len_u);
+        let last_doc_start = if doc_mode {
+            starts[starts.len() - 2] as usize
+        } else {
+            0
+        };
+        for j in from..hi_u {
+            b.tokens.push(pad);
+            b.labels.push(IGNORE_INDEX);
+            b.position_ids.push((j - last_doc_start) as i32);
+        }
+    }
+}

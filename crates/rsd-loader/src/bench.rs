@@ -1,0 +1,138 @@
+//! Measurement helpers shared by `rsd-data bench` and the criterion bench: the page-cache memcpy
+//! limit, timed passes of the loader, and RSS from `/proc`.
+
+use std::path::Path;
+use std::time::Instant;
+
+use rsd_shard::ShardSet;
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::{Loader, LoaderConfig};
+
+/// Resident set size of this process in bytes (Linux; 0 elsewhere), and the file-backed part.
+pub fn rss() -> (u64, u64) {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return (0, 0);
+    };
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    };
+    (field("VmRSS:"), field("RssFile:"))
+}
+
+/// The physical limit: memcpy bandwidth (bytes/s) from the mapped, page-cached `.bin` files of
+/// `dir` into a reused buffer, best of `repeat` passes over at most `max_bytes`. The first pass
+/// also warms the page cache.
+pub fn memcpy_limit(dir: &Path, max_bytes: u64, repeat: usize) -> Result<f64> {
+    let set = ShardSet::open(dir)?;
+    let chunk = 1 << 20;
+    let mut buf = vec![0u8; chunk];
+    let mut best = 0f64;
+    for _ in 0..repeat.max(1) + 1 {
+        let start = Instant::now();
+        let mut copied = 0u64;
+        'outer: for shard in set.shards() {
+            for part in shard.bin_bytes().chunks(chunk) {
+                buf[..part.len()].copy_from_slice(part);
+                std::hint::black_box(&mut buf);
+                copied += part.len() as u64;
+                if copied >= max_bytes {
+                    break 'outer;
+                }
+            }
+        }
+        best = best.max(copied as f64 / start.elapsed().as_secs_f64().max(1e-9));
+    }
+    Ok(best)
+}
+
+/// What one timed pass of the loader did.
+#[derive(Debug, Clone, Serialize)]
+pub struct PassReport {
+    /// Batches consumed.
+    pub batches: u64,
+    /// Tokens consumed (real tokens in the batches).
+    pub tokens: u64,
+    /// Bytes of shard data behind those tokens.
+    pub bytes: u64,
+    /// Wall time of the pass after the first batch.
+    pub seconds: f64,
+    /// `Loader::new` plus the first `next()`, in milliseconds.
+    pub first_batch_ms: f64,
+    /// Tokens per second.
+    pub tokens_per_s: f64,
+    /// Shard bytes per second.
+    pub bytes_per_s: f64,
+    /// RSS after the first batch.
+    pub rss_start: u64,
+    /// Largest RSS seen during the pass.
+    pub rss_max: u64,
+    /// RSS at the end of the pass.
+    pub rss_end: u64,
+    /// Largest file-backed RSS seen (the mapped shards).
+    pub rss_file_max: u64,
+}
+
+/// Run the loader for at most `max_batches` batches or `max_seconds`, whichever comes first.
+pub fn pass(
+    cfg: LoaderConfig,
+    bytes_per_token: usize,
+    max_batches: u64,
+    max_seconds: f64,
+) -> Result<PassReport> {
+    let t0 = Instant::now();
+    let mut loader = Loader::new(cfg)?;
+    let mut tokens = 0u64;
+    let mut batches = 0u64;
+    if let Some(b) = loader.next() {
+        let b = b?;
+        tokens += b.num_tokens;
+        batches += 1;
+    }
+    let first_batch_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let (rss_start, _) = rss();
+    let (mut rss_max, mut rss_file_max) = (rss_start, 0);
+    let t1 = Instant::now();
+    let mut first_tokens = tokens;
+    while batches < max_batches {
+        let Some(b) = loader.next() else { break };
+        let b = b?;
+        tokens += b.num_tokens;
+        batches += 1;
+        std::hint::black_box(&b);
+        loader.recycle(b);
+        if batches.is_multiple_of(16) {
+            let (r, f) = rss();
+            rss_max = rss_max.max(r);
+            rss_file_max = rss_file_max.max(f);
+            if t1.elapsed().as_secs_f64() > max_seconds {
+                break;
+            }
+        }
+    }
+    let seconds = t1.elapsed().as_secs_f64().max(1e-9);
+    drop(loader);
+    let (rss_end, _) = rss();
+    // Throughput excludes the first batch, which is counted as latency.
+    std::mem::swap(&mut first_tokens, &mut tokens);
+    let steady = first_tokens - tokens;
+    Ok(PassReport {
+        batches,
+        tokens: first_tokens,
+        bytes: first_tokens * bytes_per_token as u64,
+        seconds,
+        first_batch_ms,
+        tokens_per_s: steady as f64 / seconds,
+        bytes_per_s: (steady * bytes_per_token as u64) as f64 / seconds,
+        rss_start,
+        rss_max,
+        rss_end,
+        rss_file_max,
+    })
+}

@@ -1,0 +1,39 @@
+use std::path::PathBuf;
+
+/// Everything the loader can report. Shard damage keeps `rsd-shard`'s file-and-offset context.
+#[derive(Debug, thiserror::Error)]
+pub enum LoaderError {
+    /// A shard file is missing, truncated, corrupt, or fails its checksum.
+    #[error(transparent)]
+    Shard(#[from] rsd_shard::ShardError),
+    /// Two sources whose manifests disagree on something that must match to mix them.
+    #[error("cannot mix {a} and {b}: {what}")]
+    Mismatch {
+        /// The first directory.
+        a: PathBuf,
+        /// The directory that disagrees with it.
+        b: PathBuf,
+        /// What differs, with both values.
+        what: String,
+    },
+    /// The configuration cannot work (zero sizes, rank out of range, bad weights…).
+    #[error("invalid loader config: {0}")]
+    Config(String),
+    /// A saved state does not belong to this configuration.
+    #[error("cannot resume: {0}")]
+    Resume(String),
+    /// A pipeline file or state file could not be read or parsed.
+    #[error("{path}: {what}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        what: String,
+    },
+    /// A worker thread ended without delivering its batch (it panicked).
+    #[error("loader worker {0} stopped without a result (it panicked); see stderr")]
+    WorkerDied(usize),
+}
+
+/// Result alias for this crate.
+pub type Result<T> = std::result::Result<T, LoaderError>;

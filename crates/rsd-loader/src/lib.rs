@@ -1,0 +1,113 @@
+//! `rsd-loader`: a deterministic, resumable, prefetching batch loader over rsd token shards.
+//!
+//! The pieces, in the order data flows through them:
+//!
+//! * [`Source`]s (shard directories with mixture weights) are opened and checked to agree on
+//!   tokenizer, dtype and length (`sources`).
+//! * A keyed bijective [`perm::Permutation`] per source and epoch gives a global shuffle with no
+//!   index to build: start-up is O(shards), not O(samples).
+//! * The planner interleaves the sources by smooth weighted round-robin into one global stream and
+//!   deals each global step to DP ranks, by sample count or token budget (`plan`).
+//! * Worker threads assemble [`Batch`]es from the mapped bytes — labels shifted on the full row,
+//!   position ids, document boundaries, zigzag CP chunks — and pass them through bounded channels
+//!   ([`Loader`]).
+//! * [`LoaderState`] records the global cursor, so a stream resumes exactly, also on another DP size.
+//!
+//! The trainer-facing contract is written down in `docs/LOADER.md`.
+#![deny(missing_docs)]
+
+mod batch;
+pub mod bench;
+mod error;
+mod loader;
+pub mod perm;
+mod plan;
+mod sources;
+mod state;
+pub mod synth;
+
+pub use batch::{Batch, SampleId, IGNORE_INDEX};
+pub use error::{LoaderError, Result};
+pub use loader::Loader;
+pub use sources::{Pipeline, Source};
+pub use state::{LoaderState, SourceState, STATE_VERSION};
+
+/// How many rows a rank gets per step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Batching {
+    /// Exactly this many samples per rank per step.
+    Samples(usize),
+    /// As many samples as fit in this many tokens on every rank (at least one), for mixed shards.
+    Tokens(usize),
+}
+
+/// How position ids are numbered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Positions {
+    /// 0..L−1 along each row.
+    Row,
+    /// Restart at 0 at every document piece.
+    Document,
+    /// `Row` for fixed-mode shards, `Document` for mixed-mode shards.
+    Auto,
+}
+
+/// Everything that shapes the stream one rank sees.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LoaderConfig {
+    /// Shard directories and their weights.
+    pub sources: Vec<Source>,
+    /// Shuffle seed.
+    pub seed: u64,
+    /// Epoch the stream starts in.
+    pub epoch: u64,
+    /// Stop when the first source would start its `epochs`-th epoch after `epoch`; `None` = endless.
+    pub epochs: Option<u64>,
+    /// Data-parallel rank.
+    pub dp_rank: usize,
+    /// Data-parallel world size.
+    pub dp_size: usize,
+    /// Context-parallel rank within the group.
+    pub cp_rank: usize,
+    /// Context-parallel group size.
+    pub cp_size: usize,
+    /// Rows per step.
+    pub batching: Batching,
+    /// Shuffle within each source (`false`: sequential order, for audits and benchmarks).
+    pub shuffle: bool,
+    /// Position-id numbering.
+    pub positions: Positions,
+    /// Ignore the label of each document's last token; `None` = on for mixed shards only.
+    pub mask_doc_boundaries: Option<bool>,
+    /// Batches assembled ahead of the consumer (the total depth of the bounded channels).
+    pub prefetch: usize,
+    /// Assembling threads; 0 assembles on the caller's thread.
+    pub workers: usize,
+    /// Verify every shard's checksums when opening (reads all bytes once).
+    pub verify: bool,
+    /// Unmap consumed ranges (`madvise(DONTNEED)`) so RSS stays flat over long passes.
+    pub release_pages: bool,
+}
+
+impl Default for LoaderConfig {
+    fn default() -> Self {
+        LoaderConfig {
+            sources: Vec::new(),
+            seed: 0,
+            epoch: 0,
+            epochs: None,
+            dp_rank: 0,
+            dp_size: 1,
+            cp_rank: 0,
+            cp_size: 1,
+            batching: Batching::Samples(1),
+            shuffle: true,
+            positions: Positions::Auto,
+            mask_doc_boundaries: None,
+            prefetch: 4,
+            workers: 2,
+            verify: false,
+            release_pages: true,
+        }
+    }
+}

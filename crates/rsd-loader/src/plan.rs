@@ -1,0 +1,225 @@
+//! The global sample stream and how a step of it is dealt to data-parallel ranks.
+//!
+//! Everything here works on sample *references* and `.idx` metadata only, so every rank (and every
+//! worker thread) can replay the same plan cheaply and agree on one global cursor.
+
+use std::sync::Arc;
+
+use crate::error::{LoaderError, Result};
+use crate::perm::{key, Permutation};
+use crate::sources::OpenSource;
+use crate::{Batching, LoaderConfig};
+
+/// One draw from the mixture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SampleRef {
+    pub source: usize,
+    /// Index within the source's shard set (after the permutation).
+    pub global: u64,
+    pub epoch: u64,
+}
+
+/// Where the stream stands: enough to continue it exactly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Position {
+    pub step: u64,
+    pub cursor: u64,
+    pub drawn: Vec<u64>,
+}
+
+/// The rows this rank gets in one global step, and the position after the step.
+pub(crate) struct StepPlan {
+    pub step: u64,
+    pub rows: Vec<SampleRef>,
+    pub after: Position,
+}
+
+/// Replays the global stream. Cloning is cheap (the sources are shared).
+#[derive(Clone)]
+pub(crate) struct Planner {
+    sources: Arc<Vec<OpenSource>>,
+    seed: u64,
+    epoch0: u64,
+    epochs: Option<u64>,
+    shuffle: bool,
+    dp_rank: usize,
+    dp_size: usize,
+    batching: Batching,
+    pos: Position,
+    perms: Vec<(u64, Permutation)>,
+}
+
+impl Planner {
+    pub fn new(sources: Arc<Vec<OpenSource>>, cfg: &LoaderConfig, pos: Position) -> Planner {
+        let perms = sources
+            .iter()
+            .enumerate()
+            .map(|(k, s)| {
+                (
+                    cfg.epoch,
+                    Permutation::new(s.samples, key(cfg.seed, k, cfg.epoch), cfg.shuffle),
+                )
+            })
+            .collect();
+        Planner {
+            sources,
+            seed: cfg.seed,
+            epoch0: cfg.epoch,
+            epochs: cfg.epochs,
+            shuffle: cfg.shuffle,
+            dp_rank: cfg.dp_rank,
+            dp_size: cfg.dp_size,
+            batching: cfg.batching,
+            pos,
+            perms,
+        }
+    }
+
+    /// The next sample of the global stream, or `None` once the epoch limit is reached.
+    ///
+    /// Smooth weighted round-robin: the source furthest behind its share `w_k · (g + 1)` goes next.
+    /// It needs no state beyond the draw counts, so a resumed stream is identical.
+    fn draw(&mut self) -> Option<SampleRef> {
+        let g = self.pos.cursor;
+        let mut best = 0usize;
+        let mut best_deficit = f64::NEG_INFINITY;
+        for (k, s) in self.sources.iter().enumerate() {
+            let deficit = s.weight * (g + 1) as f64 - self.pos.drawn[k] as f64;
+            if deficit > best_deficit {
+                best = k;
+                best_deficit = deficit;
+            }
+        }
+        let n = self.sources[best].samples;
+        let j = self.pos.drawn[best];
+        let epoch = self.epoch0 + j / n;
+        if let Some(limit) = self.epochs {
+            if j / n >= limit {
+                return None;
+            }
+        }
+        if self.perms[best].0 != epoch {
+            self.perms[best] = (
+                epoch,
+                Permutation::new(n, key(self.seed, best, epoch), self.shuffle),
+            );
+        }
+        let global = self.perms[best].1.apply(j % n);
+        self.pos.drawn[best] += 1;
+        self.pos.cursor += 1;
+        Some(SampleRef {
+            source: best,
+            global,
+            epoch,
+        })
+    }
+
+    /// Tokens in a referenced sample, from `.idx` metadata only.
+    fn sample_len(&self, r: &SampleRef) -> Result<u64> {
+        let set = &self.sources[r.source].set;
+        let (k, i) = crate::sources::locate(set, r.global)?;
+        let (_, _, start, end) = set.shards()[k].sample_span(i)?;
+        Ok(((end - start) / set.manifest().dtype.size()) as u64)
+    }
+
+    /// Plan the next global step for this rank; `None` when the stream has ended.
+    pub fn plan_step(&mut self) -> Result<Option<StepPlan>> {
+        let w = self.dp_size;
+        let step = self.pos.step;
+        let mut rows = Vec::new();
+        match self.batching {
+            Batching::Samples(n) => {
+                for i in 0..n * w {
+                    match self.draw() {
+                        Some(r) if i % w == self.dp_rank => rows.push(r),
+                        Some(_) => {}
+                        // A partial global step would give ranks unequal batches: drop it.
+                        None => return Ok(None),
+                    }
+                }
+            }
+            Batching::Tokens(budget) => {
+                let mut used = vec![0u64; w];
+                loop {
+                    let saved = self.pos.clone();
+                    let mut round = Vec::with_capacity(w);
+                    let mut ended = false;
+                    for _ in 0..w {
+                        match self.draw() {
+                            Some(r) => round.push(r),
+                            None => {
+                                ended = true;
+                                break;
+                            }
+                        }
+                    }
+                    let first_round = used.iter().all(|&u| u == 0);
+                    if ended {
+                        self.pos = saved;
+                        if first_round {
+                            return Ok(None);
+                        }
+                        break;
+                    }
+                    let lens = round
+                        .iter()
+                        .map(|r| self.sample_len(r))
+                        .collect::<Result<Vec<_>>>()?;
+                    let fits = used
+                        .iter()
+                        .zip(&lens)
+                        .all(|(&u, &l)| u + l <= budget as u64);
+                    if !fits && !first_round {
+                        // Put the round back: it starts the next step.
+                        self.pos = saved;
+                        break;
+                    }
+                    for (u, l) in used.iter_mut().zip(&lens) {
+                        *u += l;
+                    }
+                    rows.push(round[self.dp_rank]);
+                    if !fits {
+                        break;
+                    }
+                }
+            }
+        }
+        self.pos.step += 1;
+        Ok(Some(StepPlan {
+            step,
+            rows,
+            after: self.pos.clone(),
+        }))
+    }
+}
+
+/// The starting position of a fresh stream.
+pub(crate) fn start(sources: usize) -> Position {
+    Position {
+        step: 0,
+        cursor: 0,
+        drawn: vec![0; sources],
+    }
+}
+
+/// Reject configurations that cannot produce batches.
+pub(crate) fn check(cfg: &LoaderConfig) -> Result<()> {
+    let bad = |s: String| Err(LoaderError::Config(s));
+    if cfg.dp_size == 0 || cfg.dp_rank >= cfg.dp_size {
+        return bad(format!(
+            "dp_rank {} of dp_size {}: need 0 <= rank < size",
+            cfg.dp_rank, cfg.dp_size
+        ));
+    }
+    if cfg.cp_size == 0 || cfg.cp_rank >= cfg.cp_size {
+        return bad(format!(
+            "cp_rank {} of cp_size {}: need 0 <= rank < size",
+            cfg.cp_rank, cfg.cp_size
+        ));
+    }
+    match cfg.batching {
+        Batching::Samples(0) => bad("batch size 0".into()),
+        Batching::Tokens(0) => bad("token budget 0".into()),
+        _ => Ok(()),
+    }
+}

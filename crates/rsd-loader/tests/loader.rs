@@ -1,0 +1,596 @@
+//! End-to-end tests of the loader on synthetic shard directories written in the real format.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use rsd_loader::synth::{self, SynthSpec};
+use rsd_loader::{
+    Batch, Batching, Loader, LoaderConfig, LoaderError, LoaderState, Positions, Source,
+    IGNORE_INDEX,
+};
+use rsd_shard::ShardSet;
+
+fn make(dir: &Path, name: &str, spec: SynthSpec) -> PathBuf {
+    let d = dir.join(name);
+    synth::write(&d, &spec).expect("write synthetic shards");
+    d
+}
+
+fn cfg(dirs: &[(&Path, f64)]) -> LoaderConfig {
+    LoaderConfig {
+        sources: dirs.iter().map(|(d, w)| Source::new(*d, *w)).collect(),
+        seed: 42,
+        workers: 0,
+        ..LoaderConfig::default()
+    }
+}
+
+fn collect(c: LoaderConfig, n: usize) -> Vec<Batch> {
+    Loader::new(c)
+        .expect("open")
+        .take(n)
+        .map(|b| b.expect("batch"))
+        .collect()
+}
+
+/// (source, global) of every row, in order.
+fn ids(batches: &[Batch]) -> Vec<(u32, u64)> {
+    batches
+        .iter()
+        .flat_map(|b| b.samples.iter().map(|s| (s.source, s.global)))
+        .collect()
+}
+
+#[test]
+fn one_epoch_covers_every_sample_once_across_dp_ranks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = make(
+        tmp.path(),
+        "a",
+        SynthSpec {
+            samples: 103,
+            seq_len: 16,
+            shard_bytes: 700,
+            ..Default::default()
+        },
+    );
+    assert!(
+        ShardSet::open(&d).unwrap().shards().len() > 3,
+        "want several shards"
+    );
+    // dp = 1, batch 1: a permutation of all 103 samples, then the stream ends.
+    let mut c = cfg(&[(&d, 1.0)]);
+    c.epochs = Some(1);
+    let all = ids(&collect(c.clone(), usize::MAX));
+    assert_eq!(all.len(), 103);
+    assert_eq!(all.iter().collect::<HashSet<_>>().len(), 103);
+    assert_ne!(
+        all.iter().map(|x| x.1).collect::<Vec<_>>(),
+        (0..103).collect::<Vec<_>>(),
+        "not shuffled"
+    );
+    // dp = 4, batch 2: disjoint ranks; 12 full global steps of 8 (the partial 13th is dropped).
+    let mut seen = HashSet::new();
+    for r in 0..4 {
+        let mut c = c.clone();
+        (c.dp_rank, c.dp_size, c.batching) = (r, 4, Batching::Samples(2));
+        let batches = collect(c, usize::MAX);
+        assert_eq!(batches.len(), 12);
+        for (t, b) in batches.iter().enumerate() {
+            assert_eq!(b.step, t as u64);
+            // Rank r holds global positions 8t + r and 8t + r + 4 of the dp = 1 stream.
+            assert_eq!(
+                ids(std::slice::from_ref(b)),
+                vec![all[8 * t + r], all[8 * t + r + 4]]
+            );
+        }
+        for id in ids(&batches) {
+            assert!(seen.insert(id), "{id:?} seen by two ranks");
+        }
+    }
+    assert_eq!(seen.len(), 96);
+}
+
+#[test]
+fn threads_and_inline_give_the_same_stream_and_seed_changes_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = make(
+        tmp.path(),
+        "a",
+        SynthSpec {
+            samples: 50,
+            seq_len: 32,
+            mixed: true,
+            ..Default::default()
+        },
+    );
+    let mut c = cfg(&[(&d, 1.0)]);
+    c.batching = Batching::Samples(3);
+    let inline = collect(c.clone(), 30);
+    for workers in [1, 3] {
+        let mut t = c.clone();
+        (t.workers, t.prefetch) = (workers, 5);
+        assert_eq!(collect(t, 30), inline, "workers={workers}");
+    }
+    // Recycled batches are refilled from scratch: the stream is unchanged.
+    for workers in [0, 2] {
+        let mut t = c.clone();
+        t.workers = workers;
+        let mut l = Loader::new(t).unwrap();
+        let mut got = vec![];
+        for _ in 0..30 {
+            let b = l.next().unwrap().unwrap();
+            got.push(b.clone());
+            l.recycle(b);
+        }
+        assert_eq!(got, inline, "recycling, workers={workers}");
+    }
+    c.seed = 43;
+    assert_ne!(ids(&collect(c, 30)), ids(&inline));
+}
+
+#[test]
+fn batch_contents_match_the_shards() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = SynthSpec {
+        samples: 20,
+        seq_len: 40,
+        mixed: true,
+        ..Default::default()
+    };
+    let d = make(tmp.path(), "a", spec.clone());
+    let set = ShardSet::open(&d).unwrap();
+    let mut c = cfg(&[(&d, 1.0)]);
+    c.batching = Batching::Samples(2);
+    for b in collect(c, 5) {
+        assert_eq!(b.row_offsets.len(), 3);
+        let mut docs = b.doc_offsets.iter().peekable();
+        docs.next();
+        for (row, id) in b.samples.iter().enumerate() {
+            let want = set.sample(id.global).unwrap();
+            let (lo, hi) = (b.row_offsets[row] as usize, b.row_offsets[row + 1] as usize);
+            let toks: Vec<u32> = b.tokens[lo..hi].iter().map(|&t| t as u32).collect();
+            assert_eq!(toks, want.tokens.to_vec());
+            let (len, pieces) = synth::shape(&spec, id.global);
+            assert_eq!((hi - lo, &pieces), (len as usize, &want.pieces));
+            // Mixed shards: positions restart per document, document-final labels are ignored.
+            let mut start = 0usize;
+            for &p in &pieces {
+                let end = start + p as usize;
+                for j in start..end {
+                    assert_eq!(b.position_ids[lo + j], (j - start) as i32);
+                    let want_label = if j + 1 == end {
+                        IGNORE_INDEX
+                    } else {
+                        toks[j + 1] as i32
+                    };
+                    assert_eq!(b.labels[lo + j], want_label, "row {row} pos {j}");
+                }
+                assert_eq!(*docs.next().unwrap() as usize, lo + end);
+                start = end;
+            }
+        }
+        let pieces: usize = b
+            .samples
+            .iter()
+            .map(|id| synth::shape(&spec, id.global).1.len())
+            .sum();
+        assert_eq!(b.num_label_tokens, b.num_tokens - pieces as u64);
+    }
+    // Fixed shards: row positions, only the row's last label ignored.
+    let f = make(
+        tmp.path(),
+        "f",
+        SynthSpec {
+            samples: 8,
+            seq_len: 24,
+            ..Default::default()
+        },
+    );
+    let b = collect(cfg(&[(&f, 1.0)]), 1).remove(0);
+    assert_eq!(b.position_ids, (0..24).collect::<Vec<i32>>());
+    assert_eq!(&b.labels[..23], &b.tokens[1..]);
+    assert_eq!(b.labels[23], IGNORE_INDEX);
+    assert_eq!(b.num_label_tokens, 23);
+}
+
+#[test]
+fn context_parallel_ranks_hold_zigzag_chunks_of_the_full_row() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = make(
+        tmp.path(),
+        "m",
+        SynthSpec {
+            samples: 30,
+            seq_len: 50,
+            mixed: true,
+            ..Default::default()
+        },
+    );
+    let mut c = cfg(&[(&d, 1.0)]);
+    c.batching = Batching::Samples(2);
+    c.positions = Positions::Row;
+    let full = collect(c.clone(), 4);
+    for p in [2usize, 3] {
+        let ranks: Vec<Vec<Batch>> = (0..p)
+            .map(|r| {
+                let mut c = c.clone();
+                (c.cp_rank, c.cp_size) = (r, p);
+                collect(c, 4)
+            })
+            .collect();
+        for (t, whole) in full.iter().enumerate() {
+            for row in 0..whole.rows() {
+                let (lo, hi) = (
+                    whole.row_offsets[row] as usize,
+                    whole.row_offsets[row + 1] as usize,
+                );
+                let len = hi - lo;
+                let padded = len.div_ceil(2 * p) * 2 * p;
+                let chunk = padded / (2 * p);
+                // Rebuild the padded row from every rank's two chunks.
+                let mut toks = vec![i32::MIN; padded];
+                let mut labels = vec![i32::MIN; padded];
+                let mut pos = vec![i32::MIN; padded];
+                for (r, rb) in ranks.iter().enumerate() {
+                    let b = &rb[t];
+                    assert_eq!(
+                        b.samples, whole.samples,
+                        "CP ranks must see the same samples"
+                    );
+                    let (llo, lhi) = (b.row_offsets[row] as usize, b.row_offsets[row + 1] as usize);
+                    assert_eq!(lhi - llo, 2 * chunk);
+                    let base = b.full_row_offsets[row] as usize;
+                    let [a0, a1] = b.chunks[2 * row];
+                    let [z0, z1] = b.chunks[2 * row + 1];
+                    assert_eq!(
+                        (a0 as usize - base, z0 as usize - base),
+                        (r * chunk, (2 * p - 1 - r) * chunk)
+                    );
+                    assert_eq!((a1 - a0, z1 - z0), (chunk as u32, chunk as u32));
+                    for (k, j) in (a0..a1).chain(z0..z1).enumerate() {
+                        let j = j as usize - base;
+                        toks[j] = b.tokens[llo + k];
+                        labels[j] = b.labels[llo + k];
+                        pos[j] = b.position_ids[llo + k];
+                    }
+                }
+                assert_eq!(&toks[..len], &whole.tokens[lo..hi]);
+                assert_eq!(
+                    &labels[..len],
+                    &whole.labels[lo..hi],
+                    "labels are shifted before slicing"
+                );
+                assert_eq!(&pos[..len], &whole.position_ids[lo..hi]);
+                assert!(labels[len..].iter().all(|&l| l == IGNORE_INDEX));
+                assert_eq!(
+                    pos[len..].to_vec(),
+                    (len as i32..padded as i32).collect::<Vec<_>>()
+                );
+            }
+            assert_eq!(ranks[0][t].num_label_tokens, whole.num_label_tokens);
+        }
+    }
+}
+
+#[test]
+fn resume_continues_the_exact_stream_with_threads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = make(
+        tmp.path(),
+        "a",
+        SynthSpec {
+            samples: 17,
+            seq_len: 16,
+            ..Default::default()
+        },
+    );
+    let b = make(
+        tmp.path(),
+        "b",
+        SynthSpec {
+            samples: 29,
+            seq_len: 16,
+            seed: 9,
+            ..Default::default()
+        },
+    );
+    let mut c = cfg(&[(&a, 1.0), (&b, 2.0)]);
+    (c.workers, c.prefetch, c.batching) = (2, 4, Batching::Samples(3));
+    let whole = collect(c.clone(), 40); // several epochs of both sources
+    let mut first = Loader::new(c.clone()).unwrap();
+    let head: Vec<Batch> = first.by_ref().take(13).map(|b| b.unwrap()).collect();
+    let state = first.state();
+    drop(first);
+    assert_eq!(state.step, 13);
+    // Through JSON, as a checkpoint would store it.
+    let state: LoaderState = serde_json::from_str(&serde_json::to_string(&state).unwrap()).unwrap();
+    let tail: Vec<Batch> = Loader::resume(c, &state)
+        .unwrap()
+        .take(27)
+        .map(|b| b.unwrap())
+        .collect();
+    assert_eq!([head, tail].concat(), whole);
+}
+
+#[test]
+fn elastic_resume_on_another_dp_size_continues_the_global_stream() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = make(
+        tmp.path(),
+        "a",
+        SynthSpec {
+            samples: 64,
+            seq_len: 8,
+            ..Default::default()
+        },
+    );
+    let base = cfg(&[(&d, 1.0)]);
+    let global = ids(&collect(base.clone(), 200)); // dp = 1, batch 1: the global order
+                                                   // Two ranks, batch 2, three steps: 12 global positions.
+    let mut states = vec![];
+    for r in 0..2 {
+        let mut c = base.clone();
+        (c.dp_rank, c.dp_size, c.batching) = (r, 2, Batching::Samples(2));
+        let mut l = Loader::new(c).unwrap();
+        l.by_ref().take(3).for_each(|b| drop(b.unwrap()));
+        states.push(l.state());
+    }
+    assert_eq!(states[0], states[1], "all ranks save the same state");
+    assert_eq!(states[0].cursor, 12);
+    // Resume on three ranks with batch 1: step t gives rank r global position 12 + 3t + r.
+    for r in 0..3 {
+        let mut c = base.clone();
+        (c.dp_rank, c.dp_size, c.workers) = (r, 3, 2);
+        let got = ids(&Loader::resume(c, &states[0])
+            .unwrap()
+            .take(20)
+            .map(|b| b.unwrap())
+            .collect::<Vec<_>>());
+        let want: Vec<_> = (0..20).map(|t| global[12 + 3 * t + r]).collect();
+        assert_eq!(got, want, "rank {r}");
+    }
+}
+
+#[test]
+fn mixture_follows_the_weights_and_each_source_cycles_its_epochs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = make(
+        tmp.path(),
+        "a",
+        SynthSpec {
+            samples: 10,
+            seq_len: 8,
+            ..Default::default()
+        },
+    );
+    let b = make(
+        tmp.path(),
+        "b",
+        SynthSpec {
+            samples: 37,
+            seq_len: 8,
+            seed: 1,
+            ..Default::default()
+        },
+    );
+    let got = collect(cfg(&[(&a, 0.3), (&b, 0.7)]), 1000);
+    let rows: Vec<_> = got.iter().flat_map(|b| b.samples.clone()).collect();
+    for n in [10usize, 100, 1000] {
+        let from_a = rows[..n].iter().filter(|s| s.source == 0).count() as f64;
+        assert!(
+            (from_a - 0.3 * n as f64).abs() <= 1.0,
+            "{from_a} of {n} from a"
+        );
+    }
+    // Source a (10 samples) has gone through 30 epochs: every epoch is a permutation.
+    let a_rows: Vec<_> = rows.iter().filter(|s| s.source == 0).collect();
+    for (e, chunk) in a_rows.chunks(10).enumerate() {
+        assert!(chunk.iter().all(|s| s.epoch == e as u64));
+        assert_eq!(
+            chunk.iter().map(|s| s.global).collect::<HashSet<_>>().len(),
+            10
+        );
+    }
+    assert_ne!(
+        a_rows[..10].iter().map(|s| s.global).collect::<Vec<_>>(),
+        a_rows[10..20].iter().map(|s| s.global).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn token_budget_batches_agree_across_ranks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = make(
+        tmp.path(),
+        "m",
+        SynthSpec {
+            samples: 300,
+            seq_len: 64,
+            mixed: true,
+            ..Default::default()
+        },
+    );
+    let budget = 200;
+    let mut c = cfg(&[(&d, 1.0)]);
+    (c.dp_size, c.batching, c.epochs) = (3, Batching::Tokens(budget), Some(1));
+    let per_rank: Vec<Vec<Batch>> = (0..3)
+        .map(|r| {
+            let mut c = c.clone();
+            c.dp_rank = r;
+            collect(c, usize::MAX)
+        })
+        .collect();
+    let steps = per_rank[0].len();
+    assert!(steps > 10);
+    let mut seen = HashSet::new();
+    for t in 0..steps {
+        let rows = per_rank[0][t].rows();
+        for rank in &per_rank {
+            let b = &rank[t];
+            assert_eq!(b.rows(), rows, "ranks must agree on rows per step");
+            assert!(b.tokens.len() <= budget);
+            seen.extend(ids(std::slice::from_ref(b)));
+        }
+    }
+    let covered = seen.len();
+    assert!(
+        covered > 300 - 3 * 4,
+        "only {covered} of 300 samples covered"
+    );
+}
+
+#[test]
+fn refuses_mismatched_sources_and_foreign_states() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = make(
+        tmp.path(),
+        "a",
+        SynthSpec {
+            samples: 10,
+            seq_len: 8,
+            ..Default::default()
+        },
+    );
+    let b = make(
+        tmp.path(),
+        "b",
+        SynthSpec {
+            samples: 10,
+            seq_len: 16,
+            ..Default::default()
+        },
+    );
+    let t = make(
+        tmp.path(),
+        "t",
+        SynthSpec {
+            samples: 10,
+            seq_len: 8,
+            tokenizer: "other".into(),
+            ..Default::default()
+        },
+    );
+    for (other, what) in [
+        (&b, "packing lengths 8 vs 16"),
+        (&t, "different tokenizers"),
+    ] {
+        let err = Loader::new(cfg(&[(&a, 1.0), (other, 1.0)]))
+            .err()
+            .expect("must refuse");
+        let msg = err.to_string();
+        assert!(matches!(err, LoaderError::Mismatch { .. }), "{msg}");
+        assert!(
+            msg.contains(what)
+                && msg.contains(a.to_str().unwrap())
+                && msg.contains(other.to_str().unwrap()),
+            "{msg}"
+        );
+    }
+    let mut l = Loader::new(cfg(&[(&a, 1.0)])).unwrap();
+    l.next().unwrap().unwrap();
+    let state = l.state();
+    let mut other_seed = cfg(&[(&a, 1.0)]);
+    other_seed.seed = 1;
+    assert!(matches!(
+        Loader::resume(other_seed, &state),
+        Err(LoaderError::Resume(_))
+    ));
+    let mut future = state.clone();
+    future.version = 99;
+    let err = Loader::resume(cfg(&[(&a, 1.0)]), &future)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("state version 99"), "{err}");
+    let mut bad = cfg(&[(&a, 1.0)]);
+    bad.dp_rank = 2;
+    assert!(matches!(Loader::new(bad), Err(LoaderError::Config(_))));
+}
+
+#[test]
+fn damaged_shards_give_errors_naming_the_file_and_offset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = SynthSpec {
+        samples: 40,
+        seq_len: 16,
+        ..Default::default()
+    };
+    // Truncated .bin: refused at open.
+    let d = make(tmp.path(), "trunc", spec.clone());
+    let bin = d.join("shard-00000.bin");
+    let len = std::fs::metadata(&bin).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&bin)
+        .unwrap()
+        .set_len(len - 2)
+        .unwrap();
+    let msg = Loader::new(cfg(&[(&d, 1.0)])).err().unwrap().to_string();
+    assert!(
+        msg.contains("shard-00000.bin") && msg.contains("byte"),
+        "{msg}"
+    );
+
+    // Flipped token byte: only checksum verification sees it.
+    let d = make(tmp.path(), "flip", spec.clone());
+    let bin = d.join("shard-00000.bin");
+    let mut bytes = std::fs::read(&bin).unwrap();
+    bytes[100] ^= 0xff;
+    std::fs::write(&bin, &bytes).unwrap();
+    assert!(Loader::new(cfg(&[(&d, 1.0)])).is_ok());
+    let mut c = cfg(&[(&d, 1.0)]);
+    c.verify = true;
+    let msg = Loader::new(c).err().unwrap().to_string();
+    assert!(
+        msg.contains("shard-00000.bin") && msg.contains("checksum"),
+        "{msg}"
+    );
+
+    // A damaged length in the middle of the .idx: found when that sample is read, by a worker
+    // thread, and delivered to the consumer as an error; then the stream ends (no hang, no panic).
+    let d = make(tmp.path(), "idx", spec);
+    let idx = d.join("shard-00000.idx");
+    let mut bytes = std::fs::read(&idx).unwrap();
+    let seq = 20usize; // a sequence (document piece) in the middle of the first shard
+    let n = u64::from_le_bytes(bytes[18..26].try_into().unwrap()) as usize;
+    assert!(n > seq);
+    bytes[34 + 4 * seq..34 + 4 * seq + 4].copy_from_slice(&(-5i32).to_le_bytes());
+    std::fs::write(&idx, &bytes).unwrap();
+    let mut c = cfg(&[(&d, 1.0)]);
+    (c.workers, c.shuffle) = (2, false);
+    let results: Vec<_> = Loader::new(c).unwrap().collect();
+    let err = results
+        .last()
+        .unwrap()
+        .as_ref()
+        .expect_err("the stream ends with the error")
+        .to_string();
+    assert!(
+        err.contains("shard-00000.idx") && err.contains("at byte"),
+        "{err}"
+    );
+    assert!(results[..results.len() - 1].iter().all(|r| r.is_ok()));
+}
+
+#[test]
+fn dropping_a_loader_with_full_channels_stops_its_threads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = make(
+        tmp.path(),
+        "a",
+        SynthSpec {
+            samples: 64,
+            seq_len: 64,
+            ..Default::default()
+        },
+    );
+    for _ in 0..20 {
+        let mut c = cfg(&[(&d, 1.0)]);
+        (c.workers, c.prefetch) = (3, 2);
+        let mut l = Loader::new(c).unwrap();
+        l.next().unwrap().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(2)); // let the workers block on full channels
+        drop(l); // joins; a leak or deadlock would hang this test
+    }
+}

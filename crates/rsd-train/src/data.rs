@@ -1,0 +1,110 @@
+//! Loader batches → micro-batches on the device.
+//!
+//! The loader (`rsd-loader`, docs/LOADER.md) hands out flat varlen arrays; the step wants `[B, L]`
+//! tensors plus host-side positions and document boundaries. Consecutive rows of equal length form
+//! one micro-batch (fixed-mode shards: the whole batch); mixed-mode rows of different lengths
+//! become separate micro-batches. Document boundaries are passed on only for mixed shards, whose
+//! attention is document-masked; fixed windows attend across documents, as packed pretraining does.
+use rsd_loader::{Batch, Batching, LoaderConfig, Positions, Source};
+
+use crate::config::TrainConfig;
+use crate::step::MicroBatch;
+use crate::{Error, Result};
+
+/// The loader config a training config implies (one rank: no DP/CP here yet).
+pub fn loader_config(cfg: &TrainConfig) -> Result<LoaderConfig> {
+    let dirs: Vec<&str> = cfg
+        .shards
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    if dirs.is_empty() {
+        return Err(Error::Input(
+            "config key shards: no shard directory given".into(),
+        ));
+    }
+    let weights: Vec<f64> = if cfg.weights.trim().is_empty() {
+        vec![1.0 / dirs.len() as f64; dirs.len()]
+    } else {
+        cfg.weights
+            .split(',')
+            .map(|w| w.trim().parse::<f64>())
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|_| Error::Input(format!("config key weights: {:?}", cfg.weights)))?
+    };
+    if weights.len() != dirs.len() {
+        return Err(Error::Input(format!(
+            "config key weights: {} weights for {} shard directories",
+            weights.len(),
+            dirs.len()
+        )));
+    }
+    Ok(LoaderConfig {
+        sources: dirs
+            .iter()
+            .zip(&weights)
+            .map(|(d, &w)| Source::new(*d, w))
+            .collect(),
+        seed: cfg.seed,
+        batching: Batching::Samples(cfg.micro_batch),
+        positions: Positions::Auto,
+        workers: cfg.loader_workers,
+        prefetch: 2 * cfg.loader_workers.max(1),
+        ..LoaderConfig::default()
+    })
+}
+
+/// Splits a loader batch into micro-batches of equal-length rows.
+pub fn micro_batches(batch: &Batch, mixed: bool, device: tch::Device) -> Result<Vec<MicroBatch>> {
+    let ro = &batch.row_offsets;
+    if ro.len() < 2 || *ro.last().unwrap_or(&0) as usize != batch.tokens.len() {
+        return Err(Error::Input(format!(
+            "loader batch at step {} has inconsistent row offsets",
+            batch.step
+        )));
+    }
+    let mut out = Vec::new();
+    let mut r = 0;
+    let rows = ro.len() - 1;
+    while r < rows {
+        let len = ro[r + 1] - ro[r];
+        let mut e = r + 1;
+        while e < rows && ro[e + 1] - ro[e] == len {
+            e += 1;
+        }
+        let mut toks = Vec::new();
+        let mut labels = Vec::new();
+        let mut pos = Vec::new();
+        let mut docs = Vec::new();
+        for k in r..e {
+            let (a, b) = (ro[k] as usize, ro[k + 1] as usize);
+            let widen = |v: &[i32]| v.iter().map(|&x| x as i64).collect::<Vec<i64>>();
+            toks.push(widen(&batch.tokens[a..b]));
+            labels.push(widen(&batch.labels[a..b]));
+            pos.push(widen(&batch.position_ids[a..b]));
+            let mut d: Vec<i64> = batch
+                .doc_offsets
+                .iter()
+                .filter(|&&o| o as usize >= a && o as usize <= b)
+                .map(|&o| o as i64 - a as i64)
+                .collect();
+            if d.first() != Some(&0) {
+                d.insert(0, 0);
+            }
+            if d.last() != Some(&((b - a) as i64)) {
+                d.push((b - a) as i64);
+            }
+            docs.push(d);
+        }
+        out.push(MicroBatch::from_rows(
+            &toks,
+            &labels,
+            pos,
+            mixed.then_some(docs),
+            device,
+        )?);
+        r = e;
+    }
+    Ok(out)
+}

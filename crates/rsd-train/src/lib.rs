@@ -1,0 +1,79 @@
+//! `rsd-train`: RoPE-perturbed self-distillation (RSD) for long-context adaptation of RoPE LMs.
+//!
+//! The pieces, in the order a step uses them:
+//!
+//! * [`perturb`]: the second view's position ids (skip, cyclic, dilation, chunk-permute; per
+//!   sequence or per document), the logit rows that can differ, and the shared prefix.
+//! * [`step`]: the two-view forward with prefix reuse, the chunked CE/KL with per-chunk backward,
+//!   per-layer activation checkpointing, and a slow full-logits reference for tests.
+//! * [`optim`]: AdamW (decoupled weight decay, fp32 master weights for bf16 models), warmup + cosine
+//!   schedule, global-norm clipping; state saved as safetensors.
+//! * [`config`]: the training config (TOML), every key a command-line flag too.
+//! * [`data`]: loader batches → micro-batches; [`checkpoint`]: atomic, resumable run checkpoints;
+//!   [`train`]: the loop that owns them all.
+//!
+//! The design and the numbers are in `docs/TRAIN.md`.
+#![deny(missing_docs)]
+
+pub mod checkpoint;
+pub mod config;
+pub mod data;
+pub mod optim;
+pub mod perturb;
+pub mod rng;
+pub mod step;
+pub mod train;
+
+/// Errors of the trainer library.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// From the model crate (shapes, checkpoints, configs).
+    #[error(transparent)]
+    Model(#[from] rsd_model::ModelError),
+    /// From libtorch.
+    #[error("libtorch: {0}")]
+    Torch(#[from] tch::TchError),
+    /// From the loader.
+    #[error(transparent)]
+    Loader(#[from] rsd_loader::LoaderError),
+    /// A file operation, with the path.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: std::path::PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Bad input or config; the message says which.
+    #[error("{0}")]
+    Input(String),
+    /// A checkpoint that cannot be used; the message names the file and field.
+    #[error("checkpoint {path}: {reason}")]
+    Checkpoint {
+        /// The checkpoint directory or file.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Loss or gradient norm is NaN/inf.
+    #[error("non-finite {what} at step {step}: {value}")]
+    NonFinite {
+        /// "loss" or "gradient norm".
+        what: &'static str,
+        /// Optimizer step.
+        step: u64,
+        /// The value.
+        value: f64,
+    },
+}
+
+/// Result with [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Attaches a path to an I/O error.
+pub(crate) fn io_err(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}

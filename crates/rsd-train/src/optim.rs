@@ -1,0 +1,236 @@
+//! AdamW, the learning-rate schedule and gradient clipping, with savable state.
+//!
+//! Written by hand rather than with tch's `nn::AdamW` because that optimizer's moments live inside
+//! libtorch and cannot be saved or restored from Rust, and an exact `--resume` needs them. The update
+//! is PyTorch's `torch.optim.AdamW` (decoupled decay, bias corrections, `eps` added after the
+//! square root), so a step matches the PyTorch eager baseline.
+//!
+//! For bf16/fp16 models the optimizer keeps fp32 master weights and fp32 moments; gradients are
+//! upcast, the master updated, and the model parameter overwritten with the rounded master.
+//! Weight decay applies to matrices (embeddings, projections, LM head), not to norms and biases,
+//! as in HF Trainer and ProLong.
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use tch::{Kind, Tensor};
+
+use rsd_model::Model;
+
+use crate::{Error, Result};
+
+/// AdamW hyperparameters (ProLong: β 0.9/0.95, weight decay 0.1).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct AdamWConfig {
+    /// β1.
+    pub beta1: f64,
+    /// β2.
+    pub beta2: f64,
+    /// ε.
+    pub eps: f64,
+    /// Decoupled weight decay.
+    pub weight_decay: f64,
+}
+
+/// One parameter's optimizer state.
+#[derive(Debug)]
+struct Slot {
+    name: String,
+    param: Tensor,
+    m: Tensor,
+    v: Tensor,
+    master: Option<Tensor>,
+    decay: bool,
+}
+
+/// AdamW over all model parameters.
+#[derive(Debug)]
+pub struct AdamW {
+    cfg: AdamWConfig,
+    slots: Vec<Slot>,
+    /// Updates applied so far (for the bias corrections).
+    pub steps: u64,
+}
+
+impl AdamW {
+    /// Zero moments for every parameter of `model` (fp32 master copies when the model is not fp32/fp64).
+    pub fn new(model: &Model, cfg: AdamWConfig) -> Result<Self> {
+        let mut slots = Vec::new();
+        for (name, param) in model.named_parameters() {
+            let low = !matches!(param.kind(), Kind::Float | Kind::Double);
+            let sk = if low { Kind::Float } else { param.kind() };
+            let master = if low {
+                Some(param.detach().f_to_kind(Kind::Float)?)
+            } else {
+                None
+            };
+            slots.push(Slot {
+                m: Tensor::f_zeros_like(&param)?.f_to_kind(sk)?,
+                v: Tensor::f_zeros_like(&param)?.f_to_kind(sk)?,
+                decay: param.dim() >= 2,
+                name,
+                param,
+                master,
+            });
+        }
+        Ok(AdamW {
+            cfg,
+            slots,
+            steps: 0,
+        })
+    }
+
+    /// One update at learning rate `lr` from the parameters' current gradients.
+    pub fn step(&mut self, lr: f64) -> Result<()> {
+        self.steps += 1;
+        let t = self.steps as i32;
+        let (b1, b2) = (self.cfg.beta1, self.cfg.beta2);
+        let bc1 = 1.0 - b1.powi(t);
+        let bc2_sqrt = (1.0 - b2.powi(t)).sqrt();
+        let wd = self.cfg.weight_decay;
+        let eps = self.cfg.eps;
+        tch::no_grad(|| -> Result<()> {
+            for s in &mut self.slots {
+                let g = s.param.grad();
+                if !g.defined() {
+                    continue;
+                }
+                let g = g.f_to_kind(s.m.kind())?;
+                let mut p = match &s.master {
+                    Some(m) => m.shallow_clone(),
+                    None => s.param.shallow_clone(),
+                };
+                if s.decay && wd != 0.0 {
+                    let _ = p.f_mul_scalar_(1.0 - lr * wd)?;
+                }
+                let _ = s.m.f_mul_scalar_(b1)?.f_add_(&g.f_mul_scalar(1.0 - b1)?)?;
+                let _ =
+                    s.v.f_mul_scalar_(b2)?
+                        .f_add_(&g.f_mul(&g)?.f_mul_scalar(1.0 - b2)?)?;
+                let denom = s.v.f_sqrt()?.f_div_scalar(bc2_sqrt)?.f_add_scalar(eps)?;
+                let _ = p.f_sub_(&s.m.f_div(&denom)?.f_mul_scalar(lr / bc1)?)?;
+                if s.master.is_some() {
+                    s.param.f_copy_(&p)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Writes moments and master weights as safetensors (`m.<name>`, `v.<name>`, `master.<name>`).
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let mut named: Vec<(String, Tensor)> = Vec::new();
+        for s in &self.slots {
+            named.push((format!("m.{}", s.name), s.m.shallow_clone()));
+            named.push((format!("v.{}", s.name), s.v.shallow_clone()));
+            if let Some(m) = &s.master {
+                named.push((format!("master.{}", s.name), m.shallow_clone()));
+            }
+        }
+        Tensor::write_safetensors(&named, path)?;
+        Ok(())
+    }
+
+    /// Restores what [`AdamW::save`] wrote; every tensor must be there with the right shape.
+    pub fn load(&mut self, path: &Path, steps: u64) -> Result<()> {
+        let bad = |reason: String| Error::Checkpoint {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let mut map: std::collections::HashMap<String, Tensor> =
+            Tensor::read_safetensors(path)?.into_iter().collect();
+        tch::no_grad(|| -> Result<()> {
+            for s in &mut self.slots {
+                let mut targets = vec![("m", &mut s.m), ("v", &mut s.v)];
+                if let Some(m) = s.master.as_mut() {
+                    targets.push(("master", m));
+                }
+                for (what, t) in targets {
+                    let key = format!("{what}.{}", s.name);
+                    let src = map
+                        .remove(&key)
+                        .ok_or_else(|| bad(format!("missing optimizer tensor {key}")))?;
+                    if src.size() != t.size() {
+                        return Err(bad(format!(
+                            "{key}: shape {:?}, expected {:?}",
+                            src.size(),
+                            t.size()
+                        )));
+                    }
+                    t.f_copy_(&src)?;
+                }
+            }
+            Ok(())
+        })?;
+        self.steps = steps;
+        Ok(())
+    }
+}
+
+/// Linear warmup to `lr`, then cosine decay to `min_ratio · lr` at `total` steps.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Schedule {
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Warmup steps.
+    pub warmup: u64,
+    /// Total steps.
+    pub total: u64,
+    /// Final learning rate as a fraction of the peak (ProLong: 0.1).
+    pub min_ratio: f64,
+}
+
+impl Schedule {
+    /// Learning rate of the update with 0-based index `step`.
+    pub fn lr(&self, step: u64) -> f64 {
+        if step < self.warmup {
+            return self.lr * (step + 1) as f64 / self.warmup as f64;
+        }
+        let span = self.total.saturating_sub(self.warmup).max(1) as f64;
+        let progress = ((step - self.warmup) as f64 / span).min(1.0);
+        let min = self.lr * self.min_ratio;
+        min + (self.lr - min) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
+    }
+}
+
+/// Scales gradients so their global norm is at most `max_norm` (PyTorch's `clip_grad_norm_`:
+/// coefficient `max_norm / (norm + 1e-6)`, applied only when below 1). Returns nothing; the norm is
+/// computed by the caller (it is also the metric).
+pub fn clip_grads(model: &Model, norm: f64, max_norm: f64) -> Result<()> {
+    if max_norm <= 0.0 {
+        return Ok(());
+    }
+    let coef = max_norm / (norm + 1e-6);
+    if coef >= 1.0 {
+        return Ok(());
+    }
+    tch::no_grad(|| -> Result<()> {
+        for (_, p) in model.named_parameters() {
+            let mut g = p.grad();
+            if g.defined() {
+                let _ = g.f_mul_scalar_(coef)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedule_warms_up_and_decays_to_the_floor() {
+        let s = Schedule {
+            lr: 1.0,
+            warmup: 10,
+            total: 110,
+            min_ratio: 0.1,
+        };
+        assert!((s.lr(0) - 0.1).abs() < 1e-12);
+        assert!((s.lr(9) - 1.0).abs() < 1e-12);
+        assert!((s.lr(10) - 1.0).abs() < 1e-12);
+        assert!((s.lr(60) - 0.55).abs() < 1e-12);
+        assert!((s.lr(110) - 0.1).abs() < 1e-12);
+        assert!((s.lr(500) - 0.1).abs() < 1e-12);
+    }
+}

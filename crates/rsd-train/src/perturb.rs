@@ -1,0 +1,331 @@
+//! Position perturbations (the second view) and which logit rows can differ between the views.
+//!
+//! Every perturbation is an index map `f` over a span of length `n` (a row, or one document with
+//! `--perturb-scope document`); the perturbed position of token `i` is `p_i + (f(i) − i)`, where `p`
+//! are the standard positions (`0..L` per row, or restarting per document in mixed batches).
+//! With row positions this is exactly the paper's definitions:
+//!
+//! | kind | `f(i)` | rows that can differ |
+//! |---|---|---|
+//! | skip (s, y) | `i` for `i < s`, `i + y` for `i ≥ s` | `s..L−1` |
+//! | cyclic (u) | `(i + u) mod L` | `L−u..L−1` (the wrap point on) |
+//! | dilation (a) | `floor(a·i)` | from the first `i` with `floor(a·i) ≠ i` |
+//! | chunk-permute (π) | chunk `c` placed where the order π puts it | from the first moved chunk |
+//!
+//! **Which rows carry the KL.** Logit row `i` is `p(·|x_≤i)`; it sees keys `j` in its attention span
+//! (the row, or its document) up to `i`, through the relative offsets `r_i − r_j`. Those offsets are
+//! unchanged iff `δ_j = r_j − p_j` is constant over `j ∈ [span start, i]`. Rows where it is constant
+//! are identical in both views (RoPE is relative) and carry no KL; the others "can differ". For the
+//! skip view that is rows `s..L−1`, the paper's sum `Σ_{i≥s}`; for a document lying wholly after `s`
+//! the shift is a block shift and its rows carry nothing (the rule for mixed batches).
+//!
+//! **Shared prefix.** Rows before the first `i` with `δ_i ≠ 0` have identical positions, so every
+//! layer's hidden states and K/V there are identical in both views: the perturbed pass can start at
+//! that row and attend to the standard pass's K/V (prefix reuse, exact).
+use serde::{Deserialize, Serialize};
+
+use crate::rng::SplitMix64;
+
+/// Which position perturbation makes the second view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum PerturbKind {
+    /// Skip `y` positions at a split `s` (the paper's RSD view).
+    Skip,
+    /// Cyclic shift by `u`: `r_i = (i + u) mod L`.
+    Cyclic,
+    /// Random dilation `r_i = floor(a·i)`, `a` log-uniform in `[0.5, 2]`.
+    Dilation,
+    /// Split into chunks and permute their positions.
+    ChunkPermute,
+}
+
+/// Where the split is sampled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scope {
+    /// One perturbation per sequence (the paper).
+    Sequence,
+    /// One perturbation inside each document (mixed, document-masked batches).
+    Document,
+}
+
+/// One concrete perturbation of one span.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum Perturbation {
+    /// Identity.
+    None,
+    /// `f(i) = i + skip·[i ≥ split]`.
+    Skip {
+        /// s
+        split: i64,
+        /// y
+        skip: i64,
+    },
+    /// `f(i) = (i + shift) mod n`.
+    Cyclic {
+        /// u
+        shift: i64,
+    },
+    /// `f(i) = floor(factor·i)`.
+    Dilation {
+        /// a
+        factor: f64,
+    },
+    /// Chunk `c` (of `order.len()` near-equal chunks) is placed at rank `order[c]`.
+    ChunkPermute {
+        /// Rank of each chunk in the permuted sequence.
+        order: Vec<usize>,
+    },
+}
+
+impl Perturbation {
+    /// `f(i) − i` for `i` in `0..n`.
+    pub fn offsets(&self, n: i64) -> Vec<i64> {
+        let idx = 0..n;
+        match self {
+            Perturbation::None => vec![0; n as usize],
+            Perturbation::Skip { split, skip } => {
+                idx.map(|i| if i >= *split { *skip } else { 0 }).collect()
+            }
+            Perturbation::Cyclic { shift } => idx.map(|i| (i + shift).rem_euclid(n) - i).collect(),
+            Perturbation::Dilation { factor } => idx
+                .map(|i| (factor * i as f64).floor() as i64 - i)
+                .collect(),
+            Perturbation::ChunkPermute { order } => {
+                let c = order.len().max(1) as i64;
+                let bounds: Vec<i64> = (0..=c).map(|k| k * n / c).collect();
+                let len = |k: usize| bounds[k + 1] - bounds[k];
+                // New start of chunk k: total length of the chunks ranked before it.
+                let starts: Vec<i64> = (0..order.len())
+                    .map(|k| {
+                        (0..order.len())
+                            .filter(|&j| order[j] < order[k])
+                            .map(len)
+                            .sum()
+                    })
+                    .collect();
+                let mut out = Vec::with_capacity(n as usize);
+                for k in 0..order.len() {
+                    for i in bounds[k]..bounds[k + 1] {
+                        out.push(starts[k] + (i - bounds[k]) - i);
+                    }
+                }
+                out
+            }
+        }
+    }
+}
+
+/// How perturbations are drawn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sampler {
+    /// The kind of view.
+    pub kind: PerturbKind,
+    /// Per sequence or per document.
+    pub scope: Scope,
+    /// `Y` for skip: `y ~ U{1..Y}`; `None` = the span length.
+    pub skip_range: Option<i64>,
+    /// Fixed `(s, y)` for the ablation (skip only; clamped to the span).
+    pub fixed_split: Option<(i64, i64)>,
+    /// Chunks for chunk-permute.
+    pub chunks: usize,
+}
+
+impl Sampler {
+    /// A perturbation for a span of length `n` (the paper: `s ~ U{0..n−1}`, `y ~ U{1..Y}`;
+    /// cyclic `u ~ U{1..n−1}`, since `u = 0` would be the identity; dilation log-uniform in
+    /// `[0.5, 2]`; chunk-permute a uniform permutation).
+    pub fn sample(&self, g: &mut SplitMix64, n: i64) -> Perturbation {
+        if n <= 1 {
+            return Perturbation::None;
+        }
+        match self.kind {
+            PerturbKind::Skip => {
+                if let Some((s, y)) = self.fixed_split {
+                    return Perturbation::Skip {
+                        split: s.clamp(0, n - 1),
+                        skip: y,
+                    };
+                }
+                let split = g.range(0, n - 1);
+                let skip = g.range(1, self.skip_range.unwrap_or(n).max(1));
+                Perturbation::Skip { split, skip }
+            }
+            PerturbKind::Cyclic => Perturbation::Cyclic {
+                shift: g.range(1, n - 1),
+            },
+            PerturbKind::Dilation => {
+                let (lo, hi) = (0.5f64.ln(), 2f64.ln());
+                Perturbation::Dilation {
+                    factor: (lo + (hi - lo) * g.uniform()).exp(),
+                }
+            }
+            PerturbKind::ChunkPermute => {
+                let c = self.chunks.clamp(1, n as usize);
+                let mut order: Vec<usize> = (0..c).collect();
+                for i in (1..c).rev() {
+                    let j = g.range(0, i as i64) as usize;
+                    order.swap(i, j);
+                }
+                Perturbation::ChunkPermute { order }
+            }
+        }
+    }
+}
+
+/// The perturbed view of one row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowView {
+    /// Perturbed position ids, one per token.
+    pub positions: Vec<i64>,
+    /// Logit rows that can differ from the standard view (carry the KL).
+    pub kl_mask: Vec<bool>,
+    /// Number of `true` in `kl_mask`.
+    pub kl_rows: i64,
+    /// Rows `0..shared_prefix` have identical positions in both views.
+    pub shared_prefix: i64,
+}
+
+/// Applies `perts` (one for sequence scope, one per document for document scope) to a row with
+/// standard positions `std_pos` and optional document boundaries `docs` (`[0, e1, …, L]`).
+pub fn perturb_row(
+    std_pos: &[i64],
+    docs: Option<&[i64]>,
+    scope: Scope,
+    perts: &[Perturbation],
+) -> RowView {
+    let l = std_pos.len() as i64;
+    let whole = [0, l];
+    let spans = docs.unwrap_or(&whole);
+    let delta: Vec<i64> = match scope {
+        Scope::Sequence => perts[0].offsets(l),
+        Scope::Document => spans
+            .windows(2)
+            .zip(perts)
+            .flat_map(|(w, p)| p.offsets(w[1] - w[0]))
+            .collect(),
+    };
+    let positions = std_pos.iter().zip(&delta).map(|(p, d)| p + d).collect();
+    let mut kl_mask = vec![false; l as usize];
+    for w in spans.windows(2) {
+        let (a, b) = (w[0] as usize, w[1] as usize);
+        let mut differs = false;
+        for i in a..b {
+            differs |= delta[i] != delta[a];
+            kl_mask[i] = differs;
+        }
+    }
+    let kl_rows = kl_mask.iter().filter(|&&m| m).count() as i64;
+    let shared_prefix = delta.iter().position(|&d| d != 0).unwrap_or(l as usize) as i64;
+    RowView {
+        positions,
+        kl_mask,
+        kl_rows,
+        shared_prefix,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(n: i64) -> Vec<i64> {
+        (0..n).collect()
+    }
+
+    #[test]
+    fn skip_matches_the_paper() {
+        let v = perturb_row(
+            &row(6),
+            None,
+            Scope::Sequence,
+            &[Perturbation::Skip { split: 2, skip: 10 }],
+        );
+        assert_eq!(v.positions, vec![0, 1, 12, 13, 14, 15]);
+        assert_eq!(v.kl_mask, vec![false, false, true, true, true, true]);
+        assert_eq!((v.kl_rows, v.shared_prefix), (4, 2));
+    }
+
+    #[test]
+    fn cyclic_differs_from_the_wrap_point() {
+        let v = perturb_row(
+            &row(5),
+            None,
+            Scope::Sequence,
+            &[Perturbation::Cyclic { shift: 2 }],
+        );
+        assert_eq!(v.positions, vec![2, 3, 4, 0, 1]);
+        assert_eq!(v.kl_mask, vec![false, false, false, true, true]);
+        assert_eq!((v.kl_rows, v.shared_prefix), (2, 0));
+    }
+
+    #[test]
+    fn documents_after_the_split_carry_no_kl() {
+        // Two documents [0,3) and [3,6) with document positions; split inside the first.
+        let pos = vec![0, 1, 2, 0, 1, 2];
+        let v = perturb_row(
+            &pos,
+            Some(&[0, 3, 6]),
+            Scope::Sequence,
+            &[Perturbation::Skip { split: 1, skip: 5 }],
+        );
+        assert_eq!(v.positions, vec![0, 6, 7, 5, 6, 7]);
+        assert_eq!(v.kl_mask, vec![false, true, true, false, false, false]);
+        // Document scope: a split inside each.
+        let v = perturb_row(
+            &pos,
+            Some(&[0, 3, 6]),
+            Scope::Document,
+            &[
+                Perturbation::Skip { split: 2, skip: 1 },
+                Perturbation::Skip { split: 1, skip: 4 },
+            ],
+        );
+        assert_eq!(v.positions, vec![0, 1, 3, 0, 5, 6]);
+        assert_eq!(v.kl_mask, vec![false, false, true, false, true, true]);
+        assert_eq!(v.shared_prefix, 2);
+    }
+
+    #[test]
+    fn chunk_permute_and_dilation_are_permutations_and_maps() {
+        let p = Perturbation::ChunkPermute {
+            order: vec![2, 0, 1],
+        };
+        let v = perturb_row(&row(7), None, Scope::Sequence, &[p]);
+        // chunks [0,2) [2,4) [4,7) -> ranks 2,0,1: chunk1 at 0..2, chunk2 at 2..5, chunk0 at 5..7
+        assert_eq!(v.positions, vec![5, 6, 0, 1, 2, 3, 4]);
+        let mut s = v.positions.clone();
+        s.sort();
+        assert_eq!(s, row(7));
+        let v = perturb_row(
+            &row(5),
+            None,
+            Scope::Sequence,
+            &[Perturbation::Dilation { factor: 2.0 }],
+        );
+        assert_eq!(v.positions, vec![0, 2, 4, 6, 8]);
+        assert_eq!(v.shared_prefix, 1);
+    }
+
+    #[test]
+    fn sampler_ranges() {
+        let s = Sampler {
+            kind: PerturbKind::Skip,
+            scope: Scope::Sequence,
+            skip_range: Some(3),
+            fixed_split: None,
+            chunks: 4,
+        };
+        let mut g = SplitMix64::keyed(&[9]);
+        for _ in 0..200 {
+            match s.sample(&mut g, 10) {
+                Perturbation::Skip { split, skip } => {
+                    assert!((0..10).contains(&split) && (1..=3).contains(&skip))
+                }
+                p => panic!("{p:?}"),
+            }
+        }
+    }
+}

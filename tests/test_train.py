@@ -1,0 +1,186 @@
+"""rsd-train against an independent plain-PyTorch implementation of the paper's formulas.
+
+`rsd-train probe` (our chunked, prefix-reusing step) must give the same CLM term, KL term, total
+loss and global gradient norm as the formulas written out below on transformers' own model
+(full logits, two full forward passes, autograd), for: standard CLM; RSD with the skip view
+(reverse and forward KL, per-sample (s, y), fixed (s, y), λ ≠ 1); RSD with the cyclic view; PoSE
+(CLM on the perturbed view). Llama and Qwen3, fp64 (tight) and fp32.
+
+The paper's loss, for sample b with split s_b and skip y_b (r_i = i for i < s, i + y for i ≥ s):
+    CLM  = mean over label tokens of −log p_std(x_{i+1} | x_≤i)
+    KL_b = 1/(L − s_b) · Σ_{i=s_b}^{L−1} KL(p_pert(·|x_≤i) ‖ sg(p_std(·|x_≤i)))   (reverse)
+    loss = CLM + λ · mean_b KL_b
+For the cyclic view r_i = (i + u) mod L the rows are i = L−u … L−1 (see docs/TRAIN.md).
+transformers needs attention_mask=ones with jumping position ids (DESIGN.md).
+
+Binaries: $RSD_BIN_DIR (default <repo>/target/debug).
+"""
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(os.environ.get("RSD_BIN_DIR", REPO / "target" / "debug"))
+B, L, V = 2, 24, 89
+
+
+def rsd_train(*args, check=True):
+    exe = BIN / "rsd-train"
+    assert exe.exists(), f"{exe} not built (cargo build -p rsd-train, or set RSD_BIN_DIR)"
+    p = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True)
+    if check and p.returncode != 0:
+        raise AssertionError(f"rsd-train {' '.join(map(str, args))} failed:\n{p.stderr}")
+    return p
+
+
+def make_model(family, path):
+    torch.manual_seed(0)
+    if family == "llama":
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        cfg = LlamaConfig(vocab_size=V, hidden_size=48, intermediate_size=80, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, rope_theta=10000.0,
+                          tie_word_embeddings=False, max_position_embeddings=512)
+        m = LlamaForCausalLM(cfg)
+    else:
+        from transformers import Qwen3Config, Qwen3ForCausalLM
+
+        cfg = Qwen3Config(vocab_size=V, hidden_size=48, intermediate_size=80, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                          rope_theta=1e6, tie_word_embeddings=True, max_position_embeddings=512)
+        m = Qwen3ForCausalLM(cfg)
+    # Larger weights than the init so the two views really differ (a non-trivial KL).
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if p.dim() == 2:
+                p.mul_(4.0)
+    m.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    d = tmp_path_factory.mktemp("train_parity")
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, V, size=(B, L), dtype=np.int64)
+    np.save(d / "tokens.npy", tokens)
+    models = {f: make_model(f, d / f) for f in ("llama", "qwen3")}
+    return d, tokens, models
+
+
+def reference(model_dir, tokens, objective, perturb, params, kl_dir, lam, dtype):
+    """The paper's formulas with transformers' model, full logits and autograd."""
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=dtype, attn_implementation="eager")
+    ids = torch.from_numpy(tokens)
+    b, l = ids.shape
+    i = torch.arange(l)
+    mask = torch.ones(b, l, dtype=torch.long)
+
+    def logits(pos):
+        return m(input_ids=ids, position_ids=pos, attention_mask=mask).logits.to(dtype)
+
+    def ce(lg):
+        return F.cross_entropy(lg[:, :-1].reshape(-1, lg.shape[-1]), ids[:, 1:].reshape(-1))
+
+    pos, rows = [], []
+    for r in range(b):
+        if perturb == "skip":
+            s, y = params["split"][r], params["skip"][r]
+            pos.append(torch.where(i < s, i, i + y))
+            rows.append(list(range(s, l)))
+        else:
+            u = params["shift"][r]
+            pos.append((i + u) % l)
+            rows.append(list(range(l - u, l)))
+    pos = torch.stack(pos)
+    std_pos = i.expand(b, l)
+    kl = torch.zeros((), dtype=dtype)
+    if objective == "standard":
+        clm = ce(logits(std_pos))
+    elif objective == "pose":
+        clm = ce(logits(pos))
+    else:
+        ls, lp = logits(std_pos), logits(pos)
+        logq = F.log_softmax(ls.detach(), -1)
+        logp = F.log_softmax(lp, -1)
+        for r in range(b):
+            rr = rows[r]
+            if kl_dir == "reverse":
+                k = (logp[r, rr].exp() * (logp[r, rr] - logq[r, rr])).sum(-1)
+            else:
+                k = (logq[r, rr].exp() * (logq[r, rr] - logp[r, rr])).sum(-1)
+            kl = kl + k.mean()
+        kl = kl / b
+        clm = ce(ls)
+    loss = clm + lam * kl
+    loss.backward()
+    gn = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in m.parameters() if p.grad is not None))
+    return dict(clm=clm.item(), kl=kl.item(), loss=loss.item(), grad_norm=gn.item())
+
+
+CASES = [
+    ("standard", "skip", {"split": [5, 5], "skip": [1, 1]}, "reverse", 1.0),
+    ("rsd", "skip", {"split": [5, 13], "skip": [7, 300]}, "reverse", 1.0),
+    ("rsd", "skip", {"split": [5, 13], "skip": [7, 300]}, "forward", 1.0),
+    ("rsd", "skip", {"split": [9, 9], "skip": [40, 40]}, "reverse", 0.5),  # fixed (s, y)
+    ("rsd", "cyclic", {"shift": [3, 17]}, "reverse", 1.0),
+    ("rsd", "cyclic", {"shift": [11, 2]}, "forward", 1.0),
+    ("pose", "skip", {"split": [6, 0], "skip": [50, 9]}, "reverse", 1.0),
+]
+
+
+def probe_args(model_dir, tok, objective, perturb, params, kl_dir, lam, dtype, chunk=7):
+    a = ["probe", "--model", model_dir, "--tokens", tok, "--objective", objective,
+         "--perturb", perturb, "--kl", kl_dir, "--lambda", lam, "--dtype", dtype, "--loss-chunk", chunk]
+    for k, v in params.items():
+        a += [f"--{k}", ",".join(map(str, v))]
+    return a
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}-{c[3]}-l{c[4]}")
+@pytest.mark.parametrize("dtype", ["fp64", "fp32"])
+def test_probe_matches_pytorch_reference(setup, family, case, dtype):
+    d, tokens, models = setup
+    objective, perturb, params, kl_dir, lam = case
+    tdtype = torch.float64 if dtype == "fp64" else torch.float32
+    ref = reference(models[family], tokens, objective, perturb, params, kl_dir, lam, tdtype)
+    out = json.loads(rsd_train(*probe_args(models[family], d / "tokens.npy", objective, perturb,
+                                            params, kl_dir, lam, dtype)).stdout)
+    # fp64: limited by the attention primitive's fp32 LSE merge; fp32: by fp32 itself.
+    rtol = 1e-6 if dtype == "fp64" else 2e-4
+    for k in ("clm", "kl", "loss", "grad_norm"):
+        assert out[k] == pytest.approx(ref[k], rel=rtol, abs=1e-9 if dtype == "fp64" else 1e-6), (k, out, ref)
+    if objective == "rsd":
+        assert ref["kl"] > 1e-4, "the KL must be non-trivial for the comparison to mean something"
+
+
+def test_prefix_reuse_and_checkpointing_do_not_change_the_probe(setup):
+    d, _, models = setup
+    def base(chunk=7):
+        return probe_args(models["qwen3"], d / "tokens.npy", "rsd", "skip",
+                          {"split": [5, 13], "skip": [7, 300]}, "reverse", 1.0, "fp64", chunk)
+    runs = [json.loads(rsd_train(*base(), *extra).stdout)
+            for extra in ([], ["--no-prefix-reuse"], ["--checkpoint-layers"], ["--reference"])]
+    runs.append(json.loads(rsd_train(*base(1)).stdout))
+    assert runs[0]["rows"][1]["shared_prefix"] == 13
+    for r in runs[1:]:
+        for k in ("clm", "kl", "loss", "grad_norm"):
+            assert r[k] == pytest.approx(runs[0][k], rel=1e-6), k  # fp32 LSE merge in fp64 runs
+
+
+def test_probe_errors_are_clear(setup):
+    d, _, models = setup
+    p = rsd_train("probe", "--model", models["llama"], "--tokens", d / "tokens.npy",
+                  "--perturb", "skip", "--split", "1,2,3", "--skip", "1", check=False)
+    assert p.returncode == 1 and "3 values for 2 samples" in p.stderr
+    p = rsd_train("probe", "--model", d / "nope", "--tokens", d / "tokens.npy", check=False)
+    assert p.returncode == 1 and "nope" in p.stderr
