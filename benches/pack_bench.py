@@ -10,7 +10,7 @@ Same documents, same tokenizer, same number of threads:
 
 Usage (after scripts/setup.sh; builds nothing itself):
   cargo build --release -p rsd-data
-  python benches/pack_bench.py --bin target/release --mb 24 --workers 2 --out docs/BENCHMARKS-pack.md
+  python benches/pack_bench.py --bin target/release --mb 24 --workers 2 --out /tmp/pack-bench.md
 """
 
 import argparse
@@ -122,7 +122,7 @@ def main():
     ap.add_argument("--mb", type=float, default=24)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--mds-mb", type=float, default=512)
-    ap.add_argument("--out", default=str(ROOT / "docs/BENCHMARKS-pack.md"))
+    ap.add_argument("--out", default="pack-bench.md")
     args = ap.parse_args()
     bin_dir = Path(args.bin)
     tok = LLAMA3
