@@ -8,7 +8,7 @@
 //!
 //! Batches are cut by the reader at fixed input sizes and tokenized in order, so the output bytes
 //! depend only on the inputs and options, never on `--workers`. Memory is bounded by the channel
-//! depths × the batch size, plus the open samples of the packer, plus the largest single document.
+//! depths and the batches being tokenized (≤ 9) × the batch size, plus the open samples of the packer, plus the largest single document.
 //!
 //! After each shard is renamed into place the writer saves a journal (`pack.journal.json` and the
 //! open samples in `pack.journal.bin`): how many documents were consumed and what was still being
@@ -566,21 +566,45 @@ pub fn run(
             result
         });
 
-        // Stage 2: tokenize each batch across the pool, keeping order.
-        for batch in doc_rx.iter() {
-            if interrupted.load(Ordering::Relaxed) || stop.load(Ordering::Relaxed) {
-                break;
+        // Stage 2: tokenize batches across the pool. Up to `IN_FLIGHT` batches are tokenized at
+        // once, so threads that finish a batch early start the next one instead of waiting for its
+        // slowest document; results are forwarded strictly in submission order.
+        const IN_FLIGHT: usize = 3;
+        pool.in_place_scope(|scope| {
+            let mut pending = std::collections::VecDeque::new();
+            let forward = |rx: crossbeam_channel::Receiver<Vec<Tokenized>>| -> bool {
+                match rx.recv() {
+                    Ok(tokenized) => tok_tx.send(tokenized).is_ok(),
+                    Err(_) => false,
+                }
+            };
+            for batch in doc_rx.iter() {
+                if interrupted.load(Ordering::Relaxed) || stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let (done_tx, done_rx) = bounded::<Vec<Tokenized>>(1);
+                scope.spawn(move |_| {
+                    let tokenized: Vec<Tokenized> = batch
+                        .into_par_iter()
+                        .map_init(Vec::new, |scratch, doc| tokenize(doc, tok, scratch))
+                        .collect();
+                    let _ = done_tx.send(tokenized);
+                });
+                pending.push_back(done_rx);
+                if pending.len() >= IN_FLIGHT {
+                    if let Some(rx) = pending.pop_front() {
+                        if !forward(rx) {
+                            return;
+                        }
+                    }
+                }
             }
-            let tokenized: Vec<Tokenized> = pool.install(|| {
-                batch
-                    .into_par_iter()
-                    .map_init(Vec::new, |scratch, doc| tokenize(doc, tok, scratch))
-                    .collect()
-            });
-            if tok_tx.send(tokenized).is_err() {
-                break;
+            while let Some(rx) = pending.pop_front() {
+                if interrupted.load(Ordering::Relaxed) || !forward(rx) {
+                    return;
+                }
             }
-        }
+        });
         stop.store(true, Ordering::Relaxed);
         drop(tok_tx);
         drop(doc_rx);
