@@ -6,26 +6,15 @@ Run with the project venv (`source .rsd-env`), binaries from $RSD_BIN_DIR (defau
     pytest tests/test_loader.py"""
 
 import json
-import os
-import subprocess
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from rsd_cli import rsd
+
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(os.environ.get("RSD_BIN_DIR", ROOT / "target" / "debug")) / "rsd-data"
-
-
-def rsd(*args, ok=True):
-    res = subprocess.run([str(BIN), *map(str, args)], capture_output=True, text=True, timeout=300)
-    assert "panicked" not in res.stderr, res.stderr
-    if ok:
-        assert res.returncode == 0, f"rsd-data {args} failed:\n{res.stderr}"
-    else:
-        assert res.returncode != 0, f"rsd-data {args} should have failed"
-    return res
 
 
 def stream(*dirs, **opts):

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from rsd_cli import rsd
 import zstandard
 from tokenizers import Tokenizer
 from megatron.core.datasets.indexed_dataset import IndexedDataset
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(os.environ.get("RSD_BIN_DIR", ROOT / "target" / "debug")) / "rsd-data"
 LLAMA3 = Path(os.environ.get("RSD_ASSETS", Path.home() / ".cache/rsd/assets")) / "llama3-tokenizer.json"
 
 
@@ -28,16 +29,6 @@ def qwen3_path(tmp_path_factory):
     raw = (ROOT / "assets/tokenizers/qwen3/tokenizer.json.zst").read_bytes()
     out.write_bytes(zstandard.ZstdDecompressor().decompress(raw, max_output_size=64 << 20))
     return out
-
-
-def rsd(*args, ok=True):
-    res = subprocess.run([str(BIN), *map(str, args)], capture_output=True, text=True)
-    assert "panicked" not in res.stderr, res.stderr
-    if ok:
-        assert res.returncode == 0, f"rsd-data {args} failed:\n{res.stderr}"
-    else:
-        assert res.returncode != 0, f"rsd-data {args} should have failed"
-    return res
 
 
 def megatron_read(out_dir):
