@@ -10,15 +10,42 @@
 //!
 //! `rustc-link-arg` applies only to this package's targets; crates that build their own binaries on
 //! top of rsd-model (rsd-train, rsd-eval) need the same few lines (see docs/MODEL.md).
-use std::path::PathBuf;
+//!
+//! It also compiles `csrc/merged_attention.cpp` (the attention primitive's autograd function, see
+//! `src/attention.rs`) against the same libtorch headers, with the C++ standard and ABI libtorch
+//! was built with (C++20; `_GLIBCXX_USE_CXX11_ABI` from `LIBTORCH_CXX11_ABI`, default 1 as in
+//! torch-sys and every PyPI wheel since torch 2.7).
+use std::path::{Path, PathBuf};
+
+fn compile_shim(lib: &Path) {
+    println!("cargo:rerun-if-changed=csrc/merged_attention.cpp");
+    println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
+    let abi = std::env::var("LIBTORCH_CXX11_ABI").unwrap_or_else(|_| "1".to_owned());
+    let include = lib.join("..").join("include");
+    cc::Build::new()
+        .cpp(true)
+        .file("csrc/merged_attention.cpp")
+        .include(&include)
+        .include(include.join("torch/csrc/api/include"))
+        .std("c++20")
+        .define("_GLIBCXX_USE_CXX11_ABI", abi.as_str())
+        .flag_if_supported("-Wno-unused-parameter")
+        .flag_if_supported("-Wno-deprecated-declarations")
+        .opt_level(2)
+        .warnings(false)
+        .compile("rsd_attention_shim");
+}
 
 fn main() {
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
     let Some(lib) = std::env::var_os("DEP_TCH_LIBTORCH_LIB") else {
-        println!("cargo:warning=DEP_TCH_LIBTORCH_LIB not set; binaries get no rpath to libtorch");
-        return;
+        panic!(
+            "DEP_TCH_LIBTORCH_LIB is not set: torch-sys did not find libtorch. Run scripts/setup.sh \
+             and `source .rsd-env` (LIBTORCH_USE_PYTORCH=1 with the project venv on PATH)."
+        );
     };
     let lib = PathBuf::from(lib);
+    compile_shim(&lib);
     println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib.display());
     // Exported for the readelf test, which checks the NEEDED list only when the library exists.
     println!("cargo:rustc-env=RSD_LIBTORCH_LIB={}", lib.display());

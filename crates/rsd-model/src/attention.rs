@@ -13,14 +13,14 @@
 //! which equals one softmax over all keys. The merged LSE is returned for callers that merge
 //! further (context parallelism).
 //!
-//! **Gradients.** The fused kernels' LSE output is not differentiable in libtorch, and tch has no
-//! custom autograd functions, so a naive merge would drop the gradient through the merge weights.
-//! With more than one block we therefore attach a *surrogate* LSE with the exact gradient and the
-//! exact value: ∂lse_b/∂q_i = scale·Σ_j p_ij k_j is an attention output with the keys as values,
-//! `a = attn(q, k, v=k)`, so `lse_b + scale·[(q·a.detach() − sg) + (q.detach()·a − sg)]`, with `a`
-//! differentiable only through its value slot, has value `lse_b` and gradient ∂lse_b/∂q and
-//! ∂lse_b/∂k. That costs one extra kernel call per block, only when a gradient is needed and only
-//! with a prefix; a single causal block (plain CLM) is one kernel call, as in SDPA.
+//! **Gradients.** The fused kernels do not differentiate their LSE output, and tch cannot define
+//! autograd functions, so the two-block case (`[prefix] + [own block]`) is one C++ autograd
+//! function (`csrc/merged_attention.cpp`, compiled by build.rs against the same libtorch): its
+//! backward runs each block's fused backward against the *merged* output and LSE, which is exactly
+//! that block's share of the gradient of one softmax over all keys. Forward and backward therefore
+//! cost one fused call per block, as one call over the visible keys would. The returned LSE is a
+//! value (for diagnostics and for merging across context-parallel ranks in the forward); it carries
+//! no gradient. A single block (plain CLM) is one kernel call, as in SDPA.
 //!
 //! [`attend_reference`] materialises the scores; tests compare the two, values and gradients.
 use tch::{Device, Kind, Tensor};
@@ -68,7 +68,7 @@ fn repeat_kv(x: &Tensor, heads: i64) -> std::result::Result<Tensor, tch::TchErro
         .f_reshape([b, heads, l, d])
 }
 
-/// One fused kernel call: `(out, lse)` with `lse` fp32 `[B, H, Lq]`.
+/// One fused kernel call: `(out, lse)` with `lse` `[B, H, Lq]` in fp32 (fp64 for fp64 queries).
 fn kernel(
     q: &Tensor,
     k: &Tensor,
@@ -107,10 +107,12 @@ fn kernel(
             (out, lse.f_narrow(2, 0, lq).ctx("attention: lse")?)
         }
     };
-    Ok((
-        out,
-        lse.f_to_kind(Kind::Float).ctx("attention: lse to fp32")?,
-    ))
+    let acc = if q.kind() == Kind::Double {
+        Kind::Double
+    } else {
+        Kind::Float
+    };
+    Ok((out, lse.f_to_kind(acc).ctx("attention: lse to fp32")?))
 }
 
 fn check_shapes(q: &Tensor, blocks: &[KvBlock<'_>]) -> Result<()> {
@@ -142,79 +144,141 @@ fn check_shapes(q: &Tensor, blocks: &[KvBlock<'_>]) -> Result<()> {
     Ok(())
 }
 
-/// Attends `q` `[B, H, Lq, D]` to `blocks`, merging them by LSE in fp32. See the module docs.
+/// The C++ autograd function of `csrc/merged_attention.cpp` (compiled by build.rs).
+mod shim {
+    use std::ffi::{c_char, c_int};
+    use torch_sys::C_tensor;
+
+    extern "C" {
+        pub fn rsd_merged_attention(
+            q: *const C_tensor,
+            kp: *const C_tensor,
+            vp: *const C_tensor,
+            ks: *const C_tensor,
+            vs: *const C_tensor,
+            scale: f64,
+            out: *mut *mut C_tensor,
+            lse: *mut *mut C_tensor,
+            err: *mut c_char,
+            err_len: usize,
+        ) -> c_int;
+    }
+}
+
+/// Queries over `[prefix, unmasked] + [own block, causal]` in one autograd node (heads already
+/// repeated): fused forward per block merged by LSE, fused backward per block against the merged
+/// output and LSE.
+fn merged(
+    q: &Tensor,
+    kp: &Tensor,
+    vp: &Tensor,
+    ks: &Tensor,
+    vs: &Tensor,
+    scale: f64,
+) -> Result<Attended> {
+    let mut out: *mut torch_sys::C_tensor = std::ptr::null_mut();
+    let mut lse: *mut torch_sys::C_tensor = std::ptr::null_mut();
+    let mut err = vec![0u8; 1024];
+    // SAFETY: the tensors are live for the call; on success the shim hands over two new
+    // `torch::Tensor*` that `Tensor::from_ptr` owns (and frees) from then on.
+    let rc = unsafe {
+        shim::rsd_merged_attention(
+            q.as_ptr(),
+            kp.as_ptr(),
+            vp.as_ptr(),
+            ks.as_ptr(),
+            vs.as_ptr(),
+            scale,
+            &mut out,
+            &mut lse,
+            err.as_mut_ptr().cast(),
+            err.len(),
+        )
+    };
+    if rc != 0 || out.is_null() || lse.is_null() {
+        let end = err.iter().position(|&c| c == 0).unwrap_or(err.len());
+        return Err(ModelError::Input(format!(
+            "attention: merged kernel failed: {}",
+            String::from_utf8_lossy(&err[..end])
+        )));
+    }
+    // SAFETY: both pointers were just created by the shim for us (see above).
+    let (out, lse) = unsafe { (Tensor::from_ptr(out), Tensor::from_ptr(lse)) };
+    Ok(Attended { out, lse })
+}
+
+/// Attends `q` `[B, H, Lq, D]` to `blocks`: unmasked blocks (concatenated into one key prefix)
+/// and at most one causal block. See the module docs.
 pub fn attend(q: &Tensor, blocks: &[KvBlock<'_>], scale: f64) -> Result<Attended> {
     check_shapes(q, blocks)?;
     let blocks: Vec<&KvBlock<'_>> = blocks.iter().filter(|b| b.k.size()[2] > 0).collect();
-    if blocks.len() == 1 {
-        let b = blocks[0];
-        let (out, lse) = kernel(q, b.k, b.v, b.mask == Mask::Causal, scale)?;
-        return Ok(Attended { out, lse });
+    let heads = q.size()[1];
+    let causal: Vec<&&KvBlock<'_>> = blocks.iter().filter(|b| b.mask == Mask::Causal).collect();
+    if causal.len() > 1 {
+        return Err(ModelError::Input(format!(
+            "attention: {} causal key blocks; the queries' own span can only be given once",
+            causal.len()
+        )));
     }
-    if blocks.is_empty() {
-        return Err(ModelError::Input(
-            "attention: all key blocks are empty".into(),
-        ));
-    }
-    let mut outs = Vec::with_capacity(blocks.len());
-    let mut lses = Vec::with_capacity(blocks.len());
-    for b in &blocks {
-        let causal = b.mask == Mask::Causal;
-        let (out, lse) = kernel(q, b.k, b.v, causal, scale)?;
-        let needs_grad = q.requires_grad() || b.k.requires_grad();
-        let lse = if needs_grad {
-            // Surrogate with the exact value and gradient (module docs).
-            let a = kernel(&q.detach(), &b.k.detach(), b.k, causal, scale)?.0;
-            let f = || -> std::result::Result<Tensor, tch::TchError> {
-                let qf = q.f_to_kind(Kind::Float)?;
-                let af = a.f_to_kind(Kind::Float)?;
-                let s1 = qf
-                    .f_mul(&af.detach())?
-                    .f_sum_dim_intlist(-1, false, Kind::Float)?;
-                let s2 = qf
-                    .detach()
-                    .f_mul(&af)?
-                    .f_sum_dim_intlist(-1, false, Kind::Float)?;
-                let zero = s1.f_sub(&s1.detach())?.f_add(&s2.f_sub(&s2.detach())?)?;
-                lse.f_add(&zero.f_mul_scalar(scale)?)
-            };
-            f().ctx("attention: lse surrogate")?
-        } else {
-            lse
+    let prefix: Vec<&&KvBlock<'_>> = blocks.iter().filter(|b| b.mask == Mask::None).collect();
+    let joined = if prefix.is_empty() {
+        None
+    } else {
+        let f = || -> std::result::Result<(Tensor, Tensor), tch::TchError> {
+            let ks: Vec<Tensor> = prefix
+                .iter()
+                .map(|b| repeat_kv(b.k, heads))
+                .collect::<std::result::Result<_, _>>()?;
+            let vs: Vec<Tensor> = prefix
+                .iter()
+                .map(|b| repeat_kv(b.v, heads))
+                .collect::<std::result::Result<_, _>>()?;
+            if let ([k], [v]) = (ks.as_slice(), vs.as_slice()) {
+                return Ok((k.shallow_clone(), v.shallow_clone()));
+            }
+            Ok((Tensor::f_cat(&ks, 2)?, Tensor::f_cat(&vs, 2)?))
         };
-        outs.push(out);
-        lses.push(lse);
-    }
-    let f = || -> std::result::Result<Attended, tch::TchError> {
-        let lse = Tensor::f_stack(&lses, 0)?.f_logsumexp(0, false)?;
-        let mut acc: Option<Tensor> = None;
-        for (o, l) in outs.iter().zip(&lses) {
-            let w = l.f_sub(&lse)?.f_exp()?.f_unsqueeze(-1)?;
-            let term = o.f_to_kind(Kind::Float)?.f_mul(&w)?;
-            acc = Some(match acc {
-                None => term,
-                Some(a) => a.f_add(&term)?,
-            });
-        }
-        let out = acc.unwrap_or_else(|| q.zeros_like()).f_to_kind(q.kind())?;
-        Ok(Attended { out, lse })
+        Some(f().ctx("attention: join key prefix")?)
     };
-    f().ctx("attention: lse merge")
+    match (joined, causal.first()) {
+        (None, None) => Err(ModelError::Input(
+            "attention: all key blocks are empty".into(),
+        )),
+        (Some((k, v)), None) => {
+            let (out, lse) = kernel(q, &k, &v, false, scale)?;
+            Ok(Attended { out, lse })
+        }
+        (None, Some(b)) => {
+            let (out, lse) = kernel(q, b.k, b.v, true, scale)?;
+            Ok(Attended { out, lse })
+        }
+        (Some((kp, vp)), Some(b)) => {
+            let ks = repeat_kv(b.k, heads).ctx("attention: repeat kv")?;
+            let vs = repeat_kv(b.v, heads).ctx("attention: repeat kv")?;
+            merged(q, &kp, &vp, &ks, &vs, scale)
+        }
+    }
 }
 
-/// Slow reference: materialised fp32 scores, the same masks. For tests and debugging only.
+/// Slow reference: materialised fp32 (fp64 for fp64 queries) scores, the same masks. For tests
+/// and debugging only.
 pub fn attend_reference(q: &Tensor, blocks: &[KvBlock<'_>], scale: f64) -> Result<Attended> {
     check_shapes(q, blocks)?;
     let heads = q.size()[1];
     let lq = q.size()[2];
+    let acc = if q.kind() == Kind::Double {
+        Kind::Double
+    } else {
+        Kind::Float
+    };
     let f = || -> std::result::Result<Attended, tch::TchError> {
         let mut ks = Vec::new();
         let mut vs = Vec::new();
         let mut masks = Vec::new();
         for b in blocks {
             let lk = b.k.size()[2];
-            ks.push(repeat_kv(b.k, heads)?.f_to_kind(Kind::Float)?);
-            vs.push(repeat_kv(b.v, heads)?.f_to_kind(Kind::Float)?);
+            ks.push(repeat_kv(b.k, heads)?.f_to_kind(acc)?);
+            vs.push(repeat_kv(b.v, heads)?.f_to_kind(acc)?);
             let allowed = match b.mask {
                 Mask::None => Tensor::f_ones([lq, lk], (Kind::Bool, q.device()))?,
                 Mask::Causal => Tensor::f_ones([lq, lk], (Kind::Bool, q.device()))?.f_tril(0)?,
@@ -225,7 +289,7 @@ pub fn attend_reference(q: &Tensor, blocks: &[KvBlock<'_>], scale: f64) -> Resul
         let v = Tensor::f_cat(&vs, 2)?;
         let allowed = Tensor::f_cat(&masks, 1)?;
         let scores = q
-            .f_to_kind(Kind::Float)?
+            .f_to_kind(acc)?
             .f_matmul(&k.f_transpose(-1, -2)?)?
             .f_mul_scalar(scale)?
             .f_masked_fill(&allowed.f_logical_not()?, f64::NEG_INFINITY)?;
@@ -380,15 +444,25 @@ mod tests {
     }
 
     fn rand(shape: &[i64]) -> Tensor {
-        Tensor::randn(shape, (Kind::Float, Device::Cpu)).set_requires_grad(true)
+        rand_of(shape, Kind::Float)
     }
 
-    /// Values, LSE and all gradients of the fused+merged path against the materialised reference,
-    /// with GQA, a prefix block and a causal own block.
+    fn rand_of(shape: &[i64], kind: Kind) -> Tensor {
+        Tensor::randn(shape, (kind, Device::Cpu)).set_requires_grad(true)
+    }
+
+    /// Values, LSE and all gradients of the merged path (the C++ autograd function) against the
+    /// materialised reference, with GQA, a prefix block and a causal own block, in fp32 and fp64.
     #[test]
     fn merged_blocks_match_reference_values_and_gradients() {
+        merged_matches_reference(Kind::Float, 1e-5);
+        merged_matches_reference(Kind::Double, 1e-12);
+    }
+
+    fn merged_matches_reference(kind: Kind, tol: f64) {
         tch::manual_seed(0);
         let (b, h, hkv, lp, lq, d) = (2, 4, 2, 5, 7, 8);
+        let rand = |s: &[i64]| rand_of(s, kind);
         let q = rand(&[b, h, lq, d]);
         let (pk, pv) = (rand(&[b, hkv, lp, d]), rand(&[b, hkv, lp, d]));
         let (k, v) = (rand(&[b, hkv, lq, d]), rand(&[b, hkv, lq, d]));
@@ -405,10 +479,9 @@ mod tests {
             },
         ];
         let scale = 1.0 / (d as f64).sqrt();
-        let g = Tensor::randn([b, h, lq, d], (Kind::Float, Device::Cpu));
-        let gl = Tensor::randn([b, h, lq], (Kind::Float, Device::Cpu));
+        let g = Tensor::randn([b, h, lq, d], (kind, Device::Cpu));
         let grads = |a: Attended| {
-            ((a.out * &g).sum(Kind::Float) + (a.lse * &gl).sum(Kind::Float)).backward();
+            (a.out * &g).sum(kind).backward();
             let gs: Vec<Tensor> = [&q, &pk, &pv, &k, &v]
                 .iter()
                 .map(|t| t.grad().copy())
@@ -420,8 +493,12 @@ mod tests {
         };
         let fast = attend(&q, &blocks, scale).unwrap();
         let slow = attend_reference(&q, &blocks, scale).unwrap();
-        assert!(max_diff(&fast.out, &slow.out) < 1e-5);
-        assert!(max_diff(&fast.lse, &slow.lse) < 1e-5);
+        assert!(max_diff(&fast.out, &slow.out) < tol);
+        assert!(max_diff(&fast.lse, &slow.lse) < tol);
+        assert!(
+            !fast.lse.requires_grad(),
+            "the LSE is a value, not differentiable"
+        );
         let gf = grads(fast);
         let gs = grads(slow);
         for (name, (a, b)) in ["q", "prefix k", "prefix v", "k", "v"]
@@ -429,12 +506,36 @@ mod tests {
             .zip(gf.iter().zip(&gs))
         {
             let d = max_diff(a, b);
-            assert!(d < 1e-5, "gradient of {name} differs by {d}");
+            assert!(d < tol, "gradient of {name} differs by {d} ({kind:?})");
             assert!(
                 b.abs().max().double_value(&[]) > 1e-3,
                 "gradient of {name} is trivially 0"
             );
         }
+    }
+
+    /// Several unmasked blocks are one prefix (joined); two causal blocks are refused.
+    #[test]
+    fn prefix_blocks_join_and_two_causal_blocks_are_refused() {
+        tch::manual_seed(3);
+        let (h, lp, lq, d) = (2, 6, 5, 8);
+        let t = |l: i64| Tensor::randn([1, h, l, d], (Kind::Float, Device::Cpu));
+        let (q, k, v, pk, pv) = (t(lq), t(lq), t(lq), t(lp), t(lp));
+        let blk = |k, v, mask| KvBlock { k, v, mask };
+        let (pk1, pk2) = (pk.narrow(2, 0, 2), pk.narrow(2, 2, lp - 2));
+        let (pv1, pv2) = (pv.narrow(2, 0, 2), pv.narrow(2, 2, lp - 2));
+        let split = [
+            blk(&pk1, &pv1, Mask::None),
+            blk(&pk2, &pv2, Mask::None),
+            blk(&k, &v, Mask::Causal),
+        ];
+        let one = [blk(&pk, &pv, Mask::None), blk(&k, &v, Mask::Causal)];
+        let a = attend(&q, &split, 0.3).unwrap();
+        let b = attend_reference(&q, &one, 0.3).unwrap();
+        assert!(max_diff(&a.out, &b.out) < 1e-5);
+        let two = [blk(&k, &v, Mask::Causal), blk(&k, &v, Mask::Causal)];
+        let e = attend(&q, &two, 0.3).unwrap_err().to_string();
+        assert!(e.contains("2 causal key blocks"), "{e}");
     }
 
     /// Prefix + own block equals one causal pass over the concatenation (the skip-view reuse).

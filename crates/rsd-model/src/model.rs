@@ -595,6 +595,12 @@ impl Model {
         self.norm.forward(x).ctx("final norm")
     }
 
+    /// The output projection `[vocab, hidden]` (the embedding matrix when tied). Losses that form
+    /// their own logits (chunked, with closed-form gradients) read it here.
+    pub fn lm_head_weight(&self) -> &Tensor {
+        &self.lm_head
+    }
+
     /// LM-head logits `[.., vocab]` for hidden states `[.., hidden_size]`, in the model dtype.
     /// Training computes these in chunks; this is for inspection and tests.
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {

@@ -403,9 +403,9 @@ impl Stage {
 }
 
 /// Back-propagates the given output gradients: `Σ sum(y · sg(g))`.backward().
-fn surrogate_backward(outputs: &Stage, grads: &[Tensor]) -> Result<()> {
+fn surrogate_backward<'a>(pairs: impl IntoIterator<Item = (&'a Tensor, &'a Tensor)>) -> Result<()> {
     let mut total: Option<Tensor> = None;
-    for (y, g) in outputs.tensors().zip(grads) {
+    for (y, g) in pairs {
         if !g.defined() || !y.requires_grad() {
             continue;
         }
@@ -421,9 +421,29 @@ fn surrogate_backward(outputs: &Stage, grads: &[Tensor]) -> Result<()> {
     Ok(())
 }
 
-/// Forward both views, compute the chunked loss with per-chunk backward into the hidden leaves,
-/// then the decoder's backward. Accumulates parameter gradients (scaled by `norm`) and adds the
-/// step's loss terms to `sums`.
+/// Runs the chunked loss on the final hidden states `h` (in the graph) and back-propagates it:
+/// into the LM head and through `h` into the decoder, in one backward.
+fn loss_backward(
+    plan: &Plan<'_>,
+    mb: &MicroBatch,
+    views: Option<&[RowView]>,
+    h: &Stage,
+    opts: &StepOptions,
+    norm: Norm,
+    sums: &mut Sums,
+) -> Result<()> {
+    let g = tch::no_grad(|| chunked_loss(plan, mb, views, &h.detached(), opts, norm, sums))?;
+    let w = plan.model.lm_head_weight();
+    surrogate_backward(
+        h.tensors()
+            .zip(g.hidden.tensors())
+            .chain(std::iter::once((w, &g.weight))),
+    )
+}
+
+/// Forward both views, compute the chunked loss (closed-form logit gradients), then one backward
+/// through the LM head and the decoder. Accumulates parameter gradients (scaled by `norm`) and
+/// adds the step's loss terms to `sums`.
 pub fn step_micro(
     model: &Model,
     mb: &MicroBatch,
@@ -439,9 +459,7 @@ pub fn step_micro(
             x = plan.layer(i, &x)?;
         }
         let h = plan.final_norm(&x)?;
-        let leaves = h.leaves();
-        chunked_loss(&plan, mb, views, &leaves, opts, norm, sums)?;
-        return surrogate_backward(&h, &leaves.grads());
+        return loss_backward(&plan, mb, views, &h, opts, norm, sums);
     }
     // Checkpointed: keep each stage's input only.
     let mut inputs: Vec<Stage> = Vec::with_capacity(model.num_layers() + 1);
@@ -458,21 +476,87 @@ pub fn step_micro(
     let top = inputs.pop().expect("final stage input");
     let leaf = top.leaves();
     let h = plan.final_norm(&leaf)?;
-    let hidden = h.leaves();
-    chunked_loss(&plan, mb, views, &hidden, opts, norm, sums)?;
-    surrogate_backward(&h, &hidden.grads())?;
+    loss_backward(&plan, mb, views, &h, opts, norm, sums)?;
     let mut grads = leaf.grads();
     for i in (0..model.num_layers()).rev() {
         let leaf = inputs.pop().expect("layer input").leaves();
         let y = plan.layer(i, &leaf)?;
-        surrogate_backward(&y, &grads)?;
+        surrogate_backward(y.tensors().zip(&grads))?;
         grads = leaf.grads();
     }
     let emb = plan.embed()?;
-    surrogate_backward(&emb, &grads)
+    surrogate_backward(emb.tensors().zip(&grads))
 }
 
-/// The loss in chunks of rows, each chunk back-propagated into the hidden-state leaves at once.
+/// Gradients of the loss with respect to the final hidden states (laid out like the [`Stage`])
+/// and the LM-head weight.
+struct LossGrads {
+    hidden: Stage,
+    weight: Tensor,
+}
+
+/// Per-row cross entropy of `logits` `[n, V]` (fp32/fp64) against `labels` `[n]` (−100 = none),
+/// its log-softmax, and the closed-form logit gradient `w_i · (softmax_i − onehot(y_i))` for
+/// per-row weights `w` `[n]` (rows without a label get no gradient).
+fn cross_entropy(logits: &Tensor, labels: &Tensor, w: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+    let kind = logits.kind();
+    let logq = logits.f_log_softmax(-1, kind)?;
+    let valid = labels.f_ne(-100)?.f_to_kind(kind)?;
+    let target = labels.f_clamp_min(0)?.f_unsqueeze(1)?;
+    let ce = logq
+        .f_gather(1, &target, false)?
+        .f_squeeze_dim(1)?
+        .f_mul(&valid)?
+        .f_neg()?;
+    let mut grad = logq.f_exp()?;
+    let _ = grad.f_scatter_add_(1, &target, &valid.f_neg()?.f_unsqueeze(1)?)?;
+    let _ = grad.f_mul_(&w.f_mul(&valid)?.f_unsqueeze(1)?)?;
+    Ok((ce, logq, grad))
+}
+
+/// Per-row KL between the perturbed view (`logp_logits`, raw logits) and the detached teacher
+/// log-probabilities `logq`, and the closed-form gradient with respect to the perturbed logits,
+/// scaled per row by `w`:
+///
+/// * reverse `KL(p ‖ q) = Σ_v p_v (log p_v − log q_v)`, gradient `p ⊙ (log p − log q − KL)`;
+/// * forward `KL(q ‖ p)`, gradient `p − q`.
+fn kl_rows(
+    logits: &Tensor,
+    logq: &Tensor,
+    w: &Tensor,
+    dir: KlDirection,
+) -> Result<(Tensor, Tensor)> {
+    let kind = logits.kind();
+    let mut logp = logits.f_log_softmax(-1, kind)?;
+    let w = w.f_unsqueeze(1)?;
+    match dir {
+        KlDirection::Reverse => {
+            let mut p = logp.f_exp()?;
+            let diff = logp.f_sub_(logq)?;
+            let mut t = p.f_mul(&diff)?;
+            let kl = t.f_sum_dim_intlist(-1, false, kind)?;
+            let _ = p.f_mul_(&kl.f_unsqueeze(1)?)?;
+            let _ = t.f_sub_(&p)?;
+            let _ = t.f_mul_(&w)?;
+            Ok((kl, t))
+        }
+        KlDirection::Forward => {
+            let q = logq.f_exp()?;
+            let kl = q
+                .f_mul(&logq.f_sub(&logp)?)?
+                .f_sum_dim_intlist(-1, false, kind)?;
+            let _ = logp.f_exp_()?;
+            let _ = logp.f_sub_(&q)?;
+            let _ = logp.f_mul_(&w)?;
+            Ok((kl, logp))
+        }
+    }
+}
+
+/// The loss in chunks of rows: for each chunk the logits of both views are formed, the loss terms
+/// and their closed-form logit gradients computed, and the gradients pushed through the LM head
+/// (`dW += gᵀ h`, `dh = g W`) at once, so at most one chunk of `[rows × vocab]` exists and nothing
+/// vocabulary-wide is kept for autograd. Runs without a graph.
 fn chunked_loss(
     plan: &Plan<'_>,
     mb: &MicroBatch,
@@ -481,38 +565,70 @@ fn chunked_loss(
     opts: &StepOptions,
     norm: Norm,
     sums: &mut Sums,
-) -> Result<()> {
+) -> Result<LossGrads> {
     let model = plan.model;
-    let lk = if model.options().kind == Kind::Double {
+    let w = model.lm_head_weight();
+    let wk = w.kind();
+    let lk = if wk == Kind::Double {
         Kind::Double
     } else {
         Kind::Float
     };
     let device = mb.tokens.device();
+    let mut dw = Tensor::f_zeros(w.size(), (lk, device))?;
+    let dh = Stage {
+        std: match &h.std {
+            Some(t) => Some(t.f_zeros_like()?),
+            None => None,
+        },
+        groups: h
+            .groups
+            .iter()
+            .map(|t| t.f_zeros_like())
+            .collect::<std::result::Result<_, _>>()?,
+    };
+    // logits = h Wᵀ in the model dtype, the loss in lk; the gradient goes back the same way.
+    let logits = |x: &Tensor| -> Result<Tensor> { Ok(x.f_matmul(&w.f_tr()?)?.f_to_kind(lk)?) };
+    let mut push_back = |g: &Tensor, x: &Tensor, mut dx: Tensor| -> Result<()> {
+        let g = g.f_to_kind(wk)?;
+        let _ = dx.f_add_(&g.f_matmul(w)?)?;
+        if wk == lk {
+            let _ = dw.f_addmm_(&g.f_tr()?, x)?;
+        } else {
+            let _ = dw.f_add_(&g.f_tr()?.f_matmul(x)?.f_to_kind(lk)?)?;
+        }
+        Ok(())
+    };
     let (l, c) = (mb.len(), opts.loss_chunk.max(1));
     let ce_scale = 1.0 / norm.label_tokens.max(1.0);
     let kl_scale = opts.lambda / norm.samples.max(1.0);
     let obj = opts.objective;
+    let full = |n: i64, v: f64| Tensor::f_full([n], v, (lk, device));
+    let add = |acc: &mut Tensor, v: &Tensor| -> Result<()> {
+        *acc = acc.f_add(&v.f_sum(Kind::Double)?)?;
+        Ok(())
+    };
     for b in 0..mb.rows() {
         let labels = mb.labels.f_get(b as i64)?;
-        let hs = match &h.std {
-            Some(t) => Some(t.f_get(b as i64)?),
-            None => None,
-        };
         let (gi, gj, p) = plan.row_group.get(b).copied().unwrap_or((usize::MAX, 0, l));
-        let hp = match h.groups.get(gi) {
-            Some(t) => Some(t.f_get(gj)?),
-            None => None,
+        let hs = match (&h.std, &dh.std) {
+            (Some(t), Some(d)) => Some((t.f_get(b as i64)?, d.f_get(b as i64)?)),
+            _ => None,
+        };
+        let hp = match (h.groups.get(gi), dh.groups.get(gi)) {
+            (Some(t), Some(d)) => Some((t.f_get(gj)?, d.f_get(gj)?)),
+            _ => None,
         };
         let view = views.map(|v| &v[b]);
-        let mask = match view {
+        let kl_weights = match view {
             Some(v) if obj == Objective::Rsd && v.kl_rows > 0 => {
                 let m: Vec<f64> = v.kl_mask.iter().map(|&x| x as u8 as f64).collect();
-                Some(
+                Some((
                     Tensor::f_from_slice(&m)?
                         .f_to_kind(lk)?
                         .f_to_device(device)?,
-                )
+                    v.kl_rows as f64,
+                ))
             }
             _ => None,
         };
@@ -520,95 +636,79 @@ fn chunked_loss(
         while i0 < l {
             let i1 = (i0 + c).min(l);
             let n = i1 - i0;
-            let mut terms: Vec<Tensor> = Vec::new();
-            let ls = match &hs {
-                Some(hs) => Some(model.logits(&hs.f_narrow(0, i0, n)?)?.f_to_kind(lk)?),
-                None => None,
-            };
-            let ce = |logits: &Tensor, from: i64, len: i64| -> Result<Tensor> {
-                Ok(logits.f_cross_entropy_loss::<Tensor>(
-                    &labels.f_narrow(0, from, len)?,
-                    None,
-                    Reduction::Sum,
-                    -100,
-                    0.0,
-                )?)
-            };
-            // Standard-view CLM.
-            if let (Some(ls), true) = (&ls, obj != Objective::Pose) {
-                let v = ce(ls, i0, n)?;
-                sums.clm = sums.clm.f_add(&v.detach().f_to_kind(Kind::Double)?)?;
-                terms.push(v.f_mul_scalar(ce_scale)?);
+            // Standard rows [i0, i1): CLM (and, for two-view-clm, the rows before p that the
+            // perturbed view shares), and the teacher's log-probabilities.
+            let mut logq = None;
+            if let (Some((hs, dhs)), true) = (&hs, obj != Objective::Pose) {
+                let x = hs.f_narrow(0, i0, n)?;
+                let wrow = full(n, ce_scale)?;
+                let shared = if obj == Objective::TwoViewClm {
+                    p.min(i1) - i0
+                } else {
+                    0
+                };
+                if shared > 0 {
+                    let _ = wrow
+                        .f_narrow(0, 0, shared)?
+                        .f_fill_(ce_scale * (1.0 + opts.lambda))?;
+                }
+                let (ce, lq, g) = cross_entropy(&logits(&x)?, &labels.f_narrow(0, i0, n)?, &wrow)?;
+                add(&mut sums.clm, &ce)?;
+                if shared > 0 {
+                    add(&mut sums.clm_pert, &ce.f_narrow(0, 0, shared)?)?;
+                }
+                push_back(&g, &x, dhs.f_narrow(0, i0, n)?)?;
+                logq = Some(lq);
             }
             // Perturbed rows of this chunk: [j0, i1), read from the suffix pass at j − p.
             let j0 = i0.max(p);
-            let lp = match (&hp, j0 < i1) {
-                (Some(hp), true) => Some(model.logits(&hp.f_narrow(0, j0 - p, i1 - j0)?)?),
-                _ => None,
+            let Some((hp, dhp)) = hp.as_ref().filter(|_| j0 < i1) else {
+                i0 = i1;
+                continue;
             };
+            let m = i1 - j0;
+            let x = hp.f_narrow(0, j0 - p, m)?;
+            let dx = dhp.f_narrow(0, j0 - p, m)?;
             match obj {
                 Objective::Standard => {}
                 Objective::Rsd => {
-                    let any = j0 < i1
-                        && view
-                            .is_some_and(|v| v.kl_mask[j0 as usize..i1 as usize].contains(&true));
-                    if let (Some(lp), Some(ls), Some(mask), true) = (&lp, &ls, &mask, any) {
-                        let logp = lp.f_to_kind(lk)?.f_log_softmax(-1, lk)?;
-                        let logq = ls
-                            .f_narrow(0, j0 - i0, i1 - j0)?
-                            .detach()
-                            .f_log_softmax(-1, lk)?;
-                        let rows = match opts.kl {
-                            KlDirection::Reverse => logp.f_exp()?.f_mul(&logp.f_sub(&logq)?)?,
-                            KlDirection::Forward => logq.f_exp()?.f_mul(&logq.f_sub(&logp)?)?,
-                        }
-                        .f_sum_dim_intlist(-1, false, lk)?;
-                        let kl_rows = view.map_or(1, |v| v.kl_rows) as f64;
-                        let kl = rows
-                            .f_mul(&mask.f_narrow(0, j0, i1 - j0)?)?
-                            .f_sum(lk)?
-                            .f_div_scalar(kl_rows)?;
-                        sums.kl = sums.kl.f_add(&kl.detach().f_to_kind(Kind::Double)?)?;
-                        terms.push(kl.f_mul_scalar(kl_scale)?);
+                    let any =
+                        view.is_some_and(|v| v.kl_mask[j0 as usize..i1 as usize].contains(&true));
+                    if let (Some((mask, rows)), Some(logq), true) = (&kl_weights, &logq, any) {
+                        let mask = mask.f_narrow(0, j0, m)?;
+                        let wrow = mask.f_mul_scalar(kl_scale / rows)?;
+                        let teacher = logq.f_narrow(0, j0 - i0, m)?;
+                        let (kl, g) = kl_rows(&logits(&x)?, &teacher, &wrow, opts.kl)?;
+                        add(&mut sums.kl, &kl.f_mul(&mask)?.f_div_scalar(*rows)?)?;
+                        push_back(&g, &x, dx)?;
                     }
                 }
-                Objective::Pose => {
-                    if let Some(lp) = &lp {
-                        let v = ce(&lp.f_to_kind(lk)?, j0, i1 - j0)?;
-                        sums.clm = sums.clm.f_add(&v.detach().f_to_kind(Kind::Double)?)?;
-                        terms.push(v.f_mul_scalar(ce_scale)?);
-                    }
+                Objective::Pose | Objective::TwoViewClm => {
+                    let scale = if obj == Objective::Pose {
+                        ce_scale
+                    } else {
+                        ce_scale * opts.lambda
+                    };
+                    let (ce, _, g) =
+                        cross_entropy(&logits(&x)?, &labels.f_narrow(0, j0, m)?, &full(m, scale)?)?;
+                    add(
+                        if obj == Objective::Pose {
+                            &mut sums.clm
+                        } else {
+                            &mut sums.clm_pert
+                        },
+                        &ce,
+                    )?;
+                    push_back(&g, &x, dx)?;
                 }
-                Objective::TwoViewClm => {
-                    // Rows before p are the standard rows (identical computation).
-                    let mut v = Tensor::zeros([], (lk, device));
-                    if let (Some(ls), true) = (&ls, i0 < p) {
-                        let k = p.min(i1) - i0;
-                        v = v.f_add(&ce(&ls.f_narrow(0, 0, k)?, i0, k)?)?;
-                    }
-                    if let Some(lp) = &lp {
-                        v = v.f_add(&ce(&lp.f_to_kind(lk)?, j0, i1 - j0)?)?;
-                    }
-                    sums.clm_pert = sums.clm_pert.f_add(&v.detach().f_to_kind(Kind::Double)?)?;
-                    terms.push(v.f_mul_scalar(ce_scale * opts.lambda)?);
-                }
-            }
-            let mut total: Option<Tensor> = None;
-            for t in terms {
-                if t.requires_grad() {
-                    total = Some(match total {
-                        Some(s) => s.f_add(&t)?,
-                        None => t,
-                    });
-                }
-            }
-            if let Some(t) = total {
-                t.f_backward()?;
             }
             i0 = i1;
         }
     }
-    Ok(())
+    Ok(LossGrads {
+        hidden: dh,
+        weight: dw,
+    })
 }
 
 /// Slow reference of the whole objective: two full passes (no prefix reuse), full `[B, L, V]`
@@ -689,6 +789,25 @@ pub fn reference_loss(
     let total = clm.f_add(&second.f_mul_scalar(opts.lambda)?)?;
     let (c, s) = (clm.double_value(&[]), second.double_value(&[]));
     Ok((total, c, s))
+}
+
+/// The FLOP floor of an `rsd` skip step with prefix reuse, as a multiple of a `standard` step,
+/// for split points `s` uniform over the sequence (matmul FLOPs only; backward scales the same).
+///
+/// Per token, a layer costs `2·(d·(q + 2·kv) + q·d + 3·d·ffn)` in its linear maps and `4·(L/2)·q`
+/// in causal attention (`L/2` keys on average); the LM head `2·d·V`. The second view runs the rows
+/// after `s`: on average half the rows for the linear maps and the head, and `E[(L² − s²)/2] =
+/// L²/3` of the `L²/2` query–key pairs (two thirds) for attention. So the floor is
+/// `1 + (½·(lin + head) + ⅔·att) / (lin + head + att)`; it approaches 1.5 for large models.
+pub fn prefix_reuse_floor(c: &rsd_model::ModelConfig, seq_len: i64) -> f64 {
+    let (d, l) = (c.hidden_size as f64, seq_len as f64);
+    let q = (c.num_attention_heads * c.head_dim) as f64;
+    let kv = (c.num_key_value_heads * c.head_dim) as f64;
+    let layers = c.num_hidden_layers as f64;
+    let lin = layers * 2.0 * (d * (q + 2.0 * kv) + q * d + 3.0 * d * c.intermediate_size as f64);
+    let head = 2.0 * d * c.vocab_size as f64;
+    let att = layers * 4.0 * (l / 2.0) * q;
+    1.0 + (0.5 * (lin + head) + 2.0 / 3.0 * att) / (lin + head + att)
 }
 
 /// Global L2 norm of the parameters' gradients (fp64 accumulation; one host sync).

@@ -304,3 +304,21 @@ fn no_logit_rows_differ_means_no_kl() {
     let f = fast(&m, &mb, &v, opts(Objective::Rsd));
     assert!(f.loss.1.abs() < 1e-12, "{:?}", f.loss);
 }
+
+/// The floor printed to users: the example (4 layers, 256 wide, 32K vocab, L = 2048) is
+/// ≈ 1.53×; it tends to 1.5 when the linear maps dominate and to 5/3 when attention does.
+#[test]
+fn prefix_reuse_floor_matches_the_worked_example() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/model");
+    let cfg = |f: &str| {
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join(f)).unwrap()).unwrap();
+        ModelConfig::from_hf_json(v).unwrap()
+    };
+    let small = rsd_train::step::prefix_reuse_floor(&cfg("bench-llama-4l.json"), 2048);
+    assert!((small - 1.53).abs() < 0.005, "{small}");
+    let short = rsd_train::step::prefix_reuse_floor(&cfg("bench-llama-4l.json"), 16);
+    assert!((short - 1.5).abs() < 0.001, "{short}");
+    let long = rsd_train::step::prefix_reuse_floor(&cfg("bench-llama-4l.json"), 1 << 24);
+    assert!((long - 5.0 / 3.0).abs() < 0.005, "{long}");
+}
