@@ -341,7 +341,12 @@ fn tokenize(
         ),
         Content::Tokens(ids) => {
             let vocab = tok.vocab_size();
-            if let Some(pos) = ids.iter().position(|&t| t as u64 >= vocab) {
+            // max() vectorises; the search for the position runs only on failure.
+            let out_of_vocab = ids.iter().copied().max().is_some_and(|m| m as u64 >= vocab);
+            if let Some(pos) = out_of_vocab
+                .then(|| ids.iter().position(|&t| t as u64 >= vocab))
+                .flatten()
+            {
                 return Err(DataError::BadRecord {
                     path: PathBuf::from(&doc.origin),
                     location: format!("token {pos}"),

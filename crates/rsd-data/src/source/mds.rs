@@ -463,10 +463,7 @@ impl ShardDocs {
             let span = &id_bytes[s as usize * size..e as usize * size];
             let tokens: Vec<u32> = match id_dtype {
                 // The common case (ProLong: uint32) converts in bulk.
-                Dtype::U32 => span
-                    .chunks_exact(4)
-                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect(),
+                Dtype::U32 => le_u32s(span),
                 Dtype::U16 => span
                     .chunks_exact(2)
                     .map(|c| u16::from_le_bytes([c[0], c[1]]) as u32)
@@ -541,6 +538,26 @@ fn decode_ndarray<'a>(column: &Column, data: &'a [u8]) -> std::result::Result<Nd
         ));
     }
     Ok((dtype, shape, values))
+}
+
+/// Little-endian u32s from (possibly unaligned) bytes: one memcpy on little-endian machines.
+fn le_u32s(src: &[u8]) -> Vec<u32> {
+    let n = src.len() / 4;
+    if cfg!(target_endian = "little") {
+        let mut ids: Vec<u32> = Vec::with_capacity(n);
+        // SAFETY: the destination has room for `n` u32s = `4n` bytes, the source holds at least
+        // `4n` bytes, they do not overlap, and every byte pattern is a valid u32; `set_len` follows
+        // the copy that initialised all `n` elements.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), ids.as_mut_ptr().cast::<u8>(), 4 * n);
+            ids.set_len(n);
+        }
+        ids
+    } else {
+        src.chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    }
 }
 
 fn u32_at(bytes: &[u8], at: usize) -> u32 {
