@@ -134,19 +134,25 @@ def main():
         src = tmp / "bench.jsonl"
         src.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
 
-        bare = json.loads(run([str(bin_dir / "rsd-data"), "tokenize-bench", "--src", str(src), "--tokenizer", str(tok),
-                               "--workers", str(args.workers)]).strip().splitlines()[-1])
-        bare_1 = json.loads(run([str(bin_dir / "rsd-data"), "tokenize-bench", "--src", str(src), "--tokenizer", str(tok),
-                                 "--workers", "1"]).strip().splitlines()[-1])
+        def bare_run(workers):
+            # A fresh process per run: its first pass is what a pack does (each document once, cold
+            # tokenizer caches); later passes over the same text are faster and only shown for reference.
+            runs = [json.loads(run([str(bin_dir / "rsd-data"), "tokenize-bench", "--src", str(src), "--tokenizer", str(tok),
+                                    "--workers", str(workers), "--repeat", "3"]).strip().splitlines()[-1]) for _ in range(3)]
+            first = max(r["first_pass_tokens_per_s"] for r in runs)
+            return first, max(r["tokens_per_s"] for r in runs)
+        bare, bare_warm = bare_run(args.workers)
+        bare_1, _ = bare_run(1)
         tokens, secs, wall, rss = rsd_pack(bin_dir, src, tmp / "rsd", tok, args.workers, 65536)
         hf_tokens, hf_secs = hf_encode_batch(docs, tok, args.workers)
         mg_tokens, mg_secs = megatron_style(docs, tok, args.workers, str(tmp / "megatron"))
 
         pack_rate = tokens / secs
-        rows.append(("bare encode_into, 1 thread (rsd-data tokenize-bench)", bare_1["tokens_per_s"], bare_1["mb_per_s"], ""))
-        rows.append((f"bare encode_into, {args.workers} threads (ceiling)", bare["tokens_per_s"], bare["mb_per_s"], ""))
+        rows.append(("bare encode_into, 1 thread, one pass (rsd-data tokenize-bench)", bare_1, bare_1 / tokens * nbytes / 1e6, ""))
+        rows.append((f"bare encode_into, {args.workers} threads, one pass (ceiling)", bare, bare / tokens * nbytes / 1e6,
+                     f"repeated passes over the same text (warm caches): {bare_warm / 1e6:.1f} M tokens/s"))
         rows.append((f"**rsd-data pack** end to end, {args.workers} workers", pack_rate, nbytes / secs / 1e6,
-                     f"{pack_rate / bare['tokens_per_s']:.0%} of bare encode; peak RSS {rss:.0f} MiB"))
+                     f"{pack_rate / bare:.0%} of the one-pass bare encode; peak RSS {rss:.0f} MiB"))
         rows.append((f"HF tokenizers 0.22 (Python) encode_batch, {args.workers} threads", hf_tokens / hf_secs, nbytes / hf_secs / 1e6,
                      f"rsd-data pack is {pack_rate / (hf_tokens / hf_secs):.1f}× faster"))
         rows.append((f"Megatron-style preprocess ({args.workers} workers + IndexedDatasetBuilder)", mg_tokens / mg_secs, nbytes / mg_secs / 1e6,

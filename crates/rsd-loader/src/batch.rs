@@ -131,6 +131,14 @@ pub(crate) fn assemble(
             Positions::Auto => src.mixed,
         };
         let mask_docs = layout.mask_doc_boundaries.unwrap_or(src.mixed);
+        // The pack's tail padding sits at the end of the set's last sample: no targets there, and
+        // the last real token does not predict a pad either.
+        let tail_pad = if src.tail_padding > 0 && r.global + 1 == src.samples {
+            src.tail_padding.min(len)
+        } else {
+            0
+        };
+        let real_len = len - tail_pad;
 
         // Document starts within the row (plus the row end), and the padding "document".
         let mut starts = Vec::with_capacity(sample.pieces.len() + 2);
@@ -153,8 +161,8 @@ pub(crate) fn assemble(
         } else {
             1
         };
-        b.num_label_tokens += len.saturating_sub(masked_ends);
-        b.num_tokens += len;
+        b.num_label_tokens += real_len.saturating_sub(masked_ends);
+        b.num_tokens += real_len;
 
         let chunks: Vec<(u64, u64)> = if layout.cp_size > 1 {
             let c = padded / two_p;
@@ -171,6 +179,7 @@ pub(crate) fn assemble(
                 lo,
                 hi,
                 len,
+                real_len,
                 src.pad_id,
                 doc_mode,
                 mask_docs,
@@ -198,7 +207,8 @@ pub(crate) fn assemble(
     Ok(b)
 }
 
-/// Append full-row positions `lo..hi` of one row (positions ≥ `len` are padding).
+/// Append full-row positions `lo..hi` of one row (positions ≥ `len` are CP padding; tokens at
+/// `label_end..len` are the pack's tail padding: stored, but without targets).
 #[allow(clippy::too_many_arguments)]
 fn push_range(
     b: &mut Batch,
@@ -207,6 +217,7 @@ fn push_range(
     lo: u64,
     hi: u64,
     len: u64,
+    label_end: u64,
     pad: i32,
     doc_mode: bool,
     mask_docs: bool,
@@ -222,7 +233,9 @@ fn push_range(
         Tokens::I32(t) => b.tokens.extend_from_slice(&t[real_lo..real_hi]),
     }
     // Labels: the same copy shifted by one; the row's last position has no target.
-    let with_target = real_hi.min(len_u.saturating_sub(1)).saturating_sub(real_lo);
+    let with_target = real_hi
+        .min((label_end as usize).saturating_sub(1))
+        .saturating_sub(real_lo);
     let label_base = b.labels.len();
     if with_target > 0 {
         let (from, to) = (real_lo + 1, real_lo + 1 + with_target);

@@ -33,6 +33,9 @@ pub(crate) struct OpenSource {
     pub samples: u64,
     pub mixed: bool,
     pub pad_id: i32,
+    /// Tail padding (`--tail pad`, fixed mode): the last sample ends with this many pad tokens,
+    /// which get no labels.
+    pub tail_padding: u64,
 }
 
 /// Open every source, optionally verify it, and refuse mixtures whose manifests disagree.
@@ -80,6 +83,7 @@ pub(crate) fn open_all(sources: &[Source], verify: bool) -> Result<Vec<OpenSourc
             samples: set.num_samples(),
             mixed: m.mode == "mixed",
             pad_id: i32::try_from(pad).unwrap_or(0),
+            tail_padding: m.totals.padding_tokens,
             set,
         });
     }

@@ -594,3 +594,40 @@ fn dropping_a_loader_with_full_channels_stops_its_threads() {
         drop(l); // joins; a leak or deadlock would hang this test
     }
 }
+
+/// `--tail pad` (fixed mode) pads the set's last sample; those pad tokens get no targets and do
+/// not count as tokens, and the last real token does not predict a pad. Other rows are untouched.
+#[test]
+fn tail_padding_of_the_last_sample_has_no_labels() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = SynthSpec {
+        samples: 7,
+        seq_len: 16,
+        ..Default::default()
+    };
+    let d = make(tmp.path(), "padded", spec);
+    // Mark the last 5 tokens of the last sample as the pack's tail padding, as `rsd-data pack
+    // --tail pad` records it in the manifest.
+    let path = d.join("index.json");
+    let mut m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    m["totals"]["padding_tokens"] = 5.into();
+    m["pad_id"] = 0.into();
+    std::fs::write(&path, serde_json::to_string(&m).unwrap()).unwrap();
+
+    let batches = collect(cfg(&[(&d, 1.0)]), 7);
+    let mut seen_last = false;
+    for b in &batches {
+        let (s, t, l) = (&b.samples[0], &b.tokens, &b.labels);
+        assert_eq!(t.len(), 16);
+        let real = if s.global == 6 { 11 } else { 16 };
+        for j in 0..16 {
+            let want = if j + 1 < real { t[j + 1] } else { IGNORE_INDEX };
+            assert_eq!(l[j], want, "sample {} position {j}", s.global);
+        }
+        assert_eq!(b.num_tokens, real as u64);
+        assert_eq!(b.num_label_tokens, real as u64 - 1);
+        seen_last |= s.global == 6;
+    }
+    assert!(seen_last, "one epoch includes the padded sample");
+}

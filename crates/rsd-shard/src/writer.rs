@@ -85,7 +85,11 @@ impl ShardWriter {
             )));
         }
         // max() vectorises; the search for the culprit runs only on failure.
-        let too_big = tokens.iter().copied().max().is_some_and(|m| m > self.dtype.max_id());
+        let too_big = tokens
+            .iter()
+            .copied()
+            .max()
+            .is_some_and(|m| m > self.dtype.max_id());
         if let Some(&bad) = too_big
             .then(|| tokens.iter().find(|&&t| t > self.dtype.max_id()))
             .flatten()
