@@ -15,6 +15,8 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 # 1. Debian packages: zstd (the test peer writing .zst), libgloo-dev (headers for the c10d shim).
 need_apt=()
 command -v zstd >/dev/null || need_apt+=(zstd)
+# rsd-model compiles its attention autograd function (csrc/*.cpp) against libtorch's headers.
+command -v c++ >/dev/null || need_apt+=(g++)
 [ -e /usr/include/gloo/config.h ] || need_apt+=(libgloo-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "apt: installing ${need_apt[*]}"
