@@ -531,14 +531,19 @@ fn kl_rows(
     let w = w.f_unsqueeze(1)?;
     match dir {
         KlDirection::Reverse => {
-            let mut p = logp.f_exp()?;
-            let diff = logp.f_sub_(logq)?;
-            let mut t = p.f_mul(&diff)?;
-            let kl = t.f_sum_dim_intlist(-1, false, kind)?;
-            let _ = p.f_mul_(&kl.f_unsqueeze(1)?)?;
-            let _ = t.f_sub_(&p)?;
-            let _ = t.f_mul_(&w)?;
-            Ok((kl, t))
+            // Few passes over [rows × vocab]: d = log p − log q in place, the row sums as a
+            // batched dot product (no product tensor), then g = (d − KL) ⊙ p ⊙ w in place.
+            let p = logp.f_exp()?;
+            let mut d = logp.f_sub_(logq)?;
+            let (m, v) = (d.size()[0], d.size()[1]);
+            let kl = p
+                .f_view([m, 1, v])?
+                .f_bmm(&d.f_view([m, v, 1])?)?
+                .f_view([m])?;
+            let _ = d.f_sub_(&kl.f_unsqueeze(1)?)?;
+            let _ = d.f_mul_(&p)?;
+            let _ = d.f_mul_(&w)?;
+            Ok((kl, d))
         }
         KlDirection::Forward => {
             let q = logq.f_exp()?;
