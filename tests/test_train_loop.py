@@ -158,3 +158,14 @@ def test_mixed_shards_train_document_masked_with_document_scope(tmp_path):
         assert all(r["kl"] >= 0 and r["loss"] == r["loss"] for r in m), m  # no NaN
         assert any(r["kl"] > 0 for r in m), "no step had a KL term"
         assert sum(r["loss"] for r in m[-3:]) / 3 < m[0]["loss"] - 0.3, [r["loss"] for r in m]
+
+
+def test_long_ce_trains_and_bad_settings_are_named(shards, tmp_path):
+    out = tmp_path / "longce"
+    train(shards, out, "--steps", 4, "--lr", 5e-3, "--long-ce-window", 32)
+    m = metrics(out)
+    assert len(m) == 4 and all(r["loss"] == r["loss"] and r["clm"] > 0 for r in m), m
+    p = train(shards, tmp_path / "bad", "--steps", 1, "--objective", "pose", "--long-ce-window", 32, check=False)
+    assert p.returncode != 0 and "long_ce_window" in p.stderr, p.stderr
+    p = train(shards, tmp_path / "bad2", "--steps", 1, "--long-ce-window", 32, "--long-ce-gamma", 0, check=False)
+    assert p.returncode != 0 and "long_ce_gamma" in p.stderr, p.stderr

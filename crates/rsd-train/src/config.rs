@@ -92,6 +92,11 @@ config! {
     loss_chunk: i64 = 1024;
     /// Per-layer activation checkpointing.
     checkpoint_layers: bool = false;
+    /// LongCE: weight each standard-view CLM token by min(exp(log p_long − log p_short), γ), the
+    /// short context being its `long_ce_window`-token window; 0 = off (plain CE).
+    long_ce_window: i64 = 0;
+    /// LongCE cap γ on a token's weight.
+    long_ce_gamma: f64 = 5.0;
     // --- optimisation
     /// Optimizer steps.
     steps: u64 = 100;
@@ -178,6 +183,35 @@ impl TrainConfig {
         }
         self.fixed_split()?;
         Ok(())
+    }
+
+    /// `long_ce_window` / `long_ce_gamma` checked: `None` when LongCE is off.
+    pub fn long_ce(&self) -> Result<Option<crate::step::LongCe>> {
+        match self.long_ce_window {
+            0 => Ok(None),
+            w if w < 0 => Err(Error::Input(format!(
+                "long_ce_window {w}: expected 0 (off) or a window of ≥ 1 tokens"
+            ))),
+            w => {
+                if !(self.long_ce_gamma.is_finite() && self.long_ce_gamma > 0.0) {
+                    return Err(Error::Input(format!(
+                        "long_ce_gamma {}: expected a positive cap (the paper uses 5)",
+                        self.long_ce_gamma
+                    )));
+                }
+                if !matches!(self.objective, Objective::Standard | Objective::Rsd) {
+                    return Err(Error::Input(format!(
+                        "long_ce_window: LongCE reweights the standard-view CLM term, which \
+                         objective {:?} does not have (use standard or rsd)",
+                        self.objective
+                    )));
+                }
+                Ok(Some(crate::step::LongCe {
+                    window: w,
+                    gamma: self.long_ce_gamma,
+                }))
+            }
+        }
     }
 
     /// `fixed_split` parsed.

@@ -19,8 +19,8 @@ use rsd_model::{Model, ModelConfig, ModelOptions};
 use rsd_train::config::{ConfigOverrides, TrainConfig};
 use rsd_train::perturb::{perturb_row, PerturbKind, Perturbation, Scope};
 use rsd_train::step::{
-    grad_norm, prefix_reuse_floor, reference_loss, step_micro, zero_grads, KlDirection, MicroBatch,
-    Norm, Objective, StepOptions, Sums,
+    grad_norm, prefix_reuse_floor, reference_loss, step_micro, zero_grads, KlDirection, LongCe,
+    MicroBatch, Norm, Objective, StepOptions, Sums,
 };
 use rsd_train::train::{memory, Trainer};
 
@@ -113,6 +113,12 @@ struct ProbeArgs {
     /// Per-layer activation checkpointing.
     #[arg(long)]
     checkpoint_layers: bool,
+    /// LongCE reweighting of the CLM term with this short-context window (0 = off).
+    #[arg(long, default_value_t = 0)]
+    long_ce_window: i64,
+    /// LongCE cap γ.
+    #[arg(long, default_value_t = 5.0)]
+    long_ce_gamma: f64,
     /// Use the slow full-logits reference instead of the training step.
     #[arg(long)]
     reference: bool,
@@ -255,6 +261,10 @@ fn probe(a: ProbeArgs) -> Result<()> {
         prefix_reuse: !a.no_prefix_reuse,
         loss_chunk: a.loss_chunk,
         checkpoint_layers: a.checkpoint_layers,
+        long_ce: (a.long_ce_window > 0).then_some(LongCe {
+            window: a.long_ce_window,
+            gamma: a.long_ce_gamma,
+        }),
     };
     let norm = Norm {
         label_tokens: mb.label_tokens as f64,

@@ -81,6 +81,21 @@ pub struct StepOptions {
     pub loss_chunk: i64,
     /// Per-layer activation checkpointing.
     pub checkpoint_layers: bool,
+    /// LongCE reweighting of the standard-view CLM term (`None` = plain CE).
+    pub long_ce: Option<LongCe>,
+}
+
+/// LongCE (Fang et al., "What is Wrong with Perplexity for Long-context Language Modeling?"): each
+/// CLM token's CE is weighted by `min(exp(log p(x_i | long) − log p(x_i | short)), γ)`, computed
+/// with the current model and detached, so tokens the long context helps predict weigh more.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LongCe {
+    /// The short context of token i: the tokens since the start of its `window`-token window (the
+    /// sequence cut into consecutive windows, each run as its own sequence from position 0; in
+    /// document-masked batches also cut at document starts).
+    pub window: i64,
+    /// The cap γ on a token's weight.
+    pub gamma: f64,
 }
 
 impl Default for StepOptions {
@@ -92,6 +107,7 @@ impl Default for StepOptions {
             prefix_reuse: true,
             loss_chunk: 1024,
             checkpoint_layers: false,
+            long_ce: None,
         }
     }
 }
@@ -409,9 +425,15 @@ fn surrogate_backward<'a>(pairs: impl IntoIterator<Item = (&'a Tensor, &'a Tenso
         if !g.defined() || !y.requires_grad() {
             continue;
         }
-        let s = y.f_mul(&g.detach())?.f_sum(Kind::Float)?;
+        // Only the gradient of this sum matters (it is g); fp64 models keep fp64 all the way.
+        let kind = if y.kind() == Kind::Double {
+            Kind::Double
+        } else {
+            Kind::Float
+        };
+        let s = y.f_mul(&g.detach())?.f_sum(kind)?;
         total = Some(match total {
-            Some(t) => t.f_add(&s)?,
+            Some(t) => t.f_add(&s.f_to_kind(t.kind())?)?,
             None => s,
         });
     }
@@ -432,7 +454,22 @@ fn loss_backward(
     norm: Norm,
     sums: &mut Sums,
 ) -> Result<()> {
-    let g = tch::no_grad(|| chunked_loss(plan, mb, views, &h.detached(), opts, norm, sums))?;
+    let g = tch::no_grad(|| -> Result<LossGrads> {
+        let short = match opts.long_ce {
+            Some(lc) => Some(short_context_logprobs(plan.model, mb, lc, opts.loss_chunk)?),
+            None => None,
+        };
+        chunked_loss(
+            plan,
+            mb,
+            views,
+            &h.detached(),
+            opts,
+            norm,
+            short.as_ref(),
+            sums,
+        )
+    })?;
     let w = plan.model.lm_head_weight();
     surrogate_backward(
         h.tensors()
@@ -452,6 +489,13 @@ pub fn step_micro(
     norm: Norm,
     sums: &mut Sums,
 ) -> Result<()> {
+    if opts.long_ce.is_some() && !matches!(opts.objective, Objective::Standard | Objective::Rsd) {
+        return Err(Error::Input(format!(
+            "LongCE reweights the standard-view CLM term of `standard` and `rsd`; objective {:?} \
+             has none to reweight (set long_ce_window = 0)",
+            opts.objective
+        )));
+    }
     let plan = Plan::new(model, mb, views, opts)?;
     if !opts.checkpoint_layers {
         let mut x = plan.embed()?;
@@ -488,6 +532,78 @@ pub fn step_micro(
     surrogate_backward(emb.tensors().zip(&grads))
 }
 
+/// `log p(label_i | short context)` for every row and position `[B, L]` (0 where there is no
+/// label), from one forward without a graph in which the sequence is cut into `window`-token
+/// pieces (and at document starts), each attending only to itself from position 0.
+fn short_context_logprobs(
+    model: &Model,
+    mb: &MicroBatch,
+    lc: LongCe,
+    chunk: i64,
+) -> Result<Tensor> {
+    if lc.window < 1 {
+        return Err(Error::Input(format!(
+            "long_ce_window must be ≥ 1 (got {})",
+            lc.window
+        )));
+    }
+    let (b, l) = (mb.rows(), mb.len());
+    let mut cuts = Vec::with_capacity(b);
+    let mut positions = Vec::with_capacity(b);
+    for r in 0..b {
+        let mut cu: Vec<i64> = (0..l).step_by(lc.window as usize).collect();
+        if let Some(d) = &mb.docs {
+            cu.extend(d[r].iter().copied().filter(|&x| x < l));
+        }
+        cu.push(l);
+        cu.sort_unstable();
+        cu.dedup();
+        let mut pos = Vec::with_capacity(l as usize);
+        for w in cu.windows(2) {
+            pos.extend(0..w[1] - w[0]);
+        }
+        cuts.push(cu);
+        positions.push(pos);
+    }
+    let device = mb.tokens.device();
+    let docs = DocBoundaries::new(cuts, l)?;
+    let pos = pos_tensor(&positions, device)?;
+    let hidden = model
+        .forward(&rsd_model::ForwardArgs {
+            docs: Some(&docs),
+            ..rsd_model::ForwardArgs::new(&mb.tokens, &pos)
+        })?
+        .hidden;
+    let w = model.lm_head_weight();
+    let lk = if w.kind() == Kind::Double {
+        Kind::Double
+    } else {
+        Kind::Float
+    };
+    let out = Tensor::f_zeros([b as i64, l], (lk, device))?;
+    let c = chunk.max(1);
+    for r in 0..b as i64 {
+        let (h, labels) = (hidden.f_get(r)?, mb.labels.f_get(r)?);
+        let mut i0 = 0;
+        while i0 < l {
+            let n = c.min(l - i0);
+            let logp = h
+                .f_narrow(0, i0, n)?
+                .f_matmul(&w.f_tr()?)?
+                .f_to_kind(lk)?
+                .f_log_softmax(-1, lk)?;
+            let y = labels.f_narrow(0, i0, n)?;
+            let picked = logp
+                .f_gather(1, &y.f_clamp_min(0)?.f_unsqueeze(1)?, false)?
+                .f_squeeze_dim(1)?
+                .f_mul(&y.f_ne(-100)?.f_to_kind(lk)?)?;
+            out.f_get(r)?.f_narrow(0, i0, n)?.f_copy_(&picked)?;
+            i0 += n;
+        }
+    }
+    Ok(out)
+}
+
 /// Gradients of the loss with respect to the final hidden states (laid out like the [`Stage`])
 /// and the LM-head weight.
 struct LossGrads {
@@ -498,18 +614,29 @@ struct LossGrads {
 /// Per-row cross entropy of `logits` `[n, V]` (fp32/fp64) against `labels` `[n]` (−100 = none),
 /// its log-softmax, and the closed-form logit gradient `w_i · (softmax_i − onehot(y_i))` for
 /// per-row weights `w` `[n]` (rows without a label get no gradient).
-fn cross_entropy(logits: &Tensor, labels: &Tensor, w: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+///
+/// With `long_ce = Some((short, γ))` (`short`: the labels' log-probabilities under the short
+/// context), each row's CE and gradient are also weighted by the LongCE importance
+/// `min(exp(log p_long − log p_short), γ)`, a constant (no gradient flows through it); the
+/// returned CE is then the weighted one, the term actually optimised.
+fn cross_entropy(
+    logits: &Tensor,
+    labels: &Tensor,
+    w: &Tensor,
+    long_ce: Option<(&Tensor, f64)>,
+) -> Result<(Tensor, Tensor, Tensor)> {
     let kind = logits.kind();
     let logq = logits.f_log_softmax(-1, kind)?;
-    let valid = labels.f_ne(-100)?.f_to_kind(kind)?;
+    let mut valid = labels.f_ne(-100)?.f_to_kind(kind)?;
     let target = labels.f_clamp_min(0)?.f_unsqueeze(1)?;
-    let ce = logq
-        .f_gather(1, &target, false)?
-        .f_squeeze_dim(1)?
-        .f_mul(&valid)?
-        .f_neg()?;
+    let picked = logq.f_gather(1, &target, false)?.f_squeeze_dim(1)?;
     let mut grad = logq.f_exp()?;
     let _ = grad.f_scatter_add_(1, &target, &valid.f_neg()?.f_unsqueeze(1)?)?;
+    if let Some((short, gamma)) = long_ce {
+        let importance = picked.f_sub(short)?.f_exp()?.f_clamp_max(gamma)?;
+        valid = valid.f_mul(&importance)?;
+    }
+    let ce = picked.f_mul(&valid)?.f_neg()?;
     let _ = grad.f_mul_(&w.f_mul(&valid)?.f_unsqueeze(1)?)?;
     Ok((ce, logq, grad))
 }
@@ -562,6 +689,7 @@ fn kl_rows(
 /// and their closed-form logit gradients computed, and the gradients pushed through the LM head
 /// (`dW += gᵀ h`, `dh = g W`) at once, so at most one chunk of `[rows × vocab]` exists and nothing
 /// vocabulary-wide is kept for autograd. Runs without a graph.
+#[allow(clippy::too_many_arguments)]
 fn chunked_loss(
     plan: &Plan<'_>,
     mb: &MicroBatch,
@@ -569,6 +697,7 @@ fn chunked_loss(
     h: &Stage,
     opts: &StepOptions,
     norm: Norm,
+    short: Option<&Tensor>,
     sums: &mut Sums,
 ) -> Result<LossGrads> {
     let model = plan.model;
@@ -657,7 +786,13 @@ fn chunked_loss(
                         .f_narrow(0, 0, shared)?
                         .f_fill_(ce_scale * (1.0 + opts.lambda))?;
                 }
-                let (ce, lq, g) = cross_entropy(&logits(&x)?, &labels.f_narrow(0, i0, n)?, &wrow)?;
+                let short_rows = match short {
+                    Some(t) => Some(t.f_get(b as i64)?.f_narrow(0, i0, n)?),
+                    None => None,
+                };
+                let long_ce = short_rows.as_ref().zip(opts.long_ce.map(|lc| lc.gamma));
+                let (ce, lq, g) =
+                    cross_entropy(&logits(&x)?, &labels.f_narrow(0, i0, n)?, &wrow, long_ce)?;
                 add(&mut sums.clm, &ce)?;
                 if shared > 0 {
                     add(&mut sums.clm_pert, &ce.f_narrow(0, 0, shared)?)?;
@@ -694,8 +829,12 @@ fn chunked_loss(
                     } else {
                         ce_scale * opts.lambda
                     };
-                    let (ce, _, g) =
-                        cross_entropy(&logits(&x)?, &labels.f_narrow(0, j0, m)?, &full(m, scale)?)?;
+                    let (ce, _, g) = cross_entropy(
+                        &logits(&x)?,
+                        &labels.f_narrow(0, j0, m)?,
+                        &full(m, scale)?,
+                        None,
+                    )?;
                     add(
                         if obj == Objective::Pose {
                             &mut sums.clm
@@ -725,6 +864,12 @@ pub fn reference_loss(
     opts: &StepOptions,
     norm: Norm,
 ) -> Result<(Tensor, f64, f64)> {
+    if opts.long_ce.is_some() {
+        return Err(Error::Input(
+            "the reference loss has no LongCE (tests/test_train.py checks LongCE against PyTorch)"
+                .into(),
+        ));
+    }
     let device = mb.tokens.device();
     let (b, l) = (mb.rows() as i64, mb.len());
     let docs = match &mb.docs {

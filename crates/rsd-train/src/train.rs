@@ -131,6 +131,7 @@ pub fn objective_of(cfg: &TrainConfig) -> Result<(StepOptions, Sampler)> {
             prefix_reuse: cfg.prefix_reuse,
             loss_chunk: cfg.loss_chunk,
             checkpoint_layers: cfg.checkpoint_layers,
+            long_ce: cfg.long_ce()?,
         },
         Sampler {
             kind: cfg.perturb,
