@@ -201,3 +201,26 @@ def test_mds_ids_outside_the_vocab_and_truncated_shards_are_refused(tmp_path, qw
     res = rsd("pack", "--len", 1024, "--src", tmp_path / "root", "--tokenizer", LLAMA3, "--out", tmp_path / "o2", ok=False)
     assert str(shard) in res.stderr and "truncated" in res.stderr
     assert written  # the fixture wrote real samples
+
+
+def test_tokenizer_the_fast_encoder_cannot_run_falls_back_to_tokenizers_022(tmp_path):
+    """A `Split` pre-tokenizer with a look-behind loads in tokenizers 1.0.0-rc.3 but cannot encode
+    there; pack must say so, fall back to 0.22 and still produce exactly HF tokenizers' ids."""
+    from tokenizers import Regex, models, pre_tokenizers
+
+    words = ["the", "whale", "ab", "call", "me", "ishmael", "sea", "b", "a", "s", " ", ".", ","]
+    vocab = {"[UNK]": 0, "</s>": 1, **{w: i + 2 for i, w in enumerate(words)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"(?<=a)b|(?!b)\w+|\s+|[.,]"), behavior="isolated")
+    tok.add_special_tokens(["</s>"])
+    path = tmp_path / "lookbehind.json"
+    tok.save(str(path))
+    docs = [f"call me ishmael {i}. the whale ab, the sea" * (i % 3 + 1) for i in range(40)]
+    src = tmp_path / "d.jsonl"
+    src.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    out = tmp_path / "out"
+    res = rsd("pack", "--len", 32, "--tail", "keep", "--src", src, "--tokenizer", path, "--out", out,
+              "--progress", "none")
+    assert "using tokenizers 0.22" in res.stderr and "cannot encode" in res.stderr, res.stderr
+    got, _, _ = megatron_read(out)
+    assert np.array_equal(got, expected_stream(path, docs, None, 1))

@@ -295,7 +295,7 @@ fn pack(a: PackArgs) -> Result<()> {
         &Delimiter::parse(&a.eos),
     )?;
     if let Some(reason) = &tok.fallback_reason {
-        eprintln!("warning: the fast encoder cannot load {} ({reason}); using tokenizers 0.22, which is slower", tok.name());
+        eprintln!("warning: the fast encoder cannot use {} ({reason}); using tokenizers 0.22 instead (slower, same ids)", tok.name());
     }
     eprintln!(
         "packing {} source(s) with {} (vocab {}, BOS {:?}, EOS {:?}) into {} [{} mode, length {}, {} workers]",

@@ -115,10 +115,26 @@ impl Tokenizer {
         let vocab_size = vocab_size(&json)
             .ok_or_else(|| err("no model.vocab or added_tokens: not a tokenizer.json".into()))?;
 
+        // The fast encoder can load some files it then cannot encode with (e.g. a `Split` regex
+        // with look-around needs a backend it was built without), so a short probe text covering
+        // letters, digits, spaces, punctuation and non-ASCII must encode too.
+        const PROBE: &str = "Hello, World! 42 + 3.14\n\tüñïçødé — 漢字 🙂 'll don't  end";
         let (engine, fallback_reason) = match tokenizers::canonicalize_str(text)
             .map_err(|e| e.to_string())
             .and_then(|canonical| tokenizers::from_json(&canonical).map_err(|e| e.to_string()))
-        {
+            .and_then(|t| {
+                let mut probe = Vec::new();
+                t.encode_into(
+                    PROBE,
+                    &EncodeOptions {
+                        add_special_tokens: false,
+                        ..Default::default()
+                    },
+                    &mut probe,
+                )
+                .map(|_| t)
+                .map_err(|e| format!("it loads but cannot encode: {e}"))
+            }) {
             Ok(t) => (Engine::Pipeline(Box::new(t)), None),
             Err(reason) => {
                 let legacy = tokenizers_v0::Tokenizer::from_bytes(bytes)
