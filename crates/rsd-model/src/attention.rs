@@ -107,11 +107,7 @@ fn kernel(
             (out, lse.f_narrow(2, 0, lq).ctx("attention: lse")?)
         }
     };
-    let acc = if q.kind() == Kind::Double {
-        Kind::Double
-    } else {
-        Kind::Float
-    };
+    let acc = crate::accum_kind(q.kind());
     Ok((out, lse.f_to_kind(acc).ctx("attention: lse to fp32")?))
 }
 
@@ -266,11 +262,7 @@ pub fn attend_reference(q: &Tensor, blocks: &[KvBlock<'_>], scale: f64) -> Resul
     check_shapes(q, blocks)?;
     let heads = q.size()[1];
     let lq = q.size()[2];
-    let acc = if q.kind() == Kind::Double {
-        Kind::Double
-    } else {
-        Kind::Float
-    };
+    let acc = crate::accum_kind(q.kind());
     let f = || -> std::result::Result<Attended, tch::TchError> {
         let mut ks = Vec::new();
         let mut vs = Vec::new();

@@ -25,6 +25,16 @@ pub use config::{Family, ModelConfig, RopeScaling};
 pub use error::{ModelError, Result};
 pub use model::{ForwardArgs, ForwardOutput, Init, LayerKv, Model, ModelOptions, Rotary};
 
+/// The precision reductions (softmax merges, losses) run in for tensors of `kind`: fp64 for fp64
+/// (so fp64 checks stay tight), fp32 for everything else (fp32, bf16, fp16).
+pub fn accum_kind(kind: tch::Kind) -> tch::Kind {
+    if kind == tch::Kind::Double {
+        tch::Kind::Double
+    } else {
+        tch::Kind::Float
+    }
+}
+
 /// Parses a device name: `cpu`, `cuda` (= `cuda:0`) or `cuda:N`.
 pub fn parse_device(s: &str) -> Result<tch::Device> {
     match s {

@@ -426,11 +426,7 @@ fn surrogate_backward<'a>(pairs: impl IntoIterator<Item = (&'a Tensor, &'a Tenso
             continue;
         }
         // Only the gradient of this sum matters (it is g); fp64 models keep fp64 all the way.
-        let kind = if y.kind() == Kind::Double {
-            Kind::Double
-        } else {
-            Kind::Float
-        };
+        let kind = rsd_model::accum_kind(y.kind());
         let s = y.f_mul(&g.detach())?.f_sum(kind)?;
         total = Some(match total {
             Some(t) => t.f_add(&s.f_to_kind(t.kind())?)?,
@@ -575,11 +571,7 @@ fn short_context_logprobs(
         })?
         .hidden;
     let w = model.lm_head_weight();
-    let lk = if w.kind() == Kind::Double {
-        Kind::Double
-    } else {
-        Kind::Float
-    };
+    let lk = rsd_model::accum_kind(w.kind());
     let out = Tensor::f_zeros([b as i64, l], (lk, device))?;
     let c = chunk.max(1);
     for r in 0..b as i64 {
@@ -703,11 +695,7 @@ fn chunked_loss(
     let model = plan.model;
     let w = model.lm_head_weight();
     let wk = w.kind();
-    let lk = if wk == Kind::Double {
-        Kind::Double
-    } else {
-        Kind::Float
-    };
+    let lk = rsd_model::accum_kind(wk);
     let device = mb.tokens.device();
     let mut dw = Tensor::f_zeros(w.size(), (lk, device))?;
     let dh = Stage {
