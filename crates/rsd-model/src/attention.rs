@@ -435,10 +435,6 @@ mod tests {
         (a - b).abs().max().double_value(&[])
     }
 
-    fn rand(shape: &[i64]) -> Tensor {
-        rand_of(shape, Kind::Float)
-    }
-
     fn rand_of(shape: &[i64], kind: Kind) -> Tensor {
         Tensor::randn(shape, (kind, Device::Cpu)).set_requires_grad(true)
     }
