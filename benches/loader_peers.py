@@ -7,7 +7,8 @@ For one rsd shard directory (make one with `rsd-data bench DIR --synthetic-token
   * megatron-core IndexedDataset: random samples (documents) read sequence by sequence → int64;
   * mosaicml-streaming StreamingDataset over MDS shards written from the same samples → int64.
 Each reader is timed for --seconds after one warm-up pass over the page cache. Peers produce int64
-arrays (what they hand a trainer); rsd-loader produces int32 tokens + labels + position ids.
+arrays (what they hand a trainer); rsd-loader's full layout produces int32 tokens + labels + position
+ids, its compact layout the ids as stored plus what labels and positions follow from.
 
     python benches/loader_peers.py --dir /tmp/bench64k --bin target-loader/release/rsd-data --json-out out.json
 """
@@ -80,7 +81,7 @@ def main():
                 print(f"{'memcpy limit':>28}: {rec['bytes_per_s'] / 1e9:8.2f} GB/s = {rec['bytes_per_s'] / np.dtype(dtype).itemsize / 1e6:.1f} M tok/s")
             else:
                 r = rec["report"]
-                print(f"{'rsd-loader ' + rec['order'] + ' w' + str(rec['workers']):>28}: {r['tokens_per_s'] / 1e6:8.1f} M tok/s "
+                print(f"{'rsd-loader ' + rec.get('layout', 'full') + ' ' + rec['order'] + ' w' + str(rec['workers']):>36}: {r['tokens_per_s'] / 1e6:8.1f} M tok/s "
                       f"({100 * rec['fraction_of_memcpy']:.0f}% of memcpy), first batch {r['first_batch_ms']:.1f} ms, "
                       f"RSS max {r['rss_max'] / 2**20:.0f} MiB", flush=True)
 

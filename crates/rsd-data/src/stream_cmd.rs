@@ -8,7 +8,8 @@ use clap::Args;
 use rsd_loader::bench::{memcpy_limit, pass, rss};
 use rsd_loader::synth::{self, SynthSpec};
 use rsd_loader::{
-    Batching, Loader, LoaderConfig, LoaderState, Pipeline, Positions, Source, IGNORE_INDEX,
+    BatchLayout, Batching, Loader, LoaderConfig, LoaderState, Pipeline, Positions, Source,
+    IGNORE_INDEX,
 };
 use serde_json::json;
 
@@ -258,6 +259,17 @@ pub struct BenchArgs {
     /// Print only JSON lines.
     #[arg(long)]
     json: bool,
+    /// Batch layouts to measure: full (i32 tokens, labels, positions), compact (ids as stored, for
+    /// trainers that derive labels and positions on the device), or both.
+    #[arg(long, value_enum, default_value_t = LayoutChoice::Both)]
+    layout: LayoutChoice,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum LayoutChoice {
+    Full,
+    Compact,
+    Both,
 }
 
 pub fn bench(a: BenchArgs) -> Result<()> {
@@ -307,25 +319,36 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             limit / 1e9
         ),
     );
-    for shuffle in [false, true] {
-        for &workers in &a.workers {
-            let cfg = LoaderConfig {
-                sources: vec![Source::new(&a.dir, 1.0)],
-                batching: Batching::Samples(a.batch_size),
-                shuffle,
-                workers,
-                prefetch: a.prefetch,
-                epochs: Some(1),
-                release_pages: !a.no_release,
-                ..LoaderConfig::default()
-            };
-            let r = pass(cfg, bpt, u64::MAX, a.seconds)?;
-            let order = if shuffle { "shuffled" } else { "sequential" };
-            emit(
-                json!({"what": "loader", "order": order, "workers": workers, "batch_size": a.batch_size, "release_pages": !a.no_release,
+    let layouts: &[BatchLayout] = match a.layout {
+        LayoutChoice::Full => &[BatchLayout::Full],
+        LayoutChoice::Compact => &[BatchLayout::Compact],
+        LayoutChoice::Both => &[BatchLayout::Full, BatchLayout::Compact],
+    };
+    for &layout in layouts {
+        let lname = match layout {
+            BatchLayout::Full => "full",
+            BatchLayout::Compact => "compact",
+        };
+        for shuffle in [false, true] {
+            for &workers in &a.workers {
+                let cfg = LoaderConfig {
+                    layout,
+                    sources: vec![Source::new(&a.dir, 1.0)],
+                    batching: Batching::Samples(a.batch_size),
+                    shuffle,
+                    workers,
+                    prefetch: a.prefetch,
+                    epochs: Some(1),
+                    release_pages: !a.no_release,
+                    ..LoaderConfig::default()
+                };
+                let r = pass(cfg, bpt, u64::MAX, a.seconds)?;
+                let order = if shuffle { "shuffled" } else { "sequential" };
+                emit(
+                json!({"what": "loader", "layout": lname, "order": order, "workers": workers, "batch_size": a.batch_size, "release_pages": !a.no_release,
                        "fraction_of_memcpy": r.bytes_per_s / limit, "report": r}),
                 format!(
-                    "{order:>10} workers={workers}: {:>7.1} M tok/s {:>6.2} GB/s ({:>3.0}% of memcpy), first batch {:.1} ms, RSS {:.0}→max {:.0}→end {:.0} MiB (file-backed max {:.0} MiB), {} batches in {:.1}s",
+                    "{lname:>7} {order:>10} workers={workers}: {:>7.1} M tok/s {:>6.2} GB/s ({:>3.0}% of memcpy), first batch {:.1} ms, RSS {:.0}→max {:.0}→end {:.0} MiB (file-backed max {:.0} MiB), {} batches in {:.1}s",
                     r.tokens_per_s / 1e6,
                     r.bytes_per_s / 1e9,
                     100.0 * r.bytes_per_s / limit,
@@ -338,6 +361,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
                     r.seconds
                 ),
             );
+            }
         }
     }
     let (now, _) = rss();

@@ -26,7 +26,7 @@ mod sources;
 mod state;
 pub mod synth;
 
-pub use batch::{Batch, SampleId, IGNORE_INDEX};
+pub use batch::{Batch, BatchLayout, RawTokens, RowMeta, SampleId, IGNORE_INDEX};
 pub use error::{LoaderError, Result};
 pub use loader::Loader;
 pub use sources::{Pipeline, Source};
@@ -87,6 +87,8 @@ pub struct LoaderConfig {
     pub verify: bool,
     /// Unmap consumed ranges (`madvise(DONTNEED)`) so RSS stays flat over long passes.
     pub release_pages: bool,
+    /// `Full` i32 arrays, or `Compact` ids as stored (see [`BatchLayout`]).
+    pub layout: BatchLayout,
 }
 
 impl Default for LoaderConfig {
@@ -108,6 +110,7 @@ impl Default for LoaderConfig {
             workers: 2,
             verify: false,
             release_pages: true,
+            layout: BatchLayout::Full,
         }
     }
 }

@@ -631,3 +631,98 @@ fn tail_padding_of_the_last_sample_has_no_labels() {
     }
     assert!(seen_last, "one epoch includes the padded sample");
 }
+
+/// The compact layout hands over the stored ids (one look-ahead per chunk) and the row facts;
+/// `materialize` must reproduce the full layout exactly — fixed and mixed shards, with and without
+/// CP (every rank), DP, shuffled or not, with the pack's tail padding — and every other field is
+/// the same as in the full layout.
+#[test]
+fn compact_layout_materialises_to_the_full_layout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fixed = make(
+        tmp.path(),
+        "fixed",
+        SynthSpec {
+            samples: 13,
+            seq_len: 23,
+            ..Default::default()
+        },
+    );
+    let path = fixed.join("index.json");
+    let mut m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    m["totals"]["padding_tokens"] = 4.into();
+    std::fs::write(&path, serde_json::to_string(&m).unwrap()).unwrap();
+    let mixed = make(
+        tmp.path(),
+        "mixed",
+        SynthSpec {
+            samples: 17,
+            seq_len: 40,
+            mixed: true,
+            vocab: 100_000, // int32 storage
+            ..Default::default()
+        },
+    );
+    for dir in [&fixed, &mixed] {
+        for cp in [1usize, 2, 3] {
+            for cp_rank in 0..cp {
+                for shuffle in [true, false] {
+                    let base = LoaderConfig {
+                        cp_size: cp,
+                        cp_rank,
+                        dp_size: 2,
+                        dp_rank: 1,
+                        shuffle,
+                        batching: Batching::Samples(3),
+                        ..cfg(&[(dir.as_path(), 1.0)])
+                    };
+                    let full = collect(base.clone(), 5);
+                    let compact = collect(
+                        LoaderConfig {
+                            layout: rsd_loader::BatchLayout::Compact,
+                            ..base
+                        },
+                        5,
+                    );
+                    for (f, c) in full.iter().zip(&compact) {
+                        let what = format!("{} cp {cp}/{cp_rank} shuffle {shuffle}", dir.display());
+                        assert!(c.tokens.is_empty() && c.labels.is_empty(), "{what}");
+                        let (mut t, mut l, mut p) = (vec![], vec![], vec![]);
+                        c.materialize(&mut t, &mut l, &mut p);
+                        assert_eq!(t, f.tokens, "{what}: tokens");
+                        assert_eq!(l, f.labels, "{what}: labels");
+                        assert_eq!(p, f.position_ids, "{what}: positions");
+                        assert_eq!(c.row_offsets, f.row_offsets, "{what}");
+                        assert_eq!(c.doc_offsets, f.doc_offsets, "{what}");
+                        assert_eq!(c.chunks, f.chunks, "{what}");
+                        assert_eq!(c.samples, f.samples, "{what}");
+                        assert_eq!(c.row_meta, f.row_meta, "{what}");
+                        assert_eq!(
+                            (c.num_tokens, c.num_label_tokens),
+                            (f.num_tokens, f.num_label_tokens),
+                            "{what}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // Without CP the compact ids are the stored sample, byte for byte (u16 here).
+    let b = collect(
+        LoaderConfig {
+            layout: rsd_loader::BatchLayout::Compact,
+            ..cfg(&[(fixed.as_path(), 1.0)])
+        },
+        1,
+    );
+    let set = ShardSet::open(&fixed).unwrap();
+    let s = b[0].samples[0];
+    let stored = set.shards()[s.shard as usize]
+        .sample(s.index as usize)
+        .unwrap();
+    match (&b[0].raw, stored.tokens) {
+        (rsd_loader::RawTokens::U16(raw), rsd_shard::Tokens::U16(t)) => assert_eq!(&raw[..], t),
+        other => panic!("expected u16 ids, got {other:?}"),
+    }
+}
