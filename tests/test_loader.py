@@ -1,6 +1,7 @@
 """rsd-loader through `rsd-data stream`: DP disjointness and coverage, zigzag CP slices, exact and
-elastic resume against an uninterrupted run, mixture proportions, error messages, and the tokens
-checked against megatron-core's IndexedDataset reading the same shards.
+elastic resume against an uninterrupted run, mixture proportions, error messages, the tokens
+checked against megatron-core's IndexedDataset reading the same shards, and `rsd-data bench`
+reporting both batch layouts.
 
 Run with the project venv (`source .rsd-env`), binaries from $RSD_BIN_DIR (default target/debug):
     pytest tests/test_loader.py"""
@@ -181,3 +182,21 @@ def test_damaged_shard_errors_name_the_file(data, tmp_path):
         f.truncate(len(raw) - 4)
     err = rsd("stream", d, "--batches", "1", ok=False).stderr
     assert "shard-00000.bin" in err and "byte" in err
+
+
+def test_bench_reports_both_layouts(data):
+    """`rsd-data bench --layout both` measures the full and the compact layout in one run, each
+    line naming its layout and its fraction of the memcpy limit."""
+    out = rsd("bench", data["books"], "--json", "--workers", "0,1", "--seconds", "0.2",
+              "--memcpy-bytes", "1MiB").stdout
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert lines[0]["what"] == "memcpy_limit" and lines[0]["bytes_per_s"] > 0
+    runs = [r for r in lines if r["what"] == "loader"]
+    seen = {(r["layout"], r["order"], r["workers"]) for r in runs}
+    assert seen == {(lay, order, w) for lay in ("full", "compact")
+                    for order in ("sequential", "shuffled") for w in (0, 1)}
+    for r in runs:
+        assert r["fraction_of_memcpy"] > 0 and r["report"]["tokens"] > 0, r
+    human = rsd("bench", data["books"], "--workers", "0", "--seconds", "0.1", "--layout", "compact",
+                "--memcpy-bytes", "1MiB").stdout
+    assert "compact" in human and " full " not in human and "% of memcpy" in human

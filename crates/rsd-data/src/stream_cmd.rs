@@ -241,9 +241,14 @@ pub struct BenchArgs {
     /// Prefetch depth (batches).
     #[arg(long, default_value_t = 4)]
     prefetch: usize,
-    /// Seconds per measured pass (a pass also stops at the end of one epoch).
+    /// Seconds per measured pass (a pass also stops at the end of --epochs epochs).
     #[arg(long, default_value_t = 5.0)]
     seconds: f64,
+    /// Epochs per measured pass at most: one epoch of a fast layout can take only 0.1 s, too short
+    /// to time on a noisy machine. With page release (the default) every epoch re-reads through
+    /// fresh mappings, so later epochs cost the same as the first; with --no-release they do not.
+    #[arg(long, default_value_t = 1)]
+    epochs: u64,
     /// Keep consumed pages mapped (shows the RSS growth that release avoids).
     #[arg(long)]
     no_release: bool,
@@ -338,7 +343,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
                     shuffle,
                     workers,
                     prefetch: a.prefetch,
-                    epochs: Some(1),
+                    epochs: Some(a.epochs.max(1)),
                     release_pages: !a.no_release,
                     ..LoaderConfig::default()
                 };

@@ -1,6 +1,8 @@
 //! Criterion benchmarks of the loader on synthetic shards (written once per run into a temp dir):
 //! one batch of one 64K- or 512K-token sample, sequential and shuffled, inline and with 1–2
-//! workers, against a plain memcpy of the same bytes (the physical limit).
+//! workers, in the full layout (i32 tokens, labels, positions) and the compact one (ids as stored:
+//! `compact-sequential`, `compact-shuffled`), against a plain memcpy of the same bytes (the
+//! physical limit).
 //!
 //! `cargo bench -p rsd-loader` (set RSD_BENCH_TOKENS to change the dataset size, default 256M tokens).
 
@@ -8,7 +10,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rsd_loader::synth::{self, SynthSpec};
-use rsd_loader::{Batching, Loader, LoaderConfig, Source};
+use rsd_loader::{BatchLayout, Batching, Loader, LoaderConfig, Source};
 
 fn bench(c: &mut Criterion) {
     let tokens: u64 = std::env::var("RSD_BENCH_TOKENS")
@@ -46,27 +48,33 @@ fn bench(c: &mut Criterion) {
                 std::hint::black_box(&buf);
             })
         });
-        for shuffle in [false, true] {
-            for workers in [0usize, 1, 2] {
-                let cfg = LoaderConfig {
-                    sources: vec![Source::new(&dir, 1.0)],
-                    batching: Batching::Samples(1),
-                    shuffle,
-                    workers,
-                    prefetch: 4,
-                    ..LoaderConfig::default()
-                };
-                let mut loader = Loader::new(cfg).expect("loader");
-                let id = BenchmarkId::new(
-                    if shuffle { "shuffled" } else { "sequential" },
-                    format!("workers{workers}"),
-                );
-                g.bench_function(id, |b| {
-                    b.iter(|| {
-                        let batch = loader.next().expect("endless").expect("batch");
-                        loader.recycle(std::hint::black_box(batch));
-                    })
-                });
+        for layout in [BatchLayout::Full, BatchLayout::Compact] {
+            for shuffle in [false, true] {
+                for workers in [0usize, 1, 2] {
+                    let cfg = LoaderConfig {
+                        sources: vec![Source::new(&dir, 1.0)],
+                        batching: Batching::Samples(1),
+                        shuffle,
+                        workers,
+                        prefetch: 4,
+                        layout,
+                        ..LoaderConfig::default()
+                    };
+                    let mut loader = Loader::new(cfg).expect("loader");
+                    let order = if shuffle { "shuffled" } else { "sequential" };
+                    // Full keeps its old ids so earlier criterion baselines still compare.
+                    let name = match layout {
+                        BatchLayout::Full => order.to_string(),
+                        BatchLayout::Compact => format!("compact-{order}"),
+                    };
+                    let id = BenchmarkId::new(name, format!("workers{workers}"));
+                    g.bench_function(id, |b| {
+                        b.iter(|| {
+                            let batch = loader.next().expect("endless").expect("batch");
+                            loader.recycle(std::hint::black_box(batch));
+                        })
+                    });
+                }
             }
         }
         g.finish();

@@ -1,10 +1,13 @@
 //! Assembling a batch: copy tokens out of the map, shift labels, number positions, record document
 //! boundaries, and cut each row into this CP rank's zigzag chunks.
+//!
+//! The compact layout copies only the ids (and CP padding) in the shards' dtype and records what
+//! labels and positions follow from; `Batch::materialize` is the definition of that derivation.
 
-use rsd_shard::Tokens;
+use rsd_shard::{TokenDtype, Tokens};
 use serde::{Deserialize, Serialize};
 
-use crate::error::Result;
+use crate::error::{LoaderError, Result};
 use crate::plan::StepPlan;
 use crate::sources::OpenSource;
 use crate::Positions;
@@ -27,7 +30,8 @@ pub struct SampleId {
     pub epoch: u64,
 }
 
-/// Token ids exactly as stored in the shards (one `memcpy` per chunk out of the map).
+/// Token ids exactly as stored in the shards: the compact layout's copy of what `tokens` holds
+/// in the full layout, without widening (one `memcpy` per chunk out of the map).
 #[derive(Debug, Clone, PartialEq)]
 pub enum RawTokens {
     /// uint16 shards.
@@ -56,6 +60,37 @@ impl RawTokens {
         self.len() == 0
     }
 
+    /// Id `i` widened to `i32`. Panics if `i` is out of range, like slice indexing.
+    pub fn get(&self, i: usize) -> i32 {
+        match self {
+            RawTokens::U16(v) => v[i] as i32,
+            RawTokens::I32(v) => v[i],
+        }
+    }
+
+    /// Append every id widened to `i32` (what `Batch::tokens` holds in the full layout).
+    pub fn widen_into(&self, out: &mut Vec<i32>) {
+        match self {
+            RawTokens::U16(v) => out.extend(v.iter().map(|&x| x as i32)),
+            RawTokens::I32(v) => out.extend_from_slice(v),
+        }
+    }
+
+    /// Empty the storage, make it hold `dtype` and make room for `n` ids. Keeps the allocation when
+    /// the dtype is unchanged (always, after the first batch of a loader: its sources share a dtype).
+    fn prepare(&mut self, dtype: TokenDtype, n: usize) {
+        match (&mut *self, dtype) {
+            (RawTokens::U16(v), TokenDtype::Uint16) => v.clear(),
+            (RawTokens::I32(v), TokenDtype::Int32) => v.clear(),
+            (_, TokenDtype::Uint16) => *self = RawTokens::U16(Vec::new()),
+            (_, TokenDtype::Int32) => *self = RawTokens::I32(Vec::new()),
+        }
+        match self {
+            RawTokens::U16(v) => v.reserve_exact(n),
+            RawTokens::I32(v) => v.reserve_exact(n),
+        }
+    }
+
     fn clear(&mut self) {
         match self {
             RawTokens::U16(v) => v.clear(),
@@ -63,33 +98,35 @@ impl RawTokens {
         }
     }
 
-    fn view(&self, from: usize, to: usize) -> Tokens<'_> {
-        match self {
-            RawTokens::U16(v) => Tokens::U16(&v[from..to]),
-            RawTokens::I32(v) => Tokens::I32(&v[from..to]),
-        }
-    }
-
-    /// Append `t[from..to]`, switching to the storage type of `t` when empty.
-    fn extend(&mut self, t: &Tokens<'_>, from: usize, to: usize) {
-        match (&mut *self, t) {
+    /// Append `t[from..to]`: a plain copy of the stored bytes.
+    fn extend(&mut self, t: &Tokens<'_>, from: usize, to: usize) -> Result<()> {
+        match (self, t) {
             (RawTokens::U16(v), Tokens::U16(t)) => v.extend_from_slice(&t[from..to]),
             (RawTokens::I32(v), Tokens::I32(t)) => v.extend_from_slice(&t[from..to]),
-            (RawTokens::U16(v), Tokens::I32(t)) if v.is_empty() => {
-                *self = RawTokens::I32(t[from..to].to_vec())
+            // `prepare` set the dtype of the sources, which agree (checked when opening).
+            _ => {
+                return Err(LoaderError::Config(
+                    "sources with different token dtypes in one batch".into(),
+                ))
             }
-            (RawTokens::I32(v), Tokens::U16(t)) if v.is_empty() => {
-                *self = RawTokens::U16(t[from..to].to_vec())
-            }
-            // Sources of one loader share a dtype (checked when opening), so this cannot happen;
-            // widening keeps it correct anyway.
-            (RawTokens::U16(v), Tokens::I32(t)) => {
-                let mut w: Vec<i32> = v.iter().map(|&x| x as i32).collect();
-                w.extend_from_slice(&t[from..to]);
-                *self = RawTokens::I32(w);
-            }
-            (RawTokens::I32(v), Tokens::U16(t)) => v.extend(t[from..to].iter().map(|&x| x as i32)),
         }
+        Ok(())
+    }
+
+    /// Append `n` copies of the CP padding id.
+    fn push_pad(&mut self, pad: i32, n: usize) -> Result<()> {
+        match self {
+            RawTokens::U16(v) => {
+                let pad = u16::try_from(pad).map_err(|_| {
+                    LoaderError::Config(format!(
+                        "pad id {pad} does not fit the uint16 shards (compact layout with CP)"
+                    ))
+                })?;
+                v.resize(v.len() + n, pad);
+            }
+            RawTokens::I32(v) => v.resize(v.len() + n, pad),
+        }
+        Ok(())
     }
 }
 
@@ -100,22 +137,27 @@ pub enum BatchLayout {
     /// `tokens`, `labels` and `position_ids` as `i32` arrays, ready to use.
     #[default]
     Full,
-    /// Only the ids as stored (`raw`, plus one look-ahead id per chunk for its last label) and the
-    /// per-row facts the rest follows from; [`Batch::materialize`] derives the full arrays. For a
-    /// trainer that uploads the ids and derives labels and positions on the device.
+    /// `raw_tokens` (the ids of `tokens` as stored, e.g. 2 bytes each), `next_ids` (one look-ahead
+    /// id per chunk) and `row_meta`; `tokens`, `labels` and `position_ids` stay empty and
+    /// [`Batch::materialize`] derives them. For a trainer that uploads the ids and derives labels
+    /// and positions on the device.
     Compact,
 }
 
-/// Per-row facts labels and positions follow from (both layouts fill it).
+/// Per-row facts that labels and positions follow from (filled in both layouts).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RowMeta {
-    /// Tokens in the row as stored (pack tail padding included, CP padding not).
+    /// Tokens of the row as stored (the pack's tail padding included, CP padding not).
     pub len: u32,
-    /// Labels exist for positions `< label_end − 1` (excludes the pack's tail padding).
-    pub label_end: u32,
-    /// Id used for CP padding.
-    pub pad: i32,
-    /// Positions restart at each document.
+    /// Of those, trailing pad tokens of the pack's `--tail pad` (only the set's last sample): no
+    /// labels there, and the last real token has none either.
+    pub tail_pad: u32,
+    /// CP padding appended to the row (to a multiple of 2·cp_size): pad ids, no labels, positions
+    /// continuing.
+    pub cp_pad: u32,
+    /// The id used for CP padding.
+    pub pad_id: i32,
+    /// Positions restart at 0 at each document (else 0..len along the row).
     pub doc_positions: bool,
     /// The last token of each document has no label.
     pub mask_doc_boundaries: bool,
@@ -126,11 +168,12 @@ pub struct RowMeta {
 pub struct Batch {
     /// Global step index since the start of the stream (identical on every rank).
     pub step: u64,
-    /// Token ids held by this rank.
+    /// Token ids held by this rank (full layout; empty in the compact layout).
     pub tokens: Vec<i32>,
-    /// Next-token targets, shifted on the full row before CP slicing; [`IGNORE_INDEX`] = no loss.
+    /// Next-token targets, shifted on the full row before CP slicing; [`IGNORE_INDEX`] = no loss
+    /// (full layout; empty in the compact layout).
     pub labels: Vec<i32>,
-    /// RoPE position ids of the tokens held.
+    /// RoPE position ids of the tokens held (full layout; empty in the compact layout).
     pub position_ids: Vec<i32>,
     /// cu_seqlens over rows in the local arrays (`rows + 1` entries).
     pub row_offsets: Vec<u32>,
@@ -146,13 +189,17 @@ pub struct Batch {
     pub num_tokens: u64,
     /// Labels that are not ignored, over the full rows (sum over DP ranks to normalise the loss).
     pub num_label_tokens: u64,
-    /// Which arrays are filled: `Full` fills `tokens`/`labels`/`position_ids`, `Compact` `raw`.
+    /// Which arrays are filled: `Full` fills `tokens`/`labels`/`position_ids`, `Compact`
+    /// `raw_tokens`/`next_ids`.
     pub layout: BatchLayout,
-    /// Compact layout: for each entry of `chunks`, the stored ids of `[start, min(end + 1, row
-    /// length))` — the chunk and one look-ahead id for its last label (CP padding not stored).
-    pub raw: RawTokens,
-    /// cu_seqlens over `chunks` into `raw`.
-    pub raw_offsets: Vec<u32>,
+    /// Compact layout: `tokens` in the shards' dtype (same length, same `row_offsets`, CP padding
+    /// included as `pad_id`).
+    pub raw_tokens: RawTokens,
+    /// Compact layout: for each entry of `chunks`, the id that follows the chunk in its full row
+    /// (the target of the chunk's last position before masking), or [`IGNORE_INDEX`] when the
+    /// chunk ends at the row's real end or in padding. Needed because labels are shifted on the
+    /// full row: with CP a chunk's last label is the first id of a chunk another rank holds.
+    pub next_ids: Vec<i32>,
     /// Per-row facts (both layouts).
     pub row_meta: Vec<RowMeta>,
 }
@@ -163,8 +210,21 @@ impl Batch {
         self.samples.len()
     }
 
-    /// The `Full` arrays of this batch: copied for a `Full` batch, derived from `raw` and the row
-    /// facts for a `Compact` one (identical to what a `Full` loader would have produced).
+    /// The full-layout arrays of this batch: copied for a `Full` batch, derived for a `Compact`
+    /// one from `raw_tokens`, `next_ids`, `row_meta`, `chunks`, `full_row_offsets` and
+    /// `doc_offsets` — identical to what a `Full` loader produces for the same step. The outputs
+    /// are cleared first; their allocations are reused. These rules define the compact layout
+    /// (a device-side implementation does the same, vectorised):
+    ///
+    /// * `tokens[i] = raw_tokens[i]`;
+    /// * for local index `i` at full-row position `j` of chunk `c = [lo, hi)` of a row: the
+    ///   candidate label is `tokens[i + 1]` if `j + 1 < hi`, else `next_ids[c]`; it becomes
+    ///   [`IGNORE_INDEX`] if `j + 1 >= len − tail_pad` (row end, tail padding, CP padding) or if
+    ///   `mask_doc_boundaries` and `j + 1` starts a document of the row;
+    /// * `position_ids[i] = j`, or with `doc_positions` `j − (start of the document holding j)`,
+    ///   where CP padding (`j >= len`) continues the row's last document.
+    ///
+    /// Panics if the batch's arrays are inconsistent (they are not, as the loader makes them).
     pub fn materialize(
         &self,
         tokens: &mut Vec<i32>,
@@ -180,51 +240,55 @@ impl Batch {
             position_ids.extend_from_slice(&self.position_ids);
             return;
         }
-        let mut out = Batch::default();
-        std::mem::swap(&mut out.tokens, tokens);
-        std::mem::swap(&mut out.labels, labels);
-        std::mem::swap(&mut out.position_ids, position_ids);
+        let n = self.raw_tokens.len();
+        tokens.reserve(n);
+        labels.reserve(n);
+        position_ids.reserve(n);
+        self.raw_tokens.widen_into(tokens);
         let per_row = self.chunks.len() / self.rows().max(1);
-        let mut d = 1; // next entry of doc_offsets
-        for (r, meta) in self.row_meta.iter().enumerate() {
+        let mut d = 1; // next unread entry of doc_offsets
+        let mut starts: Vec<u64> = Vec::new();
+        let mut i = 0usize; // local index
+        for (r, m) in self.row_meta.iter().enumerate() {
             let base = self.full_row_offsets[r] as u64;
-            let len = meta.len as u64;
-            let mut starts = vec![0u64];
+            let len = m.len as u64;
+            // The row's document starts relative to the row, closed by the row end `len`.
+            starts.clear();
+            starts.push(0);
             while d < self.doc_offsets.len() && self.doc_offsets[d] as u64 <= base + len {
                 starts.push(self.doc_offsets[d] as u64 - base);
                 d += 1;
             }
-            // Skip the CP padding "document" of this row, if any.
-            while d < self.doc_offsets.len()
-                && (self.doc_offsets[d] as u64) <= self.full_row_offsets[r + 1] as u64
-            {
-                d += 1;
+            if m.cp_pad > 0 {
+                d += 1; // the CP padding "document"
             }
+            let label_end = len.saturating_sub(m.tail_pad as u64);
+            let last_doc = starts.len().saturating_sub(2); // the document CP padding continues
             for c in r * per_row..(r + 1) * per_row {
                 let [lo, hi] = self.chunks[c];
                 let (lo, hi) = (lo as u64 - base, hi as u64 - base);
-                let (a, z) = (
-                    self.raw_offsets[c] as usize,
-                    self.raw_offsets[c + 1] as usize,
-                );
-                push_range(
-                    &mut out,
-                    &self.raw.view(a, z),
-                    lo.min(len) as usize,
-                    &starts,
-                    lo,
-                    hi,
-                    len,
-                    meta.label_end as u64,
-                    meta.pad,
-                    meta.doc_positions,
-                    meta.mask_doc_boundaries,
-                );
+                // Document holding `lo`: the last start ≤ lo, among the real documents.
+                let mut doc = starts.partition_point(|&s| s <= lo).saturating_sub(1);
+                doc = doc.min(last_doc);
+                for j in lo..hi {
+                    while doc < last_doc && starts[doc + 1] <= j {
+                        doc += 1;
+                    }
+                    let next = if j + 1 < hi {
+                        tokens[i + 1]
+                    } else {
+                        self.next_ids[c]
+                    };
+                    // `j + 1` starts a document of the row (not the row end).
+                    let boundary = doc < last_doc && starts[doc + 1] == j + 1;
+                    let ignore = j + 1 >= label_end || (m.mask_doc_boundaries && boundary);
+                    labels.push(if ignore { IGNORE_INDEX } else { next });
+                    let pos = if m.doc_positions { j - starts[doc] } else { j };
+                    position_ids.push(pos as i32);
+                    i += 1;
+                }
             }
         }
-        std::mem::swap(&mut out.tokens, tokens);
-        std::mem::swap(&mut out.labels, labels);
-        std::mem::swap(&mut out.position_ids, position_ids);
     }
 }
 
@@ -250,8 +314,8 @@ impl Batch {
         self.full_row_offsets.clear();
         self.chunks.clear();
         self.samples.clear();
-        self.raw.clear();
-        self.raw_offsets.clear();
+        self.raw_tokens.clear();
+        self.next_ids.clear();
         self.row_meta.clear();
         (self.num_tokens, self.num_label_tokens) = (0, 0);
     }
@@ -273,8 +337,8 @@ pub(crate) fn assemble(
     b.row_offsets.push(0);
     b.full_row_offsets.push(0);
     b.doc_offsets.push(0);
-    b.raw_offsets.push(0);
     let two_p = 2 * layout.cp_size as u64;
+    let chunks_per_row = if layout.cp_size > 1 { 2 } else { 1 };
     // Size the arrays once: growing them by doubling would copy every token again.
     let mut local = 0usize;
     for r in &plan.rows {
@@ -284,13 +348,18 @@ pub(crate) fn assemble(
         let len = ((end - start) / set.manifest().dtype.size()) as u64;
         local += (len.div_ceil(two_p) * two_p / layout.cp_size as u64) as usize;
     }
-    if !compact {
+    if compact {
+        // The sources share one dtype (checked when opening); a recycled batch keeps its storage.
+        let dtype = sources.first().map(|s| s.set.manifest().dtype);
+        b.raw_tokens
+            .prepare(dtype.unwrap_or(TokenDtype::Uint16), local);
+        b.next_ids.reserve(plan.rows.len() * chunks_per_row);
+    } else {
         b.tokens.reserve_exact(local);
         b.labels.reserve_exact(local);
         b.position_ids.reserve_exact(local);
     }
     let mut full_base = 0u64;
-    let mut local_len = 0u64; // compact: tokens this rank holds so far (what `tokens` would hold)
     for r in &plan.rows {
         let src = &sources[r.source];
         let (k, i) = src.set.locate(r.global)?;
@@ -341,32 +410,42 @@ pub(crate) fn assemble(
         b.num_label_tokens += real_len.saturating_sub(masked_ends);
         b.num_tokens += real_len;
 
-        let chunks: Vec<(u64, u64)> = if layout.cp_size > 1 {
+        // Zigzag: CP rank c keeps chunks c and 2P−1−c of the padded row; without CP the whole row.
+        let chunks = if layout.cp_size > 1 {
             let c = padded / two_p;
             let (a, z) = (layout.cp_rank as u64, two_p - 1 - layout.cp_rank as u64);
-            vec![(a * c, (a + 1) * c), (z * c, (z + 1) * c)]
+            [(a * c, (a + 1) * c), (z * c, (z + 1) * c)]
         } else {
-            vec![(0, len)]
+            [(0, len), (0, 0)]
         };
         b.row_meta.push(RowMeta {
             len: len as u32,
-            label_end: real_len as u32,
-            pad: src.pad_id,
+            tail_pad: tail_pad as u32,
+            cp_pad: (padded - len) as u32,
+            pad_id: src.pad_id,
             doc_positions: doc_mode,
             mask_doc_boundaries: mask_docs,
         });
-        for (lo, hi) in chunks {
+        for &(lo, hi) in &chunks[..chunks_per_row] {
             if compact {
-                let from = lo.min(len) as usize;
-                let to = (hi + 1).min(len) as usize;
-                b.raw.extend(&sample.tokens, from, to.max(from));
-                b.raw_offsets.push(b.raw.len() as u32);
-                local_len += hi - lo;
+                // The ids as stored, then CP padding; labels and positions are derived later.
+                let real_hi = hi.min(len);
+                let real_lo = lo.min(real_hi);
+                b.raw_tokens
+                    .extend(&sample.tokens, real_lo as usize, real_hi as usize)?;
+                b.raw_tokens
+                    .push_pad(src.pad_id, ((hi - lo) - (real_hi - real_lo)) as usize)?;
+                // The chunk's last target lies in the next chunk of the full row (CP), unless the
+                // chunk ends at the real end of the row (row end, tail or CP padding).
+                b.next_ids.push(if hi < real_len {
+                    sample.tokens.get(hi as usize) as i32
+                } else {
+                    IGNORE_INDEX
+                });
             } else {
                 push_range(
                     &mut b,
                     &sample.tokens,
-                    0,
                     &starts,
                     lo,
                     hi,
@@ -381,7 +460,7 @@ pub(crate) fn assemble(
                 .push([(full_base + lo) as u32, (full_base + hi) as u32]);
         }
         b.row_offsets.push(if compact {
-            local_len as u32
+            b.raw_tokens.len() as u32
         } else {
             b.tokens.len() as u32
         });
@@ -405,13 +484,11 @@ pub(crate) fn assemble(
 }
 
 /// Append full-row positions `lo..hi` of one row (positions ≥ `len` are CP padding; tokens at
-/// `label_end..len` are the pack's tail padding: stored, but without targets). `tokens[0]` is the
-/// row's token at position `offset` (0: the whole row; a compact chunk starts later).
+/// `label_end..len` are the pack's tail padding: stored, but without targets).
 #[allow(clippy::too_many_arguments)]
 fn push_range(
     b: &mut Batch,
     tokens: &Tokens<'_>,
-    offset: usize,
     starts: &[u64],
     lo: u64,
     hi: u64,
@@ -425,10 +502,11 @@ fn push_range(
     let real_hi = hi_u.min(len_u);
     let real_lo = lo_u.min(real_hi);
     // Tokens: a widening copy straight from the map (vectorises).
-    let (a, z) = (real_lo - offset.min(real_lo), real_hi - offset.min(real_lo));
     match tokens {
-        Tokens::U16(t) => b.tokens.extend(t[a..z].iter().map(|&x| x as i32)),
-        Tokens::I32(t) => b.tokens.extend_from_slice(&t[a..z]),
+        Tokens::U16(t) => b
+            .tokens
+            .extend(t[real_lo..real_hi].iter().map(|&x| x as i32)),
+        Tokens::I32(t) => b.tokens.extend_from_slice(&t[real_lo..real_hi]),
     }
     // Labels: the same copy shifted by one; the row's last position has no target.
     let with_target = real_hi
@@ -436,7 +514,7 @@ fn push_range(
         .saturating_sub(real_lo);
     let label_base = b.labels.len();
     if with_target > 0 {
-        let from = real_lo + 1 - offset;
+        let from = real_lo + 1;
         let to = from + with_target;
         match tokens {
             Tokens::U16(t) => b.labels.extend(t[from..to].iter().map(|&x| x as i32)),

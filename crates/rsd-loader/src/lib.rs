@@ -10,7 +10,8 @@
 //!   deals each global step to DP ranks, by sample count or token budget (`plan`).
 //! * Worker threads assemble [`Batch`]es from the mapped bytes — labels shifted on the full row,
 //!   position ids, document boundaries, zigzag CP chunks — and pass them through bounded channels
-//!   ([`Loader`]).
+//!   ([`Loader`]). In the compact [`BatchLayout`] only the ids are copied, as stored, and
+//!   [`Batch::materialize`] (or the trainer, on its device) derives labels and positions.
 //! * [`LoaderState`] records the global cursor, so a stream resumes exactly, also on another DP size.
 //!
 //! The trainer-facing contract is written down in `docs/LOADER.md`.
@@ -87,7 +88,9 @@ pub struct LoaderConfig {
     pub verify: bool,
     /// Unmap consumed ranges (`madvise(DONTNEED)`) so RSS stays flat over long passes.
     pub release_pages: bool,
-    /// `Full` i32 arrays, or `Compact` ids as stored (see [`BatchLayout`]).
+    /// `Full` i32 arrays, or `Compact` ids as stored (see [`BatchLayout`]). Absent in a serialized
+    /// config from before the field existed: `Full`.
+    #[serde(default)]
     pub layout: BatchLayout,
 }
 

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use rsd_loader::synth::{self, SynthSpec};
 use rsd_loader::{
-    Batch, Batching, Loader, LoaderConfig, LoaderError, LoaderState, Positions, Source,
-    IGNORE_INDEX,
+    Batch, BatchLayout, Batching, Loader, LoaderConfig, LoaderError, LoaderState, Positions,
+    RawTokens, Source, IGNORE_INDEX,
 };
 use rsd_shard::ShardSet;
 
@@ -632,10 +632,38 @@ fn tail_padding_of_the_last_sample_has_no_labels() {
     assert!(seen_last, "one epoch includes the padded sample");
 }
 
-/// The compact layout hands over the stored ids (one look-ahead per chunk) and the row facts;
-/// `materialize` must reproduce the full layout exactly — fixed and mixed shards, with and without
-/// CP (every rank), DP, shuffled or not, with the pack's tail padding — and every other field is
-/// the same as in the full layout.
+/// Mark the last `n` tokens of the set's last sample as the pack's `--tail pad` padding, as
+/// `rsd-data pack` records it in the manifest, and set the pad id.
+fn set_tail_padding(dir: &Path, n: u64, pad_id: u64) {
+    let path = dir.join("index.json");
+    let mut m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    m["totals"]["padding_tokens"] = n.into();
+    m["pad_id"] = pad_id.into();
+    std::fs::write(&path, serde_json::to_string(&m).unwrap()).unwrap();
+}
+
+/// The stored ids of a batch's rows, widened, from the shards themselves.
+fn stored_row(set: &ShardSet, s: &rsd_loader::SampleId) -> (Vec<i32>, bool) {
+    let sample = set.shards()[s.shard as usize]
+        .sample(s.index as usize)
+        .unwrap();
+    let wide = matches!(sample.tokens, rsd_shard::Tokens::I32(_));
+    (
+        sample
+            .tokens
+            .to_vec()
+            .into_iter()
+            .map(|x| x as i32)
+            .collect(),
+        wide,
+    )
+}
+
+/// The compact layout hands over the ids as stored plus the row facts; `materialize` must
+/// reproduce the full layout exactly — fixed and mixed shards, with and without CP (every rank),
+/// DP ranks, shuffled and sequential, sample and token batching, with the pack's tail padding —
+/// and every other field must equal the full layout's.
 #[test]
 fn compact_layout_materialises_to_the_full_layout() {
     let tmp = tempfile::tempdir().unwrap();
@@ -648,11 +676,7 @@ fn compact_layout_materialises_to_the_full_layout() {
             ..Default::default()
         },
     );
-    let path = fixed.join("index.json");
-    let mut m: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    m["totals"]["padding_tokens"] = 4.into();
-    std::fs::write(&path, serde_json::to_string(&m).unwrap()).unwrap();
+    set_tail_padding(&fixed, 4, 7);
     let mixed = make(
         tmp.path(),
         "mixed",
@@ -664,65 +688,209 @@ fn compact_layout_materialises_to_the_full_layout() {
             ..Default::default()
         },
     );
+    set_tail_padding(&mixed, 3, 9);
+    let mut compared = 0;
     for dir in [&fixed, &mixed] {
-        for cp in [1usize, 2, 3] {
-            for cp_rank in 0..cp {
-                for shuffle in [true, false] {
-                    let base = LoaderConfig {
-                        cp_size: cp,
-                        cp_rank,
-                        dp_size: 2,
-                        dp_rank: 1,
-                        shuffle,
-                        batching: Batching::Samples(3),
-                        ..cfg(&[(dir.as_path(), 1.0)])
-                    };
-                    let full = collect(base.clone(), 5);
-                    let compact = collect(
-                        LoaderConfig {
-                            layout: rsd_loader::BatchLayout::Compact,
-                            ..base
-                        },
-                        5,
-                    );
-                    for (f, c) in full.iter().zip(&compact) {
-                        let what = format!("{} cp {cp}/{cp_rank} shuffle {shuffle}", dir.display());
-                        assert!(c.tokens.is_empty() && c.labels.is_empty(), "{what}");
-                        let (mut t, mut l, mut p) = (vec![], vec![], vec![]);
-                        c.materialize(&mut t, &mut l, &mut p);
-                        assert_eq!(t, f.tokens, "{what}: tokens");
-                        assert_eq!(l, f.labels, "{what}: labels");
-                        assert_eq!(p, f.position_ids, "{what}: positions");
-                        assert_eq!(c.row_offsets, f.row_offsets, "{what}");
-                        assert_eq!(c.doc_offsets, f.doc_offsets, "{what}");
-                        assert_eq!(c.chunks, f.chunks, "{what}");
-                        assert_eq!(c.samples, f.samples, "{what}");
-                        assert_eq!(c.row_meta, f.row_meta, "{what}");
-                        assert_eq!(
-                            (c.num_tokens, c.num_label_tokens),
-                            (f.num_tokens, f.num_label_tokens),
-                            "{what}"
-                        );
+        let set = ShardSet::open(dir).unwrap();
+        let batchings = [Batching::Samples(3), Batching::Tokens(100)];
+        for batching in batchings {
+            for cp in [1usize, 2, 3] {
+                for cp_rank in 0..cp {
+                    for dp_rank in 0..2 {
+                        for shuffle in [true, false] {
+                            let base = LoaderConfig {
+                                cp_size: cp,
+                                cp_rank,
+                                dp_size: 2,
+                                dp_rank,
+                                shuffle,
+                                batching,
+                                ..cfg(&[(dir.as_path(), 1.0)])
+                            };
+                            let what = format!(
+                                "{} {batching:?} cp {cp_rank}/{cp} dp {dp_rank}/2 shuffle {shuffle}",
+                                dir.display()
+                            );
+                            let full = collect(base.clone(), 6);
+                            let compact = collect(
+                                LoaderConfig {
+                                    layout: BatchLayout::Compact,
+                                    ..base
+                                },
+                                6,
+                            );
+                            assert_eq!(full.len(), compact.len(), "{what}");
+                            for (f, c) in full.iter().zip(&compact) {
+                                compare_layouts(f, c, &set, &what);
+                                compared += 1;
+                            }
+                        }
                     }
                 }
             }
         }
     }
-    // Without CP the compact ids are the stored sample, byte for byte (u16 here).
-    let b = collect(
-        LoaderConfig {
-            layout: rsd_loader::BatchLayout::Compact,
-            ..cfg(&[(fixed.as_path(), 1.0)])
-        },
-        1,
+    assert!(compared > 300, "{compared} batches compared");
+}
+
+fn compare_layouts(f: &Batch, c: &Batch, set: &ShardSet, what: &str) {
+    assert_eq!(f.layout, BatchLayout::Full);
+    assert_eq!(c.layout, BatchLayout::Compact);
+    assert!(f.raw_tokens.is_empty() && f.next_ids.is_empty(), "{what}");
+    assert!(!f.tokens.is_empty(), "{what}");
+    assert!(
+        c.tokens.is_empty() && c.labels.is_empty() && c.position_ids.is_empty(),
+        "{what}"
     );
-    let set = ShardSet::open(&fixed).unwrap();
-    let s = b[0].samples[0];
-    let stored = set.shards()[s.shard as usize]
-        .sample(s.index as usize)
-        .unwrap();
-    match (&b[0].raw, stored.tokens) {
-        (rsd_loader::RawTokens::U16(raw), rsd_shard::Tokens::U16(t)) => assert_eq!(&raw[..], t),
-        other => panic!("expected u16 ids, got {other:?}"),
+    // Every other field is the full layout's.
+    assert_eq!(c.step, f.step, "{what}");
+    assert_eq!(c.row_offsets, f.row_offsets, "{what}");
+    assert_eq!(c.doc_offsets, f.doc_offsets, "{what}");
+    assert_eq!(c.full_row_offsets, f.full_row_offsets, "{what}");
+    assert_eq!(c.chunks, f.chunks, "{what}");
+    assert_eq!(c.samples, f.samples, "{what}");
+    assert_eq!(c.row_meta, f.row_meta, "{what}");
+    assert_eq!(
+        (c.num_tokens, c.num_label_tokens),
+        (f.num_tokens, f.num_label_tokens),
+        "{what}"
+    );
+    // Materialised, it is the full layout, array for array (into dirty buffers: they are cleared).
+    let (mut t, mut l, mut p) = (vec![1, 2], vec![3], vec![4]);
+    c.materialize(&mut t, &mut l, &mut p);
+    assert_eq!(t, f.tokens, "{what}: tokens");
+    assert_eq!(l, f.labels, "{what}: labels");
+    assert_eq!(p, f.position_ids, "{what}: positions");
+    // A full batch materialises to itself.
+    f.materialize(&mut t, &mut l, &mut p);
+    assert_eq!((&t, &l, &p), (&f.tokens, &f.labels, &f.position_ids));
+    // The raw ids are the stored ids of each chunk in the shards' dtype, then CP padding (pad id);
+    // `next_ids` is the id after each chunk while it is real, else IGNORE_INDEX.
+    assert_eq!(c.raw_tokens.len(), f.tokens.len(), "{what}");
+    assert_eq!(c.next_ids.len(), c.chunks.len(), "{what}");
+    let per_row = c.chunks.len() / c.rows();
+    let mut i = 0;
+    for (r, s) in c.samples.iter().enumerate() {
+        let (stored, wide) = stored_row(set, s);
+        let m = c.row_meta[r];
+        assert_eq!(m.len as usize, stored.len(), "{what}");
+        let base = c.full_row_offsets[r] as usize;
+        for k in r * per_row..(r + 1) * per_row {
+            let [lo, hi] = c.chunks[k];
+            let (lo, hi) = (lo as usize - base, hi as usize - base);
+            for j in lo..hi {
+                let want = stored.get(j).copied().unwrap_or(m.pad_id);
+                assert_eq!(c.raw_tokens.get(i), want, "{what}: row {r} position {j}");
+                i += 1;
+            }
+            let real_end = stored.len() - m.tail_pad as usize;
+            let next = if hi < real_end {
+                stored[hi]
+            } else {
+                IGNORE_INDEX
+            };
+            assert_eq!(c.next_ids[k], next, "{what}: chunk {k}");
+        }
+        match &c.raw_tokens {
+            RawTokens::U16(_) => assert!(!wide, "{what}"),
+            RawTokens::I32(_) => assert!(wide, "{what}"),
+        }
     }
+}
+
+/// Without CP, a compact row is the sample's stored ids, slice for slice (a memcpy of the map).
+#[test]
+fn compact_rows_are_the_stored_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, vocab, mixed) in [("u16", 50_000, false), ("i32", 100_000, true)] {
+        let d = make(
+            tmp.path(),
+            name,
+            SynthSpec {
+                samples: 9,
+                seq_len: 64,
+                vocab,
+                mixed,
+                ..Default::default()
+            },
+        );
+        let set = ShardSet::open(&d).unwrap();
+        let c = LoaderConfig {
+            layout: BatchLayout::Compact,
+            batching: Batching::Samples(2),
+            ..cfg(&[(d.as_path(), 1.0)])
+        };
+        for b in collect(c, 4) {
+            for (r, s) in b.samples.iter().enumerate() {
+                let (a, z) = (b.row_offsets[r] as usize, b.row_offsets[r + 1] as usize);
+                let stored = set.shards()[s.shard as usize]
+                    .sample(s.index as usize)
+                    .unwrap()
+                    .tokens;
+                match (&b.raw_tokens, stored) {
+                    (RawTokens::U16(raw), rsd_shard::Tokens::U16(t)) => assert_eq!(&raw[a..z], t),
+                    (RawTokens::I32(raw), rsd_shard::Tokens::I32(t)) => assert_eq!(&raw[a..z], t),
+                    other => panic!("{name}: dtype differs from the shards: {other:?}"),
+                }
+            }
+        }
+    }
+}
+
+/// `recycle` works for compact batches: the stream is unchanged (inline and threaded), and inline
+/// the next batch is assembled into the returned batch's allocation (no fresh memory per batch).
+#[test]
+fn compact_batches_recycle_without_new_allocations() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = make(
+        tmp.path(),
+        "a",
+        SynthSpec {
+            samples: 40,
+            seq_len: 96,
+            ..Default::default()
+        },
+    );
+    let mut c = cfg(&[(&d, 1.0)]);
+    (c.layout, c.batching, c.cp_size, c.cp_rank) =
+        (BatchLayout::Compact, Batching::Samples(2), 2, 1);
+    let plain = collect(c.clone(), 25);
+    let ptr = |b: &Batch| match &b.raw_tokens {
+        RawTokens::U16(v) => (v.as_ptr() as usize, v.capacity()),
+        RawTokens::I32(v) => (v.as_ptr() as usize, v.capacity()),
+    };
+    for workers in [0, 2] {
+        let mut t = c.clone();
+        t.workers = workers;
+        let mut l = Loader::new(t).unwrap();
+        let mut got = vec![];
+        let mut last = None;
+        for _ in 0..25 {
+            let b = l.next().unwrap().unwrap();
+            if workers == 0 {
+                if let Some(prev) = last {
+                    assert_eq!(ptr(&b), prev, "the recycled allocation is reused");
+                }
+                last = Some(ptr(&b));
+            }
+            got.push(b.clone());
+            l.recycle(b);
+        }
+        assert_eq!(got, plain, "recycling, workers={workers}");
+    }
+}
+
+/// A config serialized before `layout` existed still loads, as the full layout.
+#[test]
+fn configs_serialized_without_a_layout_load_as_full() {
+    let mut v = serde_json::to_value(LoaderConfig::default()).unwrap();
+    v.as_object_mut().unwrap().remove("layout");
+    let c: LoaderConfig = serde_json::from_value(v).unwrap();
+    assert_eq!(c.layout, BatchLayout::Full);
+    let v = serde_json::to_value(LoaderConfig {
+        layout: BatchLayout::Compact,
+        ..LoaderConfig::default()
+    })
+    .unwrap();
+    assert_eq!(v["layout"], "compact");
 }
