@@ -124,16 +124,9 @@ impl Tokenizer {
             .and_then(|canonical| tokenizers::from_json(&canonical).map_err(|e| e.to_string()))
             .and_then(|t| {
                 let mut probe = Vec::new();
-                t.encode_into(
-                    PROBE,
-                    &EncodeOptions {
-                        add_special_tokens: false,
-                        ..Default::default()
-                    },
-                    &mut probe,
-                )
-                .map(|_| t)
-                .map_err(|e| format!("it loads but cannot encode: {e}"))
+                t.encode_into(PROBE, &plain_encode(), &mut probe)
+                    .map(|_| t)
+                    .map_err(|e| format!("it loads but cannot encode: {e}"))
             }) {
             Ok(t) => (Engine::Pipeline(Box::new(t)), None),
             Err(reason) => {
@@ -196,15 +189,7 @@ impl Tokenizer {
             Engine::Pipeline(t) => t.get_added_vocabulary().token_to_id(token).or_else(|| {
                 // Plain vocabulary entries: encode and accept a single-id result that decodes back.
                 let mut out = Vec::new();
-                t.encode_into(
-                    token,
-                    &EncodeOptions {
-                        add_special_tokens: false,
-                        ..Default::default()
-                    },
-                    &mut out,
-                )
-                .ok()?;
+                t.encode_into(token, &plain_encode(), &mut out).ok()?;
                 (out.len() == 1).then(|| out[0].id())
             }),
             Engine::Legacy(t) => t.token_to_id(token),
@@ -222,17 +207,11 @@ impl Tokenizer {
         match &self.engine {
             Engine::Pipeline(t) => {
                 scratch.clear();
-                t.encode_into(
-                    text,
-                    &EncodeOptions {
-                        add_special_tokens: false,
-                        ..Default::default()
-                    },
-                    scratch,
-                )
-                .map_err(|e| DataError::Tokenizer {
-                    name: self.name.clone(),
-                    what: format!("encode failed: {e}"),
+                t.encode_into(text, &plain_encode(), scratch).map_err(|e| {
+                    DataError::Tokenizer {
+                        name: self.name.clone(),
+                        what: format!("encode failed: {e}"),
+                    }
                 })?;
                 out.extend_from_slice(PipelineToken::cast_slice(scratch));
             }
@@ -348,4 +327,13 @@ fn template_bos(json: &Value) -> Option<String> {
         .pointer("/SpecialToken/id")?
         .as_str()
         .map(str::to_string)
+}
+
+/// How documents are encoded: no template BOS/EOS (the packer adds them as configured), special-token
+/// literals in the text still becoming their ids.
+fn plain_encode() -> EncodeOptions {
+    EncodeOptions {
+        add_special_tokens: false,
+        ..Default::default()
+    }
 }

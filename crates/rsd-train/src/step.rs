@@ -713,7 +713,7 @@ fn chunked_loss(
     let logits = |x: &Tensor| -> Result<Tensor> { Ok(x.f_matmul(&w.f_tr()?)?.f_to_kind(lk)?) };
     let mut push_back = |g: &Tensor, x: &Tensor, mut dx: Tensor| -> Result<()> {
         let g = g.f_to_kind(wk)?;
-        let _ = dx.f_add_(&g.f_matmul(w)?)?;
+        let _ = dx.f_addmm_(&g, w)?;
         if wk == lk {
             let _ = dw.f_addmm_(&g.f_tr()?, x)?;
         } else {
