@@ -428,6 +428,14 @@ fn pack(a: PackArgs) -> Result<()> {
         },
         peak_rss_mib().unwrap_or(0.0)
     );
+    let cpu = summary.cpu;
+    println!(
+        "  cpu        tokenize {:.3}s, read {:.3}s, pack+write {:.3}s: tokenizing is {:.0}% of the CPU time",
+        cpu.tokenize,
+        cpu.read,
+        cpu.write,
+        100.0 * cpu.tokenize / (cpu.tokenize + cpu.read + cpu.write).max(1e-9)
+    );
     for e in &summary.skipped_examples {
         println!("  skipped    {e}");
     }
@@ -503,7 +511,7 @@ fn tokenize_bench(a: TokenizeBenchArgs) -> Result<()> {
             text_field: a.text_field.clone(),
         },
     ) {
-        if let Content::Text(t) = doc?.content {
+        if let Content::Text(t) = doc?.content.decode()? {
             bytes += t.len() as u64;
             texts.push(t);
         }

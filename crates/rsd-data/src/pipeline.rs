@@ -97,6 +97,35 @@ pub struct PackSummary {
     pub resumed_shards: usize,
     /// The first few skipped bad records (with `--skip-bad`).
     pub skipped_examples: Vec<String>,
+    /// CPU seconds spent by each stage.
+    pub cpu: StageCpu,
+}
+
+/// CPU seconds per pipeline stage: what the run cost besides tokenizing, independent of how busy
+/// the machine was (wall-clock rates on a shared machine move by ±25%; these move much less).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StageCpu {
+    /// The reader thread: file reads, decompression, splitting into documents.
+    pub read: f64,
+    /// The tokenizer threads: decoding records (JSON, UTF-8) and tokenizing.
+    pub tokenize: f64,
+    /// The writer thread: packing, checksums, writes, fsyncs, the resume journal.
+    pub write: f64,
+}
+
+/// CPU time this thread has used, in seconds (0 where the clock is unavailable).
+fn thread_cpu_seconds() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc == 0 {
+        ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    } else {
+        0.0
+    }
 }
 
 const JOURNAL: &str = "pack.journal.json";
@@ -333,7 +362,7 @@ fn tokenize(
     scratch: &mut Vec<tokenizers::pipeline::PipelineToken>,
 ) -> Tokenized {
     let doc = doc?;
-    let ids = match doc.content {
+    let ids = match doc.content.decode()? {
         Content::Text(text) if text.is_empty() => None,
         Content::Text(text) => Some(
             tok.encode_document(&text, scratch)
@@ -358,6 +387,7 @@ fn tokenize(
             }
             (!ids.is_empty()).then_some(ids)
         }
+        Content::JsonLine(_) => unreachable!("decode() leaves no JSON line undecoded"),
     };
     Ok((ids, doc.bytes, doc.origin))
 }
@@ -432,41 +462,44 @@ pub fn run(
     std::thread::scope(|scope| -> Result<PackSummary> {
         // Stage 1: read documents in order, in batches of about `batch_bytes`.
         let reader_stop = stop.clone();
-        let reader = scope.spawn(move || -> Vec<SourceInfo> {
-            let mut stream = DocumentStream::new(cfg.sources.clone(), cfg.read.clone());
-            let mut batch = vec![];
-            let mut batch_bytes = 0usize;
-            let mut index = 0u64;
-            for item in stream.by_ref() {
-                index += 1;
-                if index <= skip {
-                    continue; // consumed by the run this one resumes
-                }
-                if reader_stop.load(Ordering::Relaxed) {
-                    return stream.info;
-                }
-                let fatal = matches!(&item, Err(e) if !e.is_skippable());
-                batch_bytes += item.as_ref().map_or(0, |d| d.bytes as usize);
-                batch.push(item);
-                if batch_bytes >= cfg.batch_bytes || batch.len() >= 4096 || fatal {
-                    if doc_tx.send(std::mem::take(&mut batch)).is_err() {
+        let reader = scope.spawn(move || -> (Vec<SourceInfo>, f64) {
+            let info = (|| -> Vec<SourceInfo> {
+                let mut stream = DocumentStream::new(cfg.sources.clone(), cfg.read.clone());
+                let mut batch = vec![];
+                let mut batch_bytes = 0usize;
+                let mut index = 0u64;
+                for item in stream.by_ref() {
+                    index += 1;
+                    if index <= skip {
+                        continue; // consumed by the run this one resumes
+                    }
+                    if reader_stop.load(Ordering::Relaxed) {
                         return stream.info;
                     }
-                    batch_bytes = 0;
+                    let fatal = matches!(&item, Err(e) if !e.is_skippable());
+                    batch_bytes += item.as_ref().map_or(0, |d| d.bytes as usize);
+                    batch.push(item);
+                    if batch_bytes >= cfg.batch_bytes || batch.len() >= 4096 || fatal {
+                        if doc_tx.send(std::mem::take(&mut batch)).is_err() {
+                            return stream.info;
+                        }
+                        batch_bytes = 0;
+                    }
+                    if fatal {
+                        return stream.info;
+                    }
                 }
-                if fatal {
-                    return stream.info;
+                if !batch.is_empty() {
+                    let _ = doc_tx.send(batch);
                 }
-            }
-            if !batch.is_empty() {
-                let _ = doc_tx.send(batch);
-            }
-            stream.info
+                stream.info
+            })();
+            (info, thread_cpu_seconds())
         });
 
         // Stage 3: pack and write, in order.
         let writer_stop = stop.clone();
-        let writer = scope.spawn(move || -> Result<(Journal, Vec<ShardInfo>)> {
+        let writer = scope.spawn(move || -> (Result<(Journal, Vec<ShardInfo>)>, f64) {
             let result = (|| -> Result<(Journal, Vec<ShardInfo>)> {
                 let mut shards =
                     ShardSetWriter::new(&cfg.out, dtype, cfg.shard_bytes, journal.shards.len());
@@ -568,7 +601,7 @@ pub fn run(
             if result.is_err() {
                 writer_stop.store(true, Ordering::Relaxed);
             }
-            result
+            (result, thread_cpu_seconds())
         });
 
         // Stage 2: tokenize batches across the pool. Up to `IN_FLIGHT` batches are tokenized at
@@ -613,12 +646,19 @@ pub fn run(
         stop.store(true, Ordering::Relaxed);
         drop(tok_tx);
         drop(doc_rx);
-        let writer_result = writer
+        let (writer_result, write_cpu) = writer
             .join()
             .map_err(|_| DataError::Config("the writer thread panicked".into()))?;
-        let source_info = reader
+        let (source_info, read_cpu) = reader
             .join()
             .map_err(|_| DataError::Config("the reader thread panicked".into()))?;
+        // Every pool thread's CPU time, including the spinning before it sleeps: all of it is
+        // the tokenize stage's cost.
+        let cpu = StageCpu {
+            read: read_cpu,
+            tokenize: pool.broadcast(|_| thread_cpu_seconds()).iter().sum(),
+            write: write_cpu,
+        };
         if interrupted.load(Ordering::Relaxed) {
             return Err(DataError::Interrupted);
         }
@@ -665,6 +705,7 @@ pub fn run(
             seconds: start.elapsed().as_secs_f64(),
             resumed_shards,
             skipped_examples: journal.skipped_examples,
+            cpu,
         })
     })
 }

@@ -124,7 +124,7 @@ fn fixed_round_trip_decodes_to_the_documents() {
     let src = tmp.path().join("books");
     write_text_dir(&src, &docs);
     let out = tmp.path().join("out");
-    ok(&[
+    let report = ok(&[
         "pack",
         "--len",
         "64",
@@ -137,6 +137,19 @@ fn fixed_round_trip_decodes_to_the_documents() {
         "--progress",
         "none",
     ]);
+    // The summary splits CPU time by stage (tokenize, read, pack+write) and gives the tokenize share.
+    let cpu_line = report
+        .lines()
+        .find(|l| l.trim_start().starts_with("cpu"))
+        .unwrap_or_else(|| panic!("no cpu line in:\n{report}"));
+    let seconds: Vec<f64> = cpu_line
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert!(
+        seconds.len() == 4 && seconds[..3].iter().sum::<f64>() > 0.0 && seconds[3] <= 100.0,
+        "{cpu_line}"
+    );
     let tok = bundled();
     let text = tok.decode(&all_tokens(&out)).unwrap();
     let expected: String = docs.iter().map(|d| format!("{d}<|endoftext|>")).collect();

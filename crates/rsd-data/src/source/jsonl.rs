@@ -2,7 +2,8 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
@@ -11,11 +12,10 @@ use super::{Content, RawDoc};
 use crate::error::{DataError, Result};
 
 pub(super) struct JsonlDocs {
-    path: PathBuf,
+    path: Arc<Path>,
     reader: Box<dyn BufRead + Send>,
-    field: String,
+    field: Arc<str>,
     line: u64,
-    buf: Vec<u8>,
     done: bool,
 }
 
@@ -30,61 +30,57 @@ pub(super) fn open(path: &Path, field: &str) -> Result<JsonlDocs> {
         Box::new(BufReader::with_capacity(1 << 20, file) as BufReader<File>)
     };
     Ok(JsonlDocs {
-        path: path.to_path_buf(),
+        path: Arc::from(path),
         reader,
-        field: field.to_string(),
+        field: Arc::from(field),
         line: 0,
-        buf: Vec::new(),
         done: false,
     })
 }
 
-impl JsonlDocs {
-    fn parse_line(&self) -> Result<RawDoc> {
-        let line = self.line;
-        let text = std::str::from_utf8(&self.buf).map_err(|e| {
-            DataError::bad_record(
-                &self.path,
-                format!("line {line}"),
-                format!("invalid UTF-8 at byte {} of the line", e.valid_up_to()),
-            )
+/// One JSONL record as read: the line's bytes and where it came from. Decoding (UTF-8, JSON, the
+/// text field) is left to whoever holds it, so it can run on the tokenizer threads.
+#[derive(Debug)]
+pub struct JsonLine {
+    bytes: Vec<u8>,
+    path: Arc<Path>,
+    line: u64,
+    field: Arc<str>,
+}
+
+impl JsonLine {
+    /// The text field's value, or an error naming the file, the line and what was wrong.
+    pub fn decode(self) -> Result<String> {
+        let JsonLine {
+            bytes,
+            path,
+            line,
+            field,
+        } = self;
+        let bad = |what: String| DataError::bad_record(&*path, format!("line {line}"), what);
+        let text = std::str::from_utf8(&bytes).map_err(|e| {
+            bad(format!(
+                "invalid UTF-8 at byte {} of the line",
+                e.valid_up_to()
+            ))
         })?;
         let mut de = serde_json::Deserializer::from_str(text.trim_end());
-        let found = FieldSeed { field: &self.field }
+        let found = FieldSeed { field: &field }
             .deserialize(&mut de)
-            .and_then(|f| de.end().map(|_| f));
-        let found = found.map_err(|e| {
-            DataError::bad_record(
-                &self.path,
-                format!("line {line}"),
-                format!("malformed JSON at column {}: {e}", e.column()),
-            )
-        })?;
+            .and_then(|f| de.end().map(|_| f))
+            .map_err(|e| bad(format!("malformed JSON at column {}: {e}", e.column())))?;
         match found {
-            Field::Text(s) => Ok(RawDoc {
-                origin: format!("{}:line {line}", self.path.display()),
-                bytes: self.buf.len() as u64,
-                content: Content::Text(s),
-            }),
-            Field::NotAString(kind) => Err(DataError::bad_record(
-                &self.path,
-                format!("line {line}"),
-                format!("field {:?} is {kind}, expected a string", self.field),
-            )),
-            Field::Missing(keys) => Err(DataError::bad_record(
-                &self.path,
-                format!("line {line}"),
-                format!(
-                    "no field {:?}; this line has: {} (choose one with --text-field)",
-                    self.field,
-                    keys.join(", ")
-                ),
-            )),
-            Field::NotAnObject(kind) => Err(DataError::bad_record(
-                &self.path,
-                format!("line {line}"),
-                format!("expected a JSON object per line, found {kind}"),
-            )),
+            Field::Text(s) => Ok(s),
+            Field::NotAString(kind) => {
+                Err(bad(format!("field {field:?} is {kind}, expected a string")))
+            }
+            Field::Missing(keys) => Err(bad(format!(
+                "no field {field:?}; this line has: {} (choose one with --text-field)",
+                keys.join(", ")
+            ))),
+            Field::NotAnObject(kind) => Err(bad(format!(
+                "expected a JSON object per line, found {kind}"
+            ))),
         }
     }
 }
@@ -173,21 +169,31 @@ fn json_kind(v: &Value) -> &'static str {
 impl Iterator for JsonlDocs {
     type Item = Result<RawDoc>;
     fn next(&mut self) -> Option<Result<RawDoc>> {
+        let mut buf = Vec::new();
         while !self.done {
-            self.buf.clear();
+            buf.clear();
             self.line += 1;
-            match self.reader.read_until(b'\n', &mut self.buf) {
+            match self.reader.read_until(b'\n', &mut buf) {
                 Ok(0) => self.done = true,
                 Ok(_) => {
-                    if self.buf.iter().all(|b| b.is_ascii_whitespace()) {
+                    if buf.iter().all(|b| b.is_ascii_whitespace()) {
                         continue;
                     }
-                    return Some(self.parse_line());
+                    return Some(Ok(RawDoc {
+                        origin: format!("{}:line {}", self.path.display(), self.line),
+                        bytes: buf.len() as u64,
+                        content: Content::JsonLine(JsonLine {
+                            bytes: buf,
+                            path: self.path.clone(),
+                            line: self.line,
+                            field: self.field.clone(),
+                        }),
+                    }));
                 }
                 Err(e) => {
                     self.done = true;
                     return Some(Err(DataError::bad_file(
-                        &self.path,
+                        &*self.path,
                         format!(
                             "read failed at line {} (corrupt or truncated compressed data?): {e}",
                             self.line

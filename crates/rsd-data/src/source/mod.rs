@@ -48,13 +48,28 @@ impl Format {
     }
 }
 
-/// What a document holds: text to tokenize, or ids that are already tokens (MDS).
+/// What a document holds: text to tokenize, ids that are already tokens (MDS), or a JSON Lines
+/// record whose text is not decoded yet.
 #[derive(Debug)]
 pub enum Content {
     /// Text to tokenize; BOS/EOS are added around it.
     Text(String),
     /// Token ids, stored as they are (they carry their own BOS/EOS).
     Tokens(Vec<u32>),
+    /// One JSONL line, decoded by [`Content::decode`] on the tokenizer threads: decoding JSON in the
+    /// single reader thread would cap a many-core pack at that thread's ~1 GB/s.
+    JsonLine(JsonLine),
+}
+
+impl Content {
+    /// The content with any deferred record decoded (`Text` or `Tokens`); a malformed record is
+    /// the error the reader would have reported, naming file, line and field.
+    pub fn decode(self) -> Result<Content> {
+        match self {
+            Content::JsonLine(line) => line.decode().map(Content::Text),
+            done => Ok(done),
+        }
+    }
 }
 
 /// One document and where it came from (for messages).
@@ -67,6 +82,8 @@ pub struct RawDoc {
     /// Input bytes this document accounts for.
     pub bytes: u64,
 }
+
+pub use jsonl::JsonLine;
 
 type DocIter = Box<dyn Iterator<Item = Result<RawDoc>> + Send>;
 
