@@ -8,6 +8,7 @@ use rsd_shard::ShardSet;
 use serde::Serialize;
 
 use crate::error::Result;
+use crate::perm::{key, Permutation};
 use crate::{Loader, LoaderConfig};
 
 /// Resident set size of this process in bytes (Linux; 0 elsewhere), and the file-backed part.
@@ -48,6 +49,59 @@ pub fn memcpy_limit(dir: &Path, max_bytes: u64, repeat: usize) -> Result<f64> {
             }
         }
         best = best.max(copied as f64 / start.elapsed().as_secs_f64().max(1e-9));
+    }
+    Ok(best)
+}
+
+/// Copy rate (bytes/s) of the loader's copies without the loader: every sample out of its mapping
+/// into a reused buffer, one sample at a time, in file order or in the loader's shuffled order, best
+/// of `repeat` passes over at most `max_bytes`.
+///
+/// * `release: true` releases each sample's pages right after its copy, as the loader does: the
+///   floor for reading each sample once with flat RSS (each copy goes through a fresh mapping).
+/// * `release: false` first faults every page in with an untimed pass, so the timed passes copy from
+///   an already-built mapping: the same pieces in the same order with no page-table work. The pages
+///   are released at the end.
+///
+/// Against [`memcpy_limit`] (1 MiB copies, file order) the two show what the access pattern and the
+/// page-table work cost, apart from any loader logic.
+pub fn sample_copy_rate(
+    dir: &Path,
+    max_bytes: u64,
+    shuffled: bool,
+    release: bool,
+    repeat: usize,
+) -> Result<f64> {
+    let set = ShardSet::open(dir)?;
+    let mut buf = Vec::new();
+    let mut best = 0f64;
+    let warmup = usize::from(!release);
+    for pass in 0..repeat.max(1) + warmup {
+        let start = Instant::now();
+        let mut copied = 0u64;
+        'outer: for (s, shard) in set.shards().iter().enumerate() {
+            let order = Permutation::new(shard.num_samples() as u64, key(0, s, 0), shuffled);
+            let bin = shard.bin_bytes();
+            for k in 0..order.len() {
+                let (_, _, lo, hi) = shard.sample_span(order.apply(k) as usize)?;
+                buf.resize(buf.len().max(hi - lo), 0);
+                buf[..hi - lo].copy_from_slice(&bin[lo..hi]);
+                std::hint::black_box(&mut buf);
+                if release {
+                    shard.release_bin_range(lo, hi);
+                }
+                copied += (hi - lo) as u64;
+                if copied >= max_bytes {
+                    break 'outer;
+                }
+            }
+        }
+        if pass >= warmup {
+            best = best.max(copied as f64 / start.elapsed().as_secs_f64().max(1e-9));
+        }
+    }
+    for shard in set.shards() {
+        shard.release_bin_range(0, shard.bin_bytes().len());
     }
     Ok(best)
 }
