@@ -300,6 +300,8 @@ pub(crate) struct Layout {
     pub positions: crate::Positions,
     pub mask_doc_boundaries: Option<bool>,
     pub release_pages: bool,
+    /// Samples come in file order (no shuffle): release pages behind a cursor, in 2 MiB blocks.
+    pub in_file_order: bool,
     pub batch_layout: BatchLayout,
 }
 
@@ -477,7 +479,11 @@ pub(crate) fn assemble(
             // The row is copied out: drop the pages from our mapping so RSS does not grow with the
             // amount read. The page cache keeps them; this only unmaps them from the process.
             let (_, _, start, end) = shard.sample_span(i)?;
-            shard.release_bin_range(start, end);
+            if layout.in_file_order {
+                shard.release_behind(start, end);
+            } else {
+                shard.release_bin_range(start, end);
+            }
         }
     }
     Ok(b)

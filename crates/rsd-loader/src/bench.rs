@@ -57,8 +57,9 @@ pub fn memcpy_limit(dir: &Path, max_bytes: u64, repeat: usize) -> Result<f64> {
 /// into a reused buffer, one sample at a time, in file order or in the loader's shuffled order, best
 /// of `repeat` passes over at most `max_bytes`.
 ///
-/// * `release: true` releases each sample's pages right after its copy, as the loader does: the
-///   floor for reading each sample once with flat RSS (each copy goes through a fresh mapping).
+/// * `release: true` releases pages as the loader does — each sample's own pages right after its
+///   copy in shuffled order, whole 2 MiB blocks behind a cursor in file order
+///   ([`rsd_shard::Shard::release_behind`]): the floor for reading each sample once with flat RSS.
 /// * `release: false` first faults every page in with an untimed pass, so the timed passes copy from
 ///   an already-built mapping: the same pieces in the same order with no page-table work. The pages
 ///   are released at the end.
@@ -87,8 +88,10 @@ pub fn sample_copy_rate(
                 buf.resize(buf.len().max(hi - lo), 0);
                 buf[..hi - lo].copy_from_slice(&bin[lo..hi]);
                 std::hint::black_box(&mut buf);
-                if release {
-                    shard.release_bin_range(lo, hi);
+                match (release, shuffled) {
+                    (true, false) => shard.release_behind(lo, hi),
+                    (true, true) => shard.release_bin_range(lo, hi),
+                    (false, _) => {}
                 }
                 copied += (hi - lo) as u64;
                 if copied >= max_bytes {

@@ -75,6 +75,7 @@ impl Loader {
             positions: cfg.positions,
             mask_doc_boundaries: cfg.mask_doc_boundaries,
             release_pages: cfg.release_pages,
+            in_file_order: !cfg.shuffle,
             batch_layout: cfg.layout,
         };
         let planner = Planner::new(sources.clone(), &cfg, pos.clone());

@@ -1,5 +1,6 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use memmap2::Mmap;
 
@@ -77,7 +78,16 @@ pub struct Shard {
     bin: Mmap,
     idx: Mmap,
     header: IdxHeader,
+    /// [`Shard::release_behind`]'s cursor: bytes below it have been released.
+    released_below: AtomicUsize,
 }
+
+/// Release granularity for in-order reads: the kernel maps page-cache folios of up to 2 MiB with
+/// one page-table entry, and releasing whole 2 MiB blocks avoids splitting those entries.
+const RELEASE_BLOCK: usize = 2 << 20;
+/// How far behind the cursor an in-order read may start before it counts as a new pass over the
+/// file (another epoch) rather than a worker that lags a little.
+const RESTART_LAG: usize = 64 << 20;
 
 fn map(path: &Path) -> Result<Mmap> {
     let file = File::open(path).map_err(|e| ShardError::io(path, e))?;
@@ -100,6 +110,7 @@ impl Shard {
             bin,
             idx,
             header,
+            released_below: AtomicUsize::new(0),
         };
         shard.check_ends()?;
         Ok(shard)
@@ -261,6 +272,45 @@ impl Shard {
             self.bin
                 .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, lo, hi - lo)
         };
+    }
+
+    /// Release for a reader going through the file in order (sequential sampling): instead of
+    /// unmapping each sample's own bytes (which costs a page-table split and a re-fault per sample:
+    /// ~4 µs against a 128 KiB copy of ~8 µs), move a cursor and unmap whole 2 MiB blocks once
+    /// reads have moved past them. Call it after copying bytes `start..end` out. A read that starts
+    /// behind the cursor (a worker lagging another) releases its own bytes as
+    /// [`Shard::release_bin_range`] does; one far behind (a new epoch) also releases what the
+    /// previous pass left mapped and restarts the cursor. What stays mapped is bounded by a block,
+    /// the samples in flight and the lag, not by the amount read. Best effort, like
+    /// [`Shard::release_bin_range`]: a wrong guess only costs a re-fault.
+    pub fn release_behind(&self, start: usize, end: usize) {
+        let block = start & !(RELEASE_BLOCK - 1);
+        let mut cursor = self.released_below.load(Ordering::Relaxed);
+        loop {
+            let (new_cursor, release) = if start >= cursor {
+                if block <= cursor {
+                    return;
+                }
+                (block, cursor..block)
+            } else if cursor - start > RESTART_LAG {
+                (block, cursor..self.bin.len())
+            } else {
+                self.release_bin_range(start, end);
+                return;
+            };
+            match self.released_below.compare_exchange(
+                cursor,
+                new_cursor,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    self.release_bin_range(release.start, release.end);
+                    return;
+                }
+                Err(now) => cursor = now,
+            }
+        }
     }
 
     /// Sample `i`: zero-copy tokens and piece lengths.

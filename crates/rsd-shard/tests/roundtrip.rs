@@ -258,3 +258,71 @@ fn missing_manifest_says_what_to_do() {
         "{msg}"
     );
 }
+
+/// Resident KiB of this process's mappings of `path` (Linux `smaps`; `None` elsewhere).
+fn mapped_kib(path: &Path) -> Option<u64> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let name = path.to_str()?;
+    let mut total = 0;
+    let mut in_it = false;
+    for line in smaps.lines() {
+        if line.contains('-') && line.split_whitespace().count() >= 5 {
+            in_it = line.ends_with(name);
+        } else if in_it && line.starts_with("Rss:") {
+            total += line.split_whitespace().nth(1)?.parse::<u64>().ok()?;
+        }
+    }
+    Some(total)
+}
+
+#[test]
+fn release_behind_keeps_an_in_order_pass_mapped_to_a_few_blocks() {
+    // 48 MiB of uint16 tokens in samples of 64K tokens (128 KiB), read in order twice (the second
+    // pass is a new epoch), once with a lagging reader mixed in.
+    let tmp = tempfile::tempdir().unwrap();
+    let sample_len = 65_536usize;
+    let data: Vec<(Vec<u32>, Vec<u32>)> = (0..384)
+        .map(|i| {
+            let t: Vec<u32> = (0..sample_len).map(|j| ((i * 31 + j) % 60_000) as u32).collect();
+            (t, vec![sample_len as u32])
+        })
+        .collect();
+    let shards = write_set(tmp.path(), TokenDtype::Uint16, 1 << 40, &data);
+    manifest(tmp.path(), TokenDtype::Uint16, sample_len as u64, "fixed", shards);
+    let set = ShardSet::open(tmp.path()).unwrap();
+    let shard = &set.shards()[0];
+    let bin = std::fs::canonicalize(shard.bin_path()).unwrap();
+    if mapped_kib(&bin).is_none() {
+        return; // no /proc: nothing to measure
+    }
+    let bytes = shard.bin_bytes();
+    let mut max_kib = 0;
+    let mut sum = 0u64;
+    for pass in 0..2 {
+        for i in 0..shard.num_samples() {
+            let (_, _, lo, hi) = shard.sample_span(i).unwrap();
+            // Touch every page of the sample, as a copy out of the map does.
+            sum += bytes[lo..hi].iter().step_by(4096).map(|&b| b as u64).sum::<u64>();
+            shard.release_behind(lo, hi);
+            if pass == 1 && i >= 2 && i % 5 == 0 {
+                // A worker two samples behind: its pages are released too, not leaked.
+                let (_, _, lo, hi) = shard.sample_span(i - 2).unwrap();
+                sum += bytes[lo..hi].iter().step_by(4096).map(|&b| b as u64).sum::<u64>();
+                shard.release_behind(lo, hi);
+            }
+            max_kib = max_kib.max(mapped_kib(&bin).unwrap());
+        }
+    }
+    assert!(sum > 0);
+    // At most the current 2 MiB block, the block the sample reaches into, and a lagging sample;
+    // without release a pass maps all 48 MiB.
+    assert!(max_kib <= 6 * 1024, "{max_kib} KiB mapped at most");
+    // What is left at the end is the last block, not the file.
+    assert!(mapped_kib(&bin).unwrap() <= 4 * 1024);
+    // The same pass without release_behind maps the whole file: the measurement can fail.
+    for i in 0..shard.num_samples() {
+        let (_, _, lo, hi) = shard.sample_span(i).unwrap();
+        sum += bytes[lo..hi].iter().step_by(4096).map(|&b| b as u64).sum::<u64>();
+    }
+    assert!(mapped_kib(&bin).unwrap() >= 40 * 1024, "{sum}");
+}
