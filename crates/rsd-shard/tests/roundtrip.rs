@@ -283,12 +283,20 @@ fn release_behind_keeps_an_in_order_pass_mapped_to_a_few_blocks() {
     let sample_len = 65_536usize;
     let data: Vec<(Vec<u32>, Vec<u32>)> = (0..384)
         .map(|i| {
-            let t: Vec<u32> = (0..sample_len).map(|j| ((i * 31 + j) % 60_000) as u32).collect();
+            let t: Vec<u32> = (0..sample_len)
+                .map(|j| ((i * 31 + j) % 60_000) as u32)
+                .collect();
             (t, vec![sample_len as u32])
         })
         .collect();
     let shards = write_set(tmp.path(), TokenDtype::Uint16, 1 << 40, &data);
-    manifest(tmp.path(), TokenDtype::Uint16, sample_len as u64, "fixed", shards);
+    manifest(
+        tmp.path(),
+        TokenDtype::Uint16,
+        sample_len as u64,
+        "fixed",
+        shards,
+    );
     let set = ShardSet::open(tmp.path()).unwrap();
     let shard = &set.shards()[0];
     let bin = std::fs::canonicalize(shard.bin_path()).unwrap();
@@ -302,12 +310,20 @@ fn release_behind_keeps_an_in_order_pass_mapped_to_a_few_blocks() {
         for i in 0..shard.num_samples() {
             let (_, _, lo, hi) = shard.sample_span(i).unwrap();
             // Touch every page of the sample, as a copy out of the map does.
-            sum += bytes[lo..hi].iter().step_by(4096).map(|&b| b as u64).sum::<u64>();
+            sum += bytes[lo..hi]
+                .iter()
+                .step_by(4096)
+                .map(|&b| b as u64)
+                .sum::<u64>();
             shard.release_behind(lo, hi);
             if pass == 1 && i >= 2 && i % 5 == 0 {
                 // A worker two samples behind: its pages are released too, not leaked.
                 let (_, _, lo, hi) = shard.sample_span(i - 2).unwrap();
-                sum += bytes[lo..hi].iter().step_by(4096).map(|&b| b as u64).sum::<u64>();
+                sum += bytes[lo..hi]
+                    .iter()
+                    .step_by(4096)
+                    .map(|&b| b as u64)
+                    .sum::<u64>();
                 shard.release_behind(lo, hi);
             }
             max_kib = max_kib.max(mapped_kib(&bin).unwrap());
@@ -322,7 +338,11 @@ fn release_behind_keeps_an_in_order_pass_mapped_to_a_few_blocks() {
     // The same pass without release_behind maps the whole file: the measurement can fail.
     for i in 0..shard.num_samples() {
         let (_, _, lo, hi) = shard.sample_span(i).unwrap();
-        sum += bytes[lo..hi].iter().step_by(4096).map(|&b| b as u64).sum::<u64>();
+        sum += bytes[lo..hi]
+            .iter()
+            .step_by(4096)
+            .map(|&b| b as u64)
+            .sum::<u64>();
     }
     assert!(mapped_kib(&bin).unwrap() >= 40 * 1024, "{sum}");
 }
