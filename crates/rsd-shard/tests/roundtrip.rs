@@ -275,11 +275,8 @@ fn mapped_kib(path: &Path) -> Option<u64> {
     Some(total)
 }
 
-#[test]
-fn release_behind_keeps_an_in_order_pass_mapped_to_a_few_blocks() {
-    // 48 MiB of uint16 tokens in samples of 64K tokens (128 KiB), read in order twice (the second
-    // pass is a new epoch), once with a lagging reader mixed in.
-    let tmp = tempfile::tempdir().unwrap();
+/// 48 MiB of uint16 tokens in samples of 64K tokens (128 KiB), one shard.
+fn big_shard(dir: &Path) -> ShardSet {
     let sample_len = 65_536usize;
     let data: Vec<(Vec<u32>, Vec<u32>)> = (0..384)
         .map(|i| {
@@ -289,41 +286,43 @@ fn release_behind_keeps_an_in_order_pass_mapped_to_a_few_blocks() {
             (t, vec![sample_len as u32])
         })
         .collect();
-    let shards = write_set(tmp.path(), TokenDtype::Uint16, 1 << 40, &data);
-    manifest(
-        tmp.path(),
-        TokenDtype::Uint16,
-        sample_len as u64,
-        "fixed",
-        shards,
-    );
-    let set = ShardSet::open(tmp.path()).unwrap();
+    let shards = write_set(dir, TokenDtype::Uint16, 1 << 40, &data);
+    manifest(dir, TokenDtype::Uint16, sample_len as u64, "fixed", shards);
+    ShardSet::open(dir).unwrap()
+}
+
+/// Read every page of sample `i` (as a copy out of the map does); returns a checksum.
+fn touch(shard: &Shard, i: usize) -> (u64, usize, usize) {
+    let (_, _, lo, hi) = shard.sample_span(i).unwrap();
+    let sum = shard.bin_bytes()[lo..hi]
+        .iter()
+        .step_by(4096)
+        .map(|&b| b as u64)
+        .sum();
+    (sum, lo, hi)
+}
+
+#[test]
+fn release_behind_keeps_an_in_order_pass_mapped_to_a_few_blocks() {
+    // Read in order twice (the second pass is a new epoch), with a lagging reader mixed in.
+    let tmp = tempfile::tempdir().unwrap();
+    let set = big_shard(tmp.path());
     let shard = &set.shards()[0];
     let bin = std::fs::canonicalize(shard.bin_path()).unwrap();
     if mapped_kib(&bin).is_none() {
         return; // no /proc: nothing to measure
     }
-    let bytes = shard.bin_bytes();
     let mut max_kib = 0;
     let mut sum = 0u64;
     for pass in 0..2 {
         for i in 0..shard.num_samples() {
-            let (_, _, lo, hi) = shard.sample_span(i).unwrap();
-            // Touch every page of the sample, as a copy out of the map does.
-            sum += bytes[lo..hi]
-                .iter()
-                .step_by(4096)
-                .map(|&b| b as u64)
-                .sum::<u64>();
+            let (s, lo, hi) = touch(shard, i);
+            sum += s;
             shard.release_behind(lo, hi);
             if pass == 1 && i >= 2 && i % 5 == 0 {
                 // A worker two samples behind: its pages are released too, not leaked.
-                let (_, _, lo, hi) = shard.sample_span(i - 2).unwrap();
-                sum += bytes[lo..hi]
-                    .iter()
-                    .step_by(4096)
-                    .map(|&b| b as u64)
-                    .sum::<u64>();
+                let (s, lo, hi) = touch(shard, i - 2);
+                sum += s;
                 shard.release_behind(lo, hi);
             }
             max_kib = max_kib.max(mapped_kib(&bin).unwrap());
@@ -335,14 +334,34 @@ fn release_behind_keeps_an_in_order_pass_mapped_to_a_few_blocks() {
     assert!(max_kib <= 6 * 1024, "{max_kib} KiB mapped at most");
     // What is left at the end is the last block, not the file.
     assert!(mapped_kib(&bin).unwrap() <= 4 * 1024);
-    // The same pass without release_behind maps the whole file: the measurement can fail.
+    // The same pass without release maps the whole file: the measurement can fail.
     for i in 0..shard.num_samples() {
-        let (_, _, lo, hi) = shard.sample_span(i).unwrap();
-        sum += bytes[lo..hi]
-            .iter()
-            .step_by(4096)
-            .map(|&b| b as u64)
-            .sum::<u64>();
+        sum += touch(shard, i).0;
     }
     assert!(mapped_kib(&bin).unwrap() >= 40 * 1024, "{sum}");
+}
+
+#[test]
+fn release_blocks_keeps_a_shuffled_pass_mapped_to_a_few_blocks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let set = big_shard(tmp.path());
+    let shard = &set.shards()[0];
+    let bin = std::fs::canonicalize(shard.bin_path()).unwrap();
+    if mapped_kib(&bin).is_none() {
+        return;
+    }
+    let n = shard.num_samples();
+    // A fixed pseudo-random order (multiplier coprime with n).
+    let order: Vec<usize> = (0..n).map(|k| (k * 173 + 11) % n).collect();
+    let mut max_kib = 0;
+    let mut sum = 0u64;
+    for &i in &order {
+        let (s, lo, hi) = touch(shard, i);
+        sum += s;
+        shard.release_blocks(lo, hi);
+        max_kib = max_kib.max(mapped_kib(&bin).unwrap());
+    }
+    assert!(sum > 0);
+    assert!(max_kib <= 4 * 1024, "{max_kib} KiB mapped at most");
+    assert!(mapped_kib(&bin).unwrap() <= 2 * 1024);
 }
