@@ -482,7 +482,7 @@ pub(crate) fn assemble(
             if layout.in_file_order {
                 shard.release_behind(start, end);
             } else {
-                shard.release_blocks(start, end);
+                src.set.release_blocks_batched(k, start, end);
             }
         }
     }

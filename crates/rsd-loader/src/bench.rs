@@ -57,8 +57,9 @@ pub fn memcpy_limit(dir: &Path, max_bytes: u64, repeat: usize) -> Result<f64> {
 /// into a reused buffer, one sample at a time, in file order or in the loader's shuffled order, best
 /// of `repeat` passes over at most `max_bytes`.
 ///
-/// * `release: true` releases pages as the loader does — the 2 MiB blocks a sample touches right
-///   after its copy in shuffled order, whole blocks behind a cursor in file order
+/// * `release: true` releases pages as the loader does — the 2 MiB blocks a sample touches, batched
+///   ([`rsd_shard::ShardSet::release_blocks_batched`]), in shuffled order; whole blocks behind a
+///   cursor in file order
 ///   ([`rsd_shard::Shard::release_behind`]): the floor for reading each sample once with flat RSS.
 /// * `release: false` first faults every page in with an untimed pass, so the timed passes copy from
 ///   an already-built mapping: the same pieces in the same order with no page-table work. The pages
@@ -90,7 +91,7 @@ pub fn sample_copy_rate(
                 std::hint::black_box(&mut buf);
                 match (release, shuffled) {
                     (true, false) => shard.release_behind(lo, hi),
-                    (true, true) => shard.release_blocks(lo, hi),
+                    (true, true) => set.release_blocks_batched(s, lo, hi),
                     (false, _) => {}
                 }
                 copied += (hi - lo) as u64;

@@ -1,6 +1,7 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use memmap2::Mmap;
 
@@ -354,7 +355,30 @@ pub struct ShardSet {
     shards: Vec<Shard>,
     /// `starts[k]` = global index of shard k's first sample; one extra entry holds the total.
     starts: Vec<u64>,
+    /// Block ranges `(shard, start, end)` waiting for [`ShardSet::release_blocks_batched`].
+    pending_release: Mutex<Vec<(usize, usize, usize)>>,
 }
+
+/// Block ranges released together by [`ShardSet::release_blocks_batched`]: each release of a range
+/// ends with a TLB flush, which in a multi-threaded process interrupts every core running one of
+/// its threads (a VM exit each, on a VM); one `process_madvise` call flushes once for all of them.
+/// At most this many blocks (16 MiB) per shard set stay mapped waiting.
+const RELEASE_BATCH: usize = 8;
+
+/// `process_madvise` on this process, where the kernel allows `MADV_DONTNEED` through it (Linux
+/// 6.13+ for the calling process; 6.16+ batches the TLB flushes); `None` means release range by
+/// range.
+fn self_pidfd() -> Option<i32> {
+    static PIDFD: OnceLock<Option<i32>> = OnceLock::new();
+    *PIDFD.get_or_init(|| {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
+        (fd >= 0).then_some(fd as i32)
+    })
+}
+
+/// Set when `process_madvise` refused `MADV_DONTNEED` once: later batches go range by range.
+static PROCESS_MADVISE_REFUSED: AtomicBool = AtomicBool::new(false);
 
 impl ShardSet {
     /// Open `dir`: read `index.json`, map every shard, and check counts against the manifest.
@@ -385,7 +409,75 @@ impl ShardSet {
             manifest,
             shards,
             starts,
+            pending_release: Mutex::new(Vec::new()),
         })
+    }
+
+    /// [`Shard::release_blocks`] for shard `k`, batched: ranges are collected and released
+    /// [`RELEASE_BATCH`] at a time with one `process_madvise(MADV_DONTNEED)` (one TLB flush), or
+    /// range by range where the kernel does not allow that. Up to `RELEASE_BATCH` blocks of this set
+    /// stay mapped meanwhile; a shard index out of range is ignored (releasing is best effort).
+    pub fn release_blocks_batched(&self, k: usize, start: usize, end: usize) {
+        let Some(shard) = self.shards.get(k) else {
+            return;
+        };
+        let len = shard.bin.len();
+        let lo = (start & !(RELEASE_BLOCK - 1)).min(len);
+        let hi = (end.saturating_add(RELEASE_BLOCK - 1) & !(RELEASE_BLOCK - 1)).min(len);
+        if hi <= lo {
+            return;
+        }
+        let batch = {
+            let Ok(mut pending) = self.pending_release.lock() else {
+                return shard.release_bin_range(lo, hi);
+            };
+            pending.push((k, lo, hi));
+            if pending.len() < RELEASE_BATCH {
+                return;
+            }
+            std::mem::take(&mut *pending)
+        };
+        if !self.process_madvise(&batch) {
+            for &(k, lo, hi) in &batch {
+                self.shards[k].release_bin_range(lo, hi);
+            }
+        }
+    }
+
+    /// Release all `(shard, start, end)` ranges with one `process_madvise`; false if not done.
+    fn process_madvise(&self, ranges: &[(usize, usize, usize)]) -> bool {
+        if PROCESS_MADVISE_REFUSED.load(Ordering::Relaxed) {
+            return false;
+        }
+        let Some(pidfd) = self_pidfd() else {
+            return false;
+        };
+        let iov: Vec<libc::iovec> = ranges
+            .iter()
+            .map(|&(k, lo, hi)| libc::iovec {
+                // Page-aligned: the map starts on a page and `lo` is a block boundary.
+                iov_base: self.shards[k].bin.as_ptr().wrapping_add(lo) as *mut libc::c_void,
+                iov_len: hi - lo,
+            })
+            .collect();
+        let total: usize = iov.iter().map(|v| v.iov_len).sum();
+        // SAFETY: every range lies inside a read-only file mapping owned by `self` (so it stays
+        // mapped for the call); MADV_DONTNEED on it only drops our page-table entries, and later
+        // reads see the file again. No `&mut` views of the maps exist.
+        let done = unsafe {
+            libc::syscall(
+                libc::SYS_process_madvise,
+                pidfd,
+                iov.as_ptr(),
+                iov.len(),
+                libc::MADV_DONTNEED,
+                0u32,
+            )
+        };
+        if done < 0 {
+            PROCESS_MADVISE_REFUSED.store(true, Ordering::Relaxed);
+        }
+        done >= 0 && done as usize == total
     }
 
     /// The directory.
