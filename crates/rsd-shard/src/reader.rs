@@ -1,7 +1,7 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 use memmap2::Mmap;
 
@@ -365,16 +365,28 @@ pub struct ShardSet {
 /// At most this many blocks (16 MiB) per shard set stay mapped waiting.
 const RELEASE_BATCH: usize = 8;
 
-/// `process_madvise` on this process, where the kernel allows `MADV_DONTNEED` through it (Linux
-/// 6.13+ for the calling process; 6.16+ batches the TLB flushes); `None` means release range by
-/// range.
+/// A pidfd for this process, for `process_madvise` (which allows `MADV_DONTNEED` on the calling
+/// process from Linux 6.13 and batches the TLB flushes from 6.16); `None` if it cannot be opened.
+/// Kept per pid: after a `fork` the inherited descriptor names the parent, so the child opens its
+/// own (the kernel would refuse `MADV_DONTNEED` on another process anyway).
 fn self_pidfd() -> Option<i32> {
-    static PIDFD: OnceLock<Option<i32>> = OnceLock::new();
-    *PIDFD.get_or_init(|| {
-        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
-        (fd >= 0).then_some(fd as i32)
-    })
+    static PIDFD: Mutex<Option<(i32, i32)>> = Mutex::new(None);
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let mut cached = PIDFD.lock().ok()?;
+    match *cached {
+        Some((p, fd)) if p == pid => Some(fd),
+        stale => {
+            if let Some((_, fd)) = stale {
+                // SAFETY: `fd` is our copy of the parent's pidfd, owned by this cache alone.
+                unsafe { libc::close(fd) };
+            }
+            // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+            *cached = (fd >= 0).then_some((pid, fd as i32));
+            cached.map(|(_, fd)| fd)
+        }
+    }
 }
 
 /// Set when `process_madvise` refused `MADV_DONTNEED` once: later batches go range by range.
