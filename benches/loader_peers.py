@@ -79,6 +79,9 @@ def main():
             results["readers"].append({"reader": "rsd-loader", **rec})
             if rec["what"] == "memcpy_limit":
                 print(f"{'memcpy limit':>28}: {rec['bytes_per_s'] / 1e9:8.2f} GB/s = {rec['bytes_per_s'] / np.dtype(dtype).itemsize / 1e6:.1f} M tok/s")
+            elif rec["what"] == "sample_copies":
+                print(f"{'sample copies ' + rec['order']:>28}: {rec['mapped_bytes_per_s'] / 1e9:8.2f} GB/s from a built mapping, "
+                      f"{rec['fresh_mapping_bytes_per_s'] / 1e9:.2f} GB/s with pages released as the loader does")
             else:
                 r = rec["report"]
                 print(f"{'rsd-loader ' + rec.get('layout', 'full') + ' ' + rec['order'] + ' w' + str(rec['workers']):>36}: {r['tokens_per_s'] / 1e6:8.1f} M tok/s "
