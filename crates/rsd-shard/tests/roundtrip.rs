@@ -291,20 +291,28 @@ fn big_shard(dir: &Path) -> ShardSet {
     ShardSet::open(dir).unwrap()
 }
 
-/// Read every page of sample `i` (as a copy out of the map does); returns a checksum.
-fn touch(shard: &Shard, i: usize) -> (u64, usize, usize) {
-    let (_, _, lo, hi) = shard.sample_span(i).unwrap();
-    let sum = shard.bin_bytes()[lo..hi]
-        .iter()
-        .step_by(4096)
-        .map(|&b| b as u64)
-        .sum();
-    (sum, lo, hi)
+/// Read every page of the samples in `order` (as copies out of the map do), calling `release` with
+/// each sample's byte range after it; returns the most KiB of the `.bin` mapped at any point.
+fn read_and_release(shard: &Shard, order: &[usize], release: impl Fn(usize, usize)) -> u64 {
+    let bin = std::fs::canonicalize(shard.bin_path()).unwrap();
+    let mut max_kib = 0;
+    let mut sum = 0u64;
+    for &i in order {
+        let (_, _, lo, hi) = shard.sample_span(i).unwrap();
+        sum += shard.bin_bytes()[lo..hi]
+            .iter()
+            .step_by(4096)
+            .map(|&b| b as u64)
+            .sum::<u64>();
+        release(lo, hi);
+        max_kib = max_kib.max(mapped_kib(&bin).unwrap());
+    }
+    assert!(sum > 0);
+    max_kib
 }
 
 #[test]
 fn release_behind_keeps_an_in_order_pass_mapped_to_a_few_blocks() {
-    // Read in order twice (the second pass is a new epoch), with a lagging reader mixed in.
     let tmp = tempfile::tempdir().unwrap();
     let set = big_shard(tmp.path());
     let shard = &set.shards()[0];
@@ -312,33 +320,25 @@ fn release_behind_keeps_an_in_order_pass_mapped_to_a_few_blocks() {
     if mapped_kib(&bin).is_none() {
         return; // no /proc: nothing to measure
     }
-    let mut max_kib = 0;
-    let mut sum = 0u64;
-    for pass in 0..2 {
-        for i in 0..shard.num_samples() {
-            let (s, lo, hi) = touch(shard, i);
-            sum += s;
-            shard.release_behind(lo, hi);
-            if pass == 1 && i >= 2 && i % 5 == 0 {
-                // A worker two samples behind: its pages are released too, not leaked.
-                let (s, lo, hi) = touch(shard, i - 2);
-                sum += s;
-                shard.release_behind(lo, hi);
-            }
-            max_kib = max_kib.max(mapped_kib(&bin).unwrap());
+    // In order twice (the second pass is a new epoch); in the second, every fifth read is followed
+    // by one of a worker two samples behind, whose pages must be released too, not leaked.
+    let n = shard.num_samples();
+    let mut order: Vec<usize> = (0..n).collect();
+    for i in 0..n {
+        order.push(i);
+        if i >= 2 && i % 5 == 0 {
+            order.push(i - 2);
         }
     }
-    assert!(sum > 0);
+    let max_kib = read_and_release(shard, &order, |lo, hi| shard.release_behind(lo, hi));
     // At most the current 2 MiB block, the block the sample reaches into, and a lagging sample;
     // without release a pass maps all 48 MiB.
     assert!(max_kib <= 6 * 1024, "{max_kib} KiB mapped at most");
     // What is left at the end is the last block, not the file.
     assert!(mapped_kib(&bin).unwrap() <= 4 * 1024);
     // The same pass without release maps the whole file: the measurement can fail.
-    for i in 0..shard.num_samples() {
-        sum += touch(shard, i).0;
-    }
-    assert!(mapped_kib(&bin).unwrap() >= 40 * 1024, "{sum}");
+    read_and_release(shard, &order[..n], |_, _| {});
+    assert!(mapped_kib(&bin).unwrap() >= 40 * 1024);
 }
 
 #[test]
@@ -353,30 +353,15 @@ fn release_blocks_keeps_a_shuffled_pass_mapped_to_a_few_blocks_batched_or_not() 
     let n = shard.num_samples();
     // A fixed pseudo-random order (multiplier coprime with n).
     let order: Vec<usize> = (0..n).map(|k| (k * 173 + 11) % n).collect();
-    let mut max_kib = 0;
-    let mut sum = 0u64;
-    for &i in &order {
-        let (s, lo, hi) = touch(shard, i);
-        sum += s;
-        shard.release_blocks(lo, hi);
-        max_kib = max_kib.max(mapped_kib(&bin).unwrap());
-    }
-    assert!(sum > 0);
+    let max_kib = read_and_release(shard, &order, |lo, hi| shard.release_blocks(lo, hi));
     assert!(max_kib <= 4 * 1024, "{max_kib} KiB mapped at most");
     assert!(mapped_kib(&bin).unwrap() <= 2 * 1024);
-
     // Batched through the set: at most 8 blocks wait, plus the one being read.
-    let mut max_kib = 0;
-    for &i in &order {
-        let (s, lo, hi) = touch(shard, i);
-        sum += s;
-        set.release_blocks_batched(0, lo, hi);
-        max_kib = max_kib.max(mapped_kib(&bin).unwrap());
-    }
+    let max_kib = read_and_release(shard, &order, |lo, hi| {
+        set.release_blocks_batched(0, lo, hi)
+    });
     assert!(max_kib <= 9 * 2 * 1024, "{max_kib} KiB mapped at most");
     // Without any release the same order maps the whole file: the measurement can fail.
-    for &i in &order {
-        sum += touch(shard, i).0;
-    }
-    assert!(mapped_kib(&bin).unwrap() >= 40 * 1024, "{sum}");
+    read_and_release(shard, &order, |_, _| {});
+    assert!(mapped_kib(&bin).unwrap() >= 40 * 1024);
 }
