@@ -463,38 +463,35 @@ pub fn run(
         // Stage 1: read documents in order, in batches of about `batch_bytes`.
         let reader_stop = stop.clone();
         let reader = scope.spawn(move || -> (Vec<SourceInfo>, f64) {
-            let info = (|| -> Vec<SourceInfo> {
-                let mut stream = DocumentStream::new(cfg.sources.clone(), cfg.read.clone());
-                let mut batch = vec![];
-                let mut batch_bytes = 0usize;
-                let mut index = 0u64;
-                for item in stream.by_ref() {
-                    index += 1;
-                    if index <= skip {
-                        continue; // consumed by the run this one resumes
-                    }
-                    if reader_stop.load(Ordering::Relaxed) {
-                        return stream.info;
-                    }
-                    let fatal = matches!(&item, Err(e) if !e.is_skippable());
-                    batch_bytes += item.as_ref().map_or(0, |d| d.bytes as usize);
-                    batch.push(item);
-                    if batch_bytes >= cfg.batch_bytes || batch.len() >= 4096 || fatal {
-                        if doc_tx.send(std::mem::take(&mut batch)).is_err() {
-                            return stream.info;
-                        }
-                        batch_bytes = 0;
-                    }
-                    if fatal {
-                        return stream.info;
-                    }
+            let mut stream = DocumentStream::new(cfg.sources.clone(), cfg.read.clone());
+            let mut batch = vec![];
+            let mut batch_bytes = 0usize;
+            let mut index = 0u64;
+            for item in stream.by_ref() {
+                index += 1;
+                if index <= skip {
+                    continue; // consumed by the run this one resumes
                 }
-                if !batch.is_empty() {
-                    let _ = doc_tx.send(batch);
+                if reader_stop.load(Ordering::Relaxed) {
+                    batch.clear();
+                    break;
                 }
-                stream.info
-            })();
-            (info, thread_cpu_seconds())
+                let fatal = matches!(&item, Err(e) if !e.is_skippable());
+                batch_bytes += item.as_ref().map_or(0, |d| d.bytes as usize);
+                batch.push(item);
+                if batch_bytes >= cfg.batch_bytes || batch.len() >= 4096 || fatal {
+                    if fatal || doc_tx.send(std::mem::take(&mut batch)).is_err() {
+                        break;
+                    }
+                    batch_bytes = 0;
+                }
+            }
+            if !batch.is_empty() {
+                let _ = doc_tx.send(batch);
+            }
+            // The read threads' CPU (several input files read at once) counts as reading too.
+            let cpu = stream.read_threads_cpu_seconds() + thread_cpu_seconds();
+            (std::mem::take(&mut stream.info), cpu)
         });
 
         // Stage 3: pack and write, in order.

@@ -266,13 +266,23 @@ fn code_repositories_become_one_document_each_skipping_vendored_and_binary_files
 }
 
 #[test]
-fn output_is_identical_for_any_worker_count() {
+fn output_is_identical_for_any_worker_and_read_thread_count() {
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("books");
     write_text_dir(&src, &sample_docs());
+    // Several JSONL files of a few hundred lines each: read threads hand documents over in
+    // messages of at most 256, so each file spans several messages.
+    let jsonl = tmp.path().join("jsonl");
+    std::fs::create_dir_all(&jsonl).unwrap();
+    for f in 0..5 {
+        let docs: Vec<String> = (0..(150 + 70 * f))
+            .map(|i| format!("File {f}, line {i}: {}", "lorem ipsum ".repeat(i % 5 + 1)))
+            .collect();
+        write_jsonl(&jsonl.join(format!("part-{f}.jsonl")), &docs);
+    }
     let mut identities = vec![];
-    for workers in ["1", "2", "3"] {
-        let out = tmp.path().join(format!("out{workers}"));
+    for (workers, read_threads) in [("1", "1"), ("2", "1"), ("3", "3"), ("2", "8")] {
+        let out = tmp.path().join(format!("out{workers}-{read_threads}"));
         ok(&[
             "pack",
             "--len",
@@ -280,13 +290,17 @@ fn output_is_identical_for_any_worker_count() {
             "--mode",
             "mixed",
             "--shard-size",
-            "600",
+            "6000",
             "--src",
             p(&src),
+            "--src",
+            p(&jsonl),
             "--out",
             p(&out),
             "--workers",
             workers,
+            "--read-threads",
+            read_threads,
             "--progress",
             "none",
         ]);
@@ -297,8 +311,16 @@ fn output_is_identical_for_any_worker_count() {
         "several shards expected: {:?}",
         identities[0].iter().map(|f| &f.0).collect::<Vec<_>>()
     );
-    assert_eq!(identities[0], identities[1]);
-    assert_eq!(identities[0], identities[2]);
+    for other in &identities[1..] {
+        assert_eq!(&identities[0], other);
+    }
+    // Every file and document was read, and counted under its source.
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(tmp.path().join("out2-8/index.json")).unwrap())
+            .unwrap();
+    assert_eq!(m["sources"][0]["files"], 44);
+    assert_eq!(m["sources"][1]["files"], 5);
+    assert_eq!(m["sources"][1]["documents"], 150 * 5 + 70 * 10);
 }
 
 #[test]
@@ -450,6 +472,30 @@ fn malformed_json_names_file_and_line_or_is_skipped_and_counted() {
     );
     let m = ShardSet::open(&out2).unwrap().manifest().clone();
     assert_eq!((m.totals.documents, m.totals.skipped_documents), (2, 1));
+
+    // The same file second of three, each read by its own thread: still named, line and all.
+    let dir = tmp.path().join("parts");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a.jsonl"), "{\"text\": \"fine\"}\n").unwrap();
+    std::fs::copy(&src, dir.join("b.jsonl")).unwrap();
+    std::fs::write(dir.join("c.jsonl"), "{\"text\": \"fine too\"}\n").unwrap();
+    let out3 = tmp.path().join("out3");
+    let err = fails(&[
+        "pack",
+        "--len",
+        "4",
+        "--read-threads",
+        "3",
+        "--src",
+        p(&dir),
+        "--out",
+        p(&out3),
+    ]);
+    assert!(
+        err.contains("b.jsonl:line 2") && err.contains("malformed JSON"),
+        "{err}"
+    );
+    assert!(!out3.join("index.json").exists());
 }
 
 #[test]

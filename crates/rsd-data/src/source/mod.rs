@@ -92,6 +92,19 @@ type DocIter = Box<dyn Iterator<Item = Result<RawDoc>> + Send>;
 pub struct ReadOptions {
     /// JSONL field / parquet or arrow column holding the text.
     pub text_field: String,
+    /// Input files read at once, each by its own thread (documents still come out in file order).
+    /// 1 reads them one after another on the caller's thread.
+    pub read_threads: usize,
+}
+
+impl ReadOptions {
+    /// Read `text_field`, one file at a time.
+    pub fn new(text_field: &str) -> ReadOptions {
+        ReadOptions {
+            text_field: text_field.to_string(),
+            read_threads: 1,
+        }
+    }
 }
 
 /// A `--src` resolved to a format and its inputs.
@@ -360,13 +373,119 @@ fn has_code(files: &[PathBuf]) -> bool {
 
 /// Reads every document of every source, in order, and keeps per-source counts.
 pub struct DocumentStream {
-    sources: Vec<ResolvedSource>,
+    /// Every input in reading order, with its source's index and format.
+    inputs: Vec<(usize, PathBuf, Format)>,
     options: ReadOptions,
-    source_index: usize,
-    input_index: usize,
+    /// The input being read (index into `inputs`).
+    next_input: usize,
     current: Option<DocIter>,
+    /// With several read threads: thread `r` reads inputs `r, r + R, …` into channel `r`.
+    pool: Option<ReadPool>,
+    /// Documents of the current input already received from the pool.
+    buffered: std::collections::VecDeque<Result<RawDoc>>,
     /// Per-source counts, filled in as documents are read.
     pub info: Vec<SourceInfo>,
+}
+
+/// What a read thread sends: documents of its current input, in order, then the input's end.
+enum ReadMsg {
+    Docs(Vec<Result<RawDoc>>),
+    InputEnd,
+}
+
+struct ReadPool {
+    rxs: Vec<crossbeam_channel::Receiver<ReadMsg>>,
+    handles: Vec<std::thread::JoinHandle<()>>,
+    /// CPU seconds of the finished read threads, in nanoseconds.
+    cpu_nanos: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// Documents per message from a read thread, and bytes: enough to make the hand-off cheap,
+/// small enough that R threads × 2 queued messages stay a few MB.
+const READ_MSG_DOCS: usize = 256;
+const READ_MSG_BYTES: u64 = 1 << 20;
+
+fn open_input(path: &Path, format: Format, opts: &ReadOptions) -> Result<DocIter> {
+    match format {
+        Format::Text => Ok(Box::new(std::iter::once(text::read(path)))),
+        Format::Code => Ok(Box::new(std::iter::once(code::read_repo(path)))),
+        Format::Jsonl => jsonl::open(path, &opts.text_field).map(|i| Box::new(i) as DocIter),
+        Format::Parquet => {
+            parquet_file::open(path, &opts.text_field).map(|i| Box::new(i) as DocIter)
+        }
+        Format::Arrow => arrow_ipc::open(path, &opts.text_field).map(|i| Box::new(i) as DocIter),
+        Format::Mds => mds::MdsDataset::open(path).map(|d| Box::new(d.documents()) as DocIter),
+    }
+}
+
+/// CPU time this thread has used, in nanoseconds (0 where the clock is unavailable).
+fn thread_cpu_nanos() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } == 0 {
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    } else {
+        0
+    }
+}
+
+impl ReadPool {
+    fn start(inputs: &[(usize, PathBuf, Format)], opts: &ReadOptions, threads: usize) -> ReadPool {
+        let cpu_nanos = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (mut rxs, mut handles) = (vec![], vec![]);
+        for r in 0..threads {
+            let (tx, rx) = crossbeam_channel::bounded::<ReadMsg>(2);
+            let mine: Vec<(PathBuf, Format)> = inputs
+                .iter()
+                .skip(r)
+                .step_by(threads)
+                .map(|(_, p, f)| (p.clone(), *f))
+                .collect();
+            let (opts, cpu) = (opts.clone(), cpu_nanos.clone());
+            handles.push(std::thread::spawn(move || {
+                'inputs: for (path, format) in mine {
+                    let mut batch = vec![];
+                    let mut bytes = 0u64;
+                    let docs: DocIter = match open_input(&path, format, &opts) {
+                        Ok(it) => it,
+                        Err(e) => Box::new(std::iter::once(Err(e))),
+                    };
+                    for doc in docs {
+                        bytes += doc.as_ref().map_or(0, |d| d.bytes);
+                        batch.push(doc);
+                        if batch.len() >= READ_MSG_DOCS || bytes >= READ_MSG_BYTES {
+                            if tx.send(ReadMsg::Docs(std::mem::take(&mut batch))).is_err() {
+                                break 'inputs;
+                            }
+                            bytes = 0;
+                        }
+                    }
+                    if !batch.is_empty() && tx.send(ReadMsg::Docs(batch)).is_err() {
+                        break;
+                    }
+                    if tx.send(ReadMsg::InputEnd).is_err() {
+                        break;
+                    }
+                }
+                cpu.fetch_add(thread_cpu_nanos(), std::sync::atomic::Ordering::Relaxed);
+            }));
+            rxs.push(rx);
+        }
+        ReadPool {
+            rxs,
+            handles,
+            cpu_nanos,
+        }
+    }
+}
+
+impl Drop for DocumentStream {
+    fn drop(&mut self) {
+        self.stop_pool();
+    }
 }
 
 impl DocumentStream {
@@ -383,42 +502,60 @@ impl DocumentStream {
                 bytes: 0,
             })
             .collect();
+        let inputs: Vec<(usize, PathBuf, Format)> = sources
+            .iter()
+            .enumerate()
+            .flat_map(|(k, s)| s.inputs.iter().map(move |p| (k, p.clone(), s.format)))
+            .collect();
+        let threads = options.read_threads.min(inputs.len());
+        let pool = (threads > 1).then(|| ReadPool::start(&inputs, &options, threads));
         DocumentStream {
-            sources,
+            inputs,
             options,
-            source_index: 0,
-            input_index: 0,
+            next_input: 0,
             current: None,
+            pool,
+            buffered: Default::default(),
             info,
         }
     }
 
-    fn open_next(&mut self) -> Option<Result<DocIter>> {
+    /// CPU seconds the read threads used (with `read_threads` > 1; 0 otherwise). Waits for them:
+    /// call it once the stream is done or no longer wanted.
+    pub fn read_threads_cpu_seconds(&mut self) -> f64 {
+        self.stop_pool()
+    }
+
+    /// Stop the read threads (they exit at their next hand-off) and wait for them; their CPU seconds.
+    fn stop_pool(&mut self) -> f64 {
+        let Some(pool) = self.pool.take() else {
+            return 0.0;
+        };
+        drop(pool.rxs);
+        for h in pool.handles {
+            let _ = h.join();
+        }
+        pool.cpu_nanos.load(std::sync::atomic::Ordering::Relaxed) as f64 * 1e-9
+    }
+
+    /// The next document of input `self.next_input - 1` from the pool, or `None` at its end.
+    fn next_from_pool(&mut self) -> Option<Result<RawDoc>> {
         loop {
-            let source = self.sources.get(self.source_index)?;
-            if let Some(input) = source.inputs.get(self.input_index) {
-                self.input_index += 1;
-                self.info[self.source_index].files += 1;
-                let input = input.clone();
-                let opts = &self.options;
-                let it: Result<DocIter> =
-                    match source.format {
-                        Format::Text => Ok(Box::new(std::iter::once(text::read(&input)))),
-                        Format::Code => Ok(Box::new(std::iter::once(code::read_repo(&input)))),
-                        Format::Jsonl => {
-                            jsonl::open(&input, &opts.text_field).map(|i| Box::new(i) as DocIter)
-                        }
-                        Format::Parquet => parquet_file::open(&input, &opts.text_field)
-                            .map(|i| Box::new(i) as DocIter),
-                        Format::Arrow => arrow_ipc::open(&input, &opts.text_field)
-                            .map(|i| Box::new(i) as DocIter),
-                        Format::Mds => mds::MdsDataset::open(&input)
-                            .map(|d| Box::new(d.documents()) as DocIter),
-                    };
-                return Some(it);
+            if let Some(doc) = self.buffered.pop_front() {
+                return Some(doc);
             }
-            self.source_index += 1;
-            self.input_index = 0;
+            let pool = self.pool.as_ref()?;
+            let input = self.next_input - 1;
+            match pool.rxs[input % pool.rxs.len()].recv() {
+                Ok(ReadMsg::Docs(docs)) => self.buffered.extend(docs),
+                Ok(ReadMsg::InputEnd) => return None,
+                Err(_) => {
+                    return Some(Err(DataError::Config(format!(
+                        "the thread reading {} stopped unexpectedly",
+                        self.inputs[input].1.display()
+                    ))))
+                }
+            }
         }
     }
 }
@@ -427,10 +564,15 @@ impl Iterator for DocumentStream {
     type Item = Result<RawDoc>;
     fn next(&mut self) -> Option<Result<RawDoc>> {
         loop {
-            if let Some(it) = self.current.as_mut() {
-                if let Some(item) = it.next() {
+            if self.next_input > 0 {
+                let item = if self.pool.is_some() {
+                    self.next_from_pool()
+                } else {
+                    self.current.as_mut().and_then(|it| it.next())
+                };
+                if let Some(item) = item {
                     if let Ok(doc) = &item {
-                        let info = &mut self.info[self.source_index];
+                        let info = &mut self.info[self.inputs[self.next_input - 1].0];
                         info.documents += 1;
                         info.bytes += doc.bytes;
                     }
@@ -438,9 +580,14 @@ impl Iterator for DocumentStream {
                 }
                 self.current = None;
             }
-            match self.open_next()? {
-                Ok(it) => self.current = Some(it),
-                Err(e) => return Some(Err(e)),
+            let (source, path, format) = self.inputs.get(self.next_input)?.clone();
+            self.next_input += 1;
+            self.info[source].files += 1;
+            if self.pool.is_none() {
+                match open_input(&path, format, &self.options) {
+                    Ok(it) => self.current = Some(it),
+                    Err(e) => return Some(Err(e)),
+                }
             }
         }
     }
