@@ -307,7 +307,7 @@ fn pack(a: PackArgs) -> Result<()> {
         eprintln!("warning: the fast encoder cannot use {} ({reason}); using tokenizers 0.22 instead (slower, same ids)", tok.name());
     }
     eprintln!(
-        "packing {} source(s) with {} (vocab {}, BOS {:?}, EOS {:?}) into {} [{} mode, length {}, {} workers]",
+        "packing {} source(s) with {} (vocab {}, BOS {:?}, EOS {:?}) into {} [{} mode, length {}, {} workers, {} read threads]",
         sources.len(),
         tok.name(),
         tok.vocab_size(),
@@ -316,7 +316,8 @@ fn pack(a: PackArgs) -> Result<()> {
         a.out.display(),
         if a.mode == Mode::Fixed { "fixed" } else { "mixed" },
         a.seq_len,
-        a.workers
+        a.workers,
+        a.read_threads.max(1)
     );
     for s in &sources {
         eprintln!(
