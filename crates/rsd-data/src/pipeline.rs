@@ -113,19 +113,9 @@ pub struct StageCpu {
     pub write: f64,
 }
 
-/// CPU time this thread has used, in seconds (0 where the clock is unavailable).
+/// CPU time this thread has used, in seconds.
 fn thread_cpu_seconds() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc == 0 {
-        ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
-    } else {
-        0.0
-    }
+    crate::source::thread_cpu_nanos() as f64 * 1e-9
 }
 
 const JOURNAL: &str = "pack.journal.json";

@@ -419,7 +419,7 @@ fn open_input(path: &Path, format: Format, opts: &ReadOptions) -> Result<DocIter
 }
 
 /// CPU time this thread has used, in nanoseconds (0 where the clock is unavailable).
-fn thread_cpu_nanos() -> u64 {
+pub(crate) fn thread_cpu_nanos() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
