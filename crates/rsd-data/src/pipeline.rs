@@ -102,10 +102,10 @@ pub struct PackSummary {
 }
 
 /// CPU seconds per pipeline stage: what the run cost besides tokenizing, independent of how busy
-/// the machine was (wall-clock rates on a shared machine move by ±25%; these move much less).
+/// the machine was (wall-clock rates on a shared machine move by ±25%; these move less).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct StageCpu {
-    /// The reader thread: file reads, decompression, splitting into documents.
+    /// The reader thread and the read threads: file reads, decompression, splitting into documents.
     pub read: f64,
     /// The tokenizer threads: decoding records (JSON, UTF-8) and tokenizing.
     pub tokenize: f64,
