@@ -307,7 +307,7 @@ fn pack(a: PackArgs) -> Result<()> {
         eprintln!("warning: the fast encoder cannot use {} ({reason}); using tokenizers 0.22 instead (slower, same ids)", tok.name());
     }
     eprintln!(
-        "packing {} source(s) with {} (vocab {}, BOS {:?}, EOS {:?}) into {} [{} mode, length {}, {} workers, {} read threads]",
+        "packing {} source(s) with {} (vocab {}, BOS {:?}, EOS {:?}) into {} [{} mode, length {}, {} workers, read threads: {}]",
         sources.len(),
         tok.name(),
         tok.vocab_size(),
