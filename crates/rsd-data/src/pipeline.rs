@@ -352,12 +352,18 @@ fn tokenize(
     scratch: &mut Vec<tokenizers::pipeline::PipelineToken>,
 ) -> Tokenized {
     let doc = doc?;
-    let ids = match doc.content.decode()? {
-        Content::Text(text) if text.is_empty() => None,
-        Content::Text(text) => Some(
-            tok.encode_document(&text, scratch)
-                .map_err(|e| DataError::bad_record(&doc.origin, "tokenize", e.to_string()))?,
-        ),
+    let mut encode = |text: &str| -> Result<Option<Vec<u32>>> {
+        if text.is_empty() {
+            return Ok(None);
+        }
+        tok.encode_document(text, scratch)
+            .map(Some)
+            .map_err(|e| DataError::bad_record(&doc.origin, "tokenize", e.to_string()))
+    };
+    let ids = match doc.content {
+        Content::Text(text) => encode(&text)?,
+        // Decoded here, on the tokenizer threads (see `Content::JsonLine`).
+        Content::JsonLine(line) => encode(&line.decode()?)?,
         Content::Tokens(ids) => {
             let vocab = tok.vocab_size();
             // max() vectorises; the search for the position runs only on failure.
@@ -377,7 +383,6 @@ fn tokenize(
             }
             (!ids.is_empty()).then_some(ids)
         }
-        Content::JsonLine(_) => unreachable!("decode() leaves no JSON line undecoded"),
     };
     Ok((ids, doc.bytes, doc.origin))
 }

@@ -323,6 +323,25 @@ impl Batch {
     }
 }
 
+/// Drop a copied-out row (bytes `start..end` of shard `k`) from this process's mapping; the page
+/// cache keeps it. In file order, whole 2 MiB blocks behind a cursor; shuffled, the row's blocks,
+/// batched (docs/LOADER.md, "Memory").
+pub(crate) fn release_row(
+    set: &rsd_shard::ShardSet,
+    k: usize,
+    start: usize,
+    end: usize,
+    in_file_order: bool,
+) {
+    if in_file_order {
+        if let Some(shard) = set.shards().get(k) {
+            shard.release_behind(start, end);
+        }
+    } else {
+        set.release_blocks_batched(k, start, end);
+    }
+}
+
 /// Build the batch for `plan` from the mapped shards, reusing `spare`'s allocations if given
 /// (fresh multi-MiB vectors cost a page fault per 4 KiB; reused ones are already mapped, often cached).
 pub(crate) fn assemble(
@@ -479,11 +498,7 @@ pub(crate) fn assemble(
             // The row is copied out: drop the pages from our mapping so RSS does not grow with the
             // amount read. The page cache keeps them; this only unmaps them from the process.
             let (_, _, start, end) = shard.sample_span(i)?;
-            if layout.in_file_order {
-                shard.release_behind(start, end);
-            } else {
-                src.set.release_blocks_batched(k, start, end);
-            }
+            release_row(&src.set, k, start, end, layout.in_file_order);
         }
     }
     Ok(b)

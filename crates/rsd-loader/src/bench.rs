@@ -7,6 +7,7 @@ use std::time::Instant;
 use rsd_shard::ShardSet;
 use serde::Serialize;
 
+use crate::batch::release_row;
 use crate::error::Result;
 use crate::perm::{key, Permutation};
 use crate::{Loader, LoaderConfig};
@@ -89,10 +90,8 @@ pub fn sample_copy_rate(
                 buf.resize(buf.len().max(hi - lo), 0);
                 buf[..hi - lo].copy_from_slice(&bin[lo..hi]);
                 std::hint::black_box(&mut buf);
-                match (release, shuffled) {
-                    (true, false) => shard.release_behind(lo, hi),
-                    (true, true) => set.release_blocks_batched(s, lo, hi),
-                    (false, _) => {}
+                if release {
+                    release_row(&set, s, lo, hi, !shuffled);
                 }
                 copied += (hi - lo) as u64;
                 if copied >= max_bytes {

@@ -86,6 +86,13 @@ pub struct Shard {
 /// Release granularity for in-order reads: the kernel maps page-cache folios of up to 2 MiB with
 /// one page-table entry, and releasing whole 2 MiB blocks avoids splitting those entries.
 const RELEASE_BLOCK: usize = 2 << 20;
+
+/// Bytes `start..end` widened to the 2 MiB blocks they touch, clipped to a map of `len` bytes.
+fn block_span(start: usize, end: usize, len: usize) -> (usize, usize) {
+    let lo = start & !(RELEASE_BLOCK - 1);
+    let hi = end.saturating_add(RELEASE_BLOCK - 1) & !(RELEASE_BLOCK - 1);
+    (lo.min(len), hi.min(len))
+}
 /// How far behind the cursor an in-order read may start before it counts as a new pass over the
 /// file (another epoch) rather than a worker that lags a little.
 const RESTART_LAG: usize = 64 << 20;
@@ -281,8 +288,7 @@ impl Shard {
     /// sample kept ~57 MiB mapped (per shard, so RSS grew with the dataset), against ~2 MiB when
     /// whole blocks are released. Neighbouring samples that are still needed just fault back in.
     pub fn release_blocks(&self, start: usize, end: usize) {
-        let lo = start & !(RELEASE_BLOCK - 1);
-        let hi = end.saturating_add(RELEASE_BLOCK - 1) & !(RELEASE_BLOCK - 1);
+        let (lo, hi) = block_span(start, end, self.bin.len());
         self.release_bin_range(lo, hi);
     }
 
@@ -433,9 +439,7 @@ impl ShardSet {
         let Some(shard) = self.shards.get(k) else {
             return;
         };
-        let len = shard.bin.len();
-        let lo = (start & !(RELEASE_BLOCK - 1)).min(len);
-        let hi = (end.saturating_add(RELEASE_BLOCK - 1) & !(RELEASE_BLOCK - 1)).min(len);
+        let (lo, hi) = block_span(start, end, shard.bin.len());
         if hi <= lo {
             return;
         }

@@ -275,8 +275,9 @@ fn mapped_kib(path: &Path) -> Option<u64> {
     Some(total)
 }
 
-/// 48 MiB of uint16 tokens in samples of 64K tokens (128 KiB), one shard.
-fn big_shard(dir: &Path) -> ShardSet {
+/// 48 MiB of uint16 tokens in samples of 64K tokens (128 KiB), one shard, and its `.bin` path as
+/// `smaps` names it; `None` where `/proc/self/smaps` cannot be read.
+fn big_shard(dir: &Path) -> Option<(ShardSet, std::path::PathBuf)> {
     let sample_len = 65_536usize;
     let data: Vec<(Vec<u32>, Vec<u32>)> = (0..384)
         .map(|i| {
@@ -288,7 +289,10 @@ fn big_shard(dir: &Path) -> ShardSet {
         .collect();
     let shards = write_set(dir, TokenDtype::Uint16, 1 << 40, &data);
     manifest(dir, TokenDtype::Uint16, sample_len as u64, "fixed", shards);
-    ShardSet::open(dir).unwrap()
+    let set = ShardSet::open(dir).unwrap();
+    let bin = std::fs::canonicalize(set.shards()[0].bin_path()).unwrap();
+    mapped_kib(&bin)?;
+    Some((set, bin))
 }
 
 /// Read every page of the samples in `order` (as copies out of the map do), calling `release` with
@@ -314,12 +318,10 @@ fn read_and_release(shard: &Shard, order: &[usize], release: impl Fn(usize, usiz
 #[test]
 fn release_behind_keeps_an_in_order_pass_mapped_to_a_few_blocks() {
     let tmp = tempfile::tempdir().unwrap();
-    let set = big_shard(tmp.path());
-    let shard = &set.shards()[0];
-    let bin = std::fs::canonicalize(shard.bin_path()).unwrap();
-    if mapped_kib(&bin).is_none() {
+    let Some((set, bin)) = big_shard(tmp.path()) else {
         return; // no /proc: nothing to measure
-    }
+    };
+    let shard = &set.shards()[0];
     // In order twice (the second pass is a new epoch); in the second, every fifth read is followed
     // by one of a worker two samples behind, whose pages must be released too, not leaked.
     let n = shard.num_samples();
@@ -344,12 +346,10 @@ fn release_behind_keeps_an_in_order_pass_mapped_to_a_few_blocks() {
 #[test]
 fn release_blocks_keeps_a_shuffled_pass_mapped_to_a_few_blocks_batched_or_not() {
     let tmp = tempfile::tempdir().unwrap();
-    let set = big_shard(tmp.path());
+    let Some((set, bin)) = big_shard(tmp.path()) else {
+        return; // no /proc: nothing to measure
+    };
     let shard = &set.shards()[0];
-    let bin = std::fs::canonicalize(shard.bin_path()).unwrap();
-    if mapped_kib(&bin).is_none() {
-        return;
-    }
     let n = shard.num_samples();
     // A fixed pseudo-random order (multiplier coprime with n).
     let order: Vec<usize> = (0..n).map(|k| (k * 173 + 11) % n).collect();
