@@ -5,11 +5,11 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use rsd_loader::bench::{memcpy_limit, pass, rss, sample_copy_rate};
+use rsd_loader::bench::{memcpy_limit, pass, rss, sample_copy_rate, SampleCopies};
 use rsd_loader::synth::{self, SynthSpec};
 use rsd_loader::{
-    BatchLayout, Batching, Loader, LoaderConfig, LoaderState, Pipeline, Positions, Source,
-    IGNORE_INDEX,
+    BatchLayout, Batching, Loader, LoaderConfig, LoaderState, Pipeline, Positions, ReadMethod,
+    Source, IGNORE_INDEX,
 };
 use serde_json::json;
 
@@ -249,9 +249,13 @@ pub struct BenchArgs {
     /// fresh mappings, so later epochs cost the same as the first; with --no-release they do not.
     #[arg(long, default_value_t = 1)]
     epochs: u64,
-    /// Keep consumed pages mapped (shows the RSS growth that release avoids).
+    /// With --read map: keep consumed pages mapped (shows the RSS growth that release avoids).
     #[arg(long)]
     no_release: bool,
+    /// How the loader copies ids out of the shards: pread (the default of the loader: no mapping
+    /// to fault in or release), map (copy out of the memory map, release pages after), or both.
+    #[arg(long, value_enum, default_value_t = ReadChoice::Both)]
+    read: ReadChoice,
     /// Write a synthetic dataset of about this many tokens into DIR first (if it has no manifest).
     #[arg(long)]
     synthetic_tokens: Option<f64>,
@@ -268,6 +272,13 @@ pub struct BenchArgs {
     /// trainers that derive labels and positions on the device), or both.
     #[arg(long, value_enum, default_value_t = LayoutChoice::Both)]
     layout: LayoutChoice,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum ReadChoice {
+    Pread,
+    Map,
+    Both,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -325,32 +336,49 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         ),
     );
     // The loader's copies without the loader, in both orders: from an already-built mapping (what
-    // the access pattern alone allows), and each through a fresh mapping released after the copy
-    // (what reading each sample once with flat RSS allows: the floor the loader is held to).
+    // the access pattern alone allows), through the map with pages released after each copy, and
+    // with pread (the two ways of reading each sample once with flat RSS: the floors the loader's
+    // two read methods are held to).
     for shuffled in [false, true] {
         let order = if shuffled { "shuffled" } else { "sequential" };
-        let mapped = sample_copy_rate(&a.dir, a.memcpy_bytes, shuffled, false, 2)?;
-        let fresh = sample_copy_rate(&a.dir, a.memcpy_bytes, shuffled, true, 2)?;
+        let rate = |how| sample_copy_rate(&a.dir, a.memcpy_bytes, shuffled, how, 2);
+        let mapped = rate(SampleCopies::BuiltMapping)?;
+        let fresh = rate(SampleCopies::ReleasedMapping)?;
+        let pread = rate(SampleCopies::Pread)?;
         emit(
-            json!({"what": "sample_copies", "order": order, "mapped_bytes_per_s": mapped, "fresh_mapping_bytes_per_s": fresh}),
+            json!({"what": "sample_copies", "order": order, "mapped_bytes_per_s": mapped, "fresh_mapping_bytes_per_s": fresh, "pread_bytes_per_s": pread}),
             format!(
-                "sample copies {order:>10}, no loader: {:.2} GB/s from a built mapping ({:.0}% of memcpy), {:.2} GB/s with pages released as the loader does ({:.0}%)",
+                "sample copies {order:>10}, no loader: {:.2} GB/s from a built mapping ({:.0}% of memcpy), {:.2} GB/s with pages released as the loader does ({:.0}%), {:.2} GB/s with pread ({:.0}%)",
                 mapped / 1e9,
                 100.0 * mapped / limit,
                 fresh / 1e9,
-                100.0 * fresh / limit
+                100.0 * fresh / limit,
+                pread / 1e9,
+                100.0 * pread / limit
             ),
         );
     }
+    let reads: &[ReadMethod] = match a.read {
+        ReadChoice::Pread => &[ReadMethod::Pread],
+        ReadChoice::Map => &[ReadMethod::Map],
+        ReadChoice::Both => &[ReadMethod::Pread, ReadMethod::Map],
+    };
     let layouts: &[BatchLayout] = match a.layout {
         LayoutChoice::Full => &[BatchLayout::Full],
         LayoutChoice::Compact => &[BatchLayout::Compact],
         LayoutChoice::Both => &[BatchLayout::Full, BatchLayout::Compact],
     };
-    for &layout in layouts {
+    for (&layout, &read) in layouts
+        .iter()
+        .flat_map(|l| reads.iter().map(move |r| (l, r)))
+    {
         let lname = match layout {
             BatchLayout::Full => "full",
             BatchLayout::Compact => "compact",
+        };
+        let rname = match read {
+            ReadMethod::Pread => "pread",
+            ReadMethod::Map => "map",
         };
         for shuffle in [false, true] {
             for &workers in &a.workers {
@@ -362,6 +390,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
                     workers,
                     prefetch: a.prefetch,
                     epochs: Some(a.epochs.max(1)),
+                    read,
                     release_pages: !a.no_release,
                     ..LoaderConfig::default()
                 };
@@ -369,16 +398,21 @@ pub fn bench(a: BenchArgs) -> Result<()> {
                 // is divided by are measured again right before its pass (512 MiB each).
                 let near = a.memcpy_bytes.min(512 << 20);
                 let limit = memcpy_limit(&a.dir, near, 1)?;
-                // The same copies without the loader, with page release on or off as in this pass.
-                let floor = sample_copy_rate(&a.dir, near, shuffle, !a.no_release, 1)?;
+                // The same copies without the loader, read the same way as in this pass.
+                let how = match (read, a.no_release) {
+                    (ReadMethod::Pread, _) => SampleCopies::Pread,
+                    (ReadMethod::Map, false) => SampleCopies::ReleasedMapping,
+                    (ReadMethod::Map, true) => SampleCopies::BuiltMapping,
+                };
+                let floor = sample_copy_rate(&a.dir, near, shuffle, how, 1)?;
                 let r = pass(cfg, bpt, u64::MAX, a.seconds)?;
                 let order = if shuffle { "shuffled" } else { "sequential" };
                 emit(
-                json!({"what": "loader", "layout": lname, "order": order, "workers": workers, "batch_size": a.batch_size, "release_pages": !a.no_release,
+                json!({"what": "loader", "layout": lname, "read": rname, "order": order, "workers": workers, "batch_size": a.batch_size, "release_pages": !a.no_release,
                        "memcpy_limit_before": limit, "sample_copies_before": floor,
                        "fraction_of_memcpy": r.bytes_per_s / limit, "fraction_of_sample_copies": r.bytes_per_s / floor, "report": r}),
                 format!(
-                    "{lname:>7} {order:>10} workers={workers}: {:>7.1} M tok/s {:>6.2} GB/s ({:>3.0}% of memcpy at {:.1}, {:>3.0}% of the sample copies at {:.1}), first batch {:.1} ms, RSS {:.0}→max {:.0}→end {:.0} MiB (file-backed max {:.0} MiB), {} batches in {:.1}s",
+                    "{lname:>7} {rname:>5} {order:>10} workers={workers}: {:>7.1} M tok/s {:>6.2} GB/s ({:>3.0}% of memcpy at {:.1}, {:>3.0}% of the sample copies at {:.1}), first batch {:.1} ms, RSS {:.0}→max {:.0}→end {:.0} MiB (file-backed max {:.0} MiB), {} batches in {:.1}s",
                     r.tokens_per_s / 1e6,
                     r.bytes_per_s / 1e9,
                     100.0 * r.bytes_per_s / limit,

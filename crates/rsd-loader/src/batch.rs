@@ -4,13 +4,13 @@
 //! The compact layout copies only the ids (and CP padding) in the shards' dtype and records what
 //! labels and positions follow from; `Batch::materialize` is the definition of that derivation.
 
-use rsd_shard::{TokenDtype, Tokens};
+use rsd_shard::{Shard, TokenDtype, Tokens};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{LoaderError, Result};
 use crate::plan::StepPlan;
 use crate::sources::OpenSource;
-use crate::Positions;
+use crate::{Positions, ReadMethod};
 
 /// The label value that losses ignore (PyTorch's default `ignore_index`).
 pub const IGNORE_INDEX: i32 = -100;
@@ -91,7 +91,7 @@ impl RawTokens {
         }
     }
 
-    fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         match self {
             RawTokens::U16(v) => v.clear(),
             RawTokens::I32(v) => v.clear(),
@@ -111,6 +111,48 @@ impl RawTokens {
             }
         }
         Ok(())
+    }
+
+    /// Append tokens `from..to` of the sample whose bytes start at `sample_start` in `shard`,
+    /// read with `pread` (nothing is mapped, so nothing needs releasing).
+    fn read_from(
+        &mut self,
+        shard: &Shard,
+        sample_start: usize,
+        from: usize,
+        to: usize,
+    ) -> Result<()> {
+        let size = shard.dtype().size();
+        self.read_bytes(shard, sample_start + size * from, sample_start + size * to)
+    }
+
+    /// Append the ids stored at bytes `start..end` of `shard`'s `.bin`, read with `pread`, in the
+    /// shard's dtype.
+    pub(crate) fn read_bytes(&mut self, shard: &Shard, start: usize, end: usize) -> Result<()> {
+        if self.is_empty() {
+            self.prepare(shard.dtype(), 0);
+        }
+        match self {
+            RawTokens::U16(v) => shard.append_tokens(start, end, v),
+            RawTokens::I32(v) => shard.append_tokens(start, end, v),
+        }?;
+        Ok(())
+    }
+
+    /// Remove and return the last id, widened.
+    fn pop(&mut self) -> Option<i32> {
+        match self {
+            RawTokens::U16(v) => v.pop().map(i32::from),
+            RawTokens::I32(v) => v.pop(),
+        }
+    }
+
+    /// The ids held, as a `Tokens` view.
+    fn as_tokens(&self) -> Tokens<'_> {
+        match self {
+            RawTokens::U16(v) => Tokens::U16(v),
+            RawTokens::I32(v) => Tokens::I32(v),
+        }
     }
 
     /// Append `n` copies of the CP padding id.
@@ -299,6 +341,7 @@ pub(crate) struct Layout {
     pub cp_size: usize,
     pub positions: crate::Positions,
     pub mask_doc_boundaries: Option<bool>,
+    pub read: ReadMethod,
     pub release_pages: bool,
     /// Samples come in file order (no shuffle): release pages behind a cursor, in 2 MiB blocks.
     pub in_file_order: bool,
@@ -342,13 +385,16 @@ pub(crate) fn release_row(
     }
 }
 
-/// Build the batch for `plan` from the mapped shards, reusing `spare`'s allocations if given
-/// (fresh multi-MiB vectors cost a page fault per 4 KiB; reused ones are already mapped, often cached).
+/// Build the batch for `plan` from the shards, reusing `spare`'s allocations if given (fresh
+/// multi-MiB vectors cost a page fault per 4 KiB; reused ones are already mapped, often cached).
+/// `scratch` holds a row's ids between reading and widening (full layout with `ReadMethod::Pread`);
+/// the caller keeps it, so its allocation is reused too.
 pub(crate) fn assemble(
     sources: &[OpenSource],
     plan: &StepPlan,
     layout: &Layout,
     spare: Option<Batch>,
+    scratch: &mut RawTokens,
 ) -> Result<Batch> {
     let mut b = spare.unwrap_or_default();
     b.clear();
@@ -360,6 +406,11 @@ pub(crate) fn assemble(
     b.doc_offsets.push(0);
     let two_p = 2 * layout.cp_size as u64;
     let chunks_per_row = if layout.cp_size > 1 { 2 } else { 1 };
+    let pread = layout.read == ReadMethod::Pread;
+    // The sources share one dtype (checked when opening).
+    let dtype = sources
+        .first()
+        .map_or(TokenDtype::Uint16, |s| s.set.manifest().dtype);
     // Size the arrays once: growing them by doubling would copy every token again.
     let mut local = 0usize;
     for r in &plan.rows {
@@ -370,11 +421,11 @@ pub(crate) fn assemble(
         local += (len.div_ceil(two_p) * two_p / layout.cp_size as u64) as usize;
     }
     if compact {
-        // The sources share one dtype (checked when opening); a recycled batch keeps its storage.
-        let dtype = sources.first().map(|s| s.set.manifest().dtype);
-        b.raw_tokens
-            .prepare(dtype.unwrap_or(TokenDtype::Uint16), local);
-        b.next_ids.reserve(plan.rows.len() * chunks_per_row);
+        // A recycled batch keeps its storage. With `pread` each chunk is read together with the
+        // id after it (then popped): room for one more id per chunk.
+        let lookahead = plan.rows.len() * chunks_per_row;
+        b.raw_tokens.prepare(dtype, local + lookahead);
+        b.next_ids.reserve(lookahead);
     } else {
         b.tokens.reserve_exact(local);
         b.labels.reserve_exact(local);
@@ -385,6 +436,9 @@ pub(crate) fn assemble(
         let src = &sources[r.source];
         let (k, i) = src.set.locate(r.global)?;
         let shard = &src.set.shards()[k];
+        let (_, _, byte_start, byte_end) = shard.sample_span(i)?;
+        // The ids and piece lengths; with `pread` only the lengths and the count are used, so the
+        // mapped `.bin` is never touched.
         let sample = shard.sample(i)?;
         let len = sample.tokens.len() as u64;
         let padded = if layout.cp_size > 1 {
@@ -448,32 +502,41 @@ pub(crate) fn assemble(
             mask_doc_boundaries: mask_docs,
         });
         for &(lo, hi) in &chunks[..chunks_per_row] {
+            let real_hi = (hi.min(len)) as usize;
+            let real_lo = (lo as usize).min(real_hi);
             if compact {
                 // The ids as stored, then CP padding; labels and positions are derived later.
-                let real_hi = hi.min(len);
-                let real_lo = lo.min(real_hi);
-                b.raw_tokens
-                    .extend(&sample.tokens, real_lo as usize, real_hi as usize)?;
-                b.raw_tokens
-                    .push_pad(src.pad_id, ((hi - lo) - (real_hi - real_lo)) as usize)?;
                 // The chunk's last target lies in the next chunk of the full row (CP), unless the
                 // chunk ends at the real end of the row (row end, tail or CP padding).
-                b.next_ids.push(if hi < real_len {
-                    sample.tokens.get(hi as usize) as i32
+                let has_next = hi < real_len;
+                let next = if pread {
+                    let to = real_hi + usize::from(has_next);
+                    b.raw_tokens.read_from(shard, byte_start, real_lo, to)?;
+                    if has_next {
+                        b.raw_tokens.pop()
+                    } else {
+                        None
+                    }
                 } else {
-                    IGNORE_INDEX
-                });
+                    b.raw_tokens.extend(&sample.tokens, real_lo, real_hi)?;
+                    has_next.then(|| sample.tokens.get(hi as usize) as i32)
+                };
+                b.raw_tokens
+                    .push_pad(src.pad_id, (hi - lo) as usize - (real_hi - real_lo))?;
+                b.next_ids.push(next.unwrap_or(IGNORE_INDEX));
             } else {
+                // The chunk's ids and the one after it (its last label), from the map or read
+                // into `scratch`; `first` is the row index of the view's first id.
+                let (view, first) = if pread {
+                    scratch.prepare(dtype, real_hi + 1 - real_lo);
+                    let to = (real_hi + 1).min(len as usize);
+                    scratch.read_from(shard, byte_start, real_lo, to)?;
+                    (scratch.as_tokens(), real_lo)
+                } else {
+                    (sample.tokens, 0)
+                };
                 push_range(
-                    &mut b,
-                    &sample.tokens,
-                    &starts,
-                    lo,
-                    hi,
-                    len,
-                    real_len,
-                    src.pad_id,
-                    doc_mode,
+                    &mut b, &view, first, &starts, lo, hi, len, real_len, src.pad_id, doc_mode,
                     mask_docs,
                 );
             }
@@ -494,22 +557,23 @@ pub(crate) fn assemble(
             global: r.global,
             epoch: r.epoch,
         });
-        if layout.release_pages {
+        if layout.release_pages && !pread {
             // The row is copied out: drop the pages from our mapping so RSS does not grow with the
             // amount read. The page cache keeps them; this only unmaps them from the process.
-            let (_, _, start, end) = shard.sample_span(i)?;
-            release_row(&src.set, k, start, end, layout.in_file_order);
+            release_row(&src.set, k, byte_start, byte_end, layout.in_file_order);
         }
     }
     Ok(b)
 }
 
 /// Append full-row positions `lo..hi` of one row (positions ≥ `len` are CP padding; tokens at
-/// `label_end..len` are the pack's tail padding: stored, but without targets).
+/// `label_end..len` are the pack's tail padding: stored, but without targets). `tokens` holds the
+/// row's ids from row index `first` on, at least up to `min(hi + 1, len)`.
 #[allow(clippy::too_many_arguments)]
 fn push_range(
     b: &mut Batch,
     tokens: &Tokens<'_>,
+    first: usize,
     starts: &[u64],
     lo: u64,
     hi: u64,
@@ -522,12 +586,11 @@ fn push_range(
     let (lo_u, hi_u, len_u) = (lo as usize, hi as usize, len as usize);
     let real_hi = hi_u.min(len_u);
     let real_lo = lo_u.min(real_hi);
-    // Tokens: a widening copy straight from the map (vectorises).
+    // Tokens: a widening copy (vectorises).
+    let (lo_t, hi_t) = (real_lo - first, real_hi - first);
     match tokens {
-        Tokens::U16(t) => b
-            .tokens
-            .extend(t[real_lo..real_hi].iter().map(|&x| x as i32)),
-        Tokens::I32(t) => b.tokens.extend_from_slice(&t[real_lo..real_hi]),
+        Tokens::U16(t) => b.tokens.extend(t[lo_t..hi_t].iter().map(|&x| x as i32)),
+        Tokens::I32(t) => b.tokens.extend_from_slice(&t[lo_t..hi_t]),
     }
     // Labels: the same copy shifted by one; the row's last position has no target.
     let with_target = real_hi
@@ -535,7 +598,7 @@ fn push_range(
         .saturating_sub(real_lo);
     let label_base = b.labels.len();
     if with_target > 0 {
-        let from = real_lo + 1;
+        let from = real_lo + 1 - first;
         let to = from + with_target;
         match tokens {
             Tokens::U16(t) => b.labels.extend(t[from..to].iter().map(|&x| x as i32)),

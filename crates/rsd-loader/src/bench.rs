@@ -7,7 +7,7 @@ use std::time::Instant;
 use rsd_shard::ShardSet;
 use serde::Serialize;
 
-use crate::batch::release_row;
+use crate::batch::{release_row, RawTokens};
 use crate::error::Result;
 use crate::perm::{key, Permutation};
 use crate::{Loader, LoaderConfig};
@@ -54,31 +54,39 @@ pub fn memcpy_limit(dir: &Path, max_bytes: u64, repeat: usize) -> Result<f64> {
     Ok(best)
 }
 
-/// Copy rate (bytes/s) of the loader's copies without the loader: every sample out of its mapping
-/// into a reused buffer, one sample at a time, in file order or in the loader's shuffled order, best
-/// of `repeat` passes over at most `max_bytes`.
-///
-/// * `release: true` releases pages as the loader does — the 2 MiB blocks a sample touches, batched
-///   ([`rsd_shard::ShardSet::release_blocks_batched`]), in shuffled order; whole blocks behind a
-///   cursor in file order
-///   ([`rsd_shard::Shard::release_behind`]): the floor for reading each sample once with flat RSS.
-/// * `release: false` first faults every page in with an untimed pass, so the timed passes copy from
-///   an already-built mapping: the same pieces in the same order with no page-table work. The pages
-///   are released at the end.
-///
-/// Against [`memcpy_limit`] (1 MiB copies, file order) the two show what the access pattern and the
-/// page-table work cost, apart from any loader logic.
+/// How [`sample_copy_rate`] copies each sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SampleCopies {
+    /// Out of a mapping already built by an untimed pass (the pages are released at the end): the
+    /// same pieces in the same order with no page-table work — what the access pattern allows.
+    BuiltMapping,
+    /// Out of the mapping, releasing pages as the loader does with `ReadMethod::Map` — the 2 MiB
+    /// blocks a sample touches, batched ([`rsd_shard::ShardSet::release_blocks_batched`]) in
+    /// shuffled order; whole blocks behind a cursor ([`rsd_shard::Shard::release_behind`]) in file
+    /// order: the floor for reading each sample once through the map with flat RSS.
+    ReleasedMapping,
+    /// With `pread` ([`rsd_shard::Shard::append_tokens`]), as the loader does with
+    /// `ReadMethod::Pread`: nothing mapped, nothing to release.
+    Pread,
+}
+
+/// Copy rate (bytes/s) of the loader's copies without the loader: every sample into a reused
+/// buffer, one sample at a time, in file order or in the loader's shuffled order, `how` says how;
+/// best of `repeat` passes over at most `max_bytes`. Against [`memcpy_limit`] (1 MiB copies, file
+/// order) this shows what the access pattern and the page-table work cost, apart from any loader
+/// logic.
 pub fn sample_copy_rate(
     dir: &Path,
     max_bytes: u64,
     shuffled: bool,
-    release: bool,
+    how: SampleCopies,
     repeat: usize,
 ) -> Result<f64> {
     let set = ShardSet::open(dir)?;
-    let mut buf = Vec::new();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut read_buf = RawTokens::default();
     let mut best = 0f64;
-    let warmup = usize::from(!release);
+    let warmup = usize::from(how == SampleCopies::BuiltMapping);
     for pass in 0..repeat.max(1) + warmup {
         let start = Instant::now();
         let mut copied = 0u64;
@@ -87,10 +95,16 @@ pub fn sample_copy_rate(
             let bin = shard.bin_bytes();
             for k in 0..order.len() {
                 let (_, _, lo, hi) = shard.sample_span(order.apply(k) as usize)?;
-                buf.resize(buf.len().max(hi - lo), 0);
-                buf[..hi - lo].copy_from_slice(&bin[lo..hi]);
-                std::hint::black_box(&mut buf);
-                if release {
+                if how == SampleCopies::Pread {
+                    read_buf.clear();
+                    read_buf.read_bytes(shard, lo, hi)?;
+                    std::hint::black_box(&mut read_buf);
+                } else {
+                    buf.resize(buf.len().max(hi - lo), 0);
+                    buf[..hi - lo].copy_from_slice(&bin[lo..hi]);
+                    std::hint::black_box(&mut buf);
+                }
+                if how == SampleCopies::ReleasedMapping {
                     release_row(&set, s, lo, hi, !shuffled);
                 }
                 copied += (hi - lo) as u64;

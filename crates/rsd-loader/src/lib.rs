@@ -53,6 +53,21 @@ pub enum Positions {
     Auto,
 }
 
+/// How batch assembly copies token ids out of the shards. Either way each id is copied once, from
+/// the page cache into the batch; the choice is what that copy costs besides the bytes
+/// (docs/LOADER.md, "Reading").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReadMethod {
+    /// `pread` from the `.bin` into the batch: no page-table work in this process, so nothing to
+    /// fault in per sample and nothing to release; RSS does not grow with the amount read.
+    #[default]
+    Pread,
+    /// Copy out of the memory-mapped `.bin`: each sample's pages are faulted into the mapping, and
+    /// released again afterwards when `release_pages` is on.
+    Map,
+}
+
 /// Everything that shapes the stream one rank sees.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LoaderConfig {
@@ -86,7 +101,12 @@ pub struct LoaderConfig {
     pub workers: usize,
     /// Verify every shard's checksums when opening (reads all bytes once).
     pub verify: bool,
-    /// Unmap consumed ranges (`madvise(DONTNEED)`) so RSS stays flat over long passes.
+    /// How ids are copied out of the shards (`pread`, or from the memory map). Absent in a
+    /// serialized config from before the field existed: `Pread`.
+    #[serde(default)]
+    pub read: ReadMethod,
+    /// With `read: Map`, unmap consumed ranges (`madvise(DONTNEED)`) so RSS stays flat over long
+    /// passes. `Pread` maps nothing to release.
     pub release_pages: bool,
     /// `Full` i32 arrays, or `Compact` ids as stored (see [`BatchLayout`]). Absent in a serialized
     /// config from before the field existed: `Full`.
@@ -112,6 +132,7 @@ impl Default for LoaderConfig {
             prefetch: 4,
             workers: 2,
             verify: false,
+            read: ReadMethod::Pread,
             release_pages: true,
             layout: BatchLayout::Full,
         }

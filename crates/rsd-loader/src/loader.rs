@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 
-use crate::batch::{assemble, Batch, Layout};
+use crate::batch::{assemble, Batch, Layout, RawTokens};
 use crate::error::{LoaderError, Result};
 use crate::plan::{self, Planner, Position};
 use crate::sources::{open_all, OpenSource};
@@ -47,6 +47,8 @@ pub struct Loader {
     received: u64,
     /// A returned batch kept for reuse (inline engine).
     spare: Option<Batch>,
+    /// Row buffer for `assemble` (inline engine).
+    scratch: RawTokens,
     done: bool,
 }
 
@@ -74,6 +76,7 @@ impl Loader {
             cp_size: cfg.cp_size,
             positions: cfg.positions,
             mask_doc_boundaries: cfg.mask_doc_boundaries,
+            read: cfg.read,
             release_pages: cfg.release_pages,
             in_file_order: !cfg.shuffle,
             batch_layout: cfg.layout,
@@ -92,6 +95,7 @@ impl Loader {
             pos,
             received: 0,
             spare: None,
+            scratch: RawTokens::default(),
             done: false,
         })
     }
@@ -139,9 +143,12 @@ impl Loader {
         sources: &[OpenSource],
         layout: &Layout,
         spare: Option<Batch>,
+        scratch: &mut RawTokens,
     ) -> Option<Result<(Batch, Position)>> {
         match planner.plan_step() {
-            Ok(Some(p)) => Some(assemble(sources, &p, layout, spare).map(|b| (b, p.after))),
+            Ok(Some(p)) => {
+                Some(assemble(sources, &p, layout, spare, scratch).map(|b| (b, p.after)))
+            }
             Ok(None) => None,
             Err(e) => Some(Err(e)),
         }
@@ -193,14 +200,17 @@ fn worker(
     stop: &AtomicBool,
 ) {
     let mut i = 0usize;
+    let mut scratch = RawTokens::default();
     while !stop.load(Ordering::Relaxed) {
         let mine = i % n == w;
         // Every worker hits the same end or planning error at the same step; only its owner reports it.
         let msg = match planner.plan_step() {
-            Ok(Some(p)) if mine => match assemble(sources, &p, &layout, pool.try_recv().ok()) {
-                Ok(b) => Msg::Batch(Box::new(b), p.after),
-                Err(e) => Msg::Err(e),
-            },
+            Ok(Some(p)) if mine => {
+                match assemble(sources, &p, &layout, pool.try_recv().ok(), &mut scratch) {
+                    Ok(b) => Msg::Batch(Box::new(b), p.after),
+                    Err(e) => Msg::Err(e),
+                }
+            }
             Ok(Some(_)) => {
                 i += 1;
                 continue;
@@ -225,7 +235,14 @@ impl Iterator for Loader {
         }
         let got = match &mut self.engine {
             Engine::Inline(planner) => {
-                Self::next_inline(planner, &self.sources, &self.layout, self.spare.take())
+                let spare = self.spare.take();
+                Self::next_inline(
+                    planner,
+                    &self.sources,
+                    &self.layout,
+                    spare,
+                    &mut self.scratch,
+                )
             }
             Engine::Threads { rxs, .. } => {
                 let w = (self.received % rxs.len() as u64) as usize;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use rsd_loader::synth::{self, SynthSpec};
 use rsd_loader::{
     Batch, BatchLayout, Batching, Loader, LoaderConfig, LoaderError, LoaderState, Positions,
-    RawTokens, Source, IGNORE_INDEX,
+    RawTokens, ReadMethod, Source, IGNORE_INDEX,
 };
 use rsd_shard::ShardSet;
 
@@ -571,6 +571,40 @@ fn damaged_shards_give_errors_naming_the_file_and_offset() {
         "{err}"
     );
     assert!(results[..results.len() - 1].iter().all(|r| r.is_ok()));
+
+    // The .bin shrinks after the loader opened it: with `pread` (the default) the read of a sample
+    // past the new end is an error naming the file and byte, in both layouts, inline and threaded
+    // (a read through the map would be killed by SIGBUS instead).
+    for (layout, workers) in [(BatchLayout::Full, 0), (BatchLayout::Compact, 2)] {
+        let d = make(tmp.path(), &format!("shrunk-{workers}"), {
+            SynthSpec {
+                samples: 40,
+                seq_len: 16,
+                ..Default::default()
+            }
+        });
+        let mut c = cfg(&[(&d, 1.0)]);
+        (c.layout, c.workers, c.shuffle, c.prefetch) = (layout, workers, false, 1);
+        let mut loader = Loader::new(c).unwrap();
+        let bin = d.join("shard-00000.bin");
+        let len = std::fs::metadata(&bin).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&bin)
+            .unwrap()
+            .set_len(len / 2)
+            .unwrap();
+        let err = loader
+            .by_ref()
+            .find_map(|r| r.err())
+            .expect("a read past the new end fails")
+            .to_string();
+        assert!(
+            err.contains("shard-00000.bin") && err.contains("at byte") && err.contains("truncated"),
+            "{err}"
+        );
+        assert!(loader.next().is_none(), "the stream ends after the error");
+    }
 }
 
 #[test]
@@ -663,7 +697,8 @@ fn stored_row(set: &ShardSet, s: &rsd_loader::SampleId) -> (Vec<i32>, bool) {
 /// The compact layout hands over the ids as stored plus the row facts; `materialize` must
 /// reproduce the full layout exactly — fixed and mixed shards, with and without CP (every rank),
 /// DP ranks, shuffled and sequential, sample and token batching, with the pack's tail padding —
-/// and every other field must equal the full layout's.
+/// and every other field must equal the full layout's. Both read methods give identical batches in
+/// both layouts (`pread` reads each CP chunk with the id after it; the map path slices the row).
 #[test]
 fn compact_layout_materialises_to_the_full_layout() {
     let tmp = tempfile::tempdir().unwrap();
@@ -711,19 +746,27 @@ fn compact_layout_materialises_to_the_full_layout() {
                                 "{} {batching:?} cp {cp_rank}/{cp} dp {dp_rank}/2 shuffle {shuffle}",
                                 dir.display()
                             );
-                            let full = collect(base.clone(), 6);
-                            let compact = collect(
-                                LoaderConfig {
-                                    layout: BatchLayout::Compact,
-                                    ..base
-                                },
-                                6,
-                            );
+                            let run = |layout, read| {
+                                collect(
+                                    LoaderConfig {
+                                        layout,
+                                        read,
+                                        ..base.clone()
+                                    },
+                                    6,
+                                )
+                            };
+                            let full = run(BatchLayout::Full, ReadMethod::Map);
+                            let compact = run(BatchLayout::Compact, ReadMethod::Pread);
                             assert_eq!(full.len(), compact.len(), "{what}");
                             for (f, c) in full.iter().zip(&compact) {
                                 compare_layouts(f, c, &set, &what);
                                 compared += 1;
                             }
+                            let full_pread = run(BatchLayout::Full, ReadMethod::Pread);
+                            assert_eq!(full_pread, full, "{what}: full layout, pread vs map");
+                            let compact_map = run(BatchLayout::Compact, ReadMethod::Map);
+                            assert_eq!(compact_map, compact, "{what}: compact, map vs pread");
                         }
                     }
                 }
@@ -880,13 +923,20 @@ fn compact_batches_recycle_without_new_allocations() {
     }
 }
 
-/// A config serialized before `layout` existed still loads, as the full layout.
+/// A config serialized before `layout` and `read` existed still loads: full layout, pread.
 #[test]
 fn configs_serialized_without_a_layout_load_as_full() {
-    let mut v = serde_json::to_value(LoaderConfig::default()).unwrap();
+    let mut v = serde_json::to_value(LoaderConfig {
+        read: ReadMethod::Map,
+        ..LoaderConfig::default()
+    })
+    .unwrap();
+    assert_eq!(v["read"], "map");
     v.as_object_mut().unwrap().remove("layout");
+    v.as_object_mut().unwrap().remove("read");
     let c: LoaderConfig = serde_json::from_value(v).unwrap();
     assert_eq!(c.layout, BatchLayout::Full);
+    assert_eq!(c.read, ReadMethod::Pread);
     let v = serde_json::to_value(LoaderConfig {
         layout: BatchLayout::Compact,
         ..LoaderConfig::default()

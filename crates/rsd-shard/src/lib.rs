@@ -31,7 +31,7 @@ pub use manifest::{
     Manifest, ShardInfo, SourceInfo, TokenizerInfo, Totals, FORMAT_NAME, FORMAT_VERSION,
     MANIFEST_FILE,
 };
-pub use reader::{Sample, Shard, ShardSet, Tokens};
+pub use reader::{Sample, Shard, ShardSet, TokenElem, Tokens};
 pub use verify::{verify, VerifyOptions, VerifyReport};
 pub use writer::{ShardSetWriter, ShardWriter};
 

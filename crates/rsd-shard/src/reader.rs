@@ -1,4 +1,6 @@
 use std::fs::File;
+use std::mem::MaybeUninit;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -63,6 +65,24 @@ impl<'a> Tokens<'a> {
     }
 }
 
+/// The element types token ids are read into: `u16` from uint16 shards, `i32` from int32 shards
+/// (the stored width, so reading is a plain byte copy).
+pub trait TokenElem: Copy + private::Sealed {
+    /// The shard dtype this type holds.
+    const DTYPE: TokenDtype;
+}
+impl TokenElem for u16 {
+    const DTYPE: TokenDtype = TokenDtype::Uint16;
+}
+impl TokenElem for i32 {
+    const DTYPE: TokenDtype = TokenDtype::Int32;
+}
+mod private {
+    pub trait Sealed {}
+    impl Sealed for u16 {}
+    impl Sealed for i32 {}
+}
+
 /// One packed sample: its tokens and the lengths of the document pieces inside it.
 #[derive(Debug, Clone)]
 pub struct Sample<'a> {
@@ -77,6 +97,8 @@ pub struct Shard {
     bin_path: PathBuf,
     idx_path: PathBuf,
     bin: Mmap,
+    /// The `.bin` opened for `pread` ([`Shard::append_tokens`]): copies that leave the map alone.
+    bin_file: File,
     idx: Mmap,
     header: IdxHeader,
     /// [`Shard::release_behind`]'s cursor: bytes below it have been released.
@@ -97,11 +119,12 @@ fn block_span(start: usize, end: usize, len: usize) -> (usize, usize) {
 /// file (another epoch) rather than a worker that lags a little.
 const RESTART_LAG: usize = 64 << 20;
 
-fn map(path: &Path) -> Result<Mmap> {
+fn map(path: &Path) -> Result<(Mmap, File)> {
     let file = File::open(path).map_err(|e| ShardError::io(path, e))?;
     // SAFETY: shards are written once and renamed into place; nothing rewrites them in place.
     // A file truncated under us would fault, which is the documented mmap caveat.
-    unsafe { Mmap::map(&file) }.map_err(|e| ShardError::io(path, e))
+    let map = unsafe { Mmap::map(&file) }.map_err(|e| ShardError::io(path, e))?;
+    Ok((map, file))
 }
 
 impl Shard {
@@ -109,13 +132,14 @@ impl Shard {
     pub fn open(prefix: &Path) -> Result<Shard> {
         let bin_path = prefix.with_extension("bin");
         let idx_path = prefix.with_extension("idx");
-        let idx = map(&idx_path)?;
+        let (idx, _) = map(&idx_path)?;
         let header = IdxHeader::parse(&idx, &idx_path)?;
-        let bin = map(&bin_path)?;
+        let (bin, bin_file) = map(&bin_path)?;
         let shard = Shard {
             bin_path,
             idx_path,
             bin,
+            bin_file,
             idx,
             header,
             released_below: AtomicUsize::new(0),
@@ -329,6 +353,91 @@ impl Shard {
                 Err(now) => cursor = now,
             }
         }
+    }
+
+    /// Append the tokens stored at bytes `start..end` of the `.bin` to `out`, read with `pread`
+    /// straight into `out`'s spare capacity: one copy from the page cache, like copying out of the
+    /// map, but without touching this process's page tables — nothing to fault in per sample, and
+    /// nothing to release afterwards, so RSS does not grow with the amount read (see
+    /// docs/LOADER.md, "Reading"). `T` must match the shard's dtype and the range its element size.
+    pub fn append_tokens<T: TokenElem>(
+        &self,
+        start: usize,
+        end: usize,
+        out: &mut Vec<T>,
+    ) -> Result<()> {
+        let size = std::mem::size_of::<T>();
+        if T::DTYPE != self.header.dtype || start % size != 0 || end < start || end % size != 0 {
+            return Err(ShardError::Invalid(format!(
+                "{}: cannot read bytes {start}..{end} as {} tokens (the shard holds {})",
+                self.bin_path.display(),
+                T::DTYPE.name(),
+                self.header.dtype.name()
+            )));
+        }
+        let n = (end - start) / size;
+        out.reserve(n);
+        let spare = &mut out.spare_capacity_mut()[..n];
+        // SAFETY: a slice of `MaybeUninit<T>` viewed as its `n * size` bytes, which may be
+        // uninitialised either way; `T` (u16/i32) has no padding and is at least byte-aligned.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast::<MaybeUninit<u8>>(), n * size)
+        };
+        self.pread_bin(start, bytes)?;
+        // SAFETY: `pread_bin` wrote all `n * size` bytes, and every bit pattern is a valid u16/i32.
+        unsafe { out.set_len(out.len() + n) };
+        Ok(())
+    }
+
+    /// Fill `dst` with the `.bin`'s bytes from `start` on (`pread`, retried when interrupted or
+    /// short). A file that ends early (truncated after it was opened) is named with the offset.
+    fn pread_bin(&self, start: usize, dst: &mut [MaybeUninit<u8>]) -> Result<()> {
+        let end = start.saturating_add(dst.len());
+        if end > self.bin.len() {
+            return Err(ShardError::Invalid(format!(
+                "{}: bytes {start}..{end} are past the end of the {}-byte file",
+                self.bin_path.display(),
+                self.bin.len()
+            )));
+        }
+        let mut done = 0;
+        while done < dst.len() {
+            let rest = &mut dst[done..];
+            let at = (start + done) as libc::off_t;
+            // SAFETY: `rest` is writable memory of `rest.len()` bytes and pread writes at most that
+            // many; the descriptor is owned by `self` and open.
+            let got = unsafe {
+                libc::pread(
+                    self.bin_file.as_raw_fd(),
+                    rest.as_mut_ptr().cast(),
+                    rest.len(),
+                    at,
+                )
+            };
+            if got < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                let what = format!("reading bytes {}..{end}: {e}", start + done);
+                return Err(ShardError::io(
+                    &self.bin_path,
+                    std::io::Error::new(e.kind(), what),
+                ));
+            }
+            if got == 0 {
+                return Err(ShardError::corrupt(
+                    &self.bin_path,
+                    (start + done) as u64,
+                    format!(
+                        "the file ends here, but bytes up to {end} were expected (was it \
+                         truncated or replaced while open?)"
+                    ),
+                ));
+            }
+            done += got as usize;
+        }
+        Ok(())
     }
 
     /// Sample `i`: zero-copy tokens and piece lengths.

@@ -365,3 +365,88 @@ fn release_blocks_keeps_a_shuffled_pass_mapped_to_a_few_blocks_batched_or_not() 
     read_and_release(shard, &order, |_, _| {});
     assert!(mapped_kib(&bin).unwrap() >= 40 * 1024);
 }
+
+/// `append_tokens` reads what the map holds, appends after what `out` has, maps nothing, refuses
+/// a wrong dtype or a misaligned range, and names the file and offset when the `.bin` shrank after
+/// it was opened (where a read through the map would die with SIGBUS).
+#[test]
+fn append_tokens_reads_the_stored_ids_without_mapping_them() {
+    for dtype in [TokenDtype::Uint16, TokenDtype::Int32] {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = samples(12);
+        let infos = write_set(tmp.path(), dtype, 1 << 20, &data);
+        manifest(tmp.path(), dtype, 8, "fixed", infos);
+        let set = ShardSet::open(tmp.path()).unwrap();
+        let shard = &set.shards()[0];
+        let size = dtype.size();
+        for i in 0..shard.num_samples() {
+            let (_, _, lo, hi) = shard.sample_span(i).unwrap();
+            let want: Vec<u32> = data[i].0.clone();
+            // Appended after existing contents, and a sub-range (tokens 2..7).
+            match dtype {
+                TokenDtype::Uint16 => {
+                    let mut out = vec![7u16];
+                    shard.append_tokens(lo, hi, &mut out).unwrap();
+                    shard
+                        .append_tokens(lo + 2 * size, lo + 7 * size, &mut out)
+                        .unwrap();
+                    let got: Vec<u32> = out.iter().map(|&x| x as u32).collect();
+                    assert_eq!(got[0], 7);
+                    assert_eq!(&got[1..9], &want[..], "sample {i}");
+                    assert_eq!(&got[9..], &want[2..7], "sample {i}");
+                    let mut wrong: Vec<i32> = vec![];
+                    let e = shard.append_tokens(lo, hi, &mut wrong).unwrap_err();
+                    assert!(e.to_string().contains("holds uint16"), "{e}");
+                }
+                TokenDtype::Int32 => {
+                    let mut out: Vec<i32> = vec![];
+                    shard.append_tokens(lo, hi, &mut out).unwrap();
+                    let got: Vec<u32> = out.iter().map(|&x| x as u32).collect();
+                    assert_eq!(got, want, "sample {i}");
+                    let e = shard.append_tokens(lo + 1, hi, &mut out).unwrap_err();
+                    assert!(e.to_string().contains(&format!("bytes {}", lo + 1)), "{e}");
+                }
+            }
+        }
+        // Past the end of the file: refused, nothing appended.
+        let len = shard.bin_bytes().len();
+        let mut out: Vec<i32> = vec![];
+        let mut out16: Vec<u16> = vec![];
+        let e = match dtype {
+            TokenDtype::Uint16 => shard.append_tokens(len - 2, len + 2, &mut out16),
+            TokenDtype::Int32 => shard.append_tokens(len - 4, len + 4, &mut out),
+        }
+        .unwrap_err();
+        assert!(e.to_string().contains("past the end"), "{e}");
+        assert!(out.is_empty() && out16.is_empty());
+        // Nothing of the `.bin` was mapped by the reads (smaps, where there is one).
+        let bin = std::fs::canonicalize(shard.bin_path()).unwrap();
+        if let Some(kib) = mapped_kib(&bin) {
+            assert_eq!(kib, 0, "pread must not map the .bin");
+        }
+        // The file shrinks while open: the read that reaches past the new end names file and byte.
+        let cut = len - 3 * size;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(shard.bin_path())
+            .unwrap()
+            .set_len(cut as u64)
+            .unwrap();
+        let e = match dtype {
+            TokenDtype::Uint16 => shard.append_tokens(len - 8 * size, len, &mut out16),
+            TokenDtype::Int32 => shard.append_tokens(len - 8 * size, len, &mut out),
+        }
+        .unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains(shard.bin_path().to_str().unwrap())
+                && msg.contains(&format!("at byte {cut}"))
+                && msg.contains("truncated"),
+            "{msg}"
+        );
+        assert!(
+            out.is_empty() && out16.is_empty(),
+            "nothing half-read is kept"
+        );
+    }
+}
