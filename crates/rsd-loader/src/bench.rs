@@ -54,6 +54,36 @@ pub fn memcpy_limit(dir: &Path, max_bytes: u64, repeat: usize) -> Result<f64> {
     Ok(best)
 }
 
+/// The kernel's own copy of page-cached data: `pread` of 1 MiB pieces of the `.bin` files of `dir`
+/// into a reused buffer, in file order, best of `repeat` passes over at most `max_bytes` (bytes/s).
+/// Any reader that keeps RSS flat either copies through the kernel like this or maps pages afresh;
+/// against [`memcpy_limit`] it shows what the kernel's copy path costs on this machine.
+pub fn pread_limit(dir: &Path, max_bytes: u64, repeat: usize) -> Result<f64> {
+    let set = ShardSet::open(dir)?;
+    let chunk = 1 << 20;
+    let mut buf = RawTokens::default();
+    let mut best = 0f64;
+    for _ in 0..repeat.max(1) + 1 {
+        let start = Instant::now();
+        let mut copied = 0u64;
+        'outer: for shard in set.shards() {
+            let len = shard.bin_bytes().len();
+            for lo in (0..len).step_by(chunk) {
+                let hi = (lo + chunk).min(len);
+                buf.clear();
+                buf.read_bytes(shard, lo, hi)?;
+                std::hint::black_box(&mut buf);
+                copied += (hi - lo) as u64;
+                if copied >= max_bytes {
+                    break 'outer;
+                }
+            }
+        }
+        best = best.max(copied as f64 / start.elapsed().as_secs_f64().max(1e-9));
+    }
+    Ok(best)
+}
+
 /// How [`sample_copy_rate`] copies each sample.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SampleCopies {
