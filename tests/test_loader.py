@@ -185,18 +185,26 @@ def test_damaged_shard_errors_name_the_file(data, tmp_path):
 
 
 def test_bench_reports_both_layouts(data):
-    """`rsd-data bench --layout both` measures the full and the compact layout in one run, each
-    line naming its layout and its fraction of the memcpy limit."""
+    """`rsd-data bench` measures the full and the compact layout, each read with pread and through
+    the map, in one run; each line names its layout, read method and fraction of the memcpy limit,
+    with one pass per round."""
     out = rsd("bench", data["books"], "--json", "--workers", "0,1", "--seconds", "0.2",
-              "--memcpy-bytes", "1MiB").stdout
+              "--rounds", "2", "--memcpy-bytes", "1MiB").stdout
     lines = [json.loads(line) for line in out.splitlines()]
     assert lines[0]["what"] == "memcpy_limit" and lines[0]["bytes_per_s"] > 0
+    assert lines[0]["pread_1mib_bytes_per_s"] > 0
+    copies = [r for r in lines if r["what"] == "sample_copies"]
+    assert len(copies) == 2 and all(r["pread_bytes_per_s"] > 0 for r in copies)
     runs = [r for r in lines if r["what"] == "loader"]
-    seen = {(r["layout"], r["order"], r["workers"]) for r in runs}
-    assert seen == {(lay, order, w) for lay in ("full", "compact")
+    seen = {(r["layout"], r["read"], r["order"], r["workers"]) for r in runs}
+    assert seen == {(lay, read, order, w) for lay in ("full", "compact") for read in ("pread", "map")
                     for order in ("sequential", "shuffled") for w in (0, 1)}
     for r in runs:
-        assert r["fraction_of_memcpy"] > 0 and r["report"]["tokens"] > 0, r
+        assert len(r["rounds"]) == 2, r
+        assert r["fraction_of_memcpy"] > 0 and all(x["report"]["tokens"] > 0 for x in r["rounds"]), r
+        rates = sorted(x["report"]["bytes_per_s"] for x in r["rounds"])
+        assert rates[0] <= r["bytes_per_s"] <= rates[-1], r
     human = rsd("bench", data["books"], "--workers", "0", "--seconds", "0.1", "--layout", "compact",
-                "--memcpy-bytes", "1MiB").stdout
+                "--read", "pread", "--rounds", "1", "--memcpy-bytes", "1MiB").stdout
+    assert " map " not in human and "pread" in human
     assert "compact" in human and " full " not in human and "% of memcpy" in human

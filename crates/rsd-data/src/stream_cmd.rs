@@ -242,8 +242,12 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 4)]
     prefetch: usize,
     /// Seconds per measured pass (a pass also stops at the end of --epochs epochs).
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = 2.0)]
     seconds: f64,
+    /// Passes per row, each right after its own memcpy and sample-copy references; a row reports
+    /// the medians (a shared VM's speed drifts by tens of percent within minutes).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
     /// Epochs per measured pass at most: one epoch of a fast layout can take only 0.1 s, too short
     /// to time on a noisy machine. With page release (the default) every epoch re-reads through
     /// fresh mappings, so later epochs cost the same as the first; with --no-release they do not.
@@ -397,38 +401,69 @@ pub fn bench(a: BenchArgs) -> Result<()> {
                     release_pages: !a.no_release,
                     ..LoaderConfig::default()
                 };
-                // The VM's speed drifts by tens of percent over minutes: the references this row
-                // is divided by are measured again right before its pass (512 MiB each).
+                // The VM's speed drifts by tens of percent over minutes: each pass is divided by
+                // references measured right before it (512 MiB each), and the row reports medians.
                 let near = a.memcpy_bytes.min(512 << 20);
-                let limit = memcpy_limit(&a.dir, near, 1)?;
                 // The same copies without the loader, read the same way as in this pass.
                 let how = match (read, a.no_release) {
                     (ReadMethod::Pread, _) => SampleCopies::Pread,
                     (ReadMethod::Map, false) => SampleCopies::ReleasedMapping,
                     (ReadMethod::Map, true) => SampleCopies::BuiltMapping,
                 };
-                let floor = sample_copy_rate(&a.dir, near, shuffle, how, 1)?;
-                let r = pass(cfg, bpt, u64::MAX, a.seconds)?;
+                let mut rounds = Vec::new();
+                for _ in 0..a.rounds.max(1) {
+                    let limit = memcpy_limit(&a.dir, near, 1)?;
+                    let floor = sample_copy_rate(&a.dir, near, shuffle, how, 1)?;
+                    let r = pass(cfg.clone(), bpt, u64::MAX, a.seconds)?;
+                    rounds.push((limit, floor, r));
+                }
                 let order = if shuffle { "shuffled" } else { "sequential" };
+                let of_memcpy: Vec<f64> =
+                    rounds.iter().map(|(l, _, r)| r.bytes_per_s / l).collect();
+                let of_copies: Vec<f64> =
+                    rounds.iter().map(|(_, f, r)| r.bytes_per_s / f).collect();
+                let med = |v: Vec<f64>| median(&v);
+                let bytes_per_s = med(rounds.iter().map(|(_, _, r)| r.bytes_per_s).collect());
+                let limit = med(rounds.iter().map(|(l, _, _)| *l).collect());
+                let floor = med(rounds.iter().map(|(_, f, _)| *f).collect());
+                let first_ms = med(rounds.iter().map(|(_, _, r)| r.first_batch_ms).collect());
+                let mib = |b: u64| b as f64 / 1048576.0;
+                let rss_start = rounds
+                    .iter()
+                    .map(|(_, _, r)| r.rss_start)
+                    .min()
+                    .unwrap_or(0);
+                let rss_max = rounds.iter().map(|(_, _, r)| r.rss_max).max().unwrap_or(0);
+                let rss_end = rounds.last().map_or(0, |(_, _, r)| r.rss_end);
+                let file_max = rounds
+                    .iter()
+                    .map(|(_, _, r)| r.rss_file_max)
+                    .max()
+                    .unwrap_or(0);
+                let (lo, hi) = of_memcpy
+                    .iter()
+                    .fold((f64::MAX, 0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+                let reports: Vec<_> = rounds.iter().map(|(l, f, r)| json!({"memcpy_limit_before": l, "sample_copies_before": f, "report": r})).collect();
                 emit(
                 json!({"what": "loader", "layout": lname, "read": rname, "order": order, "workers": workers, "batch_size": a.batch_size, "release_pages": !a.no_release,
-                       "memcpy_limit_before": limit, "sample_copies_before": floor,
-                       "fraction_of_memcpy": r.bytes_per_s / limit, "fraction_of_sample_copies": r.bytes_per_s / floor, "report": r}),
+                       "bytes_per_s": bytes_per_s, "tokens_per_s": bytes_per_s / bpt as f64,
+                       "fraction_of_memcpy": median(&of_memcpy), "fraction_of_sample_copies": median(&of_copies),
+                       "rounds": reports}),
                 format!(
-                    "{lname:>7} {rname:>5} {order:>10} workers={workers}: {:>7.1} M tok/s {:>6.2} GB/s ({:>3.0}% of memcpy at {:.1}, {:>3.0}% of the sample copies at {:.1}), first batch {:.1} ms, RSS {:.0}→max {:.0}→end {:.0} MiB (file-backed max {:.0} MiB), {} batches in {:.1}s",
-                    r.tokens_per_s / 1e6,
-                    r.bytes_per_s / 1e9,
-                    100.0 * r.bytes_per_s / limit,
+                    "{lname:>7} {rname:>5} {order:>10} workers={workers}: {:>7.1} M tok/s {:>6.2} GB/s ({:>3.0}% of memcpy at {:.1} [rounds {:.0}–{:.0}%], {:>3.0}% of the sample copies at {:.1}), first batch {:.1} ms, RSS {:.0}→max {:.0}→end {:.0} MiB (file-backed max {:.0} MiB)",
+                    bytes_per_s / bpt as f64 / 1e6,
+                    bytes_per_s / 1e9,
+                    100.0 * median(&of_memcpy),
                     limit / 1e9,
-                    100.0 * r.bytes_per_s / floor,
+                    100.0 * lo,
+                    100.0 * hi,
+                    100.0 * median(&of_copies),
                     floor / 1e9,
-                    r.first_batch_ms,
-                    r.rss_start as f64 / 1048576.0,
-                    r.rss_max as f64 / 1048576.0,
-                    r.rss_end as f64 / 1048576.0,
-                    r.rss_file_max as f64 / 1048576.0,
-                    r.batches,
-                    r.seconds
+                    first_ms,
+                    mib(rss_start),
+                    mib(rss_max),
+                    mib(rss_end),
+                    mib(file_max),
                 ),
             );
             }
@@ -439,4 +474,15 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         println!("process RSS now {:.0} MiB", now as f64 / 1048576.0);
     }
     Ok(())
+}
+
+/// The median (the mean of the middle two for an even count; 0 for none).
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }
