@@ -367,7 +367,8 @@ impl Shard {
         out: &mut Vec<T>,
     ) -> Result<()> {
         let size = std::mem::size_of::<T>();
-        if T::DTYPE != self.header.dtype || start % size != 0 || end < start || end % size != 0 {
+        let aligned = start.is_multiple_of(size) && end.is_multiple_of(size);
+        if T::DTYPE != self.header.dtype || !aligned || end < start {
             return Err(ShardError::Invalid(format!(
                 "{}: cannot read bytes {start}..{end} as {} tokens (the shard holds {})",
                 self.bin_path.display(),
