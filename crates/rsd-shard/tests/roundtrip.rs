@@ -379,9 +379,9 @@ fn append_tokens_reads_the_stored_ids_without_mapping_them() {
         let set = ShardSet::open(tmp.path()).unwrap();
         let shard = &set.shards()[0];
         let size = dtype.size();
-        for i in 0..shard.num_samples() {
+        assert_eq!(shard.num_samples(), data.len());
+        for (i, (want, _)) in data.iter().enumerate() {
             let (_, _, lo, hi) = shard.sample_span(i).unwrap();
-            let want: Vec<u32> = data[i].0.clone();
             // Appended after existing contents, and a sub-range (tokens 2..7).
             match dtype {
                 TokenDtype::Uint16 => {
@@ -402,7 +402,7 @@ fn append_tokens_reads_the_stored_ids_without_mapping_them() {
                     let mut out: Vec<i32> = vec![];
                     shard.append_tokens(lo, hi, &mut out).unwrap();
                     let got: Vec<u32> = out.iter().map(|&x| x as u32).collect();
-                    assert_eq!(got, want, "sample {i}");
+                    assert_eq!(&got, want, "sample {i}");
                     let e = shard.append_tokens(lo + 1, hi, &mut out).unwrap_err();
                     assert!(e.to_string().contains(&format!("bytes {}", lo + 1)), "{e}");
                 }
