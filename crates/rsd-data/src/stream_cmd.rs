@@ -238,9 +238,12 @@ pub struct BenchArgs {
     /// Samples per batch.
     #[arg(long, default_value_t = 1)]
     batch_size: usize,
-    /// Prefetch depth (batches).
+    /// Prefetch depth (batches), at least.
     #[arg(long, default_value_t = 4)]
     prefetch: usize,
+    /// Prefetched bytes, at least: small batches get a deeper window (the loader's default).
+    #[arg(long, default_value = "8MiB", value_parser = crate::parse_size)]
+    prefetch_bytes: u64,
     /// Seconds per measured pass (a pass also stops at the end of --epochs epochs).
     #[arg(long, default_value_t = 2.0)]
     seconds: f64,
@@ -396,6 +399,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
                     shuffle,
                     workers,
                     prefetch: a.prefetch,
+                    prefetch_bytes: a.prefetch_bytes,
                     epochs: Some(a.epochs.max(1)),
                     read,
                     release_pages: !a.no_release,

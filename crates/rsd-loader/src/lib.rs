@@ -95,8 +95,15 @@ pub struct LoaderConfig {
     pub positions: Positions,
     /// Ignore the label of each document's last token; `None` = on for mixed shards only.
     pub mask_doc_boundaries: Option<bool>,
-    /// Batches assembled ahead of the consumer (the total depth of the bounded channels).
+    /// Batches assembled ahead of the consumer (the total depth of the bounded channels), at
+    /// least: see `prefetch_bytes`.
     pub prefetch: usize,
+    /// Bytes of batches assembled ahead, at least: the depth is raised to cover this much when
+    /// batches are small. A few batches of 128 KiB are gone in tens of microseconds, shorter than a
+    /// scheduler's hiccup, and the workers then stall on full channels; measured on 64K-token rows
+    /// (docs/BENCHMARKS-loader.md). Absent in a serialized config from before the field: 8 MiB.
+    #[serde(default = "default_prefetch_bytes")]
+    pub prefetch_bytes: u64,
     /// Assembling threads; 0 assembles on the caller's thread.
     pub workers: usize,
     /// Verify every shard's checksums when opening (reads all bytes once).
@@ -112,6 +119,29 @@ pub struct LoaderConfig {
     /// config from before the field existed: `Full`.
     #[serde(default)]
     pub layout: BatchLayout,
+}
+
+fn default_prefetch_bytes() -> u64 {
+    8 << 20
+}
+
+impl LoaderConfig {
+    /// Batches the workers keep ready: `prefetch`, raised to cover `prefetch_bytes` of this rank's
+    /// batches at their largest (full rows of `seq_len` tokens; the full layout holds three `i32`
+    /// arrays per token, the compact one the stored ids), capped at 1024.
+    pub fn prefetch_depth(&self, seq_len: u64, token_bytes: u64) -> usize {
+        let tokens = match self.batching {
+            Batching::Samples(rows) => rows as u64 * seq_len,
+            Batching::Tokens(budget) => (budget as u64).max(seq_len),
+        };
+        let per_token = match self.layout {
+            BatchLayout::Full => 12,
+            BatchLayout::Compact => token_bytes,
+        };
+        let batch_bytes = (tokens.div_ceil(self.cp_size.max(1) as u64) * per_token).max(1);
+        let for_bytes = self.prefetch_bytes.div_ceil(batch_bytes).min(1024) as usize;
+        self.prefetch.max(for_bytes).max(1)
+    }
 }
 
 impl Default for LoaderConfig {
@@ -130,6 +160,7 @@ impl Default for LoaderConfig {
             positions: Positions::Auto,
             mask_doc_boundaries: None,
             prefetch: 4,
+            prefetch_bytes: default_prefetch_bytes(),
             workers: 2,
             verify: false,
             read: ReadMethod::Pread,

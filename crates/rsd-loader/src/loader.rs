@@ -162,9 +162,11 @@ fn spawn(
     planner: Planner,
 ) -> Result<Engine> {
     let n = cfg.workers;
+    let manifest = sources[0].set.manifest();
+    let prefetch = cfg.prefetch_depth(manifest.seq_len, manifest.dtype.size() as u64);
     // Returned batches wait here for a worker to refill them; bounded so an unused pool stays small.
-    let (pool_tx, pool_rx) = bounded::<Batch>(cfg.prefetch + n);
-    let depth = cfg.prefetch.div_ceil(n).max(1);
+    let (pool_tx, pool_rx) = bounded::<Batch>(prefetch + n);
+    let depth = prefetch.div_ceil(n).max(1);
     let stop = Arc::new(AtomicBool::new(false));
     let mut rxs = Vec::with_capacity(n);
     let mut handles = Vec::with_capacity(n);

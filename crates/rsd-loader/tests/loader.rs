@@ -932,15 +932,85 @@ fn configs_serialized_without_a_layout_load_as_full() {
     })
     .unwrap();
     assert_eq!(v["read"], "map");
-    v.as_object_mut().unwrap().remove("layout");
-    v.as_object_mut().unwrap().remove("read");
+    for field in ["layout", "read", "prefetch_bytes"] {
+        v.as_object_mut().unwrap().remove(field);
+    }
     let c: LoaderConfig = serde_json::from_value(v).unwrap();
     assert_eq!(c.layout, BatchLayout::Full);
     assert_eq!(c.read, ReadMethod::Pread);
+    assert_eq!(c.prefetch_bytes, 8 << 20);
     let v = serde_json::to_value(LoaderConfig {
         layout: BatchLayout::Compact,
         ..LoaderConfig::default()
     })
     .unwrap();
     assert_eq!(v["layout"], "compact");
+}
+
+/// The prefetch depth covers `prefetch_bytes` of this rank's largest batches, never less than
+/// `prefetch` batches, and the stream does not depend on it.
+#[test]
+fn prefetch_depth_covers_the_byte_floor() {
+    let c = LoaderConfig::default(); // 4 batches, 8 MiB, full layout, one row per batch
+                                     // 64K-token rows: full layout 12 B/token = 768 KiB per batch → 11 batches; compact u16 → 64.
+    assert_eq!(c.prefetch_depth(65_536, 2), 11);
+    let compact = LoaderConfig {
+        layout: BatchLayout::Compact,
+        ..c.clone()
+    };
+    assert_eq!(compact.prefetch_depth(65_536, 2), 64);
+    assert_eq!(compact.prefetch_depth(65_536, 4), 32);
+    // CP ranks hold 1/P of each row: more of them fit.
+    let cp = LoaderConfig {
+        cp_size: 4,
+        ..compact.clone()
+    };
+    assert_eq!(cp.prefetch_depth(65_536, 2), 256);
+    // Large batches: the batch count rules.
+    let big = LoaderConfig {
+        batching: Batching::Samples(8),
+        ..c.clone()
+    };
+    assert_eq!(big.prefetch_depth(524_288, 2), 4);
+    // A token budget bounds the batch (at least one full row).
+    let budget = LoaderConfig {
+        batching: Batching::Tokens(1 << 20),
+        layout: BatchLayout::Compact,
+        ..c.clone()
+    };
+    assert_eq!(budget.prefetch_depth(4096, 2), 4);
+    assert_eq!(budget.prefetch_depth(4 << 20, 2), 4);
+    let tiny = LoaderConfig {
+        batching: Batching::Tokens(16),
+        layout: BatchLayout::Compact,
+        ..c.clone()
+    };
+    assert_eq!(tiny.prefetch_depth(16, 2), 1024, "capped");
+    let off = LoaderConfig {
+        prefetch_bytes: 0,
+        ..compact
+    };
+    assert_eq!(off.prefetch_depth(65_536, 2), 4);
+
+    // Same stream with a shallow and a deep window, threaded.
+    let tmp = tempfile::tempdir().unwrap();
+    let d = make(
+        tmp.path(),
+        "a",
+        SynthSpec {
+            samples: 30,
+            seq_len: 64,
+            ..Default::default()
+        },
+    );
+    let base = LoaderConfig {
+        workers: 2,
+        ..cfg(&[(&d, 1.0)])
+    };
+    let shallow = LoaderConfig {
+        prefetch: 1,
+        prefetch_bytes: 0,
+        ..base.clone()
+    };
+    assert_eq!(collect(shallow, 40), collect(base, 40));
 }
