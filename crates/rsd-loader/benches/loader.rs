@@ -1,8 +1,9 @@
 //! Criterion benchmarks of the loader on synthetic shards (written once per run into a temp dir):
 //! one batch of one 64K- or 512K-token sample, sequential and shuffled, inline and with 1–2
 //! workers, in the full layout (i32 tokens, labels, positions) and the compact one (ids as stored:
-//! `compact-sequential`, `compact-shuffled`), against a plain memcpy of the same bytes (the
-//! physical limit).
+//! `compact-sequential`, `compact-shuffled`; `compact-map-…` copies out of the memory map instead
+//! of `pread`), against a plain memcpy of the same bytes (the physical limit) and a `pread` of
+//! them (the kernel's copy).
 //!
 //! `cargo bench -p rsd-loader` (set RSD_BENCH_TOKENS to change the dataset size, default 256M tokens).
 
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rsd_loader::synth::{self, SynthSpec};
-use rsd_loader::{BatchLayout, Batching, Loader, LoaderConfig, Source};
+use rsd_loader::{BatchLayout, Batching, Loader, LoaderConfig, ReadMethod, Source};
 
 fn bench(c: &mut Criterion) {
     let tokens: u64 = std::env::var("RSD_BENCH_TOKENS")
@@ -48,7 +49,29 @@ fn bench(c: &mut Criterion) {
                 std::hint::black_box(&buf);
             })
         });
-        for layout in [BatchLayout::Full, BatchLayout::Compact] {
+        // The kernel's copy of the same bytes (what `ReadMethod::Pread` is made of).
+        let shard = &set.shards()[0];
+        let mut ids: Vec<u16> = Vec::with_capacity(len as usize);
+        let mut at = 0usize;
+        g.bench_function("pread", |b| {
+            b.iter(|| {
+                if at + bytes as usize > bin.len() {
+                    at = 0;
+                }
+                ids.clear();
+                shard
+                    .append_tokens(at, at + bytes as usize, &mut ids)
+                    .expect("pread");
+                at += bytes as usize;
+                std::hint::black_box(&ids);
+            })
+        });
+        let variants = [
+            (BatchLayout::Full, ReadMethod::Pread),
+            (BatchLayout::Compact, ReadMethod::Pread),
+            (BatchLayout::Compact, ReadMethod::Map),
+        ];
+        for (layout, read) in variants {
             for shuffle in [false, true] {
                 for workers in [0usize, 1, 2] {
                     let cfg = LoaderConfig {
@@ -56,16 +79,17 @@ fn bench(c: &mut Criterion) {
                         batching: Batching::Samples(1),
                         shuffle,
                         workers,
-                        prefetch: 4,
                         layout,
+                        read,
                         ..LoaderConfig::default()
                     };
                     let mut loader = Loader::new(cfg).expect("loader");
                     let order = if shuffle { "shuffled" } else { "sequential" };
                     // Full keeps its old ids so earlier criterion baselines still compare.
-                    let name = match layout {
-                        BatchLayout::Full => order.to_string(),
-                        BatchLayout::Compact => format!("compact-{order}"),
+                    let name = match (layout, read) {
+                        (BatchLayout::Full, _) => order.to_string(),
+                        (BatchLayout::Compact, ReadMethod::Pread) => format!("compact-{order}"),
+                        (BatchLayout::Compact, ReadMethod::Map) => format!("compact-map-{order}"),
                     };
                     let id = BenchmarkId::new(name, format!("workers{workers}"));
                     g.bench_function(id, |b| {
