@@ -508,6 +508,18 @@ fn refuses_mismatched_sources_and_foreign_states() {
     assert!(matches!(Loader::new(bad), Err(LoaderError::Config(_))));
 }
 
+/// Truncate the first shard's `.bin` of `dir` to `keep(its length)` bytes.
+fn cut_first_bin(dir: &Path, keep: impl FnOnce(u64) -> u64) {
+    let bin = dir.join("shard-00000.bin");
+    let len = std::fs::metadata(&bin).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&bin)
+        .unwrap()
+        .set_len(keep(len))
+        .unwrap();
+}
+
 #[test]
 fn damaged_shards_give_errors_naming_the_file_and_offset() {
     let tmp = tempfile::tempdir().unwrap();
@@ -518,14 +530,7 @@ fn damaged_shards_give_errors_naming_the_file_and_offset() {
     };
     // Truncated .bin: refused at open.
     let d = make(tmp.path(), "trunc", spec.clone());
-    let bin = d.join("shard-00000.bin");
-    let len = std::fs::metadata(&bin).unwrap().len();
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&bin)
-        .unwrap()
-        .set_len(len - 2)
-        .unwrap();
+    cut_first_bin(&d, |len| len - 2);
     let msg = Loader::new(cfg(&[(&d, 1.0)])).err().unwrap().to_string();
     assert!(
         msg.contains("shard-00000.bin") && msg.contains("byte"),
@@ -549,7 +554,7 @@ fn damaged_shards_give_errors_naming_the_file_and_offset() {
 
     // A damaged length in the middle of the .idx: found when that sample is read, by a worker
     // thread, and delivered to the consumer as an error; then the stream ends (no hang, no panic).
-    let d = make(tmp.path(), "idx", spec);
+    let d = make(tmp.path(), "idx", spec.clone());
     let idx = d.join("shard-00000.idx");
     let mut bytes = std::fs::read(&idx).unwrap();
     let seq = 20usize; // a sequence (document piece) in the middle of the first shard
@@ -576,24 +581,11 @@ fn damaged_shards_give_errors_naming_the_file_and_offset() {
     // past the new end is an error naming the file and byte, in both layouts, inline and threaded
     // (a read through the map would be killed by SIGBUS instead).
     for (layout, workers) in [(BatchLayout::Full, 0), (BatchLayout::Compact, 2)] {
-        let d = make(tmp.path(), &format!("shrunk-{workers}"), {
-            SynthSpec {
-                samples: 40,
-                seq_len: 16,
-                ..Default::default()
-            }
-        });
+        let d = make(tmp.path(), &format!("shrunk-{workers}"), spec.clone());
         let mut c = cfg(&[(&d, 1.0)]);
         (c.layout, c.workers, c.shuffle, c.prefetch) = (layout, workers, false, 1);
         let mut loader = Loader::new(c).unwrap();
-        let bin = d.join("shard-00000.bin");
-        let len = std::fs::metadata(&bin).unwrap().len();
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&bin)
-            .unwrap()
-            .set_len(len / 2)
-            .unwrap();
+        cut_first_bin(&d, |len| len / 2);
         let err = loader
             .by_ref()
             .find_map(|r| r.err())
