@@ -20,6 +20,7 @@
 mod batch;
 pub mod bench;
 mod error;
+mod ids;
 mod loader;
 pub mod perm;
 mod plan;
@@ -29,6 +30,7 @@ pub mod synth;
 
 pub use batch::{Batch, BatchLayout, RawTokens, RowMeta, SampleId, IGNORE_INDEX};
 pub use error::{LoaderError, Result};
+pub use ids::IdBuf;
 pub use loader::Loader;
 pub use sources::{Pipeline, Source};
 pub use state::{LoaderState, SourceState, STATE_VERSION};

@@ -366,6 +366,39 @@ impl Shard {
         end: usize,
         out: &mut Vec<T>,
     ) -> Result<()> {
+        let n = self.token_count::<T>(start, end)?;
+        out.reserve(n);
+        let spare = &mut out.spare_capacity_mut()[..n];
+        // SAFETY: a slice of `MaybeUninit<T>` viewed as its `n * size` bytes, which may be
+        // uninitialised either way; `T` (u16/i32) has no padding and is at least byte-aligned.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(
+                spare.as_mut_ptr().cast::<MaybeUninit<u8>>(),
+                n * std::mem::size_of::<T>(),
+            )
+        };
+        self.pread_bin(start, bytes)?;
+        // SAFETY: `pread_bin` wrote all `n * size` bytes, and every bit pattern is a valid u16/i32.
+        unsafe { out.set_len(out.len() + n) };
+        Ok(())
+    }
+
+    /// Fill `dst` with the tokens stored from byte `start` of the `.bin` on, read with `pread`
+    /// (like [`Shard::append_tokens`], into storage the caller owns, e.g. aligned buffers).
+    pub fn read_tokens<T: TokenElem>(&self, start: usize, dst: &mut [T]) -> Result<()> {
+        let end = start.saturating_add(std::mem::size_of_val(dst));
+        self.token_count::<T>(start, end)?;
+        // SAFETY: `dst`'s bytes, viewed as possibly-uninitialised bytes; `pread_bin` only writes
+        // initialised bytes into them, and every bit pattern is a valid u16/i32.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<MaybeUninit<u8>>(), end - start)
+        };
+        self.pread_bin(start, bytes)
+    }
+
+    /// Tokens of type `T` in bytes `start..end`, after checking that `T` is the shard's dtype and
+    /// the range is whole tokens.
+    fn token_count<T: TokenElem>(&self, start: usize, end: usize) -> Result<usize> {
         let size = std::mem::size_of::<T>();
         let aligned = start.is_multiple_of(size) && end.is_multiple_of(size);
         if T::DTYPE != self.header.dtype || !aligned || end < start {
@@ -376,18 +409,7 @@ impl Shard {
                 self.header.dtype.name()
             )));
         }
-        let n = (end - start) / size;
-        out.reserve(n);
-        let spare = &mut out.spare_capacity_mut()[..n];
-        // SAFETY: a slice of `MaybeUninit<T>` viewed as its `n * size` bytes, which may be
-        // uninitialised either way; `T` (u16/i32) has no padding and is at least byte-aligned.
-        let bytes = unsafe {
-            std::slice::from_raw_parts_mut(spare.as_mut_ptr().cast::<MaybeUninit<u8>>(), n * size)
-        };
-        self.pread_bin(start, bytes)?;
-        // SAFETY: `pread_bin` wrote all `n * size` bytes, and every bit pattern is a valid u16/i32.
-        unsafe { out.set_len(out.len() + n) };
-        Ok(())
+        Ok((end - start) / size)
     }
 
     /// Fill `dst` with the `.bin`'s bytes from `start` on (`pread`, retried when interrupted or
