@@ -397,6 +397,13 @@ fn append_tokens_reads_the_stored_ids_without_mapping_them() {
                     let mut wrong: Vec<i32> = vec![];
                     let e = shard.append_tokens(lo, hi, &mut wrong).unwrap_err();
                     assert!(e.to_string().contains("holds uint16"), "{e}");
+                    // Into caller storage: the same ids; a misaligned start is refused.
+                    let mut dst = [0u16; 8];
+                    shard.read_tokens(lo, &mut dst).unwrap();
+                    let got: Vec<u32> = dst.iter().map(|&x| x as u32).collect();
+                    assert_eq!(&got, want, "sample {i}");
+                    let e = shard.read_tokens(lo + 1, &mut dst[..2]).unwrap_err();
+                    assert!(e.to_string().contains("cannot read bytes"), "{e}");
                 }
                 TokenDtype::Int32 => {
                     let mut out: Vec<i32> = vec![];
