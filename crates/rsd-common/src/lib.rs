@@ -1,0 +1,9 @@
+//! Small leaf helpers that several rsd crates need and none of them owns: one deterministic
+//! generator (the loader's shuffle keys, the model's initial weights and the trainer's
+//! perturbation draws all derive from it), the process's memory counters (progress lines and
+//! benchmarks), and a median (benchmark reports). No dependencies, nothing rsd-specific.
+#![deny(missing_docs)]
+
+pub mod mem;
+pub mod rng;
+pub mod stats;
