@@ -314,7 +314,7 @@ fn pack(a: PackArgs) -> Result<()> {
         tok.bos(),
         tok.eos(),
         a.out.display(),
-        if a.mode == Mode::Fixed { "fixed" } else { "mixed" },
+        a.mode,
         a.seq_len,
         a.workers,
         a.read_threads.max(1)

@@ -8,15 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
-/// How documents become samples.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// Contiguous windows of exactly `--len` tokens over the document stream.
-    Fixed,
-    /// Whole documents packed into samples of at most `--len` tokens (for document-masked training).
-    Mixed,
-}
+/// How documents become samples: the shard format's pack mode, as recorded in the manifest.
+pub use rsd_shard::PackMode as Mode;
 
 /// What happens to the last, partial window in `fixed` mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]

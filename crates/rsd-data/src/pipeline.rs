@@ -679,10 +679,7 @@ pub fn run(
             },
             dtype,
             seq_len: cfg.seq_len as u64,
-            mode: match cfg.mode {
-                Mode::Fixed => "fixed".into(),
-                Mode::Mixed => "mixed".into(),
-            },
+            mode: cfg.mode,
             pad_id: (totals.padding_tokens > 0).then_some(pad_id).flatten(),
             shards,
             totals,

@@ -5,11 +5,11 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use rsd_loader::bench::{memcpy_limit, pass, pread_limit, rss, sample_copy_rate, SampleCopies};
+use rsd_loader::bench::{memcpy_limit, pass, pread_limit, sample_copy_rate, SampleCopies};
 use rsd_loader::synth::{self, SynthSpec};
 use rsd_loader::{
-    BatchLayout, Batching, Loader, LoaderConfig, LoaderState, Pipeline, Positions, ReadMethod,
-    Source, IGNORE_INDEX,
+    BatchLayout, Batching, Dataset, Loader, LoaderConfig, LoaderState, Parallel, Pipeline,
+    Positions, Rank, ReadMethod, IGNORE_INDEX,
 };
 use serde_json::json;
 
@@ -31,7 +31,7 @@ pub struct SourceArgs {
 }
 
 impl SourceArgs {
-    fn sources(&self) -> Result<Vec<Source>> {
+    fn sources(&self) -> Result<Vec<Dataset>> {
         if let Some(p) = &self.pipeline {
             if !self.dirs.is_empty() {
                 bail!("give either DIR… or --pipeline, not both");
@@ -41,7 +41,7 @@ impl SourceArgs {
                 .clone()
                 .or_else(|| std::env::var_os("RSD_DATA_ROOT").map(PathBuf::from))
                 .unwrap_or_else(|| PathBuf::from("."));
-            return Ok(Pipeline::read(p, &root)?.sources);
+            return Ok(Pipeline::read(p, &root)?.datasets);
         }
         if self.dirs.is_empty() {
             bail!("no shard directory given (DIR… or --pipeline FILE)");
@@ -57,7 +57,7 @@ impl SourceArgs {
             .dirs
             .iter()
             .enumerate()
-            .map(|(i, d)| Source::new(d, self.weights.get(i).copied().unwrap_or(1.0)))
+            .map(|(i, d)| Dataset::new(d, self.weights.get(i).copied().unwrap_or(1.0)))
             .collect())
     }
 }
@@ -137,16 +137,16 @@ pub struct StreamArgs {
 pub fn stream(a: StreamArgs) -> Result<()> {
     let _ = a.format;
     let cfg = LoaderConfig {
-        sources: a.src.sources()?,
+        datasets: a.src.sources()?,
         seed: a.seed,
         epoch: a.epoch,
         epochs: a
             .epochs
             .or(if a.batches.is_none() { Some(1) } else { None }),
-        dp_rank: a.dp_rank,
-        dp_size: a.dp_size,
-        cp_rank: a.cp_rank,
-        cp_size: a.cp_size,
+        parallel: Parallel {
+            dp: Rank::new(a.dp_rank, a.dp_size),
+            cp: Rank::new(a.cp_rank, a.cp_size),
+        },
         batching: match a.token_budget {
             Some(t) => Batching::Tokens(t),
             None => Batching::Samples(a.batch_size),
@@ -195,7 +195,7 @@ pub fn stream(a: StreamArgs) -> Result<()> {
             let line = json!({
                 "step": b.step,
                 "row": row,
-                "source": id.source,
+                "source": id.dataset,
                 "shard": id.shard,
                 "index": id.index,
                 "global": id.global,
@@ -394,7 +394,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             for &workers in &a.workers {
                 let cfg = LoaderConfig {
                     layout,
-                    sources: vec![Source::new(&a.dir, 1.0)],
+                    datasets: vec![Dataset::new(&a.dir, 1.0)],
                     batching: Batching::Samples(a.batch_size),
                     shuffle,
                     workers,
@@ -473,7 +473,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             }
         }
     }
-    let (now, _) = rss();
+    let now = rsd_common::mem::Memory::now().rss;
     if !a.json {
         println!("process RSS now {:.0} MiB", now as f64 / 1048576.0);
     }

@@ -160,7 +160,7 @@ fn fixed_round_trip_decodes_to_the_documents() {
     let m = set.manifest();
     assert_eq!(m.totals.documents, docs.len() as u64);
     assert_eq!(
-        (m.dtype, m.mode.as_str(), m.seq_len),
+        (m.dtype, m.mode.name(), m.seq_len),
         (rsd_shard::TokenDtype::Int32, "fixed", 64)
     );
     assert_eq!(m.tokenizer.eos_id, Some(151643));

@@ -7,11 +7,15 @@
 //!
 //! `cargo bench -p rsd-loader` (set RSD_BENCH_TOKENS to change the dataset size, default 256M tokens).
 
+use std::path::Path;
 use std::time::Duration;
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{
+    criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput,
+};
 use rsd_loader::synth::{self, SynthSpec};
-use rsd_loader::{BatchLayout, Batching, Loader, LoaderConfig, ReadMethod, Source};
+use rsd_loader::{BatchLayout, Batching, Dataset, Loader, LoaderConfig, ReadMethod};
 
 fn bench(c: &mut Criterion) {
     let tokens: u64 = std::env::var("RSD_BENCH_TOKENS")
@@ -27,84 +31,17 @@ fn bench(c: &mut Criterion) {
             ..SynthSpec::default()
         };
         synth::write(&dir, &spec).expect("write synthetic shards");
-        let bytes = len as u64 * 2;
         let mut g = c.benchmark_group(format!("sample{}k", len / 1024));
-        g.throughput(Throughput::Bytes(bytes));
+        g.throughput(Throughput::Bytes(len as u64 * 2));
         g.measurement_time(Duration::from_secs(4))
             .warm_up_time(Duration::from_secs(1))
             .sample_size(20);
-
-        // The limit: copy the same number of bytes out of the page-cached map.
-        let set = rsd_shard::ShardSet::open(&dir).expect("open");
-        let bin = set.shards()[0].bin_bytes();
-        let mut buf = vec![0u8; bytes as usize];
-        let mut at = 0usize;
-        g.bench_function("memcpy", |b| {
-            b.iter(|| {
-                if at + buf.len() > bin.len() {
-                    at = 0;
-                }
-                buf.copy_from_slice(&bin[at..at + bytes as usize]);
-                at += bytes as usize;
-                std::hint::black_box(&buf);
-            })
-        });
-        // The kernel's copy of the same bytes (what `ReadMethod::Pread` is made of).
-        let shard = &set.shards()[0];
-        let mut ids: Vec<u16> = Vec::with_capacity(len as usize);
-        let mut at = 0usize;
-        g.bench_function("pread", |b| {
-            b.iter(|| {
-                if at + bytes as usize > bin.len() {
-                    at = 0;
-                }
-                ids.clear();
-                shard
-                    .append_tokens(at, at + bytes as usize, &mut ids)
-                    .expect("pread");
-                at += bytes as usize;
-                std::hint::black_box(&ids);
-            })
-        });
-        let variants = [
-            (BatchLayout::Full, ReadMethod::Pread),
-            (BatchLayout::Compact, ReadMethod::Pread),
-            (BatchLayout::Compact, ReadMethod::Map),
-        ];
-        for (layout, read) in variants {
-            for shuffle in [false, true] {
-                for workers in [0usize, 1, 2] {
-                    let cfg = LoaderConfig {
-                        sources: vec![Source::new(&dir, 1.0)],
-                        batching: Batching::Samples(1),
-                        shuffle,
-                        workers,
-                        layout,
-                        read,
-                        ..LoaderConfig::default()
-                    };
-                    let mut loader = Loader::new(cfg).expect("loader");
-                    let order = if shuffle { "shuffled" } else { "sequential" };
-                    // Full keeps its old ids so earlier criterion baselines still compare.
-                    let name = match (layout, read) {
-                        (BatchLayout::Full, _) => order.to_string(),
-                        (BatchLayout::Compact, ReadMethod::Pread) => format!("compact-{order}"),
-                        (BatchLayout::Compact, ReadMethod::Map) => format!("compact-map-{order}"),
-                    };
-                    let id = BenchmarkId::new(name, format!("workers{workers}"));
-                    g.bench_function(id, |b| {
-                        b.iter(|| {
-                            let batch = loader.next().expect("endless").expect("batch");
-                            loader.recycle(std::hint::black_box(batch));
-                        })
-                    });
-                }
-            }
-        }
+        bench_copies(&mut g, &dir, len as usize);
+        bench_loaders(&mut g, &dir);
         g.finish();
         // First batch on a fresh loader (open + plan + assemble).
         let cfg = LoaderConfig {
-            sources: vec![Source::new(&dir, 1.0)],
+            datasets: vec![Dataset::new(&dir, 1.0)],
             workers: 0,
             ..LoaderConfig::default()
         };
@@ -117,6 +54,81 @@ fn bench(c: &mut Criterion) {
                     .expect("ok")
             })
         });
+    }
+}
+
+/// The references: `len` uint16 tokens copied out of the page-cached map (the limit), and read
+/// with `pread` (the kernel's copy, what `ReadMethod::Pread` is made of).
+fn bench_copies(g: &mut BenchmarkGroup<'_, WallTime>, dir: &Path, len: usize) {
+    let bytes = len * 2;
+    let set = rsd_shard::ShardSet::open(dir).expect("open");
+    let bin = set.shards()[0].bin_bytes();
+    let mut buf = vec![0u8; bytes];
+    let mut at = 0usize;
+    g.bench_function("memcpy", |b| {
+        b.iter(|| {
+            if at + buf.len() > bin.len() {
+                at = 0;
+            }
+            buf.copy_from_slice(&bin[at..at + bytes]);
+            at += bytes;
+            std::hint::black_box(&buf);
+        })
+    });
+    let shard = &set.shards()[0];
+    let mut ids: Vec<u16> = Vec::with_capacity(len);
+    let mut at = 0usize;
+    g.bench_function("pread", |b| {
+        b.iter(|| {
+            if at + bytes > bin.len() {
+                at = 0;
+            }
+            ids.clear();
+            shard
+                .append_tokens(at, at + bytes, &mut ids)
+                .expect("pread");
+            at += bytes;
+            std::hint::black_box(&ids);
+        })
+    });
+}
+
+/// One batch of one sample from a running loader, per layout, read method, order and worker count.
+fn bench_loaders(g: &mut BenchmarkGroup<'_, WallTime>, dir: &Path) {
+    let variants = [
+        (BatchLayout::Full, ReadMethod::Pread),
+        (BatchLayout::Compact, ReadMethod::Pread),
+        (BatchLayout::Compact, ReadMethod::Map),
+    ];
+    for (layout, read) in variants {
+        for shuffle in [false, true] {
+            for workers in [0usize, 1, 2] {
+                let cfg = LoaderConfig {
+                    datasets: vec![Dataset::new(dir, 1.0)],
+                    batching: Batching::Samples(1),
+                    shuffle,
+                    workers,
+                    layout,
+                    read,
+                    ..LoaderConfig::default()
+                };
+                let mut loader = Loader::new(cfg).expect("loader");
+                let order = if shuffle { "shuffled" } else { "sequential" };
+                // Full keeps its old ids so earlier criterion baselines still compare.
+                let name = match (layout, read) {
+                    (BatchLayout::Full, _) => order.to_string(),
+                    (BatchLayout::Compact, ReadMethod::Pread) => format!("compact-{order}"),
+                    (BatchLayout::Compact, ReadMethod::Map) => format!("compact-map-{order}"),
+                };
+                let id = BenchmarkId::new(name, format!("workers{workers}"));
+                g.bench_function(id, |b| {
+                    b.iter(|| {
+                        let batch = loader.next().expect("endless").expect("batch");
+                        loader.recycle(std::hint::black_box(batch));
+                    })
+                });
+            }
+        }
     }
 }
 

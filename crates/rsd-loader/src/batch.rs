@@ -4,14 +4,14 @@
 //! The compact layout copies only the ids (and CP padding) in the shards' dtype and records what
 //! labels and positions follow from; `Batch::materialize` is the definition of that derivation.
 
-use rsd_shard::{Shard, TokenDtype, Tokens};
+use rsd_shard::{Sample, Shard, TokenDtype, Tokens};
 use serde::{Deserialize, Serialize};
 
+use crate::datasets::OpenDataset;
 use crate::error::{LoaderError, Result};
 use crate::ids::IdBuf;
 use crate::plan::StepPlan;
-use crate::sources::OpenSource;
-use crate::{Positions, ReadMethod};
+use crate::{LoaderConfig, Positions, Rank, ReadMethod};
 
 /// The label value that losses ignore (PyTorch's default `ignore_index`).
 pub const IGNORE_INDEX: i32 = -100;
@@ -19,15 +19,16 @@ pub const IGNORE_INDEX: i32 = -100;
 /// Where a row came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SampleId {
-    /// Index of the source in the config.
-    pub source: u32,
-    /// Shard within the source's directory.
+    /// Index of the dataset in the config (serialized as `source`).
+    #[serde(rename = "source")]
+    pub dataset: u32,
+    /// Shard within the dataset's directory.
     pub shard: u32,
     /// Sample index within the shard.
     pub index: u64,
-    /// Sample index within the source (over all its shards).
+    /// Sample index within the dataset (over all its shards).
     pub global: u64,
-    /// The source's epoch this draw belongs to.
+    /// The dataset's epoch this draw belongs to.
     pub epoch: u64,
 }
 
@@ -79,7 +80,7 @@ impl RawTokens {
     }
 
     /// Empty the storage, make it hold `dtype` and make room for `n` ids. Keeps the allocation when
-    /// the dtype is unchanged (always, after the first batch of a loader: its sources share a dtype).
+    /// the dtype is unchanged (always, after the first batch of a loader: its datasets share a dtype).
     fn prepare(&mut self, dtype: TokenDtype, n: usize) {
         match (&mut *self, dtype) {
             (RawTokens::U16(v), TokenDtype::Uint16) => v.clear(),
@@ -105,10 +106,10 @@ impl RawTokens {
         match (self, t) {
             (RawTokens::U16(v), Tokens::U16(t)) => v.extend_from_slice(&t[from..to]),
             (RawTokens::I32(v), Tokens::I32(t)) => v.extend_from_slice(&t[from..to]),
-            // `prepare` set the dtype of the sources, which agree (checked when opening).
+            // `prepare` set the dtype of the datasets, which agree (checked when opening).
             _ => {
                 return Err(LoaderError::Config(
-                    "sources with different token dtypes in one batch".into(),
+                    "datasets with different token dtypes in one batch".into(),
                 ))
             }
         }
@@ -343,18 +344,41 @@ impl Batch {
     }
 }
 
-/// How rows are cut and labelled.
+/// What batch assembly needs from the [`LoaderConfig`]: how rows are cut and labelled, and how
+/// their ids are read.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Layout {
-    pub cp_rank: usize,
-    pub cp_size: usize,
-    pub positions: crate::Positions,
+pub(crate) struct AssemblyConfig {
+    pub cp: Rank,
+    pub positions: Positions,
     pub mask_doc_boundaries: Option<bool>,
     pub read: ReadMethod,
     pub release_pages: bool,
     /// Samples come in file order (no shuffle): release pages behind a cursor, in 2 MiB blocks.
     pub in_file_order: bool,
     pub batch_layout: BatchLayout,
+}
+
+impl AssemblyConfig {
+    pub fn new(cfg: &LoaderConfig) -> AssemblyConfig {
+        AssemblyConfig {
+            cp: cfg.parallel.cp,
+            positions: cfg.positions,
+            mask_doc_boundaries: cfg.mask_doc_boundaries,
+            read: cfg.read,
+            release_pages: cfg.release_pages,
+            in_file_order: !cfg.shuffle,
+            batch_layout: cfg.layout,
+        }
+    }
+
+    /// Chunks of each row this rank holds: the zigzag pair with CP, else the whole row.
+    fn chunks_per_row(&self) -> usize {
+        if self.cp.is_parallel() {
+            2
+        } else {
+            1
+        }
+    }
 }
 
 impl Batch {
@@ -375,22 +399,86 @@ impl Batch {
     }
 }
 
-/// Drop a copied-out row (bytes `start..end` of shard `k`) from this process's mapping; the page
-/// cache keeps it. In file order, whole 2 MiB blocks behind a cursor; shuffled, the row's blocks,
-/// batched (docs/LOADER.md, "Memory").
-pub(crate) fn release_row(
-    set: &rsd_shard::ShardSet,
-    k: usize,
-    start: usize,
-    end: usize,
-    in_file_order: bool,
-) {
-    if in_file_order {
-        if let Some(shard) = set.shards().get(k) {
-            shard.release_behind(start, end);
+/// A planned row, found in its dataset: the stored sample (looked up once per row).
+struct LocatedRow<'a> {
+    dataset: &'a OpenDataset,
+    /// Shard within the dataset's directory, and the sample's index in it.
+    shard: usize,
+    index: usize,
+    /// Ids (borrowed from the map: touched only with `ReadMethod::Map`), pieces and byte range.
+    sample: Sample<'a>,
+}
+
+impl LocatedRow<'_> {
+    fn shard(&self) -> &Shard {
+        &self.dataset.set.shards()[self.shard]
+    }
+}
+
+/// How one row is cut and labelled: what follows from its length, its dataset and the config.
+struct RowShape {
+    /// Tokens stored (the pack's tail padding included).
+    len: u64,
+    /// `len` rounded up to a multiple of 2·cp_size with CP (the rest is CP padding), else `len`.
+    padded: u64,
+    /// Trailing pad tokens of the pack's `--tail pad`, and the tokens before them.
+    tail_pad: u64,
+    real_len: u64,
+    doc_positions: bool,
+    mask_docs: bool,
+    /// Document starts within the row, closed by the row end `len`.
+    starts: Vec<u64>,
+    /// The full-row ranges `[lo, hi)` this CP rank holds (the first `chunks_per_row`).
+    chunks: [(u64, u64); 2],
+}
+
+impl RowShape {
+    fn new(row: &LocatedRow<'_>, global: u64, cfg: &AssemblyConfig) -> RowShape {
+        let ds = row.dataset;
+        let len = row.sample.tokens.len() as u64;
+        let two_p = 2 * cfg.cp.size as u64;
+        let padded = if cfg.cp.is_parallel() {
+            len.div_ceil(two_p) * two_p
+        } else {
+            len
+        };
+        let doc_positions = match cfg.positions {
+            Positions::Row => false,
+            Positions::Document => true,
+            Positions::Auto => ds.mixed,
+        };
+        // The pack's tail padding sits at the end of the set's last sample: no targets there, and
+        // the last real token does not predict a pad either.
+        let tail_pad = if ds.tail_padding > 0 && global + 1 == ds.samples {
+            ds.tail_padding.min(len)
+        } else {
+            0
+        };
+        let mut starts = Vec::with_capacity(row.sample.pieces.len() + 2);
+        let mut at = 0u64;
+        for &p in &row.sample.pieces {
+            starts.push(at);
+            at += p as u64;
         }
-    } else {
-        set.release_blocks_batched(k, start, end);
+        starts.push(len);
+        // Zigzag: CP rank c keeps chunks c and 2P−1−c of the padded row; without CP the whole row.
+        let chunks = if cfg.cp.is_parallel() {
+            let c = padded / two_p;
+            let (a, z) = (cfg.cp.rank as u64, two_p - 1 - cfg.cp.rank as u64);
+            [(a * c, (a + 1) * c), (z * c, (z + 1) * c)]
+        } else {
+            [(0, len), (0, 0)]
+        };
+        RowShape {
+            len,
+            padded,
+            tail_pad,
+            real_len: len - tail_pad,
+            doc_positions,
+            mask_docs: cfg.mask_doc_boundaries.unwrap_or(ds.mixed),
+            starts,
+            chunks,
+        }
     }
 }
 
@@ -398,181 +486,222 @@ pub(crate) fn release_row(
 /// multi-MiB vectors cost a page fault per 4 KiB; reused ones are already mapped, often cached).
 /// `scratch` holds a row's ids between reading and widening (full layout with `ReadMethod::Pread`);
 /// the caller keeps it, so its allocation is reused too.
+///
+/// The steps: find every row's sample, size the arrays for all of them, then per row record its
+/// documents and counts, copy this rank's chunks in the batch's layout, and (reading through the
+/// map) release the row's pages.
 pub(crate) fn assemble(
-    sources: &[OpenSource],
+    datasets: &[OpenDataset],
     plan: &StepPlan,
-    layout: &Layout,
+    cfg: &AssemblyConfig,
     spare: Option<Batch>,
     scratch: &mut RawTokens,
 ) -> Result<Batch> {
+    let rows = find_rows(datasets, plan)?;
     let mut b = spare.unwrap_or_default();
     b.clear();
     b.step = plan.step;
-    b.layout = layout.batch_layout;
-    let compact = layout.batch_layout == BatchLayout::Compact;
+    b.layout = cfg.batch_layout;
     b.row_offsets.push(0);
     b.full_row_offsets.push(0);
     b.doc_offsets.push(0);
-    let two_p = 2 * layout.cp_size as u64;
-    let chunks_per_row = if layout.cp_size > 1 { 2 } else { 1 };
-    let pread = layout.read == ReadMethod::Pread;
-    // The sources share one dtype (checked when opening).
-    let dtype = sources
+    // The datasets share one dtype (checked when opening).
+    let dtype = datasets
         .first()
-        .map_or(TokenDtype::Uint16, |s| s.set.manifest().dtype);
-    // Size the arrays once: growing them by doubling would copy every token again.
-    let mut local = 0usize;
-    for r in &plan.rows {
-        let set = &sources[r.source].set;
-        let (k, i) = set.locate(r.global)?;
-        let (_, _, start, end) = set.shards()[k].sample_span(i)?;
-        let len = ((end - start) / set.manifest().dtype.size()) as u64;
-        local += (len.div_ceil(two_p) * two_p / layout.cp_size as u64) as usize;
-    }
-    if compact {
-        // A recycled batch keeps its storage. With `pread` each chunk is read together with the
-        // id after it (then popped): room for one more id per chunk.
-        let lookahead = plan.rows.len() * chunks_per_row;
-        b.raw_tokens.prepare(dtype, local + lookahead);
-        b.next_ids.reserve(lookahead);
-    } else {
-        b.tokens.reserve_exact(local);
-        b.labels.reserve_exact(local);
-        b.position_ids.reserve_exact(local);
-    }
+        .map_or(TokenDtype::Uint16, |d| d.set.manifest().dtype);
+    reserve(&mut b, &rows, cfg, dtype);
     let mut full_base = 0u64;
-    for r in &plan.rows {
-        let src = &sources[r.source];
-        let (k, i) = src.set.locate(r.global)?;
-        let shard = &src.set.shards()[k];
-        let (_, _, byte_start, byte_end) = shard.sample_span(i)?;
-        // The ids and piece lengths; with `pread` only the lengths and the count are used, so the
-        // mapped `.bin` is never touched.
-        let sample = shard.sample(i)?;
-        let len = sample.tokens.len() as u64;
-        let padded = if layout.cp_size > 1 {
-            len.div_ceil(two_p) * two_p
-        } else {
-            len
-        };
-        let doc_mode = match layout.positions {
-            Positions::Row => false,
-            Positions::Document => true,
-            Positions::Auto => src.mixed,
-        };
-        let mask_docs = layout.mask_doc_boundaries.unwrap_or(src.mixed);
-        // The pack's tail padding sits at the end of the set's last sample: no targets there, and
-        // the last real token does not predict a pad either.
-        let tail_pad = if src.tail_padding > 0 && r.global + 1 == src.samples {
-            src.tail_padding.min(len)
-        } else {
-            0
-        };
-        let real_len = len - tail_pad;
-
-        // Document starts within the row (plus the row end), and the padding "document".
-        let mut starts = Vec::with_capacity(sample.pieces.len() + 2);
-        let mut at = 0u64;
-        for &p in &sample.pieces {
-            starts.push(at);
-            at += p as u64;
-        }
-        starts.push(len);
-        for s in &starts[1..] {
-            b.doc_offsets.push((full_base + s) as u32);
-        }
-        if padded > len {
-            b.doc_offsets.push((full_base + padded) as u32);
-        }
-
-        // Labels over the full row count toward the normaliser, whichever chunk holds them.
-        let masked_ends = if mask_docs {
-            sample.pieces.len() as u64
-        } else {
-            1
-        };
-        b.num_label_tokens += real_len.saturating_sub(masked_ends);
-        b.num_tokens += real_len;
-
-        // Zigzag: CP rank c keeps chunks c and 2P−1−c of the padded row; without CP the whole row.
-        let chunks = if layout.cp_size > 1 {
-            let c = padded / two_p;
-            let (a, z) = (layout.cp_rank as u64, two_p - 1 - layout.cp_rank as u64);
-            [(a * c, (a + 1) * c), (z * c, (z + 1) * c)]
-        } else {
-            [(0, len), (0, 0)]
-        };
-        b.row_meta.push(RowMeta {
-            len: len as u32,
-            tail_pad: tail_pad as u32,
-            cp_pad: (padded - len) as u32,
-            pad_id: src.pad_id,
-            doc_positions: doc_mode,
-            mask_doc_boundaries: mask_docs,
-        });
-        for &(lo, hi) in &chunks[..chunks_per_row] {
-            let real_hi = (hi.min(len)) as usize;
-            let real_lo = (lo as usize).min(real_hi);
-            if compact {
-                // The ids as stored, then CP padding; labels and positions are derived later.
-                // The chunk's last target lies in the next chunk of the full row (CP), unless the
-                // chunk ends at the real end of the row (row end, tail or CP padding).
-                let has_next = hi < real_len;
-                let next = if pread {
-                    let to = real_hi + usize::from(has_next);
-                    b.raw_tokens.read_from(shard, byte_start, real_lo, to)?;
-                    if has_next {
-                        b.raw_tokens.pop()
-                    } else {
-                        None
-                    }
-                } else {
-                    b.raw_tokens.extend(&sample.tokens, real_lo, real_hi)?;
-                    has_next.then(|| sample.tokens.get(hi as usize) as i32)
-                };
-                b.raw_tokens
-                    .push_pad(src.pad_id, (hi - lo) as usize - (real_hi - real_lo))?;
-                b.next_ids.push(next.unwrap_or(IGNORE_INDEX));
-            } else {
-                // The chunk's ids and the one after it (its last label), from the map or read
-                // into `scratch`; `first` is the row index of the view's first id.
-                let (view, first) = if pread {
-                    scratch.prepare(dtype, real_hi + 1 - real_lo);
-                    let to = (real_hi + 1).min(len as usize);
-                    scratch.read_from(shard, byte_start, real_lo, to)?;
-                    (scratch.as_tokens(), real_lo)
-                } else {
-                    (sample.tokens, 0)
-                };
-                push_range(
-                    &mut b, &view, first, &starts, lo, hi, len, real_len, src.pad_id, doc_mode,
-                    mask_docs,
-                );
+    for (r, row) in plan.rows.iter().zip(&rows) {
+        let shape = RowShape::new(row, r.global, cfg);
+        push_row_meta(&mut b, row, &shape, full_base);
+        for &(lo, hi) in &shape.chunks[..cfg.chunks_per_row()] {
+            match cfg.batch_layout {
+                BatchLayout::Compact => push_compact_chunk(&mut b, row, &shape, lo, hi, cfg.read)?,
+                BatchLayout::Full => {
+                    push_full_chunk(&mut b, row, &shape, lo, hi, cfg.read, dtype, scratch)?
+                }
             }
             b.chunks
                 .push([(full_base + lo) as u32, (full_base + hi) as u32]);
         }
-        b.row_offsets.push(if compact {
-            b.raw_tokens.len() as u32
-        } else {
-            b.tokens.len() as u32
+        b.row_offsets.push(match cfg.batch_layout {
+            BatchLayout::Compact => b.raw_tokens.len() as u32,
+            BatchLayout::Full => b.tokens.len() as u32,
         });
-        full_base += padded;
+        full_base += shape.padded;
         b.full_row_offsets.push(full_base as u32);
-        b.samples.push(crate::SampleId {
-            source: r.source as u32,
-            shard: k as u32,
-            index: i as u64,
+        b.samples.push(SampleId {
+            dataset: r.dataset as u32,
+            shard: row.shard as u32,
+            index: row.index as u64,
             global: r.global,
             epoch: r.epoch,
         });
-        if layout.release_pages && !pread {
+        if cfg.release_pages && cfg.read == ReadMethod::Map {
             // The row is copied out: drop the pages from our mapping so RSS does not grow with the
             // amount read. The page cache keeps them; this only unmaps them from the process.
-            release_row(&src.set, k, byte_start, byte_end, layout.in_file_order);
+            let bytes = &row.sample.bytes;
+            let ds = row.dataset;
+            ds.pages.release_row(
+                &ds.set,
+                row.shard,
+                bytes.start,
+                bytes.end,
+                cfg.in_file_order,
+            );
         }
     }
     Ok(b)
+}
+
+/// Every planned row's sample, from `.idx` metadata (its ids are not read here).
+fn find_rows<'a>(datasets: &'a [OpenDataset], plan: &StepPlan) -> Result<Vec<LocatedRow<'a>>> {
+    plan.rows
+        .iter()
+        .map(|r| {
+            let dataset = &datasets[r.dataset];
+            let (shard, index) = dataset.set.locate(r.global)?;
+            let sample = dataset.set.shards()[shard].sample(index)?;
+            Ok(LocatedRow {
+                dataset,
+                shard,
+                index,
+                sample,
+            })
+        })
+        .collect()
+}
+
+/// Size the arrays once for all rows: growing them by doubling would copy every token again.
+fn reserve(b: &mut Batch, rows: &[LocatedRow<'_>], cfg: &AssemblyConfig, dtype: TokenDtype) {
+    let two_p = 2 * cfg.cp.size as u64;
+    let local: usize = rows
+        .iter()
+        .map(|row| {
+            let len = row.sample.tokens.len() as u64;
+            (len.div_ceil(two_p) * two_p / cfg.cp.size as u64) as usize
+        })
+        .sum();
+    match cfg.batch_layout {
+        BatchLayout::Compact => {
+            // A recycled batch keeps its storage. With `pread` each chunk is read together with
+            // the id after it (then popped): room for one more id per chunk.
+            let lookahead = rows.len() * cfg.chunks_per_row();
+            b.raw_tokens.prepare(dtype, local + lookahead);
+            b.next_ids.reserve(lookahead);
+        }
+        BatchLayout::Full => {
+            b.tokens.reserve_exact(local);
+            b.labels.reserve_exact(local);
+            b.position_ids.reserve_exact(local);
+        }
+    }
+}
+
+/// The row's document boundaries (in full-row coordinates from `full_base`), its token and label
+/// counts, and its [`RowMeta`]: the same in both layouts.
+fn push_row_meta(b: &mut Batch, row: &LocatedRow<'_>, shape: &RowShape, full_base: u64) {
+    // Document starts within the row (plus the row end), and the padding "document".
+    for s in &shape.starts[1..] {
+        b.doc_offsets.push((full_base + s) as u32);
+    }
+    if shape.padded > shape.len {
+        b.doc_offsets.push((full_base + shape.padded) as u32);
+    }
+    // Labels over the full row count toward the normaliser, whichever chunk holds them.
+    let masked_ends = if shape.mask_docs {
+        row.sample.pieces.len() as u64
+    } else {
+        1
+    };
+    b.num_label_tokens += shape.real_len.saturating_sub(masked_ends);
+    b.num_tokens += shape.real_len;
+    b.row_meta.push(RowMeta {
+        len: shape.len as u32,
+        tail_pad: shape.tail_pad as u32,
+        cp_pad: (shape.padded - shape.len) as u32,
+        pad_id: row.dataset.pad_id,
+        doc_positions: shape.doc_positions,
+        mask_doc_boundaries: shape.mask_docs,
+    });
+}
+
+/// Compact layout: chunk `lo..hi` of the row as stored, then CP padding, and the id after the
+/// chunk; labels and positions are derived later ([`Batch::materialize`]).
+fn push_compact_chunk(
+    b: &mut Batch,
+    row: &LocatedRow<'_>,
+    shape: &RowShape,
+    lo: u64,
+    hi: u64,
+    read: ReadMethod,
+) -> Result<()> {
+    let real_hi = (hi.min(shape.len)) as usize;
+    let real_lo = (lo as usize).min(real_hi);
+    // The chunk's last target lies in the next chunk of the full row (CP), unless the chunk ends
+    // at the real end of the row (row end, tail or CP padding).
+    let has_next = hi < shape.real_len;
+    let next = match read {
+        ReadMethod::Pread => {
+            let to = real_hi + usize::from(has_next);
+            b.raw_tokens
+                .read_from(row.shard(), row.sample.bytes.start, real_lo, to)?;
+            if has_next {
+                b.raw_tokens.pop()
+            } else {
+                None
+            }
+        }
+        ReadMethod::Map => {
+            b.raw_tokens.extend(&row.sample.tokens, real_lo, real_hi)?;
+            has_next.then(|| row.sample.tokens.get(hi as usize) as i32)
+        }
+    };
+    b.raw_tokens
+        .push_pad(row.dataset.pad_id, (hi - lo) as usize - (real_hi - real_lo))?;
+    b.next_ids.push(next.unwrap_or(IGNORE_INDEX));
+    Ok(())
+}
+
+/// Full layout: chunk `lo..hi` of the row as `i32` tokens, labels and positions. The chunk's ids
+/// and the one after it (its last label) come from the map or are read into `scratch`.
+#[allow(clippy::too_many_arguments)]
+fn push_full_chunk(
+    b: &mut Batch,
+    row: &LocatedRow<'_>,
+    shape: &RowShape,
+    lo: u64,
+    hi: u64,
+    read: ReadMethod,
+    dtype: TokenDtype,
+    scratch: &mut RawTokens,
+) -> Result<()> {
+    let real_hi = (hi.min(shape.len)) as usize;
+    let real_lo = (lo as usize).min(real_hi);
+    // `first` is the row index of the view's first id.
+    let (view, first) = match read {
+        ReadMethod::Pread => {
+            scratch.prepare(dtype, real_hi + 1 - real_lo);
+            let to = (real_hi + 1).min(shape.len as usize);
+            scratch.read_from(row.shard(), row.sample.bytes.start, real_lo, to)?;
+            (scratch.as_tokens(), real_lo)
+        }
+        ReadMethod::Map => (row.sample.tokens, 0),
+    };
+    push_range(
+        b,
+        &view,
+        first,
+        &shape.starts,
+        lo,
+        hi,
+        shape.len,
+        shape.real_len,
+        row.dataset.pad_id,
+        shape.doc_positions,
+        shape.mask_docs,
+    );
+    Ok(())
 }
 
 /// Append full-row positions `lo..hi` of one row (positions ≥ `len` are CP padding; tokens at

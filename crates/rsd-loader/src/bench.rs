@@ -1,32 +1,18 @@
 //! Measurement helpers shared by `rsd-data bench` and the criterion bench: the page-cache memcpy
-//! limit, timed passes of the loader, and RSS from `/proc`.
+//! limit and timed passes of the loader.
 
 use std::path::Path;
 use std::time::Instant;
 
+use rsd_common::mem::Memory;
 use rsd_shard::ShardSet;
 use serde::Serialize;
 
-use crate::batch::{release_row, RawTokens};
+use crate::batch::RawTokens;
 use crate::error::Result;
+use crate::pages::{release_range, PageRelease};
 use crate::perm::{key, Permutation};
 use crate::{Loader, LoaderConfig};
-
-/// Resident set size of this process in bytes (Linux; 0 elsewhere), and the file-backed part.
-pub fn rss() -> (u64, u64) {
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
-        return (0, 0);
-    };
-    let field = |name: &str| -> u64 {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024)
-    };
-    (field("VmRSS:"), field("RssFile:"))
-}
 
 /// The physical limit: memcpy bandwidth (bytes/s) from the mapped, page-cached `.bin` files of
 /// `dir` into a reused buffer, best of `repeat` passes over at most `max_bytes`. The first pass
@@ -91,8 +77,7 @@ pub enum SampleCopies {
     /// same pieces in the same order with no page-table work — what the access pattern allows.
     BuiltMapping,
     /// Out of the mapping, releasing pages as the loader does with `ReadMethod::Map` — the 2 MiB
-    /// blocks a sample touches, batched ([`rsd_shard::ShardSet::release_blocks_batched`]) in
-    /// shuffled order; whole blocks behind a cursor ([`rsd_shard::Shard::release_behind`]) in file
+    /// blocks a sample touches, batched, in shuffled order; whole blocks behind a cursor in file
     /// order: the floor for reading each sample once through the map with flat RSS.
     ReleasedMapping,
     /// With `pread` ([`rsd_shard::Shard::append_tokens`]), as the loader does with
@@ -113,6 +98,7 @@ pub fn sample_copy_rate(
     repeat: usize,
 ) -> Result<f64> {
     let set = ShardSet::open(dir)?;
+    let pages = PageRelease::new(&set);
     let mut buf: Vec<u8> = Vec::new();
     let mut read_buf = RawTokens::default();
     let mut best = 0f64;
@@ -137,7 +123,7 @@ pub fn sample_copy_rate(
                     std::hint::black_box(&mut buf);
                 }
                 if how == SampleCopies::ReleasedMapping {
-                    release_row(&set, s, lo, hi, !shuffled);
+                    pages.release_row(&set, s, lo, hi, !shuffled);
                 }
                 copied += (hi - lo) as u64;
                 if copied >= max_bytes {
@@ -150,7 +136,7 @@ pub fn sample_copy_rate(
         }
     }
     for shard in set.shards() {
-        shard.release_bin_range(0, shard.bin_bytes().len());
+        release_range(shard, 0, shard.bin_bytes().len());
     }
     Ok(best)
 }
@@ -199,11 +185,11 @@ pub fn pass(
         batches += 1;
     }
     let first_batch_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let (rss_start, _) = rss();
+    let rss_start = Memory::now().rss;
     let (mut rss_max, mut rss_file_max) = (rss_start, 0);
     let t1 = Instant::now();
     // Reading /proc/self/status costs tens of µs (open + read + format): sampled every 16 batches
-    // it was ~7% of a compact 64K pass in `perf`. Sample RSS every 20 ms instead.
+    // it shows up in a profile of a fast pass. Sample RSS every 20 ms instead.
     let mut last_rss = 0f64;
     let mut first_tokens = tokens;
     while batches < max_batches {
@@ -216,9 +202,9 @@ pub fn pass(
         if batches.is_multiple_of(16) {
             let now = t1.elapsed().as_secs_f64();
             if now - last_rss >= 0.02 {
-                let (r, f) = rss();
-                rss_max = rss_max.max(r);
-                rss_file_max = rss_file_max.max(f);
+                let m = Memory::now();
+                rss_max = rss_max.max(m.rss);
+                rss_file_max = rss_file_max.max(m.rss_file);
                 last_rss = now;
             }
             if now > max_seconds {
@@ -228,7 +214,7 @@ pub fn pass(
     }
     let seconds = t1.elapsed().as_secs_f64().max(1e-9);
     drop(loader);
-    let (rss_end, _) = rss();
+    let rss_end = Memory::now().rss;
     // Throughput excludes the first batch, which is counted as latency.
     std::mem::swap(&mut first_tokens, &mut tokens);
     let steady = first_tokens - tokens;

@@ -1,33 +1,37 @@
-//! Opening the mixture: every source's shard set, checked against the first one.
+//! Opening the mixture: every dataset's shard set, checked against the first one.
 
 use std::path::{Path, PathBuf};
 
-use rsd_shard::{ShardSet, VerifyOptions};
+use rsd_shard::{PackMode, ShardSet, VerifyOptions};
 
 use crate::error::{LoaderError, Result};
+use crate::pages::PageRelease;
 
-/// One shard directory and its mixture weight (weights are normalised over all sources).
+/// One entry of the mixture: a shard directory and its weight (weights are normalised over all
+/// datasets).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Source {
+pub struct Dataset {
     /// A shard directory written by `rsd-data pack`.
     pub dir: PathBuf,
     /// Relative share of the stream (any positive number).
     pub weight: f64,
 }
 
-impl Source {
-    /// A source with a weight.
-    pub fn new(dir: impl Into<PathBuf>, weight: f64) -> Source {
-        Source {
+impl Dataset {
+    /// A dataset with a weight.
+    pub fn new(dir: impl Into<PathBuf>, weight: f64) -> Dataset {
+        Dataset {
             dir: dir.into(),
             weight,
         }
     }
 }
 
-/// An opened source.
-pub(crate) struct OpenSource {
+/// An opened dataset.
+pub(crate) struct OpenDataset {
     pub set: ShardSet,
+    /// What has been released of `set`'s mapped pages (`ReadMethod::Map`).
+    pub pages: PageRelease,
     /// Normalised weight (all sum to 1).
     pub weight: f64,
     pub samples: u64,
@@ -38,15 +42,15 @@ pub(crate) struct OpenSource {
     pub tail_padding: u64,
 }
 
-/// Open every source, optionally verify it, and refuse mixtures whose manifests disagree.
-pub(crate) fn open_all(sources: &[Source], verify: bool) -> Result<Vec<OpenSource>> {
-    if sources.is_empty() {
+/// Open every dataset, optionally verify it, and refuse mixtures whose manifests disagree.
+pub(crate) fn open_all(datasets: &[Dataset], verify: bool) -> Result<Vec<OpenDataset>> {
+    if datasets.is_empty() {
         return Err(LoaderError::Config(
             "no sources: give at least one shard directory".into(),
         ));
     }
-    let total: f64 = sources.iter().map(|s| s.weight).sum();
-    for s in sources {
+    let total: f64 = datasets.iter().map(|s| s.weight).sum();
+    for s in datasets {
         if !(s.weight.is_finite() && s.weight > 0.0) {
             return Err(LoaderError::Config(format!(
                 "{}: weight {} must be a positive number",
@@ -55,8 +59,8 @@ pub(crate) fn open_all(sources: &[Source], verify: bool) -> Result<Vec<OpenSourc
             )));
         }
     }
-    let mut out: Vec<OpenSource> = Vec::with_capacity(sources.len());
-    for s in sources {
+    let mut out: Vec<OpenDataset> = Vec::with_capacity(datasets.len());
+    for s in datasets {
         if verify {
             rsd_shard::verify(
                 &s.dir,
@@ -78,10 +82,11 @@ pub(crate) fn open_all(sources: &[Source], verify: bool) -> Result<Vec<OpenSourc
             )));
         }
         let pad = m.pad_id.or(m.tokenizer.eos_id).unwrap_or(0);
-        out.push(OpenSource {
+        out.push(OpenDataset {
+            pages: PageRelease::new(&set),
             weight: s.weight / total,
             samples: set.num_samples(),
-            mixed: m.mode == "mixed",
+            mixed: m.mode == PackMode::Mixed,
             pad_id: i32::try_from(pad).unwrap_or(0),
             tail_padding: m.totals.padding_tokens,
             set,
@@ -128,18 +133,19 @@ pub(crate) fn locate(set: &ShardSet, global: u64) -> Result<(usize, usize)> {
     Ok(set.locate(global)?)
 }
 
-/// A pipeline file: named sources with weights.
+/// A pipeline file (`pipelines/*.json`): a named mixture of datasets.
 #[derive(Debug, Clone, serde::Deserialize)]
 pub struct Pipeline {
     /// A human name.
     #[serde(default)]
     pub name: String,
-    /// The sources; relative directories are resolved by the caller.
-    pub sources: Vec<Source>,
+    /// The datasets and their weights (`sources` in files written before the rename).
+    #[serde(alias = "sources")]
+    pub datasets: Vec<Dataset>,
 }
 
 impl Pipeline {
-    /// Read a JSON pipeline file, resolving relative source dirs against `root`.
+    /// Read a JSON pipeline file, resolving relative dataset dirs against `root`.
     pub fn read(path: &Path, root: &Path) -> Result<Pipeline> {
         let text = std::fs::read_to_string(path).map_err(|e| LoaderError::File {
             path: path.to_path_buf(),
@@ -153,7 +159,7 @@ impl Pipeline {
                 e.column()
             ),
         })?;
-        for s in &mut p.sources {
+        for s in &mut p.datasets {
             if s.dir.is_relative() {
                 s.dir = root.join(&s.dir);
             }

@@ -4,10 +4,9 @@
 //! `rep movsb`, which on AMD Zen runs at half speed or less when the destination sits 1–32 bytes
 //! past the source modulo 4096 (glibc's own `memmove` steers around that case; the kernel's copy
 //! does not). A large `Vec` from glibc's allocator starts 16 bytes into a page, exactly such a
-//! distance from a page-aligned sample: measured with a bare C loop, 128 KiB `pread`s into
-//! page+16 ran at 5.8–6.3 GB/s, into page+0 or page+64 at 10.6–11.8 GB/s. A 64-byte-aligned start
-//! keeps every row that starts on a page in the file (fixed-length rows, CP chunks) out of that
-//! window.
+//! distance from a page-aligned sample (docs/BENCHMARKS-loader.md, "Aligned id buffers"). A
+//! 64-byte-aligned start keeps every row that starts on a page in the file (fixed-length rows, CP
+//! chunks) out of that window.
 
 use std::marker::PhantomData;
 use std::ops::Deref;

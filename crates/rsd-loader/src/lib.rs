@@ -2,16 +2,18 @@
 //!
 //! The pieces, in the order data flows through them:
 //!
-//! * [`Source`]s (shard directories with mixture weights) are opened and checked to agree on
-//!   tokenizer, dtype and length (`sources`).
-//! * A keyed bijective [`perm::Permutation`] per source and epoch gives a global shuffle with no
+//! * [`Dataset`]s (shard directories with mixture weights) are opened and checked to agree on
+//!   tokenizer, dtype and length (`datasets`).
+//! * A keyed bijective [`perm::Permutation`] per dataset and epoch gives a global shuffle with no
 //!   index to build: start-up is O(shards), not O(samples).
-//! * The planner interleaves the sources by smooth weighted round-robin into one global stream and
-//!   deals each global step to DP ranks, by sample count or token budget (`plan`).
+//! * The planner interleaves the datasets by smooth weighted round-robin into one global stream
+//!   and deals each global step to DP ranks, by sample count or token budget (`plan`); this rank's
+//!   place in the DP × CP mesh is a [`Parallel`].
 //! * Worker threads assemble [`Batch`]es from the mapped bytes — labels shifted on the full row,
 //!   position ids, document boundaries, zigzag CP chunks — and pass them through bounded channels
 //!   ([`Loader`]). In the compact [`BatchLayout`] only the ids are copied, as stored, and
-//!   [`Batch::materialize`] (or the trainer, on its device) derives labels and positions.
+//!   [`Batch::materialize`] (or the trainer, on its device) derives labels and positions. With
+//!   [`ReadMethod::Map`] the copied-out pages are released again (`pages`).
 //! * [`LoaderState`] records the global cursor, so a stream resumes exactly, also on another DP size.
 //!
 //! The trainer-facing contract is written down in `docs/LOADER.md`.
@@ -19,21 +21,24 @@
 
 mod batch;
 pub mod bench;
+mod datasets;
 mod error;
 mod ids;
 mod loader;
+mod pages;
+mod parallel;
 pub mod perm;
 mod plan;
-mod sources;
 mod state;
 pub mod synth;
 
 pub use batch::{Batch, BatchLayout, RawTokens, RowMeta, SampleId, IGNORE_INDEX};
+pub use datasets::{Dataset, Pipeline};
 pub use error::{LoaderError, Result};
 pub use ids::IdBuf;
 pub use loader::Loader;
-pub use sources::{Pipeline, Source};
-pub use state::{LoaderState, SourceState, STATE_VERSION};
+pub use parallel::{Parallel, Rank};
+pub use state::{DatasetState, LoaderState, STATE_VERSION};
 
 /// How many rows a rank gets per step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -73,25 +78,22 @@ pub enum ReadMethod {
 /// Everything that shapes the stream one rank sees.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LoaderConfig {
-    /// Shard directories and their weights.
-    pub sources: Vec<Source>,
+    /// Shard directories and their weights (`sources` in configs serialized before the rename).
+    #[serde(alias = "sources")]
+    pub datasets: Vec<Dataset>,
     /// Shuffle seed.
     pub seed: u64,
     /// Epoch the stream starts in.
     pub epoch: u64,
-    /// Stop when the first source would start its `epochs`-th epoch after `epoch`; `None` = endless.
+    /// Stop when the first dataset would start its `epochs`-th epoch after `epoch`; `None` = endless.
     pub epochs: Option<u64>,
-    /// Data-parallel rank.
-    pub dp_rank: usize,
-    /// Data-parallel world size.
-    pub dp_size: usize,
-    /// Context-parallel rank within the group.
-    pub cp_rank: usize,
-    /// Context-parallel group size.
-    pub cp_size: usize,
+    /// This rank's place among the DP ranks and within its CP group (serialized as the flat
+    /// fields `dp_rank`, `dp_size`, `cp_rank`, `cp_size`).
+    #[serde(flatten)]
+    pub parallel: Parallel,
     /// Rows per step.
     pub batching: Batching,
-    /// Shuffle within each source (`false`: sequential order, for audits and benchmarks).
+    /// Shuffle within each dataset (`false`: sequential order, for audits and benchmarks).
     pub shuffle: bool,
     /// Position-id numbering.
     pub positions: Positions,
@@ -102,8 +104,8 @@ pub struct LoaderConfig {
     pub prefetch: usize,
     /// Bytes of batches assembled ahead, at least: the depth is raised to cover this much when
     /// batches are small. A few batches of 128 KiB are gone in tens of microseconds, shorter than a
-    /// scheduler's hiccup, and the workers then stall on full channels; measured on 64K-token rows
-    /// (docs/BENCHMARKS-loader.md). Absent in a serialized config from before the field: 8 MiB.
+    /// scheduler's hiccup, and the workers then stall on full channels (docs/BENCHMARKS-loader.md).
+    /// Absent in a serialized config from before the field: 8 MiB.
     #[serde(default = "default_prefetch_bytes")]
     pub prefetch_bytes: u64,
     /// Assembling threads; 0 assembles on the caller's thread.
@@ -140,7 +142,7 @@ impl LoaderConfig {
             BatchLayout::Full => 12,
             BatchLayout::Compact => token_bytes,
         };
-        let batch_bytes = (tokens.div_ceil(self.cp_size.max(1) as u64) * per_token).max(1);
+        let batch_bytes = (tokens.div_ceil(self.parallel.cp.size.max(1) as u64) * per_token).max(1);
         let for_bytes = self.prefetch_bytes.div_ceil(batch_bytes).min(1024) as usize;
         self.prefetch.max(for_bytes).max(1)
     }
@@ -149,14 +151,11 @@ impl LoaderConfig {
 impl Default for LoaderConfig {
     fn default() -> Self {
         LoaderConfig {
-            sources: Vec::new(),
+            datasets: Vec::new(),
             seed: 0,
             epoch: 0,
             epochs: None,
-            dp_rank: 0,
-            dp_size: 1,
-            cp_rank: 0,
-            cp_size: 1,
+            parallel: Parallel::default(),
             batching: Batching::Samples(1),
             shuffle: true,
             positions: Positions::Auto,

@@ -12,10 +12,10 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 
-use crate::batch::{assemble, Batch, Layout, RawTokens};
+use crate::batch::{assemble, AssemblyConfig, Batch, RawTokens};
+use crate::datasets::{open_all, OpenDataset};
 use crate::error::{LoaderError, Result};
 use crate::plan::{self, Planner, Position};
-use crate::sources::{open_all, OpenSource};
 use crate::state::LoaderState;
 use crate::LoaderConfig;
 
@@ -39,8 +39,8 @@ enum Engine {
 /// A deterministic, resumable stream of [`Batch`]es for one (DP, CP) rank.
 pub struct Loader {
     cfg: LoaderConfig,
-    sources: Arc<Vec<OpenSource>>,
-    layout: Layout,
+    datasets: Arc<Vec<OpenDataset>>,
+    assembly: AssemblyConfig,
     engine: Engine,
     /// Position after the last batch handed out.
     pos: Position,
@@ -53,44 +53,35 @@ pub struct Loader {
 }
 
 impl Loader {
-    /// Open the sources and start the stream at its beginning.
+    /// Open the datasets and start the stream at its beginning.
     pub fn new(cfg: LoaderConfig) -> Result<Loader> {
         Self::start(cfg, None)
     }
 
     /// Continue the stream saved in `state`. DP/CP sizes, ranks, batching and prefetch may differ
-    /// from the run that saved it; seed, start epoch, shuffle, sources and weights may not.
+    /// from the run that saved it; seed, start epoch, shuffle, datasets and weights may not.
     pub fn resume(cfg: LoaderConfig, state: &LoaderState) -> Result<Loader> {
         Self::start(cfg, Some(state))
     }
 
     fn start(cfg: LoaderConfig, state: Option<&LoaderState>) -> Result<Loader> {
         plan::check(&cfg)?;
-        let sources = Arc::new(open_all(&cfg.sources, cfg.verify)?);
+        let datasets = Arc::new(open_all(&cfg.datasets, cfg.verify)?);
         let pos = match state {
-            Some(s) => s.position_for(&cfg, &sources)?,
-            None => plan::start(sources.len()),
+            Some(s) => s.position_for(&cfg, &datasets)?,
+            None => plan::start(datasets.len()),
         };
-        let layout = Layout {
-            cp_rank: cfg.cp_rank,
-            cp_size: cfg.cp_size,
-            positions: cfg.positions,
-            mask_doc_boundaries: cfg.mask_doc_boundaries,
-            read: cfg.read,
-            release_pages: cfg.release_pages,
-            in_file_order: !cfg.shuffle,
-            batch_layout: cfg.layout,
-        };
-        let planner = Planner::new(sources.clone(), &cfg, pos.clone());
+        let assembly = AssemblyConfig::new(&cfg);
+        let planner = Planner::new(datasets.clone(), &cfg, pos.clone());
         let engine = if cfg.workers == 0 {
             Engine::Inline(Box::new(planner))
         } else {
-            spawn(&cfg, &sources, layout, planner)?
+            spawn(&cfg, &datasets, assembly, planner)?
         };
         Ok(Loader {
             cfg,
-            sources,
-            layout,
+            datasets,
+            assembly,
             engine,
             pos,
             received: 0,
@@ -102,7 +93,7 @@ impl Loader {
 
     /// The state after the last batch returned by the iterator (prefetched batches not counted).
     pub fn state(&self) -> LoaderState {
-        LoaderState::new(&self.cfg, &self.sources, &self.pos)
+        LoaderState::new(&self.cfg, &self.datasets, &self.pos)
     }
 
     /// Hand a consumed batch back so its allocations are reused for a later batch (optional: call it
@@ -123,31 +114,31 @@ impl Loader {
         &self.cfg
     }
 
-    /// Samples in each source, in config order.
-    pub fn source_sizes(&self) -> Vec<u64> {
-        self.sources.iter().map(|s| s.samples).collect()
+    /// Samples in each dataset, in config order.
+    pub fn dataset_sizes(&self) -> Vec<u64> {
+        self.datasets.iter().map(|s| s.samples).collect()
     }
 
-    /// The packing length of the sources (they all agree).
+    /// The packing length of the datasets (they all agree).
     pub fn seq_len(&self) -> u64 {
-        self.sources[0].set.manifest().seq_len
+        self.datasets[0].set.manifest().seq_len
     }
 
-    /// The manifest of source `k`.
+    /// The manifest of dataset `k`.
     pub fn manifest(&self, k: usize) -> Option<&rsd_shard::Manifest> {
-        self.sources.get(k).map(|s| s.set.manifest())
+        self.datasets.get(k).map(|s| s.set.manifest())
     }
 
     fn next_inline(
         planner: &mut Planner,
-        sources: &[OpenSource],
-        layout: &Layout,
+        datasets: &[OpenDataset],
+        assembly: &AssemblyConfig,
         spare: Option<Batch>,
         scratch: &mut RawTokens,
     ) -> Option<Result<(Batch, Position)>> {
         match planner.plan_step() {
             Ok(Some(p)) => {
-                Some(assemble(sources, &p, layout, spare, scratch).map(|b| (b, p.after)))
+                Some(assemble(datasets, &p, assembly, spare, scratch).map(|b| (b, p.after)))
             }
             Ok(None) => None,
             Err(e) => Some(Err(e)),
@@ -157,12 +148,12 @@ impl Loader {
 
 fn spawn(
     cfg: &LoaderConfig,
-    sources: &Arc<Vec<OpenSource>>,
-    layout: Layout,
+    datasets: &Arc<Vec<OpenDataset>>,
+    assembly: AssemblyConfig,
     planner: Planner,
 ) -> Result<Engine> {
     let n = cfg.workers;
-    let manifest = sources[0].set.manifest();
+    let manifest = datasets[0].set.manifest();
     let prefetch = cfg.prefetch_depth(manifest.seq_len, manifest.dtype.size() as u64);
     // Returned batches wait here for a worker to refill them; bounded so an unused pool stays small.
     let (pool_tx, pool_rx) = bounded::<Batch>(prefetch + n);
@@ -173,10 +164,10 @@ fn spawn(
     for w in 0..n {
         let (tx, rx) = bounded::<Msg>(depth);
         let pool = pool_rx.clone();
-        let (sources, stop, planner) = (sources.clone(), stop.clone(), planner.clone());
+        let (datasets, stop, planner) = (datasets.clone(), stop.clone(), planner.clone());
         let handle = std::thread::Builder::new()
             .name(format!("rsd-loader-{w}"))
-            .spawn(move || worker(w, n, planner, &sources, layout, &tx, &pool, &stop))
+            .spawn(move || worker(w, n, planner, &datasets, assembly, &tx, &pool, &stop))
             .map_err(|e| LoaderError::Config(format!("cannot start loader thread: {e}")))?;
         rxs.push(rx);
         handles.push(handle);
@@ -195,8 +186,8 @@ fn worker(
     w: usize,
     n: usize,
     mut planner: Planner,
-    sources: &[OpenSource],
-    layout: Layout,
+    datasets: &[OpenDataset],
+    assembly: AssemblyConfig,
     tx: &Sender<Msg>,
     pool: &Receiver<Batch>,
     stop: &AtomicBool,
@@ -208,7 +199,7 @@ fn worker(
         // Every worker hits the same end or planning error at the same step; only its owner reports it.
         let msg = match planner.plan_step() {
             Ok(Some(p)) if mine => {
-                match assemble(sources, &p, &layout, pool.try_recv().ok(), &mut scratch) {
+                match assemble(datasets, &p, &assembly, pool.try_recv().ok(), &mut scratch) {
                     Ok(b) => Msg::Batch(Box::new(b), p.after),
                     Err(e) => Msg::Err(e),
                 }
@@ -240,8 +231,8 @@ impl Iterator for Loader {
                 let spare = self.spare.take();
                 Self::next_inline(
                     planner,
-                    &self.sources,
-                    &self.layout,
+                    &self.datasets,
+                    &self.assembly,
                     spare,
                     &mut self.scratch,
                 )

@@ -5,16 +5,16 @@
 
 use std::sync::Arc;
 
+use crate::datasets::OpenDataset;
 use crate::error::{LoaderError, Result};
 use crate::perm::{key, Permutation};
-use crate::sources::OpenSource;
-use crate::{Batching, LoaderConfig};
+use crate::{Batching, LoaderConfig, Rank};
 
 /// One draw from the mixture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SampleRef {
-    pub source: usize,
-    /// Index within the source's shard set (after the permutation).
+    pub dataset: usize,
+    /// Index within the dataset's shard set (after the permutation).
     pub global: u64,
     pub epoch: u64,
 }
@@ -34,24 +34,23 @@ pub(crate) struct StepPlan {
     pub after: Position,
 }
 
-/// Replays the global stream. Cloning is cheap (the sources are shared).
+/// Replays the global stream. Cloning is cheap (the datasets are shared).
 #[derive(Clone)]
 pub(crate) struct Planner {
-    sources: Arc<Vec<OpenSource>>,
+    datasets: Arc<Vec<OpenDataset>>,
     seed: u64,
     epoch0: u64,
     epochs: Option<u64>,
     shuffle: bool,
-    dp_rank: usize,
-    dp_size: usize,
+    dp: Rank,
     batching: Batching,
     pos: Position,
     perms: Vec<(u64, Permutation)>,
 }
 
 impl Planner {
-    pub fn new(sources: Arc<Vec<OpenSource>>, cfg: &LoaderConfig, pos: Position) -> Planner {
-        let perms = sources
+    pub fn new(datasets: Arc<Vec<OpenDataset>>, cfg: &LoaderConfig, pos: Position) -> Planner {
+        let perms = datasets
             .iter()
             .enumerate()
             .map(|(k, s)| {
@@ -62,13 +61,12 @@ impl Planner {
             })
             .collect();
         Planner {
-            sources,
+            datasets,
             seed: cfg.seed,
             epoch0: cfg.epoch,
             epochs: cfg.epochs,
             shuffle: cfg.shuffle,
-            dp_rank: cfg.dp_rank,
-            dp_size: cfg.dp_size,
+            dp: cfg.parallel.dp,
             batching: cfg.batching,
             pos,
             perms,
@@ -77,20 +75,20 @@ impl Planner {
 
     /// The next sample of the global stream, or `None` once the epoch limit is reached.
     ///
-    /// Smooth weighted round-robin: the source furthest behind its share `w_k · (g + 1)` goes next.
+    /// Smooth weighted round-robin: the dataset furthest behind its share `w_k · (g + 1)` goes next.
     /// It needs no state beyond the draw counts, so a resumed stream is identical.
     fn draw(&mut self) -> Option<SampleRef> {
         let g = self.pos.cursor;
         let mut best = 0usize;
         let mut best_deficit = f64::NEG_INFINITY;
-        for (k, s) in self.sources.iter().enumerate() {
+        for (k, s) in self.datasets.iter().enumerate() {
             let deficit = s.weight * (g + 1) as f64 - self.pos.drawn[k] as f64;
             if deficit > best_deficit {
                 best = k;
                 best_deficit = deficit;
             }
         }
-        let n = self.sources[best].samples;
+        let n = self.datasets[best].samples;
         let j = self.pos.drawn[best];
         let epoch = self.epoch0 + j / n;
         if let Some(limit) = self.epochs {
@@ -108,7 +106,7 @@ impl Planner {
         self.pos.drawn[best] += 1;
         self.pos.cursor += 1;
         Some(SampleRef {
-            source: best,
+            dataset: best,
             global,
             epoch,
         })
@@ -116,22 +114,22 @@ impl Planner {
 
     /// Tokens in a referenced sample, from `.idx` metadata only.
     fn sample_len(&self, r: &SampleRef) -> Result<u64> {
-        let set = &self.sources[r.source].set;
-        let (k, i) = crate::sources::locate(set, r.global)?;
+        let set = &self.datasets[r.dataset].set;
+        let (k, i) = crate::datasets::locate(set, r.global)?;
         let (_, _, start, end) = set.shards()[k].sample_span(i)?;
         Ok(((end - start) / set.manifest().dtype.size()) as u64)
     }
 
     /// Plan the next global step for this rank; `None` when the stream has ended.
     pub fn plan_step(&mut self) -> Result<Option<StepPlan>> {
-        let w = self.dp_size;
+        let w = self.dp.size;
         let step = self.pos.step;
         let mut rows = Vec::new();
         match self.batching {
             Batching::Samples(n) => {
                 for i in 0..n * w {
                     match self.draw() {
-                        Some(r) if i % w == self.dp_rank => rows.push(r),
+                        Some(r) if i % w == self.dp.rank => rows.push(r),
                         Some(_) => {}
                         // A partial global step would give ranks unequal batches: drop it.
                         None => return Ok(None),
@@ -177,7 +175,7 @@ impl Planner {
                     for (u, l) in used.iter_mut().zip(&lens) {
                         *u += l;
                     }
-                    rows.push(round[self.dp_rank]);
+                    rows.push(round[self.dp.rank]);
                     if !fits {
                         break;
                     }
@@ -194,29 +192,18 @@ impl Planner {
 }
 
 /// The starting position of a fresh stream.
-pub(crate) fn start(sources: usize) -> Position {
+pub(crate) fn start(datasets: usize) -> Position {
     Position {
         step: 0,
         cursor: 0,
-        drawn: vec![0; sources],
+        drawn: vec![0; datasets],
     }
 }
 
 /// Reject configurations that cannot produce batches.
 pub(crate) fn check(cfg: &LoaderConfig) -> Result<()> {
     let bad = |s: String| Err(LoaderError::Config(s));
-    if cfg.dp_size == 0 || cfg.dp_rank >= cfg.dp_size {
-        return bad(format!(
-            "dp_rank {} of dp_size {}: need 0 <= rank < size",
-            cfg.dp_rank, cfg.dp_size
-        ));
-    }
-    if cfg.cp_size == 0 || cfg.cp_rank >= cfg.cp_size {
-        return bad(format!(
-            "cp_rank {} of cp_size {}: need 0 <= rank < size",
-            cfg.cp_rank, cfg.cp_size
-        ));
-    }
+    cfg.parallel.check()?;
     match cfg.batching {
         Batching::Samples(0) => bad("batch size 0".into()),
         Batching::Tokens(0) => bad("token budget 0".into()),

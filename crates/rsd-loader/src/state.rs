@@ -2,9 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::datasets::OpenDataset;
 use crate::error::{LoaderError, Result};
 use crate::plan::Position;
-use crate::sources::OpenSource;
 use crate::LoaderConfig;
 
 /// The [`LoaderState::version`] this build writes and reads.
@@ -25,15 +25,16 @@ pub struct LoaderState {
     pub step: u64,
     /// Samples of the global stream consumed (over all DP ranks).
     pub cursor: u64,
-    /// Draws from each source since the start of the stream.
+    /// Draws from each dataset since the start of the stream.
     pub drawn: Vec<u64>,
-    /// The sources as they were, to refuse resuming on other data.
-    pub sources: Vec<SourceState>,
+    /// The datasets as they were, to refuse resuming on other data (saved as `sources`).
+    #[serde(rename = "sources")]
+    pub datasets: Vec<DatasetState>,
 }
 
-/// A source as recorded in a state.
+/// A dataset as recorded in a state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SourceState {
+pub struct DatasetState {
     /// Directory (informational: data may move).
     pub dir: String,
     /// Samples in the directory (must match).
@@ -43,7 +44,7 @@ pub struct SourceState {
 }
 
 impl LoaderState {
-    pub(crate) fn new(cfg: &LoaderConfig, sources: &[OpenSource], pos: &Position) -> LoaderState {
+    pub(crate) fn new(cfg: &LoaderConfig, datasets: &[OpenDataset], pos: &Position) -> LoaderState {
         LoaderState {
             version: STATE_VERSION,
             seed: cfg.seed,
@@ -52,9 +53,9 @@ impl LoaderState {
             step: pos.step,
             cursor: pos.cursor,
             drawn: pos.drawn.clone(),
-            sources: sources
+            datasets: datasets
                 .iter()
-                .map(|s| SourceState {
+                .map(|s| DatasetState {
                     dir: s.set.dir().display().to_string(),
                     samples: s.samples,
                     weight: s.weight,
@@ -67,7 +68,7 @@ impl LoaderState {
     pub(crate) fn position_for(
         &self,
         cfg: &LoaderConfig,
-        sources: &[OpenSource],
+        datasets: &[OpenDataset],
     ) -> Result<Position> {
         let bad = |s: String| Err(LoaderError::Resume(s));
         if self.version != STATE_VERSION {
@@ -82,14 +83,14 @@ impl LoaderState {
                 self.seed, self.epoch, self.shuffle, cfg.seed, cfg.epoch, cfg.shuffle
             ));
         }
-        if self.sources.len() != sources.len() || self.drawn.len() != sources.len() {
+        if self.datasets.len() != datasets.len() || self.drawn.len() != datasets.len() {
             return bad(format!(
                 "the state has {} sources, the config {}",
-                self.sources.len(),
-                sources.len()
+                self.datasets.len(),
+                datasets.len()
             ));
         }
-        for (k, (saved, now)) in self.sources.iter().zip(sources).enumerate() {
+        for (k, (saved, now)) in self.datasets.iter().zip(datasets).enumerate() {
             if saved.samples != now.samples {
                 return bad(format!(
                     "source {k} ({}) had {} samples when saved, {} now has {}",
@@ -107,9 +108,11 @@ impl LoaderState {
             }
         }
         if self.drawn.iter().sum::<u64>() != self.cursor {
+            let drawn: Vec<String> = self.drawn.iter().map(u64::to_string).collect();
             return bad(format!(
-                "corrupt state: draws {:?} do not add up to cursor {}",
-                self.drawn, self.cursor
+                "corrupt state: draws [{}] do not add up to cursor {}",
+                drawn.join(", "),
+                self.cursor
             ));
         }
         Ok(Position {

@@ -3,12 +3,13 @@
 
 use std::path::Path;
 
+use rsd_common::rng::mix;
 use rsd_shard::{
-    Manifest, ShardSetWriter, TokenDtype, TokenizerInfo, Totals, FORMAT_NAME, FORMAT_VERSION,
+    Manifest, PackMode, ShardSetWriter, TokenDtype, TokenizerInfo, Totals, FORMAT_NAME,
+    FORMAT_VERSION,
 };
 
 use crate::error::Result;
-use crate::perm::mix;
 
 /// What to write.
 #[derive(Debug, Clone)]
@@ -104,7 +105,11 @@ pub fn write(dir: &Path, spec: &SynthSpec) -> Result<Manifest> {
         },
         dtype,
         seq_len: spec.seq_len as u64,
-        mode: if spec.mixed { "mixed" } else { "fixed" }.into(),
+        mode: if spec.mixed {
+            PackMode::Mixed
+        } else {
+            PackMode::Fixed
+        },
         pad_id: None,
         shards,
         totals,

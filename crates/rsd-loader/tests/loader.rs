@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use rsd_loader::synth::{self, SynthSpec};
 use rsd_loader::{
-    Batch, BatchLayout, Batching, Loader, LoaderConfig, LoaderError, LoaderState, Positions,
-    RawTokens, ReadMethod, Source, IGNORE_INDEX,
+    Batch, BatchLayout, Batching, Dataset, Loader, LoaderConfig, LoaderError, LoaderState,
+    Parallel, Positions, Rank, RawTokens, ReadMethod, IGNORE_INDEX,
 };
 use rsd_shard::ShardSet;
 
@@ -18,7 +18,7 @@ fn make(dir: &Path, name: &str, spec: SynthSpec) -> PathBuf {
 
 fn cfg(dirs: &[(&Path, f64)]) -> LoaderConfig {
     LoaderConfig {
-        sources: dirs.iter().map(|(d, w)| Source::new(*d, *w)).collect(),
+        datasets: dirs.iter().map(|(d, w)| Dataset::new(*d, *w)).collect(),
         seed: 42,
         workers: 0,
         ..LoaderConfig::default()
@@ -37,7 +37,7 @@ fn collect(c: LoaderConfig, n: usize) -> Vec<Batch> {
 fn ids(batches: &[Batch]) -> Vec<(u32, u64)> {
     batches
         .iter()
-        .flat_map(|b| b.samples.iter().map(|s| (s.source, s.global)))
+        .flat_map(|b| b.samples.iter().map(|s| (s.dataset, s.global)))
         .collect()
 }
 
@@ -73,7 +73,7 @@ fn one_epoch_covers_every_sample_once_across_dp_ranks() {
     let mut seen = HashSet::new();
     for r in 0..4 {
         let mut c = c.clone();
-        (c.dp_rank, c.dp_size, c.batching) = (r, 4, Batching::Samples(2));
+        (c.parallel.dp, c.batching) = (Rank::new(r, 4), Batching::Samples(2));
         let batches = collect(c, usize::MAX);
         assert_eq!(batches.len(), 12);
         for (t, b) in batches.iter().enumerate() {
@@ -215,7 +215,7 @@ fn context_parallel_ranks_hold_zigzag_chunks_of_the_full_row() {
         let ranks: Vec<Vec<Batch>> = (0..p)
             .map(|r| {
                 let mut c = c.clone();
-                (c.cp_rank, c.cp_size) = (r, p);
+                c.parallel.cp = Rank::new(r, p);
                 collect(c, 4)
             })
             .collect();
@@ -331,7 +331,7 @@ fn elastic_resume_on_another_dp_size_continues_the_global_stream() {
     let mut states = vec![];
     for r in 0..2 {
         let mut c = base.clone();
-        (c.dp_rank, c.dp_size, c.batching) = (r, 2, Batching::Samples(2));
+        (c.parallel.dp, c.batching) = (Rank::new(r, 2), Batching::Samples(2));
         let mut l = Loader::new(c).unwrap();
         l.by_ref().take(3).for_each(|b| drop(b.unwrap()));
         states.push(l.state());
@@ -341,7 +341,7 @@ fn elastic_resume_on_another_dp_size_continues_the_global_stream() {
     // Resume on three ranks with batch 1: step t gives rank r global position 12 + 3t + r.
     for r in 0..3 {
         let mut c = base.clone();
-        (c.dp_rank, c.dp_size, c.workers) = (r, 3, 2);
+        (c.parallel.dp, c.workers) = (Rank::new(r, 3), 2);
         let got = ids(&Loader::resume(c, &states[0])
             .unwrap()
             .take(20)
@@ -377,14 +377,14 @@ fn mixture_follows_the_weights_and_each_source_cycles_its_epochs() {
     let got = collect(cfg(&[(&a, 0.3), (&b, 0.7)]), 1000);
     let rows: Vec<_> = got.iter().flat_map(|b| b.samples.clone()).collect();
     for n in [10usize, 100, 1000] {
-        let from_a = rows[..n].iter().filter(|s| s.source == 0).count() as f64;
+        let from_a = rows[..n].iter().filter(|s| s.dataset == 0).count() as f64;
         assert!(
             (from_a - 0.3 * n as f64).abs() <= 1.0,
             "{from_a} of {n} from a"
         );
     }
     // Source a (10 samples) has gone through 30 epochs: every epoch is a permutation.
-    let a_rows: Vec<_> = rows.iter().filter(|s| s.source == 0).collect();
+    let a_rows: Vec<_> = rows.iter().filter(|s| s.dataset == 0).collect();
     for (e, chunk) in a_rows.chunks(10).enumerate() {
         assert!(chunk.iter().all(|s| s.epoch == e as u64));
         assert_eq!(
@@ -413,11 +413,11 @@ fn token_budget_batches_agree_across_ranks() {
     );
     let budget = 200;
     let mut c = cfg(&[(&d, 1.0)]);
-    (c.dp_size, c.batching, c.epochs) = (3, Batching::Tokens(budget), Some(1));
+    (c.parallel.dp.size, c.batching, c.epochs) = (3, Batching::Tokens(budget), Some(1));
     let per_rank: Vec<Vec<Batch>> = (0..3)
         .map(|r| {
             let mut c = c.clone();
-            c.dp_rank = r;
+            c.parallel.dp.rank = r;
             collect(c, usize::MAX)
         })
         .collect();
@@ -504,7 +504,7 @@ fn refuses_mismatched_sources_and_foreign_states() {
         .to_string();
     assert!(err.contains("state version 99"), "{err}");
     let mut bad = cfg(&[(&a, 1.0)]);
-    bad.dp_rank = 2;
+    bad.parallel.dp.rank = 2;
     assert!(matches!(Loader::new(bad), Err(LoaderError::Config(_))));
 }
 
@@ -726,10 +726,10 @@ fn compact_layout_materialises_to_the_full_layout() {
                     for dp_rank in 0..2 {
                         for shuffle in [true, false] {
                             let base = LoaderConfig {
-                                cp_size: cp,
-                                cp_rank,
-                                dp_size: 2,
-                                dp_rank,
+                                parallel: Parallel {
+                                    dp: Rank::new(dp_rank, 2),
+                                    cp: Rank::new(cp_rank, cp),
+                                },
                                 shuffle,
                                 batching,
                                 ..cfg(&[(dir.as_path(), 1.0)])
@@ -887,8 +887,8 @@ fn compact_batches_recycle_without_new_allocations() {
         },
     );
     let mut c = cfg(&[(&d, 1.0)]);
-    (c.layout, c.batching, c.cp_size, c.cp_rank) =
-        (BatchLayout::Compact, Batching::Samples(2), 2, 1);
+    (c.layout, c.batching, c.parallel.cp) =
+        (BatchLayout::Compact, Batching::Samples(2), Rank::new(1, 2));
     let plain = collect(c.clone(), 25);
     let ptr = |b: &Batch| match &b.raw_tokens {
         RawTokens::U16(v) => (v.as_ptr() as usize, v.capacity()),
@@ -957,7 +957,10 @@ fn prefetch_depth_covers_the_byte_floor() {
     assert_eq!(compact.prefetch_depth(65_536, 4), 32);
     // CP ranks hold 1/P of each row: more of them fit.
     let cp = LoaderConfig {
-        cp_size: 4,
+        parallel: Parallel {
+            cp: Rank::new(0, 4),
+            ..Parallel::default()
+        },
         ..compact.clone()
     };
     assert_eq!(cp.prefetch_depth(65_536, 2), 256);
@@ -1008,4 +1011,51 @@ fn prefetch_depth_covers_the_byte_floor() {
         ..base.clone()
     };
     assert_eq!(collect(shallow, 40), collect(base, 40));
+}
+
+/// Serialized configs keep the flat parallel fields (`dp_rank`, `dp_size`, `cp_rank`, `cp_size`)
+/// and read the old `sources` key; pipeline files with `sources` still load; a saved state keeps
+/// `sources` and each row's origin its `source`.
+#[test]
+fn serialized_forms_keep_their_field_names() {
+    let c = LoaderConfig {
+        datasets: vec![Dataset::new("d", 2.0)],
+        parallel: Parallel {
+            dp: Rank::new(1, 4),
+            cp: Rank::new(2, 3),
+        },
+        ..LoaderConfig::default()
+    };
+    let mut v = serde_json::to_value(&c).unwrap();
+    let o = v.as_object_mut().unwrap();
+    for (k, want) in [
+        ("dp_rank", 1),
+        ("dp_size", 4),
+        ("cp_rank", 2),
+        ("cp_size", 3),
+    ] {
+        assert_eq!(o[k], want, "{k}");
+    }
+    assert!(!o.contains_key("parallel"));
+    let datasets = o.remove("datasets").unwrap();
+    o.insert("sources".into(), datasets);
+    let back: LoaderConfig = serde_json::from_value(v).unwrap();
+    assert_eq!(back, c);
+
+    let tmp = tempfile::tempdir().unwrap();
+    for key in ["sources", "datasets"] {
+        let p = tmp.path().join(format!("{key}.json"));
+        let text = format!(r#"{{"name": "t", "{key}": [{{"dir": "a", "weight": 0.3}}]}}"#);
+        std::fs::write(&p, text).unwrap();
+        let pipe = rsd_loader::Pipeline::read(&p, Path::new("/data")).unwrap();
+        assert_eq!(pipe.datasets, vec![Dataset::new("/data/a", 0.3)]);
+    }
+
+    let d = make(tmp.path(), "a", SynthSpec::default());
+    let mut loader = Loader::new(cfg(&[(&d, 1.0)])).unwrap();
+    let b = loader.next().unwrap().unwrap();
+    let state = serde_json::to_value(loader.state()).unwrap();
+    assert_eq!(state["sources"][0]["samples"], 100);
+    let row = serde_json::to_value(b.samples[0]).unwrap();
+    assert_eq!(row["source"], 0);
 }

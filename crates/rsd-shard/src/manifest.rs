@@ -28,8 +28,8 @@ pub struct Manifest {
     /// The packing length: every sample has exactly this many tokens in `fixed` mode, at most this
     /// many in `mixed` mode.
     pub seq_len: u64,
-    /// `fixed` or `mixed` (see docs/FORMAT.md).
-    pub mode: String,
+    /// How documents became samples (see docs/FORMAT.md).
+    pub mode: PackMode,
     /// Id used for tail padding, if any sample is padded.
     pub pad_id: Option<u32>,
     /// The shards, in order.
@@ -42,6 +42,34 @@ pub struct Manifest {
     pub command: Vec<String>,
     /// Program and version that wrote it.
     pub created_by: String,
+}
+
+/// How documents became samples: the manifest's `mode`, and `rsd-data pack --mode` (the `clap`
+/// feature makes it a command-line value).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[serde(rename_all = "lowercase")]
+pub enum PackMode {
+    /// Contiguous windows of exactly `--len` tokens over the document stream.
+    Fixed,
+    /// Whole documents packed into samples of at most `--len` tokens (for document-masked training).
+    Mixed,
+}
+
+impl PackMode {
+    /// The name used in the manifest and in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            PackMode::Fixed => "fixed",
+            PackMode::Mixed => "mixed",
+        }
+    }
+}
+
+impl std::fmt::Display for PackMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// The tokenizer, identified by content.
@@ -145,7 +173,10 @@ impl Manifest {
         if manifest.format != FORMAT_NAME {
             return Err(ShardError::Manifest {
                 path,
-                what: format!("format is {:?}, expected {FORMAT_NAME:?}", manifest.format),
+                what: format!(
+                    "format is \"{}\", expected \"{FORMAT_NAME}\"",
+                    manifest.format
+                ),
             });
         }
         if manifest.version != FORMAT_VERSION {

@@ -1,9 +1,12 @@
+//! Reading shards: [`Shard`] maps one `.bin`/`.idx` pair, checks it, and gives access to its
+//! samples two ways — zero-copy views into the map, or `pread` copies into caller storage. How a
+//! reader chooses between them and what it does with mapped pages afterwards (releasing them) is
+//! the reader's business (`rsd-loader`), not the format's.
+
 use std::fs::File;
 use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 use memmap2::Mmap;
 
@@ -83,13 +86,16 @@ mod private {
     impl Sealed for i32 {}
 }
 
-/// One packed sample: its tokens and the lengths of the document pieces inside it.
+/// One packed sample: its tokens, the lengths of the document pieces inside it, and where its
+/// tokens lie in the `.bin`.
 #[derive(Debug, Clone)]
 pub struct Sample<'a> {
-    /// The tokens, zero-copy from the mapped `.bin`.
+    /// The tokens, zero-copy from the mapped `.bin` (its pages are faulted in only when read).
     pub tokens: Tokens<'a>,
     /// Lengths of consecutive document pieces; they sum to `tokens.len()`.
     pub pieces: Vec<u32>,
+    /// The tokens' bytes in the `.bin`, for reading them with [`Shard::read_tokens`] instead.
+    pub bytes: std::ops::Range<usize>,
 }
 
 /// One memory-mapped `.bin`/`.idx` pair.
@@ -101,23 +107,7 @@ pub struct Shard {
     bin_file: File,
     idx: Mmap,
     header: IdxHeader,
-    /// [`Shard::release_behind`]'s cursor: bytes below it have been released.
-    released_below: AtomicUsize,
 }
-
-/// Release granularity for in-order reads: the kernel maps page-cache folios of up to 2 MiB with
-/// one page-table entry, and releasing whole 2 MiB blocks avoids splitting those entries.
-const RELEASE_BLOCK: usize = 2 << 20;
-
-/// Bytes `start..end` widened to the 2 MiB blocks they touch, clipped to a map of `len` bytes.
-fn block_span(start: usize, end: usize, len: usize) -> (usize, usize) {
-    let lo = start & !(RELEASE_BLOCK - 1);
-    let hi = end.saturating_add(RELEASE_BLOCK - 1) & !(RELEASE_BLOCK - 1);
-    (lo.min(len), hi.min(len))
-}
-/// How far behind the cursor an in-order read may start before it counts as a new pass over the
-/// file (another epoch) rather than a worker that lags a little.
-const RESTART_LAG: usize = 64 << 20;
 
 fn map(path: &Path) -> Result<(Mmap, File)> {
     let file = File::open(path).map_err(|e| ShardError::io(path, e))?;
@@ -142,7 +132,6 @@ impl Shard {
             bin_file,
             idx,
             header,
-            released_below: AtomicUsize::new(0),
         };
         shard.check_ends()?;
         Ok(shard)
@@ -287,74 +276,6 @@ impl Shard {
         Ok((first, end, start as usize, byte_end as usize))
     }
 
-    /// Unmap the pages covering bytes `start..end` of the `.bin` from this process
-    /// (`madvise(MADV_DONTNEED)`), so a long sequential or shuffled pass does not grow RSS. The
-    /// kernel's page cache keeps the data; a later read faults the pages back in. Best effort:
-    /// failures are ignored because the only cost is memory.
-    pub fn release_bin_range(&self, start: usize, end: usize) {
-        // memmap2 rounds the start down to a page boundary (and the kernel rounds the length up),
-        // so pages shared with neighbouring samples are released too; rereading them is cheap.
-        let (lo, hi) = (start.min(self.bin.len()), end.min(self.bin.len()));
-        if hi <= lo {
-            return;
-        }
-        // SAFETY: the map is a read-only file mapping; MADV_DONTNEED on it only drops our page
-        // table entries, and later reads see the file's contents again. No `&mut` views exist.
-        let _ = unsafe {
-            self.bin
-                .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, lo, hi - lo)
-        };
-    }
-
-    /// Release the whole 2 MiB blocks that bytes `start..end` touch. Releasing only a sample's own
-    /// bytes inside a block the kernel mapped with one 2 MiB entry splits that entry and can leave
-    /// the rest of the block mapped: measured here, a shuffled pass over a 1 GiB shard released per
-    /// sample kept ~57 MiB mapped (per shard, so RSS grew with the dataset), against ~2 MiB when
-    /// whole blocks are released. Neighbouring samples that are still needed just fault back in.
-    pub fn release_blocks(&self, start: usize, end: usize) {
-        let (lo, hi) = block_span(start, end, self.bin.len());
-        self.release_bin_range(lo, hi);
-    }
-
-    /// Release for a reader going through the file in order (sequential sampling): instead of
-    /// unmapping each sample's own bytes (which costs a page-table split and a re-fault per sample:
-    /// ~4 µs against a 128 KiB copy of ~8 µs), move a cursor and unmap whole 2 MiB blocks once
-    /// reads have moved past them. Call it after copying bytes `start..end` out. A read that starts
-    /// behind the cursor (a worker lagging another) releases its own blocks
-    /// ([`Shard::release_blocks`]); one far behind (a new epoch) also releases what the
-    /// previous pass left mapped and restarts the cursor. What stays mapped is bounded by a block,
-    /// the samples in flight and the lag, not by the amount read. Best effort, like
-    /// [`Shard::release_bin_range`]: a wrong guess only costs a re-fault.
-    pub fn release_behind(&self, start: usize, end: usize) {
-        let block = start & !(RELEASE_BLOCK - 1);
-        let mut cursor = self.released_below.load(Ordering::Relaxed);
-        loop {
-            let (new_cursor, release) = if start >= cursor {
-                if block <= cursor {
-                    return;
-                }
-                (block, cursor..block)
-            } else if cursor - start > RESTART_LAG {
-                (block, cursor..self.bin.len())
-            } else {
-                self.release_blocks(start, end);
-                return;
-            };
-            match self.released_below.compare_exchange(
-                cursor,
-                new_cursor,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => {
-                    self.release_bin_range(release.start, release.end);
-                    return;
-                }
-                Err(now) => cursor = now,
-            }
-        }
-    }
-
     /// Append the tokens stored at bytes `start..end` of the `.bin` to `out`, read with `pread`
     /// straight into `out`'s spare capacity: one copy from the page cache, like copying out of the
     /// map, but without touching this process's page tables — nothing to fault in per sample, and
@@ -482,7 +403,11 @@ impl Shard {
             }
         };
         let pieces = (first..end).map(|s| self.length(s) as u32).collect();
-        Ok(Sample { tokens, pieces })
+        Ok(Sample {
+            tokens,
+            pieces,
+            bytes: start..byte_end,
+        })
     }
 }
 
@@ -493,42 +418,7 @@ pub struct ShardSet {
     shards: Vec<Shard>,
     /// `starts[k]` = global index of shard k's first sample; one extra entry holds the total.
     starts: Vec<u64>,
-    /// Block ranges `(shard, start, end)` waiting for [`ShardSet::release_blocks_batched`].
-    pending_release: Mutex<Vec<(usize, usize, usize)>>,
 }
-
-/// Block ranges released together by [`ShardSet::release_blocks_batched`]: each release of a range
-/// ends with a TLB flush, which in a multi-threaded process interrupts every core running one of
-/// its threads (a VM exit each, on a VM); one `process_madvise` call flushes once for all of them.
-/// At most this many blocks (16 MiB) per shard set stay mapped waiting.
-const RELEASE_BATCH: usize = 8;
-
-/// A pidfd for this process, for `process_madvise` (which allows `MADV_DONTNEED` on the calling
-/// process from Linux 6.13 and batches the TLB flushes from 6.16); `None` if it cannot be opened.
-/// Kept per pid: after a `fork` the inherited descriptor names the parent, so the child opens its
-/// own (the kernel would refuse `MADV_DONTNEED` on another process anyway).
-fn self_pidfd() -> Option<i32> {
-    static PIDFD: Mutex<Option<(i32, i32)>> = Mutex::new(None);
-    // SAFETY: getpid has no preconditions.
-    let pid = unsafe { libc::getpid() };
-    let mut cached = PIDFD.lock().ok()?;
-    match *cached {
-        Some((p, fd)) if p == pid => Some(fd),
-        stale => {
-            if let Some((_, fd)) = stale {
-                // SAFETY: `fd` is our copy of the parent's pidfd, owned by this cache alone.
-                unsafe { libc::close(fd) };
-            }
-            // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-            *cached = (fd >= 0).then_some((pid, fd as i32));
-            cached.map(|(_, fd)| fd)
-        }
-    }
-}
-
-/// Set when `process_madvise` refused `MADV_DONTNEED` once: later batches go range by range.
-static PROCESS_MADVISE_REFUSED: AtomicBool = AtomicBool::new(false);
 
 impl ShardSet {
     /// Open `dir`: read `index.json`, map every shard, and check counts against the manifest.
@@ -559,73 +449,7 @@ impl ShardSet {
             manifest,
             shards,
             starts,
-            pending_release: Mutex::new(Vec::new()),
         })
-    }
-
-    /// [`Shard::release_blocks`] for shard `k`, batched: ranges are collected and released
-    /// [`RELEASE_BATCH`] at a time with one `process_madvise(MADV_DONTNEED)` (one TLB flush), or
-    /// range by range where the kernel does not allow that. Up to `RELEASE_BATCH` blocks of this set
-    /// stay mapped meanwhile; a shard index out of range is ignored (releasing is best effort).
-    pub fn release_blocks_batched(&self, k: usize, start: usize, end: usize) {
-        let Some(shard) = self.shards.get(k) else {
-            return;
-        };
-        let (lo, hi) = block_span(start, end, shard.bin.len());
-        if hi <= lo {
-            return;
-        }
-        let batch = {
-            let Ok(mut pending) = self.pending_release.lock() else {
-                return shard.release_bin_range(lo, hi);
-            };
-            pending.push((k, lo, hi));
-            if pending.len() < RELEASE_BATCH {
-                return;
-            }
-            std::mem::take(&mut *pending)
-        };
-        if !self.process_madvise(&batch) {
-            for &(k, lo, hi) in &batch {
-                self.shards[k].release_bin_range(lo, hi);
-            }
-        }
-    }
-
-    /// Release all `(shard, start, end)` ranges with one `process_madvise`; false if not done.
-    fn process_madvise(&self, ranges: &[(usize, usize, usize)]) -> bool {
-        if PROCESS_MADVISE_REFUSED.load(Ordering::Relaxed) {
-            return false;
-        }
-        let Some(pidfd) = self_pidfd() else {
-            return false;
-        };
-        let iov: Vec<libc::iovec> = ranges
-            .iter()
-            .map(|&(k, lo, hi)| libc::iovec {
-                // Page-aligned: the map starts on a page and `lo` is a block boundary.
-                iov_base: self.shards[k].bin.as_ptr().wrapping_add(lo) as *mut libc::c_void,
-                iov_len: hi - lo,
-            })
-            .collect();
-        let total: usize = iov.iter().map(|v| v.iov_len).sum();
-        // SAFETY: every range lies inside a read-only file mapping owned by `self` (so it stays
-        // mapped for the call); MADV_DONTNEED on it only drops our page-table entries, and later
-        // reads see the file again. No `&mut` views of the maps exist.
-        let done = unsafe {
-            libc::syscall(
-                libc::SYS_process_madvise,
-                pidfd,
-                iov.as_ptr(),
-                iov.len(),
-                libc::MADV_DONTNEED,
-                0u32,
-            )
-        };
-        if done < 0 {
-            PROCESS_MADVISE_REFUSED.store(true, Ordering::Relaxed);
-        }
-        done >= 0 && done as usize == total
     }
 
     /// The directory.

@@ -2,7 +2,7 @@ use std::path::Path;
 
 use crate::dtype::TokenDtype;
 use crate::error::{Result, ShardError};
-use crate::manifest::{Manifest, MANIFEST_FILE};
+use crate::manifest::{Manifest, PackMode, MANIFEST_FILE};
 use crate::reader::Shard;
 
 /// What [`verify`] checks beyond structure.
@@ -165,7 +165,8 @@ fn check_index(shard: &Shard, manifest: &Manifest) -> Result<()> {
         let len = sample.tokens.len() as u64;
         let is_last_of_set = i + 1 == n;
         let too_long = len > manifest.seq_len;
-        let short_fixed = manifest.mode == "fixed" && len != manifest.seq_len && !is_last_of_set;
+        let fixed = manifest.mode == PackMode::Fixed;
+        let short_fixed = fixed && len != manifest.seq_len && !is_last_of_set;
         if too_long || short_fixed {
             return Err(ShardError::corrupt(
                 shard.idx_path(),
@@ -174,7 +175,7 @@ fn check_index(shard: &Shard, manifest: &Manifest) -> Result<()> {
                     "sample {i} has {len} tokens; {} mode with length {} allows {}",
                     manifest.mode,
                     manifest.seq_len,
-                    if manifest.mode == "fixed" {
+                    if fixed {
                         "exactly that"
                     } else {
                         "at most that"

@@ -78,10 +78,11 @@ impl ShardWriter {
     pub fn add_sample(&mut self, tokens: &[u32], pieces: &[u32]) -> Result<()> {
         let total: u64 = pieces.iter().map(|&p| p as u64).sum();
         if total != tokens.len() as u64 || pieces.contains(&0) || tokens.is_empty() {
+            let shown: Vec<String> = pieces.iter().take(8).map(u32::to_string).collect();
             return Err(ShardError::Invalid(format!(
-                "sample of {} tokens with pieces {:?}: pieces must be non-empty and sum to the token count",
+                "sample of {} tokens with pieces [{}]: pieces must be non-empty and sum to the token count",
                 tokens.len(),
-                &pieces[..pieces.len().min(8)]
+                shown.join(", ")
             )));
         }
         // max() vectorises; the search for the culprit runs only on failure.

@@ -8,7 +8,7 @@ fn manifest(
     dir: &Path,
     dtype: TokenDtype,
     seq_len: u64,
-    mode: &str,
+    mode: PackMode,
     shards: Vec<ShardInfo>,
 ) -> Manifest {
     let mut totals = Totals::default();
@@ -29,7 +29,7 @@ fn manifest(
         },
         dtype,
         seq_len,
-        mode: mode.into(),
+        mode,
         pad_id: None,
         shards,
         totals,
@@ -87,7 +87,7 @@ fn round_trip_both_dtypes_and_rolling() {
             "expected several shards, got {}",
             infos.len()
         );
-        manifest(tmp.path(), dtype, 8, "fixed", infos);
+        manifest(tmp.path(), dtype, 8, PackMode::Fixed, infos);
         let set = ShardSet::open(tmp.path()).unwrap();
         assert_eq!(set.num_samples(), 25);
         for (i, (tokens, pieces)) in data.iter().enumerate() {
@@ -135,7 +135,7 @@ fn writer_rejects_bad_samples() {
 fn packed_dir(dtype: TokenDtype) -> (tempfile::TempDir, Vec<ShardInfo>) {
     let tmp = tempfile::tempdir().unwrap();
     let infos = write_set(tmp.path(), dtype, 1 << 20, &samples(10));
-    manifest(tmp.path(), dtype, 8, "fixed", infos.clone());
+    manifest(tmp.path(), dtype, 8, PackMode::Fixed, infos.clone());
     (tmp, infos)
 }
 
@@ -233,7 +233,7 @@ fn token_ids_outside_the_vocab_are_found_with_their_offset() {
         1 << 20,
         &[(vec![5, 6, 70_001, 7], vec![4])],
     );
-    manifest(tmp.path(), TokenDtype::Int32, 4, "fixed", infos);
+    manifest(tmp.path(), TokenDtype::Int32, 4, PackMode::Fixed, infos);
     let err = verify(
         tmp.path(),
         VerifyOptions {
@@ -275,97 +275,6 @@ fn mapped_kib(path: &Path) -> Option<u64> {
     Some(total)
 }
 
-/// 48 MiB of uint16 tokens in samples of 64K tokens (128 KiB), one shard, and its `.bin` path as
-/// `smaps` names it; `None` where `/proc/self/smaps` cannot be read.
-fn big_shard(dir: &Path) -> Option<(ShardSet, std::path::PathBuf)> {
-    let sample_len = 65_536usize;
-    let data: Vec<(Vec<u32>, Vec<u32>)> = (0..384)
-        .map(|i| {
-            let t: Vec<u32> = (0..sample_len)
-                .map(|j| ((i * 31 + j) % 60_000) as u32)
-                .collect();
-            (t, vec![sample_len as u32])
-        })
-        .collect();
-    let shards = write_set(dir, TokenDtype::Uint16, 1 << 40, &data);
-    manifest(dir, TokenDtype::Uint16, sample_len as u64, "fixed", shards);
-    let set = ShardSet::open(dir).unwrap();
-    let bin = std::fs::canonicalize(set.shards()[0].bin_path()).unwrap();
-    mapped_kib(&bin)?;
-    Some((set, bin))
-}
-
-/// Read every page of the samples in `order` (as copies out of the map do), calling `release` with
-/// each sample's byte range after it; returns the most KiB of the `.bin` mapped at any point.
-fn read_and_release(shard: &Shard, order: &[usize], release: impl Fn(usize, usize)) -> u64 {
-    let bin = std::fs::canonicalize(shard.bin_path()).unwrap();
-    let mut max_kib = 0;
-    let mut sum = 0u64;
-    for &i in order {
-        let (_, _, lo, hi) = shard.sample_span(i).unwrap();
-        sum += shard.bin_bytes()[lo..hi]
-            .iter()
-            .step_by(4096)
-            .map(|&b| b as u64)
-            .sum::<u64>();
-        release(lo, hi);
-        max_kib = max_kib.max(mapped_kib(&bin).unwrap());
-    }
-    assert!(sum > 0);
-    max_kib
-}
-
-#[test]
-fn release_behind_keeps_an_in_order_pass_mapped_to_a_few_blocks() {
-    let tmp = tempfile::tempdir().unwrap();
-    let Some((set, bin)) = big_shard(tmp.path()) else {
-        return; // no /proc: nothing to measure
-    };
-    let shard = &set.shards()[0];
-    // In order twice (the second pass is a new epoch); in the second, every fifth read is followed
-    // by one of a worker two samples behind, whose pages must be released too, not leaked.
-    let n = shard.num_samples();
-    let mut order: Vec<usize> = (0..n).collect();
-    for i in 0..n {
-        order.push(i);
-        if i >= 2 && i % 5 == 0 {
-            order.push(i - 2);
-        }
-    }
-    let max_kib = read_and_release(shard, &order, |lo, hi| shard.release_behind(lo, hi));
-    // At most the current 2 MiB block, the block the sample reaches into, and a lagging sample;
-    // without release a pass maps all 48 MiB.
-    assert!(max_kib <= 6 * 1024, "{max_kib} KiB mapped at most");
-    // What is left at the end is the last block, not the file.
-    assert!(mapped_kib(&bin).unwrap() <= 4 * 1024);
-    // The same pass without release maps the whole file: the measurement can fail.
-    read_and_release(shard, &order[..n], |_, _| {});
-    assert!(mapped_kib(&bin).unwrap() >= 40 * 1024);
-}
-
-#[test]
-fn release_blocks_keeps_a_shuffled_pass_mapped_to_a_few_blocks_batched_or_not() {
-    let tmp = tempfile::tempdir().unwrap();
-    let Some((set, bin)) = big_shard(tmp.path()) else {
-        return; // no /proc: nothing to measure
-    };
-    let shard = &set.shards()[0];
-    let n = shard.num_samples();
-    // A fixed pseudo-random order (multiplier coprime with n).
-    let order: Vec<usize> = (0..n).map(|k| (k * 173 + 11) % n).collect();
-    let max_kib = read_and_release(shard, &order, |lo, hi| shard.release_blocks(lo, hi));
-    assert!(max_kib <= 4 * 1024, "{max_kib} KiB mapped at most");
-    assert!(mapped_kib(&bin).unwrap() <= 2 * 1024);
-    // Batched through the set: at most 8 blocks wait, plus the one being read.
-    let max_kib = read_and_release(shard, &order, |lo, hi| {
-        set.release_blocks_batched(0, lo, hi)
-    });
-    assert!(max_kib <= 9 * 2 * 1024, "{max_kib} KiB mapped at most");
-    // Without any release the same order maps the whole file: the measurement can fail.
-    read_and_release(shard, &order, |_, _| {});
-    assert!(mapped_kib(&bin).unwrap() >= 40 * 1024);
-}
-
 /// `append_tokens` reads what the map holds, appends after what `out` has, maps nothing, refuses
 /// a wrong dtype or a misaligned range, and names the file and offset when the `.bin` shrank after
 /// it was opened (where a read through the map would die with SIGBUS).
@@ -375,7 +284,7 @@ fn append_tokens_reads_the_stored_ids_without_mapping_them() {
         let tmp = tempfile::tempdir().unwrap();
         let data = samples(12);
         let infos = write_set(tmp.path(), dtype, 1 << 20, &data);
-        manifest(tmp.path(), dtype, 8, "fixed", infos);
+        manifest(tmp.path(), dtype, 8, PackMode::Fixed, infos);
         let set = ShardSet::open(tmp.path()).unwrap();
         let shard = &set.shards()[0];
         let size = dtype.size();

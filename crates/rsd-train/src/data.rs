@@ -5,7 +5,7 @@
 //! one micro-batch (fixed-mode shards: the whole batch); mixed-mode rows of different lengths
 //! become separate micro-batches. Document boundaries are passed on only for mixed shards, whose
 //! attention is document-masked; fixed windows attend across documents, as packed pretraining does.
-use rsd_loader::{Batch, Batching, LoaderConfig, Positions, Source};
+use rsd_loader::{Batch, Batching, Dataset, LoaderConfig, Positions};
 
 use crate::config::TrainConfig;
 use crate::step::MicroBatch;
@@ -41,10 +41,10 @@ pub fn loader_config(cfg: &TrainConfig) -> Result<LoaderConfig> {
         )));
     }
     Ok(LoaderConfig {
-        sources: dirs
+        datasets: dirs
             .iter()
             .zip(&weights)
-            .map(|(d, &w)| Source::new(*d, w))
+            .map(|(d, &w)| Dataset::new(*d, w))
             .collect(),
         seed: cfg.seed,
         batching: Batching::Samples(cfg.micro_batch),

@@ -225,7 +225,9 @@ impl Trainer {
                 (model, None, Loader::new(lcfg)?)
             }
         };
-        let mixed = loader.manifest(0).is_some_and(|m| m.mode == "mixed");
+        let mixed = loader
+            .manifest(0)
+            .is_some_and(|m| m.mode == rsd_shard::PackMode::Mixed);
         let seq_len = loader.seq_len();
         let per_micro = (cfg.micro_batch as u64 * seq_len).max(1);
         let accum = if cfg.tokens_per_step == 0 {
