@@ -80,7 +80,7 @@ impl RawTokens {
     }
 
     /// Empty the storage, make it hold `dtype` and make room for `n` ids. Keeps the allocation when
-    /// the dtype is unchanged (always, after the first batch of a loader: its datasets share a dtype).
+    /// the dtype is unchanged (always, after the first batch of a loader: its datasets share one).
     fn prepare(&mut self, dtype: TokenDtype, n: usize) {
         match (&mut *self, dtype) {
             (RawTokens::U16(v), TokenDtype::Uint16) => v.clear(),

@@ -85,7 +85,7 @@ pub struct LoaderConfig {
     pub seed: u64,
     /// Epoch the stream starts in.
     pub epoch: u64,
-    /// Stop when the first dataset would start its `epochs`-th epoch after `epoch`; `None` = endless.
+    /// Stop when the first dataset would start its `epochs`-th epoch after `epoch`; `None`: never.
     pub epochs: Option<u64>,
     /// This rank's place among the DP ranks and within its CP group (serialized as the flat
     /// fields `dp_rank`, `dp_size`, `cp_rank`, `cp_size`).
