@@ -17,7 +17,8 @@ steps="${RSD_DEMO_STEPS:-150}"
 mkdir -p "$out"
 
 echo "==> building (release)" >&2
-cargo build --release -q -p rsd-data -p rsd-train -p rsd-model
+# By binary name, not package: which crate holds a binary is not the demo's concern.
+cargo build --release -q --bin rsd-data --bin rsd-train --bin rsd-model
 bin=target/release
 
 echo "==> packing corpus/books and corpus/code into $out/shards (fixed mode, 512 tokens)" >&2

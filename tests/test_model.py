@@ -10,27 +10,21 @@ Note: transformers treats position-id jumps as packed-sequence starts unless an 
 passed, so every reference call passes attention_mask=ones.
 """
 import json
-import os
 import shutil
 import subprocess
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from rsd_cli import exe, run
+
 REPO = Path(__file__).resolve().parent.parent
-BIN = Path(os.environ.get("RSD_BIN_DIR", REPO / "target" / "debug")) / "rsd-model"
 TOL = 1e-4
 T = 24
-
-
-def run(*args, check=True):
-    assert BIN.exists(), f"{BIN} not built (cargo build -p rsd-model, or set RSD_BIN_DIR)"
-    p = subprocess.run([str(BIN), *map(str, args)], capture_output=True, text=True)
-    if check and p.returncode != 0:
-        raise AssertionError(f"rsd-model {' '.join(map(str, args))} failed:\n{p.stderr}")
-    return p
+rsd_model = partial(run, "rsd-model")
 
 
 def llama_config(**kw):
@@ -117,8 +111,8 @@ def reference(model, tok, pos):
 def ours(path, tok, pos, tmp, *extra):
     np.save(tmp / "tok.npy", tok.numpy().astype(np.int64))
     np.save(tmp / "pos.npy", pos.numpy().astype(np.int64))
-    run("logits", "--model", path, "--tokens", tmp / "tok.npy", "--positions", tmp / "pos.npy",
-        "--out", tmp / "out.npy", *extra)
+    rsd_model("logits", "--model", path, "--tokens", tmp / "tok.npy", "--positions",
+              tmp / "pos.npy", "--out", tmp / "out.npy", *extra)
     return np.load(tmp / "out.npy")
 
 
@@ -160,8 +154,8 @@ def test_our_save_loads_in_transformers(tmp_path):
     build("qwen3", src)
     (src / "tokenizer_config.json").write_text('{"model_max_length": 256}')
     out = tmp_path / "out"
-    run("convert", "--model", src, "--out", out, "--rope-theta", "8e6", "--max-positions", "1024",
-        "--max-shard-mb", "0.05")
+    rsd_model("convert", "--model", src, "--out", out, "--rope-theta", "8e6",
+              "--max-positions", "1024", "--max-shard-mb", "0.05")
     index = json.loads((out / "model.safetensors.index.json").read_text())
     assert len(set(index["weight_map"].values())) > 1, "expected several shards"
     assert (out / "tokenizer_config.json").exists(), "tokenizer files are carried over"
@@ -175,7 +169,8 @@ def test_our_save_loads_in_transformers(tmp_path):
     assert np.abs(got - want).max() < TOL
     # rsd-model init: a seeded random model transformers loads too.
     init = tmp_path / "init"
-    run("init", "--config", REPO / "configs/model/tiny-llama.json", "--seed", "3", "--out", init)
+    rsd_model("init", "--config", REPO / "configs/model/tiny-llama.json", "--seed", "3",
+              "--out", init)
     m = AutoModelForCausalLM.from_pretrained(init, attn_implementation="eager").eval()
     assert m.config.vocab_size == 128256
     small = torch.tensor([[1, 5, 128000, 42]])
@@ -235,15 +230,15 @@ def test_bad_checkpoints_give_named_errors(good_ckpt, tmp_path, case, expect):
         "unexpected": dict(edit_tensors=extra), "architecture": dict(edit_config=arch),
         "truncated": dict(truncate=True)}[case])
     np.save(tmp_path / "tok.npy", np.zeros((1, 4), dtype=np.int64))
-    p = run("logits", "--model", bad, "--tokens", tmp_path / "tok.npy", "--out", tmp_path / "o.npy",
-            check=False)
+    p = rsd_model("logits", "--model", bad, "--tokens", tmp_path / "tok.npy",
+                  "--out", tmp_path / "o.npy", check=False)
     assert p.returncode != 0
     assert expect in p.stderr, p.stderr
     assert "panicked" not in p.stderr, p.stderr
 
 
 def test_inspect_reports_the_model(good_ckpt):
-    out = run("inspect", good_ckpt).stdout
+    out = rsd_model("inspect", good_ckpt).stdout
     n = sum(int(np.prod(v.shape)) for v in __import__("safetensors.torch").torch.load_file(
         good_ckpt / "model.safetensors").values())
     assert "LlamaForCausalLM" in out and f"parameters       {n} " in out, out
@@ -253,7 +248,7 @@ def test_inspect_reports_the_model(good_ckpt):
 def test_binary_links_libtorch_cuda():
     """Without libtorch_cuda as NEEDED, --device cuda silently finds no GPU."""
     tl = Path(torch.__file__).parent / "lib"
-    out = subprocess.run(["readelf", "-d", str(BIN)], capture_output=True, text=True).stdout
+    out = subprocess.run(["readelf", "-d", exe("rsd-model")], capture_output=True, text=True).stdout
     assert "RUNPATH" in out or "RPATH" in out
     if (tl / "libtorch_cuda.so").exists():
         assert "[libtorch_cuda.so]" in out, out

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 import torch
 
+from rsd_cli import run
+
 REPO = Path(__file__).resolve().parent.parent
-BIN = Path(os.environ.get("RSD_BIN_DIR", REPO / "target" / "debug")) / "rsd-model"
 OUT = Path(os.environ.get("RSD_SMOLLM2_DIR", Path.home() / ".cache/rsd/smollm2-hf"))
 PROMPT = ("The capital of France is Paris. The capital of Germany is Berlin. "
           "The capital of Italy is")
@@ -35,8 +36,8 @@ def smollm2():
 def logits_ours(ids, pos, tmp):
     np.save(tmp / "t.npy", ids.numpy().astype(np.int64))
     np.save(tmp / "p.npy", pos.numpy().astype(np.int64))
-    subprocess.run([str(BIN), "logits", "--model", str(OUT), "--tokens", str(tmp / "t.npy"),
-                    "--positions", str(tmp / "p.npy"), "--out", str(tmp / "l.npy")], check=True)
+    run("rsd-model", "logits", "--model", OUT, "--tokens", tmp / "t.npy", "--positions", tmp / "p.npy",
+        "--out", tmp / "l.npy")
     return np.load(tmp / "l.npy")
 
 

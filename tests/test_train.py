@@ -11,13 +11,12 @@ The paper's loss, for sample b with split s_b and skip y_b (r_i = i for i < s, i
     KL_b = 1/(L − s_b) · Σ_{i=s_b}^{L−1} KL(p_pert(·|x_≤i) ‖ sg(p_std(·|x_≤i)))   (reverse)
     loss = CLM + λ · mean_b KL_b
 For the cyclic view r_i = (i + u) mod L the rows are i = L−u … L−1 (see docs/TRAIN.md).
-transformers needs attention_mask=ones with jumping position ids (DESIGN.md).
+transformers needs attention_mask=ones with jumping position ids (docs/DESIGN.md, "Facts").
 
 Binaries: $RSD_BIN_DIR (default <repo>/target/debug).
 """
 import json
-import os
-import subprocess
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -25,18 +24,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from rsd_cli import run
+
 REPO = Path(__file__).resolve().parent.parent
-BIN = Path(os.environ.get("RSD_BIN_DIR", REPO / "target" / "debug"))
 B, L, V = 2, 24, 89
-
-
-def rsd_train(*args, check=True):
-    exe = BIN / "rsd-train"
-    assert exe.exists(), f"{exe} not built (cargo build -p rsd-train, or set RSD_BIN_DIR)"
-    p = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True)
-    if check and p.returncode != 0:
-        raise AssertionError(f"rsd-train {' '.join(map(str, args))} failed:\n{p.stderr}")
-    return p
+rsd_train = partial(run, "rsd-train")
 
 
 def make_model(family, path):

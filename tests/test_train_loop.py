@@ -10,7 +10,6 @@
 Binaries: $RSD_BIN_DIR (default <repo>/target/debug): rsd-data and rsd-train.
 """
 import json
-import os
 import signal
 import subprocess
 import time
@@ -18,37 +17,26 @@ from pathlib import Path
 
 import pytest
 
+from rsd_cli import exe, run
+
 REPO = Path(__file__).resolve().parent.parent
-BIN = Path(os.environ.get("RSD_BIN_DIR", REPO / "target" / "debug"))
 TINY = REPO / "configs" / "model" / "tiny-qwen3-64.json"
-
-
-def exe(name):
-    p = BIN / name
-    assert p.exists(), f"{p} not built (cargo build, or set RSD_BIN_DIR)"
-    return str(p)
 
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory):
     out = tmp_path_factory.mktemp("shards") / "books128"
-    subprocess.run([exe("rsd-data"), "pack", "--len", "128", "--src", str(REPO / "corpus" / "books"),
-                    "--out", str(out)], check=True, capture_output=True)
+    run("rsd-data", "pack", "--len", "128", "--src", REPO / "corpus" / "books", "--out", out)
     return out
 
 
 def train_args(shards, out, *extra):
-    return [exe("rsd-train"), "--config", str(REPO / "configs" / "tiny-cpu.toml"),
-            "--shards", str(shards), "--init", str(TINY), "--out", str(out),
-            "--progress", "false", "--threads", "2", *map(str, extra)]
+    return ["--config", REPO / "configs" / "tiny-cpu.toml", "--shards", shards, "--init", TINY,
+            "--out", out, "--progress", "false", "--threads", "2", *extra]
 
 
 def train(shards, out, *extra, check=True, env=None):
-    p = subprocess.run(train_args(shards, out, *extra), capture_output=True, text=True,
-                       env={**os.environ, **(env or {})})
-    if check and p.returncode != 0:
-        raise AssertionError(f"rsd-train failed ({p.returncode}):\n{p.stderr}")
-    return p
+    return run("rsd-train", *train_args(shards, out, *extra), check=check, env=env)
 
 
 def metrics(out):
@@ -90,8 +78,8 @@ def test_resume_is_exact(shards, tmp_path):
 
 def test_ctrl_c_checkpoints_and_resumes(shards, tmp_path):
     out = tmp_path / "run"
-    p = subprocess.Popen(train_args(shards, out, "--steps", 1000), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen([exe("rsd-train"), *map(str, train_args(shards, out, "--steps", 1000))],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while time.time() < deadline:
         if (out / "metrics.jsonl").exists() and (out / "metrics.jsonl").read_text().count("\n") >= 1:
@@ -128,16 +116,13 @@ def test_config_errors_name_the_key(shards, tmp_path):
     assert p.returncode == 1 and "on_nonfinite" in p.stderr
     bad = tmp_path / "bad.toml"
     bad.write_text('lr = 1e-3\nlearning_rat = 2\n')
-    p = subprocess.run([exe("rsd-train"), "--config", str(bad), "--init", str(TINY), "--out",
-                        str(tmp_path / "y")], capture_output=True, text=True)
+    p = run("rsd-train", "--config", bad, "--init", TINY, "--out", tmp_path / "y", check=False)
     assert p.returncode == 1 and "learning_rat" in p.stderr
 
 
 @pytest.mark.parametrize("cfg", sorted((REPO / "configs").glob("*.toml")), ids=lambda p: p.name)
 def test_shipped_configs_resolve_and_flags_override(cfg):
-    p = subprocess.run([exe("rsd-train"), "--config", str(cfg), "--lambda", "0.5", "--print-config"],
-                       capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr
+    p = run("rsd-train", "--config", cfg, "--lambda", "0.5", "--print-config")
     assert "lambda = 0.5" in p.stdout and "beta2 = 0.95" in p.stdout
 
 
@@ -145,9 +130,8 @@ def test_mixed_shards_train_document_masked_with_document_scope(tmp_path):
     """Mixed-length shards (documents kept whole, attention masked per document) through the whole
     loop: token-budget batches, KL only where a document's two views differ."""
     mixed = tmp_path / "mixed"
-    subprocess.run([exe("rsd-data"), "pack", "--len", "256", "--mode", "mixed", "--src",
-                    str(REPO / "corpus" / "books"), "--src", str(REPO / "corpus" / "code"),
-                    "--out", str(mixed)], check=True, capture_output=True)
+    run("rsd-data", "pack", "--len", "256", "--mode", "mixed", "--src", REPO / "corpus" / "books",
+        "--src", REPO / "corpus" / "code", "--out", mixed)
     manifest = json.loads((mixed / "index.json").read_text())
     assert manifest["mode"] == "mixed"
     for scope in ("document", "sequence"):

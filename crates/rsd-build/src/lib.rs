@@ -12,7 +12,6 @@
 //! `rustc-link-arg` applies only to the package whose build script prints it, so each such crate
 //! calls [`link_libtorch`] from its own `build.rs` (and depends on `torch-sys` directly, which is
 //! what makes cargo pass it `DEP_TCH_LIBTORCH_LIB`).
-#![deny(missing_docs)]
 
 use std::path::{Path, PathBuf};
 

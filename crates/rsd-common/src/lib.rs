@@ -2,7 +2,6 @@
 //! generator (the loader's shuffle keys, the model's initial weights and the trainer's
 //! perturbation draws all derive from it), the process's memory counters (progress lines and
 //! benchmarks), and a median (benchmark reports). No dependencies, nothing rsd-specific.
-#![deny(missing_docs)]
 
 pub mod mem;
 pub mod rng;

@@ -10,7 +10,6 @@
 //! * [`inspect`] — what a shard directory holds, for people.
 //!
 //! The shard format itself lives in `rsd-shard`.
-#![deny(missing_docs)]
 
 pub mod error;
 pub mod inspect;

@@ -12,7 +12,6 @@
 //! * [`Manifest`] is the `index.json` schema.
 //!
 //! The full byte layout is in `docs/FORMAT.md`.
-#![deny(missing_docs)]
 
 mod dtype;
 mod error;

@@ -13,7 +13,6 @@
 //!   [`train`]: the loop that owns them all.
 //!
 //! The design and the numbers are in `docs/TRAIN.md`.
-#![deny(missing_docs)]
 
 pub mod checkpoint;
 pub mod config;
