@@ -208,7 +208,7 @@ mod tests {
 
     #[test]
     fn each_missing_variable_is_named_with_what_it_should_hold() {
-        for skip in 0..FULL.len() {
+        for (skip, (missing, _)) in FULL.iter().enumerate() {
             let vars: Vec<_> = FULL
                 .iter()
                 .enumerate()
@@ -218,11 +218,11 @@ mod tests {
             let err = Rendezvous::from_lookup(lookup(&vars)).unwrap_err();
             let text = err.to_string();
             assert!(
-                matches!(err, DistError::MissingEnv { name, .. } if name == FULL[skip].0),
+                matches!(err, DistError::MissingEnv { name, .. } if name == *missing),
                 "{text}"
             );
             assert!(
-                text.contains(FULL[skip].0) && text.contains("expected"),
+                text.contains(missing) && text.contains("expected"),
                 "{text}"
             );
         }

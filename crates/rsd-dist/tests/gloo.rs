@@ -436,6 +436,7 @@ fn a_taken_port_is_named() {
         "{err}"
     );
     assert!(err.to_string().contains("MASTER_PORT"), "{err}");
+    eprintln!("{err}");
     assert!(
         start.elapsed() < Duration::from_secs(3),
         "took {:?}",
@@ -461,6 +462,7 @@ fn an_absent_master_is_reported_after_the_timeout() {
         err.to_string().contains(&format!("127.0.0.1:{port}")),
         "{err}"
     );
+    eprintln!("{err}");
     assert!(
         start.elapsed() < Duration::from_secs(6),
         "took {:?}",
@@ -485,6 +487,7 @@ fn ranks_that_disagree_on_the_world_size_all_fail() {
     for (rank, e) in results.iter().enumerate() {
         let e = e.as_deref().unwrap_or("no error");
         assert!(e.contains(want), "rank {rank}: {e}");
+        eprintln!("{e}");
     }
 }
 
@@ -508,23 +511,51 @@ fn a_missing_rank_is_a_timeout_naming_the_count() {
     let r = Rendezvous::local(free_port(), 0, 2);
     let err = ProcessGroup::new(&r, Backend::Gloo, Duration::from_millis(500)).unwrap_err();
     assert!(err.to_string().contains("1 of 2 ranks joined"), "{err}");
+    eprintln!("{err}");
 }
 
 #[test]
-fn nccl_needs_its_feature() {
-    if cfg!(feature = "nccl") {
-        return;
-    }
+fn nccl_needs_its_feature_and_a_gpu() {
     let r = Rendezvous::local(free_port(), 0, 1);
-    let err = ProcessGroup::new(&r, Backend::Nccl, TIMEOUT).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            DistError::Unavailable {
-                backend: "nccl",
-                ..
-            }
-        ),
-        "{err}"
-    );
+    let result = ProcessGroup::new(&r, Backend::Nccl, TIMEOUT);
+    if !cfg!(feature = "nccl") {
+        let err = result.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                DistError::Unavailable {
+                    backend: "nccl",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    } else if !tch::Cuda::is_available() {
+        let err = result.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                DistError::GroupCreate {
+                    backend: "nccl",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        eprintln!("{err}");
+    } else {
+        // NCCL refuses two ranks on one GPU, so a world of one is what a single GPU can check.
+        let pg = result.unwrap();
+        let mut t = Tensor::arange(8, (Kind::Float, Device::Cuda(0)));
+        pg.all_reduce(&mut t, ReduceOp::Avg).unwrap();
+        assert!(same(
+            &t.to(Device::Cpu),
+            &Tensor::arange(8, (Kind::Float, Device::Cpu))
+        ));
+        let g = pg
+            .all_gather_autograd(&t.set_requires_grad(true), 0)
+            .unwrap();
+        assert_eq!(g.size(), [8]);
+        pg.barrier().unwrap();
+    }
 }
