@@ -1,0 +1,626 @@
+//! Process groups and their collectives.
+use std::cell::Cell;
+use std::ffi::{c_char, c_int};
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tch::Tensor;
+
+use crate::env::Rendezvous;
+use crate::error::{DistError, Result};
+use crate::ffi;
+use crate::store::Store;
+
+/// The c10d backend of a group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// Gloo: CPU tensors, TCP between processes.
+    Gloo,
+    /// NCCL: CUDA tensors (the `nccl` feature); device `cuda:LOCAL_RANK`.
+    Nccl,
+}
+
+impl Backend {
+    /// The name torch uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Gloo => "gloo",
+            Backend::Nccl => "nccl",
+        }
+    }
+}
+
+/// How `all_reduce` and `reduce_scatter` combine the ranks' values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceOp {
+    /// Elementwise sum.
+    Sum,
+    /// Elementwise mean (floating-point tensors; Gloo has none, so it is a sum then a division).
+    Avg,
+    /// Elementwise maximum.
+    Max,
+    /// Elementwise minimum.
+    Min,
+}
+
+impl ReduceOp {
+    fn code(self) -> c_int {
+        match self {
+            ReduceOp::Sum => 0,
+            ReduceOp::Avg => 1,
+            ReduceOp::Max => 2,
+            ReduceOp::Min => 3,
+        }
+    }
+}
+
+/// How many times faster than `timeout` the rendezvous polls for the other ranks.
+const JOIN_POLL: Duration = Duration::from_millis(10);
+
+/// A set of ranks that run collectives together: the world ([`ProcessGroup::new`],
+/// [`ProcessGroup::from_env`]) or a subgroup of it ([`ProcessGroup::new_subgroup`]).
+///
+/// Every collective blocks until it is complete on this rank, or fails after the group's timeout
+/// (a peer that died makes it fail sooner: Gloo sees the connection close). After a failure the
+/// group is unusable, as in torch: report the error and end the process.
+pub struct ProcessGroup {
+    raw: NonNull<ffi::RawGroup>,
+    store: Arc<Store>,
+    name: String,
+    backend: Backend,
+    rank: usize,
+    size: usize,
+    /// World rank of each member, by group rank.
+    world_ranks: Vec<usize>,
+    /// CUDA device index of an NCCL group.
+    device: usize,
+    timeout: Duration,
+    /// Subgroups created so far: names the next one, identically on every member.
+    children: Cell<u32>,
+}
+
+// SAFETY: c10d backends may be used from any thread (torch's own DDP calls them from autograd
+// threads); the handle is freed only in Drop. Not Sync: collectives must be issued in the same
+// order on every rank, which concurrent callers could not guarantee.
+unsafe impl Send for ProcessGroup {}
+
+impl ProcessGroup {
+    /// Joins the world described by torchrun's variables (see [`Rendezvous::from_env`]).
+    pub fn from_env(backend: Backend, timeout: Duration) -> Result<Self> {
+        Self::new(&Rendezvous::from_env()?, backend, timeout)
+    }
+
+    /// Joins the world described by `rdzv`: rank 0 hosts the TCP store (unless torchrun's agent
+    /// does), every rank checks that all agree on the world size, then the backend connects the
+    /// ranks. `timeout` bounds each of these steps and is the default for every collective.
+    pub fn new(rdzv: &Rendezvous, backend: Backend, timeout: Duration) -> Result<Self> {
+        rdzv.validate()?;
+        if backend == Backend::Nccl && !cfg!(feature = "nccl") {
+            return Err(DistError::Unavailable {
+                backend: "nccl",
+                reason: "rsd-dist was built without its `nccl` feature",
+            });
+        }
+        let store = connect(rdzv, timeout)?;
+        let store = match rdzv.agent_store {
+            // The agent's store outlives restarts; keep each attempt's keys apart, as torch does.
+            Some(attempt) => store.prefixed(&format!("/worker/attempt_{attempt}/"))?,
+            None => store,
+        };
+        join(&store, rdzv, timeout)?;
+        let store = Arc::new(store);
+        let world_ranks = (0..rdzv.world_size).collect();
+        Self::create(
+            store,
+            "world".into(),
+            backend,
+            rdzv.rank,
+            world_ranks,
+            rdzv.local_rank,
+            timeout,
+        )
+    }
+
+    fn create(
+        store: Arc<Store>,
+        name: String,
+        backend: Backend,
+        rank: usize,
+        world_ranks: Vec<usize>,
+        device: usize,
+        timeout: Duration,
+    ) -> Result<Self> {
+        let size = world_ranks.len();
+        let fail = |message: String| DistError::GroupCreate {
+            backend: backend.name(),
+            group: name.clone(),
+            rank,
+            size,
+            message,
+        };
+        let prefix = ffi::cstring(&format!("{name}/")).map_err(fail)?;
+        let (c_rank, c_size) = (to_c_int(rank).map_err(fail)?, to_c_int(size).map_err(fail)?);
+        let mut raw = std::ptr::null_mut();
+        let result = match backend {
+            // SAFETY: the store and prefix are live for the call; on success we own the handle.
+            Backend::Gloo => ffi::call(|err, len| unsafe {
+                ffi::rsd_group_gloo(
+                    store.raw(),
+                    prefix.as_ptr(),
+                    c_rank,
+                    c_size,
+                    ffi::millis(timeout),
+                    &mut raw,
+                    err,
+                    len,
+                )
+            }),
+            Backend::Nccl => nccl_group(&store, &prefix, c_rank, c_size, timeout, device, &mut raw),
+        };
+        result.map_err(fail)?;
+        let raw = NonNull::new(raw).ok_or_else(|| fail("the shim returned no group".into()))?;
+        Ok(ProcessGroup {
+            raw,
+            store,
+            name,
+            backend,
+            rank,
+            size,
+            world_ranks,
+            device,
+            timeout,
+            children: Cell::new(0),
+        })
+    }
+
+    /// This process's rank in the group.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The number of ranks in the group.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The group's name: `world`, or its parent's name and a number (`world.0`, `world.0.1`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The group's backend.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The world rank of each member, by group rank.
+    pub fn world_ranks(&self) -> &[usize] {
+        &self.world_ranks
+    }
+
+    /// How long a collective may take before it fails.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Changes the timeout of the collectives that follow (for example a long one for the first
+    /// step, which includes NCCL's lazy setup, then a short one).
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+
+    /// The rendezvous store, shared with the whole world, for small values all ranks need.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// A subgroup of `ranks` (ranks of this group, any order, no repeats), as torch's
+    /// `new_group`: every rank of this group must call it, in the same order relative to other
+    /// subgroup creations, and the members get `Some(group)`, the others `None`. Members are
+    /// numbered in ascending order of their rank here.
+    pub fn new_subgroup(&self, ranks: &[usize]) -> Result<Option<ProcessGroup>> {
+        let op = "new_subgroup";
+        let mut sorted = ranks.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        if sorted.len() != ranks.len() || sorted.is_empty() {
+            return Err(DistError::Input {
+                op,
+                message: format!("ranks must be distinct and not empty (got {})", list(ranks)),
+            });
+        }
+        if let Some(&bad) = sorted.iter().find(|&&r| r >= self.size) {
+            return Err(DistError::Input {
+                op,
+                message: format!(
+                    "rank {bad} is not in group {} of size {}",
+                    self.name, self.size
+                ),
+            });
+        }
+        let n = self.children.get();
+        self.children.set(n + 1);
+        let Some(rank) = sorted.iter().position(|&r| r == self.rank) else {
+            return Ok(None);
+        };
+        let world_ranks = sorted.iter().map(|&r| self.world_ranks[r]).collect();
+        let name = format!("{}.{n}", self.name);
+        Self::create(
+            self.store.clone(),
+            name,
+            self.backend,
+            rank,
+            world_ranks,
+            self.device,
+            self.timeout,
+        )
+        .map(Some)
+    }
+
+    /// Splits this group into the disjoint `groups` (for example every data-parallel group, or
+    /// every context-parallel group) and returns the one this rank is in: torch's
+    /// `new_subgroups_by_enumeration`. Every rank of this group must call it with the same list.
+    pub fn split(&self, groups: &[Vec<usize>]) -> Result<ProcessGroup> {
+        let mut mine = None;
+        for ranks in groups {
+            if let Some(g) = self.new_subgroup(ranks)? {
+                if mine.is_some() {
+                    return Err(DistError::Input {
+                        op: "split",
+                        message: format!("rank {} is in more than one of the groups", self.rank),
+                    });
+                }
+                mine = Some(g);
+            }
+        }
+        mine.ok_or_else(|| DistError::Input {
+            op: "split",
+            message: format!("rank {} is in none of the groups", self.rank),
+        })
+    }
+
+    fn raw(&self) -> *const ffi::RawGroup {
+        self.raw.as_ptr()
+    }
+
+    fn ms(&self) -> i64 {
+        ffi::millis(self.timeout)
+    }
+
+    /// Runs one collective of the shim, naming it, the group and the rank in the error.
+    fn run(&self, op: &'static str, f: impl FnOnce(*mut c_char, usize) -> c_int) -> Result<()> {
+        ffi::call(f).map_err(|message| DistError::Collective {
+            op,
+            group: self.name.clone(),
+            rank: self.rank,
+            size: self.size,
+            message,
+        })
+    }
+
+    /// Runs one collective that returns a new tensor.
+    fn run_out(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(*mut *mut torch_sys::C_tensor, *mut c_char, usize) -> c_int,
+    ) -> Result<Tensor> {
+        let mut out = std::ptr::null_mut();
+        self.run(op, |err, len| f(&mut out, err, len))?;
+        if out.is_null() {
+            return Err(DistError::Collective {
+                op,
+                group: self.name.clone(),
+                rank: self.rank,
+                size: self.size,
+                message: "the shim returned no tensor".into(),
+            });
+        }
+        // SAFETY: the shim created this `at::Tensor*` for us; `Tensor` owns it from here on.
+        Ok(unsafe { Tensor::from_ptr(out) })
+    }
+
+    fn peer(&self, op: &'static str, what: &str, rank: usize) -> Result<c_int> {
+        if rank >= self.size || (what != "root" && rank == self.rank) {
+            return Err(DistError::Input {
+                op,
+                message: format!(
+                    "{what} rank {rank} is not another rank of group {} (rank {} of {})",
+                    self.name, self.rank, self.size
+                ),
+            });
+        }
+        to_c_int(rank).map_err(|message| DistError::Input { op, message })
+    }
+
+    /// Reduces `t` over the group, in place: afterwards every rank holds the same result.
+    pub fn all_reduce(&self, t: &mut Tensor, op: ReduceOp) -> Result<()> {
+        let ms = self.ms();
+        // SAFETY: the group and tensor are live for the call.
+        self.run("all_reduce", |err, len| unsafe {
+            ffi::rsd_all_reduce(self.raw(), t.as_mut_ptr(), op.code(), ms, err, len)
+        })
+    }
+
+    /// Concatenates every rank's `t` along dim 0, in rank order (all ranks' shapes must be equal).
+    pub fn all_gather(&self, t: &Tensor) -> Result<Tensor> {
+        let ms = self.ms();
+        // SAFETY: the group and tensor are live for the call.
+        self.run_out("all_gather", |out, err, len| unsafe {
+            ffi::rsd_all_gather(self.raw(), t.as_ptr(), ms, out, err, len)
+        })
+    }
+
+    /// Reduces `t` (dim 0 a multiple of the group size) over the group and returns block `rank`
+    /// of dim 0 of the result.
+    pub fn reduce_scatter(&self, t: &Tensor, op: ReduceOp) -> Result<Tensor> {
+        let ms = self.ms();
+        // SAFETY: the group and tensor are live for the call.
+        self.run_out("reduce_scatter", |out, err, len| unsafe {
+            ffi::rsd_reduce_scatter(self.raw(), t.as_ptr(), op.code(), ms, out, err, len)
+        })
+    }
+
+    /// Copies `root`'s `t` into every other rank's `t` (same shape and dtype everywhere).
+    pub fn broadcast(&self, t: &mut Tensor, root: usize) -> Result<()> {
+        let root = self.peer("broadcast", "root", root)?;
+        let ms = self.ms();
+        // SAFETY: the group and tensor are live for the call.
+        self.run("broadcast", |err, len| unsafe {
+            ffi::rsd_broadcast(self.raw(), t.as_mut_ptr(), root, ms, err, len)
+        })
+    }
+
+    /// Splits `t` into `size` equal blocks along dim 0 and sends block `j` to rank `j`; returns
+    /// the received blocks, block `i` from rank `i`.
+    pub fn all_to_all(&self, t: &Tensor) -> Result<Tensor> {
+        let ms = self.ms();
+        // SAFETY: the group and tensor are live for the call.
+        self.run_out("all_to_all", |out, err, len| unsafe {
+            ffi::rsd_all_to_all(self.raw(), t.as_ptr(), ms, out, err, len)
+        })
+    }
+
+    /// Sends `t` to rank `dst`, which must `recv` a tensor of the same shape and dtype.
+    pub fn send(&self, t: &Tensor, dst: usize) -> Result<()> {
+        let dst = self.peer("send", "destination", dst)?;
+        let ms = self.ms();
+        // SAFETY: the group and tensor are live for the call.
+        self.run("send", |err, len| unsafe {
+            ffi::rsd_send(self.raw(), t.as_ptr(), dst, 0, ms, err, len)
+        })
+    }
+
+    /// Receives into `t` what rank `src` sends.
+    pub fn recv(&self, t: &mut Tensor, src: usize) -> Result<()> {
+        let src = self.peer("recv", "source", src)?;
+        let ms = self.ms();
+        // SAFETY: the group and tensor are live for the call.
+        self.run("recv", |err, len| unsafe {
+            ffi::rsd_recv(self.raw(), t.as_mut_ptr(), src, 0, ms, err, len)
+        })
+    }
+
+    /// Returns once every rank of the group has called it.
+    pub fn barrier(&self) -> Result<()> {
+        let ms = self.ms();
+        // SAFETY: the group is live for the call.
+        self.run("barrier", |err, len| unsafe {
+            ffi::rsd_barrier(self.raw(), ms, err, len)
+        })
+    }
+
+    /// [`all_gather`](Self::all_gather) along `dim` as an autograd node: its backward
+    /// reduce-scatters (sums) the output's gradient back to each rank's block. For context
+    /// parallelism's K/V gathers. Every rank must run the backward too (it is a collective);
+    /// a failure there surfaces as the error of tch's `f_backward`.
+    pub fn all_gather_autograd(&self, t: &Tensor, dim: i64) -> Result<Tensor> {
+        let op = "all_gather_autograd";
+        let d = normalize_dim(op, t, dim)?;
+        let x = t.f_movedim_int(d, 0).map_err(|e| input(op, e))?;
+        let ms = self.ms();
+        // SAFETY: the group and tensor are live for the call.
+        let y = self.run_out(op, |out, err, len| unsafe {
+            ffi::rsd_all_gather_autograd(self.raw(), x.as_ptr(), ms, out, err, len)
+        })?;
+        y.f_movedim_int(0, d).map_err(|e| input(op, e))
+    }
+
+    /// [`reduce_scatter`](Self::reduce_scatter) (sum) along `dim` as an autograd node: its
+    /// backward all-gathers the output's gradient. Same rules as
+    /// [`all_gather_autograd`](Self::all_gather_autograd).
+    pub fn reduce_scatter_autograd(&self, t: &Tensor, dim: i64) -> Result<Tensor> {
+        let op = "reduce_scatter_autograd";
+        let d = normalize_dim(op, t, dim)?;
+        let x = t.f_movedim_int(d, 0).map_err(|e| input(op, e))?;
+        let ms = self.ms();
+        // SAFETY: the group and tensor are live for the call.
+        let y = self.run_out(op, |out, err, len| unsafe {
+            ffi::rsd_reduce_scatter_autograd(self.raw(), x.as_ptr(), ms, out, err, len)
+        })?;
+        y.f_movedim_int(0, d).map_err(|e| input(op, e))
+    }
+}
+
+impl std::fmt::Debug for ProcessGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessGroup")
+            .field("name", &self.name)
+            .field("backend", &self.backend)
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("world_ranks", &self.world_ranks)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from the shim and is freed once. Autograd nodes that still
+        // need the backend hold their own reference to it.
+        unsafe { ffi::rsd_group_free(self.raw.as_ptr()) }
+    }
+}
+
+/// Connects to the rendezvous store, telling a taken port (rank 0) from an unreachable master
+/// (the others).
+fn connect(rdzv: &Rendezvous, timeout: Duration) -> Result<Store> {
+    let server = rdzv.rank == 0 && rdzv.agent_store.is_none();
+    let (addr, port) = (rdzv.master_addr.as_str(), rdzv.master_port);
+    Store::tcp(addr, port, server, rdzv.world_size, rdzv.rank, timeout).map_err(|message| {
+        if server {
+            if port_in_use(&message, port) {
+                DistError::PortInUse { port, message }
+            } else {
+                DistError::Store {
+                    op: "listen",
+                    key: format!("{addr}:{port}"),
+                    rank: 0,
+                    message,
+                }
+            }
+        } else {
+            DistError::MasterUnreachable {
+                addr: addr.to_owned(),
+                port,
+                rank: rdzv.rank,
+                timeout,
+                message,
+            }
+        }
+    })
+}
+
+/// Whether the store server failed because its port is taken: c10d says so (EADDRINUSE), or,
+/// should its wording change, binding the port ourselves fails the same way.
+fn port_in_use(message: &str, port: u16) -> bool {
+    let m = message.to_ascii_lowercase();
+    m.contains("eaddrinuse")
+        || m.contains("address already in use")
+        || matches!(std::net::TcpListener::bind(("0.0.0.0", port)),
+                    Err(e) if e.kind() == std::io::ErrorKind::AddrInUse)
+}
+
+/// Every rank announces its WORLD_SIZE and RANK; each compares with rank 0's and waits until all
+/// have arrived. The first rank to see a problem records it under `rsd/abort`, so every rank
+/// fails with the same explanation instead of some waiting out the timeout.
+fn join(store: &Store, rdzv: &Rendezvous, timeout: Duration) -> Result<()> {
+    const ABORT: &str = "rsd/abort";
+    let (rank, world) = (rdzv.rank, rdzv.world_size);
+    let abort = |e: DistError| -> DistError {
+        // Best effort: this rank's error is what matters, the others will time out otherwise.
+        let _ = store.set(ABORT, e.to_string().as_bytes());
+        e
+    };
+    store.set(
+        &format!("rsd/world_size/{rank}"),
+        world.to_string().as_bytes(),
+    )?;
+    if rank != 0 {
+        let master = store.get("rsd/world_size/0", timeout)?;
+        let master: usize = String::from_utf8_lossy(&master).parse().unwrap_or(0);
+        if master != world {
+            return Err(abort(DistError::WorldSizeMismatch {
+                rank,
+                ours: world,
+                master,
+            }));
+        }
+    }
+    if store.add(&format!("rsd/rank/{rank}"), 1)? > 1 {
+        return Err(abort(DistError::DuplicateRank { rank }));
+    }
+    store.add("rsd/joined", 1)?;
+    let start = Instant::now();
+    loop {
+        if store.check(ABORT)? {
+            let reason = store.get(ABORT, timeout)?;
+            return Err(DistError::RendezvousAborted {
+                rank,
+                reason: String::from_utf8_lossy(&reason).into_owned(),
+            });
+        }
+        let joined = store.add("rsd/joined", 0)?;
+        if joined >= world as i64 {
+            return Ok(());
+        }
+        if start.elapsed() >= timeout {
+            return Err(DistError::RendezvousTimeout {
+                rank,
+                joined,
+                world_size: world,
+                timeout,
+            });
+        }
+        std::thread::sleep(JOIN_POLL);
+    }
+}
+
+#[cfg(feature = "nccl")]
+fn nccl_group(
+    store: &Store,
+    prefix: &std::ffi::CStr,
+    rank: c_int,
+    size: c_int,
+    timeout: Duration,
+    device: usize,
+    raw: &mut *mut ffi::RawGroup,
+) -> std::result::Result<(), String> {
+    let device = to_c_int(device)?;
+    // SAFETY: the store and prefix are live for the call; on success the caller owns `raw`.
+    ffi::call(|err, len| unsafe {
+        ffi::rsd_group_nccl(
+            store.raw(),
+            prefix.as_ptr(),
+            rank,
+            size,
+            ffi::millis(timeout),
+            device,
+            raw,
+            err,
+            len,
+        )
+    })
+}
+
+#[cfg(not(feature = "nccl"))]
+fn nccl_group(
+    _: &Store,
+    _: &std::ffi::CStr,
+    _: c_int,
+    _: c_int,
+    _: Duration,
+    _: usize,
+    _: &mut *mut ffi::RawGroup,
+) -> std::result::Result<(), String> {
+    Err("rsd-dist was built without its `nccl` feature".into())
+}
+
+fn to_c_int(n: usize) -> std::result::Result<c_int, String> {
+    c_int::try_from(n).map_err(|_| format!("{n} does not fit a C int"))
+}
+
+fn normalize_dim(op: &'static str, t: &Tensor, dim: i64) -> Result<i64> {
+    let n = t.dim() as i64;
+    let d = if dim < 0 { dim + n } else { dim };
+    if d < 0 || d >= n {
+        return Err(DistError::Input {
+            op,
+            message: format!("dim {dim} is out of range for a {n}-dimensional tensor"),
+        });
+    }
+    Ok(d)
+}
+
+fn input(op: &'static str, e: tch::TchError) -> DistError {
+    DistError::Input {
+        op,
+        message: e.to_string(),
+    }
+}
+
+fn list(ranks: &[usize]) -> String {
+    let items: Vec<String> = ranks.iter().map(|r| r.to_string()).collect();
+    format!("[{}]", items.join(", "))
+}

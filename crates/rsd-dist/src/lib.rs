@@ -1,0 +1,26 @@
+//! Multi-process training's engine: process groups and collectives on `tch` tensors, on torch's
+//! own c10d (the engine under `torch.distributed` and `torchrun`) through a small C++ shim
+//! (`csrc/`). Gloo runs on CPU and is what the tests use; NCCL runs on CUDA behind the `nccl`
+//! feature.
+//!
+//! - [`Rendezvous`]: torchrun's variables (`MASTER_ADDR`, `MASTER_PORT`, `RANK`, `WORLD_SIZE`,
+//!   `LOCAL_RANK`, `LOCAL_WORLD_SIZE`), so `torchrun --no-python <binary>` and SLURM scripts that
+//!   export them just work.
+//! - [`ProcessGroup`]: the world or a subgroup (data-parallel, context-parallel); blocking
+//!   collectives with a per-group timeout; `all_gather_autograd`/`reduce_scatter_autograd` are
+//!   differentiable (each one's backward is the other).
+//! - [`Store`]: the rendezvous key-value store (c10d's TCPStore, hosted by rank 0).
+//! - [`DistError`]: every failure, naming the collective, group and rank; c10d's C++ exceptions
+//!   are caught in the shim and never cross into Rust.
+#![deny(missing_docs)]
+
+mod env;
+mod error;
+mod ffi;
+mod group;
+mod store;
+
+pub use env::Rendezvous;
+pub use error::{DistError, Result};
+pub use group::{Backend, ProcessGroup, ReduceOp};
+pub use store::Store;

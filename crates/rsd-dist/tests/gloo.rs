@@ -1,0 +1,561 @@
+//! Multi-process tests over Gloo on 127.0.0.1. A test launches N copies of this test binary, each
+//! running one `rank_*` function (ignored in normal runs) as one rank with torchrun's variables
+//! set; the ranks check their results against a single-process computation and exit non-zero on
+//! a mismatch. Rendezvous failures are checked in-process, with threads as ranks.
+use std::net::TcpListener;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rsd_dist::{Backend, DistError, ProcessGroup, ReduceOp, Rendezvous};
+use tch::{Device, Kind, Tensor};
+
+/// Set in a child: which `rank_*` function it runs.
+const ROLE: &str = "RSD_DIST_TEST_ROLE";
+/// What a rank prints when it leaves on purpose, mid-test.
+const LEFT: &str = "[rank left on purpose]";
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A port nobody listens on right now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Runs `role` as `world` ranks (child processes) and fails with their output unless all succeed.
+fn launch(role: &str, world: usize) {
+    let port = free_port();
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..world)
+        .map(|rank| {
+            Command::new(&exe)
+                .args([
+                    role,
+                    "--exact",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(ROLE, role)
+                .envs(Rendezvous::local(port, rank, world).to_env())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut failed = Vec::new();
+    for (rank, child) in children.into_iter().enumerate() {
+        let out = child.wait_with_output().unwrap();
+        let text = format!(
+            "--- rank {rank}: {}\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The harness prints "1 passed" only when the rank function returned.
+        if !out.status.success() || !(text.contains("1 passed") || text.contains(LEFT)) {
+            failed.push(text);
+        }
+    }
+    assert!(failed.is_empty(), "{role} failed:\n{}", failed.join("\n"));
+}
+
+/// The world of a child launched by `launch`, or `None` when run any other way.
+fn world(role: &str, timeout: Duration) -> Option<ProcessGroup> {
+    if std::env::var(ROLE).ok()?.as_str() != role {
+        return None;
+    }
+    Some(ProcessGroup::from_env(Backend::Gloo, timeout).expect("rendezvous"))
+}
+
+/// Rank `r`'s input in the collective checks: distinct on every rank and element.
+fn input(r: usize, kind: Kind) -> Tensor {
+    (Tensor::arange(12, (Kind::Float, Device::Cpu)).view([4, 3]) * (r as f64 + 1.0)
+        - 5.0 * r as f64)
+        .to_kind(kind)
+}
+
+fn same(a: &Tensor, b: &Tensor) -> bool {
+    a.size() == b.size()
+        && a.kind() == b.kind()
+        && a.to_kind(Kind::Double)
+            .allclose(&b.to_kind(Kind::Double), 1e-6, 1e-6, false)
+}
+
+#[test]
+fn collectives_match_a_single_process() {
+    launch("rank_collectives", 2);
+}
+
+#[test]
+#[ignore = "one rank of collectives_match_a_single_process"]
+fn rank_collectives() {
+    let Some(pg) = world("rank_collectives", TIMEOUT) else {
+        return;
+    };
+    let (rank, n) = (pg.rank(), pg.size());
+    let all: Vec<Tensor> = (0..n).map(|r| input(r, Kind::Float)).collect();
+    let stacked = Tensor::stack(&all, 0);
+
+    for (op, want) in [
+        (
+            ReduceOp::Sum,
+            stacked.sum_dim_intlist(0, false, Kind::Float),
+        ),
+        (ReduceOp::Avg, stacked.mean_dim(0, false, Kind::Float)),
+        (ReduceOp::Max, stacked.amax(0, false)),
+        (ReduceOp::Min, stacked.amin(0, false)),
+    ] {
+        let mut t = input(rank, Kind::Float);
+        pg.all_reduce(&mut t, op).unwrap();
+        assert!(same(&t, &want), "all_reduce {op:?}");
+        let got = pg.reduce_scatter(&input(rank, Kind::Float), op).unwrap();
+        assert!(
+            same(&got, &want.chunk(n as i64, 0)[rank]),
+            "reduce_scatter {op:?}"
+        );
+    }
+    let mut ints = input(rank, Kind::Int64);
+    pg.all_reduce(&mut ints, ReduceOp::Sum).unwrap();
+    assert!(same(
+        &ints,
+        &stacked
+            .sum_dim_intlist(0, false, Kind::Float)
+            .to_kind(Kind::Int64)
+    ));
+
+    let gathered = pg.all_gather(&input(rank, Kind::Double)).unwrap();
+    assert!(same(&gathered, &Tensor::cat(&all, 0).to_kind(Kind::Double)));
+    // A non-contiguous input is gathered by value.
+    let gathered_t = pg.all_gather(&input(rank, Kind::Float).tr()).unwrap();
+    let all_t: Vec<Tensor> = all.iter().map(|t| t.tr()).collect();
+    assert!(same(&gathered_t, &Tensor::cat(&all_t, 0)));
+
+    let mut b = input(rank, Kind::Float);
+    pg.broadcast(&mut b, 1).unwrap();
+    assert!(same(&b, &all[1]));
+
+    let a2a = pg.all_to_all(&input(rank, Kind::Float)).unwrap();
+    let want: Vec<Tensor> = all
+        .iter()
+        .map(|t| t.chunk(n as i64, 0)[rank].shallow_clone())
+        .collect();
+    assert!(same(&a2a, &Tensor::cat(&want, 0)));
+
+    // Ping-pong: rank 0 sends its input, rank 1 answers with twice what it got.
+    let mut got = Tensor::zeros([4, 3], (Kind::Float, Device::Cpu));
+    if rank == 0 {
+        pg.send(&all[0], 1).unwrap();
+        pg.recv(&mut got, 1).unwrap();
+        assert!(same(&got, &(&all[0] * 2.0)));
+    } else {
+        pg.recv(&mut got, 0).unwrap();
+        assert!(same(&got, &all[0]));
+        pg.send(&(&got * 2.0), 0).unwrap();
+    }
+    pg.barrier().unwrap();
+
+    // Bad inputs are errors on every rank, and leave the group usable.
+    let odd = Tensor::zeros([3, 2], (Kind::Float, Device::Cpu));
+    let err = pg.reduce_scatter(&odd, ReduceOp::Sum).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DistError::Collective {
+                op: "reduce_scatter",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("multiple of the group size"),
+        "{err}"
+    );
+    assert!(matches!(
+        pg.broadcast(&mut b, 2),
+        Err(DistError::Input { .. })
+    ));
+    assert!(matches!(pg.send(&b, rank), Err(DistError::Input { .. })));
+    let mut ints = input(rank, Kind::Int64);
+    assert!(
+        pg.all_reduce(&mut ints, ReduceOp::Avg).is_err(),
+        "the mean of integers"
+    );
+    pg.barrier().unwrap();
+}
+
+#[test]
+fn autograd_collectives_match_single_process_gradients() {
+    launch("rank_autograd", 2);
+}
+
+/// Rank `r`'s upstream gradient (different on every rank, so a wrong sum shows).
+fn weight(r: usize, shape: &[i64]) -> Tensor {
+    let numel: i64 = shape.iter().product();
+    (Tensor::arange(numel, (Kind::Double, Device::Cpu)) * 0.1 + r as f64)
+        .view(shape)
+        .sin()
+}
+
+fn leaf(r: usize, shape: &[i64]) -> Tensor {
+    let numel: i64 = shape.iter().product();
+    (Tensor::arange(numel, (Kind::Double, Device::Cpu)) * (r as f64 + 0.5))
+        .view(shape)
+        .cos()
+        .set_requires_grad(true)
+}
+
+#[test]
+#[ignore = "one rank of autograd_collectives_match_single_process_gradients"]
+fn rank_autograd() {
+    let Some(pg) = world("rank_autograd", TIMEOUT) else {
+        return;
+    };
+    let (rank, n) = (pg.rank(), pg.size());
+
+    // All-gather along dim 1 ([2, 3, 4] per rank -> [2, 3n, 4]), as context parallelism gathers
+    // K/V along the sequence. Single process: every rank's output is the same concatenation of
+    // all inputs, and the loss is the sum of every rank's loss.
+    let shape = [2i64, 3, 4];
+    let x = leaf(rank, &shape);
+    let y = pg.all_gather_autograd(&x, 1).unwrap();
+    let xs: Vec<Tensor> = (0..n).map(|r| leaf(r, &shape)).collect();
+    let full = Tensor::cat(&xs, 1);
+    assert!(same(&y, &full));
+    let out_shape = [2i64, 3 * n as i64, 4];
+    (&y * weight(rank, &out_shape))
+        .sum(Kind::Double)
+        .f_backward()
+        .unwrap();
+    let total: Tensor = (0..n)
+        .map(|r| (&full * weight(r, &out_shape)).sum(Kind::Double))
+        .sum();
+    total.backward();
+    assert!(
+        same(&x.grad(), &xs[rank].grad()),
+        "all_gather_autograd gradient"
+    );
+
+    // Reduce-scatter along dim -2 ([2, 2n, 3] per rank -> [2, 2, 3]).
+    let shape = [2i64, 2 * n as i64, 3];
+    let x = leaf(rank, &shape);
+    let z = pg.reduce_scatter_autograd(&x, -2).unwrap();
+    let xs: Vec<Tensor> = (0..n).map(|r| leaf(r, &shape)).collect();
+    let sum: Tensor = xs.iter().sum();
+    let parts = sum.chunk(n as i64, 1);
+    assert!(same(&z, &parts[rank]));
+    let w_shape = [2i64, 2, 3];
+    (&z * weight(rank, &w_shape))
+        .sum(Kind::Double)
+        .f_backward()
+        .unwrap();
+    let total: Tensor = (0..n)
+        .map(|r| (&parts[r] * weight(r, &w_shape)).sum(Kind::Double))
+        .sum();
+    total.backward();
+    assert!(
+        same(&x.grad(), &xs[rank].grad()),
+        "reduce_scatter_autograd gradient"
+    );
+    pg.barrier().unwrap();
+}
+
+#[test]
+fn subgroups_for_data_and_context_parallelism() {
+    launch("rank_subgroups", 4);
+}
+
+#[test]
+#[ignore = "one rank of subgroups_for_data_and_context_parallelism"]
+fn rank_subgroups() {
+    let Some(pg) = world("rank_subgroups", TIMEOUT) else {
+        return;
+    };
+    let rank = pg.rank();
+    // 2 (DP) x 2 (CP): CP groups are neighbours, DP groups stride by the CP size.
+    let cp = pg.split(&[vec![0, 1], vec![2, 3]]).unwrap();
+    let dp = pg.split(&[vec![0, 2], vec![1, 3]]).unwrap();
+    assert_eq!((cp.rank(), cp.size()), (rank % 2, 2));
+    assert_eq!((dp.rank(), dp.size()), (rank / 2, 2));
+    assert_eq!(cp.world_ranks(), &[rank / 2 * 2, rank / 2 * 2 + 1]);
+    assert_eq!(dp.world_ranks(), &[rank % 2, rank % 2 + 2]);
+
+    let mut t = Tensor::from_slice(&[rank as f32]);
+    cp.all_reduce(&mut t, ReduceOp::Sum).unwrap();
+    assert_eq!(t.double_value(&[0]), (rank / 2 * 4 + 1) as f64);
+    let g = dp.all_gather(&Tensor::from_slice(&[rank as i64])).unwrap();
+    assert_eq!(
+        Vec::<i64>::try_from(&g).unwrap(),
+        vec![(rank % 2) as i64, (rank % 2 + 2) as i64]
+    );
+
+    // Non-members get None; a subgroup of a subgroup is made by its parent's members only.
+    let odd = pg.new_subgroup(&[3, 1]).unwrap();
+    assert_eq!(
+        odd.as_ref().map(|g| g.world_ranks().to_vec()),
+        (rank % 2 == 1).then(|| vec![1, 3])
+    );
+    let solo = cp.new_subgroup(&[1]).unwrap();
+    if let Some(solo) = solo {
+        assert_eq!((solo.size(), solo.world_ranks()), (1, &[rank][..]));
+        let mut t = Tensor::from_slice(&[7.0f32]);
+        solo.all_reduce(&mut t, ReduceOp::Sum).unwrap();
+        assert_eq!(t.double_value(&[0]), 7.0);
+    }
+    assert!(matches!(
+        pg.new_subgroup(&[0, 4]),
+        Err(DistError::Input { .. })
+    ));
+    assert!(matches!(
+        pg.new_subgroup(&[1, 1]),
+        Err(DistError::Input { .. })
+    ));
+    pg.barrier().unwrap();
+}
+
+#[test]
+fn a_silent_peer_times_out_and_a_dead_peer_fails_fast() {
+    launch("rank_failures", 2);
+}
+
+#[test]
+#[ignore = "one rank of a_silent_peer_times_out_and_a_dead_peer_fails_fast"]
+fn rank_failures() {
+    let Some(mut pg) = world("rank_failures", TIMEOUT) else {
+        return;
+    };
+    let sub = pg.new_subgroup(&[0, 1]).unwrap().unwrap();
+    if pg.rank() == 1 {
+        // Silent for a while (rank 0's first collective times out), then gone without a word.
+        std::thread::sleep(Duration::from_millis(2500));
+        println!("{LEFT}");
+        std::process::exit(0);
+    }
+    let short = Duration::from_millis(1000);
+    pg.set_timeout(short);
+    let start = Instant::now();
+    let err = pg
+        .all_reduce(
+            &mut Tensor::ones([4], (Kind::Float, Device::Cpu)),
+            ReduceOp::Sum,
+        )
+        .unwrap_err();
+    let took = start.elapsed();
+    assert!(
+        matches!(
+            err,
+            DistError::Collective {
+                op: "all_reduce",
+                rank: 0,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("all_reduce failed on rank 0 of 2"),
+        "{err}"
+    );
+    assert!(
+        took >= short && took < short * 3,
+        "timed out after {took:?}"
+    );
+
+    // The other group has a long timeout, but rank 1's exit closes its connections.
+    let start = Instant::now();
+    let err = sub.barrier().unwrap_err();
+    let took = start.elapsed();
+    assert!(
+        matches!(
+            err,
+            DistError::Collective {
+                op: "barrier",
+                rank: 0,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        took < Duration::from_secs(8),
+        "noticed the exit after {took:?}"
+    );
+    eprintln!("timeout: {err}");
+}
+
+/// Runs `f(rank)` for every rank on its own thread, and returns their results by rank.
+fn threads<T: Send + 'static>(
+    world: usize,
+    f: impl Fn(usize) -> T + Send + Sync + 'static,
+) -> Vec<T> {
+    let f = std::sync::Arc::new(f);
+    let handles: Vec<_> = (0..world)
+        .map(|r| {
+            let f = f.clone();
+            std::thread::spawn(move || f(r))
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+#[test]
+fn a_world_of_one_needs_no_peers() {
+    let pg = ProcessGroup::new(
+        &Rendezvous::local(free_port(), 0, 1),
+        Backend::Gloo,
+        TIMEOUT,
+    )
+    .unwrap();
+    let mut t = input(0, Kind::Float);
+    pg.all_reduce(&mut t, ReduceOp::Avg).unwrap();
+    assert!(same(&t, &input(0, Kind::Float)));
+    assert!(same(&pg.all_gather(&t).unwrap(), &t));
+    pg.store().set("run", b"abc").unwrap();
+    assert_eq!(pg.store().get("run", TIMEOUT).unwrap(), b"abc");
+    assert_eq!(pg.store().add("n", 2).unwrap(), 2);
+}
+
+#[test]
+fn a_taken_port_is_named() {
+    let holder = TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = holder.local_addr().unwrap().port();
+    let start = Instant::now();
+    let err = ProcessGroup::new(
+        &Rendezvous::local(port, 0, 2),
+        Backend::Gloo,
+        Duration::from_secs(3),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, DistError::PortInUse { port: p, .. } if p == port),
+        "{err}"
+    );
+    assert!(err.to_string().contains("MASTER_PORT"), "{err}");
+    eprintln!("{err}");
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn an_absent_master_is_reported_after_the_timeout() {
+    let port = free_port();
+    let start = Instant::now();
+    let err = ProcessGroup::new(
+        &Rendezvous::local(port, 1, 2),
+        Backend::Gloo,
+        Duration::from_millis(1500),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, DistError::MasterUnreachable { rank: 1, .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains(&format!("127.0.0.1:{port}")),
+        "{err}"
+    );
+    eprintln!("{err}");
+    assert!(
+        start.elapsed() < Duration::from_secs(6),
+        "took {:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn ranks_that_disagree_on_the_world_size_all_fail() {
+    let port = free_port();
+    let results = threads(2, move |rank| {
+        let mut r = Rendezvous::local(port, rank, 2);
+        if rank == 1 {
+            r.world_size = 3;
+            r.local_world_size = 3;
+        }
+        ProcessGroup::new(&r, Backend::Gloo, Duration::from_secs(10))
+            .err()
+            .map(|e| e.to_string())
+    });
+    let want = "rank 1 has WORLD_SIZE=3 but rank 0 has WORLD_SIZE=2";
+    for (rank, e) in results.iter().enumerate() {
+        let e = e.as_deref().unwrap_or("no error");
+        assert!(e.contains(want), "rank {rank}: {e}");
+        eprintln!("{e}");
+    }
+}
+
+#[test]
+fn a_rank_claimed_twice_fails_every_rank() {
+    let port = free_port();
+    let results = threads(3, move |i| {
+        let r = Rendezvous::local(port, i.min(1), 3);
+        ProcessGroup::new(&r, Backend::Gloo, Duration::from_secs(10))
+            .err()
+            .map(|e| e.to_string())
+    });
+    for (i, e) in results.iter().enumerate() {
+        let e = e.as_deref().unwrap_or("no error");
+        assert!(e.contains("RANK=1"), "process {i}: {e}");
+    }
+}
+
+#[test]
+fn a_missing_rank_is_a_timeout_naming_the_count() {
+    let r = Rendezvous::local(free_port(), 0, 2);
+    let err = ProcessGroup::new(&r, Backend::Gloo, Duration::from_millis(500)).unwrap_err();
+    assert!(err.to_string().contains("1 of 2 ranks joined"), "{err}");
+    eprintln!("{err}");
+}
+
+#[test]
+fn nccl_needs_its_feature_and_a_gpu() {
+    let r = Rendezvous::local(free_port(), 0, 1);
+    let result = ProcessGroup::new(&r, Backend::Nccl, TIMEOUT);
+    if !cfg!(feature = "nccl") {
+        let err = result.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                DistError::Unavailable {
+                    backend: "nccl",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    } else if !tch::Cuda::is_available() {
+        let err = result.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                DistError::GroupCreate {
+                    backend: "nccl",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        eprintln!("{err}");
+    } else {
+        // NCCL refuses two ranks on one GPU, so a world of one is what a single GPU can check.
+        let pg = result.unwrap();
+        let mut t = Tensor::arange(8, (Kind::Float, Device::Cuda(0)));
+        pg.all_reduce(&mut t, ReduceOp::Avg).unwrap();
+        assert!(same(
+            &t.to(Device::Cpu),
+            &Tensor::arange(8, (Kind::Float, Device::Cpu))
+        ));
+        let g = pg
+            .all_gather_autograd(&t.set_requires_grad(true), 0)
+            .unwrap();
+        assert_eq!(g.size(), [8]);
+        pg.barrier().unwrap();
+    }
+}
