@@ -33,6 +33,8 @@ log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --features "$features" -q 2>&1 | tee "$log"
 awk '/^test result: ok\./ { n += $4 } END { printf "cargo test: %d passed\n", n }' "$log" >&2
+step "rsd-dist with NCCL (compiles and links here; runs a world of one where a GPU is visible)"
+cargo test -p rsd-dist --features nccl -q nccl
 step "pytest (peer tests against our binaries in target/debug)"
 export RSD_BIN_DIR="$PWD/target/debug"
 python -m pytest tests/ -q -p no:cacheprovider -W ignore::DeprecationWarning -W ignore::UserWarning
