@@ -46,6 +46,21 @@ pub enum DataError {
     /// Writing or reading shards failed.
     #[error(transparent)]
     Shard(#[from] rsd_shard::ShardError),
+    /// The loader failed (`stream`, `bench`).
+    #[error(transparent)]
+    Loader(#[from] rsd_loader::LoaderError),
+    /// The loader state could not be saved.
+    #[error("saving the loader state to {}", path.display())]
+    SaveState {
+        /// The state file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: rsd_loader::LoaderError,
+    },
+    /// Writing the command's output failed (a closed pipe, a full disk).
+    #[error(transparent)]
+    Output(std::io::Error),
     /// The run was interrupted (Ctrl-C); completed shards are kept for a resume.
     #[error("interrupted; completed shards are kept and the next run resumes from them")]
     Interrupted,

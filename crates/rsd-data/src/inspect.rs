@@ -5,7 +5,7 @@ use std::fmt::Write;
 use rsd_shard::ShardSet;
 
 use crate::error::Result;
-use crate::tokenizer::Tokenizer;
+use crate::tokenizer::{id_or_none, Tokenizer};
 
 /// Histogram of `values` in `buckets` power-of-two buckets, as text lines.
 fn histogram(title: &str, values: &[u64]) -> String {
@@ -39,9 +39,25 @@ pub fn report(
     show: &[u64],
     chars: usize,
 ) -> Result<String> {
+    let mut out = String::new();
+    summary(&mut out, set);
+    histograms(&mut out, set)?;
+    for &g in show {
+        sample(&mut out, set, tokenizer, g, chars)?;
+    }
+    Ok(out)
+}
+
+/// `[a, b, c]`: a list of ids or lengths for people.
+fn list(values: &[u32]) -> String {
+    let items: Vec<String> = values.iter().map(u32::to_string).collect();
+    format!("[{}]", items.join(", "))
+}
+
+/// What the manifest says: origin, tokenizer, layout, counts, waste, sources.
+fn summary(out: &mut String, set: &ShardSet) {
     let m = set.manifest();
     let t = &m.totals;
-    let mut out = String::new();
     let _ = writeln!(out, "{}", set.dir().display());
     let _ = writeln!(
         out,
@@ -51,12 +67,12 @@ pub fn report(
     );
     let _ = writeln!(
         out,
-        "  tokenizer    {} (vocab {}, sha256 {}…, BOS {:?}, EOS {:?})",
+        "  tokenizer    {} (vocab {}, sha256 {}…, BOS {}, EOS {})",
         m.tokenizer.name,
         m.tokenizer.vocab_size,
         &m.tokenizer.sha256[..12.min(m.tokenizer.sha256.len())],
-        m.tokenizer.bos_id,
-        m.tokenizer.eos_id
+        id_or_none(m.tokenizer.bos_id),
+        id_or_none(m.tokenizer.eos_id)
     );
     let _ = writeln!(
         out,
@@ -97,6 +113,10 @@ pub fn report(
             s.spec, s.path, s.format, s.files, s.documents, s.bytes
         );
     }
+}
+
+/// Histograms of sample lengths, pieces per sample and piece lengths (reads every sample's index).
+fn histograms(out: &mut String, set: &ShardSet) -> Result<()> {
     let mut sample_lens = Vec::new();
     let mut piece_lens = Vec::new();
     let mut pieces_per_sample = Vec::new();
@@ -110,48 +130,56 @@ pub fn report(
     out.push_str(&histogram("sample length (tokens)", &sample_lens));
     out.push_str(&histogram("document pieces per sample", &pieces_per_sample));
     out.push_str(&histogram("document piece length (tokens)", &piece_lens));
-    for &g in show {
-        if g >= set.num_samples() {
-            let _ = writeln!(
-                out,
-                "\nsample {g}: out of range ({} samples)",
-                set.num_samples()
-            );
-            continue;
-        }
-        let s = set.sample(g)?;
-        let (shard, local) = set.locate(g)?;
+    Ok(())
+}
+
+/// Sample `g`: where it is, its pieces, and its text (decoded with `tokenizer`, else its first ids).
+fn sample(
+    out: &mut String,
+    set: &ShardSet,
+    tokenizer: Option<&Tokenizer>,
+    g: u64,
+    chars: usize,
+) -> Result<()> {
+    if g >= set.num_samples() {
         let _ = writeln!(
             out,
-            "\nsample {g} (shard {}, index {local}): {} tokens, pieces {:?}",
-            m.shards[shard].prefix,
-            s.tokens.len(),
-            s.pieces
+            "\nsample {g}: out of range ({} samples)",
+            set.num_samples()
         );
-        match tokenizer {
-            Some(tok) => {
-                let ids = s.tokens.to_vec();
-                let text = tok.decode(&ids[..ids.len().min(chars * 2)])?;
-                let clipped: String = text.chars().take(chars).collect();
-                let _ = writeln!(
-                    out,
-                    "{clipped}{}",
-                    if text.chars().count() > chars {
-                        " …"
-                    } else {
-                        ""
-                    }
-                );
-            }
-            None => {
-                let ids = s.tokens.to_vec();
-                let _ = writeln!(
-                    out,
-                    "ids {:?} … (no matching tokenizer to decode with: pass --tokenizer)",
-                    &ids[..ids.len().min(32)]
-                );
-            }
+        return Ok(());
+    }
+    let s = set.sample(g)?;
+    let (shard, local) = set.locate(g)?;
+    let _ = writeln!(
+        out,
+        "\nsample {g} (shard {}, index {local}): {} tokens, pieces {}",
+        set.manifest().shards[shard].prefix,
+        s.tokens.len(),
+        list(&s.pieces)
+    );
+    let ids = s.tokens.to_vec();
+    match tokenizer {
+        Some(tok) => {
+            let text = tok.decode(&ids[..ids.len().min(chars * 2)])?;
+            let clipped: String = text.chars().take(chars).collect();
+            let _ = writeln!(
+                out,
+                "{clipped}{}",
+                if text.chars().count() > chars {
+                    " …"
+                } else {
+                    ""
+                }
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "ids {} … (no matching tokenizer to decode with: pass --tokenizer)",
+                list(&ids[..ids.len().min(32)])
+            );
         }
     }
-    Ok(out)
+    Ok(())
 }

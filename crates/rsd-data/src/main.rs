@@ -5,13 +5,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
-use rayon::prelude::*;
-use rsd_data::pack::{Mode, Tail};
-use rsd_data::pipeline::{self, PackConfig, Progress};
-use rsd_data::source::{self, Content, DocumentStream, Format, ReadOptions};
-use rsd_data::tokenizer::{Delimiter, Tokenizer, BUNDLED_NAME};
+use rsd_common::mem::{mib, Memory};
+use rsd_data::bench::tokenizer::TokenizeBenchRequest;
+use rsd_data::pack::{self, Event, Mode, PackReport, PackRequest, PackSettings, Progress, Tail};
+use rsd_data::source::Format;
+use rsd_data::tokenizer::{id_or_none, Delimiter, Tokenizer};
 use rsd_shard::{ShardSet, VerifyOptions};
 
 mod stream_cmd;
@@ -110,8 +110,8 @@ struct PackArgs {
     #[arg(long, default_value_t = default_workers())]
     workers: usize,
     /// Input files read at once, each by its own thread; documents still come out in file order,
-    /// so the output is identical for any value. One thread reads (and decompresses) ~0.5–2.5 GB/s
-    /// of text, enough for 2–10 tokenizer threads: the default is one per 4 cores.
+    /// so the output is identical for any value. One thread reads (and decompresses) text for
+    /// several tokenizer threads (docs/DATA.md): the default is one per 4 cores.
     #[arg(long, default_value_t = default_read_threads())]
     read_threads: usize,
     /// Skip bad records (malformed JSON lines, invalid UTF-8, missing fields), count and report
@@ -205,14 +205,14 @@ fn parse_size(s: &str) -> std::result::Result<u64, String> {
     let (num, unit) = s.split_at(split);
     let n: f64 = num
         .parse()
-        .map_err(|_| format!("{s:?} is not a size (e.g. 1GiB, 512MiB, 1000000)"))?;
+        .map_err(|_| format!("\"{s}\" is not a size (e.g. 1GiB, 512MiB, 1000000)"))?;
     let mult = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1u64,
         "k" | "kb" | "kib" => 1 << 10,
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
         "t" | "tb" | "tib" => 1 << 40,
-        other => return Err(format!("unknown size unit {other:?} (use KiB, MiB, GiB)")),
+        other => return Err(format!("unknown size unit \"{other}\" (use KiB, MiB, GiB)")),
     };
     Ok((n * mult as f64) as u64)
 }
@@ -243,83 +243,68 @@ fn main() {
     }
 }
 
-fn llama3_tokenizer_path() -> PathBuf {
-    let assets = std::env::var_os("RSD_ASSETS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/rsd/assets")
-        });
-    assets.join("llama3-tokenizer.json")
-}
-
-fn choose_tokenizer(given: Option<String>, sources: &[source::ResolvedSource]) -> Result<String> {
-    if let Some(t) = given {
-        return Ok(t);
-    }
-    if !sources.is_empty() && sources.iter().all(|s| s.format == Format::Mds) {
-        let llama3 = llama3_tokenizer_path();
-        if llama3.is_file() {
-            eprintln!(
-                "tokenizer: MDS sources hold Llama-3 ids (ProLong); using {}",
-                llama3.display()
-            );
-            return Ok(llama3.display().to_string());
-        }
-        bail!(
-            "MDS sources are already tokenized, so the tokenizer must be the one they were made with \
-             (Llama-3 for ProLong). {} is missing: run scripts/setup.sh to fetch it, or pass --tokenizer FILE",
-            llama3.display()
-        );
-    }
-    if sources.iter().any(|s| s.format == Format::Mds) {
-        bail!("MDS (pre-tokenized) and text sources are mixed: pass --tokenizer with the tokenizer the MDS ids were made with");
-    }
-    Ok(BUNDLED_NAME.to_string())
-}
-
-fn data_root(given: Option<PathBuf>) -> PathBuf {
-    given
-        .or_else(|| std::env::var_os("RSD_DATA_ROOT").map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from("datasets"))
-}
-
-fn peak_rss_mib() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb / 1024.0)
-}
-
 fn pack(a: PackArgs) -> Result<()> {
-    let root = data_root(a.data_root.clone());
-    let sources = a
-        .sources
-        .iter()
-        .map(|s| source::resolve(s, a.format, &root, a.seq_len as u64))
-        .collect::<rsd_data::Result<Vec<_>>>()?;
-    let tok_spec = choose_tokenizer(a.tokenizer.clone(), &sources)?;
-    let tok = Tokenizer::load(
-        &tok_spec,
-        &Delimiter::parse(&a.bos),
-        &Delimiter::parse(&a.eos),
-    )?;
+    let request = PackRequest {
+        sources: a.sources,
+        format: a.format,
+        data_root: a.data_root,
+        tokenizer: a.tokenizer,
+        bos: Delimiter::parse(&a.bos),
+        eos: Delimiter::parse(&a.eos),
+        text_field: a.text_field,
+        read_threads: a.read_threads,
+        settings: PackSettings {
+            out: a.out,
+            seq_len: a.seq_len,
+            mode: a.mode,
+            tail: a.tail,
+            pad_id: a.pad_id,
+            min_doc_tokens: a.min_doc_tokens,
+            shard_bytes: a.shard_size,
+            max_open: a.max_open_bins,
+            skip_bad: a.skip_bad,
+            force: a.force,
+            workers: a.workers,
+            batch_bytes: pack::DEFAULT_BATCH_BYTES,
+            command: std::env::args().collect(),
+        },
+    };
+    let mut display = ProgressDisplay::new(a.progress, a.progress_interval);
+    let result = pack::run(&request, &INTERRUPTED, &mut |event| match event {
+        Event::Llama3Tokenizer(path) => eprintln!(
+            "tokenizer: MDS sources hold Llama-3 ids (ProLong); using {}",
+            path.display()
+        ),
+        Event::Start(inputs, settings) => {
+            print_pack_start(inputs, settings);
+            display.start(inputs.sources.iter().map(|s| s.bytes).sum());
+        }
+        Event::Progress(p) => display.update(p),
+    });
+    display.finish();
+    print_pack_report(&request.settings.out, &result?);
+    Ok(())
+}
+
+fn print_pack_start(inputs: &pack::Inputs, settings: &PackSettings) {
+    let tok = &inputs.tokenizer;
     if let Some(reason) = &tok.fallback_reason {
         eprintln!("warning: the fast encoder cannot use {} ({reason}); using tokenizers 0.22 instead (slower, same ids)", tok.name());
     }
     eprintln!(
-        "packing {} source(s) with {} (vocab {}, BOS {:?}, EOS {:?}) into {} [{} mode, length {}, {} workers, read threads: {}]",
-        sources.len(),
+        "packing {} source(s) with {} (vocab {}, BOS {}, EOS {}) into {} [{} mode, length {}, {} workers, read threads: {}]",
+        inputs.sources.len(),
         tok.name(),
         tok.vocab_size(),
-        tok.bos(),
-        tok.eos(),
-        a.out.display(),
-        a.mode,
-        a.seq_len,
-        a.workers,
-        a.read_threads.max(1)
+        id_or_none(tok.bos()),
+        id_or_none(tok.eos()),
+        settings.out.display(),
+        if settings.mode == Mode::Fixed { "fixed" } else { "mixed" },
+        settings.seq_len,
+        settings.workers,
+        inputs.read.read_threads
     );
-    for s in &sources {
+    for s in &inputs.sources {
         eprintln!(
             "  {} → {} [{}], {} input(s), {:.1} MB",
             s.spec,
@@ -329,51 +314,57 @@ fn pack(a: PackArgs) -> Result<()> {
             s.bytes as f64 / 1e6
         );
     }
-    let cfg = PackConfig {
-        sources,
-        read: ReadOptions {
-            text_field: a.text_field.clone(),
-            read_threads: a.read_threads.max(1),
-        },
-        out: a.out.clone(),
-        seq_len: a.seq_len,
-        mode: a.mode,
-        tail: a.tail,
-        pad_id: a.pad_id,
-        min_doc_tokens: a.min_doc_tokens,
-        shard_bytes: a.shard_size,
-        max_open: a.max_open_bins,
-        skip_bad: a.skip_bad,
-        force: a.force,
-        workers: a.workers,
-        batch_bytes: 4 << 20,
-        command: std::env::args().collect(),
-    };
-    let show_bar = match a.progress {
-        ProgressMode::Auto => std::io::stderr().is_terminal(),
-        ProgressMode::Bar => true,
-        _ => false,
-    };
-    let lines =
-        a.progress == ProgressMode::Lines || (a.progress == ProgressMode::Auto && !show_bar);
-    let bar = show_bar.then(|| {
-        let total: u64 = cfg.sources.iter().map(|s| s.bytes).sum();
-        let bar = indicatif::ProgressBar::new(total.max(1));
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ETA {eta} {msg}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        bar
-    });
-    let start = Instant::now();
-    let interval = Duration::from_secs_f64(a.progress_interval.max(0.1));
-    let mut last_line = Instant::now();
-    let mut on_progress = |p: Progress| {
-        let secs = start.elapsed().as_secs_f64().max(1e-9);
+}
+
+/// The pack's progress on stderr: a bar, plain lines every `interval`, or nothing.
+struct ProgressDisplay {
+    mode: ProgressMode,
+    bar: Option<indicatif::ProgressBar>,
+    lines: bool,
+    start: Instant,
+    interval: Duration,
+    last_line: Instant,
+}
+
+impl ProgressDisplay {
+    fn new(mode: ProgressMode, interval_seconds: f64) -> ProgressDisplay {
+        ProgressDisplay {
+            mode,
+            bar: None,
+            lines: false,
+            start: Instant::now(),
+            interval: Duration::from_secs_f64(interval_seconds.max(0.1)),
+            last_line: Instant::now(),
+        }
+    }
+
+    /// The pack starts, over `total_bytes` of input.
+    fn start(&mut self, total_bytes: u64) {
+        let show_bar = match self.mode {
+            ProgressMode::Auto => std::io::stderr().is_terminal(),
+            ProgressMode::Bar => true,
+            _ => false,
+        };
+        self.lines =
+            self.mode == ProgressMode::Lines || (self.mode == ProgressMode::Auto && !show_bar);
+        self.bar = show_bar.then(|| {
+            let bar = indicatif::ProgressBar::new(total_bytes.max(1));
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ETA {eta} {msg}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            bar
+        });
+        self.start = Instant::now();
+        self.last_line = Instant::now();
+    }
+
+    fn update(&mut self, p: Progress) {
+        let secs = self.start.elapsed().as_secs_f64().max(1e-9);
         let (docs_s, toks_s) = (p.documents as f64 / secs, p.tokens as f64 / secs);
-        if let Some(bar) = &bar {
+        if let Some(bar) = &self.bar {
             bar.set_length(p.total_bytes.max(1));
             bar.set_position(p.bytes);
             bar.set_message(format!(
@@ -382,8 +373,8 @@ fn pack(a: PackArgs) -> Result<()> {
                 toks_s / 1e6,
                 p.shards
             ));
-        } else if lines && last_line.elapsed() >= interval {
-            last_line = Instant::now();
+        } else if self.lines && self.last_line.elapsed() >= self.interval {
+            self.last_line = Instant::now();
             let pct = if p.total_bytes > 0 {
                 100.0 * p.bytes as f64 / p.total_bytes as f64
             } else {
@@ -399,19 +390,23 @@ fn pack(a: PackArgs) -> Result<()> {
                 secs, p.documents, p.tokens, toks_s / 1e6, p.shards
             );
         }
-    };
-    let result = pipeline::run(&cfg, &tok, &INTERRUPTED, &mut on_progress);
-    if let Some(bar) = &bar {
-        bar.finish_and_clear();
     }
-    let summary = result?;
-    let m = &summary.manifest;
+
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+fn print_pack_report(out: &Path, report: &PackReport) {
+    let m = &report.manifest;
     let t = &m.totals;
     let slots = (t.samples * m.seq_len).max(1) as f64;
     let input_bytes: u64 = m.sources.iter().map(|s| s.bytes).sum();
     println!(
         "wrote {}: {} shards, {} samples, {} tokens ({})",
-        a.out.display(),
+        out.display(),
         m.shards.len(),
         t.samples,
         t.tokens,
@@ -429,17 +424,17 @@ fn pack(a: PackArgs) -> Result<()> {
     );
     println!(
         "  time       {:.2}s: {:.2} M tokens/s, {:.1} MB/s of input{}; peak RSS {:.0} MiB",
-        summary.seconds,
-        t.tokens as f64 / summary.seconds / 1e6,
-        input_bytes as f64 / summary.seconds / 1e6,
-        if summary.resumed_shards > 0 {
-            format!(" (resumed after {} shards)", summary.resumed_shards)
+        report.seconds,
+        t.tokens as f64 / report.seconds / 1e6,
+        input_bytes as f64 / report.seconds / 1e6,
+        if report.resumed_shards > 0 {
+            format!(" (resumed after {} shards)", report.resumed_shards)
         } else {
             String::new()
         },
-        peak_rss_mib().unwrap_or(0.0)
+        mib(Memory::now().peak_rss)
     );
-    let cpu = summary.cpu;
+    let cpu = report.cpu;
     println!(
         "  cpu        tokenize {:.3}s, read {:.3}s, pack+write {:.3}s: tokenizing is {:.0}% of the CPU time",
         cpu.tokenize,
@@ -447,10 +442,9 @@ fn pack(a: PackArgs) -> Result<()> {
         cpu.write,
         100.0 * cpu.tokenize / (cpu.tokenize + cpu.read + cpu.write).max(1e-9)
     );
-    for e in &summary.skipped_examples {
+    for e in &report.skipped_examples {
         println!("  skipped    {e}");
     }
-    Ok(())
 }
 
 fn matching_tokenizer(set: &ShardSet, given: Option<String>) -> Result<Option<Tokenizer>> {
@@ -504,57 +498,25 @@ fn verify(a: VerifyArgs) -> Result<()> {
 }
 
 fn tokenize_bench(a: TokenizeBenchArgs) -> Result<()> {
-    let tok = Tokenizer::load(
-        a.tokenizer.as_deref().unwrap_or(BUNDLED_NAME),
-        &Delimiter::None,
-        &Delimiter::None,
-    )?;
-    let sources = a
-        .sources
-        .iter()
-        .map(|s| source::resolve(s, None, Path::new("datasets"), 0))
-        .collect::<rsd_data::Result<Vec<_>>>()?;
-    let mut texts = vec![];
-    let mut bytes = 0u64;
-    for doc in DocumentStream::new(sources, ReadOptions::new(&a.text_field)) {
-        if let Content::Text(t) = doc?.content.decode()? {
-            bytes += t.len() as u64;
-            texts.push(t);
-        }
-        if bytes >= a.max_bytes {
-            break;
-        }
-    }
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(a.workers.max(1))
-        .build()?;
-    let mut best = f64::INFINITY;
-    let mut first = None;
-    let mut tokens = 0usize;
-    for _ in 0..a.repeat.max(1) {
-        let start = Instant::now();
-        tokens = pool.install(|| {
-            texts
-                .par_iter()
-                .map_init(Vec::new, |scratch, t| {
-                    let mut out = Vec::new();
-                    tok.encode_into(t, scratch, &mut out).map(|_| out.len())
-                })
-                .try_reduce(|| 0, |x, y| Ok(x + y))
-        })?;
-        let secs = start.elapsed().as_secs_f64();
-        first.get_or_insert(secs);
-        best = best.min(secs);
-    }
-    let first = first.unwrap_or(best);
+    let r = rsd_data::bench::tokenizer::run(&TokenizeBenchRequest {
+        sources: a.sources,
+        tokenizer: a.tokenizer,
+        workers: a.workers,
+        max_bytes: a.max_bytes,
+        repeat: a.repeat,
+        text_field: a.text_field,
+    })?;
+    let (best, first) = (r.best_seconds, r.first_seconds);
     println!(
-        "{{\"engine\": \"{}\", \"workers\": {}, \"documents\": {}, \"bytes\": {bytes}, \"tokens\": {tokens}, \"seconds\": {best:.4}, \"tokens_per_s\": {:.0}, \"mb_per_s\": {:.2}, \"first_pass_seconds\": {first:.4}, \"first_pass_tokens_per_s\": {:.0}}}",
-        tok.engine_name(),
-        a.workers,
-        texts.len(),
-        tokens as f64 / best,
-        bytes as f64 / best / 1e6,
-        tokens as f64 / first,
+        "{{\"engine\": \"{}\", \"workers\": {}, \"documents\": {}, \"bytes\": {}, \"tokens\": {}, \"seconds\": {best:.4}, \"tokens_per_s\": {:.0}, \"mb_per_s\": {:.2}, \"first_pass_seconds\": {first:.4}, \"first_pass_tokens_per_s\": {:.0}}}",
+        r.engine,
+        r.workers,
+        r.documents,
+        r.bytes,
+        r.tokens,
+        r.tokens as f64 / best,
+        r.bytes as f64 / best / 1e6,
+        r.tokens as f64 / first,
     );
     Ok(())
 }

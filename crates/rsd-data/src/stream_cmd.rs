@@ -1,16 +1,19 @@
-//! `rsd-data stream` and `rsd-data bench`: thin front ends over `rsd-loader` (docs/LOADER.md).
+//! `rsd-data stream` and `rsd-data bench`: arguments → [`rsd_data::stream::run`] and
+//! [`rsd_data::bench::loader::run`] → printed results (docs/LOADER.md).
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
-use rsd_loader::bench::{memcpy_limit, pass, pread_limit, sample_copy_rate, SampleCopies};
-use rsd_loader::synth::{self, SynthSpec};
+use rsd_common::mem::{mib, Memory};
+use rsd_data::bench::loader::{LoaderBenchEvent, LoaderBenchRequest, LoaderRow, SampleCopyRates};
+use rsd_data::paths;
+use rsd_data::stream::{RowSummary, StreamRequest};
 use rsd_loader::{
-    BatchLayout, Batching, Dataset, Loader, LoaderConfig, LoaderState, Parallel, Pipeline,
-    Positions, Rank, ReadMethod, IGNORE_INDEX,
+    BatchLayout, Batching, Dataset, LoaderConfig, Parallel, Pipeline, Positions, Rank, ReadMethod,
 };
+use rsd_shard::Manifest;
 use serde_json::json;
 
 /// Where the data comes from and how it is mixed, shared by `stream` and `bench`.
@@ -31,16 +34,12 @@ pub struct SourceArgs {
 }
 
 impl SourceArgs {
-    fn sources(&self) -> Result<Vec<Dataset>> {
+    fn datasets(&self) -> Result<Vec<Dataset>> {
         if let Some(p) = &self.pipeline {
             if !self.dirs.is_empty() {
                 bail!("give either DIR… or --pipeline, not both");
             }
-            let root = self
-                .data_root
-                .clone()
-                .or_else(|| std::env::var_os("RSD_DATA_ROOT").map(PathBuf::from))
-                .unwrap_or_else(|| PathBuf::from("."));
+            let root = paths::data_root(self.data_root.as_deref(), paths::PIPELINES_DEFAULT);
             return Ok(Pipeline::read(p, &root)?.datasets);
         }
         if self.dirs.is_empty() {
@@ -136,8 +135,8 @@ pub struct StreamArgs {
 
 pub fn stream(a: StreamArgs) -> Result<()> {
     let _ = a.format;
-    let cfg = LoaderConfig {
-        datasets: a.src.sources()?,
+    let loader = LoaderConfig {
+        datasets: a.src.datasets()?,
         seed: a.seed,
         epoch: a.epoch,
         epochs: a
@@ -161,71 +160,46 @@ pub fn stream(a: StreamArgs) -> Result<()> {
         verify: a.verify,
         ..LoaderConfig::default()
     };
-    let mut loader = match &a.resume {
-        Some(p) => {
-            let state = LoaderState::read(p)?;
-            Loader::resume(cfg, &state)?
-        }
-        None => Loader::new(cfg)?,
+    let request = StreamRequest {
+        loader,
+        resume: a.resume,
+        batches: a.batches,
+        edge: a.edge,
+        save_state: a.save_state,
     };
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    let mut done = 0u64;
-    while a.batches.is_none_or(|n| done < n) {
-        let Some(b) = loader.next() else { break };
-        let b = b?;
-        for (row, id) in b.samples.iter().enumerate() {
-            let (lo, hi) = (b.row_offsets[row] as usize, b.row_offsets[row + 1] as usize);
-            let toks = &b.tokens[lo..hi];
-            let pos = &b.position_ids[lo..hi];
-            let base = b.full_row_offsets[row];
-            let end = b.full_row_offsets[row + 1];
-            let docs: Vec<u32> = b
-                .doc_offsets
-                .iter()
-                .filter(|&&d| d > base && d <= end)
-                .map(|d| d - base)
-                .collect();
-            let chunks: Vec<[u32; 2]> = if b.chunks.len() == 2 * b.samples.len() {
-                vec![b.chunks[2 * row], b.chunks[2 * row + 1]]
-            } else {
-                vec![b.chunks[row]]
-            };
-            let chunks: Vec<[u32; 2]> = chunks.iter().map(|[x, y]| [x - base, y - base]).collect();
-            let line = json!({
-                "step": b.step,
-                "row": row,
-                "source": id.dataset,
-                "shard": id.shard,
-                "index": id.index,
-                "global": id.global,
-                "epoch": id.epoch,
-                "tokens": toks.len(),
-                "first": &toks[..a.edge.min(toks.len())],
-                "last": &toks[toks.len().saturating_sub(a.edge)..],
-                "pos": [pos.iter().min(), pos.iter().max()],
-                "labels": b.labels[lo..hi].iter().filter(|&&l| l != IGNORE_INDEX).count(),
-                "docs": docs,
-                "chunks": chunks,
-                "row_len": end - base,
-            });
-            writeln!(out, "{line}")?;
-        }
-        done += 1;
-    }
+    let report = rsd_data::stream::run(&request, &mut |row| writeln!(out, "{}", row_json(&row)))?;
     out.flush()?;
-    if let Some(p) = &a.save_state {
-        loader
-            .state()
-            .write(p)
-            .with_context(|| format!("saving the loader state to {}", p.display()))?;
+    if let Some(p) = &request.save_state {
         eprintln!(
-            "saved loader state after {done} batches (global step {}) to {}",
-            loader.state().step,
+            "saved loader state after {} batches (global step {}) to {}",
+            report.batches,
+            report.step,
             p.display()
         );
     }
     Ok(())
+}
+
+fn row_json(r: &RowSummary) -> serde_json::Value {
+    json!({
+        "step": r.step,
+        "row": r.row,
+        "source": r.sample.dataset,
+        "shard": r.sample.shard,
+        "index": r.sample.index,
+        "global": r.sample.global,
+        "epoch": r.sample.epoch,
+        "tokens": r.tokens,
+        "first": r.first,
+        "last": r.last,
+        "pos": [r.positions.0, r.positions.1],
+        "labels": r.labels,
+        "docs": r.docs,
+        "chunks": r.chunks,
+        "row_len": r.row_len,
+    })
 }
 
 #[derive(Args)]
@@ -251,8 +225,8 @@ pub struct BenchArgs {
     /// the medians (a shared VM's speed drifts by tens of percent within minutes).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
-    /// Epochs per measured pass at most: one epoch of a fast layout can take only 0.1 s, too short
-    /// to time on a noisy machine. With page release (the default) every epoch re-reads through
+    /// Epochs per measured pass at most: one epoch of a fast layout can be too short to time on a
+    /// noisy machine. With page release (the default) every epoch re-reads through
     /// fresh mappings, so later epochs cost the same as the first; with --no-release they do not.
     #[arg(long, default_value_t = 1)]
     epochs: u64,
@@ -296,46 +270,83 @@ pub enum LayoutChoice {
 }
 
 pub fn bench(a: BenchArgs) -> Result<()> {
-    if let Some(tokens) = a.synthetic_tokens {
-        if !a.dir.join(rsd_shard::MANIFEST_FILE).exists() {
-            let spec = SynthSpec {
-                samples: (tokens / a.len as f64).ceil() as u64,
-                seq_len: a.len,
-                vocab: 50_000,
-                shard_bytes: 1 << 30,
-                ..SynthSpec::default()
-            };
-            let t = std::time::Instant::now();
-            synth::write(&a.dir, &spec)?;
-            eprintln!(
-                "wrote {} synthetic samples of {} tokens to {} in {:.1}s",
-                spec.samples,
-                a.len,
-                a.dir.display(),
-                t.elapsed().as_secs_f64()
-            );
-        }
-    }
-    let set = rsd_shard::ShardSet::open(&a.dir)?;
-    let m = set.manifest().clone();
-    let bpt = m.dtype.size();
-    let total_tokens = m.totals.tokens;
-    let samples = set.num_samples();
-    drop(set);
-    let limit = memcpy_limit(&a.dir, a.memcpy_bytes, 2)?;
-    let kernel_copy = pread_limit(&a.dir, a.memcpy_bytes, 2)?;
-    let emit = |v: serde_json::Value, human: String| {
+    let request = LoaderBenchRequest {
+        dir: a.dir.clone(),
+        synthetic_tokens: a.synthetic_tokens,
+        synthetic_len: a.len,
+        workers: a.workers.clone(),
+        batch_size: a.batch_size,
+        prefetch: a.prefetch,
+        prefetch_bytes: a.prefetch_bytes,
+        seconds: a.seconds,
+        rounds: a.rounds,
+        epochs: a.epochs,
+        release_pages: !a.no_release,
+        reads: match a.read {
+            ReadChoice::Pread => vec![ReadMethod::Pread],
+            ReadChoice::Map => vec![ReadMethod::Map],
+            ReadChoice::Both => vec![ReadMethod::Pread, ReadMethod::Map],
+        },
+        layouts: match a.layout {
+            LayoutChoice::Full => vec![BatchLayout::Full],
+            LayoutChoice::Compact => vec![BatchLayout::Compact],
+            LayoutChoice::Both => vec![BatchLayout::Full, BatchLayout::Compact],
+        },
+        memcpy_bytes: a.memcpy_bytes,
+    };
+    // The memcpy limit of the dataset: the sample-copy lines are printed as fractions of it.
+    let mut limit = 1.0;
+    rsd_data::bench::loader::run(&request, &mut |event| {
+        let (json, human) = match event {
+            LoaderBenchEvent::Synthesized {
+                samples,
+                len,
+                seconds,
+            } => {
+                eprintln!(
+                    "wrote {samples} synthetic samples of {len} tokens to {} in {seconds:.1}s",
+                    a.dir.display(),
+                );
+                return;
+            }
+            LoaderBenchEvent::Dataset {
+                manifest,
+                samples,
+                memcpy_limit,
+                pread_limit,
+            } => {
+                limit = memcpy_limit;
+                dataset_lines(&a.dir, manifest, samples, memcpy_limit, pread_limit)
+            }
+            LoaderBenchEvent::SampleCopies(c) => sample_copies_line(&c, limit),
+            LoaderBenchEvent::Loader(row) => loader_row(&a, &row),
+        };
         if a.json {
-            println!("{v}");
+            println!("{json}");
         } else {
             println!("{human}");
         }
-    };
-    emit(
-        json!({"what": "memcpy_limit", "dir": a.dir, "bytes_per_s": limit, "pread_1mib_bytes_per_s": kernel_copy, "tokens": total_tokens, "samples": samples, "seq_len": m.seq_len}),
+    })?;
+    if !a.json {
+        println!("process RSS now {:.0} MiB", mib(Memory::now().rss));
+    }
+    Ok(())
+}
+
+/// The dataset and its read limits, as a JSON value and lines for people.
+fn dataset_lines(
+    dir: &Path,
+    m: &Manifest,
+    samples: u64,
+    limit: f64,
+    kernel_copy: f64,
+) -> (serde_json::Value, String) {
+    let total_tokens = m.totals.tokens;
+    (
+        json!({"what": "memcpy_limit", "dir": dir, "bytes_per_s": limit, "pread_1mib_bytes_per_s": kernel_copy, "tokens": total_tokens, "samples": samples, "seq_len": m.seq_len}),
         format!(
             "{}: {} samples, {:.3} B tokens ({}), length {}\nmemcpy limit (page cache → buffer, 1 MiB copies from a built mapping): {:.2} GB/s\nkernel copy (pread of 1 MiB pieces, file order): {:.2} GB/s ({:.0}% of memcpy)",
-            a.dir.display(),
+            dir.display(),
             samples,
             total_tokens as f64 / 1e9,
             m.dtype.name(),
@@ -344,149 +355,70 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             kernel_copy / 1e9,
             100.0 * kernel_copy / limit
         ),
-    );
-    // The loader's copies without the loader, in both orders: from an already-built mapping (what
-    // the access pattern alone allows), through the map with pages released after each copy, and
-    // with pread (the two ways of reading each sample once with flat RSS: the floors the loader's
-    // two read methods are held to).
-    for shuffled in [false, true] {
-        let order = if shuffled { "shuffled" } else { "sequential" };
-        let rate = |how| sample_copy_rate(&a.dir, a.memcpy_bytes, shuffled, how, 2);
-        let mapped = rate(SampleCopies::BuiltMapping)?;
-        let fresh = rate(SampleCopies::ReleasedMapping)?;
-        let pread = rate(SampleCopies::Pread)?;
-        emit(
-            json!({"what": "sample_copies", "order": order, "mapped_bytes_per_s": mapped, "fresh_mapping_bytes_per_s": fresh, "pread_bytes_per_s": pread}),
-            format!(
-                "sample copies {order:>10}, no loader: {:.2} GB/s from a built mapping ({:.0}% of memcpy), {:.2} GB/s with pages released as the loader does ({:.0}%), {:.2} GB/s with pread ({:.0}%)",
-                mapped / 1e9,
-                100.0 * mapped / limit,
-                fresh / 1e9,
-                100.0 * fresh / limit,
-                pread / 1e9,
-                100.0 * pread / limit
-            ),
-        );
-    }
-    let reads: &[ReadMethod] = match a.read {
-        ReadChoice::Pread => &[ReadMethod::Pread],
-        ReadChoice::Map => &[ReadMethod::Map],
-        ReadChoice::Both => &[ReadMethod::Pread, ReadMethod::Map],
-    };
-    let layouts: &[BatchLayout] = match a.layout {
-        LayoutChoice::Full => &[BatchLayout::Full],
-        LayoutChoice::Compact => &[BatchLayout::Compact],
-        LayoutChoice::Both => &[BatchLayout::Full, BatchLayout::Compact],
-    };
-    for (&layout, &read) in layouts
-        .iter()
-        .flat_map(|l| reads.iter().map(move |r| (l, r)))
-    {
-        let lname = match layout {
-            BatchLayout::Full => "full",
-            BatchLayout::Compact => "compact",
-        };
-        let rname = match read {
-            ReadMethod::Pread => "pread",
-            ReadMethod::Map => "map",
-        };
-        for shuffle in [false, true] {
-            for &workers in &a.workers {
-                let cfg = LoaderConfig {
-                    layout,
-                    datasets: vec![Dataset::new(&a.dir, 1.0)],
-                    batching: Batching::Samples(a.batch_size),
-                    shuffle,
-                    workers,
-                    prefetch: a.prefetch,
-                    prefetch_bytes: a.prefetch_bytes,
-                    epochs: Some(a.epochs.max(1)),
-                    read,
-                    release_pages: !a.no_release,
-                    ..LoaderConfig::default()
-                };
-                // The VM's speed drifts by tens of percent over minutes: each pass is divided by
-                // references measured right before it (512 MiB each), and the row reports medians.
-                let near = a.memcpy_bytes.min(512 << 20);
-                // The same copies without the loader, read the same way as in this pass.
-                let how = match (read, a.no_release) {
-                    (ReadMethod::Pread, _) => SampleCopies::Pread,
-                    (ReadMethod::Map, false) => SampleCopies::ReleasedMapping,
-                    (ReadMethod::Map, true) => SampleCopies::BuiltMapping,
-                };
-                let mut rounds = Vec::new();
-                for _ in 0..a.rounds.max(1) {
-                    let limit = memcpy_limit(&a.dir, near, 1)?;
-                    let floor = sample_copy_rate(&a.dir, near, shuffle, how, 1)?;
-                    let r = pass(cfg.clone(), bpt, u64::MAX, a.seconds)?;
-                    rounds.push((limit, floor, r));
-                }
-                let order = if shuffle { "shuffled" } else { "sequential" };
-                let of_memcpy: Vec<f64> =
-                    rounds.iter().map(|(l, _, r)| r.bytes_per_s / l).collect();
-                let of_copies: Vec<f64> =
-                    rounds.iter().map(|(_, f, r)| r.bytes_per_s / f).collect();
-                let med = |v: Vec<f64>| median(&v);
-                let bytes_per_s = med(rounds.iter().map(|(_, _, r)| r.bytes_per_s).collect());
-                let limit = med(rounds.iter().map(|(l, _, _)| *l).collect());
-                let floor = med(rounds.iter().map(|(_, f, _)| *f).collect());
-                let first_ms = med(rounds.iter().map(|(_, _, r)| r.first_batch_ms).collect());
-                let mib = |b: u64| b as f64 / 1048576.0;
-                let rss_start = rounds
-                    .iter()
-                    .map(|(_, _, r)| r.rss_start)
-                    .min()
-                    .unwrap_or(0);
-                let rss_max = rounds.iter().map(|(_, _, r)| r.rss_max).max().unwrap_or(0);
-                let rss_end = rounds.last().map_or(0, |(_, _, r)| r.rss_end);
-                let file_max = rounds
-                    .iter()
-                    .map(|(_, _, r)| r.rss_file_max)
-                    .max()
-                    .unwrap_or(0);
-                let (lo, hi) = of_memcpy
-                    .iter()
-                    .fold((f64::MAX, 0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
-                let reports: Vec<_> = rounds.iter().map(|(l, f, r)| json!({"memcpy_limit_before": l, "sample_copies_before": f, "report": r})).collect();
-                emit(
-                json!({"what": "loader", "layout": lname, "read": rname, "order": order, "workers": workers, "batch_size": a.batch_size, "release_pages": !a.no_release,
-                       "bytes_per_s": bytes_per_s, "tokens_per_s": bytes_per_s / bpt as f64,
-                       "fraction_of_memcpy": median(&of_memcpy), "fraction_of_sample_copies": median(&of_copies),
-                       "rounds": reports}),
-                format!(
-                    "{lname:>7} {rname:>5} {order:>10} workers={workers}: {:>7.1} M tok/s {:>6.2} GB/s ({:>3.0}% of memcpy at {:.1} [rounds {:.0}–{:.0}%], {:>3.0}% of the sample copies at {:.1}), first batch {:.1} ms, RSS {:.0}→max {:.0}→end {:.0} MiB (file-backed max {:.0} MiB)",
-                    bytes_per_s / bpt as f64 / 1e6,
-                    bytes_per_s / 1e9,
-                    100.0 * median(&of_memcpy),
-                    limit / 1e9,
-                    100.0 * lo,
-                    100.0 * hi,
-                    100.0 * median(&of_copies),
-                    floor / 1e9,
-                    first_ms,
-                    mib(rss_start),
-                    mib(rss_max),
-                    mib(rss_end),
-                    mib(file_max),
-                ),
-            );
-            }
-        }
-    }
-    let now = rsd_common::mem::Memory::now().rss;
-    if !a.json {
-        println!("process RSS now {:.0} MiB", now as f64 / 1048576.0);
-    }
-    Ok(())
+    )
 }
 
-/// The median (the mean of the middle two for an even count; 0 for none).
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+/// The sample copies without the loader, as a JSON value and a line for people.
+fn sample_copies_line(c: &SampleCopyRates, limit: f64) -> (serde_json::Value, String) {
+    let order = order_name(c.shuffled);
+    let (mapped, fresh, pread) = (c.mapped, c.fresh_mapping, c.pread);
+    (
+        json!({"what": "sample_copies", "order": order, "mapped_bytes_per_s": mapped, "fresh_mapping_bytes_per_s": fresh, "pread_bytes_per_s": pread}),
+        format!(
+            "sample copies {order:>10}, no loader: {:.2} GB/s from a built mapping ({:.0}% of memcpy), {:.2} GB/s with pages released as the loader does ({:.0}%), {:.2} GB/s with pread ({:.0}%)",
+            mapped / 1e9,
+            100.0 * mapped / limit,
+            fresh / 1e9,
+            100.0 * fresh / limit,
+            pread / 1e9,
+            100.0 * pread / limit
+        ),
+    )
+}
+
+fn order_name(shuffled: bool) -> &'static str {
+    if shuffled {
+        "shuffled"
+    } else {
+        "sequential"
     }
+}
+
+/// A loader row as a JSON value and a line for people.
+fn loader_row(a: &BenchArgs, row: &LoaderRow) -> (serde_json::Value, String) {
+    let lname = match row.layout {
+        BatchLayout::Full => "full",
+        BatchLayout::Compact => "compact",
+    };
+    let rname = match row.read {
+        ReadMethod::Pread => "pread",
+        ReadMethod::Map => "map",
+    };
+    let order = order_name(row.shuffled);
+    let workers = row.workers;
+    let bytes_per_s = row.bytes_per_s;
+    let (lo, hi) = row.fraction_of_memcpy_range;
+    let reports: Vec<_> = row.rounds.iter().map(|r| json!({"memcpy_limit_before": r.memcpy_limit, "sample_copies_before": r.sample_copies, "report": r.report})).collect();
+    (
+        json!({"what": "loader", "layout": lname, "read": rname, "order": order, "workers": workers, "batch_size": a.batch_size, "release_pages": !a.no_release,
+               "bytes_per_s": bytes_per_s, "tokens_per_s": row.tokens_per_s,
+               "fraction_of_memcpy": row.fraction_of_memcpy, "fraction_of_sample_copies": row.fraction_of_sample_copies,
+               "rounds": reports}),
+        format!(
+            "{lname:>7} {rname:>5} {order:>10} workers={workers}: {:>7.1} M tok/s {:>6.2} GB/s ({:>3.0}% of memcpy at {:.1} [rounds {:.0}–{:.0}%], {:>3.0}% of the sample copies at {:.1}), first batch {:.1} ms, RSS {:.0}→max {:.0}→end {:.0} MiB (file-backed max {:.0} MiB)",
+            row.tokens_per_s / 1e6,
+            bytes_per_s / 1e9,
+            100.0 * row.fraction_of_memcpy,
+            row.memcpy_limit / 1e9,
+            100.0 * lo,
+            100.0 * hi,
+            100.0 * row.fraction_of_sample_copies,
+            row.sample_copies / 1e9,
+            row.first_batch_ms,
+            mib(row.rss_start),
+            mib(row.rss_max),
+            mib(row.rss_end),
+            mib(row.rss_file_max),
+        ),
+    )
 }

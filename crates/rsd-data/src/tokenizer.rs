@@ -2,8 +2,8 @@
 //! engine can be swapped.
 //!
 //! The engine is the `tokenizers` 1.0 pipeline encoder (`canonicalize_str` + `from_json`,
-//! `encode_into`), measured at 15–41 M tokens/s per thread here with ids identical to 0.22. For a
-//! `tokenizer.json` it cannot load we fall back to `tokenizers` 0.22 and say so.
+//! `encode_into`): several times faster than `tokenizers` 0.22 with identical ids
+//! (docs/BENCHMARKS.md). For a `tokenizer.json` it cannot load we fall back to 0.22 and say so.
 
 use std::path::Path;
 
@@ -55,6 +55,11 @@ impl Delimiter {
             other => Delimiter::Token(other.to_string()),
         }
     }
+}
+
+/// A BOS/EOS id for messages: the id, or `none` as `--bos`/`--eos` spell its absence.
+pub fn id_or_none(id: Option<u32>) -> String {
+    id.map_or_else(|| "none".to_string(), |id| id.to_string())
 }
 
 /// Start-of-document tokens, looked for when the post-processor template names none (some copies of
@@ -179,7 +184,7 @@ impl Tokenizer {
         }
         self.token_to_id(&token).map(Some).ok_or_else(|| DataError::Tokenizer {
             name: self.name.clone(),
-            what: format!("{what} token {token:?} is not in the vocabulary; pass an id, a token it has, or `none`"),
+            what: format!("{what} token \"{token}\" is not in the vocabulary; pass an id, a token it has, or `none`"),
         })
     }
 

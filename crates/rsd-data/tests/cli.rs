@@ -323,7 +323,13 @@ fn output_is_identical_for_any_worker_and_read_thread_count() {
     assert_eq!(m["sources"][1]["documents"], 150 * 5 + 70 * 10);
 }
 
+/// The crash is simulated by the binary itself, which only a build with the `fault-injection`
+/// feature can do (`cargo test -p rsd-data --features fault-injection`).
 #[test]
+#[cfg_attr(
+    not(feature = "fault-injection"),
+    ignore = "needs --features fault-injection"
+)]
 fn a_crashed_pack_resumes_to_the_same_bytes() {
     for mode in ["fixed", "mixed"] {
         let tmp = tempfile::tempdir().unwrap();

@@ -25,7 +25,7 @@ pub(super) fn column_index(path: &Path, schema: &Schema, field: &str) -> Result<
         DataError::bad_file(
             path,
             format!(
-                "no column {field:?}; the file has: {} (choose one with --text-field)",
+                "no column \"{field}\"; the file has: {} (choose one with --text-field)",
                 names.join(", ")
             ),
         )
@@ -101,7 +101,7 @@ impl<R: Iterator<Item = std::result::Result<RecordBatch, ArrowError>>> Iterator 
                             Some(Err(DataError::bad_file(
                                 &self.path,
                                 format!(
-                                    "column {:?} has type {ty}, expected a string column",
+                                    "column \"{}\" has type {ty}, expected a string column",
                                     self.field
                                 ),
                             )))

@@ -71,11 +71,11 @@ impl JsonLine {
             .map_err(|e| bad(format!("malformed JSON at column {}: {e}", e.column())))?;
         match found {
             Field::Text(s) => Ok(s),
-            Field::NotAString(kind) => {
-                Err(bad(format!("field {field:?} is {kind}, expected a string")))
-            }
+            Field::NotAString(kind) => Err(bad(format!(
+                "field \"{field}\" is {kind}, expected a string"
+            ))),
             Field::Missing(keys) => Err(bad(format!(
-                "no field {field:?}; this line has: {} (choose one with --text-field)",
+                "no field \"{field}\"; this line has: {} (choose one with --text-field)",
                 keys.join(", ")
             ))),
             Field::NotAnObject(kind) => Err(bad(format!(

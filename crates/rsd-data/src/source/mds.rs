@@ -165,7 +165,7 @@ impl MdsDataset {
             let format = shard.get("format").and_then(Value::as_str).unwrap_or("");
             if format != "mds" {
                 return Err(bad(format!(
-                    "shard {k} has format {format:?}; only \"mds\" is supported"
+                    "shard {k} has format \"{format}\"; only \"mds\" is supported"
                 )));
             }
             let names = str_list(shard.get("column_names"))
@@ -192,7 +192,7 @@ impl MdsDataset {
                 if !columns.iter().any(|(n, _, _)| n == want) {
                     let have: Vec<&str> = columns.iter().map(|(n, _, _)| n.as_str()).collect();
                     return Err(bad(format!(
-                        "shard {k} has no column {want:?} (it has: {}); rsd reads ProLong-style MDS with input_ids and indices",
+                        "shard {k} has no column \"{want}\" (it has: {}); rsd reads ProLong-style MDS with input_ids and indices",
                         have.join(", ")
                     )));
                 }
@@ -201,7 +201,7 @@ impl MdsDataset {
             let zstd = match compression {
                 None => false,
                 Some(c) if c == "zstd" || c.starts_with("zstd:") => true,
-                Some(other) => return Err(bad(format!("shard {k} is compressed with {other:?}; only uncompressed or zstd MDS is supported"))),
+                Some(other) => return Err(bad(format!("shard {k} is compressed with \"{other}\"; only uncompressed or zstd MDS is supported"))),
             };
             let data = if zstd {
                 shard.get("zip_data")
@@ -351,14 +351,14 @@ impl ShardDocs {
     }
 
     /// Split sample `i` into its documents.
-    fn sample_docs(&self, i: usize) -> Result<Vec<Result<RawDoc>>> {
+    /// Sample `i`'s `input_ids` and `indices` arrays.
+    fn sample_arrays(&self, i: usize, loc: &str) -> Result<(NdArray<'_>, NdArray<'_>)> {
         let path = &self.entry.file;
         let bytes = &self.bytes[..];
         let (start, end) = (
             u32_at(bytes, 4 + 4 * i) as usize,
             u32_at(bytes, 8 + 4 * i) as usize,
         );
-        let loc = format!("sample {i}");
         if start > end || end > bytes.len() {
             return Err(DataError::bad_record(
                 path,
@@ -395,9 +395,9 @@ impl ShardDocs {
             if at + size > sample.len() {
                 return Err(DataError::bad_record(
                     path,
-                    &loc,
+                    loc,
                     format!(
-                        "column {name:?} needs bytes {at}..{} of a {}-byte sample",
+                        "column \"{name}\" needs bytes {at}..{} of a {}-byte sample",
                         at + size,
                         sample.len()
                     ),
@@ -407,7 +407,7 @@ impl ShardDocs {
             at += size;
             if name == "input_ids" || name == "indices" {
                 let array = decode_ndarray(column, data).map_err(|what| {
-                    DataError::bad_record(path, &loc, format!("column {name:?}: {what}"))
+                    DataError::bad_record(path, loc, format!("column \"{name}\": {what}"))
                 })?;
                 if name == "input_ids" {
                     ids = Some(array);
@@ -416,21 +416,31 @@ impl ShardDocs {
                 }
             }
         }
-        let (Some((id_dtype, _, id_bytes)), Some((ix_dtype, ix_shape, ix_bytes))) = (ids, indices)
-        else {
+        let (Some(ids), Some(indices)) = (ids, indices) else {
             return Err(DataError::bad_record(
                 path,
-                &loc,
+                loc,
                 "missing input_ids or indices",
             ));
         };
+        Ok((ids, indices))
+    }
+
+    fn sample_docs(&self, i: usize) -> Result<Vec<Result<RawDoc>>> {
+        let path = &self.entry.file;
+        let loc = format!("sample {i}");
+        let ((id_dtype, _, id_bytes), (ix_dtype, ix_shape, ix_bytes)) =
+            self.sample_arrays(i, &loc)?;
         let n_ids = id_bytes.len() / id_dtype.size();
         let n_ix = ix_bytes.len() / ix_dtype.size();
         if n_ix % 2 != 0 || (ix_shape.len() == 2 && ix_shape[1] != 2) {
             return Err(DataError::bad_record(
                 path,
                 &loc,
-                format!("indices has shape {ix_shape:?}, expected (documents, 2)"),
+                format!(
+                    "indices has shape {}, expected (documents, 2)",
+                    shape_text(&ix_shape)
+                ),
             ));
         }
         let mut docs = vec![];
@@ -459,31 +469,8 @@ impl ShardDocs {
             if e == s {
                 continue;
             }
-            let size = id_dtype.size();
-            let span = &id_bytes[s as usize * size..e as usize * size];
-            let tokens: Vec<u32> = match id_dtype {
-                // The common case (ProLong: uint32) converts in bulk.
-                Dtype::U32 => le_u32s(span),
-                Dtype::U16 => span
-                    .chunks_exact(2)
-                    .map(|c| u16::from_le_bytes([c[0], c[1]]) as u32)
-                    .collect(),
-                _ => {
-                    let mut tokens = Vec::with_capacity((e - s) as usize);
-                    for t in s as usize..e as usize {
-                        let v = id_dtype.get(id_bytes, t);
-                        if !(0..=u32::MAX as i64).contains(&v) {
-                            return Err(DataError::bad_record(
-                                path,
-                                &loc,
-                                format!("input_ids[{t}] = {v} is not a token id"),
-                            ));
-                        }
-                        tokens.push(v as u32);
-                    }
-                    tokens
-                }
-            };
+            let tokens = span_tokens(id_dtype, id_bytes, s as usize, e as usize)
+                .map_err(|what| DataError::bad_record(path, &loc, what))?;
             docs.push(Ok(RawDoc {
                 origin: format!("{}:sample {i} document {d}", path.display()),
                 bytes: (tokens.len() * id_dtype.size()) as u64,
@@ -532,12 +519,49 @@ fn decode_ndarray<'a>(column: &Column, data: &'a [u8]) -> std::result::Result<Nd
     let count: u64 = shape.iter().product();
     if count * dtype.size() as u64 != values.len() as u64 {
         return Err(format!(
-            "shape {shape:?} needs {} value bytes, found {}",
+            "shape {} needs {} value bytes, found {}",
+            shape_text(&shape),
             count * dtype.size() as u64,
             values.len()
         ));
     }
     Ok((dtype, shape, values))
+}
+
+/// The ids `input_ids[s..e]` as token ids; an id that does not fit a u32 is an error.
+fn span_tokens(
+    dtype: Dtype,
+    id_bytes: &[u8],
+    s: usize,
+    e: usize,
+) -> std::result::Result<Vec<u32>, String> {
+    let size = dtype.size();
+    let span = &id_bytes[s * size..e * size];
+    Ok(match dtype {
+        // The common case (ProLong: uint32) converts in bulk.
+        Dtype::U32 => le_u32s(span),
+        Dtype::U16 => span
+            .chunks_exact(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]) as u32)
+            .collect(),
+        _ => {
+            let mut tokens = Vec::with_capacity(e - s);
+            for t in s..e {
+                let v = dtype.get(id_bytes, t);
+                if !(0..=u32::MAX as i64).contains(&v) {
+                    return Err(format!("input_ids[{t}] = {v} is not a token id"));
+                }
+                tokens.push(v as u32);
+            }
+            tokens
+        }
+    })
+}
+
+/// A shape for messages: `[a, b]`.
+fn shape_text(shape: &[u64]) -> String {
+    let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
+    format!("[{}]", dims.join(", "))
 }
 
 /// Little-endian u32s from (possibly unaligned) bytes: one memcpy on little-endian machines.

@@ -57,7 +57,7 @@ pub enum Content {
     /// Token ids, stored as they are (they carry their own BOS/EOS).
     Tokens(Vec<u32>),
     /// One JSONL line, decoded by [`Content::decode`] on the tokenizer threads: decoding JSON in the
-    /// single reader thread would cap a many-core pack at that thread's ~1 GB/s.
+    /// single reader thread would cap a many-core pack at what that one thread decodes.
     JsonLine(JsonLine),
 }
 
@@ -241,7 +241,7 @@ pub fn resolve(
             path.display()
         )));
     }
-    let mut resolved = ResolvedSource {
+    let resolved = ResolvedSource {
         spec: spec.to_string(),
         path: path.clone(),
         format: Format::Text,
@@ -249,29 +249,41 @@ pub fn resolve(
         bytes: 0,
     };
     if path.is_file() {
-        let format = forced.or_else(|| format_of_file(&path)).ok_or_else(|| {
-            DataError::Config(format!(
-                "--src {spec}: cannot tell the format of {} from its name; pass --format (text, jsonl, parquet, arrow, mds)",
-                path.display()
-            ))
-        })?;
-        if format == Format::Code {
-            return Err(DataError::Config(format!(
-                "--src {spec}: --format code takes a directory of repositories"
-            )));
-        }
-        if format == Format::Mds {
-            let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
-            resolved.inputs = vec![dir];
-        } else {
-            resolved.inputs = vec![path.clone()];
-        }
-        resolved.format = format;
-        resolved.bytes = file_len(&path);
-        return Ok(resolved);
+        resolve_file(resolved, forced)
+    } else {
+        resolve_dir(resolved, forced)
     }
+}
 
-    // A directory. MDS datasets and `datasets.save_to_disk` output are recognised by their index files.
+/// A single file: its format from its name (or `forced`).
+fn resolve_file(mut resolved: ResolvedSource, forced: Option<Format>) -> Result<ResolvedSource> {
+    let (spec, path) = (&resolved.spec, resolved.path.clone());
+    let format = forced.or_else(|| format_of_file(&path)).ok_or_else(|| {
+        DataError::Config(format!(
+            "--src {spec}: cannot tell the format of {} from its name; pass --format (text, jsonl, parquet, arrow, mds)",
+            path.display()
+        ))
+    })?;
+    if format == Format::Code {
+        return Err(DataError::Config(format!(
+            "--src {spec}: --format code takes a directory of repositories"
+        )));
+    }
+    if format == Format::Mds {
+        let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+        resolved.inputs = vec![dir];
+    } else {
+        resolved.inputs = vec![path.clone()];
+    }
+    resolved.format = format;
+    resolved.bytes = file_len(&path);
+    Ok(resolved)
+}
+
+/// A directory: MDS datasets and `datasets.save_to_disk` output by their index files, code
+/// repositories, else the one format of the files under it.
+fn resolve_dir(mut resolved: ResolvedSource, forced: Option<Format>) -> Result<ResolvedSource> {
+    let path = resolved.path.clone();
     if forced.is_none() || forced == Some(Format::Mds) {
         let mds = mds::find_datasets(&path)?;
         if !mds.is_empty() {
@@ -281,7 +293,8 @@ pub fn resolve(
             return Ok(resolved);
         } else if forced == Some(Format::Mds) {
             return Err(DataError::Config(format!(
-                "--src {spec}: no MDS index.json (with a \"shards\" list) under {}",
+                "--src {}: no MDS index.json (with a \"shards\" list) under {}",
+                resolved.spec,
                 path.display()
             )));
         }
@@ -298,67 +311,71 @@ pub fn resolve(
         return code::resolve(resolved);
     }
     let files = files_under(&path)?;
-    let by_format = |f: Format| {
-        files
-            .iter()
-            .filter(|p| format_of_file(p) == Some(f))
-            .cloned()
-            .collect::<Vec<_>>()
-    };
     let format = match forced {
         Some(f) => f,
-        None => {
-            let found: Vec<Format> = [Format::Jsonl, Format::Parquet, Format::Arrow, Format::Text]
-                .into_iter()
-                .filter(|f| files.iter().any(|p| format_of_file(p) == Some(*f)))
-                .collect();
-            let top_level_dirs = std::fs::read_dir(&path)
-                .map_err(|e| DataError::io(&path, e))?
-                .flatten()
-                .any(|e| e.file_type().is_ok_and(|t| t.is_dir()));
-            let top_level_files = std::fs::read_dir(&path)
-                .map_err(|e| DataError::io(&path, e))?
-                .flatten()
-                .any(|e| {
-                    e.file_type().is_ok_and(|t| t.is_file())
-                        && !e.file_name().to_string_lossy().starts_with('.')
-                });
-            match found.as_slice() {
-                [f] if *f != Format::Text || !has_code(&files) => *f,
-                [] | [Format::Text] if top_level_dirs && !top_level_files => return code::resolve(resolved),
-                [] => {
-                    return Err(DataError::Config(format!(
-                        "--src {spec}: {} holds no files of a known format (.txt/.md, .jsonl[.zst], .parquet, .arrow, MDS); \
-                         for a directory of code repositories pass --format code",
-                        path.display()
-                    )))
-                }
-                several => {
-                    let names: Vec<&str> = several.iter().map(|f| f.name()).collect();
-                    return Err(DataError::Config(format!(
-                        "--src {spec}: {} mixes formats ({}); pass --format, or give each kind as its own --src",
-                        path.display(),
-                        names.join(", ")
-                    )));
-                }
-            }
-        }
+        None => match detect_format(&resolved.spec, &path, &files)? {
+            Some(f) => f,
+            None => return code::resolve(resolved),
+        },
     };
     resolved.format = format;
-    resolved.inputs = by_format(format);
+    resolved.inputs = files
+        .iter()
+        .filter(|p| format_of_file(p) == Some(format))
+        .cloned()
+        .collect();
     if format == Format::Text && resolved.inputs.is_empty() {
         // --format text on files without a text extension: take every non-hidden file.
         resolved.inputs = files.into_iter().filter(|p| !is_hidden(p)).collect();
     }
     if resolved.inputs.is_empty() {
         return Err(DataError::Config(format!(
-            "--src {spec}: no {} files under {}",
+            "--src {}: no {} files under {}",
+            resolved.spec,
             format.name(),
             path.display()
         )));
     }
     resolved.bytes = resolved.inputs.iter().map(|f| file_len(f)).sum();
     Ok(resolved)
+}
+
+/// The one format of `files` (everything under the directory `path`); `None` for a directory of
+/// code repositories (only subdirectories at the top, no data files but text, if any); an error
+/// for none or several.
+fn detect_format(spec: &str, path: &Path, files: &[PathBuf]) -> Result<Option<Format>> {
+    let found: Vec<Format> = [Format::Jsonl, Format::Parquet, Format::Arrow, Format::Text]
+        .into_iter()
+        .filter(|f| files.iter().any(|p| format_of_file(p) == Some(*f)))
+        .collect();
+    let top_level_dirs = std::fs::read_dir(path)
+        .map_err(|e| DataError::io(path, e))?
+        .flatten()
+        .any(|e| e.file_type().is_ok_and(|t| t.is_dir()));
+    let top_level_files = std::fs::read_dir(path)
+        .map_err(|e| DataError::io(path, e))?
+        .flatten()
+        .any(|e| {
+            e.file_type().is_ok_and(|t| t.is_file())
+                && !e.file_name().to_string_lossy().starts_with('.')
+        });
+    match found.as_slice() {
+        [f] if *f != Format::Text || !has_code(files) => Ok(Some(*f)),
+        [] | [Format::Text] if top_level_dirs && !top_level_files => Ok(None),
+        [] => Err(DataError::Config(format!(
+            "--src {spec}: {} holds no files of a known format (.txt/.md, .jsonl[.zst], .parquet, .arrow, MDS); \
+             for a directory of code repositories pass --format code",
+            path.display()
+        ))),
+        several => {
+            let names: Vec<&str> = several.iter().map(|f| f.name()).collect();
+            Err(DataError::Config(format!(
+                "--src {spec}: {} mixes formats ({}); pass --format, or give each kind as its own --src",
+                path.display(),
+                names.join(", ")
+            )))
+        }
+    }
 }
 
 fn is_hidden(path: &Path) -> bool {

@@ -26,6 +26,6 @@ pub(super) fn open(path: &Path, field: &str) -> Result<TextBatches<ParquetRecord
         .with_projection(mask)
         .with_batch_size(BATCH_ROWS)
         .build()
-        .map_err(|e| DataError::bad_file(path, format!("cannot read column {field:?}: {e}")))?;
+        .map_err(|e| DataError::bad_file(path, format!("cannot read column \"{field}\": {e}")))?;
     Ok(TextBatches::new(PathBuf::from(path), reader, field))
 }

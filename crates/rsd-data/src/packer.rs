@@ -1,4 +1,4 @@
-//! Packing: turning a stream of tokenized documents into samples of the packing length.
+//! The packer: turning a stream of tokenized documents into samples of the packing length.
 //!
 //! * `fixed`: one contiguous stream cut into windows of exactly `len` tokens; a document that
 //!   crosses a window edge becomes two pieces, so boundaries are still known.
