@@ -384,7 +384,10 @@ mod tests {
             ..Default::default()
         };
         let c = TrainConfig::resolve(None, cli).unwrap();
-        assert_eq!((c.model, c.init, c.rope_theta), (None, Some("y.json".into()), None));
+        assert_eq!(
+            (c.model, c.init, c.rope_theta),
+            (None, Some("y.json".into()), None)
+        );
     }
 
     #[test]
