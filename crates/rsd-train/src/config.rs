@@ -15,7 +15,17 @@ use crate::step::{KlDirection, Objective};
 use crate::{io_err, Error, Result};
 
 macro_rules! config {
-    ($( $(#[$meta:meta])* $name:ident : $ty:ty = $default:expr; )*) => {
+    // How a key is spelled in a TOML file and on the command line: as its own type, or as the
+    // `as` type, which `apply` resolves (so a bad value is a config error naming the key).
+    (@spelled $ty:ty) => { $ty };
+    (@spelled $ty:ty, $spelled:ty) => { $spelled };
+    (@resolve $name:ident, $v:expr) => { $v };
+    (@resolve $name:ident, $v:expr, $spelled:ty) => {
+        FromSpelled::from_spelled($v).map_err(|why| {
+            Error::Input(format!("config key {}: {why}", stringify!($name)))
+        })?
+    };
+    ($( $(#[$meta:meta])* $name:ident : $ty:ty $(as $spelled:ty)? = $default:expr; )*) => {
         /// The resolved training config (see the module docs; `docs/TRAIN.md` lists every key).
         #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
         #[serde(deny_unknown_fields)]
@@ -33,13 +43,14 @@ macro_rules! config {
         #[derive(Debug, Clone, Default, Deserialize, clap::Args)]
         #[serde(deny_unknown_fields)]
         pub struct ConfigOverrides {
-            $( $(#[$meta])* #[arg(long)] pub $name: Option<$ty>, )*
+            $( $(#[$meta])* #[arg(long)] pub $name: Option<config!(@spelled $ty $(, $spelled)?)>, )*
         }
 
         impl ConfigOverrides {
             /// Sets the keys present here.
-            pub fn apply(self, c: &mut TrainConfig) {
-                $( if let Some(v) = self.$name { c.$name = v; } )*
+            pub fn apply(self, c: &mut TrainConfig) -> Result<()> {
+                $( if let Some(v) = self.$name { c.$name = config!(@resolve $name, v $(, $spelled)?); } )*
+                Ok(())
             }
         }
     };
@@ -52,9 +63,11 @@ config! {
     /// Mixture weights for the shard directories, comma-separated (empty = equal).
     weights: String = String::new();
     /// Hugging Face model directory to start from.
-    model: String = String::new();
+    #[serde(default, deserialize_with = "optional", skip_serializing_if = "Option::is_none")]
+    model: Option<String> as String = None;
     /// Or: a model config.json to initialise randomly (tiny models, tests).
-    init: String = String::new();
+    #[serde(default, deserialize_with = "optional", skip_serializing_if = "Option::is_none")]
+    init: Option<String> as String = None;
     /// Seed of the random init.
     init_seed: i64 = 0;
     /// Run directory (checkpoints, metrics.jsonl, final model).
@@ -63,10 +76,12 @@ config! {
     device: String = "cpu".into();
     /// Parameter dtype: fp32 or bf16 (bf16 keeps fp32 master weights and optimizer state).
     dtype: String = "fp32".into();
-    /// New RoPE base (ABF) applied before training, 0 = keep the model's.
-    rope_theta: f64 = 0.0;
-    /// max_position_embeddings written into the saved config, 0 = keep.
-    max_position_embeddings: i64 = 0;
+    /// New RoPE base (ABF) applied before training; absent (or 0) = keep the model's.
+    #[serde(default, deserialize_with = "optional", skip_serializing_if = "Option::is_none")]
+    rope_theta: Option<f64> as f64 = None;
+    /// max_position_embeddings written into the saved config; absent (or 0) = keep.
+    #[serde(default, deserialize_with = "optional", skip_serializing_if = "Option::is_none")]
+    max_position_embeddings: Option<i64> as i64 = None;
     /// libtorch intra-op threads, 0 = libtorch's default.
     threads: i64 = 0;
     // --- objective
@@ -123,7 +138,7 @@ config! {
     /// Seed for data order and perturbations.
     seed: u64 = 0;
     /// stop | skip: what a NaN/inf loss or gradient does.
-    on_nonfinite: String = "stop".into();
+    on_nonfinite: OnNonFinite as String = OnNonFinite::Stop;
     /// Stop after this many consecutive skipped steps.
     max_skips: u64 = 10;
     // --- checkpoints and logging
@@ -139,6 +154,79 @@ config! {
     loader_workers: usize = 1;
 }
 
+/// What a NaN/inf loss or gradient norm does to a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnNonFinite {
+    /// Exit with an error; the last good checkpoint stays.
+    #[default]
+    Stop,
+    /// Drop the update (at most `max_skips` in a row).
+    Skip,
+}
+
+impl std::str::FromStr for OnNonFinite {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "stop" => Ok(OnNonFinite::Stop),
+            "skip" => Ok(OnNonFinite::Skip),
+            _ => Err(format!("\"{s}\": expected stop or skip")),
+        }
+    }
+}
+
+/// A key's resolved value from how a file or flag spells it (see `config!`).
+trait FromSpelled<S>: Sized {
+    fn from_spelled(s: S) -> std::result::Result<Self, String>;
+}
+
+impl FromSpelled<String> for OnNonFinite {
+    fn from_spelled(s: String) -> std::result::Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl<T: Optional> FromSpelled<T> for Option<T> {
+    fn from_spelled(s: T) -> std::result::Result<Self, String> {
+        Ok(s.present())
+    }
+}
+
+/// The value of an optional key. Configs (and checkpoints) written before these keys were
+/// optional spell "absent" as `""` or `0`; both still mean absent.
+trait Optional: Sized {
+    fn present(self) -> Option<Self>;
+}
+
+impl Optional for String {
+    fn present(self) -> Option<Self> {
+        (!self.is_empty()).then_some(self)
+    }
+}
+
+impl Optional for f64 {
+    fn present(self) -> Option<Self> {
+        (self > 0.0).then_some(self)
+    }
+}
+
+impl Optional for i64 {
+    fn present(self) -> Option<Self> {
+        (self > 0).then_some(self)
+    }
+}
+
+/// Deserializes an optional key, reading the old spellings of "absent" as `None`.
+fn optional<'de, D, T>(d: D) -> std::result::Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + Optional,
+{
+    Ok(Option::<T>::deserialize(d)?.and_then(Optional::present))
+}
+
 impl TrainConfig {
     /// Defaults ← `file` (TOML, optional) ← `cli`.
     pub fn resolve(file: Option<&Path>, cli: ConfigOverrides) -> Result<Self> {
@@ -147,9 +235,9 @@ impl TrainConfig {
             let text = std::fs::read_to_string(path).map_err(io_err(path))?;
             let o: ConfigOverrides = toml::from_str(&text)
                 .map_err(|e| Error::Input(format!("{}: {e}", path.display())))?;
-            o.apply(&mut c);
+            o.apply(&mut c)?;
         }
-        cli.apply(&mut c);
+        cli.apply(&mut c)?;
         c.check()?;
         Ok(c)
     }
@@ -157,7 +245,7 @@ impl TrainConfig {
     /// Refuses inconsistent values with a message naming the key.
     pub fn check(&self) -> Result<()> {
         let bad = |k: &str, why: &str| Err(Error::Input(format!("config key {k}: {why}")));
-        if self.model.is_empty() == self.init.is_empty() {
+        if self.model.is_some() == self.init.is_some() {
             return bad(
                 "model/init",
                 "give exactly one of --model DIR or --init CONFIG",
@@ -174,9 +262,6 @@ impl TrainConfig {
         }
         if self.loss_chunk <= 0 {
             return bad("loss_chunk", "must be ≥ 1");
-        }
-        if !matches!(self.on_nonfinite.as_str(), "stop" | "skip") {
-            return bad("on_nonfinite", "stop or skip");
         }
         if !(0.0..=1.0).contains(&self.warmup_ratio) || !(0.0..=1.0).contains(&self.min_lr_ratio) {
             return bad("warmup_ratio/min_lr_ratio", "must lie in [0, 1]");
@@ -202,7 +287,7 @@ impl TrainConfig {
                 if !matches!(self.objective, Objective::Standard | Objective::Rsd) {
                     return Err(Error::Input(format!(
                         "long_ce_window: LongCE reweights the standard-view CLM term, which \
-                         objective {:?} does not have (use standard or rsd)",
+                         objective {} does not have (use standard or rsd)",
                         self.objective
                     )));
                 }
@@ -226,14 +311,14 @@ impl TrainConfig {
             .collect::<std::result::Result<_, _>>()
             .map_err(|_| {
                 Error::Input(format!(
-                    "fixed_split {:?}: expected \"s,y\"",
+                    "fixed_split \"{}\": expected \"s,y\"",
                     self.fixed_split
                 ))
             })?;
         match v[..] {
             [s, y] if s >= 0 && y >= 1 => Ok(Some((s, y))),
             _ => Err(Error::Input(format!(
-                "fixed_split {:?}: expected \"s,y\" with s ≥ 0, y ≥ 1",
+                "fixed_split \"{}\": expected \"s,y\" with s ≥ 0, y ≥ 1",
                 self.fixed_split
             ))),
         }
@@ -270,5 +355,52 @@ mod tests {
         std::fs::write(&p, "init = \"x\"\nlearning_rate = 1\n").unwrap();
         let e = TrainConfig::resolve(Some(&p), ConfigOverrides::default()).unwrap_err();
         assert!(e.to_string().contains("learning_rate"), "{e}");
+    }
+
+    #[test]
+    fn optional_keys_are_absent_and_read_the_old_spellings() {
+        let c = TrainConfig {
+            init: Some("x.json".into()),
+            ..TrainConfig::default()
+        };
+        let text = c.to_toml();
+        for key in ["model", "rope_theta", "max_position_embeddings"] {
+            assert!(!text.contains(key), "{key} written while absent:\n{text}");
+        }
+        // A checkpoint's config.toml from before these keys were optional.
+        let old = format!("{text}model = \"\"\nrope_theta = 0.0\nmax_position_embeddings = 0\n");
+        assert_eq!(toml::from_str::<TrainConfig>(&old).unwrap(), c);
+        let set = format!("{text}rope_theta = 5e5\nmax_position_embeddings = 4096\n");
+        let back: TrainConfig = toml::from_str(&set).unwrap();
+        assert_eq!(
+            (back.rope_theta, back.max_position_embeddings),
+            (Some(5e5), Some(4096))
+        );
+        // On the command line, an empty value still means absent.
+        let cli = ConfigOverrides {
+            model: Some(String::new()),
+            init: Some("y.json".into()),
+            rope_theta: Some(0.0),
+            ..Default::default()
+        };
+        let c = TrainConfig::resolve(None, cli).unwrap();
+        assert_eq!(
+            (c.model, c.init, c.rope_theta),
+            (None, Some("y.json".into()), None)
+        );
+    }
+
+    #[test]
+    fn on_nonfinite_is_typed_and_a_bad_value_names_the_key() {
+        let cli = |v: &str| ConfigOverrides {
+            init: Some("x.json".into()),
+            on_nonfinite: Some(v.into()),
+            ..Default::default()
+        };
+        let c = TrainConfig::resolve(None, cli("skip")).unwrap();
+        assert_eq!(c.on_nonfinite, OnNonFinite::Skip);
+        assert!(c.to_toml().contains("on_nonfinite = \"skip\""));
+        let e = TrainConfig::resolve(None, cli("maybe")).unwrap_err();
+        assert!(e.to_string().contains("on_nonfinite"), "{e}");
     }
 }

@@ -31,7 +31,12 @@ pub fn loader_config(cfg: &TrainConfig) -> Result<LoaderConfig> {
             .split(',')
             .map(|w| w.trim().parse::<f64>())
             .collect::<std::result::Result<_, _>>()
-            .map_err(|_| Error::Input(format!("config key weights: {:?}", cfg.weights)))?
+            .map_err(|_| {
+                Error::Input(format!(
+                    "config key weights: \"{}\": expected comma-separated numbers",
+                    cfg.weights
+                ))
+            })?
     };
     if weights.len() != dirs.len() {
         return Err(Error::Input(format!(

@@ -4,8 +4,8 @@
 //!
 //! * [`perturb`]: the second view's position ids (skip, cyclic, dilation, chunk-permute; per
 //!   sequence or per document), the logit rows that can differ, and the shared prefix.
-//! * [`step`]: the two-view forward with prefix reuse, the chunked CE/KL with per-chunk backward,
-//!   per-layer activation checkpointing, and a slow full-logits reference for tests.
+//! * [`step`]: the two-view step: the forward with prefix reuse, the chunked CE/KL with closed-form
+//!   gradients, per-layer activation checkpointing, and a slow full-logits reference for tests.
 //! * [`optim`]: AdamW (decoupled weight decay, fp32 master weights for bf16 models), warmup + cosine
 //!   schedule, global-norm clipping; state saved as safetensors.
 //! * [`config`]: the training config (TOML), every key a command-line flag too.
@@ -19,7 +19,6 @@ pub mod config;
 pub mod data;
 pub mod optim;
 pub mod perturb;
-pub mod rng;
 pub mod step;
 pub mod train;
 

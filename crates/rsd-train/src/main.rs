@@ -20,9 +20,9 @@ use rsd_train::config::{ConfigOverrides, TrainConfig};
 use rsd_train::perturb::{perturb_row, PerturbKind, Perturbation, Scope};
 use rsd_train::step::{
     grad_norm, prefix_reuse_floor, reference_loss, step_micro, zero_grads, KlDirection, LongCe,
-    MicroBatch, Norm, Objective, StepOptions, Sums,
+    LossNormalizers, MicroBatch, Objective, StepOptions, Sums,
 };
-use rsd_train::train::{memory, Trainer};
+use rsd_train::train::Trainer;
 
 #[derive(Parser)]
 #[command(
@@ -266,7 +266,7 @@ fn probe(a: ProbeArgs) -> Result<()> {
             gamma: a.long_ce_gamma,
         }),
     };
-    let norm = Norm {
+    let norm = LossNormalizers {
         label_tokens: mb.label_tokens as f64,
         samples: b as f64,
     };
@@ -323,7 +323,7 @@ fn probe(a: ProbeArgs) -> Result<()> {
             "perturbation": p, "kl_rows": v.kl_rows, "shared_prefix": v.shared_prefix,
         })).collect::<Vec<_>>(),
         "dtype": a.dtype, "seconds": secs, "step_seconds": step_seconds,
-        "flop_floor_rsd_over_standard": prefix_reuse_floor(model.config(), mb.len()), "peak_rss": memory().0,
+        "flop_floor_rsd_over_standard": prefix_reuse_floor(model.config(), mb.len()), "peak_rss": rsd_common::mem::Memory::now().peak_rss,
     });
     println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(())
@@ -381,10 +381,10 @@ fn train(a: TrainArgs) -> Result<()> {
     let summary = trainer.run(stop.clone())?;
     println!("{}", serde_json::to_string_pretty(&summary)?);
     eprintln!(
-        "done: {} steps, loss {:?} -> {:?}; checkpoint {}; model {}; metrics {}",
+        "done: {} steps, loss {} -> {}; checkpoint {}; model {}; metrics {}",
         summary.steps,
-        summary.first_loss,
-        summary.last_loss,
+        summary.first_loss.map_or("-".into(), |l| format!("{l:.4}")),
+        summary.last_loss.map_or("-".into(), |l| format!("{l:.4}")),
         summary
             .checkpoint
             .as_deref()

@@ -151,9 +151,9 @@ impl AdamW {
                         .ok_or_else(|| bad(format!("missing optimizer tensor {key}")))?;
                     if src.size() != t.size() {
                         return Err(bad(format!(
-                            "{key}: shape {:?}, expected {:?}",
-                            src.size(),
-                            t.size()
+                            "{key}: shape {}, expected {}",
+                            shape(&src.size()),
+                            shape(&t.size())
                         )));
                     }
                     t.f_copy_(&src)?;
@@ -164,6 +164,12 @@ impl AdamW {
         self.steps = steps;
         Ok(())
     }
+}
+
+/// A tensor shape as `[2, 3]`, for messages.
+fn shape(dims: &[i64]) -> String {
+    let dims: Vec<String> = dims.iter().map(i64::to_string).collect();
+    format!("[{}]", dims.join(", "))
 }
 
 /// Linear warmup to `lr`, then cosine decay to `min_ratio · lr` at `total` steps.

@@ -24,7 +24,7 @@
 //! that row and attend to the standard pass's K/V (prefix reuse, exact).
 use serde::{Deserialize, Serialize};
 
-use crate::rng::SplitMix64;
+use rsd_common::rng::SplitMix64;
 
 /// Which position perturbation makes the second view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -309,6 +309,30 @@ mod tests {
         assert_eq!(v.shared_prefix, 1);
     }
 
+    /// The generator behind the perturbations (rsd-common's SplitMix64) draws what the trainer's
+    /// own copy drew before it, so runs and their checkpoints sample the same views.
+    #[test]
+    fn perturbation_draws_are_pinned() {
+        let mut g = SplitMix64::keyed(&[0, 3, 1]);
+        assert_eq!(g.next_u64(), 0x7d23_344b_bce8_df2c);
+        assert_eq!((g.range(0, 127), g.range(1, 128)), (40, 85));
+        assert_eq!(g.uniform().to_bits(), 4605233342464309040);
+        let s = Sampler {
+            kind: PerturbKind::Skip,
+            scope: Scope::Sequence,
+            skip_range: None,
+            fixed_split: None,
+            chunks: 8,
+        };
+        assert_eq!(
+            s.sample(&mut SplitMix64::keyed(&[7, 0, 0]), 2048),
+            Perturbation::Skip {
+                split: 88,
+                skip: 1262
+            }
+        );
+    }
+
     #[test]
     fn sampler_ranges() {
         let s = Sampler {
@@ -324,7 +348,7 @@ mod tests {
                 Perturbation::Skip { split, skip } => {
                     assert!((0..10).contains(&split) && (1..=3).contains(&skip))
                 }
-                p => panic!("{p:?}"),
+                p => panic!("expected a skip, got {p:?}"),
             }
         }
     }

@@ -1,11 +1,11 @@
 //! The training loop. One [`Trainer`] owns every stateful piece (model, optimizer, schedule,
 //! loader, counters) and writes them together into each checkpoint.
 //!
-//! Per optimizer step: take `accum` loader batches (the token budget), sample each row's
-//! perturbation from a generator keyed by (seed, step, row), run [`step_micro`] on every
-//! micro-batch with the step's global normalisers, then check the loss and gradient norm for
-//! NaN/inf (stop, or skip the update), clip, apply AdamW at the scheduled rate, log a JSONL record,
-//! and checkpoint when due or when interrupted.
+//! Per optimizer step ([`Trainer::run`] reads in this order): take `accum` loader batches (the
+//! token budget), sample each row's perturbation from a generator keyed by (seed, step, row), run
+//! [`step_micro`] on every micro-batch with the step's global normalisers, then check the loss and
+//! gradient norm for NaN/inf (stop, or skip the update), clip, apply AdamW at the scheduled rate,
+//! log a JSONL record, and checkpoint when due or when interrupted.
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -20,28 +20,16 @@ use rsd_loader::Loader;
 use rsd_model::{Model, ModelConfig, ModelOptions};
 
 use crate::checkpoint::{self, TrainState, STATE_VERSION};
-use crate::config::TrainConfig;
+use crate::config::{OnNonFinite, TrainConfig};
 use crate::data;
 use crate::optim::{clip_grads, AdamW, AdamWConfig, Schedule};
 use crate::perturb::{perturb_row, RowView, Sampler, Scope};
-use crate::rng::SplitMix64;
 use crate::step::{
-    grad_norm, step_micro, zero_grads, MicroBatch, Norm, Objective, StepOptions, Sums,
+    grad_norm, step_micro, zero_grads, LossNormalizers, MicroBatch, Objective, StepOptions, Sums,
 };
 use crate::{io_err, Error, Result};
-
-/// Peak and current resident memory of this process in bytes (`VmHWM`, `VmRSS`), 0 if unknown.
-pub fn memory() -> (u64, u64) {
-    let text = fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        text.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024)
-    };
-    (field("VmHWM:"), field("VmRSS:"))
-}
+use rsd_common::mem::Memory;
+use rsd_common::rng::SplitMix64;
 
 /// One line of `metrics.jsonl`.
 #[derive(Debug, Serialize)]
@@ -173,6 +161,49 @@ pub fn sample_views(
         .collect()
 }
 
+/// A fresh model: loaded from `model`, or randomly initialised from `init`; then the RoPE base
+/// and `max_position_embeddings` the config asks for.
+fn initial_model(cfg: &TrainConfig, options: ModelOptions) -> Result<Model> {
+    let mut model = match (&cfg.model, &cfg.init) {
+        (Some(dir), _) => Model::load(Path::new(dir), options)?,
+        (None, init) => {
+            let p = Path::new(init.as_deref().unwrap_or_default());
+            let text = fs::read_to_string(p).map_err(io_err(p))?;
+            let v: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| Error::Input(format!("{}: {e}", p.display())))?;
+            Model::random(ModelConfig::from_hf_json(v)?, options, cfg.init_seed)?
+        }
+    };
+    if let Some(theta) = cfg.rope_theta {
+        model.set_rope_theta(theta)?;
+    }
+    if let Some(n) = cfg.max_position_embeddings {
+        model.config_mut_for_save().set_max_position_embeddings(n);
+    }
+    Ok(model)
+}
+
+/// Model, state and loader of a checkpoint directory.
+fn resumed(
+    cfg: &TrainConfig,
+    options: ModelOptions,
+    dir: &Path,
+) -> Result<(Model, TrainState, Loader)> {
+    let st = checkpoint::read_state(dir)?;
+    if st.rng_seed != cfg.seed {
+        return Err(Error::Checkpoint {
+            path: dir.to_path_buf(),
+            reason: format!(
+                "seed {} in the checkpoint, {} in the config",
+                st.rng_seed, cfg.seed
+            ),
+        });
+    }
+    let model = Model::load(&dir.join("model"), options)?;
+    let loader = Loader::resume(data::loader_config(cfg)?, &st.loader)?;
+    Ok((model, st, loader))
+}
+
 impl Trainer {
     /// Builds a fresh run, or resumes from `resume` (a checkpoint directory).
     pub fn new(cfg: TrainConfig, resume: Option<&Path>) -> Result<Self> {
@@ -187,43 +218,16 @@ impl Trainer {
             ));
         }
         fs::create_dir_all(&out).map_err(io_err(&out))?;
-        let lcfg = data::loader_config(&cfg)?;
         let (model, state, loader) = match resume {
             Some(dir) => {
-                let st = checkpoint::read_state(dir)?;
-                if st.rng_seed != cfg.seed {
-                    return Err(Error::Checkpoint {
-                        path: dir.to_path_buf(),
-                        reason: format!(
-                            "seed {} in the checkpoint, {} in the config",
-                            st.rng_seed, cfg.seed
-                        ),
-                    });
-                }
-                let model = Model::load(&dir.join("model"), options)?;
-                let loader = Loader::resume(lcfg, &st.loader)?;
+                let (model, st, loader) = resumed(&cfg, options, dir)?;
                 (model, Some(st), loader)
             }
-            None => {
-                let mut model = if !cfg.model.is_empty() {
-                    Model::load(Path::new(&cfg.model), options)?
-                } else {
-                    let p = Path::new(&cfg.init);
-                    let text = fs::read_to_string(p).map_err(io_err(p))?;
-                    let v: serde_json::Value = serde_json::from_str(&text)
-                        .map_err(|e| Error::Input(format!("{}: {e}", p.display())))?;
-                    Model::random(ModelConfig::from_hf_json(v)?, options, cfg.init_seed)?
-                };
-                if cfg.rope_theta > 0.0 {
-                    model.set_rope_theta(cfg.rope_theta)?;
-                }
-                if cfg.max_position_embeddings > 0 {
-                    model
-                        .config_mut_for_save()
-                        .set_max_position_embeddings(cfg.max_position_embeddings);
-                }
-                (model, None, Loader::new(lcfg)?)
-            }
+            None => (
+                initial_model(&cfg, options)?,
+                None,
+                Loader::new(data::loader_config(&cfg)?)?,
+            ),
         };
         let mixed = loader
             .manifest(0)
@@ -295,6 +299,167 @@ impl Trainer {
         &self.model
     }
 
+    /// Sequence length of the shards.
+    pub fn seq_len(&self) -> u64 {
+        self.seq_len
+    }
+
+    /// Runs until `steps` (or `stop_at`, or `stop` is raised), checkpointing as configured.
+    pub fn run(&mut self, stop: Arc<AtomicBool>) -> Result<Summary> {
+        let t0 = Instant::now();
+        let elapsed0 = self.state.elapsed_s;
+        let end = match self.cfg.stop_at {
+            0 => self.cfg.steps,
+            n => n.min(self.cfg.steps),
+        };
+        let mut log = StepLog::open(&self.out, end, self.state.step, self.cfg.progress)?;
+        let mut run = RunProgress::default();
+        while self.state.step < end {
+            if stop.load(Ordering::SeqCst) {
+                run.interrupted = true;
+                break;
+            }
+            let started = Instant::now();
+            let mbs = self.next_micro_batches()?;
+            let losses = self.forward_backward(&mbs)?;
+            let grad_norm = self.grad_norm()?;
+            let lr = self.state.schedule.lr(self.state.step);
+            let skipped = !self.update_if_finite(&losses, grad_norm, lr, &mut run, &log)?;
+            zero_grads(&self.model);
+            let tokens: u64 = mbs.iter().map(|m| (m.rows() as i64 * m.len()) as u64).sum();
+            self.advance(tokens);
+            let step_s = started.elapsed().as_secs_f64();
+            log.record(&StepRecord {
+                step: self.state.step,
+                loss: losses.total,
+                clm: losses.clm,
+                kl: losses.kl,
+                clm_pert: losses.clm_pert,
+                lr,
+                grad_norm,
+                tokens,
+                tokens_per_s: tokens as f64 / step_s.max(1e-9),
+                step_s,
+                peak_rss: Memory::now().peak_rss,
+                skipped,
+            })?;
+            run.first_loss.get_or_insert(losses.total);
+            run.last_loss = Some(losses.total);
+            self.state.elapsed_s = elapsed0 + t0.elapsed().as_secs_f64();
+            if self.cfg.save_every > 0 && self.state.step.is_multiple_of(self.cfg.save_every) {
+                run.checkpoint = Some(self.save()?);
+            }
+        }
+        log.finish();
+        run.interrupted |= self.state.step < self.cfg.steps;
+        self.state.elapsed_s = elapsed0 + t0.elapsed().as_secs_f64();
+        self.finish(run, log.path, t0)
+    }
+
+    /// The step's data: `accum` loader batches, as micro-batches on the device.
+    fn next_micro_batches(&mut self) -> Result<Vec<MicroBatch>> {
+        let device = self.model.options().device;
+        let mut mbs = Vec::new();
+        for _ in 0..self.accum {
+            let batch = self
+                .loader
+                .next()
+                .ok_or_else(|| Error::Input("the loader ran out of data".into()))??;
+            mbs.extend(data::micro_batches(&batch, self.mixed, device)?);
+        }
+        Ok(mbs)
+    }
+
+    /// Forward and backward of every micro-batch with the step's normalisers; the parameters'
+    /// gradients hold the step's gradient afterwards.
+    fn forward_backward(&self, mbs: &[MicroBatch]) -> Result<StepLosses> {
+        let norm = LossNormalizers::of(mbs);
+        let mut sums = Sums::new(self.model.options().device);
+        let mut row0 = 0;
+        for mb in mbs {
+            let views = self
+                .step_opts
+                .objective
+                .needs_perturbed()
+                .then(|| sample_views(&self.sampler, self.cfg.seed, self.state.step, row0, mb));
+            step_micro(
+                &self.model,
+                mb,
+                views.as_deref(),
+                &self.step_opts,
+                norm,
+                &mut sums,
+            )?;
+            row0 += mb.rows();
+        }
+        let (clm, kl, clm_pert) = sums.values(norm);
+        let total = match self.step_opts.objective {
+            Objective::Rsd => clm + self.cfg.lambda * kl,
+            Objective::TwoViewClm => clm + self.cfg.lambda * clm_pert,
+            _ => clm,
+        };
+        Ok(StepLosses {
+            total,
+            clm,
+            kl,
+            clm_pert,
+        })
+    }
+
+    /// The global gradient norm of this step.
+    fn grad_norm(&self) -> Result<f64> {
+        let gn = grad_norm(&self.model)?;
+        Ok(if fault::nan_gradient_at(self.state.step + 1) {
+            f64::NAN
+        } else {
+            gn
+        })
+    }
+
+    /// Clips and applies the update when the loss and gradient norm are finite, and returns
+    /// `true`. Otherwise skips it (returning `false`) or stops with an error, as configured.
+    fn update_if_finite(
+        &mut self,
+        losses: &StepLosses,
+        grad_norm: f64,
+        lr: f64,
+        run: &mut RunProgress,
+        log: &StepLog,
+    ) -> Result<bool> {
+        let loss = losses.total;
+        if loss.is_finite() && grad_norm.is_finite() {
+            run.consecutive_skips = 0;
+            clip_grads(&self.model, grad_norm, self.cfg.clip)?;
+            self.opt.step(lr)?;
+            return Ok(true);
+        }
+        let step = self.state.step + 1;
+        let (what, value) = if loss.is_finite() {
+            ("gradient norm", grad_norm)
+        } else {
+            ("loss", loss)
+        };
+        if self.cfg.on_nonfinite == OnNonFinite::Stop
+            || run.consecutive_skips + 1 > self.cfg.max_skips
+        {
+            log.abandon();
+            return Err(Error::NonFinite { what, step, value });
+        }
+        run.consecutive_skips += 1;
+        self.state.skipped += 1;
+        log.note(format!(
+            "step {step}: non-finite {what} ({value}); update skipped"
+        ));
+        Ok(false)
+    }
+
+    /// Counts the step done: step, tokens and the loader's position.
+    fn advance(&mut self, tokens: u64) {
+        self.state.step += 1;
+        self.state.tokens += tokens;
+        self.state.loader = self.loader.state();
+    }
+
     fn save(&self) -> Result<PathBuf> {
         checkpoint::save(
             &self.out,
@@ -306,172 +471,19 @@ impl Trainer {
         )
     }
 
-    /// Runs until `steps` (or `stop_at`, or `stop` is raised), checkpointing as configured.
-    pub fn run(&mut self, stop: Arc<AtomicBool>) -> Result<Summary> {
-        let t0 = Instant::now();
-        let elapsed0 = self.state.elapsed_s;
-        let end = if self.cfg.stop_at > 0 {
-            self.cfg.stop_at.min(self.cfg.steps)
-        } else {
-            self.cfg.steps
-        };
-        let metrics_path = self.out.join("metrics.jsonl");
-        let mut metrics: File = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&metrics_path)
-            .map_err(io_err(&metrics_path))?;
-        let pb = if self.cfg.progress {
-            ProgressBar::with_draw_target(Some(end), ProgressDrawTarget::stderr())
-        } else {
-            ProgressBar::hidden()
-        };
-        pb.set_style(
-            ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed_precise} < {eta}]")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        pb.set_position(self.state.step);
-        let device = self.model.options().device;
-        let (mut first, mut last) = (None, None);
-        let mut consecutive_skips = 0;
-        let mut interrupted = false;
-        let mut last_ckpt = None;
-        while self.state.step < end {
-            if stop.load(Ordering::SeqCst) {
-                interrupted = true;
-                break;
-            }
-            let ts = Instant::now();
-            let step = self.state.step;
-            // 1. The step's data: `accum` loader batches.
-            let mut mbs = Vec::new();
-            for _ in 0..self.accum {
-                let batch = self
-                    .loader
-                    .next()
-                    .ok_or_else(|| Error::Input("the loader ran out of data".into()))??;
-                mbs.extend(data::micro_batches(&batch, self.mixed, device)?);
-            }
-            let norm = Norm {
-                label_tokens: mbs.iter().map(|m| m.label_tokens as f64).sum(),
-                samples: mbs.iter().map(|m| m.rows() as f64).sum(),
-            };
-            let tokens: u64 = mbs.iter().map(|m| (m.rows() as i64 * m.len()) as u64).sum();
-            // 2. Forward/backward of every micro-batch.
-            let mut sums = Sums::new(device);
-            let mut row0 = 0;
-            for mb in &mbs {
-                let views = self
-                    .step_opts
-                    .objective
-                    .needs_perturbed()
-                    .then(|| sample_views(&self.sampler, self.cfg.seed, step, row0, mb));
-                step_micro(
-                    &self.model,
-                    mb,
-                    views.as_deref(),
-                    &self.step_opts,
-                    norm,
-                    &mut sums,
-                )?;
-                row0 += mb.rows();
-            }
-            // 3. Check, clip, update.
-            let (clm, kl, clm_pert) = sums.values(norm);
-            let loss = match self.step_opts.objective {
-                Objective::Rsd => clm + self.cfg.lambda * kl,
-                Objective::TwoViewClm => clm + self.cfg.lambda * clm_pert,
-                _ => clm,
-            };
-            let mut gn = grad_norm(&self.model)?;
-            // Test hook (tests/test_train_loop.py): pretend step N's gradient is NaN.
-            if std::env::var("RSD_TRAIN_FAULT_NAN_AT_STEP")
-                .ok()
-                .and_then(|v| v.parse::<u64>().ok())
-                == Some(step + 1)
-            {
-                gn = f64::NAN;
-            }
-            let lr = self.state.schedule.lr(step);
-            let finite = loss.is_finite() && gn.is_finite();
-            if !finite {
-                let (what, value) = if loss.is_finite() {
-                    ("gradient norm", gn)
-                } else {
-                    ("loss", loss)
-                };
-                if self.cfg.on_nonfinite == "stop" || consecutive_skips + 1 > self.cfg.max_skips {
-                    pb.abandon();
-                    return Err(Error::NonFinite {
-                        what,
-                        step: step + 1,
-                        value,
-                    });
-                }
-                consecutive_skips += 1;
-                self.state.skipped += 1;
-                pb.println(format!(
-                    "step {}: non-finite {what} ({value}); update skipped",
-                    step + 1
-                ));
-            } else {
-                consecutive_skips = 0;
-                clip_grads(&self.model, gn, self.cfg.clip)?;
-                self.opt.step(lr)?;
-            }
-            zero_grads(&self.model);
-            self.state.step += 1;
-            self.state.tokens += tokens;
-            self.state.loader = self.loader.state();
-            let step_s = ts.elapsed().as_secs_f64();
-            let rec = StepRecord {
-                step: self.state.step,
-                loss,
-                clm,
-                kl,
-                clm_pert,
-                lr,
-                grad_norm: gn,
-                tokens,
-                tokens_per_s: tokens as f64 / step_s.max(1e-9),
-                step_s,
-                peak_rss: memory().0,
-                skipped: !finite,
-            };
-            let line = serde_json::to_string(&rec).map_err(|e| Error::Input(e.to_string()))?;
-            writeln!(metrics, "{line}").map_err(io_err(&metrics_path))?;
-            first.get_or_insert(loss);
-            last = Some(loss);
-            pb.set_position(self.state.step);
-            pb.set_message(format!(
-                "loss {loss:.4} clm {clm:.4} kl {kl:.4} {:.0} tok/s",
-                rec.tokens_per_s
-            ));
-            if pb.is_hidden() && self.cfg.progress {
-                let every = (end / 20).max(1);
-                if self.state.step.is_multiple_of(every) || self.state.step == end {
-                    eprintln!(
-                        "step {}/{end} loss {loss:.4} clm {clm:.4} kl {kl:.4} lr {lr:.3e} |g| {gn:.3} {:.0} tok/s",
-                        self.state.step, rec.tokens_per_s
-                    );
-                }
-            }
-            self.state.elapsed_s = elapsed0 + t0.elapsed().as_secs_f64();
-            if self.cfg.save_every > 0 && self.state.step.is_multiple_of(self.cfg.save_every) {
-                last_ckpt = Some(self.save()?);
-            }
-        }
-        pb.finish_and_clear();
-        interrupted |= self.state.step < self.cfg.steps;
-        self.state.elapsed_s = elapsed0 + t0.elapsed().as_secs_f64();
+    /// Leaves a checkpoint of where the run is, the final model of a complete run, and
+    /// `summary.json`.
+    fn finish(&mut self, run: RunProgress, metrics: PathBuf, t0: Instant) -> Result<Summary> {
         // Always leave a checkpoint of where we are (unless the last one is exactly this step).
-        let have = checkpoint::list(&self.out).last().map(|c| c.0) == Some(self.state.step);
-        if !have {
-            last_ckpt = Some(self.save()?);
-        } else if last_ckpt.is_none() {
-            last_ckpt = checkpoint::list(&self.out).last().map(|c| c.1.clone());
-        }
-        let final_model = if !interrupted {
+        let newest = checkpoint::list(&self.out).pop();
+        let checkpoint = match newest {
+            Some((step, _)) if step != self.state.step => Some(self.save()?),
+            None => Some(self.save()?),
+            Some((_, path)) => run.checkpoint.or(Some(path)),
+        };
+        let final_model = if run.interrupted {
+            None
+        } else {
             let dir = self.out.join("model");
             self.model.save(
                 &dir,
@@ -481,18 +493,16 @@ impl Trainer {
                 },
             )?;
             Some(dir)
-        } else {
-            None
         };
         let summary = Summary {
             steps: self.state.step,
             tokens: self.state.tokens,
-            first_loss: first,
-            last_loss: last,
-            interrupted,
-            checkpoint: last_ckpt,
+            first_loss: run.first_loss,
+            last_loss: run.last_loss,
+            interrupted: run.interrupted,
+            checkpoint,
             final_model,
-            metrics: metrics_path,
+            metrics,
             wall_s: t0.elapsed().as_secs_f64(),
             skipped: self.state.skipped,
         };
@@ -502,9 +512,123 @@ impl Trainer {
         fs::write(&sp, text).map_err(io_err(&sp))?;
         Ok(summary)
     }
+}
 
-    /// Sequence length of the shards.
-    pub fn seq_len(&self) -> u64 {
-        self.seq_len
+/// The loss terms of one optimizer step (normalised).
+struct StepLosses {
+    total: f64,
+    clm: f64,
+    kl: f64,
+    clm_pert: f64,
+}
+
+/// What [`Trainer::run`] tracks across steps of this invocation.
+#[derive(Default)]
+struct RunProgress {
+    first_loss: Option<f64>,
+    last_loss: Option<f64>,
+    /// Updates skipped in a row (non-finite values), against `max_skips`.
+    consecutive_skips: u64,
+    /// The newest checkpoint written.
+    checkpoint: Option<PathBuf>,
+    interrupted: bool,
+}
+
+/// Where each step is reported: a line of `metrics.jsonl`, and a progress bar (or, when stderr is
+/// not a terminal, a line every 5% of the run).
+struct StepLog {
+    path: PathBuf,
+    file: File,
+    bar: ProgressBar,
+    end: u64,
+    progress: bool,
+}
+
+impl StepLog {
+    fn open(out: &Path, end: u64, step: u64, progress: bool) -> Result<Self> {
+        let path = out.join("metrics.jsonl");
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(io_err(&path))?;
+        let bar = if progress {
+            ProgressBar::with_draw_target(Some(end), ProgressDrawTarget::stderr())
+        } else {
+            ProgressBar::hidden()
+        };
+        bar.set_style(
+            ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed_precise} < {eta}]")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar.set_position(step);
+        Ok(StepLog {
+            path,
+            file,
+            bar,
+            end,
+            progress,
+        })
+    }
+
+    fn record(&mut self, rec: &StepRecord) -> Result<()> {
+        let line = serde_json::to_string(rec).map_err(|e| Error::Input(e.to_string()))?;
+        writeln!(self.file, "{line}").map_err(io_err(&self.path))?;
+        let StepRecord {
+            step,
+            loss,
+            clm,
+            kl,
+            lr,
+            grad_norm,
+            tokens_per_s,
+            ..
+        } = *rec;
+        self.bar.set_position(step);
+        self.bar.set_message(format!(
+            "loss {loss:.4} clm {clm:.4} kl {kl:.4} {tokens_per_s:.0} tok/s"
+        ));
+        if self.bar.is_hidden() && self.progress {
+            let end = self.end;
+            let every = (end / 20).max(1);
+            if step.is_multiple_of(every) || step == end {
+                eprintln!(
+                    "step {step}/{end} loss {loss:.4} clm {clm:.4} kl {kl:.4} lr {lr:.3e} \
+                     |g| {grad_norm:.3} {tokens_per_s:.0} tok/s"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// A message above the progress bar.
+    fn note(&self, msg: String) {
+        self.bar.println(msg);
+    }
+
+    /// Leaves the bar as it is (the run stops with an error).
+    fn abandon(&self) {
+        self.bar.abandon();
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+/// Test hooks, compiled only with the `fault-injection` feature (tests/test_train_loop.py).
+mod fault {
+    /// `RSD_TRAIN_FAULT_NAN_AT_STEP=N`: step N's gradient norm reads as NaN.
+    #[cfg(feature = "fault-injection")]
+    pub fn nan_gradient_at(step: u64) -> bool {
+        std::env::var("RSD_TRAIN_FAULT_NAN_AT_STEP")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            == Some(step)
+    }
+
+    #[cfg(not(feature = "fault-injection"))]
+    pub fn nan_gradient_at(_step: u64) -> bool {
+        false
     }
 }

@@ -4,10 +4,12 @@
 use rsd_model::{Model, ModelConfig, ModelOptions};
 use rsd_train::perturb::{perturb_row, Perturbation, RowView, Scope};
 use rsd_train::step::{
-    reference_loss, step_micro, zero_grads, KlDirection, MicroBatch, Norm, Objective, StepOptions,
-    Sums,
+    reference_loss, step_micro, zero_grads, KlDirection, LossNormalizers, MicroBatch, Objective,
+    StepOptions, Sums,
 };
 use serde_json::json;
+
+const IGNORE: i64 = rsd_loader::IGNORE_INDEX as i64;
 use tch::{Device, Kind, Tensor};
 
 fn model(kind: Kind) -> Model {
@@ -38,9 +40,9 @@ fn batch(docs: bool) -> MicroBatch {
         .collect();
     let mut labels: Vec<Vec<i64>> = rows
         .iter()
-        .map(|r| r[1..].iter().copied().chain([-100]).collect())
+        .map(|r| r[1..].iter().copied().chain([IGNORE]).collect())
         .collect();
-    labels[1][4] = -100; // a masked label inside the row
+    labels[1][4] = IGNORE; // a masked label inside the row
     let (pos, d) = if docs {
         let d = vec![vec![0, 6, 17], vec![0, 3, 10, 17]];
         let pos = d
@@ -85,7 +87,7 @@ fn grads(m: &Model) -> Vec<(String, Tensor)> {
 
 fn fast(m: &Model, mb: &MicroBatch, v: &[RowView], o: StepOptions) -> Out {
     zero_grads(m);
-    let norm = Norm {
+    let norm = LossNormalizers {
         label_tokens: mb.label_tokens as f64,
         samples: mb.rows() as f64,
     };
@@ -106,7 +108,7 @@ fn fast(m: &Model, mb: &MicroBatch, v: &[RowView], o: StepOptions) -> Out {
 
 fn reference(m: &Model, mb: &MicroBatch, v: &[RowView], o: StepOptions) -> Out {
     zero_grads(m);
-    let norm = Norm {
+    let norm = LossNormalizers {
         label_tokens: mb.label_tokens as f64,
         samples: mb.rows() as f64,
     };

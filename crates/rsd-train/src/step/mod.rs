@@ -1,0 +1,436 @@
+//! The two-view step: forward both views, chunked CE/KL from the final hidden states, backward.
+//!
+//! ```text
+//! standard view  tokens[B, L] @ positions p ──► layers ──► h_std [B, L, D] ─┐
+//!                                   │ per-layer K/V[:, :, :P]              ├─► chunks of rows:
+//! perturbed view tokens[b, P:] @ r[P:] ──► layers (prefix = std K/V) ──► h_pert ┘   logits → CE, KL
+//! ```
+//!
+//! [`step_micro`] reads top to bottom: plan both views, run them layer by layer, compute the
+//! loss, back-propagate. The parts:
+//!
+//! * `prefix_reuse`: the two views' forward. Rows before the shared prefix `P` are identical in
+//!   both views, so the perturbed pass runs only rows `P..L` and attends to the standard pass's
+//!   K/V of rows `0..P` (kept in the graph, so the gradient stays exact).
+//! * `loss`: the chunked loss (Liger-style). The final hidden states are cut from the graph as
+//!   leaves; for each chunk of rows the logits are formed (fp32), CE and KL computed with their
+//!   closed-form logit gradients and pushed through the LM head at once, and the chunk's logits
+//!   freed. One backward of the surrogate `Σ h · sg(∂loss/∂h)` then runs the decoder's backward
+//!   for both views together. No `[tokens × vocab]` tensor ever exists beyond one chunk.
+//! * `long_ce`: LongCE's short-context log-probabilities (one extra forward without a graph).
+//! * `reference`: the slow full-logits reference the tests compare against.
+//! * **Activation checkpointing** (`checkpoint_layers`): the forward keeps only each layer's
+//!   inputs (no graph); the backward walks the layers top-down, recomputes layer `i` for both
+//!   views from its stored inputs (the perturbed rows take the recomputed standard K/V as their
+//!   prefix, so the cross-view gradient is exact) and pushes the gradient down with the same
+//!   surrogate.
+//!
+//! **Normalisation.** CE is summed over label tokens ≠ [`rsd_loader::IGNORE_INDEX`] and divided by
+//! the step's label-token count (over all micro-batches and ranks). The KL of one sample is summed
+//! over the rows that can differ and divided by their number (the paper's `1/(L−s) Σ_{i≥s}`), then
+//! averaged over the step's samples; a sample with no such row contributes 0. So the numbers are
+//! the paper's whatever the micro-batching. `loss = CLM + λ·KL`.
+mod long_ce;
+mod loss;
+mod prefix_reuse;
+mod reference;
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use tch::{Kind, Tensor};
+
+use rsd_model::Model;
+
+use crate::perturb::RowView;
+use crate::{Error, Result};
+use loss::{chunked_loss, LossGrads, LossInputs};
+use prefix_reuse::{Plan, Stage};
+
+pub use prefix_reuse::prefix_reuse_floor;
+pub use reference::reference_loss;
+
+/// The label that carries no loss, as the tensors hold it.
+const IGNORE: i64 = rsd_loader::IGNORE_INDEX as i64;
+
+/// What the step optimises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Objective {
+    /// CLM on the standard view.
+    Standard,
+    /// CLM on the standard view + λ·KL between the views (RSD).
+    Rsd,
+    /// CLM on the perturbed view only (the paper's PoSE baseline).
+    Pose,
+    /// CLM on the standard view + λ·CLM on the perturbed view.
+    TwoViewClm,
+}
+
+impl Objective {
+    /// Whether a perturbed view is needed.
+    pub fn needs_perturbed(self) -> bool {
+        self != Objective::Standard
+    }
+
+    /// The name in configs and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Objective::Standard => "standard",
+            Objective::Rsd => "rsd",
+            Objective::Pose => "pose",
+            Objective::TwoViewClm => "two-view-clm",
+        }
+    }
+}
+
+impl fmt::Display for Objective {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Direction of the KL term.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum KlDirection {
+    /// KL(p_pert ‖ sg(p_std)) (the paper's default).
+    Reverse,
+    /// KL(sg(p_std) ‖ p_pert).
+    Forward,
+}
+
+impl fmt::Display for KlDirection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            KlDirection::Reverse => "reverse",
+            KlDirection::Forward => "forward",
+        })
+    }
+}
+
+/// How one step is computed.
+#[derive(Debug, Clone, Copy)]
+pub struct StepOptions {
+    /// The objective.
+    pub objective: Objective,
+    /// KL direction (rsd).
+    pub kl: KlDirection,
+    /// λ.
+    pub lambda: f64,
+    /// Run the perturbed view only from the shared prefix on, reusing the standard K/V.
+    pub prefix_reuse: bool,
+    /// Rows per loss chunk (logits of at most this many rows exist at once).
+    pub loss_chunk: i64,
+    /// Per-layer activation checkpointing.
+    pub checkpoint_layers: bool,
+    /// LongCE reweighting of the standard-view CLM term (`None` = plain CE).
+    pub long_ce: Option<LongCe>,
+}
+
+/// LongCE (Fang et al., "What is Wrong with Perplexity for Long-context Language Modeling?"): each
+/// CLM token's CE is weighted by `min(exp(log p(x_i | long) − log p(x_i | short)), γ)`, computed
+/// with the current model and detached, so tokens the long context helps predict weigh more.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LongCe {
+    /// The short context of token i: the tokens since the start of its `window`-token window (the
+    /// sequence cut into consecutive windows, each run as its own sequence from position 0; in
+    /// document-masked batches also cut at document starts).
+    pub window: i64,
+    /// The cap γ on a token's weight.
+    pub gamma: f64,
+}
+
+impl Default for StepOptions {
+    fn default() -> Self {
+        StepOptions {
+            objective: Objective::Rsd,
+            kl: KlDirection::Reverse,
+            lambda: 1.0,
+            prefix_reuse: true,
+            loss_chunk: 1024,
+            checkpoint_layers: false,
+            long_ce: None,
+        }
+    }
+}
+
+/// One micro-batch on the device, with the host-side metadata the views are built from.
+#[derive(Debug)]
+pub struct MicroBatch {
+    /// Token ids `[B, L]` (int64).
+    pub tokens: Tensor,
+    /// Targets `[B, L]` (int64), [`rsd_loader::IGNORE_INDEX`] = no loss.
+    pub labels: Tensor,
+    /// Standard position ids per row.
+    pub positions: Vec<Vec<i64>>,
+    /// Document boundaries per row (`[0, …, L]`) for document-masked batches.
+    pub docs: Option<Vec<Vec<i64>>>,
+    /// Number of labels that carry a loss.
+    pub label_tokens: i64,
+}
+
+impl MicroBatch {
+    /// Builds a micro-batch from host rows (labels: [`rsd_loader::IGNORE_INDEX`] = ignore).
+    pub fn from_rows(
+        tokens: &[Vec<i64>],
+        labels: &[Vec<i64>],
+        positions: Vec<Vec<i64>>,
+        docs: Option<Vec<Vec<i64>>>,
+        device: tch::Device,
+    ) -> Result<Self> {
+        let b = tokens.len();
+        let l = tokens.first().map_or(0, |r| r.len());
+        let same = |v: &[Vec<i64>]| v.len() == b && v.iter().all(|r| r.len() == l);
+        if b == 0 || l == 0 || !same(labels) || !same(&positions) {
+            return Err(Error::Input(format!(
+                "a micro-batch needs B ≥ 1 rows of one length L ≥ 1 for tokens, labels and \
+                 positions (got {b} rows)"
+            )));
+        }
+        let flat = |v: &[Vec<i64>]| -> Result<Tensor> {
+            let f: Vec<i64> = v.iter().flatten().copied().collect();
+            Ok(Tensor::f_from_slice(&f)?
+                .f_view([b as i64, l as i64])?
+                .f_to_device(device)?)
+        };
+        let label_tokens = labels.iter().flatten().filter(|&&x| x != IGNORE).count() as i64;
+        Ok(MicroBatch {
+            tokens: flat(tokens)?,
+            labels: flat(labels)?,
+            positions,
+            docs,
+            label_tokens,
+        })
+    }
+
+    /// Rows.
+    pub fn rows(&self) -> usize {
+        self.positions.len()
+    }
+
+    /// Row length.
+    pub fn len(&self) -> i64 {
+        self.positions.first().map_or(0, |r| r.len() as i64)
+    }
+
+    /// True when there are no tokens.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The loss normalisers of one optimizer step (summed over its micro-batches and data-parallel
+/// ranks): the CE is a mean over `label_tokens`, the KL a mean over `samples`.
+#[derive(Debug, Clone, Copy)]
+pub struct LossNormalizers {
+    /// Label tokens that carry a loss.
+    pub label_tokens: f64,
+    /// Samples (rows).
+    pub samples: f64,
+}
+
+impl LossNormalizers {
+    /// The normalisers of a step made of these micro-batches.
+    pub fn of(mbs: &[MicroBatch]) -> Self {
+        LossNormalizers {
+            label_tokens: mbs.iter().map(|m| m.label_tokens as f64).sum(),
+            samples: mbs.iter().map(|m| m.rows() as f64).sum(),
+        }
+    }
+}
+
+/// Running sums of the loss terms, as device scalars (read once per step: no host syncs inside).
+#[derive(Debug)]
+pub struct Sums {
+    /// Σ token CE of the CLM term (standard view; perturbed view for `pose`).
+    pub clm: Tensor,
+    /// Σ over samples of the per-sample mean KL.
+    pub kl: Tensor,
+    /// Σ token CE on the perturbed view (`two-view-clm`).
+    pub clm_pert: Tensor,
+}
+
+impl Sums {
+    /// Zeros on `device`.
+    pub fn new(device: tch::Device) -> Self {
+        let z = || Tensor::zeros([], (Kind::Double, device));
+        Sums {
+            clm: z(),
+            kl: z(),
+            clm_pert: z(),
+        }
+    }
+
+    /// `(clm, kl, clm_pert)` normalised: token mean, sample mean, token mean.
+    pub fn values(&self, norm: LossNormalizers) -> (f64, f64, f64) {
+        let v = |t: &Tensor| t.double_value(&[]);
+        (
+            v(&self.clm) / norm.label_tokens.max(1.0),
+            v(&self.kl) / norm.samples.max(1.0),
+            v(&self.clm_pert) / norm.label_tokens.max(1.0),
+        )
+    }
+
+    /// `acc += Σ v` in fp64.
+    fn add(acc: &mut Tensor, v: &Tensor) -> Result<()> {
+        *acc = acc.f_add(&v.f_sum(Kind::Double)?)?;
+        Ok(())
+    }
+}
+
+/// Forward both views, compute the chunked loss (closed-form logit gradients), then one backward
+/// through the LM head and the decoder. Accumulates parameter gradients (scaled by `norm`) and
+/// adds the step's loss terms to `sums`.
+pub fn step_micro(
+    model: &Model,
+    mb: &MicroBatch,
+    views: Option<&[RowView]>,
+    opts: &StepOptions,
+    norm: LossNormalizers,
+    sums: &mut Sums,
+) -> Result<()> {
+    if opts.long_ce.is_some() && !matches!(opts.objective, Objective::Standard | Objective::Rsd) {
+        return Err(Error::Input(format!(
+            "LongCE reweights the standard-view CLM term of `standard` and `rsd`; objective {:?} \
+             has none to reweight (set long_ce_window = 0)",
+            opts.objective
+        )));
+    }
+    let plan = Plan::new(model, mb, views, opts)?;
+    let loss = LossStage {
+        plan: &plan,
+        mb,
+        views,
+        opts,
+        norm,
+    };
+    if opts.checkpoint_layers {
+        return checkpointed_forward_backward(&loss, sums);
+    }
+    let mut x = plan.embed()?;
+    for i in 0..model.num_layers() {
+        x = plan.layer(i, &x)?;
+    }
+    let h = plan.final_norm(&x)?;
+    loss.backward(&h, sums)
+}
+
+/// Per-layer activation checkpointing: a forward without a graph that keeps each layer's input,
+/// the loss's backward, then each layer recomputed from its input and back-propagated, top-down.
+fn checkpointed_forward_backward(loss: &LossStage<'_>, sums: &mut Sums) -> Result<()> {
+    let (plan, layers) = (loss.plan, loss.plan.model.num_layers());
+    let mut inputs: Vec<Stage> = Vec::with_capacity(layers + 1);
+    tch::no_grad(|| -> Result<()> {
+        let mut x = plan.embed()?;
+        for i in 0..layers {
+            let y = plan.layer(i, &x)?;
+            inputs.push(x.detached());
+            x = y;
+        }
+        inputs.push(x.detached());
+        Ok(())
+    })?;
+    let top = inputs.pop().expect("final stage input");
+    let leaf = top.leaves();
+    let h = plan.final_norm(&leaf)?;
+    loss.backward(&h, sums)?;
+    let mut grads = leaf.grads();
+    for i in (0..layers).rev() {
+        let leaf = inputs.pop().expect("layer input").leaves();
+        let y = plan.layer(i, &leaf)?;
+        surrogate_backward(y.tensors().zip(&grads))?;
+        grads = leaf.grads();
+    }
+    let emb = plan.embed()?;
+    surrogate_backward(emb.tensors().zip(&grads))
+}
+
+/// The loss at the top of the step, over the final hidden states of a planned micro-batch.
+struct LossStage<'a> {
+    plan: &'a Plan<'a>,
+    mb: &'a MicroBatch,
+    views: Option<&'a [RowView]>,
+    opts: &'a StepOptions,
+    norm: LossNormalizers,
+}
+
+impl LossStage<'_> {
+    /// Runs the chunked loss on the final hidden states `h` (in the graph) and back-propagates
+    /// it: into the LM head and through `h` into the decoder, in one backward.
+    fn backward(&self, h: &Stage, sums: &mut Sums) -> Result<()> {
+        let g = tch::no_grad(|| -> Result<LossGrads> {
+            let short = match self.opts.long_ce {
+                Some(lc) => Some(long_ce::short_context_logprobs(
+                    self.plan.model,
+                    self.mb,
+                    lc,
+                    self.opts.loss_chunk,
+                )?),
+                None => None,
+            };
+            let inputs = LossInputs {
+                plan: self.plan,
+                mb: self.mb,
+                views: self.views,
+                opts: self.opts,
+                norm: self.norm,
+                short: short.as_ref(),
+            };
+            chunked_loss(&inputs, &h.detached(), sums)
+        })?;
+        let w = self.plan.model.lm_head_weight();
+        surrogate_backward(
+            h.tensors()
+                .zip(g.hidden.tensors())
+                .chain(std::iter::once((w, &g.weight))),
+        )
+    }
+}
+
+/// Back-propagates the given output gradients: `Σ sum(y · sg(g))`.backward().
+fn surrogate_backward<'a>(pairs: impl IntoIterator<Item = (&'a Tensor, &'a Tensor)>) -> Result<()> {
+    let mut total: Option<Tensor> = None;
+    for (y, g) in pairs {
+        if !g.defined() || !y.requires_grad() {
+            continue;
+        }
+        // Only the gradient of this sum matters (it is g); fp64 models keep fp64 all the way.
+        let kind = rsd_model::accum_kind(y.kind());
+        let s = y.f_mul(&g.detach())?.f_sum(kind)?;
+        total = Some(match total {
+            Some(t) => t.f_add(&s.f_to_kind(t.kind())?)?,
+            None => s,
+        });
+    }
+    if let Some(t) = total {
+        t.f_backward()?;
+    }
+    Ok(())
+}
+
+/// Global L2 norm of the parameters' gradients (fp64 accumulation; one host sync).
+pub fn grad_norm(model: &Model) -> Result<f64> {
+    let mut sq = 0f64;
+    for (_, p) in model.named_parameters() {
+        let g = p.grad();
+        if g.defined() {
+            sq += g
+                .f_to_kind(Kind::Double)?
+                .f_square()?
+                .f_sum(Kind::Double)?
+                .double_value(&[]);
+        }
+    }
+    Ok(sq.sqrt())
+}
+
+/// Sets every parameter's gradient to zero (or leaves it undefined if it never had one).
+pub fn zero_grads(model: &Model) {
+    for (_, p) in model.named_parameters() {
+        let mut g = p.grad();
+        if g.defined() {
+            let _ = g.f_zero_();
+        }
+    }
+}

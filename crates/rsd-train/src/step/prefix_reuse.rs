@@ -1,0 +1,309 @@
+//! The two views' forward, layer by layer, with prefix reuse.
+//!
+//! Rows before the shared prefix `P` (first row whose position changed, see [`crate::perturb`])
+//! are identical in both views, so the perturbed pass runs only rows `P..L`, attending to the
+//! standard pass's post-RoPE K/V of rows `0..P` (rsd-model's `prefix`). Those K/V stay in the
+//! autograd graph: the KL's gradient through them reaches the standard pass, as the true gradient
+//! of the loss does. `P` differs per row, so the suffix pass runs per row; without reuse (or for
+//! perturbations with `P = 0`, e.g. cyclic) one batched full pass runs instead.
+use tch::Tensor;
+
+use rsd_model::{DocBoundaries, LayerKv, Model, Rotary};
+
+use super::{MicroBatch, Objective, StepOptions};
+use crate::perturb::RowView;
+use crate::{Error, Result};
+
+/// One pass of the perturbed view: either every row from row 0 (no reuse), or one row from its
+/// shared prefix on.
+struct PerturbedPass {
+    /// The standard row whose K/V of rows `0..start` this pass attends to (one-row passes).
+    prefix_row: i64,
+    /// First row the pass computes; rows before it come from the standard pass's K/V.
+    start: i64,
+    /// Token ids `[rows, L − start]`.
+    tokens: Tensor,
+    rotary: Rotary,
+    docs: Option<DocBoundaries>,
+}
+
+/// Where one row's perturbed view lives among the plan's perturbed passes.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PerturbedRow {
+    /// Index of the pass (and of its activations in [`Stage::perturbed`]).
+    pub pass: usize,
+    /// The row's index in that pass's batch.
+    pub index: i64,
+    /// First row the pass computes (the row's hidden state `i` is at `i − start`).
+    pub start: i64,
+}
+
+/// Everything both views need, built once per micro-batch.
+pub(super) struct Plan<'a> {
+    pub model: &'a Model,
+    tokens: &'a Tensor,
+    /// The standard view's rotary tables and document mask (`None` for `pose`).
+    std: Option<(Rotary, Option<DocBoundaries>)>,
+    perturbed: Vec<PerturbedPass>,
+    /// Per row: its perturbed view (`None`: no perturbed view, or nothing changed in the row).
+    rows: Vec<Option<PerturbedRow>>,
+}
+
+/// Position ids `[B, L]` on `device` from host rows.
+pub(super) fn pos_tensor(rows: &[Vec<i64>], device: tch::Device) -> Result<Tensor> {
+    let (b, l) = (
+        rows.len() as i64,
+        rows.first().map_or(0, |r| r.len()) as i64,
+    );
+    let flat: Vec<i64> = rows.iter().flatten().copied().collect();
+    Ok(Tensor::f_from_slice(&flat)?
+        .f_view([b, l])?
+        .f_to_device(device)?)
+}
+
+impl<'a> Plan<'a> {
+    pub fn new(
+        model: &'a Model,
+        mb: &'a MicroBatch,
+        views: Option<&[RowView]>,
+        opts: &StepOptions,
+    ) -> Result<Self> {
+        let device = mb.tokens.device();
+        let all: Vec<i64> = (0..mb.rows() as i64).collect();
+        let std = if opts.objective != Objective::Pose {
+            Some((
+                model.rotary(&pos_tensor(&mb.positions, device)?)?,
+                docs_of(mb, &all)?,
+            ))
+        } else {
+            None
+        };
+        let mut plan = Plan {
+            model,
+            tokens: &mb.tokens,
+            std,
+            perturbed: Vec::new(),
+            rows: Vec::new(),
+        };
+        if opts.objective.needs_perturbed() {
+            let views = checked_views(mb, views)?;
+            let reuse = opts.prefix_reuse
+                && plan.std.is_some()
+                && views.iter().any(|v| v.shared_prefix > 0);
+            if reuse {
+                plan.add_suffix_passes(mb, views)?;
+            } else {
+                plan.add_full_pass(mb, views)?;
+            }
+        }
+        Ok(plan)
+    }
+
+    /// One batched perturbed pass over every row from row 0.
+    fn add_full_pass(&mut self, mb: &MicroBatch, views: &[RowView]) -> Result<()> {
+        let device = mb.tokens.device();
+        let all: Vec<i64> = (0..mb.rows() as i64).collect();
+        let pert: Vec<Vec<i64>> = views.iter().map(|v| v.positions.clone()).collect();
+        self.perturbed.push(PerturbedPass {
+            prefix_row: 0,
+            start: 0,
+            tokens: mb.tokens.shallow_clone(),
+            rotary: self.model.rotary(&pos_tensor(&pert, device)?)?,
+            docs: docs_of(mb, &all)?,
+        });
+        self.rows = all
+            .iter()
+            .map(|&index| {
+                Some(PerturbedRow {
+                    pass: 0,
+                    index,
+                    start: 0,
+                })
+            })
+            .collect();
+        Ok(())
+    }
+
+    /// One perturbed pass per row, over the rows after its shared prefix.
+    fn add_suffix_passes(&mut self, mb: &MicroBatch, views: &[RowView]) -> Result<()> {
+        let device = mb.tokens.device();
+        let l = mb.len();
+        for (r, v) in views.iter().enumerate() {
+            let p = v.shared_prefix.min(l);
+            if p == l {
+                // Nothing changed in this row: no perturbed rows at all.
+                self.rows.push(None);
+                continue;
+            }
+            let suffix = vec![v.positions[p as usize..].to_vec()];
+            self.rows.push(Some(PerturbedRow {
+                pass: self.perturbed.len(),
+                index: 0,
+                start: p,
+            }));
+            self.perturbed.push(PerturbedPass {
+                prefix_row: r as i64,
+                start: p,
+                tokens: mb.tokens.f_narrow(0, r as i64, 1)?.f_narrow(1, p, l - p)?,
+                rotary: self.model.rotary(&pos_tensor(&suffix, device)?)?,
+                docs: docs_of(mb, &[r as i64])?,
+            });
+        }
+        Ok(())
+    }
+
+    /// Where row `b`'s perturbed view lives, if it has one.
+    pub fn perturbed_row(&self, b: usize) -> Option<PerturbedRow> {
+        self.rows.get(b).copied().flatten()
+    }
+
+    /// Embeddings of both views.
+    pub fn embed(&self) -> Result<Stage> {
+        let std = match self.std {
+            Some(_) => Some(self.model.embed(self.tokens)?),
+            None => None,
+        };
+        let perturbed = self
+            .perturbed
+            .iter()
+            .map(|g| self.model.embed(&g.tokens))
+            .collect::<rsd_model::Result<_>>()?;
+        Ok(Stage { std, perturbed })
+    }
+
+    /// Layer `i` for both views; the perturbed rows take the standard K/V of rows `0..p` as prefix.
+    pub fn layer(&self, i: usize, x: &Stage) -> Result<Stage> {
+        let mut kv = None;
+        let std = match (&self.std, &x.std) {
+            (Some((rot, docs)), Some(xs)) => {
+                let (y, k) = self.model.layer_forward(i, xs, rot, docs.as_ref(), None)?;
+                kv = Some(k);
+                Some(y)
+            }
+            _ => None,
+        };
+        let mut perturbed = Vec::with_capacity(self.perturbed.len());
+        for (g, xg) in self.perturbed.iter().zip(&x.perturbed) {
+            let prefix = match (&kv, g.start) {
+                (Some(kv), p) if p > 0 => {
+                    let r = g.prefix_row;
+                    Some(LayerKv {
+                        k: kv.k.f_narrow(0, r, 1)?.f_narrow(2, 0, p)?,
+                        v: kv.v.f_narrow(0, r, 1)?.f_narrow(2, 0, p)?,
+                    })
+                }
+                _ => None,
+            };
+            let (y, _) =
+                self.model
+                    .layer_forward(i, xg, &g.rotary, g.docs.as_ref(), prefix.as_ref())?;
+            perturbed.push(y);
+        }
+        Ok(Stage { std, perturbed })
+    }
+
+    pub fn final_norm(&self, x: &Stage) -> Result<Stage> {
+        Ok(Stage {
+            std: match &x.std {
+                Some(h) => Some(self.model.final_norm(h)?),
+                None => None,
+            },
+            perturbed: x
+                .perturbed
+                .iter()
+                .map(|h| self.model.final_norm(h))
+                .collect::<rsd_model::Result<_>>()?,
+        })
+    }
+}
+
+/// The views, checked against the batch's shape.
+fn checked_views<'v>(mb: &MicroBatch, views: Option<&'v [RowView]>) -> Result<&'v [RowView]> {
+    let (b, l) = (mb.rows(), mb.len());
+    let views = views.ok_or_else(|| {
+        Error::Input("the objective needs a perturbed view, none was given".into())
+    })?;
+    if views.len() != b || views.iter().any(|v| v.positions.len() as i64 != l) {
+        return Err(Error::Input(format!(
+            "{} perturbed rows for a batch of {b} rows of length {l}",
+            views.len()
+        )));
+    }
+    Ok(views)
+}
+
+/// The document mask of the given rows (document-masked batches only).
+fn docs_of(mb: &MicroBatch, rows: &[i64]) -> Result<Option<DocBoundaries>> {
+    let Some(d) = &mb.docs else { return Ok(None) };
+    let sel = rows.iter().map(|&r| d[r as usize].clone()).collect();
+    Ok(Some(DocBoundaries::new(sel, mb.len())?))
+}
+
+/// Activations of both views at one stage (embeddings, a layer's output, final hidden states).
+pub(super) struct Stage {
+    /// The standard view `[B, L, D]` (`None` for `pose`).
+    pub std: Option<Tensor>,
+    /// One tensor per perturbed pass, in [`PerturbedRow::pass`] order.
+    pub perturbed: Vec<Tensor>,
+}
+
+impl Stage {
+    pub fn tensors(&self) -> impl Iterator<Item = &Tensor> {
+        self.std.iter().chain(self.perturbed.iter())
+    }
+
+    /// Detached copies that require grad (leaves).
+    pub fn leaves(&self) -> Stage {
+        let leaf = |t: &Tensor| t.detach().set_requires_grad(true);
+        Stage {
+            std: self.std.as_ref().map(leaf),
+            perturbed: self.perturbed.iter().map(leaf).collect(),
+        }
+    }
+
+    pub fn detached(&self) -> Stage {
+        Stage {
+            std: self.std.as_ref().map(|t| t.detach()),
+            perturbed: self.perturbed.iter().map(|t| t.detach()).collect(),
+        }
+    }
+
+    /// Zeros shaped like this stage (gradient accumulators).
+    pub fn zeros_like(&self) -> Result<Stage> {
+        Ok(Stage {
+            std: match &self.std {
+                Some(t) => Some(t.f_zeros_like()?),
+                None => None,
+            },
+            perturbed: self
+                .perturbed
+                .iter()
+                .map(|t| t.f_zeros_like())
+                .collect::<std::result::Result<_, _>>()?,
+        })
+    }
+
+    /// The leaves' gradients (undefined where no loss reached).
+    pub fn grads(&self) -> Vec<Tensor> {
+        self.tensors().map(|t| t.grad()).collect()
+    }
+}
+
+/// The FLOP floor of an `rsd` skip step with prefix reuse, as a multiple of a `standard` step,
+/// for split points `s` uniform over the sequence (matmul FLOPs only; backward scales the same).
+///
+/// Per token, a layer costs `2·(d·(q + 2·kv) + q·d + 3·d·ffn)` in its linear maps and `4·(L/2)·q`
+/// in causal attention (`L/2` keys on average); the LM head `2·d·V`. The second view runs the rows
+/// after `s`: on average half the rows for the linear maps and the head, and `E[(L² − s²)/2] =
+/// L²/3` of the `L²/2` query–key pairs (two thirds) for attention. So the floor is
+/// `1 + (½·(lin + head) + ⅔·att) / (lin + head + att)`; it approaches 1.5 for large models.
+pub fn prefix_reuse_floor(c: &rsd_model::ModelConfig, seq_len: i64) -> f64 {
+    let (d, l) = (c.hidden_size as f64, seq_len as f64);
+    let q = (c.num_attention_heads * c.head_dim) as f64;
+    let kv = (c.num_key_value_heads * c.head_dim) as f64;
+    let layers = c.num_hidden_layers as f64;
+    let lin = layers * 2.0 * (d * (q + 2.0 * kv) + q * d + 3.0 * d * c.intermediate_size as f64);
+    let head = 2.0 * d * c.vocab_size as f64;
+    let att = layers * 4.0 * (l / 2.0) * q;
+    1.0 + (0.5 * (lin + head) + 2.0 / 3.0 * att) / (lin + head + att)
+}
