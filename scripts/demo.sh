@@ -17,7 +17,7 @@ steps="${RSD_DEMO_STEPS:-150}"
 mkdir -p "$out"
 
 echo "==> building (release)" >&2
-cargo build --release -q -p rsd-data -p rsd-train -p rsd-model
+cargo build --release -q -p rsd-data -p rsd-train -p rsd-model-cli
 bin=target/release
 
 echo "==> packing corpus/books and corpus/code into $out/shards (fixed mode, 512 tokens)" >&2
