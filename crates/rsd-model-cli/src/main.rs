@@ -428,7 +428,15 @@ fn main() {
         Cmd::Init(a) => init(a),
     };
     if let Err(e) = r {
-        eprintln!("rsd-model: error: {e:#}");
+        // One line: the message and each cause the message does not already quote (the
+        // library's errors embed their source, e.g. `PATH: No such file or directory`).
+        let mut line = e.to_string();
+        for cause in e.chain().skip(1).map(|c| c.to_string()) {
+            if !line.contains(&cause) {
+                line = format!("{line}: {cause}");
+            }
+        }
+        eprintln!("rsd-model: error: {line}");
         std::process::exit(1);
     }
 }
