@@ -89,7 +89,7 @@ def main():
         f"config `{os.path.relpath(a.config, REPO)}` ({ours['parameters'] / 1e6:.1f} M parameters). "
         f"Median of {a.iters} after one warm-up. One step = forward + full-logit CE + backward.",
         "",
-        "Reproduce (after `cargo build -p rsd-model`):",
+        "Reproduce (after `cargo build -p rsd-model-cli`):",
         "",
         "```",
         cmd,

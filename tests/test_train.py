@@ -192,7 +192,7 @@ def test_long_ce_refuses_objectives_without_a_standard_clm_term(setup):
     d, _, models = setup
     p = rsd_train(*probe_args(models["llama"], d / "tokens.npy", "pose", "skip", {"split": [5, 5], "skip": [3, 3]},
                               "reverse", 1.0, "fp64"), "--long-ce-window", 8, check=False)
-    assert p.returncode == 1 and "LongCE" in p.stderr and "Pose" in p.stderr
+    assert p.returncode == 1 and "LongCE" in p.stderr and "objective pose" in p.stderr
 
 
 def test_prefix_reuse_and_checkpointing_do_not_change_the_probe(setup):

@@ -1,4 +1,4 @@
-//! Links libtorch for rsd-model's binary, tests and benches (see rsd-build), and compiles
+//! Links libtorch for rsd-model's tests (see rsd-build), and compiles
 //! `csrc/merged_attention.cpp`, the attention primitive's autograd function (`src/attention.rs`).
 fn main() {
     let lib = rsd_build::link_libtorch();

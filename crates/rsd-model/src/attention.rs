@@ -26,6 +26,7 @@
 use tch::{Device, Kind, Tensor};
 
 use crate::error::{ModelError, Result, TchContext};
+use crate::shape_str;
 
 /// How a key block is masked against the queries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +35,16 @@ pub enum Mask {
     None,
     /// The block covers the same span as the queries: query i sees keys 0..=i.
     Causal,
+}
+
+impl Mask {
+    /// `unmasked` or `causal`, for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mask::None => "unmasked",
+            Mask::Causal => "causal",
+        }
+    }
 }
 
 /// One block of keys and values, `[B, Hkv, Lk, D]` each (Hkv may divide the query heads: GQA).
@@ -115,7 +126,8 @@ fn check_shapes(q: &Tensor, blocks: &[KvBlock<'_>]) -> Result<()> {
     let qs = q.size();
     if qs.len() != 4 {
         return Err(ModelError::Input(format!(
-            "attention: queries must be [B, H, L, D], got {qs:?}"
+            "attention: queries must be [B, H, L, D], got {}",
+            shape_str(&qs)
         )));
     }
     if blocks.is_empty() {
@@ -132,8 +144,11 @@ fn check_shapes(q: &Tensor, blocks: &[KvBlock<'_>]) -> Result<()> {
             && (b.mask == Mask::None || ks[2] == qs[2]);
         if !ok {
             return Err(ModelError::Input(format!(
-                "attention: block {i} ({:?}) has k {ks:?}, v {vs:?}, incompatible with queries {qs:?}",
-                b.mask
+                "attention: block {i} ({}) has k {}, v {}, incompatible with queries {}",
+                b.mask.name(),
+                shape_str(&ks),
+                shape_str(&vs),
+                shape_str(&qs)
             )));
         }
     }
@@ -314,7 +329,8 @@ impl DocBoundaries {
             if !ok {
                 return Err(ModelError::Input(format!(
                     "document boundaries of row {r} must be strictly increasing from 0 to the \
-                     sequence length {total_len}, got {cu:?}"
+                     sequence length {total_len}, got {}",
+                    shape_str(cu)
                 )));
             }
         }
@@ -324,6 +340,35 @@ impl DocBoundaries {
     /// The same boundaries for each of `batch` rows.
     pub fn same_for_all(cu: Vec<i64>, batch: usize, total_len: i64) -> Result<Self> {
         Self::new(vec![cu; batch], total_len)
+    }
+
+    /// Parses a boundaries spec for `batch` rows of `total_len` tokens: `"0,5,12"` (the same list
+    /// for every row) or `"0,5,12;0,3,12"` (one list per row, separated by `;`).
+    pub fn parse(spec: &str, batch: usize, total_len: i64) -> Result<Self> {
+        let rows: Vec<Vec<i64>> = spec
+            .split(';')
+            .map(|r| {
+                r.split(',')
+                    .map(|x| x.trim().parse::<i64>())
+                    .collect::<std::result::Result<Vec<_>, _>>()
+            })
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|_| {
+                ModelError::Input(format!(
+                    "document boundaries \"{spec}\": expected integers like 0,5,12 (every row) \
+                     or 0,5,12;0,3,12 (one list per row)"
+                ))
+            })?;
+        let rows = match rows.len() {
+            1 => vec![rows[0].clone(); batch],
+            n if n == batch => rows,
+            n => {
+                return Err(ModelError::Input(format!(
+                    "document boundaries \"{spec}\" have {n} rows, the batch has {batch}"
+                )))
+            }
+        };
+        Self::new(rows, total_len)
     }
 
     /// Boundaries of each row.
@@ -372,58 +417,78 @@ pub fn attend_documents(
     let mut row_outs = Vec::with_capacity(batch as usize);
     let mut row_lses = Vec::with_capacity(batch as usize);
     for (b, cu) in docs.rows.iter().enumerate() {
-        if cu.last() != Some(&(lp + lq)) {
+        let end = cu.last().copied().unwrap_or(0);
+        if end != lp + lq {
             return Err(ModelError::Input(format!(
-                "document boundaries of row {b} end at {:?}, the sequence (prefix {lp} + {lq}) \
+                "document boundaries of row {b} end at {end}, the sequence (prefix {lp} + {lq}) \
                  has {} tokens",
-                cu.last(),
                 lp + lq
             )));
         }
-        let row = |t: &Tensor| t.f_narrow(0, b as i64, 1);
-        let (qb, kb, vb) = (row(q), row(k), row(v));
-        let (qb, kb, vb) = (qb.ctx("docs")?, kb.ctx("docs")?, vb.ctx("docs")?);
-        let mut outs = Vec::new();
-        let mut lses = Vec::new();
-        for w in cu.windows(2) {
-            let (start, end) = (w[0], w[1]);
-            if end <= lp {
-                continue; // a document entirely inside the prefix has no queries here
-            }
-            let qs = start.max(lp) - lp;
-            let n = end - lp - qs;
-            let seg = |t: &Tensor| t.f_narrow(2, qs, n).ctx("docs: segment");
-            let (sq, sk, sv) = (seg(&qb)?, seg(&kb)?, seg(&vb)?);
-            let mut blocks = Vec::with_capacity(2);
-            let pre;
-            if let (Some((pk, pv)), true) = (prefix, start < lp) {
-                let pseg = |t: &Tensor| {
-                    t.f_narrow(0, b as i64, 1)
-                        .and_then(|t| t.f_narrow(2, start, lp - start))
-                        .ctx("docs: prefix segment")
-                };
-                pre = (pseg(pk)?, pseg(pv)?);
-                blocks.push(KvBlock {
-                    k: &pre.0,
-                    v: &pre.1,
-                    mask: Mask::None,
-                });
-            }
-            blocks.push(KvBlock {
-                k: &sk,
-                v: &sv,
-                mask: Mask::Causal,
-            });
-            let a = attend(&sq, &blocks, scale)?;
-            outs.push(a.out);
-            lses.push(a.lse);
-        }
-        row_outs.push(Tensor::f_cat(&outs, 2).ctx("docs: concat")?);
-        row_lses.push(Tensor::f_cat(&lses, 2).ctx("docs: concat")?);
+        let a = attend_row_documents(q, k, v, prefix, b as i64, cu, scale)?;
+        row_outs.push(a.out);
+        row_lses.push(a.lse);
     }
     Ok(Attended {
         out: Tensor::f_cat(&row_outs, 0).ctx("docs: concat rows")?,
         lse: Tensor::f_cat(&row_lses, 0).ctx("docs: concat rows")?,
+    })
+}
+
+/// Row `b` of [`attend_documents`] with boundaries `cu` over `[prefix ; queries]`: each document
+/// is its own query block, over its own keys (causal) and its part of the prefix (unmasked).
+fn attend_row_documents(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    prefix: Option<(&Tensor, &Tensor)>,
+    b: i64,
+    cu: &[i64],
+    scale: f64,
+) -> Result<Attended> {
+    let lp = prefix
+        .map(|(pk, _)| pk.size().get(2).copied().unwrap_or(0))
+        .unwrap_or(0);
+    let row = |t: &Tensor| t.f_narrow(0, b, 1).ctx("docs");
+    let (qb, kb, vb) = (row(q)?, row(k)?, row(v)?);
+    let mut outs = Vec::new();
+    let mut lses = Vec::new();
+    for w in cu.windows(2) {
+        let (start, end) = (w[0], w[1]);
+        if end <= lp {
+            continue; // a document entirely inside the prefix has no queries here
+        }
+        let qs = start.max(lp) - lp;
+        let n = end - lp - qs;
+        let seg = |t: &Tensor| t.f_narrow(2, qs, n).ctx("docs: segment");
+        let (sq, sk, sv) = (seg(&qb)?, seg(&kb)?, seg(&vb)?);
+        let mut blocks = Vec::with_capacity(2);
+        let pre;
+        if let (Some((pk, pv)), true) = (prefix, start < lp) {
+            let pseg = |t: &Tensor| {
+                t.f_narrow(0, b, 1)
+                    .and_then(|t| t.f_narrow(2, start, lp - start))
+                    .ctx("docs: prefix segment")
+            };
+            pre = (pseg(pk)?, pseg(pv)?);
+            blocks.push(KvBlock {
+                k: &pre.0,
+                v: &pre.1,
+                mask: Mask::None,
+            });
+        }
+        blocks.push(KvBlock {
+            k: &sk,
+            v: &sv,
+            mask: Mask::Causal,
+        });
+        let a = attend(&sq, &blocks, scale)?;
+        outs.push(a.out);
+        lses.push(a.lse);
+    }
+    Ok(Attended {
+        out: Tensor::f_cat(&outs, 2).ctx("docs: concat")?,
+        lse: Tensor::f_cat(&lses, 2).ctx("docs: concat")?,
     })
 }
 
@@ -494,7 +559,11 @@ mod tests {
             .zip(gf.iter().zip(&gs))
         {
             let d = max_diff(a, b);
-            assert!(d < tol, "gradient of {name} differs by {d} ({kind:?})");
+            assert!(
+                d < tol,
+                "gradient of {name} differs by {d} ({})",
+                crate::kind_name(kind)
+            );
             assert!(
                 b.abs().max().double_value(&[]) > 1e-3,
                 "gradient of {name} is trivially 0"
@@ -599,5 +668,19 @@ mod tests {
         assert!(e.to_string().contains("incompatible"), "{e}");
         assert!(DocBoundaries::new(vec![vec![0, 5, 5, 10]], 10).is_err());
         assert!(DocBoundaries::new(vec![vec![0, 9]], 10).is_err());
+    }
+
+    #[test]
+    fn boundary_specs_parse_for_every_row_or_per_row() {
+        let d = DocBoundaries::parse("0,2,5", 2, 5).unwrap();
+        assert_eq!(d.rows(), &[vec![0, 2, 5], vec![0, 2, 5]]);
+        let d = DocBoundaries::parse("0,2,5; 0, 5", 2, 5).unwrap();
+        assert_eq!(d.rows(), &[vec![0, 2, 5], vec![0, 5]]);
+        let e = DocBoundaries::parse("0,2,5;0,5;0,5", 2, 5).unwrap_err();
+        assert!(e.to_string().contains("3 rows, the batch has 2"), "{e}");
+        let e = DocBoundaries::parse("0,x", 1, 5).unwrap_err();
+        assert!(e.to_string().contains("expected integers"), "{e}");
+        let e = DocBoundaries::parse("0,3", 1, 5).unwrap_err();
+        assert!(e.to_string().contains("got [0, 3]"), "{e}");
     }
 }

@@ -131,51 +131,7 @@ impl Model {
             .collect::<Result<_>>()?;
         let parsed: Vec<SafeTensors<'_>> = maps.iter().map(parse).collect::<Result<_>>()?;
         // 1. Check everything before copying anything.
-        let mut found: HashMap<String, usize> = HashMap::new();
-        for (i, st) in parsed.iter().enumerate() {
-            for (name, view) in st.iter() {
-                let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
-                let file = || maps[i].path.clone();
-                let Some(p) = params.get(name) else {
-                    if ignorable(name, model.config()) {
-                        continue;
-                    }
-                    return Err(ModelError::UnexpectedTensor {
-                        file: file(),
-                        name: name.into(),
-                        shape,
-                    });
-                };
-                if p.size() != shape {
-                    return Err(ModelError::ShapeMismatch {
-                        file: file(),
-                        name: name.into(),
-                        found: shape,
-                        expected: p.size(),
-                    });
-                }
-                if kind_of(view.dtype()).is_none() {
-                    return Err(ModelError::UnsupportedDtype {
-                        file: file(),
-                        name: name.into(),
-                        dtype: format!("{:?}", view.dtype()),
-                    });
-                }
-                found.insert(name.to_string(), i);
-            }
-        }
-        let mut missing: Vec<(&String, &Tensor)> = params
-            .iter()
-            .filter(|(n, _)| !found.contains_key(*n))
-            .collect();
-        missing.sort_by(|a, b| a.0.cmp(b.0));
-        if let Some((name, p)) = missing.first() {
-            return Err(ModelError::MissingTensor {
-                dir: dir.to_path_buf(),
-                name: name.to_string(),
-                expected: p.size(),
-            });
-        }
+        let found = locate(dir, &params, &maps, &parsed, model.config())?;
         // 2. Copy, converting dtype and device.
         let _guard = tch::no_grad_guard();
         for (name, p) in &params {
@@ -196,6 +152,63 @@ impl Model {
         }
         Ok(model)
     }
+}
+
+/// Checks the tensors of the checkpoint files against the model's parameters (unexpected, shape,
+/// dtype, missing) and returns, for each parameter, the index of the file that holds it.
+fn locate(
+    dir: &Path,
+    params: &HashMap<String, Tensor>,
+    maps: &[Mapped],
+    parsed: &[SafeTensors<'_>],
+    cfg: &ModelConfig,
+) -> Result<HashMap<String, usize>> {
+    let mut found: HashMap<String, usize> = HashMap::new();
+    for (i, st) in parsed.iter().enumerate() {
+        for (name, view) in st.iter() {
+            let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
+            let file = || maps[i].path.clone();
+            let Some(p) = params.get(name) else {
+                if ignorable(name, cfg) {
+                    continue;
+                }
+                return Err(ModelError::UnexpectedTensor {
+                    file: file(),
+                    name: name.into(),
+                    shape,
+                });
+            };
+            if p.size() != shape {
+                return Err(ModelError::ShapeMismatch {
+                    file: file(),
+                    name: name.into(),
+                    found: shape,
+                    expected: p.size(),
+                });
+            }
+            if kind_of(view.dtype()).is_none() {
+                return Err(ModelError::UnsupportedDtype {
+                    file: file(),
+                    name: name.into(),
+                    dtype: view.dtype().to_string(),
+                });
+            }
+            found.insert(name.to_string(), i);
+        }
+    }
+    let mut missing: Vec<(&String, &Tensor)> = params
+        .iter()
+        .filter(|(n, _)| !found.contains_key(*n))
+        .collect();
+    missing.sort_by(|a, b| a.0.cmp(b.0));
+    if let Some((name, p)) = missing.first() {
+        return Err(ModelError::MissingTensor {
+            dir: dir.to_path_buf(),
+            name: name.to_string(),
+            expected: p.size(),
+        });
+    }
+    Ok(found)
 }
 
 /// Options for [`Model::save`].
@@ -266,7 +279,10 @@ impl Model {
     pub fn save(&self, dir: &Path, opts: &SaveOptions) -> Result<()> {
         let kind = opts.kind.unwrap_or(self.options().kind);
         let (dtype, dtype_name) = dtype_of(kind).ok_or_else(|| {
-            ModelError::InvalidConfig(format!("cannot save parameters as {kind:?}"))
+            ModelError::InvalidConfig(format!(
+                "cannot save parameters as {} (fp32, bf16, fp16, fp64)",
+                crate::kind_name(kind)
+            ))
         })?;
         if dir.exists() && !opts.overwrite {
             return Err(ModelError::Exists(dir.to_path_buf()));
@@ -309,24 +325,9 @@ impl Model {
         dtype_name: &str,
         opts: &SaveOptions,
     ) -> Result<()> {
-        // 1. Group parameters into shards in key order (one tensor on the host at a time per
-        //    shard; a shard is written before the next one is converted).
-        let params = self.named_parameters();
-        let mut shards: Vec<Vec<(String, Tensor)>> = vec![Vec::new()];
-        let mut size = 0u64;
-        let mut total = 0u64;
-        for (name, t) in params {
-            let bytes = (t.numel() * kind.elt_size_in_bytes()) as u64;
-            if size > 0 && size + bytes > opts.max_shard_bytes {
-                shards.push(Vec::new());
-                size = 0;
-            }
-            size += bytes;
-            total += bytes;
-            if let Some(s) = shards.last_mut() {
-                s.push((name, t));
-            }
-        }
+        // 1. Group parameters into shards in key order (a shard is converted to host bytes and
+        //    written before the next one is converted).
+        let (shards, total) = plan_shards(self.named_parameters(), kind, opts.max_shard_bytes);
         let n = shards.len();
         let mut weight_map = BTreeMap::new();
         let meta: HashMap<String, String> = [("format".to_string(), "pt".to_string())].into();
@@ -373,6 +374,31 @@ impl Model {
         }
         Ok(())
     }
+}
+
+/// Parameters grouped into shards of at most `max_bytes` when stored as `kind`, in the given order
+/// (a tensor larger than the limit gets a shard of its own), and the total byte count.
+fn plan_shards(
+    params: Vec<(String, Tensor)>,
+    kind: Kind,
+    max_bytes: u64,
+) -> (Vec<Vec<(String, Tensor)>>, u64) {
+    let mut shards: Vec<Vec<(String, Tensor)>> = vec![Vec::new()];
+    let mut size = 0u64;
+    let mut total = 0u64;
+    for (name, t) in params {
+        let bytes = (t.numel() * kind.elt_size_in_bytes()) as u64;
+        if size > 0 && size + bytes > max_bytes {
+            shards.push(Vec::new());
+            size = 0;
+        }
+        size += bytes;
+        total += bytes;
+        if let Some(s) = shards.last_mut() {
+            s.push((name, t));
+        }
+    }
+    (shards, total)
 }
 
 fn write_json(path: &Path, v: &serde_json::Value) -> Result<()> {

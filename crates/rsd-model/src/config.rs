@@ -28,6 +28,14 @@ impl Family {
             Family::Qwen3 => "Qwen3ForCausalLM",
         }
     }
+
+    /// The HF `model_type`.
+    pub fn model_type(self) -> &'static str {
+        match self {
+            Family::Llama => "llama",
+            Family::Qwen3 => "qwen3",
+        }
+    }
 }
 
 /// RoPE frequency scaling, as `rope_scaling` in `config.json`.
@@ -70,6 +78,56 @@ pub enum RopeScaling {
         /// Round the correction range to integers (transformers' default: true).
         truncate: bool,
     },
+}
+
+/// The HF `rope_type` and parameters, e.g. `yarn (factor 4, original_max_position_embeddings 4096,
+/// beta_fast 32, beta_slow 1, truncate true)`; `none` for plain RoPE.
+impl std::fmt::Display for RopeScaling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RopeScaling::None => write!(f, "none"),
+            RopeScaling::Linear { factor } => write!(f, "linear (factor {factor})"),
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            } => write!(
+                f,
+                "llama3 (factor {factor}, low_freq_factor {low_freq_factor}, high_freq_factor \
+                 {high_freq_factor}, original_max_position_embeddings \
+                 {original_max_position_embeddings})"
+            ),
+            RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings,
+                attention_factor,
+                beta_fast,
+                beta_slow,
+                mscale,
+                mscale_all_dim,
+                truncate,
+            } => {
+                write!(
+                    f,
+                    "yarn (factor {factor}, original_max_position_embeddings \
+                     {original_max_position_embeddings}, beta_fast {beta_fast}, beta_slow \
+                     {beta_slow}, truncate {truncate}"
+                )?;
+                let optional = [
+                    ("attention_factor", attention_factor),
+                    ("mscale", mscale),
+                    ("mscale_all_dim", mscale_all_dim),
+                ];
+                for (name, value) in optional {
+                    if let Some(v) = value {
+                        write!(f, ", {name} {v}")?;
+                    }
+                }
+                write!(f, ")")
+            }
+        }
+    }
 }
 
 /// Lenient view of an HF `config.json`: every field optional, names as HF writes them.
@@ -226,25 +284,94 @@ fn parse_rope_scaling(v: Option<&Value>, max_pos: i64) -> Result<RopeScaling> {
     })
 }
 
+/// The family named by `architectures` (its first entry) or, without it, by `model_type`.
+fn resolve_family(raw: &RawConfig) -> Result<Family> {
+    let arch = raw
+        .architectures
+        .as_ref()
+        .and_then(|a| a.first())
+        .map(String::as_str);
+    match (arch, raw.model_type.as_deref()) {
+        (Some("LlamaForCausalLM"), _) | (None, Some("llama")) => Ok(Family::Llama),
+        (Some("Qwen3ForCausalLM"), _) | (None, Some("qwen3")) => Ok(Family::Qwen3),
+        (a, m) => Err(ModelError::UnsupportedArchitecture {
+            found: format!(
+                "architectures {}, model_type {}",
+                a.unwrap_or("(none)"),
+                m.unwrap_or("(none)")
+            ),
+        }),
+    }
+}
+
+/// `head_dim` as written, else the family default (Qwen3: 128; Llama: `hidden_size / heads`).
+fn resolve_head_dim(raw: &RawConfig, family: Family, hidden_size: i64, heads: i64) -> Result<i64> {
+    match (raw.head_dim, family) {
+        (Some(h), _) => Ok(h),
+        (None, Family::Qwen3) => Ok(128),
+        (None, Family::Llama) => {
+            if heads <= 0 || hidden_size % heads != 0 {
+                return Err(ModelError::InvalidConfig(format!(
+                    "hidden_size {hidden_size} is not divisible by num_attention_heads {heads}"
+                )));
+            }
+            Ok(hidden_size / heads)
+        }
+    }
+}
+
+/// Refuses fields whose values we do not implement (we would compute something else than
+/// transformers).
+fn refuse_unsupported(raw: &RawConfig, family: Family) -> Result<()> {
+    if let Some(act) = raw.hidden_act.as_deref().filter(|a| *a != "silu") {
+        return Err(ModelError::UnsupportedConfig {
+            field: "hidden_act",
+            value: act.to_string(),
+            reason: "only silu (SwiGLU) is implemented",
+        });
+    }
+    if let Some(p) = raw.partial_rotary_factor.filter(|p| *p != 1.0) {
+        return Err(ModelError::UnsupportedConfig {
+            field: "partial_rotary_factor",
+            value: p.to_string(),
+            reason: "only full rotary embeddings are implemented",
+        });
+    }
+    if raw.use_sliding_window == Some(true) {
+        return Err(ModelError::UnsupportedConfig {
+            field: "use_sliding_window",
+            value: "true".into(),
+            reason: "sliding-window attention is not implemented",
+        });
+    }
+    if let Some(t) = raw
+        .layer_types
+        .iter()
+        .flatten()
+        .find(|t| *t != "full_attention")
+    {
+        return Err(ModelError::UnsupportedConfig {
+            field: "layer_types",
+            value: t.clone(),
+            reason: "only full_attention layers are implemented",
+        });
+    }
+    if family == Family::Qwen3 && raw.mlp_bias == Some(true) {
+        return Err(ModelError::UnsupportedConfig {
+            field: "mlp_bias",
+            value: "true".into(),
+            reason: "Qwen3 has no MLP bias",
+        });
+    }
+    Ok(())
+}
+
 impl ModelConfig {
     /// Resolves an HF `config.json` value.
     pub fn from_hf_json(value: Value) -> Result<Self> {
         let raw: RawConfig = serde_json::from_value(value.clone())
             .map_err(|e| ModelError::InvalidConfig(format!("config.json: {e}")))?;
-        let arch = raw
-            .architectures
-            .as_ref()
-            .and_then(|a| a.first())
-            .map(String::as_str);
-        let family = match (arch, raw.model_type.as_deref()) {
-            (Some("LlamaForCausalLM"), _) | (None, Some("llama")) => Family::Llama,
-            (Some("Qwen3ForCausalLM"), _) | (None, Some("qwen3")) => Family::Qwen3,
-            (a, m) => {
-                return Err(ModelError::UnsupportedArchitecture {
-                    found: format!("architectures={a:?}, model_type={m:?}"),
-                })
-            }
-        };
+        let family = resolve_family(&raw)?;
         let hidden_size = need(raw.hidden_size, "hidden_size")?;
         let heads = need(raw.num_attention_heads, "num_attention_heads")?;
         let kv_heads = raw.num_key_value_heads.unwrap_or(heads);
@@ -252,58 +379,8 @@ impl ModelConfig {
             Family::Llama => 2048,
             Family::Qwen3 => 32768,
         });
-        let head_dim = match (raw.head_dim, family) {
-            (Some(h), _) => h,
-            (None, Family::Qwen3) => 128,
-            (None, Family::Llama) => {
-                if heads <= 0 || hidden_size % heads != 0 {
-                    return Err(ModelError::InvalidConfig(format!(
-                        "hidden_size {hidden_size} is not divisible by num_attention_heads {heads}"
-                    )));
-                }
-                hidden_size / heads
-            }
-        };
-        if let Some(act) = raw.hidden_act.as_deref().filter(|a| *a != "silu") {
-            return Err(ModelError::UnsupportedConfig {
-                field: "hidden_act",
-                value: act.to_string(),
-                reason: "only silu (SwiGLU) is implemented",
-            });
-        }
-        if let Some(p) = raw.partial_rotary_factor.filter(|p| *p != 1.0) {
-            return Err(ModelError::UnsupportedConfig {
-                field: "partial_rotary_factor",
-                value: p.to_string(),
-                reason: "only full rotary embeddings are implemented",
-            });
-        }
-        if raw.use_sliding_window == Some(true) {
-            return Err(ModelError::UnsupportedConfig {
-                field: "use_sliding_window",
-                value: "true".into(),
-                reason: "sliding-window attention is not implemented",
-            });
-        }
-        if let Some(t) = raw
-            .layer_types
-            .iter()
-            .flatten()
-            .find(|t| *t != "full_attention")
-        {
-            return Err(ModelError::UnsupportedConfig {
-                field: "layer_types",
-                value: t.clone(),
-                reason: "only full_attention layers are implemented",
-            });
-        }
-        if family == Family::Qwen3 && raw.mlp_bias == Some(true) {
-            return Err(ModelError::UnsupportedConfig {
-                field: "mlp_bias",
-                value: "true".into(),
-                reason: "Qwen3 has no MLP bias",
-            });
-        }
+        let head_dim = resolve_head_dim(&raw, family, hidden_size, heads)?;
+        refuse_unsupported(&raw, family)?;
         let cfg = ModelConfig {
             family,
             vocab_size: need(raw.vocab_size, "vocab_size")?,
@@ -451,10 +528,7 @@ impl ModelConfig {
             v["architectures"] = serde_json::json!([self.family.architecture()]);
         }
         if v.get("model_type").is_none() {
-            v["model_type"] = serde_json::json!(match self.family {
-                Family::Llama => "llama",
-                Family::Qwen3 => "qwen3",
-            });
+            v["model_type"] = serde_json::json!(self.family.model_type());
         }
         v
     }

@@ -2,6 +2,8 @@
 //! the tensor name, both shapes.
 use std::path::PathBuf;
 
+use crate::shape_str;
+
 /// Errors from config parsing, checkpoint I/O and the forward pass.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
@@ -23,7 +25,7 @@ pub enum ModelError {
     },
     /// The config names an architecture this crate does not implement.
     #[error(
-        "unsupported architecture {found:?}: supported are LlamaForCausalLM (model_type \"llama\") \
+        "unsupported architecture ({found}): supported are LlamaForCausalLM (model_type \"llama\") \
          and Qwen3ForCausalLM (model_type \"qwen3\")"
     )]
     UnsupportedArchitecture {
@@ -53,7 +55,7 @@ pub enum ModelError {
         reason: String,
     },
     /// The checkpoint lacks a tensor the model needs.
-    #[error("{dir}: missing tensor {name} (model expects shape {expected:?})")]
+    #[error("{dir}: missing tensor {name} (model expects shape {})", shape_str(.expected))]
     MissingTensor {
         /// The checkpoint directory.
         dir: PathBuf,
@@ -64,7 +66,8 @@ pub enum ModelError {
     },
     /// The checkpoint has a tensor the model does not know.
     #[error(
-        "{file}: unexpected tensor {name} with shape {shape:?} (not a parameter of this model)"
+        "{file}: unexpected tensor {name} with shape {} (not a parameter of this model)",
+        shape_str(.shape)
     )]
     UnexpectedTensor {
         /// The file holding it.
@@ -76,7 +79,9 @@ pub enum ModelError {
     },
     /// A tensor's shape in the checkpoint differs from the model's.
     #[error(
-        "{file}: shape mismatch for {name}: checkpoint has {found:?}, model expects {expected:?}"
+        "{file}: shape mismatch for {name}: checkpoint has {}, model expects {}",
+        shape_str(.found),
+        shape_str(.expected)
     )]
     ShapeMismatch {
         /// The file holding it.

@@ -43,7 +43,9 @@ pub fn parse_device(s: &str) -> Result<tch::Device> {
             .strip_prefix("cuda:")
             .and_then(|n| n.parse().ok())
             .map(tch::Device::Cuda)
-            .ok_or_else(|| ModelError::Input(format!("unknown device {s:?} (cpu, cuda, cuda:N)"))),
+            .ok_or_else(|| {
+                ModelError::Input(format!("unknown device \"{s}\" (cpu, cuda, cuda:N)"))
+            }),
     }
 }
 
@@ -68,7 +70,32 @@ pub fn parse_kind(s: &str) -> Result<tch::Kind> {
         "bf16" | "bfloat16" => Ok(tch::Kind::BFloat16),
         "fp16" | "float16" | "f16" => Ok(tch::Kind::Half),
         _ => Err(ModelError::Input(format!(
-            "unknown dtype {s:?} (fp32, bf16, fp16)"
+            "unknown dtype \"{s}\" (fp32, bf16, fp16)"
         ))),
     }
+}
+
+/// The name a user knows a tensor dtype by (`fp32`, `bf16`, `int64`, …), for messages.
+pub fn kind_name(kind: tch::Kind) -> &'static str {
+    use tch::Kind::*;
+    match kind {
+        Uint8 => "uint8",
+        Int8 => "int8",
+        Int16 => "int16",
+        Int => "int32",
+        Int64 => "int64",
+        Half => "fp16",
+        Float => "fp32",
+        Double => "fp64",
+        BFloat16 => "bf16",
+        Bool => "bool",
+        ComplexHalf | ComplexFloat | ComplexDouble => "complex",
+        _ => "an unsupported dtype",
+    }
+}
+
+/// A shape or an id list as `[2, 16, 64]`, for messages.
+pub fn shape_str(dims: &[i64]) -> String {
+    let items: Vec<String> = dims.iter().map(i64::to_string).collect();
+    format!("[{}]", items.join(", "))
 }

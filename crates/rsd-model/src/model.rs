@@ -8,6 +8,7 @@
 //! The forward pass is shaped for training, not generation: it takes explicit position ids,
 //! optional document boundaries and an optional per-layer K/V prefix from an earlier pass, and
 //! returns the final hidden states (after the last norm) plus, on request, every layer's K/V.
+use rsd_common::rng::SplitMix64;
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 
@@ -15,6 +16,7 @@ use crate::attention::{attend_documents, DocBoundaries};
 use crate::config::{Family, ModelConfig};
 use crate::error::{ModelError, Result, TchContext};
 use crate::rope::{apply_rotary, Rope};
+use crate::{kind_name, shape_str};
 
 type TchResult<T> = std::result::Result<T, tch::TchError>;
 
@@ -37,21 +39,17 @@ impl Default for ModelOptions {
 }
 
 /// `n` normal(0, `std`) values from a generator seeded by `seed` and the parameter's name. Our own
-/// generator (splitmix64 + Box–Muller) instead of libtorch's global one: the values do not depend
+/// generator (SplitMix64 + Box–Muller) instead of libtorch's global one: the values do not depend
 /// on what else ran before or concurrently (parallel tests), nor on the order parameters are made.
 fn normal_values(seed: i64, name: &str, n: usize, std: f64) -> Vec<f32> {
+    // FNV-1a-style fold of the name into the seed: the starting state (fixed: it pins the values).
     let mut state = seed as u64 ^ 0x9e37_79b9_7f4a_7c15;
     for b in name.bytes() {
         state = (state ^ b as u64).wrapping_mul(0x1000_0000_01b3);
     }
-    let mut next = move || {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        // 53 random bits -> (0, 1]
-        ((z ^ (z >> 31)) >> 11) as f64 * (1.0 / (1u64 << 53) as f64) + f64::EPSILON
-    };
+    let mut rng = SplitMix64::from_state(state);
+    // (0, 1]: Box–Muller takes the logarithm of the first draw.
+    let mut next = move || rng.uniform() + f64::EPSILON;
     let mut out = Vec::with_capacity(n + 1);
     while out.len() < n {
         let (u1, u2) = (next(), next());
@@ -338,6 +336,46 @@ impl Builder<'_> {
             eps,
         })
     }
+
+    /// Decoder layer `i` (`model.layers.{i}.*`).
+    fn layer(&self, c: &ModelConfig, i: i64) -> Result<Layer> {
+        let p = format!("model.layers.{i}");
+        let (d, hd, eps) = (c.hidden_size, c.head_dim, c.rms_norm_eps);
+        let ab = c.attention_bias;
+        let qk_norm = match c.family {
+            Family::Qwen3 => Some((
+                self.norm(&format!("{p}.self_attn.q_norm"), hd, eps)?,
+                self.norm(&format!("{p}.self_attn.k_norm"), hd, eps)?,
+            )),
+            Family::Llama => None,
+        };
+        let (nq, nkv) = (c.num_attention_heads * hd, c.num_key_value_heads * hd);
+        let self_attn = SelfAttention {
+            q: self.linear(&format!("{p}.self_attn.q_proj"), nq, d, ab)?,
+            k: self.linear(&format!("{p}.self_attn.k_proj"), nkv, d, ab)?,
+            v: self.linear(&format!("{p}.self_attn.v_proj"), nkv, d, ab)?,
+            o: self.linear(&format!("{p}.self_attn.o_proj"), d, nq, ab)?,
+            qk_norm,
+            heads: c.num_attention_heads,
+            kv_heads: c.num_key_value_heads,
+            head_dim: hd,
+        };
+        let (ff, mb) = (c.intermediate_size, c.mlp_bias);
+        Ok(Layer {
+            input_layernorm: self.norm(&format!("{p}.input_layernorm"), d, eps)?,
+            self_attn,
+            post_attention_layernorm: self.norm(
+                &format!("{p}.post_attention_layernorm"),
+                d,
+                eps,
+            )?,
+            mlp: Mlp {
+                gate: self.linear(&format!("{p}.mlp.gate_proj"), ff, d, mb)?,
+                up: self.linear(&format!("{p}.mlp.up_proj"), ff, d, mb)?,
+                down: self.linear(&format!("{p}.mlp.down_proj"), d, ff, mb)?,
+            },
+        })
+    }
 }
 
 impl Model {
@@ -351,50 +389,15 @@ impl Model {
             init,
             std: c.initializer_range,
         };
-        let (d, hd) = (c.hidden_size, c.head_dim);
+        let d = c.hidden_size;
         let embed_tokens = bld.param(
             "model.embed_tokens.weight",
             &[c.vocab_size, d],
             Fill::Normal,
         )?;
-        let mut layers = Vec::with_capacity(c.num_hidden_layers as usize);
-        for i in 0..c.num_hidden_layers {
-            let p = format!("model.layers.{i}");
-            let ab = c.attention_bias;
-            let qk_norm = match c.family {
-                Family::Qwen3 => Some((
-                    bld.norm(&format!("{p}.self_attn.q_norm"), hd, c.rms_norm_eps)?,
-                    bld.norm(&format!("{p}.self_attn.k_norm"), hd, c.rms_norm_eps)?,
-                )),
-                Family::Llama => None,
-            };
-            let (nq, nkv) = (c.num_attention_heads * hd, c.num_key_value_heads * hd);
-            let self_attn = SelfAttention {
-                q: bld.linear(&format!("{p}.self_attn.q_proj"), nq, d, ab)?,
-                k: bld.linear(&format!("{p}.self_attn.k_proj"), nkv, d, ab)?,
-                v: bld.linear(&format!("{p}.self_attn.v_proj"), nkv, d, ab)?,
-                o: bld.linear(&format!("{p}.self_attn.o_proj"), d, nq, ab)?,
-                qk_norm,
-                heads: c.num_attention_heads,
-                kv_heads: c.num_key_value_heads,
-                head_dim: hd,
-            };
-            let (ff, mb) = (c.intermediate_size, c.mlp_bias);
-            layers.push(Layer {
-                input_layernorm: bld.norm(&format!("{p}.input_layernorm"), d, c.rms_norm_eps)?,
-                self_attn,
-                post_attention_layernorm: bld.norm(
-                    &format!("{p}.post_attention_layernorm"),
-                    d,
-                    c.rms_norm_eps,
-                )?,
-                mlp: Mlp {
-                    gate: bld.linear(&format!("{p}.mlp.gate_proj"), ff, d, mb)?,
-                    up: bld.linear(&format!("{p}.mlp.up_proj"), ff, d, mb)?,
-                    down: bld.linear(&format!("{p}.mlp.down_proj"), d, ff, mb)?,
-                },
-            });
-        }
+        let layers = (0..c.num_hidden_layers)
+            .map(|i| bld.layer(c, i))
+            .collect::<Result<Vec<_>>>()?;
         let norm = bld.norm("model.norm", d, c.rms_norm_eps)?;
         let lm_head = if c.tie_word_embeddings {
             embed_tokens.shallow_clone()
@@ -466,13 +469,15 @@ impl Model {
         let ts = args.tokens.size();
         let [b, t] = ts[..] else {
             return Err(ModelError::Input(format!(
-                "tokens must be [B, T], got {ts:?}"
+                "tokens must be [B, T], got {}",
+                shape_str(&ts)
             )));
         };
         if args.positions.size() != ts {
             return Err(ModelError::Input(format!(
-                "positions {:?} must have the shape of tokens {ts:?}",
-                args.positions.size()
+                "positions {} must have the shape of tokens {}",
+                shape_str(&args.positions.size()),
+                shape_str(&ts)
             )));
         }
         for (name, t) in [("tokens", args.tokens), ("positions", args.positions)] {
@@ -481,8 +486,8 @@ impl Model {
                 Kind::Int64 | Kind::Int | Kind::Int16 | Kind::Uint8 | Kind::Int8
             ) {
                 return Err(ModelError::Input(format!(
-                    "{name} must be integers, got {:?}",
-                    t.kind()
+                    "{name} must be integers, got {}",
+                    kind_name(t.kind())
                 )));
             }
         }
@@ -516,8 +521,9 @@ impl Model {
                     && p.v.size() == ks;
                 if !ok {
                     return Err(ModelError::Input(format!(
-                        "prefix of layer {i}: k {ks:?}, v {:?}; expected [{b}, {}, Lp, {}]",
-                        p.v.size(),
+                        "prefix of layer {i}: k {}, v {}; expected [{b}, {}, Lp, {}]",
+                        shape_str(&ks),
+                        shape_str(&p.v.size()),
                         c.num_key_value_heads,
                         c.head_dim
                     )));
@@ -608,14 +614,6 @@ impl Model {
             .f_linear(&self.lm_head, None::<&Tensor>)
             .ctx("lm_head")
     }
-
-    /// Names and shapes of all parameters the model expects from a checkpoint.
-    pub fn expected_shapes(&self) -> Vec<(String, Vec<i64>)> {
-        self.named_parameters()
-            .into_iter()
-            .map(|(n, t)| (n, t.size()))
-            .collect()
-    }
 }
 
 #[cfg(test)]
@@ -637,6 +635,26 @@ mod tests {
             .unsqueeze(0)
             .repeat([b, 1]);
         (tok, pos)
+    }
+
+    /// Seeded initial weights are part of what a run reproduces: these values were computed by
+    /// the original generator and must not change.
+    #[test]
+    fn init_values_are_pinned() {
+        let bits = |seed, name, n, std| -> Vec<u32> {
+            normal_values(seed, name, n, std)
+                .iter()
+                .map(|v| v.to_bits())
+                .collect()
+        };
+        assert_eq!(
+            bits(0, "model.embed_tokens.weight", 4, 0.02),
+            [0x3d3a_e436, 0x3aa5_627d, 0x3c1e_55f6, 0xbcfb_3c41]
+        );
+        assert_eq!(
+            bits(7, "model.layers.0.mlp.up_proj.weight", 3, 1.0),
+            [0x3fca_7fab, 0xbed8_fe3f, 0xc02c_916d]
+        );
     }
 
     #[test]
@@ -714,6 +732,55 @@ mod tests {
                 "{name}"
             );
         }
+    }
+
+    /// Evaluation applies RoPE scaling to a loaded model with `set_rope_scaling`: linear ×2 at
+    /// positions 2p is plain RoPE at p; the saved config carries the scaling; `null` restores plain
+    /// RoPE; a refused value leaves the model as it was.
+    #[test]
+    fn rope_scaling_set_after_load_changes_computation_and_saved_config() {
+        let cfg = tiny("LlamaForCausalLM", false);
+        let plain = Model::random(cfg.clone(), ModelOptions::default(), 4).unwrap();
+        let mut scaled = Model::random(cfg, ModelOptions::default(), 4).unwrap();
+        scaled
+            .set_rope_scaling(json!({"rope_type": "linear", "factor": 2.0}))
+            .unwrap();
+        let (tok, pos) = ids(1, 6);
+        let hidden = |m: &Model, p: &Tensor| m.forward(&ForwardArgs::new(&tok, p)).unwrap().hidden;
+        let d = (hidden(&plain, &pos) - hidden(&scaled, &(&pos * 2)))
+            .abs()
+            .max()
+            .double_value(&[]);
+        assert!(d < 1e-6, "{d}");
+        let far = (hidden(&plain, &pos) - hidden(&scaled, &pos))
+            .abs()
+            .max()
+            .double_value(&[]);
+        assert!(far > 1e-3, "scaling changes the computation: {far}");
+
+        let tmp = tempfile::tempdir().unwrap();
+        scaled
+            .save(&tmp.path().join("m"), &Default::default())
+            .unwrap();
+        let back = Model::load(&tmp.path().join("m"), ModelOptions::default()).unwrap();
+        assert_eq!(
+            back.config().rope_scaling,
+            crate::RopeScaling::Linear { factor: 2.0 }
+        );
+
+        assert!(scaled
+            .set_rope_scaling(json!({"rope_type": "longrope", "factor": 2.0}))
+            .is_err());
+        assert_eq!(
+            scaled.config().rope_scaling,
+            crate::RopeScaling::Linear { factor: 2.0 }
+        );
+        scaled.set_rope_scaling(serde_json::Value::Null).unwrap();
+        let d = (hidden(&plain, &pos) - hidden(&scaled, &pos))
+            .abs()
+            .max()
+            .double_value(&[]);
+        assert_eq!(d, 0.0);
     }
 
     #[test]

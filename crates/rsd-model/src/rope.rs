@@ -32,7 +32,6 @@ impl Rope {
     pub fn new(cfg: &ModelConfig, device: Device) -> Result<Self> {
         let dim = cfg.head_dim;
         let base = cfg.rope_theta;
-        let cpu = (Kind::Float, Device::Cpu);
         // base ** (arange(0, dim, 2).float() / dim), in fp32 as transformers does.
         let exponents = Tensor::f_arange_start_step(0, dim, 2, (Kind::Int64, Device::Cpu))
             .and_then(|t| t.f_to_kind(Kind::Float))
@@ -49,36 +48,16 @@ impl Rope {
                 factor,
                 low_freq_factor,
                 high_freq_factor,
-                original_max_position_embeddings: old_ctx,
+                original_max_position_embeddings,
             } => {
-                let low_freq_wavelen = old_ctx / low_freq_factor;
-                let high_freq_wavelen = old_ctx / high_freq_factor;
-                let f = || -> std::result::Result<Tensor, tch::TchError> {
-                    let wavelen = inv_freq
-                        .f_reciprocal()?
-                        .f_mul_scalar(2.0 * std::f64::consts::PI)?;
-                    let low = wavelen.f_gt(low_freq_wavelen)?;
-                    let scaled = inv_freq.f_div_scalar(*factor)?;
-                    let inv_llama = scaled.f_where_self(&low, &inv_freq)?;
-                    // smooth = (old_ctx / wavelen - low_freq_factor) / (high - low)
-                    let smooth = wavelen
-                        .f_reciprocal()?
-                        .f_mul_scalar(*old_ctx)?
-                        .f_sub_scalar(*low_freq_factor)?
-                        .f_div_scalar(high_freq_factor - low_freq_factor)?;
-                    let smoothed = smooth
-                        .f_neg()?
-                        .f_add_scalar(1.0)?
-                        .f_mul(&inv_llama)?
-                        .f_div_scalar(*factor)?
-                        .f_add(&smooth.f_mul(&inv_llama)?)?;
-                    let medium = wavelen
-                        .f_lt(high_freq_wavelen)?
-                        .f_logical_not()?
-                        .f_logical_and(&low.f_logical_not()?)?;
-                    smoothed.f_where_self(&medium, &inv_llama)
-                };
-                (f().ctx("rope: llama3 scaling")?, 1.0)
+                let f = llama3_inv_freq(
+                    &inv_freq,
+                    *factor,
+                    *low_freq_factor,
+                    *high_freq_factor,
+                    *original_max_position_embeddings,
+                );
+                (f.ctx("rope: llama3 scaling")?, 1.0)
             }
             RopeScaling::Yarn {
                 factor,
@@ -111,19 +90,8 @@ impl Rope {
                 if low == high {
                     high += 0.001;
                 }
-                let f = || -> std::result::Result<Tensor, tch::TchError> {
-                    let extrapolation = pos_freqs.f_reciprocal()?;
-                    let interpolation = pos_freqs.f_mul_scalar(*factor)?.f_reciprocal()?;
-                    let ramp = Tensor::f_arange(dim / 2, cpu)?
-                        .f_sub_scalar(low)?
-                        .f_div_scalar(high - low)?
-                        .f_clamp(0.0, 1.0)?;
-                    let extra_factor = ramp.f_neg()?.f_add_scalar(1.0)?;
-                    interpolation
-                        .f_mul(&extra_factor.f_neg()?.f_add_scalar(1.0)?)?
-                        .f_add(&extrapolation.f_mul(&extra_factor)?)
-                };
-                (f().ctx("rope: yarn scaling")?, attention_factor)
+                let f = yarn_inv_freq(&pos_freqs, *factor, low, high);
+                (f.ctx("rope: yarn scaling")?, attention_factor)
             }
         };
         Ok(Rope {
@@ -161,6 +129,65 @@ impl Rope {
     pub fn attention_scaling(&self) -> f64 {
         self.attention_scaling
     }
+}
+
+/// Llama-3.1's frequency-dependent interpolation of `inv_freq` (transformers'
+/// `_compute_llama3_parameters`): long wavelengths divided by `factor`, short ones kept, a smooth
+/// blend between.
+fn llama3_inv_freq(
+    inv_freq: &Tensor,
+    factor: f64,
+    low_freq_factor: f64,
+    high_freq_factor: f64,
+    old_ctx: f64,
+) -> std::result::Result<Tensor, tch::TchError> {
+    let low_freq_wavelen = old_ctx / low_freq_factor;
+    let high_freq_wavelen = old_ctx / high_freq_factor;
+    let wavelen = inv_freq
+        .f_reciprocal()?
+        .f_mul_scalar(2.0 * std::f64::consts::PI)?;
+    let low = wavelen.f_gt(low_freq_wavelen)?;
+    let scaled = inv_freq.f_div_scalar(factor)?;
+    let inv_llama = scaled.f_where_self(&low, inv_freq)?;
+    // smooth = (old_ctx / wavelen - low_freq_factor) / (high - low)
+    let smooth = wavelen
+        .f_reciprocal()?
+        .f_mul_scalar(old_ctx)?
+        .f_sub_scalar(low_freq_factor)?
+        .f_div_scalar(high_freq_factor - low_freq_factor)?;
+    let smoothed = smooth
+        .f_neg()?
+        .f_add_scalar(1.0)?
+        .f_mul(&inv_llama)?
+        .f_div_scalar(factor)?
+        .f_add(&smooth.f_mul(&inv_llama)?)?;
+    let medium = wavelen
+        .f_lt(high_freq_wavelen)?
+        .f_logical_not()?
+        .f_logical_and(&low.f_logical_not()?)?;
+    smoothed.f_where_self(&medium, &inv_llama)
+}
+
+/// YaRN's NTK-by-parts frequencies from `pos_freqs = base ** (2i / dim)`: extrapolated above the
+/// correction range `[low, high]` (in frequency-index units), interpolated by `factor` below it,
+/// linearly blended inside (transformers' `_compute_yarn_parameters`).
+fn yarn_inv_freq(
+    pos_freqs: &Tensor,
+    factor: f64,
+    low: f64,
+    high: f64,
+) -> std::result::Result<Tensor, tch::TchError> {
+    let half = pos_freqs.size().first().copied().unwrap_or(0);
+    let extrapolation = pos_freqs.f_reciprocal()?;
+    let interpolation = pos_freqs.f_mul_scalar(factor)?.f_reciprocal()?;
+    let ramp = Tensor::f_arange(half, (Kind::Float, Device::Cpu))?
+        .f_sub_scalar(low)?
+        .f_div_scalar(high - low)?
+        .f_clamp(0.0, 1.0)?;
+    let extra_factor = ramp.f_neg()?.f_add_scalar(1.0)?;
+    interpolation
+        .f_mul(&extra_factor.f_neg()?.f_add_scalar(1.0)?)?
+        .f_add(&extrapolation.f_mul(&extra_factor)?)
 }
 
 /// Applies rotary embeddings to `x` `[B, H, T, D]` (HF's rotate-half layout, not interleaved).

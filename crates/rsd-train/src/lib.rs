@@ -11,6 +11,7 @@
 //! * [`config`]: the training config (TOML), every key a command-line flag too.
 //! * [`data`]: loader batches → micro-batches; [`checkpoint`]: atomic, resumable run checkpoints;
 //!   [`train`]: the loop that owns them all.
+//! * [`probe`]: one batch through the step, nothing updated (`rsd-train probe`).
 //!
 //! The design and the numbers are in `docs/TRAIN.md`.
 
@@ -19,6 +20,7 @@ pub mod config;
 pub mod data;
 pub mod optim;
 pub mod perturb;
+pub mod probe;
 pub mod step;
 pub mod train;
 

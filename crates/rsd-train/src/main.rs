@@ -13,15 +13,11 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use tch::{Device, Kind, Tensor};
 
-use rsd_model::{Model, ModelConfig, ModelOptions};
 use rsd_train::config::{ConfigOverrides, TrainConfig};
-use rsd_train::perturb::{perturb_row, PerturbKind, Perturbation, Scope};
-use rsd_train::step::{
-    grad_norm, prefix_reuse_floor, reference_loss, step_micro, zero_grads, KlDirection, LongCe,
-    LossNormalizers, MicroBatch, Objective, StepOptions, Sums,
-};
+use rsd_train::perturb::PerturbKind;
+use rsd_train::probe::{PerturbParams, ProbeModel, ProbeRequest};
+use rsd_train::step::{prefix_reuse_floor, KlDirection, LongCe, Objective, StepOptions};
 use rsd_train::train::Trainer;
 
 #[derive(Parser)]
@@ -134,199 +130,81 @@ struct ProbeArgs {
     repeat: u32,
 }
 
-fn list<T: std::str::FromStr + Clone>(
-    s: &Option<String>,
-    what: &str,
-    b: usize,
-) -> Result<Option<Vec<T>>> {
+/// A comma-separated list of values (`--split 5,9`); `None` when the flag is absent.
+fn list<T: std::str::FromStr>(s: &Option<String>, flag: &str) -> Result<Option<Vec<T>>> {
     let Some(s) = s else { return Ok(None) };
-    let v: Vec<T> = s
+    let v = s
         .split(',')
         .map(|x| x.trim().parse::<T>())
         .collect::<std::result::Result<_, _>>()
-        .map_err(|_| anyhow::anyhow!("--{what} {s:?}: expected a comma-separated list"))?;
-    match v.len() {
-        1 => Ok(Some(vec![v.into_iter().next().expect("one"); b])),
-        n if n == b => Ok(Some(v)),
-        n => bail!("--{what}: {n} values for {b} samples (give 1 or {b})"),
-    }
+        .map_err(|_| anyhow::anyhow!("--{flag} \"{s}\": expected a comma-separated list"))?;
+    Ok(Some(v))
 }
 
 fn probe(a: ProbeArgs) -> Result<()> {
+    // Phase 1: plain values, no I/O.
     if a.threads > 0 {
         tch::set_num_threads(a.threads);
     }
-    let kind = match a.dtype.as_str() {
-        "fp32" | "float32" => Kind::Float,
-        "fp64" | "float64" => Kind::Double,
-        d => bail!("--dtype {d:?}: fp32 or fp64"),
-    };
-    let options = ModelOptions {
-        device: Device::Cpu,
-        kind,
-    };
-    let model = match (&a.model, &a.init) {
-        (Some(dir), None) => Model::load(dir, options)?,
-        (None, Some(p)) => {
-            let v: serde_json::Value = serde_json::from_str(
-                &std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
-            )?;
-            Model::random(ModelConfig::from_hf_json(v)?, options, a.init_seed)?
-        }
+    let model = match (a.model, a.init) {
+        (Some(dir), None) => ProbeModel::Dir(dir),
+        (None, Some(config)) => ProbeModel::Init {
+            config,
+            seed: a.init_seed,
+        },
         _ => bail!("give exactly one of --model DIR or --init CONFIG"),
     };
-    let t =
-        Tensor::read_npy(&a.tokens).with_context(|| format!("reading {}", a.tokens.display()))?;
-    let [b, l] = t.size()[..] else {
-        bail!("--tokens must be [B, L], got {:?}", t.size())
+    let params = PerturbParams {
+        split: list(&a.split, "split")?,
+        skip: list(&a.skip, "skip")?,
+        shift: list(&a.shift, "shift")?,
+        factor: list(&a.factor, "factor")?,
+        order: list(&a.order, "order")?,
     };
-    let t = t.to_kind(Kind::Int64);
-    let rows: Vec<Vec<i64>> = (0..b)
-        .map(|r| Vec::<i64>::try_from(t.get(r)).map_err(anyhow::Error::from))
-        .collect::<Result<_>>()?;
-    let labels: Vec<Vec<i64>> = rows
-        .iter()
-        .map(|r| r[1..].iter().copied().chain([-100]).collect())
-        .collect();
-    let docs: Option<Vec<Vec<i64>>> = match &a.docs {
-        None => None,
-        Some(s) => {
-            let mut d: Vec<Vec<i64>> = s
-                .split(';')
-                .map(|r| r.split(',').map(|x| x.trim().parse::<i64>()).collect())
-                .collect::<std::result::Result<_, _>>()
-                .context("--docs: expected \"0,5,12;0,3,12\"")?;
-            if d.len() == 1 {
-                d = vec![d[0].clone(); b as usize];
-            }
-            Some(d)
-        }
+    let request = ProbeRequest {
+        model,
+        tokens: a.tokens,
+        docs: a.docs,
+        perturb: a.perturb,
+        params,
+        dtype: a.dtype,
+        step: StepOptions {
+            objective: a.objective,
+            kl: a.kl,
+            lambda: a.lambda,
+            prefix_reuse: !a.no_prefix_reuse,
+            loss_chunk: a.loss_chunk,
+            checkpoint_layers: a.checkpoint_layers,
+            long_ce: (a.long_ce_window > 0).then_some(LongCe {
+                window: a.long_ce_window,
+                gamma: a.long_ce_gamma,
+            }),
+        },
+        reference: a.reference,
+        grads_out: a.grads_out,
+        repeat: a.repeat,
     };
-    let positions: Vec<Vec<i64>> = match &docs {
-        None => (0..b).map(|_| (0..l).collect()).collect(),
-        Some(d) => d
-            .iter()
-            .map(|cu| cu.windows(2).flat_map(|w| 0..w[1] - w[0]).collect())
-            .collect(),
-    };
-    let mb = MicroBatch::from_rows(&rows, &labels, positions.clone(), docs.clone(), Device::Cpu)?;
-    let bu = b as usize;
-    let perts: Vec<Perturbation> = match a.perturb {
-        _ if !a.objective.needs_perturbed() => vec![Perturbation::None; bu],
-        PerturbKind::Skip => {
-            let s = list::<i64>(&a.split, "split", bu)?.context("--split is required for skip")?;
-            let y = list::<i64>(&a.skip, "skip", bu)?.context("--skip is required for skip")?;
-            s.into_iter()
-                .zip(y)
-                .map(|(split, skip)| Perturbation::Skip { split, skip })
-                .collect()
-        }
-        PerturbKind::Cyclic => list::<i64>(&a.shift, "shift", bu)?
-            .context("--shift is required for cyclic")?
-            .into_iter()
-            .map(|shift| Perturbation::Cyclic { shift })
-            .collect(),
-        PerturbKind::Dilation => list::<f64>(&a.factor, "factor", bu)?
-            .context("--factor is required for dilation")?
-            .into_iter()
-            .map(|factor| Perturbation::Dilation { factor })
-            .collect(),
-        PerturbKind::ChunkPermute => {
-            let o = list::<usize>(&a.order, "order", 1)?;
-            let order: Vec<usize> = a
-                .order
-                .as_deref()
-                .context("--order is required for chunk-permute")?
-                .split(',')
-                .map(|x| x.trim().parse())
-                .collect::<std::result::Result<_, _>>()?;
-            drop(o);
-            vec![Perturbation::ChunkPermute { order }; bu]
-        }
-    };
-    let views: Vec<_> = (0..bu)
-        .map(|r| {
-            perturb_row(
-                &positions[r],
-                docs.as_ref().map(|d| d[r].as_slice()),
-                Scope::Sequence,
-                &perts[r..=r],
-            )
-        })
-        .collect();
-    let opts = StepOptions {
-        objective: a.objective,
-        kl: a.kl,
-        lambda: a.lambda,
-        prefix_reuse: !a.no_prefix_reuse,
-        loss_chunk: a.loss_chunk,
-        checkpoint_layers: a.checkpoint_layers,
-        long_ce: (a.long_ce_window > 0).then_some(LongCe {
-            window: a.long_ce_window,
-            gamma: a.long_ce_gamma,
-        }),
-    };
-    let norm = LossNormalizers {
-        label_tokens: mb.label_tokens as f64,
-        samples: b as f64,
-    };
-    let needs = a.objective.needs_perturbed().then_some(views.as_slice());
-    let run_once = || -> Result<(f64, f64)> {
-        if a.reference {
-            let (total, c, s) = reference_loss(&model, &mb, needs, &opts, norm)?;
-            total.f_backward()?;
-            return Ok((c, s));
-        }
-        let mut sums = Sums::new(Device::Cpu);
-        step_micro(&model, &mb, needs, &opts, norm, &mut sums)?;
-        let (c, k, cp) = sums.values(norm);
-        Ok((
-            c,
-            if a.objective == Objective::TwoViewClm {
-                cp
-            } else {
-                k
-            },
-        ))
-    };
-    let mut step_seconds = Vec::new();
-    let mut clm_second = (0.0, 0.0);
-    for _ in 0..a.repeat {
-        zero_grads(&model);
-        let t0 = std::time::Instant::now();
-        clm_second = run_once()?;
-        step_seconds.push(t0.elapsed().as_secs_f64());
-    }
-    let (clm, second) = clm_second;
-    let secs = step_seconds.iter().copied().fold(f64::INFINITY, f64::min);
-    let gn = grad_norm(&model)?;
-    if let Some(p) = &a.grads_out {
-        let g: Vec<(String, Tensor)> = model
-            .named_parameters()
-            .into_iter()
-            .filter(|(_, t)| t.grad().defined())
-            .map(|(n, t)| (n, t.grad().to_kind(Kind::Float)))
-            .collect();
-        Tensor::write_safetensors(&g, p)?;
-    }
-    let kl = if a.objective == Objective::Rsd {
-        second
-    } else {
-        0.0
-    };
-    let out = serde_json::json!({
-        "objective": a.objective, "perturb": a.perturb, "kl_direction": a.kl, "lambda": a.lambda,
-        "clm": clm, "kl": kl, "clm_pert": if a.objective == Objective::TwoViewClm { second } else { 0.0 },
-        "loss": clm + a.lambda * second * (a.objective.needs_perturbed() && a.objective != Objective::Pose) as u8 as f64,
-        "grad_norm": gn, "label_tokens": mb.label_tokens, "samples": b,
-        "rows": views.iter().zip(&perts).map(|(v, p)| serde_json::json!({
-            "perturbation": p, "kl_rows": v.kl_rows, "shared_prefix": v.shared_prefix,
-        })).collect::<Vec<_>>(),
-        "dtype": a.dtype, "seconds": secs, "step_seconds": step_seconds,
-        "flop_floor_rsd_over_standard": prefix_reuse_floor(model.config(), mb.len()), "peak_rss": rsd_common::mem::Memory::now().peak_rss,
-    });
-    println!("{}", serde_json::to_string_pretty(&out)?);
+    // Phase 2: the library does the work.
+    let report = rsd_train::probe::run(&request)?;
+    // Through a JSON value, so the keys print sorted as they always have.
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&serde_json::to_value(&report)?)?
+    );
     Ok(())
+}
+
+/// The objective as the config and the command line write it (`rsd`, `two-view-clm`, …).
+fn objective_name(objective: Objective) -> String {
+    serde_json::to_value(objective)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// A loss for the final line: the number, or `n/a` when no step ran.
+fn loss_str(loss: Option<f64>) -> String {
+    loss.map_or_else(|| "n/a".to_string(), |l| format!("{l:.4}"))
 }
 
 fn train(a: TrainArgs) -> Result<()> {
@@ -363,12 +241,12 @@ fn train(a: TrainArgs) -> Result<()> {
     }
     let mut trainer = Trainer::new(cfg.clone(), resume.as_deref())?;
     eprintln!(
-        "rsd-train: {} params, seq_len {}, {} micro-batch(es) of {} row(s) per step, objective {:?}, out {}",
+        "rsd-train: {} params, seq_len {}, {} micro-batch(es) of {} row(s) per step, objective {}, out {}",
         trainer.model().config().num_parameters(),
         trainer.seq_len(),
         trainer.accum(),
         cfg.micro_batch,
-        cfg.objective,
+        objective_name(cfg.objective),
         out.display()
     );
     if cfg.objective == Objective::Rsd {
@@ -383,8 +261,8 @@ fn train(a: TrainArgs) -> Result<()> {
     eprintln!(
         "done: {} steps, loss {} -> {}; checkpoint {}; model {}; metrics {}",
         summary.steps,
-        summary.first_loss.map_or("-".into(), |l| format!("{l:.4}")),
-        summary.last_loss.map_or("-".into(), |l| format!("{l:.4}")),
+        loss_str(summary.first_loss),
+        loss_str(summary.last_loss),
         summary
             .checkpoint
             .as_deref()
@@ -404,7 +282,8 @@ fn train(a: TrainArgs) -> Result<()> {
 /// Keeps libtorch's large CPU buffers (logit chunks, activations) on the heap between steps.
 ///
 /// glibc serves every allocation above 32 MiB with a fresh `mmap` and returns it on free, so each
-/// step re-faults and re-zeroes every large tensor: measured here as ~10–25% of a CPU step.
+/// step re-faults and re-zeroes every large tensor, a sizeable share of a CPU step
+/// (docs/BENCHMARKS-train.md).
 /// Serving them from the heap and not trimming it makes later steps reuse the pages. No effect
 /// on CUDA memory (libtorch's caching allocator already reuses it).
 fn keep_large_allocations_on_heap() {

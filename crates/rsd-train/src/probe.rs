@@ -1,0 +1,344 @@
+//! One batch through the training step, nothing updated: the loss terms, the gradient norm and the
+//! step time, for comparisons with an independent implementation (tests/test_train.py) and for
+//! measuring the cost of a step (`rsd-train probe`).
+//!
+//! A [`ProbeRequest`] mirrors the probe's command-line flags; [`run`] reads the tokens, derives
+//! labels (the next token; the last position of a row has none), positions (`0..L`, or restarting
+//! at each document) and one perturbation per row, runs [`step_micro`] (or the slow
+//! [`reference_loss`]) and returns a [`ProbeReport`].
+use std::path::PathBuf;
+
+use serde::Serialize;
+use tch::{Device, Kind, Tensor};
+
+use rsd_model::{shape_str, DocBoundaries, Model, ModelConfig, ModelOptions};
+
+use crate::perturb::{perturb_row, PerturbKind, Perturbation, RowView, Scope};
+use crate::step::{
+    grad_norm, prefix_reuse_floor, reference_loss, step_micro, zero_grads, LossNormalizers,
+    MicroBatch, Objective, StepOptions, Sums,
+};
+use crate::{io_err, Error, Result};
+
+/// Where the probed model comes from.
+#[derive(Debug, Clone)]
+pub enum ProbeModel {
+    /// An HF checkpoint directory.
+    Dir(PathBuf),
+    /// A seeded random model from an HF `config.json`.
+    Init {
+        /// The config file.
+        config: PathBuf,
+        /// Seed of the initialisation.
+        seed: i64,
+    },
+}
+
+/// The perturbation parameters; each list holds one value for every row or one per row.
+#[derive(Debug, Clone, Default)]
+pub struct PerturbParams {
+    /// Skip split s.
+    pub split: Option<Vec<i64>>,
+    /// Skip length y.
+    pub skip: Option<Vec<i64>>,
+    /// Cyclic shift u.
+    pub shift: Option<Vec<i64>>,
+    /// Dilation factor a.
+    pub factor: Option<Vec<f64>>,
+    /// Chunk-permute order (the same for every row).
+    pub order: Option<Vec<usize>>,
+}
+
+/// What to probe (the flags of `rsd-train probe`).
+#[derive(Debug, Clone)]
+pub struct ProbeRequest {
+    /// The model.
+    pub model: ProbeModel,
+    /// Token ids, an integer `.npy` of shape `[B, L]`.
+    pub tokens: PathBuf,
+    /// Document boundaries spec (see [`DocBoundaries::parse`]): document-masked attention, and
+    /// positions restart at each document.
+    pub docs: Option<String>,
+    /// Which perturbation makes the second view.
+    pub perturb: PerturbKind,
+    /// Its parameters.
+    pub params: PerturbParams,
+    /// Parameter dtype: `fp32`/`float32` or `fp64`/`float64` (echoed in the report as given).
+    pub dtype: String,
+    /// Objective, KL direction, λ, chunking, prefix reuse, checkpointing, LongCE.
+    pub step: StepOptions,
+    /// Use the slow full-logits reference instead of the training step.
+    pub reference: bool,
+    /// Also write every parameter gradient (fp32) to this `.safetensors` file.
+    pub grads_out: Option<PathBuf>,
+    /// Run the step this many times (gradients zeroed between runs); at least 1.
+    pub repeat: u32,
+}
+
+/// The perturbation of one row and what it implies.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProbeRow {
+    /// The perturbation applied.
+    pub perturbation: Perturbation,
+    /// Logit rows that can differ between the views (carry the KL).
+    pub kl_rows: i64,
+    /// Rows with identical positions in both views (reused by prefix reuse).
+    pub shared_prefix: i64,
+}
+
+/// The result of [`run`]; serialised (field names as written) it is the probe's JSON output.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProbeReport {
+    /// The objective.
+    pub objective: Objective,
+    /// The perturbation kind.
+    pub perturb: PerturbKind,
+    /// The KL direction.
+    pub kl_direction: crate::step::KlDirection,
+    /// λ.
+    pub lambda: f64,
+    /// The CLM term (LongCE-weighted when LongCE is on).
+    pub clm: f64,
+    /// The KL term (`rsd`; 0 otherwise).
+    pub kl: f64,
+    /// The perturbed view's CLM term (`two-view-clm`; 0 otherwise).
+    pub clm_pert: f64,
+    /// The total loss.
+    pub loss: f64,
+    /// Global gradient norm after the (last) run.
+    pub grad_norm: f64,
+    /// Label tokens (positions with a next token).
+    pub label_tokens: i64,
+    /// Rows.
+    pub samples: i64,
+    /// Per-row perturbations.
+    pub rows: Vec<ProbeRow>,
+    /// The dtype as requested.
+    pub dtype: String,
+    /// Fastest run, seconds.
+    pub seconds: f64,
+    /// Every run, seconds.
+    pub step_seconds: Vec<f64>,
+    /// FLOP floor of the rsd skip step with prefix reuse relative to a standard step.
+    pub flop_floor_rsd_over_standard: f64,
+    /// Peak resident set size of the process, bytes.
+    pub peak_rss: u64,
+}
+
+/// Runs the probe. See the module docs.
+pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
+    let kind = match req.dtype.as_str() {
+        "fp32" | "float32" => Kind::Float,
+        "fp64" | "float64" => Kind::Double,
+        d => return Err(Error::Input(format!("--dtype \"{d}\": fp32 or fp64"))),
+    };
+    let model = load_model(&req.model, kind)?;
+    let rows = read_tokens(&req.tokens)?;
+    let (b, l) = (rows.len(), rows.first().map_or(0, |r| r.len() as i64));
+    let ignore = i64::from(rsd_loader::IGNORE_INDEX);
+    let labels: Vec<Vec<i64>> = rows
+        .iter()
+        .map(|r| r[1..].iter().copied().chain([ignore]).collect())
+        .collect();
+    let docs: Option<Vec<Vec<i64>>> = match &req.docs {
+        None => None,
+        Some(spec) => Some(DocBoundaries::parse(spec, b, l)?.rows().to_vec()),
+    };
+    let positions: Vec<Vec<i64>> = match &docs {
+        None => vec![(0..l).collect(); b],
+        Some(d) => d
+            .iter()
+            .map(|cu| cu.windows(2).flat_map(|w| 0..w[1] - w[0]).collect())
+            .collect(),
+    };
+    let mb = MicroBatch::from_rows(&rows, &labels, positions.clone(), docs.clone(), Device::Cpu)?;
+    let objective = req.step.objective;
+    let perts = if objective.needs_perturbed() {
+        perturbations(req.perturb, &req.params, b)?
+    } else {
+        vec![Perturbation::None; b]
+    };
+    let views: Vec<RowView> = (0..b)
+        .map(|r| {
+            perturb_row(
+                &positions[r],
+                docs.as_ref().map(|d| d[r].as_slice()),
+                Scope::Sequence,
+                &perts[r..=r],
+            )
+        })
+        .collect();
+    let norm = LossNormalizers::of(std::slice::from_ref(&mb));
+    let views_arg = objective.needs_perturbed().then_some(views.as_slice());
+    let mut step_seconds = Vec::new();
+    let mut terms = (0.0, 0.0);
+    for _ in 0..req.repeat.max(1) {
+        zero_grads(&model);
+        let t0 = std::time::Instant::now();
+        terms = run_once(&model, &mb, views_arg, req, norm)?;
+        step_seconds.push(t0.elapsed().as_secs_f64());
+    }
+    let (clm, second) = terms;
+    let seconds = step_seconds.iter().copied().fold(f64::INFINITY, f64::min);
+    let grad_norm = grad_norm(&model)?;
+    if let Some(path) = &req.grads_out {
+        write_grads(&model, path)?;
+    }
+    // `second` is the KL for rsd, the perturbed CLM for two-view-clm; pose has only one term.
+    let weighted = objective.needs_perturbed() && objective != Objective::Pose;
+    Ok(ProbeReport {
+        objective,
+        perturb: req.perturb,
+        kl_direction: req.step.kl,
+        lambda: req.step.lambda,
+        clm,
+        kl: if objective == Objective::Rsd {
+            second
+        } else {
+            0.0
+        },
+        clm_pert: if objective == Objective::TwoViewClm {
+            second
+        } else {
+            0.0
+        },
+        loss: clm + req.step.lambda * second * f64::from(u8::from(weighted)),
+        grad_norm,
+        label_tokens: mb.label_tokens,
+        samples: b as i64,
+        rows: views
+            .iter()
+            .zip(perts)
+            .map(|(v, perturbation)| ProbeRow {
+                perturbation,
+                kl_rows: v.kl_rows,
+                shared_prefix: v.shared_prefix,
+            })
+            .collect(),
+        dtype: req.dtype.clone(),
+        seconds,
+        step_seconds,
+        flop_floor_rsd_over_standard: prefix_reuse_floor(model.config(), mb.len()),
+        peak_rss: rsd_common::mem::Memory::now().peak_rss,
+    })
+}
+
+fn load_model(source: &ProbeModel, kind: Kind) -> Result<Model> {
+    let options = ModelOptions {
+        device: Device::Cpu,
+        kind,
+    };
+    Ok(match source {
+        ProbeModel::Dir(dir) => Model::load(dir, options)?,
+        ProbeModel::Init { config, seed } => {
+            let text = std::fs::read_to_string(config).map_err(io_err(config))?;
+            let value: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| Error::Input(format!("{}: invalid JSON: {e}", config.display())))?;
+            Model::random(ModelConfig::from_hf_json(value)?, options, *seed)?
+        }
+    })
+}
+
+/// The rows of an integer `.npy` of shape `[B, L]`.
+fn read_tokens(path: &std::path::Path) -> Result<Vec<Vec<i64>>> {
+    let t = Tensor::read_npy(path)
+        .map_err(|e| Error::Input(format!("reading {}: {e}", path.display())))?;
+    let [b, l] = t.size()[..] else {
+        return Err(Error::Input(format!(
+            "--tokens must be [B, L], got {}",
+            shape_str(&t.size())
+        )));
+    };
+    if b == 0 || l == 0 {
+        return Err(Error::Input(format!(
+            "--tokens must be [B, L] with B, L ≥ 1, got {}",
+            shape_str(&t.size())
+        )));
+    }
+    let t = t.f_to_kind(Kind::Int64)?;
+    (0..b)
+        .map(|r| Ok(Vec::<i64>::try_from(t.f_get(r)?)?))
+        .collect()
+}
+
+/// One perturbation per row from the parameters `kind` needs.
+fn perturbations(kind: PerturbKind, p: &PerturbParams, rows: usize) -> Result<Vec<Perturbation>> {
+    let required =
+        |flag: &str, kind: &str| Error::Input(format!("--{flag} is required for {kind}"));
+    Ok(match kind {
+        PerturbKind::Skip => {
+            let s = per_row(&p.split, "split", rows)?.ok_or_else(|| required("split", "skip"))?;
+            let y = per_row(&p.skip, "skip", rows)?.ok_or_else(|| required("skip", "skip"))?;
+            s.into_iter()
+                .zip(y)
+                .map(|(split, skip)| Perturbation::Skip { split, skip })
+                .collect()
+        }
+        PerturbKind::Cyclic => per_row(&p.shift, "shift", rows)?
+            .ok_or_else(|| required("shift", "cyclic"))?
+            .into_iter()
+            .map(|shift| Perturbation::Cyclic { shift })
+            .collect(),
+        PerturbKind::Dilation => per_row(&p.factor, "factor", rows)?
+            .ok_or_else(|| required("factor", "dilation"))?
+            .into_iter()
+            .map(|factor| Perturbation::Dilation { factor })
+            .collect(),
+        PerturbKind::ChunkPermute => {
+            let order = p
+                .order
+                .clone()
+                .ok_or_else(|| required("order", "chunk-permute"))?;
+            vec![Perturbation::ChunkPermute { order }; rows]
+        }
+    })
+}
+
+/// `values` for each of `rows` rows: one value repeated, or exactly one per row.
+fn per_row<T: Clone>(values: &Option<Vec<T>>, name: &str, rows: usize) -> Result<Option<Vec<T>>> {
+    let Some(v) = values else { return Ok(None) };
+    match v.len() {
+        1 => Ok(Some(vec![v[0].clone(); rows])),
+        n if n == rows => Ok(Some(v.clone())),
+        n => Err(Error::Input(format!(
+            "--{name}: {n} values for {rows} samples (give 1 or {rows})"
+        ))),
+    }
+}
+
+/// One run of the step: the CLM term and the second term (KL, or the perturbed CLM for
+/// `two-view-clm`).
+fn run_once(
+    model: &Model,
+    mb: &MicroBatch,
+    views: Option<&[RowView]>,
+    req: &ProbeRequest,
+    norm: LossNormalizers,
+) -> Result<(f64, f64)> {
+    let opts = &req.step;
+    if req.reference {
+        let (total, clm, second) = reference_loss(model, mb, views, opts, norm)?;
+        total.f_backward()?;
+        return Ok((clm, second));
+    }
+    let mut sums = Sums::new(Device::Cpu);
+    step_micro(model, mb, views, opts, norm, &mut sums)?;
+    let (clm, kl, clm_pert) = sums.values(norm);
+    let second = if opts.objective == Objective::TwoViewClm {
+        clm_pert
+    } else {
+        kl
+    };
+    Ok((clm, second))
+}
+
+fn write_grads(model: &Model, path: &std::path::Path) -> Result<()> {
+    let grads: Vec<(String, Tensor)> = model
+        .named_parameters()
+        .into_iter()
+        .filter(|(_, t)| t.grad().defined())
+        .map(|(n, t)| Ok((n, t.grad().f_to_kind(Kind::Float)?)))
+        .collect::<Result<_>>()?;
+    Tensor::write_safetensors(&grads, path)
+        .map_err(|e| Error::Input(format!("writing {}: {e}", path.display())))
+}
