@@ -292,7 +292,7 @@ pub fn step_micro(
 ) -> Result<()> {
     if opts.long_ce.is_some() && !matches!(opts.objective, Objective::Standard | Objective::Rsd) {
         return Err(Error::Input(format!(
-            "LongCE reweights the standard-view CLM term of `standard` and `rsd`; objective {:?} \
+            "LongCE reweights the standard-view CLM term of `standard` and `rsd`; objective {} \
              has none to reweight (set long_ce_window = 0)",
             opts.objective
         )));
