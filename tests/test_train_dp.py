@@ -1,0 +1,116 @@
+"""rsd-train data parallel: N processes train exactly what one process trains.
+
+* `--nproc 2` on the same global batch (tokens_per_step) logs the losses of one process and ends
+  with the same parameters: with one row per micro-batch and 2 micro-batches per rank, and with
+  2-row micro-batches (each rank's rows interleaved in the global batch, so the perturbations
+  must be keyed by the global row), over several gradient buckets;
+* `torchrun --no-python --nproc-per-node 2 rsd-train …` gives the same run as `--nproc 2`;
+* a rank that fails makes the launcher stop the others and exit non-zero naming it, in seconds;
+* a global batch the ranks cannot share equally is refused, saying what to set.
+
+Measured (tiny Qwen3, 3 steps of rsd, 2 CPU cores): each rank sums its own micro-batches'
+gradients before the ranks' sums are added, so float sums round differently: parameters differ by
+at most 1.3e-6 (1-row micro-batches) and 1.0e-6 (2-row), losses by about 1e-9 relative; the
+tests allow 1e-5. torchrun and --nproc give bit-identical runs. The file runs in about 40 s.
+
+Binaries: $RSD_BIN_DIR (default <repo>/target/debug): rsd-data and rsd-train (built with the
+`fault-injection` feature for the failing-rank test, as scripts/test.sh builds it).
+"""
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from rsd_cli import exe, run
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = REPO / "configs" / "model" / "tiny-qwen3-64.json"
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    out = tmp_path_factory.mktemp("shards") / "books128"
+    run("rsd-data", "pack", "--len", "128", "--src", REPO / "corpus" / "books", "--out", out)
+    return out
+
+
+def train_args(shards, out, *extra):
+    return ["--config", REPO / "configs" / "tiny-cpu.toml", "--shards", shards, "--init", TINY,
+            "--out", out, "--progress", "false", "--threads", "1", "--steps", 3,
+            "--save-every", 0, *extra]
+
+
+def metrics(out):
+    return [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def params(out):
+    (f,) = (out / "model").glob("*.safetensors")
+    return load_file(f)
+
+
+def assert_same_run(one, many, loss_rel, param_abs):
+    m1, mn = metrics(one), metrics(many)
+    assert [r["step"] for r in m1] == [r["step"] for r in mn] == [1, 2, 3]
+    for a, b in zip(m1, mn):
+        for k in ("loss", "clm", "grad_norm"):
+            assert b[k] == pytest.approx(a[k], rel=loss_rel, abs=1e-12), (k, a, b)
+        # The KL (≈1e-4 here) is a difference of log-probabilities of the loss's size: its
+        # rounding error is absolute, on the loss's scale.
+        assert b["kl"] == pytest.approx(a["kl"], rel=0, abs=loss_rel * a["loss"]), (a, b)
+        assert a["tokens"] == b["tokens"]
+    p1, pn = params(one), params(many)
+    assert p1.keys() == pn.keys()
+    worst = max(float(np.abs(p1[k].astype(np.float64) - pn[k]).max()) for k in p1)
+    print(f"max |Δparam| {worst:.3g}")
+    assert worst <= param_abs, worst
+
+
+@pytest.mark.parametrize("micro_batch", [1, 2])
+def test_two_ranks_train_what_one_process_trains(shards, tmp_path, micro_batch):
+    # 512 tokens of 128-token rows: 4 one-row or 2 two-row micro-batches, shared by 2 ranks.
+    batch = ["--micro-batch", micro_batch, "--tokens-per-step", 512]
+    run("rsd-train", *train_args(shards, tmp_path / "one", *batch))
+    p = run("rsd-train", *train_args(shards, tmp_path / "two", *batch, "--grad-bucket-mb", 1),
+            "--nproc", 2)
+    assert "[rank 0] done: 3 steps" in p.stderr, p.stderr
+    # Each rank sums its own micro-batches' gradients before the ranks' sums are added, and
+    # two-row micro-batches group rows differently: float sums round differently, nothing more.
+    assert_same_run(tmp_path / "one", tmp_path / "two", loss_rel=1e-5, param_abs=1e-5)
+
+
+@pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun not on PATH")
+def test_torchrun_runs_the_same_as_nproc(shards, tmp_path):
+    batch = ["--micro-batch", 2, "--tokens-per-step", 512]
+    run("rsd-train", *train_args(shards, tmp_path / "nproc", *batch), "--nproc", 2)
+    p = subprocess.run(
+        ["torchrun", "--no-python", "--nproc-per-node", "2", exe("rsd-train"),
+         *map(str, train_args(shards, tmp_path / "torchrun", *batch))],
+        capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert_same_run(tmp_path / "nproc", tmp_path / "torchrun", loss_rel=0, param_abs=0.0)
+
+
+def test_a_failing_rank_stops_the_run_and_is_named(shards, tmp_path):
+    t0 = time.monotonic()
+    p = run("rsd-train", *train_args(shards, tmp_path / "x", "--tokens-per-step", 256),
+            "--nproc", 2, check=False, env={"RSD_TRAIN_FAULT_FAIL_RANK": "1"}, timeout=120)
+    elapsed = time.monotonic() - t0
+    assert p.returncode != 0
+    assert "[rank 1] rsd-train: error: fault injection: rank 1 fails" in p.stderr, p.stderr
+    assert "rank 1 of 2 failed" in p.stderr, p.stderr
+    assert elapsed < 60, elapsed
+
+
+def test_a_batch_the_ranks_cannot_share_is_refused(shards, tmp_path):
+    # 384 tokens = 3 micro-batches of 128: not divisible by 2 ranks.
+    p = run("rsd-train", *train_args(shards, tmp_path / "x", "--tokens-per-step", 384),
+            "--nproc", 2, check=False, timeout=120)
+    assert p.returncode != 0
+    assert "tokens_per_step" in p.stderr and "multiple of 256" in p.stderr, p.stderr
+    assert "failed" in p.stderr
