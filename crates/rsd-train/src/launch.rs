@@ -57,8 +57,14 @@ pub fn run(nproc: usize) -> Result<i32> {
     let port = free_port()?;
     // SAFETY: the handler only stores to an atomic (async-signal-safe).
     unsafe {
-        libc::signal(libc::SIGINT, on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t);
+        libc::signal(
+            libc::SIGINT,
+            on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
+        libc::signal(
+            libc::SIGTERM,
+            on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
     }
     let mut children: Vec<Option<Child>> = Vec::with_capacity(nproc);
     let mut pipes = Vec::with_capacity(nproc);
