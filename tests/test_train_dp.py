@@ -39,9 +39,9 @@ def shards(tmp_path_factory):
     return out
 
 
-def train_args(shards, out, *extra):
+def train_args(shards, out, *extra, steps=3):
     return ["--config", REPO / "configs" / "tiny-cpu.toml", "--shards", shards, "--init", TINY,
-            "--out", out, "--progress", "false", "--threads", "1", "--steps", 3,
+            "--out", out, "--progress", "false", "--threads", "1", "--steps", steps,
             "--save-every", 0, *extra]
 
 
@@ -114,3 +114,21 @@ def test_a_batch_the_ranks_cannot_share_is_refused(shards, tmp_path):
     assert p.returncode != 0
     assert "tokens_per_step" in p.stderr and "multiple of 256" in p.stderr, p.stderr
     assert "failed" in p.stderr
+
+
+def test_a_checkpoint_resumes_at_the_same_or_another_dp_size(shards, tmp_path):
+    # The loader's state is the global stream's position, whatever the number of ranks.
+    def args(out, *extra):
+        return train_args(shards, tmp_path / out, "--tokens-per-step", 256, *extra, steps=4)
+
+    run("rsd-train", *args("ref"))
+    run("rsd-train", *args("two", "--stop-at", 2), "--nproc", 2, check=False)
+    shutil.copytree(tmp_path / "two", tmp_path / "one")
+    run("rsd-train", *args("two"), "--nproc", 2, "--resume")
+    run("rsd-train", *args("one"), "--resume")
+    ref = metrics(tmp_path / "ref")
+    for out in ("two", "one"):
+        got = metrics(tmp_path / out)
+        assert [r["step"] for r in got] == [1, 2, 3, 4]
+        for a, b in zip(ref, got):
+            assert b["loss"] == pytest.approx(a["loss"], rel=1e-5), (out, a, b)
