@@ -102,8 +102,7 @@ impl DataParallel {
     /// loader batch of the step is. The loader deals the global stream round-robin: position `i`
     /// of a loader step of `rows_per_rank · N` positions goes to rank `i mod N`.
     pub fn global_row(&self, local_step: usize, row: usize, rows_per_rank: usize) -> usize {
-        let n = self.size();
-        local_step * rows_per_rank * n + row * n + self.rank()
+        global_row(self.loader_rank(), local_step, row, rows_per_rank)
     }
 
     /// Makes every rank's parameters rank 0's (a fresh init or a resumed checkpoint is already
@@ -204,6 +203,11 @@ impl DataParallel {
     }
 }
 
+/// [`DataParallel::global_row`] for data-parallel rank `dp`.
+fn global_row(dp: rsd_loader::Rank, local_step: usize, row: usize, rows_per_rank: usize) -> usize {
+    local_step * rows_per_rank * dp.size + row * dp.size + dp.rank
+}
+
 /// Where a collective of `g` wants its tensors: CUDA for NCCL, the CPU for Gloo.
 fn backend_device(g: &ProcessGroup, device: Device) -> Device {
     match g.backend() {
@@ -239,4 +243,72 @@ fn reduce_bucket(g: &ProcessGroup, grads: &[&Tensor]) -> Result<()> {
         off += n;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rsd_loader::synth::{self, SynthSpec};
+    use rsd_loader::{Loader, Rank, SampleId};
+
+    /// The samples of `steps` optimizer steps of `accum` loader batches, as rank `dp` sees them,
+    /// placed at their global row index.
+    fn rows_of(
+        cfg: &TrainConfig,
+        dp: Rank,
+        accum: usize,
+        steps: usize,
+    ) -> Vec<Vec<Option<SampleId>>> {
+        let mut loader = Loader::new(crate::data::loader_config(cfg, dp).unwrap()).unwrap();
+        let local = accum / dp.size;
+        (0..steps)
+            .map(|_| {
+                let mut rows = vec![None; accum * cfg.micro_batch];
+                for k in 0..local {
+                    let batch = loader.next().unwrap().unwrap();
+                    assert_eq!(batch.rows(), cfg.micro_batch);
+                    for (j, s) in batch.samples.iter().enumerate() {
+                        rows[global_row(dp, k, j, cfg.micro_batch)] = Some(*s);
+                    }
+                }
+                rows
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_ranks_rows_are_the_one_process_batch_in_its_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = SynthSpec {
+            samples: 97,
+            seq_len: 16,
+            ..SynthSpec::default()
+        };
+        synth::write(dir.path(), &spec).unwrap();
+        for micro_batch in [1, 3] {
+            let cfg = TrainConfig {
+                shards: dir.path().display().to_string(),
+                micro_batch,
+                ..TrainConfig::default()
+            };
+            let (accum, steps) = (4, 3);
+            let one = rows_of(&cfg, Rank::SINGLE, accum, steps);
+            assert!(one.iter().flatten().all(Option::is_some));
+            for n in [2, 4] {
+                let mut union = vec![vec![None; accum * micro_batch]; steps];
+                for r in 0..n {
+                    let mine = rows_of(&cfg, Rank::new(r, n), accum, steps);
+                    for (u, m) in union.iter_mut().zip(mine) {
+                        for (slot, s) in u.iter_mut().zip(m) {
+                            if let Some(s) = s {
+                                assert!(slot.is_none(), "two ranks claim one global row");
+                                *slot = Some(s);
+                            }
+                        }
+                    }
+                }
+                assert_eq!(union, one, "micro_batch {micro_batch}, {n} ranks");
+            }
+        }
+    }
 }
