@@ -6,13 +6,17 @@ use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::mpsc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use rsd_dist::Rendezvous;
+
+/// How long a rank whose collective failed waits to be named, for the rank that caused it.
+const PEER_GRACE: Duration = Duration::from_secs(2);
 
 /// The last SIGINT/SIGTERM received and not yet passed on (0: none).
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
@@ -66,7 +70,10 @@ pub fn run(nproc: usize) -> Result<i32> {
             on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
         );
     }
-    let mut children: Vec<Option<Child>> = Vec::with_capacity(nproc);
+    // One waiter thread per rank reports its exit at once, so the first rank to fail is the one
+    // named (the others then fail too, seeing its connections close).
+    let (exits, exited) = mpsc::channel();
+    let mut pids: Vec<Option<libc::pid_t>> = Vec::with_capacity(nproc);
     let mut pipes = Vec::with_capacity(nproc);
     for rank in 0..nproc {
         let spawned = Command::new(&exe)
@@ -80,43 +87,60 @@ pub fn run(nproc: usize) -> Result<i32> {
         let mut child = match spawned {
             Ok(c) => c,
             Err(e) => {
-                stop_all(&mut children);
+                signal_all(&pids, libc::SIGKILL);
                 return Err(e).with_context(|| format!("starting rank {rank}"));
             }
         };
         if let Some(err) = child.stderr.take() {
             pipes.push(thread::spawn(move || prefix_lines(rank, err)));
         }
-        children.push(Some(child));
+        pids.push(Some(child.id() as libc::pid_t));
+        let exits = exits.clone();
+        thread::spawn(move || {
+            let _ = exits.send((rank, child.wait()));
+        });
     }
+    drop(exits);
     let mut failed: Option<(usize, ExitStatus)> = None;
+    // A rank whose collective failed usually only saw another rank fail (its connections close
+    // before that rank's process is gone): wait briefly for the rank that failed first.
+    let mut lost_peer: Option<(usize, ExitStatus, Instant)> = None;
     let mut interrupted = false;
-    while children.iter().any(Option::is_some) {
+    while pids.iter().any(Option::is_some) {
         let sig = SIGNAL.swap(0, Ordering::SeqCst);
         if sig != 0 {
             interrupted = true;
-            for c in children.iter().flatten() {
-                // SAFETY: kill(2) on a child we started and have not reaped.
-                unsafe { libc::kill(c.id() as libc::pid_t, sig) };
+            signal_all(&pids, sig);
+        }
+        if failed.is_none() {
+            if let Some((rank, status, at)) = lost_peer {
+                if at.elapsed() > PEER_GRACE {
+                    failed = Some((rank, status));
+                    signal_all(&pids, libc::SIGKILL);
+                }
             }
         }
-        for rank in 0..nproc {
-            let Some(c) = children[rank].as_mut() else {
-                continue;
-            };
-            let Some(status) = c.try_wait().context("waiting for the ranks")? else {
-                continue;
-            };
-            children[rank] = None;
-            // An interrupted rank exits 130 after its checkpoint; that is not a failure.
-            let ok = status.success() || (interrupted && status.code() == Some(130));
-            if !ok && failed.is_none() {
-                failed = Some((rank, status));
-                stop_all(&mut children);
-            }
+        let (rank, status) = match exited.recv_timeout(Duration::from_millis(20)) {
+            Ok(exit) => exit,
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        pids[rank] = None;
+        let status = status.with_context(|| format!("waiting for rank {rank}"))?;
+        // An interrupted rank exits 130 after its checkpoint; that is not a failure.
+        let ok = status.success() || (interrupted && status.code() == Some(130));
+        if ok || failed.is_some() {
+            continue;
         }
-        thread::sleep(Duration::from_millis(20));
+        if status.code() == Some(crate::EXIT_COLLECTIVE_FAILED) {
+            lost_peer.get_or_insert((rank, status, Instant::now()));
+        } else {
+            failed = Some((rank, status));
+            // The others would wait for it until their collectives time out.
+            signal_all(&pids, libc::SIGKILL);
+        }
     }
+    let failed = failed.or(lost_peer.map(|(rank, status, _)| (rank, status)));
     for p in pipes {
         let _ = p.join();
     }
@@ -129,11 +153,11 @@ pub fn run(nproc: usize) -> Result<i32> {
     Ok(if interrupted { 130 } else { 0 })
 }
 
-/// Kills every rank still running (after one failed, the others would wait for it until their
-/// collectives time out).
-fn stop_all(children: &mut [Option<Child>]) {
-    for c in children.iter_mut().flatten() {
-        let _ = c.kill();
+/// Sends `sig` to every rank still running.
+fn signal_all(pids: &[Option<libc::pid_t>], sig: libc::c_int) {
+    for &pid in pids.iter().flatten() {
+        // SAFETY: kill(2) on a child we started whose exit has not been reported yet.
+        unsafe { libc::kill(pid, sig) };
     }
 }
 

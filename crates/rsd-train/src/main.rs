@@ -22,6 +22,20 @@ use rsd_train::train::Trainer;
 
 mod launch;
 
+/// Exit status of a rank whose collective failed, usually because another rank failed first (the
+/// launcher then names that one).
+const EXIT_COLLECTIVE_FAILED: i32 = 3;
+
+/// The exit status for an error: [`EXIT_COLLECTIVE_FAILED`] or 1.
+fn exit_status(e: &anyhow::Error) -> i32 {
+    match e.downcast_ref::<rsd_train::Error>() {
+        Some(rsd_train::Error::Dist(rsd_dist::DistError::Collective { .. })) => {
+            EXIT_COLLECTIVE_FAILED
+        }
+        _ => 1,
+    }
+}
+
 #[derive(Parser)]
 #[command(
     name = "rsd-train",
@@ -333,6 +347,6 @@ fn main() {
     };
     if let Err(e) = r {
         eprintln!("rsd-train: error: {e:#}");
-        std::process::exit(1);
+        std::process::exit(exit_status(&e));
     }
 }
