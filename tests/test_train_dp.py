@@ -4,6 +4,7 @@
   with the same parameters: with one row per micro-batch and 2 micro-batches per rank, and with
   2-row micro-batches (each rank's rows interleaved in the global batch, so the perturbations
   must be keyed by the global row), over several gradient buckets;
+* the same on mixed-length shards (document-masked, document-scoped perturbations);
 * `torchrun --no-python --nproc-per-node 2 rsd-train …` gives the same run as `--nproc 2`;
 * a rank that fails makes the launcher stop the others and exit non-zero naming it, in seconds;
 * Ctrl-C reaches every rank, rank 0 checkpoints, exit 130;
@@ -12,8 +13,9 @@
 
 Measured (tiny Qwen3, 3 steps of rsd, 2 CPU cores): each rank sums its own micro-batches'
 gradients before the ranks' sums are added, so float sums round differently: parameters differ by
-at most 1.3e-6 (1-row micro-batches) and 1.0e-6 (2-row), losses by about 1e-9 relative; the
-tests allow 1e-5. torchrun and --nproc give bit-identical runs. The file runs in about 75 s.
+at most 1.3e-6 (1-row micro-batches), 1.0e-6 (2-row) and 6.1e-6 (mixed shards, whose
+micro-batches group rows differently), losses by about 1e-9 relative; the
+tests allow 1e-5. torchrun and --nproc give bit-identical runs. The file runs in about 90 s.
 
 Binaries: $RSD_BIN_DIR (default <repo>/target/debug): rsd-data and rsd-train (built with the
 `fault-injection` feature for the failing-rank test, as scripts/test.sh builds it).
@@ -84,6 +86,18 @@ def test_two_ranks_train_what_one_process_trains(shards, tmp_path, micro_batch):
     assert "[rank 0] done: 3 steps" in p.stderr, p.stderr
     # Each rank sums its own micro-batches' gradients before the ranks' sums are added, and
     # two-row micro-batches group rows differently: float sums round differently, nothing more.
+    assert_same_run(tmp_path / "one", tmp_path / "two", loss_rel=1e-5, param_abs=1e-5)
+
+
+def test_two_ranks_on_mixed_shards_train_what_one_process_trains(tmp_path):
+    # Rows of different lengths split a loader batch into several micro-batches; documents get
+    # their own perturbations, drawn by global row.
+    mixed = tmp_path / "mixed"
+    run("rsd-data", "pack", "--len", "256", "--mode", "mixed", "--src", REPO / "corpus" / "books",
+        "--src", REPO / "corpus" / "code", "--out", mixed)
+    batch = ["--micro-batch", 2, "--tokens-per-step", 1024, "--perturb-scope", "document"]
+    run("rsd-train", *train_args(mixed, tmp_path / "one", *batch))
+    run("rsd-train", *train_args(mixed, tmp_path / "two", *batch), "--nproc", 2)
     assert_same_run(tmp_path / "one", tmp_path / "two", loss_rel=1e-5, param_abs=1e-5)
 
 
