@@ -5,7 +5,7 @@
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc;
@@ -105,11 +105,12 @@ pub fn run(nproc: usize) -> Result<i32> {
     // A rank whose collective failed usually only saw another rank fail (its connections close
     // before that rank's process is gone): wait briefly for the rank that failed first.
     let mut lost_peer: Option<(usize, ExitStatus, Instant)> = None;
-    let mut interrupted = false;
+    // The last signal passed on, if any.
+    let mut forwarded: Option<libc::c_int> = None;
     while pids.iter().any(Option::is_some) {
         let sig = SIGNAL.swap(0, Ordering::SeqCst);
         if sig != 0 {
-            interrupted = true;
+            forwarded = Some(sig);
             signal_all(&pids, sig);
         }
         if failed.is_none() {
@@ -127,8 +128,10 @@ pub fn run(nproc: usize) -> Result<i32> {
         };
         pids[rank] = None;
         let status = status.with_context(|| format!("waiting for rank {rank}"))?;
-        // An interrupted rank exits 130 after its checkpoint; that is not a failure.
-        let ok = status.success() || (interrupted && status.code() == Some(130));
+        // An interrupted rank exits 130 after its checkpoint, and SIGTERM ends it: not failures.
+        let ok = status.success()
+            || (forwarded.is_some() && status.code() == Some(130))
+            || (forwarded.is_some() && status.signal() == forwarded);
         if ok || failed.is_some() {
             continue;
         }
@@ -150,7 +153,11 @@ pub fn run(nproc: usize) -> Result<i32> {
         );
         return Ok(status.code().filter(|&c| c != 0).unwrap_or(1));
     }
-    Ok(if interrupted { 130 } else { 0 })
+    Ok(match forwarded {
+        Some(sig) if sig == libc::SIGTERM => 128 + sig,
+        Some(_) => 130,
+        None => 0,
+    })
 }
 
 /// Sends `sig` to every rank still running.
