@@ -152,6 +152,11 @@ config! {
     progress: bool = true;
     /// Loader assembling threads.
     loader_workers: usize = 1;
+    // --- data parallel (several processes: `--nproc N`, torchrun)
+    /// Seconds a rank waits for the others (rendezvous, each collective) before failing.
+    dist_timeout: u64 = 300;
+    /// Largest gradient all-reduce bucket, MiB (fp32).
+    grad_bucket_mb: usize = 25;
 }
 
 /// What a NaN/inf loss or gradient norm does to a run.
@@ -259,6 +264,12 @@ impl TrainConfig {
         }
         if self.micro_batch == 0 {
             return bad("micro_batch", "must be ≥ 1");
+        }
+        if self.dist_timeout == 0 {
+            return bad("dist_timeout", "must be ≥ 1 second");
+        }
+        if self.grad_bucket_mb == 0 {
+            return bad("grad_bucket_mb", "must be ≥ 1");
         }
         if self.loss_chunk <= 0 {
             return bad("loss_chunk", "must be ≥ 1");

@@ -5,14 +5,14 @@
 //! one micro-batch (fixed-mode shards: the whole batch); mixed-mode rows of different lengths
 //! become separate micro-batches. Document boundaries are passed on only for mixed shards, whose
 //! attention is document-masked; fixed windows attend across documents, as packed pretraining does.
-use rsd_loader::{Batch, Batching, Dataset, LoaderConfig, Positions};
+use rsd_loader::{Batch, Batching, Dataset, LoaderConfig, Parallel, Positions, Rank};
 
 use crate::config::TrainConfig;
 use crate::step::MicroBatch;
 use crate::{Error, Result};
 
-/// The loader config a training config implies (one rank: no DP/CP here yet).
-pub fn loader_config(cfg: &TrainConfig) -> Result<LoaderConfig> {
+/// The loader config a training config implies for data-parallel rank `dp` (no CP yet).
+pub fn loader_config(cfg: &TrainConfig, dp: Rank) -> Result<LoaderConfig> {
     let dirs: Vec<&str> = cfg
         .shards
         .split(',')
@@ -56,12 +56,21 @@ pub fn loader_config(cfg: &TrainConfig) -> Result<LoaderConfig> {
         positions: Positions::Auto,
         workers: cfg.loader_workers,
         prefetch: 2 * cfg.loader_workers.max(1),
+        parallel: Parallel {
+            dp,
+            cp: Rank::SINGLE,
+        },
         ..LoaderConfig::default()
     })
 }
 
-/// Splits a loader batch into micro-batches of equal-length rows.
-pub fn micro_batches(batch: &Batch, mixed: bool, device: tch::Device) -> Result<Vec<MicroBatch>> {
+/// Splits a loader batch into micro-batches of equal-length rows, each with the index of its
+/// first row in the batch.
+pub fn micro_batches(
+    batch: &Batch,
+    mixed: bool,
+    device: tch::Device,
+) -> Result<Vec<(usize, MicroBatch)>> {
     let ro = &batch.row_offsets;
     if ro.len() < 2 || *ro.last().unwrap_or(&0) as usize != batch.tokens.len() {
         return Err(Error::Input(format!(
@@ -102,13 +111,10 @@ pub fn micro_batches(batch: &Batch, mixed: bool, device: tch::Device) -> Result<
             }
             docs.push(d);
         }
-        out.push(MicroBatch::from_rows(
-            &toks,
-            &labels,
-            pos,
-            mixed.then_some(docs),
-            device,
-        )?);
+        out.push((
+            r,
+            MicroBatch::from_rows(&toks, &labels, pos, mixed.then_some(docs), device)?,
+        ));
         r = e;
     }
     Ok(out)

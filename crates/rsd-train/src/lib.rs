@@ -10,7 +10,8 @@
 //!   schedule, global-norm clipping; state saved as safetensors.
 //! * [`config`]: the training config (TOML), every key a command-line flag too.
 //! * [`data`]: loader batches → micro-batches; [`checkpoint`]: atomic, resumable run checkpoints;
-//!   [`train`]: the loop that owns them all.
+//!   [`train`]: the loop that owns them all; [`parallel`]: data parallelism across processes,
+//!   applied around the step.
 //! * [`probe`]: one batch through the step, nothing updated (`rsd-train probe`).
 //!
 //! The design and the numbers are in `docs/TRAIN.md`.
@@ -19,6 +20,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod data;
 pub mod optim;
+pub mod parallel;
 pub mod perturb;
 pub mod probe;
 pub mod step;
@@ -44,6 +46,9 @@ pub enum Error {
         /// The OS error.
         source: std::io::Error,
     },
+    /// From the process group (data-parallel runs).
+    #[error(transparent)]
+    Dist(#[from] rsd_dist::DistError),
     /// Bad input or config; the message says which.
     #[error("{0}")]
     Input(String),

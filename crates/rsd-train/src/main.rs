@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! rsd-train --config configs/tiny-cpu.toml [--shards DIR] [--init CFG | --model DIR] --out runs/x
-//!           [--any-config-key VALUE …] [--resume [CKPT_DIR]]
+//!           [--any-config-key VALUE …] [--resume [CKPT_DIR]] [--nproc N]
 //! rsd-train probe --model DIR|--init CFG --tokens T.npy [--objective rsd] [--perturb skip]
 //!           [--split 5,9 --skip 100,3] [--kl reverse] [--lambda 1] [--dtype fp32|fp64]
 //! ```
@@ -19,6 +19,22 @@ use rsd_train::perturb::PerturbKind;
 use rsd_train::probe::{PerturbParams, ProbeModel, ProbeRequest};
 use rsd_train::step::{prefix_reuse_floor, KlDirection, LongCe, Objective, StepOptions};
 use rsd_train::train::Trainer;
+
+mod launch;
+
+/// Exit status of a rank whose collective failed, usually because another rank failed first (the
+/// launcher then names that one).
+const EXIT_COLLECTIVE_FAILED: i32 = 3;
+
+/// The exit status for an error: [`EXIT_COLLECTIVE_FAILED`] or 1.
+fn exit_status(e: &anyhow::Error) -> i32 {
+    match e.downcast_ref::<rsd_train::Error>() {
+        Some(rsd_train::Error::Dist(rsd_dist::DistError::Collective { .. })) => {
+            EXIT_COLLECTIVE_FAILED
+        }
+        _ => 1,
+    }
+}
 
 #[derive(Parser)]
 #[command(
@@ -53,6 +69,10 @@ struct TrainArgs {
     /// Print the resolved config and exit.
     #[arg(long)]
     print_config: bool,
+    /// Run N data-parallel ranks on this machine (N copies of this command, as torchrun would);
+    /// tokens_per_step stays the global batch.
+    #[arg(long)]
+    nproc: Option<usize>,
     #[command(flatten)]
     overrides: ConfigOverrides,
 }
@@ -213,6 +233,12 @@ fn train(a: TrainArgs) -> Result<()> {
         print!("{}", cfg.to_toml());
         return Ok(());
     }
+    if let Some(n) = a.nproc {
+        match launch::run(n)? {
+            0 => return Ok(()),
+            code => std::process::exit(code),
+        }
+    }
     let out = PathBuf::from(&cfg.out);
     let resume: Option<PathBuf> = match a.resume.as_deref() {
         None => None,
@@ -240,7 +266,16 @@ fn train(a: TrainArgs) -> Result<()> {
         .context("installing the Ctrl-C handler")?;
     }
     let mut trainer = Trainer::new(cfg.clone(), resume.as_deref())?;
-    eprintln!(
+    let main = trainer.is_main();
+    if main && trainer.ranks() > 1 {
+        eprintln!(
+            "rsd-train: {} data-parallel ranks, {} micro-batch(es) each per step",
+            trainer.ranks(),
+            trainer.accum() / trainer.ranks()
+        );
+    }
+    if main {
+        eprintln!(
         "rsd-train: {} params, seq_len {}, {} micro-batch(es) of {} row(s) per step, objective {}, out {}",
         trainer.model().config().num_parameters(),
         trainer.seq_len(),
@@ -248,8 +283,9 @@ fn train(a: TrainArgs) -> Result<()> {
         cfg.micro_batch,
         objective_name(cfg.objective),
         out.display()
-    );
-    if cfg.objective == Objective::Rsd {
+        );
+    }
+    if main && cfg.objective == Objective::Rsd {
         eprintln!(
             "rsd-train: FLOP floor of the rsd skip step with prefix reuse: {:.2}× a standard step \
              (s uniform; `rsd-train probe --repeat 3` measures the real ratio)",
@@ -257,6 +293,12 @@ fn train(a: TrainArgs) -> Result<()> {
         );
     }
     let summary = trainer.run(stop.clone())?;
+    if !main {
+        if stop.load(Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        return Ok(());
+    }
     println!("{}", serde_json::to_string_pretty(&summary)?);
     eprintln!(
         "done: {} steps, loss {} -> {}; checkpoint {}; model {}; metrics {}",
@@ -305,6 +347,6 @@ fn main() {
     };
     if let Err(e) = r {
         eprintln!("rsd-train: error: {e:#}");
-        std::process::exit(1);
+        std::process::exit(exit_status(&e));
     }
 }

@@ -1,11 +1,14 @@
 //! The training loop. One [`Trainer`] owns every stateful piece (model, optimizer, schedule,
 //! loader, counters) and writes them together into each checkpoint.
 //!
-//! Per optimizer step ([`Trainer::run`] reads in this order): take `accum` loader batches (the
-//! token budget), sample each row's perturbation from a generator keyed by (seed, step, row), run
-//! [`step_micro`] on every micro-batch with the step's global normalisers, then check the loss and
-//! gradient norm for NaN/inf (stop, or skip the update), clip, apply AdamW at the scheduled rate,
-//! log a JSONL record, and checkpoint when due or when interrupted.
+//! Per optimizer step ([`Trainer::run`] reads in this order): take this rank's share of `accum`
+//! loader batches (the token budget), sum the loss normalisers over data-parallel ranks, sample
+//! each row's perturbation from a generator keyed by (seed, step, global row), run [`step_micro`]
+//! on every micro-batch with the step's global normalisers, sum the gradients over ranks, then
+//! check the loss and gradient norm for NaN/inf (stop, or skip the update), clip, apply AdamW at
+//! the scheduled rate, log a JSONL record, and checkpoint when due or when interrupted. With one
+//! process the data-parallel parts ([`DataParallel`]) do nothing; with several, rank 0 alone logs
+//! and writes checkpoints.
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -23,6 +26,7 @@ use crate::checkpoint::{self, TrainState, STATE_VERSION};
 use crate::config::{OnNonFinite, TrainConfig};
 use crate::data;
 use crate::optim::{clip_grads, AdamW, AdamWConfig, Schedule};
+use crate::parallel::DataParallel;
 use crate::perturb::{perturb_row, RowView, Sampler, Scope};
 use crate::step::{
     grad_norm, step_micro, zero_grads, LossNormalizers, MicroBatch, Objective, StepOptions, Sums,
@@ -93,7 +97,11 @@ pub struct Trainer {
     loader: Loader,
     mixed: bool,
     seq_len: u64,
+    /// Micro-batches per optimizer step, over all ranks.
     accum: usize,
+    /// This rank's share of them.
+    local_accum: usize,
+    dp: DataParallel,
     state: TrainState,
     sampler: Sampler,
     step_opts: StepOptions,
@@ -139,9 +147,22 @@ pub fn sample_views(
     row0: usize,
     mb: &MicroBatch,
 ) -> Vec<RowView> {
+    let rows: Vec<usize> = (row0..row0 + mb.rows()).collect();
+    sample_views_of_rows(sampler, seed, step, &rows, mb)
+}
+
+/// The perturbed views of a micro-batch whose row `r` is row `rows[r]` of optimizer step `step`'s
+/// global batch (a data-parallel rank's rows are not consecutive there).
+pub fn sample_views_of_rows(
+    sampler: &Sampler,
+    seed: u64,
+    step: u64,
+    rows: &[usize],
+    mb: &MicroBatch,
+) -> Vec<RowView> {
     (0..mb.rows())
         .map(|r| {
-            let mut g = SplitMix64::keyed(&[seed, step, (row0 + r) as u64]);
+            let mut g = SplitMix64::keyed(&[seed, step, rows[r] as u64]);
             let pos = &mb.positions[r];
             let docs = mb.docs.as_ref().map(|d| d[r].as_slice());
             let perts: Vec<_> = match (sampler.scope, docs) {
@@ -188,6 +209,7 @@ fn resumed(
     cfg: &TrainConfig,
     options: ModelOptions,
     dir: &Path,
+    dp: &DataParallel,
 ) -> Result<(Model, TrainState, Loader)> {
     let st = checkpoint::read_state(dir)?;
     if st.rng_seed != cfg.seed {
@@ -200,7 +222,7 @@ fn resumed(
         });
     }
     let model = Model::load(&dir.join("model"), options)?;
-    let loader = Loader::resume(data::loader_config(cfg)?, &st.loader)?;
+    let loader = Loader::resume(data::loader_config(cfg, dp.loader_rank())?, &st.loader)?;
     Ok((model, st, loader))
 }
 
@@ -218,17 +240,19 @@ impl Trainer {
             ));
         }
         fs::create_dir_all(&out).map_err(io_err(&out))?;
+        let dp = DataParallel::from_env(&cfg, options.device)?;
         let (model, state, loader) = match resume {
             Some(dir) => {
-                let (model, st, loader) = resumed(&cfg, options, dir)?;
+                let (model, st, loader) = resumed(&cfg, options, dir, &dp)?;
                 (model, Some(st), loader)
             }
             None => (
                 initial_model(&cfg, options)?,
                 None,
-                Loader::new(data::loader_config(&cfg)?)?,
+                Loader::new(data::loader_config(&cfg, dp.loader_rank())?)?,
             ),
         };
+        dp.broadcast_parameters(&model)?;
         let mixed = loader
             .manifest(0)
             .is_some_and(|m| m.mode == rsd_shard::PackMode::Mixed);
@@ -239,6 +263,7 @@ impl Trainer {
         } else {
             cfg.tokens_per_step.div_ceil(per_micro) as usize
         };
+        let local_accum = dp.local_accum(accum, &cfg, seq_len)?;
         let schedule = Schedule {
             lr: cfg.lr,
             warmup: (cfg.warmup_ratio * cfg.steps as f64).round() as u64,
@@ -282,6 +307,8 @@ impl Trainer {
             mixed,
             seq_len,
             accum,
+            local_accum,
+            dp,
             state,
             sampler,
             step_opts,
@@ -289,9 +316,19 @@ impl Trainer {
         })
     }
 
-    /// Micro-batches per optimizer step.
+    /// Micro-batches per optimizer step (over all data-parallel ranks).
     pub fn accum(&self) -> usize {
         self.accum
+    }
+
+    /// Data-parallel ranks.
+    pub fn ranks(&self) -> usize {
+        self.dp.size()
+    }
+
+    /// Whether this process is rank 0 (the one that logs and writes checkpoints).
+    pub fn is_main(&self) -> bool {
+        self.dp.is_main()
     }
 
     /// The model.
@@ -312,21 +349,43 @@ impl Trainer {
             0 => self.cfg.steps,
             n => n.min(self.cfg.steps),
         };
-        let mut log = StepLog::open(&self.out, end, self.state.step, self.cfg.progress)?;
+        let mut log = StepLog::open(
+            &self.out,
+            end,
+            self.state.step,
+            self.cfg.progress,
+            self.dp.is_main(),
+        )?;
         let mut run = RunProgress::default();
         while self.state.step < end {
-            if stop.load(Ordering::SeqCst) {
+            // Every rank stops at the same step, whichever saw the interrupt.
+            if self.dp.any(stop.load(Ordering::SeqCst))? {
                 run.interrupted = true;
                 break;
             }
+            if fault::fail_rank(self.dp.rank()) {
+                return Err(Error::Input(format!(
+                    "fault injection: rank {} fails at step {}",
+                    self.dp.rank(),
+                    self.state.step + 1
+                )));
+            }
             let started = Instant::now();
             let mbs = self.next_micro_batches()?;
-            let losses = self.forward_backward(&mbs)?;
+            let local_tokens: u64 = mbs
+                .iter()
+                .map(|(_, m)| (m.rows() as i64 * m.len()) as u64)
+                .sum();
+            let (norm, tokens) = self.dp.global_normalizers(
+                LossNormalizers::of_iter(mbs.iter().map(|(_, m)| m)),
+                local_tokens,
+            )?;
+            let losses = self.forward_backward(&mbs, norm)?;
+            self.dp.reduce_gradients(&self.model)?;
             let grad_norm = self.grad_norm()?;
             let lr = self.state.schedule.lr(self.state.step);
             let skipped = !self.update_if_finite(&losses, grad_norm, lr, &mut run, &log)?;
             zero_grads(&self.model);
-            let tokens: u64 = mbs.iter().map(|m| (m.rows() as i64 * m.len()) as u64).sum();
             self.advance(tokens);
             let step_s = started.elapsed().as_secs_f64();
             log.record(&StepRecord {
@@ -347,7 +406,7 @@ impl Trainer {
             run.last_loss = Some(losses.total);
             self.state.elapsed_s = elapsed0 + t0.elapsed().as_secs_f64();
             if self.cfg.save_every > 0 && self.state.step.is_multiple_of(self.cfg.save_every) {
-                run.checkpoint = Some(self.save()?);
+                run.checkpoint = self.save()?;
             }
         }
         log.finish();
@@ -356,32 +415,40 @@ impl Trainer {
         self.finish(run, log.path, t0)
     }
 
-    /// The step's data: `accum` loader batches, as micro-batches on the device.
-    fn next_micro_batches(&mut self) -> Result<Vec<MicroBatch>> {
+    /// This rank's data of the step: its `accum / ranks` loader batches, as micro-batches on the
+    /// device, each with the indices of its rows in the step's global batch.
+    fn next_micro_batches(&mut self) -> Result<Vec<(Vec<usize>, MicroBatch)>> {
         let device = self.model.options().device;
         let mut mbs = Vec::new();
-        for _ in 0..self.accum {
+        for k in 0..self.local_accum {
             let batch = self
                 .loader
                 .next()
                 .ok_or_else(|| Error::Input("the loader ran out of data".into()))??;
-            mbs.extend(data::micro_batches(&batch, self.mixed, device)?);
+            let rows = batch.row_offsets.len().saturating_sub(1);
+            for (first, mb) in data::micro_batches(&batch, self.mixed, device)? {
+                let global = (first..first + mb.rows())
+                    .map(|j| self.dp.global_row(k, j, rows))
+                    .collect();
+                mbs.push((global, mb));
+            }
         }
         Ok(mbs)
     }
 
-    /// Forward and backward of every micro-batch with the step's normalisers; the parameters'
-    /// gradients hold the step's gradient afterwards.
-    fn forward_backward(&self, mbs: &[MicroBatch]) -> Result<StepLosses> {
-        let norm = LossNormalizers::of(mbs);
+    /// Forward and backward of every micro-batch with the step's (global) normalisers; the
+    /// parameters' gradients hold this rank's share of the step's gradient afterwards, and the
+    /// losses are the global batch's.
+    fn forward_backward(
+        &self,
+        mbs: &[(Vec<usize>, MicroBatch)],
+        norm: LossNormalizers,
+    ) -> Result<StepLosses> {
         let mut sums = Sums::new(self.model.options().device);
-        let mut row0 = 0;
-        for mb in mbs {
-            let views = self
-                .step_opts
-                .objective
-                .needs_perturbed()
-                .then(|| sample_views(&self.sampler, self.cfg.seed, self.state.step, row0, mb));
+        for (rows, mb) in mbs {
+            let views = self.step_opts.objective.needs_perturbed().then(|| {
+                sample_views_of_rows(&self.sampler, self.cfg.seed, self.state.step, rows, mb)
+            });
             step_micro(
                 &self.model,
                 mb,
@@ -390,8 +457,8 @@ impl Trainer {
                 norm,
                 &mut sums,
             )?;
-            row0 += mb.rows();
         }
+        self.dp.reduce_sums(&mut sums)?;
         let (clm, kl, clm_pert) = sums.values(norm);
         let total = match self.step_opts.objective {
             Objective::Rsd => clm + self.cfg.lambda * kl,
@@ -406,7 +473,8 @@ impl Trainer {
         })
     }
 
-    /// The global gradient norm of this step.
+    /// The global gradient norm of this step (the gradients are already summed over ranks, so
+    /// every rank computes the same value).
     fn grad_norm(&self) -> Result<f64> {
         let gn = grad_norm(&self.model)?;
         Ok(if fault::nan_gradient_at(self.state.step + 1) {
@@ -427,7 +495,9 @@ impl Trainer {
         log: &StepLog,
     ) -> Result<bool> {
         let loss = losses.total;
-        if loss.is_finite() && grad_norm.is_finite() {
+        // Loss and norm come from values summed over ranks, so the ranks agree already; asking
+        // them keeps one decision for all even if a reduction ever differed in its last bit.
+        if !self.dp.any(!(loss.is_finite() && grad_norm.is_finite()))? {
             run.consecutive_skips = 0;
             clip_grads(&self.model, grad_norm, self.cfg.clip)?;
             self.opt.step(lr)?;
@@ -460,27 +530,54 @@ impl Trainer {
         self.state.loader = self.loader.state();
     }
 
-    fn save(&self) -> Result<PathBuf> {
-        checkpoint::save(
-            &self.out,
-            &self.model,
-            &self.opt,
-            &self.state,
-            &self.cfg,
-            self.cfg.keep,
-        )
+    /// Writes a checkpoint (rank 0; the others wait until it is complete, so none runs ahead and
+    /// a kill after this point finds it whole). Its path on rank 0.
+    fn save(&self) -> Result<Option<PathBuf>> {
+        let path = if self.dp.is_main() {
+            Some(checkpoint::save(
+                &self.out,
+                &self.model,
+                &self.opt,
+                &self.state,
+                &self.cfg,
+                self.cfg.keep,
+            )?)
+        } else {
+            None
+        };
+        self.dp.barrier()?;
+        Ok(path)
     }
 
     /// Leaves a checkpoint of where the run is, the final model of a complete run, and
     /// `summary.json`.
     fn finish(&mut self, run: RunProgress, metrics: PathBuf, t0: Instant) -> Result<Summary> {
         // Always leave a checkpoint of where we are (unless the last one is exactly this step).
-        let newest = checkpoint::list(&self.out).pop();
-        let checkpoint = match newest {
-            Some((step, _)) if step != self.state.step => Some(self.save()?),
-            None => Some(self.save()?),
-            Some((_, path)) => run.checkpoint.or(Some(path)),
+        // Rank 0 decides, so every rank takes part in the same barriers.
+        let due = self.dp.is_main()
+            && !matches!(checkpoint::list(&self.out).pop(), Some((step, _)) if step == self.state.step);
+        let checkpoint = if self.dp.any(due)? {
+            self.save()?
+        } else {
+            run.checkpoint
+                .or_else(|| checkpoint::list(&self.out).pop().map(|(_, p)| p))
         };
+        if !self.dp.is_main() {
+            // Wait for rank 0's final model and summary, so the run ends complete everywhere.
+            self.dp.barrier()?;
+            return Ok(Summary {
+                steps: self.state.step,
+                tokens: self.state.tokens,
+                first_loss: run.first_loss,
+                last_loss: run.last_loss,
+                interrupted: run.interrupted,
+                checkpoint: None,
+                final_model: None,
+                metrics,
+                wall_s: t0.elapsed().as_secs_f64(),
+                skipped: self.state.skipped,
+            });
+        }
         let final_model = if run.interrupted {
             None
         } else {
@@ -510,6 +607,7 @@ impl Trainer {
         let text =
             serde_json::to_string_pretty(&summary).map_err(|e| Error::Input(e.to_string()))?;
         fs::write(&sp, text).map_err(io_err(&sp))?;
+        self.dp.barrier()?;
         Ok(summary)
     }
 }
@@ -538,20 +636,29 @@ struct RunProgress {
 /// not a terminal, a line every 5% of the run).
 struct StepLog {
     path: PathBuf,
-    file: File,
+    /// `None` on ranks other than 0.
+    file: Option<File>,
     bar: ProgressBar,
     end: u64,
     progress: bool,
 }
 
 impl StepLog {
-    fn open(out: &Path, end: u64, step: u64, progress: bool) -> Result<Self> {
+    /// The log of rank 0 (`main`); other ranks' log writes and shows nothing.
+    fn open(out: &Path, end: u64, step: u64, progress: bool, main: bool) -> Result<Self> {
         let path = out.join("metrics.jsonl");
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(io_err(&path))?;
+        let progress = progress && main;
+        let file = if main {
+            Some(
+                OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&path)
+                    .map_err(io_err(&path))?,
+            )
+        } else {
+            None
+        };
         let bar = if progress {
             ProgressBar::with_draw_target(Some(end), ProgressDrawTarget::stderr())
         } else {
@@ -572,8 +679,11 @@ impl StepLog {
     }
 
     fn record(&mut self, rec: &StepRecord) -> Result<()> {
+        let Some(file) = &mut self.file else {
+            return Ok(());
+        };
         let line = serde_json::to_string(rec).map_err(|e| Error::Input(e.to_string()))?;
-        writeln!(self.file, "{line}").map_err(io_err(&self.path))?;
+        writeln!(file, "{line}").map_err(io_err(&self.path))?;
         let StepRecord {
             step,
             loss,
@@ -629,6 +739,20 @@ mod fault {
 
     #[cfg(not(feature = "fault-injection"))]
     pub fn nan_gradient_at(_step: u64) -> bool {
+        false
+    }
+
+    /// `RSD_TRAIN_FAULT_FAIL_RANK=K`: data-parallel rank K fails before its first step.
+    #[cfg(feature = "fault-injection")]
+    pub fn fail_rank(rank: usize) -> bool {
+        std::env::var("RSD_TRAIN_FAULT_FAIL_RANK")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            == Some(rank)
+    }
+
+    #[cfg(not(feature = "fault-injection"))]
+    pub fn fail_rank(_rank: usize) -> bool {
         false
     }
 }

@@ -233,10 +233,21 @@ pub struct LossNormalizers {
 impl LossNormalizers {
     /// The normalisers of a step made of these micro-batches.
     pub fn of(mbs: &[MicroBatch]) -> Self {
-        LossNormalizers {
-            label_tokens: mbs.iter().map(|m| m.label_tokens as f64).sum(),
-            samples: mbs.iter().map(|m| m.rows() as f64).sum(),
-        }
+        Self::of_iter(mbs)
+    }
+
+    /// [`LossNormalizers::of`] for micro-batches held elsewhere.
+    pub fn of_iter<'a>(mbs: impl IntoIterator<Item = &'a MicroBatch>) -> Self {
+        mbs.into_iter().fold(
+            LossNormalizers {
+                label_tokens: 0.0,
+                samples: 0.0,
+            },
+            |n, m| LossNormalizers {
+                label_tokens: n.label_tokens + m.label_tokens as f64,
+                samples: n.samples + m.rows() as f64,
+            },
+        )
     }
 }
 

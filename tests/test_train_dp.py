@@ -1,0 +1,171 @@
+"""rsd-train data parallel: N processes train exactly what one process trains.
+
+* `--nproc 2` on the same global batch (tokens_per_step) logs the losses of one process and ends
+  with the same parameters: with one row per micro-batch and 2 micro-batches per rank, and with
+  2-row micro-batches (each rank's rows interleaved in the global batch, so the perturbations
+  must be keyed by the global row), over several gradient buckets;
+* the same on mixed-length shards (document-masked, document-scoped perturbations);
+* `torchrun --no-python --nproc-per-node 2 rsd-train …` gives the same run as `--nproc 2`;
+* a rank that fails makes the launcher stop the others and exit non-zero naming it, in seconds;
+* Ctrl-C reaches every rank, rank 0 checkpoints, exit 130;
+* a 2-rank checkpoint resumes with 2 ranks or 1 to the losses of an uninterrupted run;
+* a global batch the ranks cannot share equally is refused, saying what to set.
+
+Measured (tiny Qwen3, 3 steps of rsd, 2 CPU cores): each rank sums its own micro-batches'
+gradients before the ranks' sums are added, so float sums round differently: parameters differ by
+at most 1.3e-6 (1-row micro-batches), 1.0e-6 (2-row) and 6.1e-6 (mixed shards, whose
+micro-batches group rows differently), losses by about 1e-9 relative; the
+tests allow 1e-5. torchrun and --nproc give bit-identical runs. The file runs in about 90 s.
+
+Binaries: $RSD_BIN_DIR (default <repo>/target/debug): rsd-data and rsd-train (built with the
+`fault-injection` feature for the failing-rank test, as scripts/test.sh builds it).
+"""
+import json
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from rsd_cli import exe, run
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = REPO / "configs" / "model" / "tiny-qwen3-64.json"
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    out = tmp_path_factory.mktemp("shards") / "books128"
+    run("rsd-data", "pack", "--len", "128", "--src", REPO / "corpus" / "books", "--out", out)
+    return out
+
+
+def train_args(shards, out, *extra, steps=3):
+    return ["--config", REPO / "configs" / "tiny-cpu.toml", "--shards", shards, "--init", TINY,
+            "--out", out, "--progress", "false", "--threads", "1", "--steps", steps,
+            "--save-every", 0, *extra]
+
+
+def metrics(out):
+    return [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def params(out):
+    (f,) = (out / "model").glob("*.safetensors")
+    return load_file(f)
+
+
+def assert_same_run(one, many, loss_rel, param_abs):
+    m1, mn = metrics(one), metrics(many)
+    assert [r["step"] for r in m1] == [r["step"] for r in mn] == [1, 2, 3]
+    for a, b in zip(m1, mn):
+        for k in ("loss", "clm", "grad_norm"):
+            assert b[k] == pytest.approx(a[k], rel=loss_rel, abs=1e-12), (k, a, b)
+        # The KL (≈1e-4 here) is a difference of log-probabilities of the loss's size: its
+        # rounding error is absolute, on the loss's scale.
+        assert b["kl"] == pytest.approx(a["kl"], rel=0, abs=loss_rel * a["loss"]), (a, b)
+        assert a["tokens"] == b["tokens"]
+    p1, pn = params(one), params(many)
+    assert p1.keys() == pn.keys()
+    worst = max(float(np.abs(p1[k].astype(np.float64) - pn[k]).max()) for k in p1)
+    print(f"max |Δparam| {worst:.3g}")
+    assert worst <= param_abs, worst
+
+
+@pytest.mark.parametrize("micro_batch", [1, 2])
+def test_two_ranks_train_what_one_process_trains(shards, tmp_path, micro_batch):
+    # 512 tokens of 128-token rows: 4 one-row or 2 two-row micro-batches, shared by 2 ranks.
+    batch = ["--micro-batch", micro_batch, "--tokens-per-step", 512]
+    run("rsd-train", *train_args(shards, tmp_path / "one", *batch))
+    p = run("rsd-train", *train_args(shards, tmp_path / "two", *batch, "--grad-bucket-mb", 1),
+            "--nproc", 2)
+    assert "[rank 0] done: 3 steps" in p.stderr, p.stderr
+    # Each rank sums its own micro-batches' gradients before the ranks' sums are added, and
+    # two-row micro-batches group rows differently: float sums round differently, nothing more.
+    assert_same_run(tmp_path / "one", tmp_path / "two", loss_rel=1e-5, param_abs=1e-5)
+
+
+def test_two_ranks_on_mixed_shards_train_what_one_process_trains(tmp_path):
+    # Rows of different lengths split a loader batch into several micro-batches; documents get
+    # their own perturbations, drawn by global row.
+    mixed = tmp_path / "mixed"
+    run("rsd-data", "pack", "--len", "256", "--mode", "mixed", "--src", REPO / "corpus" / "books",
+        "--src", REPO / "corpus" / "code", "--out", mixed)
+    batch = ["--micro-batch", 2, "--tokens-per-step", 1024, "--perturb-scope", "document"]
+    run("rsd-train", *train_args(mixed, tmp_path / "one", *batch))
+    run("rsd-train", *train_args(mixed, tmp_path / "two", *batch), "--nproc", 2)
+    assert_same_run(tmp_path / "one", tmp_path / "two", loss_rel=1e-5, param_abs=1e-5)
+
+
+@pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun not on PATH")
+def test_torchrun_runs_the_same_as_nproc(shards, tmp_path):
+    batch = ["--micro-batch", 2, "--tokens-per-step", 512]
+    run("rsd-train", *train_args(shards, tmp_path / "nproc", *batch), "--nproc", 2)
+    p = subprocess.run(
+        ["torchrun", "--no-python", "--nproc-per-node", "2", exe("rsd-train"),
+         *map(str, train_args(shards, tmp_path / "torchrun", *batch))],
+        capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert_same_run(tmp_path / "nproc", tmp_path / "torchrun", loss_rel=0, param_abs=0.0)
+
+
+def test_a_failing_rank_stops_the_run_and_is_named(shards, tmp_path):
+    t0 = time.monotonic()
+    p = run("rsd-train", *train_args(shards, tmp_path / "x", "--tokens-per-step", 256),
+            "--nproc", 2, check=False, env={"RSD_TRAIN_FAULT_FAIL_RANK": "1"}, timeout=120)
+    elapsed = time.monotonic() - t0
+    assert p.returncode != 0
+    assert "[rank 1] rsd-train: error: fault injection: rank 1 fails" in p.stderr, p.stderr
+    assert "rank 1 of 2 failed" in p.stderr, p.stderr
+    assert elapsed < 60, elapsed
+
+
+def test_ctrl_c_reaches_every_rank_and_rank_0_checkpoints(shards, tmp_path):
+    out = tmp_path / "run"
+    p = subprocess.Popen([exe("rsd-train"), *map(str, train_args(
+        shards, out, "--tokens-per-step", 256, steps=1000)), "--nproc", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if (out / "metrics.jsonl").exists() and (out / "metrics.jsonl").read_text().count("\n") >= 1:
+            break
+        time.sleep(0.2)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    for rank in (0, 1):
+        assert f"[rank {rank}] interrupt: finishing this step" in err, err
+    done = len(metrics(out))
+    ck = sorted((out / "checkpoints").iterdir())
+    assert ck and ck[-1].name == f"step-{done:08d}", (ck, done)
+
+
+def test_a_batch_the_ranks_cannot_share_is_refused(shards, tmp_path):
+    # 384 tokens = 3 micro-batches of 128: not divisible by 2 ranks.
+    p = run("rsd-train", *train_args(shards, tmp_path / "x", "--tokens-per-step", 384),
+            "--nproc", 2, check=False, timeout=120)
+    assert p.returncode != 0
+    assert "tokens_per_step" in p.stderr and "multiple of 256" in p.stderr, p.stderr
+    assert "failed" in p.stderr
+
+
+def test_a_checkpoint_resumes_at_the_same_or_another_dp_size(shards, tmp_path):
+    # The loader's state is the global stream's position, whatever the number of ranks.
+    def args(out, *extra):
+        return train_args(shards, tmp_path / out, "--tokens-per-step", 256, *extra, steps=4)
+
+    run("rsd-train", *args("ref"))
+    run("rsd-train", *args("two", "--stop-at", 2), "--nproc", 2, check=False)
+    shutil.copytree(tmp_path / "two", tmp_path / "one")
+    run("rsd-train", *args("two"), "--nproc", 2, "--resume")
+    run("rsd-train", *args("one"), "--resume")
+    ref = metrics(tmp_path / "ref")
+    for out in ("two", "one"):
+        got = metrics(tmp_path / out)
+        assert [r["step"] for r in got] == [1, 2, 3, 4]
+        for a, b in zip(ref, got):
+            assert b["loss"] == pytest.approx(a["loss"], rel=1e-5), (out, a, b)
