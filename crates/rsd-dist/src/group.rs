@@ -502,10 +502,42 @@ fn port_in_use(message: &str, port: u16) -> bool {
                     Err(e) if e.kind() == std::io::ErrorKind::AddrInUse)
 }
 
+/// How long the rank hosting the store keeps it up after an aborted rendezvous, at most, so the
+/// other ranks can read why before the server goes away.
+const ABORT_LINGER: Duration = Duration::from_secs(5);
+
 /// Every rank announces its WORLD_SIZE and RANK; each compares with rank 0's and waits until all
 /// have arrived. The first rank to see a problem records it under `rsd/abort`, so every rank
-/// fails with the same explanation instead of some waiting out the timeout.
+/// fails with the same explanation instead of some waiting out the timeout. The rank hosting the
+/// store waits (up to [`ABORT_LINGER`]) until every rank that arrived has read the abort: were it
+/// to return at once, its store would close under ranks still reading, and they would fail with
+/// "connection reset" instead of the reason.
 fn join(store: &Store, rdzv: &Rendezvous, timeout: Duration) -> Result<()> {
+    const ARRIVED: &str = "rsd/arrived";
+    const ABORT_SEEN: &str = "rsd/abort_seen";
+    store.add(ARRIVED, 1)?;
+    let result = join_checks(store, rdzv, timeout);
+    let aborted = matches!(
+        result,
+        Err(DistError::WorldSizeMismatch { .. }
+            | DistError::DuplicateRank { .. }
+            | DistError::RendezvousAborted { .. })
+    );
+    if aborted {
+        let _ = store.add(ABORT_SEEN, 1);
+        let hosts_store = rdzv.rank == 0 && rdzv.agent_store.is_none();
+        let start = Instant::now();
+        while hosts_store && start.elapsed() < ABORT_LINGER.min(timeout) {
+            match (store.add(ABORT_SEEN, 0), store.add(ARRIVED, 0)) {
+                (Ok(seen), Ok(arrived)) if seen < arrived => std::thread::sleep(JOIN_POLL),
+                _ => break,
+            }
+        }
+    }
+    result
+}
+
+fn join_checks(store: &Store, rdzv: &Rendezvous, timeout: Duration) -> Result<()> {
     const ABORT: &str = "rsd/abort";
     let (rank, world) = (rdzv.rank, rdzv.world_size);
     let abort = |e: DistError| -> DistError {
