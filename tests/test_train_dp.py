@@ -37,13 +37,6 @@ REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "configs" / "model" / "tiny-qwen3-64.json"
 
 
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory):
-    out = tmp_path_factory.mktemp("shards") / "books128"
-    run("rsd-data", "pack", "--len", "128", "--src", REPO / "corpus" / "books", "--out", out)
-    return out
-
-
 def train_args(shards, out, *extra, steps=3):
     return ["--config", REPO / "configs" / "tiny-cpu.toml", "--shards", shards, "--init", TINY,
             "--out", out, "--progress", "false", "--threads", "1", "--steps", steps,
