@@ -40,6 +40,23 @@ pub fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
+/// Resident KiB of this process's mappings of `path` (Linux `smaps`; `None` elsewhere): how much
+/// of a memory-mapped file a reader keeps in its address space.
+pub fn mapped_kib(path: &std::path::Path) -> Option<u64> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let name = path.to_str()?;
+    let mut total = 0;
+    let mut in_it = false;
+    for line in smaps.lines() {
+        if line.contains('-') && line.split_whitespace().count() >= 5 {
+            in_it = line.ends_with(name);
+        } else if in_it && line.starts_with("Rss:") {
+            total += line.split_whitespace().nth(1)?.parse::<u64>().ok()?;
+        }
+    }
+    Some(total)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

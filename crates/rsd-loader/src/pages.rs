@@ -261,22 +261,6 @@ mod tests {
     use super::*;
     use crate::synth::{self, SynthSpec};
 
-    /// Resident KiB of this process's mappings of `path` (Linux `smaps`; `None` elsewhere).
-    fn mapped_kib(path: &Path) -> Option<u64> {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
-        let name = path.to_str()?;
-        let mut total = 0;
-        let mut in_it = false;
-        for line in smaps.lines() {
-            if line.contains('-') && line.split_whitespace().count() >= 5 {
-                in_it = line.ends_with(name);
-            } else if in_it && line.starts_with("Rss:") {
-                total += line.split_whitespace().nth(1)?.parse::<u64>().ok()?;
-            }
-        }
-        Some(total)
-    }
-
     /// 48 MiB of uint16 tokens in samples of 64K tokens (128 KiB), one shard, and its `.bin` path
     /// as `smaps` names it; `None` where `/proc/self/smaps` cannot be read.
     fn big_shard(dir: &Path) -> Option<(ShardSet, PathBuf)> {
@@ -291,7 +275,7 @@ mod tests {
         let set = ShardSet::open(dir).unwrap();
         assert_eq!(set.shards().len(), 1);
         let bin = std::fs::canonicalize(set.shards()[0].bin_path()).unwrap();
-        mapped_kib(&bin)?;
+        rsd_common::mem::mapped_kib(&bin)?;
         Some((set, bin))
     }
 
@@ -310,7 +294,7 @@ mod tests {
                 .map(|&b| b as u64)
                 .sum::<u64>();
             release(lo, hi);
-            max_kib = max_kib.max(mapped_kib(&bin).unwrap());
+            max_kib = max_kib.max(rsd_common::mem::mapped_kib(&bin).unwrap());
         }
         assert!(sum > 0);
         max_kib
@@ -342,10 +326,10 @@ mod tests {
         // sample; without release a pass maps all 48 MiB.
         assert!(max_kib <= 6 * 1024, "{max_kib} KiB mapped at most");
         // What is left at the end is the last block, not the file.
-        assert!(mapped_kib(&bin).unwrap() <= 4 * 1024);
+        assert!(rsd_common::mem::mapped_kib(&bin).unwrap() <= 4 * 1024);
         // The same pass without release maps the whole file: the measurement can fail.
         read_and_release(shard, &order[..n], |_, _| {});
-        assert!(mapped_kib(&bin).unwrap() >= 40 * 1024);
+        assert!(rsd_common::mem::mapped_kib(&bin).unwrap() >= 40 * 1024);
     }
 
     #[test]
@@ -361,7 +345,7 @@ mod tests {
         let order: Vec<usize> = (0..n).map(|k| (k * 173 + 11) % n).collect();
         let max_kib = read_and_release(shard, &order, |lo, hi| release_blocks(shard, lo, hi));
         assert!(max_kib <= 4 * 1024, "{max_kib} KiB mapped at most");
-        assert!(mapped_kib(&bin).unwrap() <= 2 * 1024);
+        assert!(rsd_common::mem::mapped_kib(&bin).unwrap() <= 2 * 1024);
         // Batched through the set: at most 8 blocks wait, plus the one being read.
         let max_kib = read_and_release(shard, &order, |lo, hi| {
             pages.release_blocks_batched(&set, 0, lo, hi)
@@ -369,6 +353,6 @@ mod tests {
         assert!(max_kib <= 9 * 2 * 1024, "{max_kib} KiB mapped at most");
         // Without any release the same order maps the whole file: the measurement can fail.
         read_and_release(shard, &order, |_, _| {});
-        assert!(mapped_kib(&bin).unwrap() >= 40 * 1024);
+        assert!(rsd_common::mem::mapped_kib(&bin).unwrap() >= 40 * 1024);
     }
 }

@@ -259,22 +259,6 @@ fn missing_manifest_says_what_to_do() {
     );
 }
 
-/// Resident KiB of this process's mappings of `path` (Linux `smaps`; `None` elsewhere).
-fn mapped_kib(path: &Path) -> Option<u64> {
-    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
-    let name = path.to_str()?;
-    let mut total = 0;
-    let mut in_it = false;
-    for line in smaps.lines() {
-        if line.contains('-') && line.split_whitespace().count() >= 5 {
-            in_it = line.ends_with(name);
-        } else if in_it && line.starts_with("Rss:") {
-            total += line.split_whitespace().nth(1)?.parse::<u64>().ok()?;
-        }
-    }
-    Some(total)
-}
-
 /// `append_tokens` reads what the map holds, appends after what `out` has, maps nothing, refuses
 /// a wrong dtype or a misaligned range, and names the file and offset when the `.bin` shrank after
 /// it was opened (where a read through the map would die with SIGBUS).
@@ -337,7 +321,7 @@ fn append_tokens_reads_the_stored_ids_without_mapping_them() {
         assert!(out.is_empty() && out16.is_empty());
         // Nothing of the `.bin` was mapped by the reads (smaps, where there is one).
         let bin = std::fs::canonicalize(shard.bin_path()).unwrap();
-        if let Some(kib) = mapped_kib(&bin) {
+        if let Some(kib) = rsd_common::mem::mapped_kib(&bin) {
             assert_eq!(kib, 0, "pread must not map the .bin");
         }
         // The file shrinks while open: the read that reaches past the new end names file and byte.
