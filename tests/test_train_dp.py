@@ -162,3 +162,60 @@ def test_a_checkpoint_resumes_at_the_same_or_another_dp_size(shards, tmp_path):
         assert [r["step"] for r in got] == [1, 2, 3, 4]
         for a, b in zip(ref, got):
             assert b["loss"] == pytest.approx(a["loss"], rel=1e-5), (out, a, b)
+
+
+def optimizer_state(out, step):
+    return load_file(out / "checkpoints" / f"step-{step:08d}" / "optimizer.safetensors")
+
+
+def test_a_sharded_optimizer_trains_what_a_replicated_one_trains(shards, tmp_path):
+    # 1 MiB buckets: the embedding is a bucket of its own whose two blocks split the matrix; the
+    # layers share another. Clipping is active from step 2 (|g| > 1).
+    batch = ["--micro-batch", 1, "--tokens-per-step", 512, "--grad-bucket-mb", 1]
+    run("rsd-train", *train_args(shards, tmp_path / "replicated", *batch), "--nproc", 2)
+    run("rsd-train", *train_args(shards, tmp_path / "sharded", *batch, "--shard-optimizer", "true"),
+        "--nproc", 2)
+    # The same summed gradient and the same AdamW arithmetic: the same bits. Only the order of
+    # the sums in the gradient norm differs (its last f64 bits).
+    assert_same_run(tmp_path / "replicated", tmp_path / "sharded", loss_rel=1e-12, param_abs=0.0)
+    # The checkpoint is the replicated optimizer's file, gathered from the ranks' blocks.
+    rep, sh = optimizer_state(tmp_path / "replicated", 3), optimizer_state(tmp_path / "sharded", 3)
+    assert rep.keys() == sh.keys() and len(rep) == 2 * len(params(tmp_path / "sharded"))
+    for k in rep:
+        assert np.array_equal(rep[k], sh[k]), k
+    assert any(np.abs(v).max() > 0 for v in sh.values())
+
+
+def test_a_sharded_checkpoint_resumes_sharded_or_not_at_another_dp_size(shards, tmp_path):
+    def args(out, *extra):
+        return train_args(shards, tmp_path / out, "--tokens-per-step", 256, "--grad-bucket-mb", 1,
+                          *extra, steps=4)
+
+    run("rsd-train", *args("ref"))
+    run("rsd-train", *args("sharded", "--stop-at", 2, "--shard-optimizer", "true"), "--nproc", 2)
+    shutil.copytree(tmp_path / "sharded", tmp_path / "one")
+    shutil.copytree(tmp_path / "sharded", tmp_path / "again")
+    # Saved sharded at 2 ranks: resumed replicated in one process, and sharded at 2 ranks.
+    run("rsd-train", *args("one"), "--resume")
+    run("rsd-train", *args("again", "--shard-optimizer", "true"), "--nproc", 2, "--resume")
+    for out in ("one", "again"):
+        assert_same_run_4(tmp_path / "ref", tmp_path / out)
+
+
+def assert_same_run_4(ref, got):
+    m_ref, m_got = metrics(ref), metrics(got)
+    assert [r["step"] for r in m_got] == [1, 2, 3, 4]
+    for a, b in zip(m_ref, m_got):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-5), (got, a, b)
+    p_ref, p_got = params(ref), params(got)
+    worst = max(float(np.abs(p_ref[k].astype(np.float64) - p_got[k]).max()) for k in p_ref)
+    assert worst <= 1e-5, (got, worst)
+
+
+def test_dp_alone_starts_its_ranks_and_must_match_the_world(shards, tmp_path):
+    p = run("rsd-train", *train_args(shards, tmp_path / "dp", "--tokens-per-step", 256, "--dp", 2,
+                                     steps=1))
+    assert "[rank 0] rsd-train: 2 data-parallel ranks" in p.stderr, p.stderr
+    p = run("rsd-train", *train_args(shards, tmp_path / "x", "--tokens-per-step", 256, "--dp", 2,
+                                     steps=1), "--nproc", 3, check=False, timeout=60)
+    assert p.returncode != 0 and "--nproc 3 and dp = 2 disagree" in p.stderr, p.stderr

@@ -16,12 +16,13 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use tch::Tensor;
 
 use rsd_loader::LoaderState;
 use rsd_model::{Model, SaveOptions};
 
 use crate::config::TrainConfig;
-use crate::optim::{AdamW, Schedule};
+use crate::optim::Schedule;
 use crate::{io_err, Error, Result};
 
 /// Version of [`TrainState`].
@@ -88,7 +89,7 @@ fn fsync_tree(dir: &Path) -> Result<()> {
 pub fn save(
     out: &Path,
     model: &Model,
-    opt: &AdamW,
+    optimizer: &[(String, Tensor)],
     state: &TrainState,
     cfg: &TrainConfig,
     keep: usize,
@@ -106,7 +107,7 @@ pub fn save(
     }
     fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
     model.save(&tmp.join("model"), &SaveOptions::default())?;
-    opt.save(&tmp.join("optimizer.safetensors"))?;
+    Tensor::write_safetensors(optimizer, tmp.join("optimizer.safetensors"))?;
     let json = serde_json::to_string_pretty(state).map_err(|e| Error::Input(e.to_string()))?;
     let sp = tmp.join("state.json");
     fs::write(&sp, json).map_err(io_err(&sp))?;

@@ -153,6 +153,12 @@ config! {
     /// Loader assembling threads.
     loader_workers: usize = 1;
     // --- data parallel (several processes: `--nproc N`, torchrun)
+    /// Data-parallel ranks; 0 = all the processes of the run (WORLD_SIZE). Set, it must equal
+    /// them; `--dp N` without `--nproc` or torchrun starts N local ranks.
+    dp: usize = 0;
+    /// Shard the fp32 master weights, AdamW moments and summed gradients over the data-parallel
+    /// ranks (ZeRO-2 style): 12 bytes per parameter become 12/N per rank, for the same update.
+    shard_optimizer: bool = false;
     /// Seconds a rank waits for the others (rendezvous, each collective) before failing.
     dist_timeout: u64 = 300;
     /// Largest gradient all-reduce bucket, MiB (fp32).

@@ -11,7 +11,8 @@
 //! * [`config`]: the training config (TOML), every key a command-line flag too.
 //! * [`data`]: loader batches → micro-batches; [`checkpoint`]: atomic, resumable run checkpoints;
 //!   [`train`]: the loop that owns them all; [`parallel`]: data parallelism across processes,
-//!   applied around the step.
+//!   applied around the step; [`update`]: the optimizer update across ranks, with the state
+//!   replicated or sharded ([`sharded`]).
 //! * [`probe`]: one batch through the step, nothing updated (`rsd-train probe`).
 //!
 //! The design and the numbers are in `docs/TRAIN.md`.
@@ -23,8 +24,10 @@ pub mod optim;
 pub mod parallel;
 pub mod perturb;
 pub mod probe;
+pub mod sharded;
 pub mod step;
 pub mod train;
+pub mod update;
 
 /// Errors of the trainer library.
 #[derive(Debug, thiserror::Error)]

@@ -233,7 +233,17 @@ fn train(a: TrainArgs) -> Result<()> {
         print!("{}", cfg.to_toml());
         return Ok(());
     }
-    if let Some(n) = a.nproc {
+    // `--dp N` alone (no launcher around this process) starts the N ranks itself.
+    let nproc = match (a.nproc, cfg.dp) {
+        (Some(n), dp) if dp != 0 && dp != n => bail!(
+            "--nproc {n} and dp = {dp} disagree: with data parallelism alone every process is a \
+             data-parallel rank; give one of them"
+        ),
+        (Some(n), _) => Some(n),
+        (None, dp) if dp > 1 && std::env::var_os("WORLD_SIZE").is_none() => Some(dp),
+        (None, _) => None,
+    };
+    if let Some(n) = nproc {
         match launch::run(n)? {
             0 => return Ok(()),
             code => std::process::exit(code),

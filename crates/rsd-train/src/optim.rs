@@ -31,6 +31,66 @@ pub struct AdamWConfig {
     pub weight_decay: f64,
 }
 
+/// The arithmetic of one AdamW update at a given rate and step, shared by the replicated
+/// optimizer ([`AdamW`]) and the sharded one (`crate::sharded`), so both compute the same bits
+/// from the same gradient.
+pub(crate) struct Update {
+    lr: f64,
+    beta1: f64,
+    beta2: f64,
+    /// 1 − β1ᵗ.
+    bc1: f64,
+    /// √(1 − β2ᵗ).
+    bc2_sqrt: f64,
+    eps: f64,
+    weight_decay: f64,
+}
+
+impl Update {
+    /// The update number `step` (1-based) at rate `lr`.
+    pub(crate) fn new(cfg: &AdamWConfig, lr: f64, step: u64) -> Self {
+        let t = step as i32;
+        Update {
+            lr,
+            beta1: cfg.beta1,
+            beta2: cfg.beta2,
+            bc1: 1.0 - cfg.beta1.powi(t),
+            bc2_sqrt: (1.0 - cfg.beta2.powi(t)).sqrt(),
+            eps: cfg.eps,
+            weight_decay: cfg.weight_decay,
+        }
+    }
+
+    /// Decoupled weight decay of `p`, in place (before [`Update::apply`]).
+    pub(crate) fn decay(&self, p: &mut Tensor) -> Result<()> {
+        if self.weight_decay != 0.0 {
+            let _ = p.f_mul_scalar_(1.0 - self.lr * self.weight_decay)?;
+        }
+        Ok(())
+    }
+
+    /// Moments and parameter step from gradient `g`, in place (PyTorch's `torch.optim.AdamW`).
+    pub(crate) fn apply(
+        &self,
+        p: &mut Tensor,
+        g: &Tensor,
+        m: &mut Tensor,
+        v: &mut Tensor,
+    ) -> Result<()> {
+        let (b1, b2) = (self.beta1, self.beta2);
+        let _ = m.f_mul_scalar_(b1)?.f_add_(&g.f_mul_scalar(1.0 - b1)?)?;
+        let _ = v
+            .f_mul_scalar_(b2)?
+            .f_add_(&g.f_mul(g)?.f_mul_scalar(1.0 - b2)?)?;
+        let denom = v
+            .f_sqrt()?
+            .f_div_scalar(self.bc2_sqrt)?
+            .f_add_scalar(self.eps)?;
+        let _ = p.f_sub_(&m.f_div(&denom)?.f_mul_scalar(self.lr / self.bc1)?)?;
+        Ok(())
+    }
+}
+
 /// One parameter's optimizer state.
 #[derive(Debug)]
 struct Slot {
@@ -82,12 +142,7 @@ impl AdamW {
     /// One update at learning rate `lr` from the parameters' current gradients.
     pub fn step(&mut self, lr: f64) -> Result<()> {
         self.steps += 1;
-        let t = self.steps as i32;
-        let (b1, b2) = (self.cfg.beta1, self.cfg.beta2);
-        let bc1 = 1.0 - b1.powi(t);
-        let bc2_sqrt = (1.0 - b2.powi(t)).sqrt();
-        let wd = self.cfg.weight_decay;
-        let eps = self.cfg.eps;
+        let update = Update::new(&self.cfg, lr, self.steps);
         tch::no_grad(|| -> Result<()> {
             for s in &mut self.slots {
                 let g = s.param.grad();
@@ -99,15 +154,10 @@ impl AdamW {
                     Some(m) => m.shallow_clone(),
                     None => s.param.shallow_clone(),
                 };
-                if s.decay && wd != 0.0 {
-                    let _ = p.f_mul_scalar_(1.0 - lr * wd)?;
+                if s.decay {
+                    update.decay(&mut p)?;
                 }
-                let _ = s.m.f_mul_scalar_(b1)?.f_add_(&g.f_mul_scalar(1.0 - b1)?)?;
-                let _ =
-                    s.v.f_mul_scalar_(b2)?
-                        .f_add_(&g.f_mul(&g)?.f_mul_scalar(1.0 - b2)?)?;
-                let denom = s.v.f_sqrt()?.f_div_scalar(bc2_sqrt)?.f_add_scalar(eps)?;
-                let _ = p.f_sub_(&s.m.f_div(&denom)?.f_mul_scalar(lr / bc1)?)?;
+                update.apply(&mut p, &g, &mut s.m, &mut s.v)?;
                 if s.master.is_some() {
                     s.param.f_copy_(&p)?;
                 }
@@ -116,8 +166,8 @@ impl AdamW {
         })
     }
 
-    /// Writes moments and master weights as safetensors (`m.<name>`, `v.<name>`, `master.<name>`).
-    pub fn save(&self, path: &Path) -> Result<()> {
+    /// The state as named tensors, the way [`AdamW::save`] writes them.
+    pub fn state_tensors(&self) -> Vec<(String, Tensor)> {
         let mut named: Vec<(String, Tensor)> = Vec::new();
         for s in &self.slots {
             named.push((format!("m.{}", s.name), s.m.shallow_clone()));
@@ -126,7 +176,12 @@ impl AdamW {
                 named.push((format!("master.{}", s.name), m.shallow_clone()));
             }
         }
-        Tensor::write_safetensors(&named, path)?;
+        named
+    }
+
+    /// Writes moments and master weights as safetensors (`m.<name>`, `v.<name>`, `master.<name>`).
+    pub fn save(&self, path: &Path) -> Result<()> {
+        Tensor::write_safetensors(&self.state_tensors(), path)?;
         Ok(())
     }
 
@@ -167,7 +222,7 @@ impl AdamW {
 }
 
 /// A tensor shape as `[2, 3]`, for messages.
-fn shape(dims: &[i64]) -> String {
+pub(crate) fn shape(dims: &[i64]) -> String {
     let dims: Vec<String> = dims.iter().map(i64::to_string).collect();
     format!("[{}]", dims.join(", "))
 }
@@ -198,17 +253,23 @@ impl Schedule {
     }
 }
 
-/// Scales gradients so their global norm is at most `max_norm` (PyTorch's `clip_grad_norm_`:
-/// coefficient `max_norm / (norm + 1e-6)`, applied only when below 1). Returns nothing; the norm is
-/// computed by the caller (it is also the metric).
-pub fn clip_grads(model: &Model, norm: f64, max_norm: f64) -> Result<()> {
+/// The factor PyTorch's `clip_grad_norm_` scales gradients of global norm `norm` by so it is at
+/// most `max_norm` (`max_norm / (norm + 1e-6)`), or `None` when no scaling applies (clipping off,
+/// or the factor would be ≥ 1).
+pub fn clip_coef(norm: f64, max_norm: f64) -> Option<f64> {
     if max_norm <= 0.0 {
-        return Ok(());
+        return None;
     }
     let coef = max_norm / (norm + 1e-6);
-    if coef >= 1.0 {
+    (coef < 1.0).then_some(coef)
+}
+
+/// Scales the model's gradients so their global norm is at most `max_norm` ([`clip_coef`]). The
+/// norm is computed by the caller (it is also the metric).
+pub fn clip_grads(model: &Model, norm: f64, max_norm: f64) -> Result<()> {
+    let Some(coef) = clip_coef(norm, max_norm) else {
         return Ok(());
-    }
+    };
     tch::no_grad(|| -> Result<()> {
         for (_, p) in model.named_parameters() {
             let mut g = p.grad();

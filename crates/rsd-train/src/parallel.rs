@@ -46,6 +46,13 @@ impl DataParallel {
     /// torchrun, SLURM scripts), otherwise one process.
     pub fn from_env(cfg: &TrainConfig, device: Device) -> Result<Self> {
         if std::env::var_os("WORLD_SIZE").is_none() {
+            if cfg.dp > 1 {
+                return Err(Error::Input(format!(
+                    "config key dp: {} data-parallel ranks need as many processes; run with \
+                     `--nproc {}` or under torchrun",
+                    cfg.dp, cfg.dp
+                )));
+            }
             return Ok(Self::single());
         }
         let backend = if cfg!(feature = "nccl") && device.is_cuda() {
@@ -54,11 +61,30 @@ impl DataParallel {
             Backend::Gloo
         };
         let group = ProcessGroup::from_env(backend, Duration::from_secs(cfg.dist_timeout))?;
+        if cfg.dp != 0 && cfg.dp != group.size() {
+            return Err(Error::Input(format!(
+                "config key dp: {} data-parallel ranks asked for, but the run has {} processes \
+                 (WORLD_SIZE); leave dp unset (0) to use them all, or launch {} processes",
+                cfg.dp,
+                group.size(),
+                cfg.dp
+            )));
+        }
         let bucket_elems = (cfg.grad_bucket_mb.max(1) << 20) / std::mem::size_of::<f32>();
         Ok(DataParallel {
             group: Some(group),
             bucket_elems,
         })
+    }
+
+    /// The group of the data-parallel ranks; `None` for a single process.
+    pub fn group(&self) -> Option<&ProcessGroup> {
+        self.group.as_ref()
+    }
+
+    /// Largest gradient bucket, in elements (`grad_bucket_mb` of fp32).
+    pub fn bucket_elems(&self) -> usize {
+        self.bucket_elems
     }
 
     /// This rank, `0..size()`.
@@ -209,7 +235,7 @@ fn global_row(dp: rsd_loader::Rank, local_step: usize, row: usize, rows_per_rank
 }
 
 /// Where a collective of `g` wants its tensors: CUDA for NCCL, the CPU for Gloo.
-fn backend_device(g: &ProcessGroup, device: Device) -> Device {
+pub(crate) fn backend_device(g: &ProcessGroup, device: Device) -> Device {
     match g.backend() {
         Backend::Gloo => Device::Cpu,
         _ => device,

@@ -25,12 +25,13 @@ use rsd_model::{Model, ModelConfig, ModelOptions};
 use crate::checkpoint::{self, TrainState, STATE_VERSION};
 use crate::config::{OnNonFinite, TrainConfig};
 use crate::data;
-use crate::optim::{clip_grads, AdamW, AdamWConfig, Schedule};
+use crate::optim::Schedule;
 use crate::parallel::DataParallel;
 use crate::perturb::{perturb_row, RowView, Sampler, Scope};
 use crate::step::{
-    grad_norm, step_micro, zero_grads, LossNormalizers, MicroBatch, Objective, StepOptions, Sums,
+    step_micro, zero_grads, LossNormalizers, MicroBatch, Objective, StepOptions, Sums,
 };
+use crate::update::Optimizer;
 use crate::{io_err, Error, Result};
 use rsd_common::mem::Memory;
 use rsd_common::rng::SplitMix64;
@@ -93,7 +94,7 @@ pub struct Summary {
 pub struct Trainer {
     cfg: TrainConfig,
     model: Model,
-    opt: AdamW,
+    opt: Optimizer,
     loader: Loader,
     mixed: bool,
     seq_len: u64,
@@ -109,7 +110,17 @@ pub struct Trainer {
 }
 
 fn model_options(cfg: &TrainConfig) -> Result<ModelOptions> {
-    let device = rsd_model::parse_device(&cfg.device)?;
+    let mut device = rsd_model::parse_device(&cfg.device)?;
+    // `device = "cuda"` in a multi-process run means each rank's own GPU, as torchrun scripts
+    // use `cuda:LOCAL_RANK`; an explicit `cuda:N` is taken as written.
+    if cfg.device == "cuda" {
+        if let Some(local) = std::env::var("LOCAL_RANK")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            device = tch::Device::Cuda(local);
+        }
+    }
     rsd_model::check_device(device)?;
     Ok(ModelOptions {
         device,
@@ -270,15 +281,7 @@ impl Trainer {
             total: cfg.steps,
             min_ratio: cfg.min_lr_ratio,
         };
-        let mut opt = AdamW::new(
-            &model,
-            AdamWConfig {
-                beta1: cfg.beta1,
-                beta2: cfg.beta2,
-                eps: cfg.eps,
-                weight_decay: cfg.weight_decay,
-            },
-        )?;
+        let mut opt = Optimizer::new(&model, &cfg, &dp)?;
         let state = match state {
             Some(st) => {
                 opt.load(
@@ -381,7 +384,7 @@ impl Trainer {
                 local_tokens,
             )?;
             let losses = self.forward_backward(&mbs, norm)?;
-            self.dp.reduce_gradients(&self.model)?;
+            self.opt.reduce_gradients(&self.dp, &self.model)?;
             let grad_norm = self.grad_norm()?;
             let lr = self.state.schedule.lr(self.state.step);
             let skipped = !self.update_if_finite(&losses, grad_norm, lr, &mut run, &log)?;
@@ -476,7 +479,7 @@ impl Trainer {
     /// The global gradient norm of this step (the gradients are already summed over ranks, so
     /// every rank computes the same value).
     fn grad_norm(&self) -> Result<f64> {
-        let gn = grad_norm(&self.model)?;
+        let gn = self.opt.grad_norm(&self.dp, &self.model)?;
         Ok(if fault::nan_gradient_at(self.state.step + 1) {
             f64::NAN
         } else {
@@ -499,8 +502,8 @@ impl Trainer {
         // them keeps one decision for all even if a reduction ever differed in its last bit.
         if !self.dp.any(!(loss.is_finite() && grad_norm.is_finite()))? {
             run.consecutive_skips = 0;
-            clip_grads(&self.model, grad_norm, self.cfg.clip)?;
-            self.opt.step(lr)?;
+            self.opt
+                .step(&self.dp, &self.model, lr, grad_norm, self.cfg.clip)?;
             return Ok(true);
         }
         let step = self.state.step + 1;
@@ -533,11 +536,13 @@ impl Trainer {
     /// Writes a checkpoint (rank 0; the others wait until it is complete, so none runs ahead and
     /// a kill after this point finds it whole). Its path on rank 0.
     fn save(&self) -> Result<Option<PathBuf>> {
+        // A sharded optimizer's state is gathered onto rank 0 first (every rank takes part).
+        let optimizer = self.opt.state_tensors(&self.dp)?;
         let path = if self.dp.is_main() {
             Some(checkpoint::save(
                 &self.out,
                 &self.model,
-                &self.opt,
+                &optimizer,
                 &self.state,
                 &self.cfg,
                 self.cfg.keep,
