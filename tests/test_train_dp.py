@@ -219,3 +219,25 @@ def test_dp_alone_starts_its_ranks_and_must_match_the_world(shards, tmp_path):
     p = run("rsd-train", *train_args(shards, tmp_path / "x", "--tokens-per-step", 256, "--dp", 2,
                                      steps=1), "--nproc", 3, check=False, timeout=60)
     assert p.returncode != 0 and "--nproc 3 and dp = 2 disagree" in p.stderr, p.stderr
+
+
+def memory_plan(config, *args):
+    return run("rsd-train", "--config", REPO / "configs" / config, *args).stdout
+
+
+def test_the_paper_configs_print_a_memory_plan_that_fits_their_gpus():
+    llama = REPO / "configs" / "model" / "llama3-8b.json"
+    out = memory_plan("llama3-8b-64k.toml", "--nproc", 16, "--print-memory-plan", llama)
+    assert "8030261248 parameters, 16 GPU(s)" in out and "DOES NOT FIT" in out, out
+    assert "fits with --shard-optimizer true --cp 2 (dp 8)" in out, out
+    out = memory_plan("llama3-8b-64k.toml", "--nproc", 16, "--cp", 2, "--shard-optimizer", "true",
+                      "--print-memory-plan", llama)
+    assert "per GPU: fits" in out and "dp 8 × cp 2, seq_len 65536" in out, out
+    out = memory_plan("qwen3-4b-256k.toml", "--nproc", 32, "--cp", 4, "--shard-optimizer", "true",
+                      "--print-memory-plan", REPO / "configs" / "model" / "qwen3-4b.json")
+    assert "4022468096 parameters, 32 GPU(s)" in out and "per GPU: fits" in out, out
+    # Without the model directory and without an architecture file: say what to pass.
+    p = run("rsd-train", "--config", REPO / "configs" / "llama3-8b-64k.toml", "--nproc", 16,
+            "--print-memory-plan", check=False)
+    assert p.returncode != 0 and "config.json: not found" in p.stderr, p.stderr
+    assert "--print-memory-plan path/to/config.json" in p.stderr, p.stderr

@@ -156,6 +156,9 @@ config! {
     /// Data-parallel ranks; 0 = all the processes of the run (WORLD_SIZE). Set, it must equal
     /// them; `--dp N` without `--nproc` or torchrun starts N local ranks.
     dp: usize = 0;
+    /// Context-parallel degree: ranks sharing one sequence (dp × cp = processes). Only 1 trains
+    /// in this version; `--print-memory-plan` plans for any.
+    cp: usize = 1;
     /// Shard the fp32 master weights, AdamW moments and summed gradients over the data-parallel
     /// ranks (ZeRO-2 style): 12 bytes per parameter become 12/N per rank, for the same update.
     shard_optimizer: bool = false;
@@ -273,6 +276,9 @@ impl TrainConfig {
         }
         if self.dist_timeout == 0 {
             return bad("dist_timeout", "must be ≥ 1 second");
+        }
+        if self.cp == 0 {
+            return bad("cp", "must be ≥ 1 (1 = no context parallelism)");
         }
         if self.grad_bucket_mb == 0 {
             return bad("grad_bucket_mb", "must be ≥ 1");

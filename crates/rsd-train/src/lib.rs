@@ -20,6 +20,7 @@
 pub mod checkpoint;
 pub mod config;
 pub mod data;
+pub mod memory_plan;
 pub mod optim;
 pub mod parallel;
 pub mod perturb;

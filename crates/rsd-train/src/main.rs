@@ -69,6 +69,14 @@ struct TrainArgs {
     /// Print the resolved config and exit.
     #[arg(long)]
     print_config: bool,
+    /// Print the per-GPU memory the config needs (weights, gradients, optimizer state,
+    /// activations, loss chunk) on --nproc N GPUs (or dp × cp, or WORLD_SIZE) and exit. An
+    /// optional config.json gives the architecture when the model directory is not there yet.
+    #[arg(long, value_name = "ARCH_JSON", num_args = 0..=1, default_missing_value = "")]
+    print_memory_plan: Option<String>,
+    /// GPU memory for --print-memory-plan, GiB.
+    #[arg(long, default_value_t = 80, value_name = "GIB")]
+    gpu_gib: u64,
     /// Run N data-parallel ranks on this machine (N copies of this command, as torchrun would);
     /// tokens_per_step stays the global batch.
     #[arg(long)]
@@ -231,6 +239,43 @@ fn train(a: TrainArgs) -> Result<()> {
     let cfg = TrainConfig::resolve(a.config.as_deref(), a.overrides)?;
     if a.print_config {
         print!("{}", cfg.to_toml());
+        return Ok(());
+    }
+    if let Some(arch) = &a.print_memory_plan {
+        let world = match (a.nproc, cfg.dp, std::env::var("WORLD_SIZE").ok()) {
+            (Some(n), _, _) => n,
+            (None, dp, _) if dp > 0 => dp * cfg.cp,
+            (None, _, Some(w)) => w.parse().context("WORLD_SIZE is not a number")?,
+            _ => cfg.cp,
+        };
+        let arch = (!arch.is_empty()).then_some(Path::new(arch.as_str()));
+        let input = rsd_train::memory_plan::input_for(&cfg, arch, world as u64, a.gpu_gib << 30)?;
+        let plan = rsd_train::memory_plan::plan(&input);
+        print!("{plan}");
+        println!(
+            "  (dp {} × cp {}, seq_len {}, micro_batch {}, dtype {}, shard_optimizer {}, \
+             checkpoint_layers {}, loss_chunk {})",
+            input.dp,
+            input.cp,
+            input.seq_len,
+            input.micro_batch,
+            cfg.dtype,
+            input.shard_optimizer,
+            input.checkpoint_layers,
+            input.loss_chunk
+        );
+        if !plan.fits() {
+            match rsd_train::memory_plan::suggestion(&input) {
+                Some((how, p)) => println!(
+                    "  fits with {how}: peak {:.1} GiB",
+                    p.total as f64 / (1u64 << 30) as f64
+                ),
+                None => println!(
+                    "  no sharding / context-parallel split of {world} GPUs fits; lower \
+                     loss_chunk, or use more GPUs"
+                ),
+            }
+        }
         return Ok(());
     }
     // `--dp N` alone (no launcher around this process) starts the N ranks itself.

@@ -45,6 +45,13 @@ impl DataParallel {
     /// Joins the world when the environment describes one (`WORLD_SIZE` set: `rsd-train --nproc`,
     /// torchrun, SLURM scripts), otherwise one process.
     pub fn from_env(cfg: &TrainConfig, device: Device) -> Result<Self> {
+        if cfg.cp > 1 {
+            return Err(Error::Input(format!(
+                "config key cp: {}: context parallelism does not train in this version; set cp \
+                 = 1 (`--print-memory-plan` accepts any cp, to plan)",
+                cfg.cp
+            )));
+        }
         if std::env::var_os("WORLD_SIZE").is_none() {
             if cfg.dp > 1 {
                 return Err(Error::Input(format!(
