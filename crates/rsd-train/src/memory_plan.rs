@@ -141,7 +141,7 @@ pub fn input_for(
         },
     };
     let cp = cfg.cp.max(1) as u64;
-    if world % cp != 0 {
+    if !world.is_multiple_of(cp) {
         return Err(Error::Input(format!(
             "config key cp: {world} GPUs cannot be split into groups of {cp}"
         )));
@@ -294,7 +294,7 @@ pub fn suggestion(input: &PlanInput) -> Option<(String, MemoryPlan)> {
     }
     let mut cp = input.cp * 2;
     while cp <= world {
-        if world % cp == 0 {
+        if world.is_multiple_of(cp) {
             tries.push((true, cp));
         }
         cp *= 2;
