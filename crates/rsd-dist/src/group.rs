@@ -78,6 +78,24 @@ pub struct ProcessGroup {
     timeout: Duration,
     /// Subgroups created so far: names the next one, identically on every member.
     children: Cell<u32>,
+    /// Traffic of this group's collectives so far.
+    stats: Cell<CommStats>,
+}
+
+/// What a group's collectives have done on this rank: calls, payload bytes and time blocked in
+/// them. The payload is the tensor this rank hands to each call (all-gather: its block;
+/// reduce-scatter: the whole input; send/recv: the message), so it compares with a collective's
+/// analytic volume; the bytes on the wire depend on the backend's algorithm (a ring all-reduce
+/// sends 2·(N−1)/N of its payload). The backward collectives of the autograd operations run
+/// inside libtorch's autograd and are not counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CommStats {
+    /// Collective calls.
+    pub calls: u64,
+    /// Payload bytes.
+    pub bytes: u64,
+    /// Seconds spent in the calls (waiting for slower ranks included).
+    pub seconds: f64,
 }
 
 // SAFETY: c10d backends may be used from any thread (torch's own DDP calls them from autograd
@@ -171,6 +189,7 @@ impl ProcessGroup {
             device,
             timeout,
             children: Cell::new(0),
+            stats: Cell::new(CommStats::default()),
         })
     }
 
@@ -197,6 +216,19 @@ impl ProcessGroup {
     /// The world rank of each member, by group rank.
     pub fn world_ranks(&self) -> &[usize] {
         &self.world_ranks
+    }
+
+    /// The traffic of this group's collectives since it was created.
+    pub fn stats(&self) -> CommStats {
+        self.stats.get()
+    }
+
+    /// Runs `f` with the collectives' timeout set to `timeout`, then restores the group's.
+    pub fn with_timeout<R>(&mut self, timeout: Duration, f: impl FnOnce(&Self) -> R) -> R {
+        let before = std::mem::replace(&mut self.timeout, timeout);
+        let r = f(self);
+        self.timeout = before;
+        r
     }
 
     /// How long a collective may take before it fails.
@@ -289,8 +321,20 @@ impl ProcessGroup {
     }
 
     /// Runs one collective of the shim, naming it, the group and the rank in the error.
-    fn run(&self, op: &'static str, f: impl FnOnce(*mut c_char, usize) -> c_int) -> Result<()> {
-        ffi::call(f).map_err(|message| DistError::Collective {
+    fn run(
+        &self,
+        op: &'static str,
+        bytes: usize,
+        f: impl FnOnce(*mut c_char, usize) -> c_int,
+    ) -> Result<()> {
+        let started = Instant::now();
+        let r = ffi::call(f);
+        let mut st = self.stats.get();
+        st.calls += 1;
+        st.bytes += bytes as u64;
+        st.seconds += started.elapsed().as_secs_f64();
+        self.stats.set(st);
+        r.map_err(|message| DistError::Collective {
             op,
             group: self.name.clone(),
             rank: self.rank,
@@ -303,10 +347,11 @@ impl ProcessGroup {
     fn run_out(
         &self,
         op: &'static str,
+        bytes: usize,
         f: impl FnOnce(*mut *mut torch_sys::C_tensor, *mut c_char, usize) -> c_int,
     ) -> Result<Tensor> {
         let mut out = std::ptr::null_mut();
-        self.run(op, |err, len| f(&mut out, err, len))?;
+        self.run(op, bytes, |err, len| f(&mut out, err, len))?;
         if out.is_null() {
             return Err(DistError::Collective {
                 op,
@@ -337,7 +382,7 @@ impl ProcessGroup {
     pub fn all_reduce(&self, t: &mut Tensor, op: ReduceOp) -> Result<()> {
         let ms = self.ms();
         // SAFETY: the group and tensor are live for the call.
-        self.run("all_reduce", |err, len| unsafe {
+        self.run("all_reduce", nbytes(t), |err, len| unsafe {
             ffi::rsd_all_reduce(self.raw(), t.as_mut_ptr(), op.code(), ms, err, len)
         })
     }
@@ -346,7 +391,7 @@ impl ProcessGroup {
     pub fn all_gather(&self, t: &Tensor) -> Result<Tensor> {
         let ms = self.ms();
         // SAFETY: the group and tensor are live for the call.
-        self.run_out("all_gather", |out, err, len| unsafe {
+        self.run_out("all_gather", nbytes(t), |out, err, len| unsafe {
             ffi::rsd_all_gather(self.raw(), t.as_ptr(), ms, out, err, len)
         })
     }
@@ -356,7 +401,7 @@ impl ProcessGroup {
     pub fn reduce_scatter(&self, t: &Tensor, op: ReduceOp) -> Result<Tensor> {
         let ms = self.ms();
         // SAFETY: the group and tensor are live for the call.
-        self.run_out("reduce_scatter", |out, err, len| unsafe {
+        self.run_out("reduce_scatter", nbytes(t), |out, err, len| unsafe {
             ffi::rsd_reduce_scatter(self.raw(), t.as_ptr(), op.code(), ms, out, err, len)
         })
     }
@@ -366,7 +411,7 @@ impl ProcessGroup {
         let root = self.peer("broadcast", "root", root)?;
         let ms = self.ms();
         // SAFETY: the group and tensor are live for the call.
-        self.run("broadcast", |err, len| unsafe {
+        self.run("broadcast", nbytes(t), |err, len| unsafe {
             ffi::rsd_broadcast(self.raw(), t.as_mut_ptr(), root, ms, err, len)
         })
     }
@@ -376,7 +421,7 @@ impl ProcessGroup {
     pub fn all_to_all(&self, t: &Tensor) -> Result<Tensor> {
         let ms = self.ms();
         // SAFETY: the group and tensor are live for the call.
-        self.run_out("all_to_all", |out, err, len| unsafe {
+        self.run_out("all_to_all", nbytes(t), |out, err, len| unsafe {
             ffi::rsd_all_to_all(self.raw(), t.as_ptr(), ms, out, err, len)
         })
     }
@@ -386,7 +431,7 @@ impl ProcessGroup {
         let dst = self.peer("send", "destination", dst)?;
         let ms = self.ms();
         // SAFETY: the group and tensor are live for the call.
-        self.run("send", |err, len| unsafe {
+        self.run("send", nbytes(t), |err, len| unsafe {
             ffi::rsd_send(self.raw(), t.as_ptr(), dst, 0, ms, err, len)
         })
     }
@@ -396,7 +441,7 @@ impl ProcessGroup {
         let src = self.peer("recv", "source", src)?;
         let ms = self.ms();
         // SAFETY: the group and tensor are live for the call.
-        self.run("recv", |err, len| unsafe {
+        self.run("recv", nbytes(t), |err, len| unsafe {
             ffi::rsd_recv(self.raw(), t.as_mut_ptr(), src, 0, ms, err, len)
         })
     }
@@ -405,7 +450,7 @@ impl ProcessGroup {
     pub fn barrier(&self) -> Result<()> {
         let ms = self.ms();
         // SAFETY: the group is live for the call.
-        self.run("barrier", |err, len| unsafe {
+        self.run("barrier", 0, |err, len| unsafe {
             ffi::rsd_barrier(self.raw(), ms, err, len)
         })
     }
@@ -420,7 +465,7 @@ impl ProcessGroup {
         let x = t.f_movedim_int(d, 0).map_err(|e| input(op, e))?;
         let ms = self.ms();
         // SAFETY: the group and tensor are live for the call.
-        let y = self.run_out(op, |out, err, len| unsafe {
+        let y = self.run_out(op, nbytes(&x), |out, err, len| unsafe {
             ffi::rsd_all_gather_autograd(self.raw(), x.as_ptr(), ms, out, err, len)
         })?;
         y.f_movedim_int(0, d).map_err(|e| input(op, e))
@@ -435,7 +480,7 @@ impl ProcessGroup {
         let x = t.f_movedim_int(d, 0).map_err(|e| input(op, e))?;
         let ms = self.ms();
         // SAFETY: the group and tensor are live for the call.
-        let y = self.run_out(op, |out, err, len| unsafe {
+        let y = self.run_out(op, nbytes(&x), |out, err, len| unsafe {
             ffi::rsd_reduce_scatter_autograd(self.raw(), x.as_ptr(), ms, out, err, len)
         })?;
         y.f_movedim_int(0, d).map_err(|e| input(op, e))
@@ -655,4 +700,9 @@ fn input(op: &'static str, e: tch::TchError) -> DistError {
 fn list(ranks: &[usize]) -> String {
     let items: Vec<String> = ranks.iter().map(|r| r.to_string()).collect();
     format!("[{}]", items.join(", "))
+}
+
+/// Bytes of `t`'s elements.
+fn nbytes(t: &Tensor) -> usize {
+    t.numel() * t.kind().elt_size_in_bytes()
 }

@@ -7,7 +7,8 @@
 //!   `LOCAL_RANK`, `LOCAL_WORLD_SIZE`), so `torchrun --no-python <binary>` and SLURM scripts that
 //!   export them just work.
 //! - [`ProcessGroup`]: the world or a subgroup (data-parallel, context-parallel); blocking
-//!   collectives with a per-group timeout; `all_gather_autograd`/`reduce_scatter_autograd` are
+//!   collectives with a per-group timeout ([`ProcessGroup::with_timeout`] for one call), their
+//!   traffic counted ([`CommStats`]); `all_gather_autograd`/`reduce_scatter_autograd` are
 //!   differentiable (each one's backward is the other).
 //! - [`Store`]: the rendezvous key-value store (c10d's TCPStore, hosted by rank 0).
 //! - [`DistError`]: every failure, naming the collective, group and rank; c10d's C++ exceptions
@@ -22,5 +23,5 @@ mod store;
 
 pub use env::Rendezvous;
 pub use error::{DistError, Result};
-pub use group::{Backend, ProcessGroup, ReduceOp};
+pub use group::{Backend, CommStats, ProcessGroup, ReduceOp};
 pub use store::Store;

@@ -415,6 +415,16 @@ fn a_world_of_one_needs_no_peers() {
     pg.all_reduce(&mut t, ReduceOp::Avg).unwrap();
     assert!(same(&t, &input(0, Kind::Float)));
     assert!(same(&pg.all_gather(&t).unwrap(), &t));
+    // Traffic: two calls, each handing over t's bytes.
+    let stats = pg.stats();
+    let bytes = (t.numel() * 4) as u64;
+    assert_eq!((stats.calls, stats.bytes), (2, 2 * bytes));
+    assert!(stats.seconds > 0.0);
+    // A timeout for one call, then the group's again.
+    let mut pg = pg;
+    let inner = pg.with_timeout(Duration::from_millis(1234), |g| g.timeout());
+    assert_eq!(inner, Duration::from_millis(1234));
+    assert_eq!(pg.timeout(), TIMEOUT);
     pg.store().set("run", b"abc").unwrap();
     assert_eq!(pg.store().get("run", TIMEOUT).unwrap(), b"abc");
     assert_eq!(pg.store().add("n", 2).unwrap(), 2);

@@ -94,6 +94,13 @@ impl DataParallel {
         self.bucket_elems
     }
 
+    /// The collectives' traffic on this rank so far (zero for one process).
+    pub fn comm_stats(&self) -> rsd_dist::CommStats {
+        self.group
+            .as_ref()
+            .map_or_else(rsd_dist::CommStats::default, ProcessGroup::stats)
+    }
+
     /// This rank, `0..size()`.
     pub fn rank(&self) -> usize {
         self.group.as_ref().map_or(0, ProcessGroup::rank)

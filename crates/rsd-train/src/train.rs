@@ -61,6 +61,10 @@ pub struct StepRecord {
     pub step_s: f64,
     /// Peak resident memory so far, bytes.
     pub peak_rss: u64,
+    /// Payload bytes this rank handed to collectives in this step (0 for one process).
+    pub comm_bytes: u64,
+    /// Seconds this rank spent in collectives in this step (waiting for the others included).
+    pub comm_s: f64,
     /// Update skipped (non-finite values).
     pub skipped: bool,
 }
@@ -374,6 +378,7 @@ impl Trainer {
                 )));
             }
             let started = Instant::now();
+            let comm0 = self.dp.comm_stats();
             let mbs = self.next_micro_batches()?;
             let local_tokens: u64 = mbs
                 .iter()
@@ -391,6 +396,7 @@ impl Trainer {
             zero_grads(&self.model);
             self.advance(tokens);
             let step_s = started.elapsed().as_secs_f64();
+            let comm = self.dp.comm_stats();
             log.record(&StepRecord {
                 step: self.state.step,
                 loss: losses.total,
@@ -403,6 +409,8 @@ impl Trainer {
                 tokens_per_s: tokens as f64 / step_s.max(1e-9),
                 step_s,
                 peak_rss: Memory::now().peak_rss,
+                comm_bytes: comm.bytes - comm0.bytes,
+                comm_s: comm.seconds - comm0.seconds,
                 skipped,
             })?;
             run.first_loss.get_or_insert(losses.total);
