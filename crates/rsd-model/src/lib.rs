@@ -22,7 +22,9 @@ pub use attention::{attend, Attended, DocBoundaries, KvBlock, Mask};
 pub use checkpoint::SaveOptions;
 pub use config::{Family, ModelConfig, RopeScaling};
 pub use error::{ModelError, Result};
-pub use model::{ForwardArgs, ForwardOutput, Init, LayerKv, Model, ModelOptions, Rotary};
+pub use model::{
+    ContextChunks, ForwardArgs, ForwardOutput, Init, KvGather, LayerKv, Model, ModelOptions, Rotary,
+};
 
 /// The precision reductions (softmax merges, losses) run in for tensors of `kind`: fp64 for fp64
 /// (so fp64 checks stay tight), fp32 for everything else (fp32, bf16, fp16).

@@ -12,7 +12,7 @@ use rsd_common::rng::SplitMix64;
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 
-use crate::attention::{attend_documents, DocBoundaries};
+use crate::attention::{attend, attend_documents, DocBoundaries, KvBlock, Mask};
 use crate::config::{Family, ModelConfig};
 use crate::error::{ModelError, Result, TchContext};
 use crate::rope::{apply_rotary, Rope};
@@ -98,6 +98,9 @@ pub struct ForwardArgs<'a> {
     pub prefix: Option<&'a [LayerKv]>,
     /// Return every layer's K/V (for a later pass to reuse as its prefix).
     pub return_kv: bool,
+    /// Context parallelism: the tokens are some chunks of longer sequences split over ranks
+    /// (no `docs` or `prefix` with it yet).
+    pub context: Option<&'a ContextChunks<'a>>,
 }
 
 impl<'a> ForwardArgs<'a> {
@@ -109,7 +112,34 @@ impl<'a> ForwardArgs<'a> {
             docs: None,
             prefix: None,
             return_kv: false,
+            context: None,
         }
+    }
+}
+
+/// Gathers a `[B, Hkv, Llocal, D]` tensor of every rank of a context-parallel group into
+/// `[B, Hkv, L, D]`, rows in sequence order, differentiably (its backward sums each rank's rows'
+/// gradients over the ranks). The model does not know the process group; the trainer does.
+pub type KvGather<'a> = dyn Fn(&Tensor) -> Result<Tensor> + 'a;
+
+/// This rank's share of context-parallel sequences: which chunks of each sequence it holds (the
+/// same for every row of the batch), and how to gather the other ranks' keys and values.
+///
+/// A chunk's queries attend to the keys of every earlier row of the sequence (gathered) and
+/// causally to their own chunk, through the same LSE-merged primitive as prefix reuse, so the
+/// result is the single-process attention of those rows.
+pub struct ContextChunks<'a> {
+    /// `(first row in the sequence, rows)` of each local chunk, in local order.
+    pub chunks: Vec<(i64, i64)>,
+    /// The K/V gather.
+    pub gather: &'a KvGather<'a>,
+}
+
+impl std::fmt::Debug for ContextChunks<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ContextChunks")
+            .field("chunks", &self.chunks)
+            .finish_non_exhaustive()
     }
 }
 
@@ -186,6 +216,7 @@ struct Ctx<'a> {
     cos: &'a Tensor,
     sin: &'a Tensor,
     docs: Option<&'a DocBoundaries>,
+    context: Option<&'a ContextChunks<'a>>,
 }
 
 impl SelfAttention {
@@ -221,16 +252,63 @@ impl SelfAttention {
         let k = apply_rotary(&k, ctx.cos, ctx.sin)?;
         // 4. The one primitive: [prefix, unmasked] + [own block, causal], per document.
         let scale = 1.0 / (self.head_dim as f64).sqrt();
-        let attn = attend_documents(&q, &k, &v, prefix.map(|p| (&p.k, &p.v)), ctx.docs, scale)?;
+        let attn = match ctx.context {
+            Some(cc) => attend_context(&q, &k, &v, cc, scale)?,
+            None => {
+                attend_documents(&q, &k, &v, prefix.map(|p| (&p.k, &p.v)), ctx.docs, scale)?.out
+            }
+        };
         // 5. (B, H, T, D) -> (B, T, H·D) -> o_proj
         let out = attn
-            .out
             .f_transpose(1, 2)
             .and_then(|o| o.f_reshape([b, t, self.heads * self.head_dim]))
             .and_then(|o| linear(&o, &self.o.0, &self.o.1))
             .ctx("attention output")?;
         Ok((out, LayerKv { k, v }))
     }
+}
+
+/// Attention of this rank's chunks (`q`, `k`, `v` `[B, H(kv), Llocal, D]`, chunks in local
+/// order): each chunk's queries see the gathered keys of all earlier rows, unmasked, and their own
+/// chunk causally.
+fn attend_context(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    cc: &ContextChunks<'_>,
+    scale: f64,
+) -> Result<Tensor> {
+    let local: i64 = cc.chunks.iter().map(|&(_, n)| n).sum();
+    if local != q.size()[2] {
+        return Err(ModelError::Input(format!(
+            "context parallelism: the chunks hold {local} rows, the input {}",
+            q.size()[2]
+        )));
+    }
+    let k_all = (cc.gather)(k)?;
+    let v_all = (cc.gather)(v)?;
+    let mut outs = Vec::with_capacity(cc.chunks.len());
+    let mut off = 0;
+    for &(start, n) in &cc.chunks {
+        let part = |t: &Tensor, at: i64, len: i64| t.f_narrow(2, at, len).ctx("context chunk");
+        let (qc, kc, vc) = (part(q, off, n)?, part(k, off, n)?, part(v, off, n)?);
+        let (kp, vp) = (part(&k_all, 0, start)?, part(&v_all, 0, start)?);
+        let blocks = [
+            KvBlock {
+                k: &kp,
+                v: &vp,
+                mask: Mask::None,
+            },
+            KvBlock {
+                k: &kc,
+                v: &vc,
+                mask: Mask::Causal,
+            },
+        ];
+        outs.push(attend(&qc, &blocks, scale)?.out);
+        off += n;
+    }
+    Tensor::f_cat(&outs, 2).ctx("context chunks")
 }
 
 #[derive(Debug)]
@@ -536,6 +614,13 @@ impl Model {
     /// Runs the decoder. See [`ForwardArgs`]; returns final hidden states and optionally K/V.
     pub fn forward(&self, args: &ForwardArgs<'_>) -> Result<ForwardOutput> {
         self.check_args(args)?;
+        if args.context.is_some() && (args.docs.is_some() || args.prefix.is_some()) {
+            return Err(ModelError::Input(
+                "context parallelism with document boundaries or a K/V prefix is not supported \
+                 yet"
+                .into(),
+            ));
+        }
         let mut x = self.embed(args.tokens)?;
         let rotary = self.rotary(args.positions)?;
         let mut kvs = args
@@ -543,7 +628,10 @@ impl Model {
             .then(|| Vec::with_capacity(self.layers.len()));
         for i in 0..self.layers.len() {
             let prefix = args.prefix.map(|p| &p[i]);
-            let (y, kv) = self.layer_forward(i, &x, &rotary, args.docs, prefix)?;
+            let (y, kv) = match args.context {
+                Some(cc) => self.layer_forward_split(i, &x, &rotary, cc)?,
+                None => self.layer_forward(i, &x, &rotary, args.docs, prefix)?,
+            };
             x = y;
             if let Some(kvs) = kvs.as_mut() {
                 kvs.push(kv);
@@ -592,8 +680,31 @@ impl Model {
             cos: &rotary.cos,
             sin: &rotary.sin,
             docs,
+            context: None,
         };
         layer.forward(x, &ctx, prefix)
+    }
+
+    /// Decoder layer `i` on this rank's chunks `x` of context-parallel sequences (see
+    /// [`ContextChunks`]); a collective: every rank of the group runs it, and its backward.
+    pub fn layer_forward_split(
+        &self,
+        i: usize,
+        x: &Tensor,
+        rotary: &Rotary,
+        context: &ContextChunks<'_>,
+    ) -> Result<(Tensor, LayerKv)> {
+        let layer = self
+            .layers
+            .get(i)
+            .ok_or_else(|| ModelError::Input(format!("no layer {i}")))?;
+        let ctx = Ctx {
+            cos: &rotary.cos,
+            sin: &rotary.sin,
+            docs: None,
+            context: Some(context),
+        };
+        layer.forward(x, &ctx, None)
     }
 
     /// The final RMSNorm (what [`ForwardOutput::hidden`] is taken after).

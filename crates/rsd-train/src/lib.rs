@@ -19,6 +19,7 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod context;
 pub mod data;
 pub mod memory_plan;
 pub mod optim;

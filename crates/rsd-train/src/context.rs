@@ -1,0 +1,132 @@
+//! Context parallelism: the N ranks of a context-parallel group share every sequence.
+//!
+//! A sequence of L rows is cut into 2N equal chunks and rank r holds chunks r and 2N−1−r
+//! ("zigzag", as the loader cuts rows): under causal attention an early chunk is cheap and a late
+//! one expensive, so each rank gets one of each and the same work. Every layer gathers the
+//! group's keys and values (Llama-3's context parallelism: all-gather K/V, here only the KV
+//! heads under GQA) and each local chunk attends to the keys of every earlier row, unmasked, and
+//! causally to itself, through rsd-model's LSE-merged attention; the gather's backward
+//! reduce-scatters the K/V gradients, so the per-rank gradients sum to the single-process one.
+//! [`ContextParallel::chunks`] and [`ContextParallel::gather_kv`] are what the model needs
+//! ([`rsd_model::ContextChunks`]).
+use tch::{Kind, Tensor};
+
+use rsd_dist::ProcessGroup;
+
+use crate::{Error, Result};
+
+/// This rank's place in its context-parallel group, and the K/V gather.
+pub struct ContextParallel {
+    group: ProcessGroup,
+}
+
+impl ContextParallel {
+    /// Context parallelism over `group` (its ranks share every sequence).
+    pub fn new(group: ProcessGroup) -> Self {
+        ContextParallel { group }
+    }
+
+    /// This rank in the group.
+    pub fn rank(&self) -> usize {
+        self.group.rank()
+    }
+
+    /// Ranks sharing a sequence.
+    pub fn size(&self) -> usize {
+        self.group.size()
+    }
+
+    /// The group.
+    pub fn group(&self) -> &ProcessGroup {
+        &self.group
+    }
+
+    /// `(first row, rows)` of this rank's two chunks of a sequence of `len` rows, in local order.
+    pub fn chunks(&self, len: i64) -> Result<Vec<(i64, i64)>> {
+        zigzag(self.rank() as i64, self.size() as i64, len)
+    }
+
+    /// This rank's rows of `t` along `dim` (`len` rows there): its chunks, concatenated.
+    pub fn local_rows(&self, t: &Tensor, dim: i64) -> Result<Tensor> {
+        let len = t.size()[dim as usize];
+        let parts = self
+            .chunks(len)?
+            .into_iter()
+            .map(|(start, n)| t.f_narrow(dim, start, n))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(Tensor::f_cat(&parts, dim)?)
+    }
+
+    /// Every rank's `[B, Hkv, Llocal, D]` rows gathered into `[B, Hkv, L, D]` in sequence order;
+    /// differentiable (backward: reduce-scatter of the gradient).
+    pub fn gather_kv(&self, t: &Tensor) -> Result<Tensor> {
+        let n = self.size() as i64;
+        let local = t.size()[2];
+        if local % 2 != 0 {
+            return Err(Error::Input(format!(
+                "context parallelism: {local} local rows are not two equal chunks"
+            )));
+        }
+        // Rank order: [rank 0: chunk 0, chunk 2N−1 | rank 1: chunk 1, chunk 2N−2 | …]. The
+        // chunk at rank-order slot `s` is chunk `order[s]`; sequence order takes, for each chunk,
+        // its slot.
+        let gathered = self.group.all_gather_autograd(t, 2)?;
+        let c = local / 2;
+        let mut slot_of_chunk = vec![0i64; (2 * n) as usize];
+        for r in 0..n {
+            slot_of_chunk[r as usize] = 2 * r;
+            slot_of_chunk[(2 * n - 1 - r) as usize] = 2 * r + 1;
+        }
+        let rows: Vec<i64> = slot_of_chunk
+            .iter()
+            .flat_map(|&slot| slot * c..(slot + 1) * c)
+            .collect();
+        let index = Tensor::from_slice(&rows)
+            .f_to_kind(Kind::Int64)?
+            .f_to_device(t.device())?;
+        Ok(gathered.f_index_select(2, &index)?)
+    }
+}
+
+/// Chunks `r` and `2n−1−r` of `len` rows cut into `2n`.
+fn zigzag(r: i64, n: i64, len: i64) -> Result<Vec<(i64, i64)>> {
+    if len % (2 * n) != 0 {
+        return Err(Error::Input(format!(
+            "context parallelism over {n} ranks cuts a sequence into {} equal chunks; {len} rows \
+             do not divide (the loader pads rows to a multiple)",
+            2 * n
+        )));
+    }
+    let c = len / (2 * n);
+    Ok(vec![(r * c, c), ((2 * n - 1 - r) * c, c)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zigzag_chunks_tile_the_sequence_and_balance_causal_work() {
+        for n in [1i64, 2, 4] {
+            let len = 8 * n;
+            let mut rows: Vec<i64> = (0..n)
+                .flat_map(|r| zigzag(r, n, len).unwrap())
+                .flat_map(|(s, c)| s..s + c)
+                .collect();
+            rows.sort();
+            assert_eq!(rows, (0..len).collect::<Vec<_>>());
+            // Causal work of a chunk ∝ its keys: every rank's two chunks sum to the same.
+            let work: Vec<i64> = (0..n)
+                .map(|r| {
+                    zigzag(r, n, len)
+                        .unwrap()
+                        .iter()
+                        .map(|&(s, c)| (s..s + c).map(|i| i + 1).sum::<i64>())
+                        .sum()
+                })
+                .collect();
+            assert!(work.iter().all(|&w| w == work[0]), "{work:?}");
+        }
+        assert!(zigzag(0, 2, 10).is_err());
+    }
+}
