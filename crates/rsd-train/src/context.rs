@@ -57,6 +57,47 @@ impl ContextParallel {
         Ok(Tensor::f_cat(&parts, dim)?)
     }
 
+    /// This rank's entries of a whole row (its chunks, concatenated).
+    pub fn local_of<T: Clone>(&self, full: &[T]) -> Result<Vec<T>> {
+        Ok(self
+            .chunks(full.len() as i64)?
+            .into_iter()
+            .flat_map(|(start, n)| full[start as usize..(start + n) as usize].iter().cloned())
+            .collect())
+    }
+
+    /// The whole rows of which each rank holds its chunks (`local`: this rank's, `[B][Llocal]`);
+    /// a collective.
+    pub fn full_rows(&self, local: &[Vec<i64>]) -> Result<Vec<Vec<i64>>> {
+        let (b, l_local) = (local.len(), local.first().map_or(0, Vec::len));
+        let n = self.size();
+        let flat: Vec<i64> = local.iter().flatten().copied().collect();
+        let device = crate::parallel::backend_device(&self.group, tch::Device::Cpu);
+        let t = Tensor::f_from_slice(&flat)?
+            .f_view([b as i64, l_local as i64])?
+            .f_to_device(device)?;
+        let all = Vec::<i64>::try_from(
+            &self
+                .group
+                .all_gather(&t)?
+                .f_to_device(tch::Device::Cpu)?
+                .f_reshape([-1])?,
+        )?;
+        // `all` is [rank][row][local entry]; rank q holds chunks q and 2N−1−q.
+        let c = l_local / 2;
+        let mut full = vec![vec![0i64; l_local * n]; b];
+        for q in 0..n {
+            for (row, out) in full.iter_mut().enumerate() {
+                let base = (q * b + row) * l_local;
+                for (half, chunk) in [(0, q), (1, 2 * n - 1 - q)] {
+                    out[chunk * c..(chunk + 1) * c]
+                        .copy_from_slice(&all[base + half * c..base + (half + 1) * c]);
+                }
+            }
+        }
+        Ok(full)
+    }
+
     /// Every rank's `[B, Hkv, Llocal, D]` rows gathered into `[B, Hkv, L, D]` in sequence order;
     /// differentiable (backward: reduce-scatter of the gradient).
     pub fn gather_kv(&self, t: &Tensor) -> Result<Tensor> {

@@ -5,14 +5,14 @@
 //! one micro-batch (fixed-mode shards: the whole batch); mixed-mode rows of different lengths
 //! become separate micro-batches. Document boundaries are passed on only for mixed shards, whose
 //! attention is document-masked; fixed windows attend across documents, as packed pretraining does.
-use rsd_loader::{Batch, Batching, Dataset, LoaderConfig, Parallel, Positions, Rank};
+use rsd_loader::{Batch, Batching, Dataset, LoaderConfig, Parallel, Positions};
 
 use crate::config::TrainConfig;
 use crate::step::MicroBatch;
 use crate::{Error, Result};
 
 /// The loader config a training config implies for data-parallel rank `dp` (no CP yet).
-pub fn loader_config(cfg: &TrainConfig, dp: Rank) -> Result<LoaderConfig> {
+pub fn loader_config(cfg: &TrainConfig, parallel: Parallel) -> Result<LoaderConfig> {
     let dirs: Vec<&str> = cfg
         .shards
         .split(',')
@@ -56,10 +56,7 @@ pub fn loader_config(cfg: &TrainConfig, dp: Rank) -> Result<LoaderConfig> {
         positions: Positions::Auto,
         workers: cfg.loader_workers,
         prefetch: 2 * cfg.loader_workers.max(1),
-        parallel: Parallel {
-            dp,
-            cp: Rank::SINGLE,
-        },
+        parallel,
         ..LoaderConfig::default()
     })
 }

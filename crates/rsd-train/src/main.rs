@@ -87,6 +87,13 @@ struct TrainArgs {
 
 #[derive(Args)]
 struct ProbeArgs {
+    /// Context-parallel ranks: split every row over N processes (zigzag), as training with
+    /// `cp = N` does; run with `--nproc N` or under torchrun. The JSON is the whole batch's.
+    #[arg(long, default_value_t = 1)]
+    cp: usize,
+    /// Run N local processes (as torchrun would), for `--cp N`.
+    #[arg(long)]
+    nproc: Option<usize>,
     /// HF model directory.
     #[arg(long)]
     model: Option<PathBuf>,
@@ -170,6 +177,12 @@ fn list<T: std::str::FromStr>(s: &Option<String>, flag: &str) -> Result<Option<V
 }
 
 fn probe(a: ProbeArgs) -> Result<()> {
+    if let Some(n) = a.nproc {
+        match launch::run(n)? {
+            0 => return Ok(()),
+            code => std::process::exit(code),
+        }
+    }
     // Phase 1: plain values, no I/O.
     if a.threads > 0 {
         tch::set_num_threads(a.threads);
@@ -211,9 +224,14 @@ fn probe(a: ProbeArgs) -> Result<()> {
         reference: a.reference,
         grads_out: a.grads_out,
         repeat: a.repeat,
+        cp: a.cp,
     };
     // Phase 2: the library does the work.
     let report = rsd_train::probe::run(&request)?;
+    if std::env::var("RANK").is_ok_and(|r| r != "0") {
+        // One report per run: rank 0's (every rank holds the same values).
+        return Ok(());
+    }
     // Through a JSON value, so the keys print sorted as they always have.
     println!(
         "{}",
@@ -278,14 +296,18 @@ fn train(a: TrainArgs) -> Result<()> {
         }
         return Ok(());
     }
-    // `--dp N` alone (no launcher around this process) starts the N ranks itself.
-    let nproc = match (a.nproc, cfg.dp) {
-        (Some(n), dp) if dp != 0 && dp != n => bail!(
-            "--nproc {n} and dp = {dp} disagree: with data parallelism alone every process is a \
-             data-parallel rank; give one of them"
+    // `--dp N` / `--cp N` alone (no launcher around this process) start the ranks themselves.
+    let launched = std::env::var_os("WORLD_SIZE").is_some();
+    let wanted = (cfg.dp > 0 || cfg.cp > 1).then(|| cfg.dp.max(1) * cfg.cp);
+    let nproc = match (a.nproc, wanted) {
+        (Some(n), Some(w)) if n != w => bail!(
+            "--nproc {n} and dp × cp = {} × {} = {w} disagree: every process is one rank of the \
+             dp × cp mesh; give --nproc alone, or dp and cp alone",
+            cfg.dp.max(1),
+            cfg.cp
         ),
         (Some(n), _) => Some(n),
-        (None, dp) if dp > 1 && std::env::var_os("WORLD_SIZE").is_none() => Some(dp),
+        (None, Some(w)) if w > 1 && !launched => Some(w),
         (None, _) => None,
     };
     if let Some(n) = nproc {
@@ -327,6 +349,14 @@ fn train(a: TrainArgs) -> Result<()> {
             "rsd-train: {} data-parallel ranks, {} micro-batch(es) each per step",
             trainer.ranks(),
             trainer.accum() / trainer.ranks()
+        );
+    }
+    if main && trainer.cp_size() > 1 {
+        eprintln!(
+            "rsd-train: context parallelism over {} ranks: each holds 2 of every sequence's {} \
+             chunks (zigzag), K/V gathered per layer; no prefix reuse under context parallelism",
+            trainer.cp_size(),
+            2 * trainer.cp_size()
         );
     }
     if main {

@@ -22,6 +22,7 @@ use rsd_dist::{Backend, ProcessGroup, ReduceOp};
 use rsd_model::Model;
 
 use crate::config::TrainConfig;
+use crate::context::ContextParallel;
 use crate::step::{LossNormalizers, Sums};
 use crate::{Error, Result};
 
@@ -29,6 +30,8 @@ use crate::{Error, Result};
 pub struct DataParallel {
     /// The world group; `None` for a single process.
     group: Option<ProcessGroup>,
+    /// The ranks sharing this rank's sequences (context parallelism); `None` without.
+    context: Option<ContextParallel>,
     /// Largest gradient bucket, in fp32 elements.
     bucket_elems: usize,
 }
@@ -38,6 +41,7 @@ impl DataParallel {
     pub fn single() -> Self {
         DataParallel {
             group: None,
+            context: None,
             bucket_elems: usize::MAX,
         }
     }
@@ -45,19 +49,14 @@ impl DataParallel {
     /// Joins the world when the environment describes one (`WORLD_SIZE` set: `rsd-train --nproc`,
     /// torchrun, SLURM scripts), otherwise one process.
     pub fn from_env(cfg: &TrainConfig, device: Device) -> Result<Self> {
-        if cfg.cp > 1 {
-            return Err(Error::Input(format!(
-                "config key cp: {}: context parallelism does not train in this version; set cp \
-                 = 1 (`--print-memory-plan` accepts any cp, to plan)",
-                cfg.cp
-            )));
-        }
         if std::env::var_os("WORLD_SIZE").is_none() {
-            if cfg.dp > 1 {
+            if cfg.dp > 1 || cfg.cp > 1 {
+                let n = cfg.dp.max(1) * cfg.cp;
                 return Err(Error::Input(format!(
-                    "config key dp: {} data-parallel ranks need as many processes; run with \
-                     `--nproc {}` or under torchrun",
-                    cfg.dp, cfg.dp
+                    "config keys dp/cp: {} data-parallel × {} context-parallel ranks need {n} \
+                     processes; run with `--nproc {n}` or under torchrun",
+                    cfg.dp.max(1),
+                    cfg.cp
                 )));
             }
             return Ok(Self::single());
@@ -68,18 +67,36 @@ impl DataParallel {
             Backend::Gloo
         };
         let group = ProcessGroup::from_env(backend, Duration::from_secs(cfg.dist_timeout))?;
-        if cfg.dp != 0 && cfg.dp != group.size() {
+        let (world, cp) = (group.size(), cfg.cp.max(1));
+        if !world.is_multiple_of(cp) {
             return Err(Error::Input(format!(
-                "config key dp: {} data-parallel ranks asked for, but the run has {} processes \
-                 (WORLD_SIZE); leave dp unset (0) to use them all, or launch {} processes",
-                cfg.dp,
-                group.size(),
-                cfg.dp
+                "config key cp: {world} processes (WORLD_SIZE) cannot be split into \
+                 context-parallel groups of {cp}"
             )));
         }
+        if cfg.dp != 0 && cfg.dp * cp != world {
+            return Err(Error::Input(format!(
+                "config key dp: {} data-parallel × {cp} context-parallel ranks asked for, but the \
+                 run has {world} processes (WORLD_SIZE); leave dp unset (0) to use them all, or \
+                 launch {} processes",
+                cfg.dp,
+                cfg.dp * cp
+            )));
+        }
+        // Consecutive ranks share sequences (on one node, where context parallelism's per-layer
+        // gathers want the fastest links).
+        let context = if cp > 1 {
+            let groups: Vec<Vec<usize>> = (0..world / cp)
+                .map(|d| (d * cp..(d + 1) * cp).collect())
+                .collect();
+            Some(ContextParallel::new(group.split(&groups)?))
+        } else {
+            None
+        };
         let bucket_elems = (cfg.grad_bucket_mb.max(1) << 20) / std::mem::size_of::<f32>();
         Ok(DataParallel {
             group: Some(group),
+            context,
             bucket_elems,
         })
     }
@@ -101,14 +118,29 @@ impl DataParallel {
             .map_or_else(rsd_dist::CommStats::default, ProcessGroup::stats)
     }
 
-    /// This rank, `0..size()`.
+    /// This process among all of the run's, `0..world()`.
     pub fn rank(&self) -> usize {
         self.group.as_ref().map_or(0, ProcessGroup::rank)
     }
 
-    /// Data-parallel ranks.
-    pub fn size(&self) -> usize {
+    /// The run's processes: data-parallel × context-parallel ranks.
+    pub fn world(&self) -> usize {
         self.group.as_ref().map_or(1, ProcessGroup::size)
+    }
+
+    /// Context-parallel ranks sharing each sequence (1 without context parallelism).
+    pub fn cp_size(&self) -> usize {
+        self.context.as_ref().map_or(1, ContextParallel::size)
+    }
+
+    /// Data-parallel ranks (each a group of `cp_size()` processes).
+    pub fn size(&self) -> usize {
+        self.world() / self.cp_size()
+    }
+
+    /// The context-parallel group this rank belongs to, if any.
+    pub fn context(&self) -> Option<&ContextParallel> {
+        self.context.as_ref()
     }
 
     /// Rank 0: the one that logs, prints and writes checkpoints.
@@ -118,7 +150,18 @@ impl DataParallel {
 
     /// This rank as the loader's DP coordinate.
     pub fn loader_rank(&self) -> rsd_loader::Rank {
-        rsd_loader::Rank::new(self.rank(), self.size())
+        rsd_loader::Rank::new(self.rank() / self.cp_size(), self.size())
+    }
+
+    /// This rank's coordinates for the loader: its data-parallel rank and its place in its
+    /// context-parallel group (which zigzag chunks of each row it gets).
+    pub fn loader_parallel(&self) -> rsd_loader::Parallel {
+        rsd_loader::Parallel {
+            dp: self.loader_rank(),
+            cp: self.context.as_ref().map_or(rsd_loader::Rank::SINGLE, |c| {
+                rsd_loader::Rank::new(c.rank(), c.size())
+            }),
+        }
     }
 
     /// The micro-batches this rank runs per step when the step has `global` of them.
@@ -299,7 +342,11 @@ mod tests {
         accum: usize,
         steps: usize,
     ) -> Vec<Vec<Option<SampleId>>> {
-        let mut loader = Loader::new(crate::data::loader_config(cfg, dp).unwrap()).unwrap();
+        let parallel = rsd_loader::Parallel {
+            dp,
+            cp: Rank::SINGLE,
+        };
+        let mut loader = Loader::new(crate::data::loader_config(cfg, parallel).unwrap()).unwrap();
         let local = accum / dp.size;
         (0..steps)
             .map(|_| {

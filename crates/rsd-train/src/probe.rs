@@ -13,10 +13,11 @@ use tch::{Device, Kind, Tensor};
 
 use rsd_model::{shape_str, DocBoundaries, Model, ModelConfig, ModelOptions};
 
+use crate::context::ContextParallel;
 use crate::perturb::{perturb_row, PerturbKind, Perturbation, RowView, Scope};
 use crate::step::{
-    grad_norm, prefix_reuse_floor, reference_loss, step_micro, zero_grads, LossNormalizers,
-    MicroBatch, Objective, StepOptions, Sums,
+    grad_norm, prefix_reuse_floor, reference_loss, step_micro, step_micro_split, zero_grads,
+    LossNormalizers, MicroBatch, Objective, StepOptions, Sums,
 };
 use crate::{io_err, Error, Result};
 
@@ -73,6 +74,10 @@ pub struct ProbeRequest {
     pub grads_out: Option<PathBuf>,
     /// Run the step this many times (gradients zeroed between runs); at least 1.
     pub repeat: u32,
+    /// Context-parallel ranks: with N > 1 the probe runs as one of N processes (torchrun's
+    /// variables set, `rsd-train probe --nproc N`), each holding its zigzag chunks of every
+    /// row; the report is the whole batch's, as one process computes it.
+    pub cp: usize,
 }
 
 /// The perturbation of one row and what it implies.
@@ -169,19 +174,34 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
         })
         .collect();
     let norm = LossNormalizers::of(std::slice::from_ref(&mb));
-    let views_arg = objective.needs_perturbed().then_some(views.as_slice());
+    let split = Split::new(req, &rows, &labels, &positions, &views, docs.is_some())?;
+    let (mb_run, views_run) = match &split {
+        Some(s) => (&s.mb, &s.views),
+        None => (&mb, &views),
+    };
+    let views_arg = objective.needs_perturbed().then_some(views_run.as_slice());
     let mut step_seconds = Vec::new();
     let mut terms = (0.0, 0.0);
     for _ in 0..req.repeat.max(1) {
         zero_grads(&model);
         let t0 = std::time::Instant::now();
-        terms = run_once(&model, &mb, views_arg, req, norm)?;
+        terms = run_once(&model, mb_run, views_arg, req, norm, split.as_ref())?;
         step_seconds.push(t0.elapsed().as_secs_f64());
+    }
+    if let Some(s) = &split {
+        // Each rank holds its rows' share of every gradient: the sum is the batch's.
+        for (_, p) in model.named_parameters() {
+            let mut g = p.grad();
+            if g.defined() {
+                s.cp.group().all_reduce(&mut g, rsd_dist::ReduceOp::Sum)?;
+            }
+        }
     }
     let (clm, second) = terms;
     let seconds = step_seconds.iter().copied().fold(f64::INFINITY, f64::min);
     let grad_norm = grad_norm(&model)?;
-    if let Some(path) = &req.grads_out {
+    let main = split.as_ref().is_none_or(|s| s.cp.rank() == 0);
+    if let (Some(path), true) = (&req.grads_out, main) {
         write_grads(&model, path)?;
     }
     // `second` is the KL for rsd, the perturbed CLM for two-view-clm; pose has only one term.
@@ -314,6 +334,7 @@ fn run_once(
     views: Option<&[RowView]>,
     req: &ProbeRequest,
     norm: LossNormalizers,
+    split: Option<&Split>,
 ) -> Result<(f64, f64)> {
     let opts = &req.step;
     if req.reference {
@@ -322,7 +343,25 @@ fn run_once(
         return Ok((clm, second));
     }
     let mut sums = Sums::new(Device::Cpu);
-    step_micro(model, mb, views, opts, norm, &mut sums)?;
+    match split {
+        None => step_micro(model, mb, views, opts, norm, &mut sums)?,
+        Some(s) => {
+            let gather = |t: &Tensor| {
+                s.cp.gather_kv(t)
+                    .map_err(|e| rsd_model::ModelError::Input(e.to_string()))
+            };
+            let context = rsd_model::ContextChunks {
+                chunks: s.cp.chunks(s.len)?,
+                gather: &gather,
+            };
+            step_micro_split(model, mb, views, opts, norm, &mut sums, Some(&context))?;
+            let mut t = Tensor::f_stack(&[&sums.clm, &sums.kl, &sums.clm_pert], 0)?;
+            s.cp.group().all_reduce(&mut t, rsd_dist::ReduceOp::Sum)?;
+            sums.clm = t.f_get(0)?;
+            sums.kl = t.f_get(1)?;
+            sums.clm_pert = t.f_get(2)?;
+        }
+    }
     let (clm, kl, clm_pert) = sums.values(norm);
     let second = if opts.objective == Objective::TwoViewClm {
         clm_pert
@@ -341,4 +380,79 @@ fn write_grads(model: &Model, path: &std::path::Path) -> Result<()> {
         .collect::<Result<_>>()?;
     Tensor::write_safetensors(&grads, path)
         .map_err(|e| Error::Input(format!("writing {}: {e}", path.display())))
+}
+
+/// This process's share of the batch under context parallelism.
+struct Split {
+    cp: ContextParallel,
+    /// Row length of the whole batch.
+    len: i64,
+    /// This rank's chunks of every row.
+    mb: MicroBatch,
+    /// Their views (`kl_rows` stays the whole row's, the normaliser).
+    views: Vec<RowView>,
+}
+
+impl Split {
+    /// `None` without context parallelism; otherwise joins the world (torchrun's variables)
+    /// and keeps this rank's chunks.
+    fn new(
+        req: &ProbeRequest,
+        tokens: &[Vec<i64>],
+        labels: &[Vec<i64>],
+        positions: &[Vec<i64>],
+        views: &[RowView],
+        has_docs: bool,
+    ) -> Result<Option<Split>> {
+        if req.cp <= 1 {
+            return Ok(None);
+        }
+        if has_docs || req.reference {
+            return Err(Error::Input(
+                "--cp: context parallelism does not support --docs or --reference yet".into(),
+            ));
+        }
+        if std::env::var_os("WORLD_SIZE").is_none() {
+            return Err(Error::Input(format!(
+                "--cp {}: run the probe as {} processes (`rsd-train probe --nproc {} --cp {} …` \
+                 or under torchrun)",
+                req.cp, req.cp, req.cp, req.cp
+            )));
+        }
+        let group = rsd_dist::ProcessGroup::from_env(
+            rsd_dist::Backend::Gloo,
+            std::time::Duration::from_secs(300),
+        )?;
+        if group.size() != req.cp {
+            return Err(Error::Input(format!(
+                "--cp {}: the probe runs one context-parallel group, but there are {} processes",
+                req.cp,
+                group.size()
+            )));
+        }
+        let cp = ContextParallel::new(group);
+        let len = positions.first().map_or(0, Vec::len) as i64;
+        let local = |rows: &[Vec<i64>]| -> Result<Vec<Vec<i64>>> {
+            rows.iter().map(|r| cp.local_of(r)).collect()
+        };
+        let mb = MicroBatch::from_rows(
+            &local(tokens)?,
+            &local(labels)?,
+            local(positions)?,
+            None,
+            Device::Cpu,
+        )?;
+        let views = views
+            .iter()
+            .map(|v| {
+                Ok(RowView {
+                    positions: cp.local_of(&v.positions)?,
+                    kl_mask: cp.local_of(&v.kl_mask)?,
+                    kl_rows: v.kl_rows,
+                    shared_prefix: 0,
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(Some(Split { cp, len, mb, views }))
+    }
 }

@@ -29,7 +29,7 @@ use crate::optim::Schedule;
 use crate::parallel::DataParallel;
 use crate::perturb::{perturb_row, RowView, Sampler, Scope};
 use crate::step::{
-    step_micro, zero_grads, LossNormalizers, MicroBatch, Objective, StepOptions, Sums,
+    step_micro_split, zero_grads, LossNormalizers, MicroBatch, Objective, StepOptions, Sums,
 };
 use crate::update::Optimizer;
 use crate::{io_err, Error, Result};
@@ -175,11 +175,24 @@ pub fn sample_views_of_rows(
     rows: &[usize],
     mb: &MicroBatch,
 ) -> Vec<RowView> {
-    (0..mb.rows())
+    views_at(sampler, seed, step, rows, &mb.positions, mb.docs.as_deref())
+}
+
+/// The perturbed views of rows with these standard positions (and document boundaries), row `r`
+/// being row `rows[r]` of optimizer step `step`'s global batch.
+fn views_at(
+    sampler: &Sampler,
+    seed: u64,
+    step: u64,
+    rows: &[usize],
+    positions: &[Vec<i64>],
+    docs: Option<&[Vec<i64>]>,
+) -> Vec<RowView> {
+    (0..positions.len())
         .map(|r| {
             let mut g = SplitMix64::keyed(&[seed, step, rows[r] as u64]);
-            let pos = &mb.positions[r];
-            let docs = mb.docs.as_ref().map(|d| d[r].as_slice());
+            let pos = &positions[r];
+            let docs = docs.map(|d| d[r].as_slice());
             let perts: Vec<_> = match (sampler.scope, docs) {
                 (Scope::Document, Some(d)) => d
                     .windows(2)
@@ -237,7 +250,7 @@ fn resumed(
         });
     }
     let model = Model::load(&dir.join("model"), options)?;
-    let loader = Loader::resume(data::loader_config(cfg, dp.loader_rank())?, &st.loader)?;
+    let loader = Loader::resume(data::loader_config(cfg, dp.loader_parallel())?, &st.loader)?;
     Ok((model, st, loader))
 }
 
@@ -264,7 +277,7 @@ impl Trainer {
             None => (
                 initial_model(&cfg, options)?,
                 None,
-                Loader::new(data::loader_config(&cfg, dp.loader_rank())?)?,
+                Loader::new(data::loader_config(&cfg, dp.loader_parallel())?)?,
             ),
         };
         dp.broadcast_parameters(&model)?;
@@ -333,6 +346,11 @@ impl Trainer {
         self.dp.size()
     }
 
+    /// Context-parallel ranks sharing each sequence.
+    pub fn cp_size(&self) -> usize {
+        self.dp.cp_size()
+    }
+
     /// Whether this process is rank 0 (the one that logs and writes checkpoints).
     pub fn is_main(&self) -> bool {
         self.dp.is_main()
@@ -384,10 +402,12 @@ impl Trainer {
                 .iter()
                 .map(|(_, m)| (m.rows() as i64 * m.len()) as u64)
                 .sum();
-            let (norm, tokens) = self.dp.global_normalizers(
-                LossNormalizers::of_iter(mbs.iter().map(|(_, m)| m)),
-                local_tokens,
-            )?;
+            let mut local = LossNormalizers::of_iter(mbs.iter().map(|(_, m)| m));
+            if self.dp.context().is_some_and(|cp| cp.rank() != 0) {
+                // The ranks of a context-parallel group hold the same samples: count them once.
+                local.samples = 0.0;
+            }
+            let (norm, tokens) = self.dp.global_normalizers(local, local_tokens)?;
             let losses = self.forward_backward(&mbs, norm)?;
             self.opt.reduce_gradients(&self.dp, &self.model)?;
             let grad_norm = self.grad_norm()?;
@@ -456,17 +476,36 @@ impl Trainer {
         norm: LossNormalizers,
     ) -> Result<StepLosses> {
         let mut sums = Sums::new(self.model.options().device);
+        let cp = self.dp.context();
+        let gather = |t: &tch::Tensor| -> rsd_model::Result<tch::Tensor> {
+            match cp {
+                Some(cp) => cp
+                    .gather_kv(t)
+                    .map_err(|e| rsd_model::ModelError::Input(e.to_string())),
+                None => Ok(t.shallow_clone()),
+            }
+        };
         for (rows, mb) in mbs {
-            let views = self.step_opts.objective.needs_perturbed().then(|| {
-                sample_views_of_rows(&self.sampler, self.cfg.seed, self.state.step, rows, mb)
-            });
-            step_micro(
+            let views = if self.step_opts.objective.needs_perturbed() {
+                Some(self.views(rows, mb)?)
+            } else {
+                None
+            };
+            let context = match cp {
+                Some(cp) => Some(rsd_model::ContextChunks {
+                    chunks: cp.chunks(mb.len() * cp.size() as i64)?,
+                    gather: &gather,
+                }),
+                None => None,
+            };
+            step_micro_split(
                 &self.model,
                 mb,
                 views.as_deref(),
                 &self.step_opts,
                 norm,
                 &mut sums,
+                context.as_ref(),
             )?;
         }
         self.dp.reduce_sums(&mut sums)?;
@@ -482,6 +521,28 @@ impl Trainer {
             kl,
             clm_pert,
         })
+    }
+
+    /// The perturbed views of a micro-batch's rows (`rows`: their indices in the global batch).
+    /// Under context parallelism the perturbation is drawn for the whole sequence (gathered from
+    /// the group's chunks) and each rank keeps its chunks of it; `kl_rows` stays the sequence's.
+    fn views(&self, rows: &[usize], mb: &MicroBatch) -> Result<Vec<RowView>> {
+        let (seed, step) = (self.cfg.seed, self.state.step);
+        let Some(cp) = self.dp.context() else {
+            return Ok(sample_views_of_rows(&self.sampler, seed, step, rows, mb));
+        };
+        let full = cp.full_rows(&mb.positions)?;
+        views_at(&self.sampler, seed, step, rows, &full, None)
+            .into_iter()
+            .map(|v| {
+                Ok(RowView {
+                    positions: cp.local_of(&v.positions)?,
+                    kl_mask: cp.local_of(&v.kl_mask)?,
+                    kl_rows: v.kl_rows,
+                    shared_prefix: 0,
+                })
+            })
+            .collect()
     }
 
     /// The global gradient norm of this step (the gradients are already summed over ranks, so

@@ -301,6 +301,30 @@ pub fn step_micro(
     norm: LossNormalizers,
     sums: &mut Sums,
 ) -> Result<()> {
+    step_micro_split(model, mb, views, opts, norm, sums, None)
+}
+
+/// [`step_micro`] on this rank's chunks of context-parallel sequences (`context`; `None` is
+/// [`step_micro`]). `mb` and `views` hold this rank's rows only, and each view's `kl_rows` counts
+/// the whole sequence's, so the per-rank loss sums add up to the sequence's. Both views run
+/// whole (no prefix reuse yet under context parallelism); a collective: every rank of the
+/// context-parallel group runs the same micro-batches.
+pub fn step_micro_split(
+    model: &Model,
+    mb: &MicroBatch,
+    views: Option<&[RowView]>,
+    opts: &StepOptions,
+    norm: LossNormalizers,
+    sums: &mut Sums,
+    context: Option<&rsd_model::ContextChunks<'_>>,
+) -> Result<()> {
+    if context.is_some() && opts.long_ce.is_some() {
+        return Err(Error::Input(
+            "LongCE under context parallelism (cp > 1) is not supported yet (set \
+             long_ce_window = 0 or cp = 1)"
+                .into(),
+        ));
+    }
     if opts.long_ce.is_some() && !matches!(opts.objective, Objective::Standard | Objective::Rsd) {
         return Err(Error::Input(format!(
             "LongCE reweights the standard-view CLM term of `standard` and `rsd`; objective {} \
@@ -308,7 +332,7 @@ pub fn step_micro(
             opts.objective
         )));
     }
-    let plan = Plan::new(model, mb, views, opts)?;
+    let plan = Plan::new(model, mb, views, opts, context)?;
     let loss = LossStage {
         plan: &plan,
         mb,

@@ -8,7 +8,7 @@
 //! perturbations with `P = 0`, e.g. cyclic) one batched full pass runs instead.
 use tch::Tensor;
 
-use rsd_model::{DocBoundaries, LayerKv, Model, Rotary};
+use rsd_model::{ContextChunks, DocBoundaries, LayerKv, Model, Rotary};
 
 use super::{MicroBatch, Objective, StepOptions};
 use crate::perturb::RowView;
@@ -47,6 +47,8 @@ pub(super) struct Plan<'a> {
     perturbed: Vec<PerturbedPass>,
     /// Per row: its perturbed view (`None`: no perturbed view, or nothing changed in the row).
     rows: Vec<Option<PerturbedRow>>,
+    /// Context parallelism: the rows are this rank's chunks of longer sequences.
+    context: Option<&'a ContextChunks<'a>>,
 }
 
 /// Position ids `[B, L]` on `device` from host rows.
@@ -67,8 +69,16 @@ impl<'a> Plan<'a> {
         mb: &'a MicroBatch,
         views: Option<&[RowView]>,
         opts: &StepOptions,
+        context: Option<&'a ContextChunks<'a>>,
     ) -> Result<Self> {
         let device = mb.tokens.device();
+        if context.is_some() && mb.docs.is_some() {
+            return Err(Error::Input(
+                "context parallelism (cp > 1) does not support document-masked batches (mixed \
+                 shards) yet; train on fixed-length shards, or with cp = 1"
+                    .into(),
+            ));
+        }
         let all: Vec<i64> = (0..mb.rows() as i64).collect();
         let std = if opts.objective != Objective::Pose {
             Some((
@@ -84,10 +94,14 @@ impl<'a> Plan<'a> {
             std,
             perturbed: Vec::new(),
             rows: Vec::new(),
+            context,
         };
         if opts.objective.needs_perturbed() {
             let views = checked_views(mb, views)?;
+            // Under context parallelism both views run whole (each rank its chunks of both), so a
+            // perturbed row and its teacher live on the same rank.
             let reuse = opts.prefix_reuse
+                && context.is_none()
                 && plan.std.is_some()
                 && views.iter().any(|v| v.shared_prefix > 0);
             if reuse {
@@ -176,7 +190,10 @@ impl<'a> Plan<'a> {
         let mut kv = None;
         let std = match (&self.std, &x.std) {
             (Some((rot, docs)), Some(xs)) => {
-                let (y, k) = self.model.layer_forward(i, xs, rot, docs.as_ref(), None)?;
+                let (y, k) = match self.context {
+                    Some(cc) => self.model.layer_forward_split(i, xs, rot, cc)?,
+                    None => self.model.layer_forward(i, xs, rot, docs.as_ref(), None)?,
+                };
                 kv = Some(k);
                 Some(y)
             }
@@ -194,9 +211,13 @@ impl<'a> Plan<'a> {
                 }
                 _ => None,
             };
-            let (y, _) =
-                self.model
-                    .layer_forward(i, xg, &g.rotary, g.docs.as_ref(), prefix.as_ref())?;
+            let (y, _) = match self.context {
+                Some(cc) => self.model.layer_forward_split(i, xg, &g.rotary, cc)?,
+                None => {
+                    self.model
+                        .layer_forward(i, xg, &g.rotary, g.docs.as_ref(), prefix.as_ref())?
+                }
+            };
             perturbed.push(y);
         }
         Ok(Stage { std, perturbed })
