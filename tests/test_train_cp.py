@@ -139,5 +139,5 @@ def test_what_context_parallelism_does_not_support_yet_is_refused(inputs, tmp_pa
     assert p.returncode != 0, p.stderr
     assert "does not support document-masked batches" in p.stderr, p.stderr
     p = run("rsd-train", "probe", "--init", REPO / "configs" / "model" / "tiny-qwen3-64.json",
-            "--tokens", inputs / "tokens.npy", "--cp", 2, check=False)
+            "--tokens", inputs / "tokens.npy", "--objective", "standard", "--cp", 2, check=False)
     assert p.returncode != 0 and "--nproc 2 --cp 2" in p.stderr, p.stderr
