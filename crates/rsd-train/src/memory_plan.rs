@@ -8,8 +8,8 @@
 //! * **weights** and **gradients** in the model's dtype, whole on every rank (gradients accumulate
 //!   over the step's micro-batches before the ranks' sum);
 //! * **optimizer state**: fp32 master weights (bf16/fp16 models) and two fp32 AdamW moments:
-//!   12 bytes per parameter (8 for fp32 models), divided by the data-parallel ranks with
-//!   `shard_optimizer`; plus the summed fp32 gradient (its block, sharded; one bucket otherwise);
+//!   12 bytes per parameter (8 for fp32 models), divided by all dp × cp ranks with
+//!   `shard_optimizer` (every rank holds the same parameters); plus the summed fp32 gradient (its block, sharded; one bucket otherwise);
 //! * **checkpointed activations** (`checkpoint_layers`): each layer's input for both views, the
 //!   perturbed view at its largest (a split at row 0 recomputes every row);
 //! * **one layer's recompute**: the tensors autograd saves in a decoder layer, both views:
@@ -21,7 +21,7 @@
 //! * **runtime**: the CUDA context and allocator slack, 1 GiB plus 5% of the rest.
 //!
 //! Context parallelism divides the activation items by the CP degree (each rank holds `L / cp`
-//! rows). The numbers are estimates for planning, as accurate as the list above; the
+//! rows of both views; under context parallelism the perturbed view runs whole, as counted). The numbers are estimates for planning, as accurate as the list above; the
 //! `peak_rss`/CUDA peak of a real step is the measurement.
 use std::fmt;
 use std::path::Path;
@@ -205,10 +205,12 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
         format!("{params} × {b} B, accumulated over the micro-batches"),
     );
     let state_per_param = if b < 4 { 12 } else { 8 };
-    let (state, state_how) = if p.shard_optimizer && dp > 1 {
+    // Every rank of the dp × cp mesh holds the same parameters, so the state shards over all.
+    let shards = dp * p.cp.max(1);
+    let (state, state_how) = if p.shard_optimizer && shards > 1 {
         (
-            (params * state_per_param).div_ceil(dp),
-            format!("{state_per_param} B/parameter ÷ {dp} data-parallel ranks (sharded)"),
+            (params * state_per_param).div_ceil(shards),
+            format!("{state_per_param} B/parameter ÷ {shards} ranks (sharded)"),
         )
     } else {
         (
@@ -217,10 +219,10 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
         )
     };
     add("optimizer state", state, state_how);
-    let (summed, summed_how) = if p.shard_optimizer && dp > 1 {
+    let (summed, summed_how) = if p.shard_optimizer && shards > 1 {
         (
-            (params * 4).div_ceil(dp) + p.bucket_bytes,
-            format!("fp32 block ÷ {dp} ranks + one bucket"),
+            (params * 4).div_ceil(shards) + p.bucket_bytes,
+            format!("fp32 block ÷ {shards} ranks + one bucket"),
         )
     } else {
         (
