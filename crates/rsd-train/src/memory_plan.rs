@@ -232,6 +232,12 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
     };
     add("summed gradient", summed, summed_how);
     let per_layer_values = 6 * d + 2 * kv + 4 * ffn;
+    // Context parallelism: a layer holds the whole sequence's K/V (and their gradients).
+    let gathered = if p.cp > 1 {
+        views * 2 * 2 * p.micro_batch * p.seq_len * kv * b
+    } else {
+        0
+    };
     if p.checkpoint_layers {
         add(
             "checkpointed inputs",
@@ -240,9 +246,14 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
         );
         items.push(PlanItem {
             name: "layer recompute",
-            bytes: views * rows * per_layer_values * b,
+            bytes: views * rows * per_layer_values * b + gathered,
             how: format!(
-                "{views} view(s) × {rows} rows × (6·{d} + 2·{kv} + 4·{ffn}) × {b} B, one layer"
+                "{views} view(s) × {rows} rows × (6·{d} + 2·{kv} + 4·{ffn}) × {b} B, one layer{}",
+                if gathered > 0 {
+                    " + the gathered K/V and their gradients"
+                } else {
+                    ""
+                }
             ),
             transient: true,
         });
