@@ -128,6 +128,13 @@ pub struct ProbeReport {
     pub flop_floor_rsd_over_standard: f64,
     /// Peak resident set size of the process, bytes.
     pub peak_rss: u64,
+    /// Context-parallel ranks (1: one process).
+    pub cp: usize,
+    /// Payload this rank handed to collectives per run of the step (the K/V gathers and the loss
+    /// sums; the gathers' backward reduce-scatters run inside autograd and are not counted), bytes.
+    pub comm_bytes_per_run: u64,
+    /// Seconds this rank spent in those collectives per run.
+    pub comm_s_per_run: f64,
 }
 
 /// Runs the probe. See the module docs.
@@ -182,12 +189,24 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
     let views_arg = objective.needs_perturbed().then_some(views_run.as_slice());
     let mut step_seconds = Vec::new();
     let mut terms = (0.0, 0.0);
+    let comm0 = split.as_ref().map(|s| s.cp.group().stats());
     for _ in 0..req.repeat.max(1) {
         zero_grads(&model);
         let t0 = std::time::Instant::now();
         terms = run_once(&model, mb_run, views_arg, req, norm, split.as_ref())?;
         step_seconds.push(t0.elapsed().as_secs_f64());
     }
+    let runs = f64::from(req.repeat.max(1));
+    let (comm_bytes_per_run, comm_s_per_run) = match (&split, comm0) {
+        (Some(s), Some(c0)) => {
+            let c = s.cp.group().stats();
+            (
+                ((c.bytes - c0.bytes) as f64 / runs) as u64,
+                (c.seconds - c0.seconds) / runs,
+            )
+        }
+        _ => (0, 0.0),
+    };
     if let Some(s) = &split {
         // Each rank holds its rows' share of every gradient: the sum is the batch's.
         for (_, p) in model.named_parameters() {
@@ -240,6 +259,9 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
         step_seconds,
         flop_floor_rsd_over_standard: prefix_reuse_floor(model.config(), mb.len()),
         peak_rss: rsd_common::mem::Memory::now().peak_rss,
+        cp: req.cp.max(1),
+        comm_bytes_per_run,
+        comm_s_per_run,
     })
 }
 
