@@ -12,7 +12,8 @@ process computes.
   two orders of operations round differently: see tests/test_train.py).
 * `rsd-train --cp 2` trains what one process trains (and what `--nproc 2` data parallelism
   trains), also with the sharded optimizer.
-* What is not supported yet is refused with a clear message.
+* The same on mixed-length shards with documents crossing the chunk boundaries.
+* What is not supported yet (LongCE) is refused with a clear message.
 
 Binaries: $RSD_BIN_DIR (default <repo>/target/debug).
 """
@@ -70,6 +71,9 @@ CASES = [
                "--checkpoint-layers", "--loss-chunk", 5]),
     ("llama", ["--objective", "rsd", "--perturb", "skip", "--split", "13", "--skip", "100",
                "--checkpoint-layers", "--loss-chunk", 7]),
+    # Documents crossing the chunk boundaries (chunks of 8 rows); positions restart per document.
+    ("qwen3", ["--objective", "rsd", "--perturb", "skip", "--split", "4,20", "--skip", "40",
+               "--docs", "0,5,19,32;0,12,32"]),
 ]
 
 
@@ -99,10 +103,10 @@ def test_fp32_context_parallel_step(inputs, tmp_path):
         assert float(np.abs(g1[k] - g2[k]).max()) / scale <= 1e-5, k
 
 
-def train(shards, out, *extra, steps=3):
+def train(shards, out, *extra, steps=3, tokens=256):
     run("rsd-train", "--config", REPO / "configs" / "tiny-cpu.toml", "--shards", shards, "--init",
         REPO / "configs" / "model" / "tiny-qwen3-64.json", "--out", out, "--progress", "false",
-        "--threads", 1, "--steps", steps, "--save-every", 0, "--tokens-per-step", 256, *extra,
+        "--threads", 1, "--steps", steps, "--save-every", 0, "--tokens-per-step", tokens, *extra,
         timeout=600)
     recs = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
     (f,) = (out / "model").glob("*.safetensors")
@@ -129,15 +133,27 @@ def test_training_with_cp_2_trains_what_one_process_trains(shards, tmp_path):
     assert all(np.array_equal(pc[k], ps[k]) for k in pc)
 
 
-def test_what_context_parallelism_does_not_support_yet_is_refused(inputs, tmp_path):
+def test_cp_2_on_mixed_shards_with_documents_trains_what_one_process_trains(tmp_path):
+    # Rows of different lengths, documents crossing the chunk boundaries, a perturbation per
+    # document; the one-process run without prefix reuse is the same computation.
     mixed = tmp_path / "mixed"
     run("rsd-data", "pack", "--len", "256", "--mode", "mixed", "--src", REPO / "corpus" / "books",
-        "--out", mixed)
-    p = run("rsd-train", "--config", REPO / "configs" / "tiny-cpu.toml", "--shards", mixed,
-            "--init", REPO / "configs" / "model" / "tiny-qwen3-64.json", "--out", tmp_path / "x",
-            "--progress", "false", "--steps", 1, "--cp", 2, check=False, timeout=120)
-    assert p.returncode != 0, p.stderr
-    assert "does not support document-masked batches" in p.stderr, p.stderr
+        "--src", REPO / "corpus" / "code", "--out", mixed)
+    batch = ["--micro-batch", 2, "--perturb-scope", "document", "--prefix-reuse", "false"]
+    one, _ = train(mixed, tmp_path / "one", *batch, steps=2, tokens=1024)
+    cp, _ = train(mixed, tmp_path / "cp", *batch, "--cp", 2, steps=2, tokens=1024)
+    for a, b in zip(one, cp):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-6), (a, b)
+        assert b["kl"] == pytest.approx(a["kl"], rel=0, abs=1e-6 * a["loss"]), (a, b)
+        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5), (a, b)
+        assert a["tokens"] == b["tokens"]
+
+
+def test_what_context_parallelism_does_not_support_yet_is_refused(inputs, tmp_path):
     p = run("rsd-train", "probe", "--init", REPO / "configs" / "model" / "tiny-qwen3-64.json",
             "--tokens", inputs / "tokens.npy", "--objective", "standard", "--cp", 2, check=False)
     assert p.returncode != 0 and "--nproc 2 --cp 2" in p.stderr, p.stderr
+    p = run("rsd-train", "probe", "--init", inputs / "qwen3.json", "--tokens",
+            inputs / "tokens.npy", "--objective", "standard", "--long-ce-window", 8, "--nproc", 2,
+            "--cp", 2, check=False, timeout=120)
+    assert p.returncode != 0 and "LongCE under context parallelism" in p.stderr, p.stderr

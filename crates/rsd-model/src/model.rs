@@ -131,6 +131,9 @@ pub type KvGather<'a> = dyn Fn(&Tensor) -> Result<Tensor> + 'a;
 pub struct ContextChunks<'a> {
     /// `(first row in the sequence, rows)` of each local chunk, in local order.
     pub chunks: Vec<(i64, i64)>,
+    /// Document boundaries of each whole sequence (`[0, …, L]` per batch row), for
+    /// document-masked attention: a query sees earlier keys of its own document only.
+    pub docs: Option<Vec<Vec<i64>>>,
     /// The K/V gather.
     pub gather: &'a KvGather<'a>,
 }
@@ -270,7 +273,9 @@ impl SelfAttention {
 
 /// Attention of this rank's chunks (`q`, `k`, `v` `[B, H(kv), Llocal, D]`, chunks in local
 /// order): each chunk's queries see the gathered keys of all earlier rows, unmasked, and their own
-/// chunk causally.
+/// chunk causally — within their documents when the sequences have document boundaries (the
+/// gathered keys are the chunk's prefix, and the boundaries up to the chunk's end cover
+/// `[prefix ; chunk]`, exactly what [`attend_documents`] takes).
 fn attend_context(
     q: &Tensor,
     k: &Tensor,
@@ -293,6 +298,22 @@ fn attend_context(
         let part = |t: &Tensor, at: i64, len: i64| t.f_narrow(2, at, len).ctx("context chunk");
         let (qc, kc, vc) = (part(q, off, n)?, part(k, off, n)?, part(v, off, n)?);
         let (kp, vp) = (part(&k_all, 0, start)?, part(&v_all, 0, start)?);
+        if let Some(docs) = &cc.docs {
+            let end = start + n;
+            let clipped = docs
+                .iter()
+                .map(|cu| {
+                    let mut c: Vec<i64> = cu.iter().copied().take_while(|&o| o < end).collect();
+                    c.push(end);
+                    c
+                })
+                .collect();
+            let docs = DocBoundaries::new(clipped, end)?;
+            let prefix = (start > 0).then_some((&kp, &vp));
+            outs.push(attend_documents(&qc, &kc, &vc, prefix, Some(&docs), scale)?.out);
+            off += n;
+            continue;
+        }
         let blocks = [
             KvBlock {
                 k: &kp,

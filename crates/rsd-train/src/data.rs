@@ -63,9 +63,13 @@ pub fn loader_config(cfg: &TrainConfig, parallel: Parallel) -> Result<LoaderConf
 
 /// Splits a loader batch into micro-batches of equal-length rows, each with the index of its
 /// first row in the batch.
+///
+/// With context parallelism (`context_parallel`) each row holds this rank's chunks, and the
+/// document boundaries given are the whole row's (what the attention of the chunks needs).
 pub fn micro_batches(
     batch: &Batch,
     mixed: bool,
+    context_parallel: bool,
     device: tch::Device,
 ) -> Result<Vec<(usize, MicroBatch)>> {
     let ro = &batch.row_offsets;
@@ -90,6 +94,13 @@ pub fn micro_batches(
         let mut docs = Vec::new();
         for k in r..e {
             let (a, b) = (ro[k] as usize, ro[k + 1] as usize);
+            // Document offsets are in whole-row coordinates.
+            let fro = &batch.full_row_offsets;
+            let (da, db) = if context_parallel && fro.len() == ro.len() {
+                (fro[k] as usize, fro[k + 1] as usize)
+            } else {
+                (a, b)
+            };
             let widen = |v: &[i32]| v.iter().map(|&x| x as i64).collect::<Vec<i64>>();
             toks.push(widen(&batch.tokens[a..b]));
             labels.push(widen(&batch.labels[a..b]));
@@ -97,14 +108,14 @@ pub fn micro_batches(
             let mut d: Vec<i64> = batch
                 .doc_offsets
                 .iter()
-                .filter(|&&o| o as usize >= a && o as usize <= b)
-                .map(|&o| o as i64 - a as i64)
+                .filter(|&&o| o as usize >= da && o as usize <= db)
+                .map(|&o| o as i64 - da as i64)
                 .collect();
             if d.first() != Some(&0) {
                 d.insert(0, 0);
             }
-            if d.last() != Some(&((b - a) as i64)) {
-                d.push((b - a) as i64);
+            if d.last() != Some(&((db - da) as i64)) {
+                d.push((db - da) as i64);
             }
             docs.push(d);
         }

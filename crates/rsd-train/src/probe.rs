@@ -181,7 +181,7 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
         })
         .collect();
     let norm = LossNormalizers::of(std::slice::from_ref(&mb));
-    let split = Split::new(req, &rows, &labels, &positions, &views, docs.is_some())?;
+    let split = Split::new(req, &rows, &labels, &positions, &views, docs.as_ref())?;
     let (mb_run, views_run) = match &split {
         Some(s) => (&s.mb, &s.views),
         None => (&mb, &views),
@@ -374,6 +374,7 @@ fn run_once(
             };
             let context = rsd_model::ContextChunks {
                 chunks: s.cp.chunks(s.len)?,
+                docs: s.mb.docs.clone(),
                 gather: &gather,
             };
             step_micro_split(model, mb, views, opts, norm, &mut sums, Some(&context))?;
@@ -424,14 +425,14 @@ impl Split {
         labels: &[Vec<i64>],
         positions: &[Vec<i64>],
         views: &[RowView],
-        has_docs: bool,
+        docs: Option<&Vec<Vec<i64>>>,
     ) -> Result<Option<Split>> {
         if req.cp <= 1 {
             return Ok(None);
         }
-        if has_docs || req.reference {
+        if req.reference {
             return Err(Error::Input(
-                "--cp: context parallelism does not support --docs or --reference yet".into(),
+                "--cp: the full-logits reference runs in one process; drop --reference".into(),
             ));
         }
         if std::env::var_os("WORLD_SIZE").is_none() {
@@ -461,7 +462,8 @@ impl Split {
             &local(tokens)?,
             &local(labels)?,
             local(positions)?,
-            None,
+            // The whole rows' boundaries: the chunks' attention needs them (see step_micro_split).
+            docs.cloned(),
             Device::Cpu,
         )?;
         let views = views

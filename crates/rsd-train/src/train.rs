@@ -457,7 +457,8 @@ impl Trainer {
                 .next()
                 .ok_or_else(|| Error::Input("the loader ran out of data".into()))??;
             let rows = batch.row_offsets.len().saturating_sub(1);
-            for (first, mb) in data::micro_batches(&batch, self.mixed, device)? {
+            let cp = self.dp.context().is_some();
+            for (first, mb) in data::micro_batches(&batch, self.mixed, cp, device)? {
                 let global = (first..first + mb.rows())
                     .map(|j| self.dp.global_row(k, j, rows))
                     .collect();
@@ -494,6 +495,7 @@ impl Trainer {
             let context = match cp {
                 Some(cp) => Some(rsd_model::ContextChunks {
                     chunks: cp.chunks(mb.len() * cp.size() as i64)?,
+                    docs: mb.docs.clone(),
                     gather: &gather,
                 }),
                 None => None,
@@ -532,7 +534,8 @@ impl Trainer {
             return Ok(sample_views_of_rows(&self.sampler, seed, step, rows, mb));
         };
         let full = cp.full_rows(&mb.positions)?;
-        views_at(&self.sampler, seed, step, rows, &full, None)
+        // Under context parallelism the micro-batch's document boundaries are the whole rows'.
+        views_at(&self.sampler, seed, step, rows, &full, mb.docs.as_deref())
             .into_iter()
             .map(|v| {
                 Ok(RowView {

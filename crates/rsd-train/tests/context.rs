@@ -111,10 +111,19 @@ fn rank_cp_model() {
         return;
     };
     let cp = ContextParallel::new(group);
-    for (file, kind, tol) in [
-        ("tiny-llama.json", Kind::Double, 1e-10),
-        ("tiny-qwen3.json", Kind::Double, 1e-10),
-        ("tiny-qwen3.json", Kind::Float, 1e-5),
+    // Documents crossing the chunk boundaries (chunks of 6 rows), different in each row.
+    let documents = vec![vec![0, 5, 13, 24], vec![0, 16, 17, 24]];
+    for (file, kind, tol, docs) in [
+        ("tiny-llama.json", Kind::Double, 1e-10, None),
+        ("tiny-qwen3.json", Kind::Double, 1e-10, None),
+        ("tiny-qwen3.json", Kind::Float, 1e-5, None),
+        (
+            "tiny-llama.json",
+            Kind::Double,
+            1e-10,
+            Some(documents.clone()),
+        ),
+        ("tiny-qwen3.json", Kind::Float, 1e-5, Some(documents)),
     ] {
         let options = ModelOptions {
             device: Device::Cpu,
@@ -136,8 +145,14 @@ fn rank_cp_model() {
         let w = Tensor::randn([b, l, d], (kind, Device::Cpu));
 
         // One process: the whole sequences.
+        let boundaries = docs
+            .clone()
+            .map(|d| rsd_model::DocBoundaries::new(d, l).unwrap());
         let full = model
-            .forward(&ForwardArgs::new(&tokens, &positions))
+            .forward(&ForwardArgs {
+                docs: boundaries.as_ref(),
+                ..ForwardArgs::new(&tokens, &positions)
+            })
             .unwrap()
             .hidden;
         (&full * &w).sum(kind).backward();
@@ -151,6 +166,7 @@ fn rank_cp_model() {
         };
         let context = ContextChunks {
             chunks: cp.chunks(l).unwrap(),
+            docs: docs.clone(),
             gather: &gather,
         };
         let local = model
@@ -164,7 +180,8 @@ fn rank_cp_model() {
             .unwrap()
             .hidden;
         let r = rel(&local, &cp.local_rows(&full, 1).unwrap());
-        assert!(r <= tol, "{file} {kind:?}: hidden states differ by {r:e}");
+        let what = format!("{file} {kind:?} documents {}", docs.is_some());
+        assert!(r <= tol, "{what}: hidden states differ by {r:e}");
         (&local * cp.local_rows(&w, 1).unwrap())
             .sum(kind)
             .backward();

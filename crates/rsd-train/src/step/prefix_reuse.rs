@@ -72,18 +72,17 @@ impl<'a> Plan<'a> {
         context: Option<&'a ContextChunks<'a>>,
     ) -> Result<Self> {
         let device = mb.tokens.device();
-        if context.is_some() && mb.docs.is_some() {
-            return Err(Error::Input(
-                "context parallelism (cp > 1) does not support document-masked batches (mixed \
-                 shards) yet; train on fixed-length shards, or with cp = 1"
-                    .into(),
-            ));
-        }
         let all: Vec<i64> = (0..mb.rows() as i64).collect();
+        // Under context parallelism the document boundaries are the whole rows' and reach the
+        // attention through the context (`ContextChunks::docs`), not per pass.
+        let docs = |rows: &[i64]| match context {
+            Some(_) => Ok(None),
+            None => docs_of(mb, rows),
+        };
         let std = if opts.objective != Objective::Pose {
             Some((
                 model.rotary(&pos_tensor(&mb.positions, device)?)?,
-                docs_of(mb, &all)?,
+                docs(&all)?,
             ))
         } else {
             None
@@ -107,14 +106,19 @@ impl<'a> Plan<'a> {
             if reuse {
                 plan.add_suffix_passes(mb, views)?;
             } else {
-                plan.add_full_pass(mb, views)?;
+                plan.add_full_pass(mb, views, docs(&all)?)?;
             }
         }
         Ok(plan)
     }
 
     /// One batched perturbed pass over every row from row 0.
-    fn add_full_pass(&mut self, mb: &MicroBatch, views: &[RowView]) -> Result<()> {
+    fn add_full_pass(
+        &mut self,
+        mb: &MicroBatch,
+        views: &[RowView],
+        docs: Option<DocBoundaries>,
+    ) -> Result<()> {
         let device = mb.tokens.device();
         let all: Vec<i64> = (0..mb.rows() as i64).collect();
         let pert: Vec<Vec<i64>> = views.iter().map(|v| v.positions.clone()).collect();
@@ -123,7 +127,7 @@ impl<'a> Plan<'a> {
             start: 0,
             tokens: mb.tokens.shallow_clone(),
             rotary: self.model.rotary(&pos_tensor(&pert, device)?)?,
-            docs: docs_of(mb, &all)?,
+            docs,
         });
         self.rows = all
             .iter()
