@@ -282,6 +282,18 @@ fn train(a: TrainArgs) -> Result<()> {
             input.checkpoint_layers,
             input.loss_chunk
         );
+        if input.two_views {
+            let floor = prefix_reuse_floor(&input.model, input.seq_len as i64);
+            println!(
+                "  compute: the two-view step runs the second view {}; with prefix reuse (cp 1) \
+                 its FLOP floor is {floor:.2}× a standard step, whole it is 2×",
+                if input.cp > 1 {
+                    "whole under context parallelism (2× a standard step)"
+                } else {
+                    "from the shared prefix on (prefix reuse)"
+                }
+            );
+        }
         if !plan.fits() {
             match rsd_train::memory_plan::suggestion(&input) {
                 Some((how, p)) => println!(
