@@ -4,6 +4,7 @@
 //! files are skipped, so a document is the code people wrote.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::{Content, RawDoc, ResolvedSource};
 use crate::error::{DataError, Result};
@@ -69,19 +70,35 @@ pub(super) fn resolve(mut source: ResolvedSource) -> Result<ResolvedSource> {
         )));
     }
     source.format = super::Format::Code;
-    source.bytes = repos.iter().map(|r| dir_bytes(r)).sum();
+    // Detection may have listed the links already; the repository walk lists them all.
+    source.warnings.clear();
+    source.bytes = 0;
+    for repo in &repos {
+        source.bytes += walk_repo(repo, &mut source.warnings);
+    }
     source.inputs = repos;
     Ok(source)
 }
 
-fn dir_bytes(dir: &Path) -> u64 {
-    walkdir::WalkDir::new(dir)
+/// The bytes of a repository's files (for progress), with a warning for each link in it: links
+/// are not followed, so no file is packed twice and a loop of links cannot trap the walk.
+fn walk_repo(repo: &Path, warnings: &mut Vec<String>) -> u64 {
+    let mut bytes = 0;
+    let walker = walkdir::WalkDir::new(repo)
+        .sort_by_file_name()
         .into_iter()
-        .flatten()
-        .filter_map(|e| e.metadata().ok())
-        .filter(|m| m.is_file())
-        .map(|m| m.len())
-        .sum()
+        .filter_entry(|e| !skipped_dir(e));
+    for entry in walker.flatten() {
+        if entry.path_is_symlink() && entry.depth() > 0 {
+            warnings.push(format!(
+                "{}: a symbolic link; not followed (code repositories are read without their links)",
+                entry.path().display()
+            ));
+        } else if let Ok(m) = entry.metadata() {
+            bytes += if m.is_file() { m.len() } else { 0 };
+        }
+    }
+    bytes
 }
 
 fn skipped_dir(entry: &walkdir::DirEntry) -> bool {
@@ -136,7 +153,8 @@ pub(super) fn read_repo(repo: &Path) -> Result<RawDoc> {
         }
     }
     Ok(RawDoc {
-        origin: repo.display().to_string(),
+        path: Arc::from(repo),
+        location: String::new(),
         bytes,
         content: Content::Text(doc),
     })
