@@ -218,14 +218,19 @@ def test_null_text_is_a_bad_record_naming_file_row_and_column(tmp_path, tok, fmt
     assert "2 bad-record" in res.stdout
 
 
-def test_mds_index_that_is_not_json_says_where_it_breaks(tmp_path, tok):
+def test_mds_index_that_is_not_json_says_where_it_breaks_or_is_skipped(tmp_path, tok):
     d = tmp_path / "mds"
     write_mds(d)
     index = d / "index.json"
     index.write_text('{"version": 2,\n  "shards": [,]\n}')
     res = pack(tok, d, tmp_path / "o", ok=False)
-    assert str(index) in res.stderr and "not valid JSON: line 2 column" in res.stderr, res.stderr
+    assert f"{index}: not valid JSON at line 2 column 14: expected value\n" in res.stderr, res.stderr
     assert "no files of a known format" not in res.stderr
+    # With --skip-bad the damaged dataset is skipped like a broken file, beside a good one.
+    write_mds(tmp_path / "good")
+    res = pack(tok, d, tmp_path / "o2", "--skip-bad", "--src", tmp_path / "good", length=64)
+    [bad] = manifest(tmp_path / "o2")["totals"]["bad_inputs"]
+    assert (bad["path"], bad["cause"]) == (str(index), "corrupt"), bad
 
 
 def test_mds_column_in_an_unsupported_encoding_names_both_and_is_never_unpickled(tmp_path, tok):

@@ -114,6 +114,15 @@ impl DataError {
     }
 }
 
+/// A JSON parse error as "at line L column C: what", the position once (serde_json's message ends
+/// with it too).
+pub(crate) fn json_error(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let position = format!(" at line {} column {}", e.line(), e.column());
+    let what = text.strip_suffix(&position).unwrap_or(&text);
+    format!("at line {} column {}: {what}", e.line(), e.column())
+}
+
 /// Why an input, or a part of it, could not be packed: the groups `--skip-bad` counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Cause {

@@ -118,9 +118,9 @@ struct PackArgs {
     /// invalid UTF-8, missing or null text fields, bad MDS samples) and the unreadable rest of
     /// broken files (truncated or corrupt .zst, Parquet, Arrow or MDS shards, files not in the
     /// format their name says, dangling links, files the OS will not read). What is readable is
-    /// kept (the lines of a .zst before the damage). Each file and cause is counted, listed at the
+    /// kept, e.g. the lines of a .zst before the damage. Counted per file and cause, listed at the
     /// end and recorded in the manifest (totals.bad_inputs). Errors that are not about one input
-    /// (a wrong --text-field everywhere still ends with "nothing to write") stop the pack as usual.
+    /// (the output, the tokenizer, a full disk) still stop the pack.
     #[arg(long)]
     skip_bad: bool,
     /// Overwrite a complete output, or discard an interrupted one made with other settings.

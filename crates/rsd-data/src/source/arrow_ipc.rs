@@ -13,7 +13,7 @@ use arrow::ipc::reader::{FileReader, StreamReader};
 use serde_json::Value;
 
 use super::{Content, RawDoc};
-use crate::error::{Cause, DataError, Result};
+use crate::error::{json_error, Cause, DataError, Result};
 
 /// The index of the text column, or an error listing the columns there are.
 pub(super) fn column_index(path: &Path, schema: &Schema, field: &str) -> Result<usize> {
@@ -243,11 +243,7 @@ pub(super) fn saved_dataset_files(dir: &Path) -> Result<Option<Vec<PathBuf>>> {
         DataError::bad_file(
             &state,
             Cause::Corrupt,
-            format!(
-                "not valid JSON at line {} column {}: {e}",
-                e.line(),
-                e.column()
-            ),
+            format!("not valid JSON {}", json_error(&e)),
         )
     })?;
     let files = json

@@ -15,21 +15,20 @@ use memmap2::Mmap;
 use serde_json::Value;
 
 use super::{Content, RawDoc};
-use crate::error::{Cause, DataError, Result};
+use crate::error::{json_error, Cause, DataError, Result};
 use std::io::Read;
 
 /// The MDS dataset directories under `root`: `root` itself if it has an MDS `index.json`, else
-/// every directory below it that has one (not descending further once found), in path order. An
-/// `index.json` beside `.mds` shards that is not valid JSON is an error naming where it breaks.
+/// every directory below it that has one (not descending further once found), in path order.
 pub fn find_datasets(root: &Path) -> Result<Vec<PathBuf>> {
-    if is_mds_index(root)? {
+    if is_mds_index(root) {
         return Ok(vec![root.to_path_buf()]);
     }
     let mut found = vec![];
     let mut walker = walkdir::WalkDir::new(root).sort_by_file_name().into_iter();
     while let Some(entry) = walker.next() {
         let Ok(entry) = entry else { continue };
-        if entry.file_type().is_dir() && entry.depth() > 0 && is_mds_index(entry.path())? {
+        if entry.file_type().is_dir() && entry.depth() > 0 && is_mds_index(entry.path()) {
             found.push(entry.path().to_path_buf());
             walker.skip_current_dir();
         }
@@ -37,27 +36,18 @@ pub fn find_datasets(root: &Path) -> Result<Vec<PathBuf>> {
     Ok(found)
 }
 
-/// Whether `dir/index.json` is an MDS index (JSON with `shards` and `version`).
-fn is_mds_index(dir: &Path) -> Result<bool> {
-    let path = dir.join("index.json");
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        return Ok(false);
+/// Whether `dir` is an MDS dataset: its `index.json` has `shards` and `version`, or is not valid
+/// JSON but sits beside `.mds` shards (a damaged index, which reading then reports with the line
+/// and column of the JSON error; other tools write `index.json` files too).
+fn is_mds_index(dir: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(dir.join("index.json")) else {
+        return false;
     };
     match serde_json::from_str::<Value>(&text) {
         Ok(json) => {
-            Ok(json.get("shards").is_some_and(Value::is_array) && json.get("version").is_some())
+            json.get("shards").is_some_and(Value::is_array) && json.get("version").is_some()
         }
-        // Other tools write index.json files too; only one beside MDS shards must be MDS's.
-        Err(e) if has_mds_shards(dir) => Err(DataError::bad_file(
-            &path,
-            Cause::Corrupt,
-            format!(
-                "the index of the MDS shards beside it is not valid JSON: line {} column {}: {e}",
-                e.line(),
-                e.column()
-            ),
-        )),
-        Err(_) => Ok(false),
+        Err(_) => has_mds_shards(dir),
     }
 }
 
@@ -179,11 +169,7 @@ impl MdsDataset {
             DataError::bad_file(
                 &index,
                 Cause::Corrupt,
-                format!(
-                    "not valid JSON at line {} column {}: {e}",
-                    e.line(),
-                    e.column()
-                ),
+                format!("not valid JSON {}", json_error(&e)),
             )
         })?;
         let bad = |what: String| DataError::bad_file(&index, Cause::Schema, what);
@@ -598,7 +584,9 @@ fn decode_ndarray<'a>(column: &Column, data: &'a [u8]) -> std::result::Result<Nd
         None => {
             let code = *data.first().ok_or("empty")?;
             at += 1;
-            Dtype::from_code(code).ok_or(format!("unsupported ndarray dtype code {code}"))?
+            Dtype::from_code(code).ok_or(format!(
+                "ndarray dtype code {code}, expected an integer dtype's (8, 9, 16, 17, 32, 33, 64 or 65)"
+            ))?
         }
     };
     let shape = match fixed_shape {
