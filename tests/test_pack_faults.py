@@ -253,9 +253,10 @@ def test_code_repositories_with_a_symlink_loop_pack_each_file_once(tmp_path, tok
     os.symlink("main.rs", repos / "r1" / "src" / "again.rs")
     (repos / "r2").mkdir()
     (repos / "r2" / "lib.py").write_text("x = 1\n")
+    os.symlink(".", repos / "r3")  # a repository that is a link to the directory of repositories
     out = tmp_path / "o"
     res = pack(tok, repos, out, length=64)
-    for link in ["r1/loop", "r1/src/up", "r1/src/again.rs"]:
+    for link in ["r1/loop", "r1/src/up", "r1/src/again.rs", "r3"]:
         assert f"warning: {repos / link}: a symbolic link; not followed" in res.stderr, res.stderr
     assert "Too many levels" not in res.stderr
     m = manifest(out)
