@@ -54,10 +54,11 @@ ZST_LINES = 8000  # about 400 KB: several of the decoder's 128 KB reads
 TABLE = pa.table({"text": [f"row {i} has some text" for i in range(300)]})
 
 
-def write_mds(d, n=4, input_ids="ndarray:uint32"):
+def write_mds(d, n=4, compression=None):
     from streaming import MDSWriter
 
-    with MDSWriter(out=str(d), columns={"input_ids": input_ids, "indices": "ndarray:uint32"}) as w:
+    columns = {"input_ids": "ndarray:uint32", "indices": "ndarray:uint32"}
+    with MDSWriter(out=str(d), columns=columns, compression=compression) as w:
         for k in range(n):
             w.write({"input_ids": np.arange(100 + k, 164 + k, dtype=np.uint32),
                      "indices": np.array([[0, 64]], dtype=np.uint32)})
@@ -196,6 +197,20 @@ def test_truncated_mds_shard_keeps_its_intact_samples(tmp_path, tok):
     assert [(b["path"], b["cause"]) for b in m["totals"]["bad_inputs"]] == [(str(shard), "truncated")]
 
 
+def test_truncated_zstd_mds_shard_is_an_error_or_skipped(tmp_path, tok):
+    d = tmp_path / "mds"
+    write_mds(d, n=4, compression="zstd")
+    [shard] = d.glob("*.mds.zstd")
+    shard.write_bytes(shard.read_bytes()[:-20])
+    write_mds(tmp_path / "good")
+    res = pack(tok, d, tmp_path / "o1", ok=False, length=64)
+    assert str(shard) in res.stderr and "truncated zstd data" in res.stderr, res.stderr
+    res = pack(tok, d, tmp_path / "o2", "--skip-bad", "--src", tmp_path / "good", length=64)
+    m = manifest(tmp_path / "o2")
+    assert m["totals"]["documents"] == 4, "the good dataset's"
+    assert [(b["path"], b["cause"]) for b in m["totals"]["bad_inputs"]] == [(str(shard), "truncated")]
+
+
 @pytest.mark.parametrize("fmt", ["parquet", "arrow"])
 def test_null_text_is_a_bad_record_naming_file_row_and_column(tmp_path, tok, fmt):
     d = tmp_path / "src"
@@ -216,6 +231,8 @@ def test_null_text_is_a_bad_record_naming_file_row_and_column(tmp_path, tok, fmt
     [bad] = m["totals"]["bad_inputs"]
     assert (bad["cause"], bad["count"]) == ("bad-record", 2) and ":row 1:" in bad["first"], bad
     assert "2 bad-record" in res.stdout
+    shown = rsd("inspect", tmp_path / "o2").stdout
+    assert f"bad input    bad-record ×2 skipped with --skip-bad: {path}:row 1:" in shown, shown
 
 
 def test_mds_index_that_is_not_json_says_where_it_breaks_or_is_skipped(tmp_path, tok):

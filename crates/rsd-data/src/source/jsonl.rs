@@ -32,7 +32,11 @@ fn check_zstd_magic(path: &Path, file: &mut File) -> Result<()> {
     let n = read_up_to(file, &mut head).map_err(|e| DataError::io(path, e))?;
     file.seek(SeekFrom::Start(0))
         .map_err(|e| DataError::io(path, e))?;
-    if n == 4 && (head == ZSTD_MAGIC || (head[1..] == SKIPPABLE_MAGIC && head[0] & 0xf0 == 0x50)) {
+    // An empty file is an empty input, not a damaged one.
+    if n == 0
+        || (n == 4
+            && (head == ZSTD_MAGIC || (head[1..] == SKIPPABLE_MAGIC && head[0] & 0xf0 == 0x50)))
+    {
         return Ok(());
     }
     let found: Vec<String> = head[..n].iter().map(|b| format!("{b:02x}")).collect();
@@ -224,10 +228,7 @@ impl JsonlDocs {
     fn read_error(&self, e: std::io::Error) -> DataError {
         let line = self.line;
         if !self.zstd {
-            return DataError::Io {
-                path: self.path.to_path_buf(),
-                source: e,
-            };
+            return DataError::io(&*self.path, e);
         }
         let (cause, what) = if e.kind() == std::io::ErrorKind::UnexpectedEof {
             (

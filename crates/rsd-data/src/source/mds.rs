@@ -8,6 +8,7 @@
 //! `ndarray` column whose shape is not fixed starts with a byte `(ndim << 2) | c` (shape stored as
 //! u8/u16/u32/u64 for c = 0..3) and the shape; one whose dtype is not fixed starts with a dtype byte.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -16,7 +17,6 @@ use serde_json::Value;
 
 use super::{Content, RawDoc};
 use crate::error::{json_error, Cause, DataError, Result};
-use std::io::Read;
 
 /// The MDS dataset directories under `root`: `root` itself if it has an MDS `index.json`, else
 /// every directory below it that has one (not descending further once found), in path order.
@@ -376,11 +376,10 @@ impl ShardDocs {
             Bytes::Mapped(unsafe { Mmap::map(&file) }.map_err(|e| DataError::io(path, e))?)
         };
         // With damaged zstd data, the decoding error explains whatever else is wrong.
-        let fail = |cause: Cause, what: String| match &damage {
-            Some(DataError::BadFile { cause, what, .. }) => {
-                DataError::bad_file(path, *cause, what.clone())
-            }
-            _ => DataError::bad_file(path, cause, what),
+        let mut fail = |cause, what: String| {
+            damage
+                .take()
+                .unwrap_or_else(|| DataError::bad_file(path, cause, what))
         };
         if bytes.len() < 8 {
             return Err(fail(
