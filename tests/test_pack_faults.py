@@ -302,3 +302,13 @@ def test_len_that_is_not_a_positive_number_says_what_is_wrong(tmp_path, tok, val
               ok=False)
     assert "--len" in res.stderr and value in res.stderr and "at least 1" in res.stderr, res.stderr
     assert "unexpected argument" not in res.stderr
+
+
+def test_an_empty_zst_is_an_empty_input_not_a_broken_one(tmp_path, tok):
+    d = tmp_path / "src"
+    d.mkdir()
+    good_file(d, "x.jsonl.zst")
+    (d / "b.jsonl.zst").write_bytes(b"")
+    pack(tok, d, tmp_path / "o")
+    m = manifest(tmp_path / "o")
+    assert (m["totals"]["documents"], m["totals"]["bad_inputs"]) == (GOOD_DOCS, [])

@@ -32,11 +32,7 @@ fn check_zstd_magic(path: &Path, file: &mut File) -> Result<()> {
     let n = read_up_to(file, &mut head).map_err(|e| DataError::io(path, e))?;
     file.seek(SeekFrom::Start(0))
         .map_err(|e| DataError::io(path, e))?;
-    // An empty file is an empty input, not a damaged one.
-    if n == 0
-        || (n == 4
-            && (head == ZSTD_MAGIC || (head[1..] == SKIPPABLE_MAGIC && head[0] & 0xf0 == 0x50)))
-    {
+    if n == 4 && (head == ZSTD_MAGIC || (head[1..] == SKIPPABLE_MAGIC && head[0] & 0xf0 == 0x50)) {
         return Ok(());
     }
     let found: Vec<String> = head[..n].iter().map(|b| format!("{b:02x}")).collect();
@@ -65,7 +61,11 @@ pub(super) fn open(path: &Path, field: &str) -> Result<JsonlDocs> {
     let mut file = File::open(path).map_err(|e| DataError::io(path, e))?;
     let name = path.to_string_lossy().to_ascii_lowercase();
     let zstd = name.ends_with(".zst") || name.ends_with(".zstd");
-    let reader: Box<dyn BufRead + Send> = if zstd {
+    let empty = file.metadata().map_err(|e| DataError::io(path, e))?.len() == 0;
+    let reader: Box<dyn BufRead + Send> = if zstd && empty {
+        // An empty file is an empty input (as an empty .jsonl is), not a damaged one.
+        Box::new(std::io::empty())
+    } else if zstd {
         check_zstd_magic(path, &mut file)?;
         let decoder = zstd::stream::read::Decoder::new(file).map_err(|e| {
             DataError::bad_file(
