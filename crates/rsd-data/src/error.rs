@@ -144,6 +144,15 @@ pub enum Cause {
 }
 
 impl Cause {
+    /// Every cause.
+    pub const ALL: [Cause; 6] = [
+        Cause::Unreadable,
+        Cause::Truncated,
+        Cause::Corrupt,
+        Cause::WrongFormat,
+        Cause::Schema,
+        Cause::BadRecord,
+    ];
     /// The name in messages and in the manifest's skip record.
     pub fn name(self) -> &'static str {
         match self {
@@ -154,19 +163,6 @@ impl Cause {
             Cause::Schema => "schema",
             Cause::BadRecord => "bad-record",
         }
-    }
-    /// The cause of a [`Cause::name`].
-    pub fn from_name(name: &str) -> Option<Cause> {
-        [
-            Cause::Unreadable,
-            Cause::Truncated,
-            Cause::Corrupt,
-            Cause::WrongFormat,
-            Cause::Schema,
-            Cause::BadRecord,
-        ]
-        .into_iter()
-        .find(|c| c.name() == name)
     }
 }
 

@@ -244,6 +244,7 @@ fn write_all(
     on_progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<Journal> {
     let skip = start.journal.consumed;
+    let bad = BadInputs::new(&start.journal.totals.bad_inputs);
     let mut w = Writer {
         settings,
         shards: ShardSetWriter::new(
@@ -256,7 +257,7 @@ fn write_all(
         packer: start.packer,
         in_open_shard: 0,
         faults: Faults::from_env(),
-        bad: BadInputs::default(),
+        bad,
     };
     let mut ready = start.queued;
     let mut progress = Progress {
@@ -308,36 +309,40 @@ struct Writer<'a> {
 
 /// Finds the skip record's entry for a (file, cause), so that a file with a million bad lines is
 /// one entry with its count.
-#[derive(Default)]
 struct BadInputs {
-    index: HashMap<(String, Cause), usize>,
+    index: HashMap<(String, &'static str), usize>,
 }
 
 impl BadInputs {
+    /// The index of `list`: empty on a fresh run, the interrupted run's entries on a resume.
+    fn new(list: &[BadInput]) -> BadInputs {
+        let index = list
+            .iter()
+            .enumerate()
+            .filter_map(|(k, b)| {
+                let cause = Cause::ALL.into_iter().find(|c| c.name() == b.cause)?;
+                Some(((b.path.clone(), cause.name()), k))
+            })
+            .collect();
+        BadInputs { index }
+    }
+
     /// Count the skipped input error `e` in `list` (the manifest's `bad_inputs`).
     fn record(&mut self, list: &mut Vec<BadInput>, e: &DataError) {
         let Some((path, cause)) = e.bad_input() else {
             return;
         };
-        let path = path.display().to_string();
-        if self.index.len() < list.len() {
-            // Resumed: index the entries of the interrupted run.
-            for (k, b) in list.iter().enumerate().skip(self.index.len()) {
-                if let Some(c) = Cause::from_name(&b.cause) {
-                    self.index.insert((b.path.clone(), c), k);
-                }
-            }
-        }
-        match self.index.get(&(path.clone(), cause)) {
+        let key = (path.display().to_string(), cause.name());
+        match self.index.get(&key) {
             Some(&k) => list[k].count += 1,
             None => {
-                self.index.insert((path.clone(), cause), list.len());
                 list.push(BadInput {
-                    path,
+                    path: key.0.clone(),
                     cause: cause.name().to_string(),
                     count: 1,
                     first: e.to_string(),
                 });
+                self.index.insert(key, list.len() - 1);
             }
         }
     }
