@@ -103,6 +103,10 @@ def parquet_not_parquet(p):
     p.write_bytes(b"just some text, not Parquet at all\n" * 4)
 
 
+def parquet_text_of_another_type(p):
+    pq.write_table(pa.table({"text": pa.array([1, 2, 3], pa.int64())}), p)
+
+
 def arrow_truncated_stream(p):
     with pa.ipc.new_stream(p, TABLE.schema) as w:
         w.write_table(TABLE, max_chunksize=50)
@@ -128,6 +132,8 @@ CASES = {
     "parquet_truncated_footer": ("b.parquet", parquet_truncated_footer, "truncated", ["PAR1"], False),
     "parquet_corrupt_page": ("b.parquet", parquet_corrupt_page, "corrupt", ["row 0"], False),
     "parquet_not_parquet": ("b.parquet", parquet_not_parquet, "wrong-format", ["not a Parquet file"], False),
+    "parquet_text_of_another_type": ("b.parquet", parquet_text_of_another_type, "schema",
+                                     ["has type Int64, expected a string"], False),
     "arrow_truncated_stream": ("b.arrow", arrow_truncated_stream, "truncated", ["after row"], True),
     "text_dangling_symlink": ("b.txt", text_dangling_symlink, "unreadable", ["No such file"], False),
     "text_unreadable": ("b.txt", text_unreadable, "unreadable", ["Input/output error"], False),
