@@ -294,10 +294,11 @@ def test_text_directory_links_files_once_and_not_directories(tmp_path, tok):
     (d / "real" / "a.txt").write_text("the one real book")
     os.symlink("real/a.txt", d / "link.txt")
     os.symlink("real", d / "dirlink")
+    os.symlink(d, tmp_path / "books-link")
     out = tmp_path / "o"
-    res = pack(tok, d, out)
-    assert f"{d / 'dirlink'}: a link to a directory; not followed" in res.stderr, res.stderr
-    assert "the same file as" in res.stderr, res.stderr
+    res = pack(tok, tmp_path / "books-link", out)  # a --src that is itself a link is followed
+    assert f"{tmp_path / 'books-link' / 'dirlink'}: a link to a directory; not followed" in res.stderr, res.stderr
+    assert res.stderr.count("warning:") == 2 and "the same file as" in res.stderr, res.stderr
     assert manifest(out)["totals"]["documents"] == 1
 
 

@@ -226,7 +226,8 @@ fn files_under(dir: &Path) -> Result<(Vec<PathBuf>, Vec<String>)> {
             }
         })?;
         let path = entry.path();
-        let meta = if entry.path_is_symlink() {
+        // The root itself may be a link: walkdir follows it, as it should.
+        let meta = if entry.depth() > 0 && entry.path_is_symlink() {
             match std::fs::metadata(path) {
                 Ok(m) if m.is_dir() => {
                     warnings.push(format!(
