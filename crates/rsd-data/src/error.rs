@@ -1,6 +1,6 @@
 //! Typed errors: every message names the file and the line, row or offset it is about.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Everything that can go wrong turning a corpus into shards. Messages name the file, and the line,
 /// row or byte offset where it applies, and what was expected.
@@ -16,15 +16,18 @@ pub enum DataError {
         /// What was found and what was expected.
         what: String,
     },
-    /// A file cannot be read as the format it claims to be (truncated, corrupt, wrong schema).
+    /// A file cannot be read as the format it claims to be (truncated, corrupt, wrong schema);
+    /// `--skip-bad` skips the rest of the file and counts it.
     #[error("{path}: {what}")]
     BadFile {
         /// The file.
         path: PathBuf,
+        /// Which kind of damage, for the skip report.
+        cause: Cause,
         /// What is wrong and what was expected.
         what: String,
     },
-    /// An operating-system error on a file.
+    /// An operating-system error on a file; on an input file `--skip-bad` skips and counts it.
     #[error("{path}: {source}")]
     Io {
         /// The file or directory.
@@ -73,9 +76,14 @@ impl DataError {
             source,
         }
     }
-    pub(crate) fn bad_file(path: impl Into<PathBuf>, what: impl Into<String>) -> Self {
+    pub(crate) fn bad_file(
+        path: impl Into<PathBuf>,
+        cause: Cause,
+        what: impl Into<String>,
+    ) -> Self {
         DataError::BadFile {
             path: path.into(),
+            cause,
             what: what.into(),
         }
     }
@@ -90,9 +98,71 @@ impl DataError {
             what: what.into(),
         }
     }
-    /// Whether `--skip-bad` may skip this error and go on.
+    /// What is wrong with which input, if this error is about one input (a record, a file): the
+    /// errors `--skip-bad` skips and counts. The one place that sorts failures into causes.
+    pub fn bad_input(&self) -> Option<(&Path, Cause)> {
+        match self {
+            DataError::BadRecord { path, .. } => Some((path, Cause::BadRecord)),
+            DataError::BadFile { path, cause, .. } => Some((path, *cause)),
+            DataError::Io { path, .. } => Some((path, Cause::Unreadable)),
+            _ => None,
+        }
+    }
+    /// Whether `--skip-bad` may skip this error and go on (it is about one input).
     pub fn is_skippable(&self) -> bool {
-        matches!(self, DataError::BadRecord { .. })
+        self.bad_input().is_some()
+    }
+}
+
+/// A JSON parse error as "at line L column C: what", the position once (serde_json's message ends
+/// with it too).
+pub(crate) fn json_error(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let position = format!(" at line {} column {}", e.line(), e.column());
+    let what = text.strip_suffix(&position).unwrap_or(&text);
+    format!("at line {} column {}: {what}", e.line(), e.column())
+}
+
+/// Why an input, or a part of it, could not be packed: the groups `--skip-bad` counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Cause {
+    /// The operating system would not read it: missing, a dangling link, a loop of links, no
+    /// permission, an I/O error.
+    Unreadable,
+    /// The file ends early: a zstd frame, a Parquet footer, an Arrow message or an MDS sample cut off.
+    Truncated,
+    /// Damaged bytes inside a file of the right format (a bad zstd block or checksum, bytes after
+    /// the last zstd frame, a bad Parquet page, MDS offsets out of range).
+    Corrupt,
+    /// Not the format its name says (a `.zst` that is not zstd, a `.parquet` that is not Parquet).
+    WrongFormat,
+    /// The right format with the wrong contents for a pack: no text column, a column of another
+    /// type, an MDS column encoded in a way rsd does not read.
+    Schema,
+    /// One record: malformed JSON, invalid UTF-8, a missing or null text field, a bad MDS sample.
+    BadRecord,
+}
+
+impl Cause {
+    /// Every cause.
+    pub const ALL: [Cause; 6] = [
+        Cause::Unreadable,
+        Cause::Truncated,
+        Cause::Corrupt,
+        Cause::WrongFormat,
+        Cause::Schema,
+        Cause::BadRecord,
+    ];
+    /// The name in messages and in the manifest's skip record.
+    pub fn name(self) -> &'static str {
+        match self {
+            Cause::Unreadable => "unreadable",
+            Cause::Truncated => "truncated",
+            Cause::Corrupt => "corrupt",
+            Cause::WrongFormat => "wrong-format",
+            Cause::Schema => "schema",
+            Cause::BadRecord => "bad-record",
+        }
     }
 }
 

@@ -113,6 +113,13 @@ fn summary(out: &mut String, set: &ShardSet) {
             s.spec, s.path, s.format, s.files, s.documents, s.bytes
         );
     }
+    for b in &t.bad_inputs {
+        let _ = writeln!(
+            out,
+            "  bad input    {} ×{} skipped with --skip-bad: {}",
+            b.cause, b.count, b.first
+        );
+    }
 }
 
 /// Histograms of sample lengths, pieces per sample and piece lengths (reads every sample's index).

@@ -25,4 +25,4 @@ pub mod source;
 pub mod stream;
 pub mod tokenizer;
 
-pub use error::{DataError, Result};
+pub use error::{Cause, DataError, Result};

@@ -63,8 +63,8 @@ struct PackArgs {
     /// Output directory (created; must be empty, an interrupted pack to resume, or --force).
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
-    /// Packing length in tokens.
-    #[arg(long = "len", default_value_t = 65536)]
+    /// Packing length in tokens (at least 1).
+    #[arg(long = "len", default_value_t = 65536, value_parser = parse_len, allow_negative_numbers = true)]
     seq_len: usize,
     /// `fixed`: contiguous windows of exactly --len tokens; `mixed`: whole documents best-fit into
     /// samples of at most --len tokens (documents longer than --len are split), for document-masked training.
@@ -114,8 +114,13 @@ struct PackArgs {
     /// several tokenizer threads (docs/DATA.md): the default is one per 4 cores.
     #[arg(long, default_value_t = default_read_threads())]
     read_threads: usize,
-    /// Skip bad records (malformed JSON lines, invalid UTF-8, missing fields), count and report
-    /// them, instead of stopping at the first one.
+    /// Skip bad input instead of stopping at the first: bad records (malformed JSON lines,
+    /// invalid UTF-8, missing or null text fields, bad MDS samples) and the unreadable rest of
+    /// broken files (truncated or corrupt .zst, Parquet, Arrow or MDS shards, files not in the
+    /// format their name says, dangling links, files the OS will not read). What is readable is
+    /// kept, e.g. the lines of a .zst before the damage. Counted per file and cause, listed at the
+    /// end and recorded in the manifest (totals.bad_inputs). Errors that are not about one input
+    /// (the output, the tokenizer, a full disk) still stop the pack.
     #[arg(long)]
     skip_bad: bool,
     /// Overwrite a complete output, or discard an interrupted one made with other settings.
@@ -234,12 +239,40 @@ fn main() {
         Command::Bench(a) => stream_cmd::bench(a),
     };
     if let Err(e) = result {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", error_text(&e));
         std::process::exit(if INTERRUPTED.load(Ordering::SeqCst) {
             130
         } else {
             1
         });
+    }
+}
+
+/// An error and its causes on one line, each cause once: errors that name a file already show
+/// their OS error, which is also their `source`.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
+}
+
+/// `--len`: a whole number of tokens, at least 1.
+fn parse_len(s: &str) -> std::result::Result<usize, String> {
+    match s.trim().parse::<i128>() {
+        Ok(n) if n >= 1 => usize::try_from(n)
+            .map_err(|_| format!("{n} tokens is more than this machine can address")),
+        Ok(n) => Err(format!(
+            "{n} is not a packing length: --len is the number of tokens per sample, at least 1"
+        )),
+        Err(_) => Err(format!(
+            "\"{s}\" is not a number of tokens: --len takes a whole number, at least 1 (e.g. 8192)"
+        )),
     }
 }
 
@@ -313,6 +346,16 @@ fn print_pack_start(inputs: &pack::Inputs, settings: &PackSettings) {
             s.inputs.len(),
             s.bytes as f64 / 1e6
         );
+        for w in s.warnings.iter().take(WARNINGS_SHOWN) {
+            eprintln!("warning: {w}");
+        }
+        if s.warnings.len() > WARNINGS_SHOWN {
+            eprintln!(
+                "warning: … and {} more like these under {}",
+                s.warnings.len() - WARNINGS_SHOWN,
+                s.path.display()
+            );
+        }
     }
 }
 
@@ -442,8 +485,44 @@ fn print_pack_report(out: &Path, report: &PackReport) {
         cpu.write,
         100.0 * cpu.tokenize / (cpu.tokenize + cpu.read + cpu.write).max(1e-9)
     );
-    for e in &report.skipped_examples {
-        println!("  skipped    {e}");
+    print_bad_inputs(&t.bad_inputs);
+}
+
+/// Warnings printed per source when its inputs are listed.
+const WARNINGS_SHOWN: usize = 20;
+
+/// Bad input lines printed at the end of a pack; the manifest lists all of them.
+const BAD_INPUTS_SHOWN: usize = 50;
+
+/// What `--skip-bad` skipped: totals per cause, then each file and cause with its first error.
+fn print_bad_inputs(bad: &[rsd_shard::BadInput]) {
+    if bad.is_empty() {
+        return;
+    }
+    let mut by_cause: Vec<(&str, u64)> = vec![];
+    for b in bad {
+        match by_cause.iter_mut().find(|(c, _)| *c == b.cause) {
+            Some((_, n)) => *n += b.count,
+            None => by_cause.push((&b.cause, b.count)),
+        }
+    }
+    let causes: Vec<String> = by_cause.iter().map(|(c, n)| format!("{n} {c}")).collect();
+    let mut files: Vec<&str> = bad.iter().map(|b| b.path.as_str()).collect();
+    files.sort_unstable();
+    files.dedup();
+    println!(
+        "  bad input  skipped with --skip-bad in {} file(s): {}",
+        files.len(),
+        causes.join(", ")
+    );
+    for b in bad.iter().take(BAD_INPUTS_SHOWN) {
+        println!("    {} ×{}: {}", b.cause, b.count, b.first);
+    }
+    if bad.len() > BAD_INPUTS_SHOWN {
+        println!(
+            "    … and {} more (all of them are in index.json, totals.bad_inputs)",
+            bad.len() - BAD_INPUTS_SHOWN
+        );
     }
 }
 

@@ -127,6 +127,24 @@ pub struct Totals {
     pub dropped_tokens: u64,
     /// Documents skipped (empty, shorter than the minimum, or bad input with `--skip-bad`).
     pub skipped_documents: u64,
+    /// What `--skip-bad` skipped: one entry per input file and cause, in reading order. Empty
+    /// without `--skip-bad` and in manifests written before it was recorded.
+    #[serde(default)]
+    pub bad_inputs: Vec<BadInput>,
+}
+
+/// Bad input of one cause in one file, skipped with `rsd-data pack --skip-bad`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BadInput {
+    /// The input file (or repository or MDS directory).
+    pub path: String,
+    /// Why: `unreadable`, `truncated`, `corrupt`, `wrong-format`, `schema` or `bad-record`.
+    pub cause: String,
+    /// Skipped items: bad records (lines, rows, samples), or 1 for the rest of a file that could
+    /// not be read on.
+    pub count: u64,
+    /// The first of these errors, as it would have been reported without `--skip-bad`.
+    pub first: String,
 }
 
 /// One `--src` as given and what was read from it.

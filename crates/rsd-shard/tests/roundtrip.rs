@@ -350,3 +350,17 @@ fn append_tokens_reads_the_stored_ids_without_mapping_them() {
         );
     }
 }
+
+#[test]
+fn a_manifest_written_before_bad_inputs_were_recorded_still_loads() {
+    let tmp = tempfile::tempdir().unwrap();
+    manifest(tmp.path(), TokenDtype::Uint16, 8, PackMode::Fixed, vec![]);
+    let path = tmp.path().join(MANIFEST_FILE);
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert!(json["totals"]["bad_inputs"].is_array());
+    json["totals"].as_object_mut().unwrap().remove("bad_inputs");
+    std::fs::write(&path, json.to_string()).unwrap();
+    let m = Manifest::read(tmp.path()).unwrap();
+    assert!(m.totals.bad_inputs.is_empty());
+}

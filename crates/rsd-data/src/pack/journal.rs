@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::{Inputs, PackSettings};
-use crate::error::{DataError, Result};
+use crate::error::{Cause, DataError, Result};
 use crate::packer::{PackedSample, PackerCounts};
 
 const JOURNAL: &str = "pack.journal.json";
@@ -36,7 +36,6 @@ pub(super) struct Journal {
     queued: Vec<Vec<u32>>,
     /// Piece lengths of the packer's open samples; their tokens follow in `pack.journal.bin`.
     open: Vec<Vec<u32>>,
-    pub(super) skipped_examples: Vec<String>,
 }
 
 impl Journal {
@@ -51,7 +50,6 @@ impl Journal {
             packer: PackerCounts::default(),
             queued: vec![],
             open: vec![],
-            skipped_examples: vec![],
         }
     }
 }
@@ -125,6 +123,7 @@ fn read(out: &Path) -> Result<Resume> {
     let journal: Journal = serde_json::from_str(&text).map_err(|e| {
         DataError::bad_file(
             &path,
+            Cause::Corrupt,
             format!("unreadable resume journal ({e}); pass --force to start over"),
         )
     })?;
@@ -140,6 +139,7 @@ fn read(out: &Path) -> Result<Resume> {
     if bytes.len() as u64 != need {
         return Err(DataError::bad_file(
             &tpath,
+            Cause::Corrupt,
             format!(
                 "{} bytes, the journal needs {need}; pass --force to start over",
                 bytes.len()
@@ -204,6 +204,7 @@ fn check_shards(out: &Path, shards: &[ShardInfo]) -> Result<()> {
             if bytes.len() as u64 != len || &got != sum {
                 return Err(DataError::bad_file(
                     &path,
+                    Cause::Corrupt,
                     "a completed shard changed since it was written; pass --force to start over",
                 ));
             }

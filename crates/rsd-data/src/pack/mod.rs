@@ -132,8 +132,6 @@ pub struct PackReport {
     pub seconds: f64,
     /// Shards reused from an interrupted run.
     pub resumed_shards: usize,
-    /// The first few skipped bad records (with `--skip-bad`).
-    pub skipped_examples: Vec<String>,
     /// CPU seconds spent by each stage.
     pub cpu: StageCpu,
 }
@@ -224,7 +222,9 @@ fn pack(
     let start = Instant::now();
     let tok = &inputs.tokenizer;
     if settings.seq_len == 0 {
-        return Err(DataError::Config("--len must be at least 1".into()));
+        return Err(DataError::Config(
+            "--len is 0: it is the number of tokens per sample, at least 1".into(),
+        ));
     }
     let dtype = TokenDtype::for_vocab(tok.vocab_size());
     let pad_id = match (settings.tail, settings.pad_id.or(tok.eos())) {
@@ -264,8 +264,17 @@ fn pack(
     }
     let journal = journal?;
     if journal.shards.is_empty() {
+        let bad = &journal.totals.bad_inputs;
+        let bad = match bad.first() {
+            Some(first) => format!(
+                "; --skip-bad skipped bad input in {} place(s), the first: {}",
+                bad.len(),
+                first.first
+            ),
+            None => String::new(),
+        };
         return Err(DataError::Config(format!(
-            "nothing to write: {} documents read, {} skipped, {} tokens dropped with the tail (shorter than --len {}?)",
+            "nothing to write: {} documents read, {} skipped, {} tokens dropped with the tail (shorter than --len {}?){bad}",
             journal.totals.documents + journal.totals.skipped_documents,
             journal.totals.skipped_documents,
             journal.packer.dropped_tokens,
@@ -279,7 +288,6 @@ fn pack(
         manifest,
         seconds: start.elapsed().as_secs_f64(),
         resumed_shards,
-        skipped_examples: journal.skipped_examples,
         cpu,
     })
 }
@@ -313,6 +321,7 @@ fn run_stages(
                 &inputs.sources,
                 &inputs.read,
                 skip,
+                settings.skip_bad,
                 settings.batch_bytes,
                 doc_tx,
                 stop,

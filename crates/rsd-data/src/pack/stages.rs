@@ -10,19 +10,19 @@
 //! (≤ [`READ_QUEUE_BATCHES`] + [`TOKENIZE_IN_FLIGHT`] + [`WRITE_QUEUE_BATCHES`]) × the batch size,
 //! plus the open samples of the packer, plus the largest single document.
 
-use std::collections::VecDeque;
-use std::path::PathBuf;
+use std::collections::{HashMap, VecDeque};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 use rayon::prelude::*;
-use rsd_shard::{ShardSetWriter, SourceInfo, TokenDtype};
+use rsd_shard::{BadInput, ShardSetWriter, SourceInfo, TokenDtype};
 
 use super::fault::Faults;
 use super::journal::{self, Journal};
 use super::{PackSettings, Progress};
-use crate::error::{DataError, Result};
+use crate::error::{Cause, DataError, Result};
 use crate::packer::{PackedSample, Packer};
 use crate::source::{Content, DocumentStream, RawDoc, ReadOptions, ResolvedSource};
 use crate::tokenizer::Tokenizer;
@@ -41,15 +41,13 @@ pub(super) const WRITE_QUEUE_BATCHES: usize = 2;
 const BATCH_MAX_DOCS: usize = 4096;
 /// How often the writer reports progress: often enough for a live bar, rarely enough to cost nothing.
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
-/// Messages of skipped bad records kept for the report (the rest are only counted).
-const SKIPPED_EXAMPLES: usize = 5;
 
 /// A document batch as the reader sends it.
 pub(super) type DocBatch = Vec<Result<RawDoc>>;
 
 /// A tokenized stream item: the ids, `None` for an empty document, or the record's error; with the
-/// document's input bytes and origin.
-pub(super) type Tokenized = Result<(Option<Vec<u32>>, u64, String)>;
+/// document's input bytes.
+pub(super) type Tokenized = Result<(Option<Vec<u32>>, u64)>;
 
 /// CPU time this thread has used, in seconds.
 pub(super) fn thread_cpu_seconds() -> f64 {
@@ -58,12 +56,14 @@ pub(super) fn thread_cpu_seconds() -> f64 {
 
 /// Stage 1 (its own thread): read the documents in order, skip the first `skip` stream items (a
 /// resumed run consumed them), and send batches of about `batch_bytes`. Stops at a fatal error
-/// (sent as the last item), when `stop` is set, or when the tokenizer stage hangs up. Returns the
-/// per-source counts and the CPU seconds of reading (this thread and the read threads).
+/// (sent as the last item: any error, or with `skip_bad` one that is not about a single input),
+/// when `stop` is set, or when the tokenizer stage hangs up. Returns the per-source counts and the
+/// CPU seconds of reading (this thread and the read threads).
 pub(super) fn read(
     sources: &[ResolvedSource],
     options: &ReadOptions,
     skip: u64,
+    skip_bad: bool,
     batch_bytes: usize,
     tx: Sender<DocBatch>,
     stop: &AtomicBool,
@@ -81,7 +81,7 @@ pub(super) fn read(
             batch.clear();
             break;
         }
-        let fatal = matches!(&item, Err(e) if !e.is_skippable());
+        let fatal = matches!(&item, Err(e) if !(skip_bad && e.is_skippable()));
         bytes += item.as_ref().map_or(0, |d| d.bytes as usize);
         batch.push(item);
         if bytes >= batch_bytes || batch.len() >= BATCH_MAX_DOCS || fatal {
@@ -158,29 +158,34 @@ fn tokenize_document(
     tok: &Tokenizer,
     scratch: &mut Vec<tokenizers::pipeline::PipelineToken>,
 ) -> Tokenized {
-    let doc = doc?;
+    let RawDoc {
+        path,
+        location,
+        content,
+        bytes,
+    } = doc?;
     let mut encode = |text: &str| -> Result<Option<Vec<u32>>> {
         if text.is_empty() {
             return Ok(None);
         }
-        tok.encode_document(text, scratch)
-            .map(Some)
-            .map_err(|e| DataError::bad_record(&doc.origin, "tokenize", e.to_string()))
+        tok.encode_document(text, scratch).map(Some).map_err(|e| {
+            DataError::bad_record(&*path, &location, format!("the tokenizer failed: {e}"))
+        })
     };
-    let ids = match doc.content {
+    let ids = match content {
         Content::Text(text) => encode(&text)?,
         // Decoded here, on the tokenizer threads (see `Content::JsonLine`).
         Content::JsonLine(line) => encode(&line.decode()?)?,
         Content::Tokens(ids) => {
-            check_vocabulary(&ids, tok.vocab_size(), &doc.origin)?;
+            check_vocabulary(&ids, tok.vocab_size(), &path, &location)?;
             (!ids.is_empty()).then_some(ids)
         }
     };
-    Ok((ids, doc.bytes, doc.origin))
+    Ok((ids, bytes))
 }
 
 /// Pre-tokenized ids must be ids of the tokenizer the pack records.
-fn check_vocabulary(ids: &[u32], vocab: u64, origin: &str) -> Result<()> {
+fn check_vocabulary(ids: &[u32], vocab: u64, path: &Path, location: &str) -> Result<()> {
     // max() vectorises; the search for the position runs only on failure.
     let out_of_vocab = ids.iter().copied().max().is_some_and(|m| m as u64 >= vocab);
     if let Some(pos) = out_of_vocab
@@ -188,8 +193,8 @@ fn check_vocabulary(ids: &[u32], vocab: u64, origin: &str) -> Result<()> {
         .flatten()
     {
         return Err(DataError::BadRecord {
-            path: PathBuf::from(origin),
-            location: format!("token {pos}"),
+            path: path.to_path_buf(),
+            location: format!("{location}, token {pos}"),
             what: format!(
                 "id {} is outside the tokenizer's vocabulary (0..{vocab}); pre-tokenized data needs the tokenizer it was made with (--tokenizer)",
                 ids[pos]
@@ -239,6 +244,7 @@ fn write_all(
     on_progress: &mut (dyn FnMut(Progress) + Send),
 ) -> Result<Journal> {
     let skip = start.journal.consumed;
+    let bad = BadInputs::new(&start.journal.totals.bad_inputs);
     let mut w = Writer {
         settings,
         shards: ShardSetWriter::new(
@@ -251,6 +257,7 @@ fn write_all(
         packer: start.packer,
         in_open_shard: 0,
         faults: Faults::from_env(),
+        bad,
     };
     let mut ready = start.queued;
     let mut progress = Progress {
@@ -297,6 +304,48 @@ struct Writer<'a> {
     /// Samples already in the shard being written.
     in_open_shard: usize,
     faults: Faults,
+    bad: BadInputs,
+}
+
+/// Finds the skip record's entry for a (file, cause), so that a file with a million bad lines is
+/// one entry with its count.
+struct BadInputs {
+    index: HashMap<(String, &'static str), usize>,
+}
+
+impl BadInputs {
+    /// The index of `list`: empty on a fresh run, the interrupted run's entries on a resume.
+    fn new(list: &[BadInput]) -> BadInputs {
+        let index = list
+            .iter()
+            .enumerate()
+            .filter_map(|(k, b)| {
+                let cause = Cause::ALL.into_iter().find(|c| c.name() == b.cause)?;
+                Some(((b.path.clone(), cause.name()), k))
+            })
+            .collect();
+        BadInputs { index }
+    }
+
+    /// Count the skipped input error `e` in `list` (the manifest's `bad_inputs`).
+    fn record(&mut self, list: &mut Vec<BadInput>, e: &DataError) {
+        let Some((path, cause)) = e.bad_input() else {
+            return;
+        };
+        let key = (path.display().to_string(), cause.name());
+        match self.index.get(&key) {
+            Some(&k) => list[k].count += 1,
+            None => {
+                list.push(BadInput {
+                    path: key.0.clone(),
+                    cause: cause.name().to_string(),
+                    count: 1,
+                    first: e.to_string(),
+                });
+                self.index.insert(key, list.len() - 1);
+            }
+        }
+    }
 }
 
 impl Writer<'_> {
@@ -309,7 +358,7 @@ impl Writer<'_> {
     ) -> Result<()> {
         let totals = &mut self.journal.totals;
         match item {
-            Ok((ids, bytes, _origin)) => {
+            Ok((ids, bytes)) => {
                 progress.bytes += bytes;
                 progress.documents += 1;
                 match ids {
@@ -322,9 +371,7 @@ impl Writer<'_> {
             }
             Err(e) if e.is_skippable() && self.settings.skip_bad => {
                 totals.skipped_documents += 1;
-                if self.journal.skipped_examples.len() < SKIPPED_EXAMPLES {
-                    self.journal.skipped_examples.push(e.to_string());
-                }
+                self.bad.record(&mut totals.bad_inputs, &e);
             }
             Err(e) => return Err(e),
         }

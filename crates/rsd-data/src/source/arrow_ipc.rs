@@ -2,8 +2,9 @@
 //! `save_to_disk` (`state.json` listing stream-format `.arrow` files).
 
 use std::fs::File;
-use std::io::{BufReader, Read};
+use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use arrow::array::{Array, LargeStringArray, RecordBatch, StringArray, StringViewArray};
 use arrow::datatypes::Schema;
@@ -12,7 +13,7 @@ use arrow::ipc::reader::{FileReader, StreamReader};
 use serde_json::Value;
 
 use super::{Content, RawDoc};
-use crate::error::{DataError, Result};
+use crate::error::{json_error, Cause, DataError, Result};
 
 /// The index of the text column, or an error listing the columns there are.
 pub(super) fn column_index(path: &Path, schema: &Schema, field: &str) -> Result<usize> {
@@ -24,6 +25,7 @@ pub(super) fn column_index(path: &Path, schema: &Schema, field: &str) -> Result<
             .collect();
         DataError::bad_file(
             path,
+            Cause::Schema,
             format!(
                 "no column \"{field}\"; the file has: {} (choose one with --text-field)",
                 names.join(", ")
@@ -34,7 +36,7 @@ pub(super) fn column_index(path: &Path, schema: &Schema, field: &str) -> Result<
 
 /// Yields one document per row of the single projected text column of each batch.
 pub(super) struct TextBatches<R> {
-    path: PathBuf,
+    path: Arc<Path>,
     reader: R,
     field: String,
     batch: Option<RecordBatch>,
@@ -44,9 +46,9 @@ pub(super) struct TextBatches<R> {
 }
 
 impl<R> TextBatches<R> {
-    pub(super) fn new(path: PathBuf, reader: R, field: &str) -> Self {
+    pub(super) fn new(path: &Path, reader: R, field: &str) -> Self {
         TextBatches {
-            path,
+            path: Arc::from(path),
             reader,
             field: field.to_string(),
             batch: None,
@@ -86,20 +88,22 @@ impl<R: Iterator<Item = std::result::Result<RecordBatch, ArrowError>>> Iterator 
                     let column = batch.column(0);
                     return match string_at(column.as_ref(), i)? {
                         Ok(Some(s)) => Some(Ok(RawDoc {
-                            origin: format!("{}:row {row}", self.path.display()),
+                            path: self.path.clone(),
+                            location: format!("row {row}"),
                             bytes: s.len() as u64,
                             content: Content::Text(s.to_string()),
                         })),
-                        // A null is an empty document: skipped and counted downstream.
-                        Ok(None) => Some(Ok(RawDoc {
-                            origin: format!("{}:row {row}", self.path.display()),
-                            bytes: 0,
-                            content: Content::Text(String::new()),
-                        })),
+                        // A null is not text: a bad record (an empty string is an empty document).
+                        Ok(None) => Some(Err(DataError::bad_record(
+                            &*self.path,
+                            format!("row {row}"),
+                            format!("column \"{}\" is null, expected a string", self.field),
+                        ))),
                         Err(ty) => {
                             self.failed = true;
                             Some(Err(DataError::bad_file(
-                                &self.path,
+                                &*self.path,
+                                Cause::Schema,
                                 format!(
                                     "column \"{}\" has type {ty}, expected a string column",
                                     self.field
@@ -117,13 +121,30 @@ impl<R: Iterator<Item = std::result::Result<RecordBatch, ArrowError>>> Iterator 
                 }
                 Err(e) => {
                     self.failed = true;
+                    let (cause, what) = if is_eof(&e) {
+                        (Cause::Truncated, "truncated")
+                    } else {
+                        (Cause::Corrupt, "corrupt data")
+                    };
                     return Some(Err(DataError::bad_file(
-                        &self.path,
-                        format!("corrupt or truncated data after row {}: {e}", self.row),
+                        &*self.path,
+                        cause,
+                        format!("{what} after row {}: {e}", self.row),
                     )));
                 }
             }
         }
+    }
+}
+
+/// Whether a read failed because the data ended early.
+fn is_eof(e: &ArrowError) -> bool {
+    match e {
+        ArrowError::IoError(_, io) => io.kind() == std::io::ErrorKind::UnexpectedEof,
+        ArrowError::ExternalError(inner) => inner
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::UnexpectedEof),
+        _ => false,
     }
 }
 
@@ -143,23 +164,47 @@ impl Iterator for IpcReader {
     }
 }
 
-fn is_ipc_file(path: &Path) -> Result<bool> {
-    let mut magic = [0u8; 6];
-    let mut f = File::open(path).map_err(|e| DataError::io(path, e))?;
-    let n = f.read(&mut magic).map_err(|e| DataError::io(path, e))?;
-    Ok(n == 6 && &magic == b"ARROW1")
+/// The first and last `N` bytes of a file (fewer if it is shorter), to tell a truncated file from
+/// one of another format by its magic bytes.
+pub(super) fn head_and_tail<const N: usize>(path: &Path) -> Result<(Vec<u8>, Vec<u8>)> {
+    let io = |e| DataError::io(path, e);
+    let mut f = File::open(path).map_err(io)?;
+    let len = f.metadata().map_err(io)?.len();
+    let mut head = vec![0u8; (len as usize).min(N)];
+    f.read_exact(&mut head).map_err(io)?;
+    let mut tail = vec![0u8; (len as usize).min(N)];
+    f.seek(SeekFrom::Start(len - tail.len() as u64))
+        .map_err(io)?;
+    f.read_exact(&mut tail).map_err(io)?;
+    Ok((head, tail))
 }
 
 fn reader(path: &Path, projection: Option<Vec<usize>>) -> Result<IpcReader> {
     let file = File::open(path).map_err(|e| DataError::io(path, e))?;
     let buffered = BufReader::with_capacity(1 << 20, file);
+    let (head, tail) = head_and_tail::<6>(path)?;
+    // An IPC file starts and ends with ARROW1; a stream starts with a message (the continuation
+    // marker 0xFFFFFFFF, or a length in the pre-1.0 format).
+    let is_file = head == b"ARROW1";
     let bad = |e: ArrowError| {
-        DataError::bad_file(
-            path,
-            format!("not a readable Arrow IPC file or stream (truncated or corrupt?): {e}"),
-        )
+        let (cause, what) = if is_file && tail != b"ARROW1" {
+            (
+                Cause::Truncated,
+                "truncated Arrow IPC file (it does not end with ARROW1)",
+            )
+        } else if is_eof(&e) {
+            (Cause::Truncated, "truncated Arrow IPC data")
+        } else if is_file || head.starts_with(&[0xff; 4]) {
+            (Cause::Corrupt, "corrupt Arrow IPC data")
+        } else {
+            (
+                Cause::WrongFormat,
+                "not an Arrow IPC file or stream (it starts with neither ARROW1 nor a stream message)",
+            )
+        };
+        DataError::bad_file(path, cause, format!("{what}: {e}"))
     };
-    Ok(if is_ipc_file(path)? {
+    Ok(if is_file {
         IpcReader::File(FileReader::try_new(buffered, projection).map_err(bad)?)
     } else {
         IpcReader::Stream(StreamReader::try_new(buffered, projection).map_err(bad)?)
@@ -174,7 +219,7 @@ pub(super) fn open(path: &Path, field: &str) -> Result<TextBatches<IpcReader>> {
     };
     let index = column_index(path, &schema, field)?;
     Ok(TextBatches::new(
-        path.to_path_buf(),
+        path,
         reader(path, Some(vec![index]))?,
         field,
     ))
@@ -194,21 +239,31 @@ pub(super) fn saved_dataset_files(dir: &Path) -> Result<Option<Vec<PathBuf>>> {
         return Ok(None);
     }
     let text = std::fs::read_to_string(&state).map_err(|e| DataError::io(&state, e))?;
-    let json: Value = serde_json::from_str(&text)
-        .map_err(|e| DataError::bad_file(&state, format!("not valid JSON: {e}")))?;
+    let json: Value = serde_json::from_str(&text).map_err(|e| {
+        DataError::bad_file(
+            &state,
+            Cause::Corrupt,
+            format!("not valid JSON {}", json_error(&e)),
+        )
+    })?;
     let files = json
         .get("_data_files")
         .and_then(Value::as_array)
         .ok_or_else(|| {
             DataError::bad_file(
                 &state,
+                Cause::Schema,
                 "no \"_data_files\" list: not a datasets save_to_disk directory",
             )
         })?;
     let mut out = vec![];
     for f in files {
         let name = f.get("filename").and_then(Value::as_str).ok_or_else(|| {
-            DataError::bad_file(&state, "an entry of \"_data_files\" has no \"filename\"")
+            DataError::bad_file(
+                &state,
+                Cause::Schema,
+                "an entry of \"_data_files\" has no \"filename\"",
+            )
         })?;
         out.push(dir.join(name));
     }

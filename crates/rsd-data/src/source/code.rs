@@ -3,7 +3,8 @@
 //! ProLong concatenates The Stack by repository. Version-control, vendored, build-output and binary
 //! files are skipped, so a document is the code people wrote.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 
 use super::{Content, RawDoc, ResolvedSource};
 use crate::error::{DataError, Result};
@@ -53,14 +54,22 @@ pub fn file_header(relative_path: &str) -> String {
 }
 
 pub(super) fn resolve(mut source: ResolvedSource) -> Result<ResolvedSource> {
-    let mut repos: Vec<PathBuf> = std::fs::read_dir(&source.path)
+    let mut entries: Vec<std::fs::DirEntry> = std::fs::read_dir(&source.path)
         .map_err(|e| DataError::io(&source.path, e))?
         .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .filter(|e| !SKIP_DIRS.contains(&e.file_name().to_string_lossy().as_ref()))
-        .map(|e| e.path())
         .collect();
-    repos.sort();
+    entries.sort_by_key(|e| e.path());
+    // Detection may have listed the links already; the repository walk lists them all.
+    source.warnings.clear();
+    let mut repos = vec![];
+    for e in entries {
+        let Ok(kind) = e.file_type() else { continue };
+        if kind.is_symlink() {
+            source.warnings.push(link_warning(&e.path()));
+        } else if kind.is_dir() && !SKIP_DIRS.contains(&e.file_name().to_string_lossy().as_ref()) {
+            repos.push(e.path());
+        }
+    }
     if repos.is_empty() {
         return Err(DataError::Config(format!(
             "--src {}: --format code wants a directory whose subdirectories are repositories; {} has none",
@@ -69,19 +78,37 @@ pub(super) fn resolve(mut source: ResolvedSource) -> Result<ResolvedSource> {
         )));
     }
     source.format = super::Format::Code;
-    source.bytes = repos.iter().map(|r| dir_bytes(r)).sum();
+    source.bytes = 0;
+    for repo in &repos {
+        source.bytes += walk_repo(repo, &mut source.warnings);
+    }
     source.inputs = repos;
     Ok(source)
 }
 
-fn dir_bytes(dir: &Path) -> u64 {
-    walkdir::WalkDir::new(dir)
+fn link_warning(link: &Path) -> String {
+    format!(
+        "{}: a symbolic link; not followed (code repositories are read without their links)",
+        link.display()
+    )
+}
+
+/// The bytes of a repository's files (for progress), with a warning for each link in it: links
+/// are not followed, so no file is packed twice and a loop of links cannot trap the walk.
+fn walk_repo(repo: &Path, warnings: &mut Vec<String>) -> u64 {
+    let mut bytes = 0;
+    let walker = walkdir::WalkDir::new(repo)
+        .sort_by_file_name()
         .into_iter()
-        .flatten()
-        .filter_map(|e| e.metadata().ok())
-        .filter(|m| m.is_file())
-        .map(|m| m.len())
-        .sum()
+        .filter_entry(|e| !skipped_dir(e));
+    for entry in walker.flatten() {
+        if entry.path_is_symlink() && entry.depth() > 0 {
+            warnings.push(link_warning(entry.path()));
+        } else if let Ok(m) = entry.metadata() {
+            bytes += if m.is_file() { m.len() } else { 0 };
+        }
+    }
+    bytes
 }
 
 fn skipped_dir(entry: &walkdir::DirEntry) -> bool {
@@ -136,7 +163,8 @@ pub(super) fn read_repo(repo: &Path) -> Result<RawDoc> {
         }
     }
     Ok(RawDoc {
-        origin: repo.display().to_string(),
+        path: Arc::from(repo),
+        location: String::new(),
         bytes,
         content: Content::Text(doc),
     })

@@ -1,7 +1,7 @@
 //! JSON Lines, plain or zstd-compressed: one document per line, text in `--text-field`.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -9,7 +9,7 @@ use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 
 use super::{Content, RawDoc};
-use crate::error::{DataError, Result};
+use crate::error::{Cause, DataError, Result};
 
 pub(super) struct JsonlDocs {
     path: Arc<Path>,
@@ -17,15 +17,70 @@ pub(super) struct JsonlDocs {
     field: Arc<str>,
     line: u64,
     done: bool,
+    /// Whether the file is zstd-compressed (a read error is then a decoding error).
+    zstd: bool,
+}
+
+/// The first bytes of a zstd frame, and of a skippable frame (low nibble of the first byte free).
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+const SKIPPABLE_MAGIC: [u8; 3] = [0x2a, 0x4d, 0x18];
+
+/// A file named `.zst` must start with a zstd frame; else it is not zstd at all (an uncompressed
+/// file given the wrong name, say), which the decoder would only report as an unknown frame.
+fn check_zstd_magic(path: &Path, file: &mut File) -> Result<()> {
+    let mut head = [0u8; 4];
+    let n = read_up_to(file, &mut head).map_err(|e| DataError::io(path, e))?;
+    file.seek(SeekFrom::Start(0))
+        .map_err(|e| DataError::io(path, e))?;
+    if n == 4 && (head == ZSTD_MAGIC || (head[1..] == SKIPPABLE_MAGIC && head[0] & 0xf0 == 0x50)) {
+        return Ok(());
+    }
+    let found: Vec<String> = head[..n].iter().map(|b| format!("{b:02x}")).collect();
+    Err(DataError::bad_file(
+        path,
+        Cause::WrongFormat,
+        format!(
+            "not zstd data: the file starts with bytes [{}], a zstd frame with [28 b5 2f fd]",
+            found.join(" ")
+        ),
+    ))
+}
+
+fn read_up_to(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
 }
 
 pub(super) fn open(path: &Path, field: &str) -> Result<JsonlDocs> {
-    let file = File::open(path).map_err(|e| DataError::io(path, e))?;
+    let mut file = File::open(path).map_err(|e| DataError::io(path, e))?;
     let name = path.to_string_lossy().to_ascii_lowercase();
-    let reader: Box<dyn BufRead + Send> = if name.ends_with(".zst") || name.ends_with(".zstd") {
-        let decoder = zstd::stream::read::Decoder::new(file)
-            .map_err(|e| DataError::bad_file(path, format!("cannot start zstd decoding: {e}")))?;
-        Box::new(BufReader::with_capacity(1 << 20, decoder))
+    let zstd = name.ends_with(".zst") || name.ends_with(".zstd");
+    let empty = file.metadata().map_err(|e| DataError::io(path, e))?.len() == 0;
+    let reader: Box<dyn BufRead + Send> = if zstd && empty {
+        // An empty file is an empty input (as an empty .jsonl is), not a damaged one.
+        Box::new(std::io::empty())
+    } else if zstd {
+        check_zstd_magic(path, &mut file)?;
+        let decoder = zstd::stream::read::Decoder::new(file).map_err(|e| {
+            DataError::bad_file(
+                path,
+                Cause::Corrupt,
+                format!("cannot start zstd decoding: {e}"),
+            )
+        })?;
+        // Reads of zstd's own output size: a damaged block fails the read that reaches it, and
+        // what that read had decoded is lost, so a smaller read keeps more of the good data
+        // before the damage (at no cost in speed: zstd hands out this much at a time anyway).
+        Box::new(BufReader::with_capacity(
+            zstd::zstd_safe::DCtx::out_size(),
+            decoder,
+        ))
     } else {
         Box::new(BufReader::with_capacity(1 << 20, file) as BufReader<File>)
     };
@@ -35,6 +90,7 @@ pub(super) fn open(path: &Path, field: &str) -> Result<JsonlDocs> {
         field: Arc::from(field),
         line: 0,
         done: false,
+        zstd,
     })
 }
 
@@ -166,6 +222,36 @@ fn json_kind(v: &Value) -> &'static str {
     }
 }
 
+impl JsonlDocs {
+    /// A failed read at `self.line`: for zstd, what the decoder found (the lines before it were
+    /// read; the one it cut is lost).
+    fn read_error(&self, e: std::io::Error) -> DataError {
+        let line = self.line;
+        if !self.zstd {
+            return DataError::io(&*self.path, e);
+        }
+        let (cause, what) = if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            (
+                Cause::Truncated,
+                format!("truncated: the zstd data ends inside a frame, at line {line}"),
+            )
+        } else if e.to_string().contains("Unknown frame descriptor") {
+            (
+                Cause::Corrupt,
+                format!(
+                    "bytes after the zstd frame that ends before line {line} are not zstd (trailing garbage?)"
+                ),
+            )
+        } else {
+            (
+                Cause::Corrupt,
+                format!("corrupt zstd data at line {line}: {e}"),
+            )
+        };
+        DataError::bad_file(&*self.path, cause, what)
+    }
+}
+
 impl Iterator for JsonlDocs {
     type Item = Result<RawDoc>;
     fn next(&mut self) -> Option<Result<RawDoc>> {
@@ -180,7 +266,8 @@ impl Iterator for JsonlDocs {
                         continue;
                     }
                     return Some(Ok(RawDoc {
-                        origin: format!("{}:line {}", self.path.display(), self.line),
+                        path: self.path.clone(),
+                        location: format!("line {}", self.line),
                         bytes: buf.len() as u64,
                         content: Content::JsonLine(JsonLine {
                             bytes: buf,
@@ -192,13 +279,7 @@ impl Iterator for JsonlDocs {
                 }
                 Err(e) => {
                     self.done = true;
-                    return Some(Err(DataError::bad_file(
-                        &*self.path,
-                        format!(
-                            "read failed at line {} (corrupt or truncated compressed data?): {e}",
-                            self.line
-                        ),
-                    )));
+                    return Some(Err(self.read_error(e)));
                 }
             }
         }

@@ -8,6 +8,7 @@
 //! `ndarray` column whose shape is not fixed starts with a byte `(ndim << 2) | c` (shape stored as
 //! u8/u16/u32/u64 for c = 0..3) and the shape; one whose dtype is not fixed starts with a dtype byte.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -15,22 +16,19 @@ use memmap2::Mmap;
 use serde_json::Value;
 
 use super::{Content, RawDoc};
-use crate::error::{DataError, Result};
+use crate::error::{json_error, Cause, DataError, Result};
 
 /// The MDS dataset directories under `root`: `root` itself if it has an MDS `index.json`, else
 /// every directory below it that has one (not descending further once found), in path order.
 pub fn find_datasets(root: &Path) -> Result<Vec<PathBuf>> {
-    if is_mds_index(&root.join("index.json")) {
+    if is_mds_index(root) {
         return Ok(vec![root.to_path_buf()]);
     }
     let mut found = vec![];
     let mut walker = walkdir::WalkDir::new(root).sort_by_file_name().into_iter();
     while let Some(entry) = walker.next() {
         let Ok(entry) = entry else { continue };
-        if entry.file_type().is_dir()
-            && entry.depth() > 0
-            && is_mds_index(&entry.path().join("index.json"))
-        {
+        if entry.file_type().is_dir() && entry.depth() > 0 && is_mds_index(entry.path()) {
             found.push(entry.path().to_path_buf());
             walker.skip_current_dir();
         }
@@ -38,14 +36,28 @@ pub fn find_datasets(root: &Path) -> Result<Vec<PathBuf>> {
     Ok(found)
 }
 
-fn is_mds_index(path: &Path) -> bool {
-    let Ok(text) = std::fs::read_to_string(path) else {
+/// Whether `dir` is an MDS dataset: its `index.json` has `shards` and `version`, or is not valid
+/// JSON but sits beside `.mds` shards (a damaged index, which reading then reports with the line
+/// and column of the JSON error; other tools write `index.json` files too).
+fn is_mds_index(dir: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(dir.join("index.json")) else {
         return false;
     };
-    let Ok(json) = serde_json::from_str::<Value>(&text) else {
-        return false;
-    };
-    json.get("shards").is_some_and(Value::is_array) && json.get("version").is_some()
+    match serde_json::from_str::<Value>(&text) {
+        Ok(json) => {
+            json.get("shards").is_some_and(Value::is_array) && json.get("version").is_some()
+        }
+        Err(_) => has_mds_shards(dir),
+    }
+}
+
+fn has_mds_shards(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries.flatten().any(|e| {
+            let name = e.file_name().to_string_lossy().to_ascii_lowercase();
+            name.ends_with(".mds") || name.ends_with(".mds.zstd") || name.ends_with(".mds.zst")
+        })
+    })
 }
 
 /// Total bytes of a dataset's shard files, from its index (for progress).
@@ -153,9 +165,14 @@ impl MdsDataset {
     pub fn open(dir: &Path) -> Result<MdsDataset> {
         let index = dir.join("index.json");
         let text = std::fs::read_to_string(&index).map_err(|e| DataError::io(&index, e))?;
-        let json: Value = serde_json::from_str(&text)
-            .map_err(|e| DataError::bad_file(&index, format!("not valid JSON: {e}")))?;
-        let bad = |what: String| DataError::bad_file(&index, what);
+        let json: Value = serde_json::from_str(&text).map_err(|e| {
+            DataError::bad_file(
+                &index,
+                Cause::Corrupt,
+                format!("not valid JSON {}", json_error(&e)),
+            )
+        })?;
+        let bad = |what: String| DataError::bad_file(&index, Cause::Schema, what);
         let shards = json
             .get("shards")
             .and_then(Value::as_array)
@@ -182,21 +199,24 @@ impl MdsDataset {
                     "shard {k}: column_names, column_encodings and column_sizes differ in length"
                 )));
             }
+            for want in ["input_ids", "indices"] {
+                match names.iter().position(|n| n == want) {
+                    None => {
+                        return Err(bad(format!(
+                            "shard {k} has no column \"{want}\" (it has: {}); rsd reads ProLong-style MDS with input_ids and indices",
+                            names.join(", ")
+                        )))
+                    }
+                    Some(c) => check_ids_encoding(&encodings[c])
+                        .map_err(|what| bad(format!("shard {k}: column \"{want}\" {what}")))?,
+                }
+            }
             let columns = names
                 .into_iter()
                 .zip(encodings)
                 .zip(sizes)
                 .map(|((n, e), s)| (n, parse_encoding(&e), s))
                 .collect::<Vec<_>>();
-            for want in ["input_ids", "indices"] {
-                if !columns.iter().any(|(n, _, _)| n == want) {
-                    let have: Vec<&str> = columns.iter().map(|(n, _, _)| n.as_str()).collect();
-                    return Err(bad(format!(
-                        "shard {k} has no column \"{want}\" (it has: {}); rsd reads ProLong-style MDS with input_ids and indices",
-                        have.join(", ")
-                    )));
-                }
-            }
             let compression = shard.get("compression").and_then(Value::as_str);
             let zstd = match compression {
                 None => false,
@@ -262,6 +282,23 @@ fn str_list(v: Option<&Value>) -> Option<Vec<String>> {
         .collect()
 }
 
+/// `input_ids` and `indices` must be integer ndarrays: rsd decodes nothing else (in particular it
+/// never unpickles `pkl` columns, which can run code).
+fn check_ids_encoding(enc: &str) -> std::result::Result<(), String> {
+    let mut parts = enc.split(':');
+    if parts.next() != Some("ndarray") {
+        return Err(format!(
+            "is encoded \"{enc}\", expected \"ndarray\" (an integer ndarray: \"ndarray:uint32\" and the like)"
+        ));
+    }
+    match parts.next() {
+        Some(dtype) if Dtype::parse(dtype).is_none() => Err(format!(
+            "has dtype \"{dtype}\", expected an integer dtype (uint8, int8, uint16, int16, uint32, int32, uint64, int64)"
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn parse_encoding(enc: &str) -> Column {
     let mut parts = enc.split(':');
     if parts.next() != Some("ndarray") {
@@ -292,42 +329,75 @@ impl std::ops::Deref for Bytes {
 /// The documents of one shard file.
 struct ShardDocs {
     entry: ShardEntry,
+    /// `entry.file`, shared by the documents.
+    path: Arc<Path>,
     bytes: Arc<Bytes>,
     n: usize,
     sample: usize,
     pending: std::vec::IntoIter<Result<RawDoc>>,
+    /// Why the samples from `n` on cannot be read: reported after the intact ones.
+    damage: Option<DataError>,
 }
 
 impl ShardDocs {
     fn open(entry: ShardEntry) -> Result<ShardDocs> {
         let path = &entry.file;
         let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
+        // A zstd shard that does not decode to the end keeps what did decode: the samples before
+        // the damage are read, then the damage is reported.
+        let mut damage = None;
         let bytes = if entry.zstd {
-            let raw = zstd::decode_all(file).map_err(|e| {
-                DataError::bad_file(path, format!("corrupt or truncated zstd data: {e}"))
-            })?;
+            let mut raw = vec![];
+            let decoded =
+                zstd::stream::read::Decoder::new(file).and_then(|mut d| d.read_to_end(&mut raw));
+            if let Err(e) = decoded {
+                let cause = if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                    Cause::Truncated
+                } else {
+                    Cause::Corrupt
+                };
+                damage = Some(DataError::bad_file(
+                    path,
+                    cause,
+                    format!(
+                        "{} zstd data after decompressed byte {}: {e}",
+                        if cause == Cause::Truncated {
+                            "truncated"
+                        } else {
+                            "corrupt"
+                        },
+                        raw.len()
+                    ),
+                ));
+            }
             Bytes::Owned(raw)
         } else {
             // SAFETY: read-only map of an input file we do not modify.
             Bytes::Mapped(unsafe { Mmap::map(&file) }.map_err(|e| DataError::io(path, e))?)
         };
+        // With damaged zstd data, the decoding error explains whatever else is wrong.
+        let mut fail = |cause, what: String| {
+            damage
+                .take()
+                .unwrap_or_else(|| DataError::bad_file(path, cause, what))
+        };
         if bytes.len() < 8 {
-            return Err(DataError::bad_file(
-                path,
+            return Err(fail(
+                Cause::Truncated,
                 format!("{} bytes: too short for an MDS shard header", bytes.len()),
             ));
         }
         let n = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
         if n as u64 != entry.samples {
-            return Err(DataError::bad_file(
-                path,
+            return Err(fail(
+                Cause::Corrupt,
                 format!("header says {n} samples, index.json says {}", entry.samples),
             ));
         }
         let table_end = 4 + 4 * (n + 1);
         if bytes.len() < table_end {
-            return Err(DataError::bad_file(
-                path,
+            return Err(fail(
+                Cause::Truncated,
                 format!(
                     "truncated: {} bytes, the offset table alone needs {table_end}",
                     bytes.len()
@@ -335,18 +405,37 @@ impl ShardDocs {
             ));
         }
         let last = u32_at(&bytes, 4 + 4 * n) as usize;
-        if last != bytes.len() {
+        // Samples that end inside the file are intact even if the file is cut short.
+        let intact = (0..n)
+            .take_while(|&i| (u32_at(&bytes, 8 + 4 * i) as usize) <= bytes.len())
+            .count();
+        if damage.is_none() && last > bytes.len() {
+            damage = Some(DataError::bad_file(
+                path,
+                Cause::Truncated,
+                format!(
+                    "truncated: the offset table ends at byte {last} but the file has {} bytes; samples {intact}.. are lost",
+                    bytes.len()
+                ),
+            ));
+        } else if damage.is_none() && last < bytes.len() {
             return Err(DataError::bad_file(
                 path,
-                format!("truncated or padded: the offset table ends at byte {last} but the file has {} bytes", bytes.len()),
+                Cause::Corrupt,
+                format!(
+                    "padded: the offset table ends at byte {last} but the file has {} bytes",
+                    bytes.len()
+                ),
             ));
         }
         Ok(ShardDocs {
+            path: Arc::from(entry.file.as_path()),
             entry,
             bytes: Arc::new(bytes),
-            n,
+            n: if damage.is_some() { intact } else { n },
             sample: 0,
             pending: Vec::new().into_iter(),
+            damage,
         })
     }
 
@@ -472,7 +561,8 @@ impl ShardDocs {
             let tokens = span_tokens(id_dtype, id_bytes, s as usize, e as usize)
                 .map_err(|what| DataError::bad_record(path, &loc, what))?;
             docs.push(Ok(RawDoc {
-                origin: format!("{}:sample {i} document {d}", path.display()),
+                path: self.path.clone(),
+                location: format!("sample {i} document {d}"),
                 bytes: (tokens.len() * id_dtype.size()) as u64,
                 content: Content::Tokens(tokens),
             }));
@@ -493,7 +583,9 @@ fn decode_ndarray<'a>(column: &Column, data: &'a [u8]) -> std::result::Result<Nd
         None => {
             let code = *data.first().ok_or("empty")?;
             at += 1;
-            Dtype::from_code(code).ok_or(format!("unsupported ndarray dtype code {code}"))?
+            Dtype::from_code(code).ok_or(format!(
+                "ndarray dtype code {code}, expected an integer dtype's (8, 9, 16, 17, 32, 33, 64 or 65)"
+            ))?
         }
     };
     let shape = match fixed_shape {
@@ -596,7 +688,7 @@ impl Iterator for ShardDocs {
                 return Some(doc);
             }
             if self.sample >= self.n {
-                return None;
+                return self.damage.take().map(Err);
             }
             let i = self.sample;
             self.sample += 1;

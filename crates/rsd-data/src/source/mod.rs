@@ -10,6 +10,7 @@ mod parquet_file;
 mod text;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rsd_shard::SourceInfo;
 
@@ -75,8 +76,10 @@ impl Content {
 /// One document and where it came from (for messages).
 #[derive(Debug)]
 pub struct RawDoc {
-    /// `file:line N`, `file:row N`, `repo dir`, …
-    pub origin: String,
+    /// The input file (or repository directory).
+    pub path: Arc<Path>,
+    /// Where in it: `line N`, `row N`, `sample N document M`; empty for a whole file.
+    pub location: String,
     /// The document.
     pub content: Content,
     /// Input bytes this document accounts for.
@@ -120,6 +123,8 @@ pub struct ResolvedSource {
     pub inputs: Vec<PathBuf>,
     /// Total size of the input files in bytes (for progress).
     pub bytes: u64,
+    /// What was left out while listing the inputs and why (links not followed, files seen twice).
+    pub warnings: Vec<String>,
 }
 
 const TEXT_EXTENSIONS: &[&str] = &["txt", "md", "markdown", "rst", "tex", "text", "org", "adoc"];
@@ -198,13 +203,16 @@ fn format_of_file(path: &Path) -> Option<Format> {
     }
 }
 
-/// Every regular file under `dir`, sorted by path (byte order, so it is the same everywhere).
-fn files_under(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut files = vec![];
-    for entry in walkdir::WalkDir::new(dir)
-        .follow_links(true)
-        .sort_by_file_name()
-    {
+/// Every file under `dir`, sorted by path (byte order, so it is the same everywhere), and warnings
+/// about what was left out. Links to files are followed (Hugging Face caches link to their blobs);
+/// links to directories are not, so no file is read twice and a loop of links cannot trap the
+/// walk. A file reached twice (two links, a link and its target, hard links) is listed once. A
+/// link that leads nowhere (dangling, a loop) stays in the list: reading it reports the OS error,
+/// which `--skip-bad` skips like any unreadable file.
+fn files_under(dir: &Path) -> Result<(Vec<PathBuf>, Vec<String>)> {
+    let (mut files, mut warnings) = (vec![], vec![]);
+    let mut seen: std::collections::HashMap<(u64, u64), PathBuf> = Default::default();
+    for entry in walkdir::WalkDir::new(dir).sort_by_file_name() {
         let entry = entry.map_err(|e| {
             let path = e
                 .path()
@@ -217,11 +225,54 @@ fn files_under(dir: &Path) -> Result<Vec<PathBuf>> {
                     .unwrap_or_else(|| std::io::Error::other("walk failed")),
             }
         })?;
-        if entry.file_type().is_file() {
-            files.push(entry.into_path());
+        let path = entry.path();
+        // The root itself may be a link: walkdir follows it, as it should.
+        let meta = if entry.depth() > 0 && entry.path_is_symlink() {
+            match std::fs::metadata(path) {
+                Ok(m) if m.is_dir() => {
+                    warnings.push(format!(
+                        "{}: a link to a directory; not followed (its files would be read twice, or from outside {})",
+                        path.display(),
+                        dir.display()
+                    ));
+                    continue;
+                }
+                Ok(m) => m,
+                Err(_) => {
+                    files.push(entry.into_path());
+                    continue;
+                }
+            }
+        } else {
+            match entry.metadata() {
+                Ok(m) => m,
+                Err(_) => {
+                    files.push(entry.into_path());
+                    continue;
+                }
+            }
+        };
+        if !meta.is_file() {
+            continue;
         }
+        if let Some(first) = seen.get(&file_identity(&meta)) {
+            warnings.push(format!(
+                "{}: the same file as {}; read once",
+                path.display(),
+                first.display()
+            ));
+            continue;
+        }
+        seen.insert(file_identity(&meta), path.to_path_buf());
+        files.push(entry.into_path());
     }
-    Ok(files)
+    Ok((files, warnings))
+}
+
+/// What makes two paths the same file: device and inode.
+fn file_identity(meta: &std::fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    (meta.dev(), meta.ino())
 }
 
 /// Resolve one `--src`.
@@ -247,6 +298,7 @@ pub fn resolve(
         format: Format::Text,
         inputs: vec![],
         bytes: 0,
+        warnings: vec![],
     };
     if path.is_file() {
         resolve_file(resolved, forced)
@@ -310,7 +362,8 @@ fn resolve_dir(mut resolved: ResolvedSource, forced: Option<Format>) -> Result<R
     if forced == Some(Format::Code) {
         return code::resolve(resolved);
     }
-    let files = files_under(&path)?;
+    let (files, warnings) = files_under(&path)?;
+    resolved.warnings = warnings;
     let format = match forced {
         Some(f) => f,
         None => match detect_format(&resolved.spec, &path, &files)? {

@@ -1,6 +1,7 @@
 //! A text file is one document ("book").
 
 use std::path::Path;
+use std::sync::Arc;
 
 use super::{Content, RawDoc};
 use crate::error::{DataError, Result};
@@ -21,7 +22,8 @@ pub(super) fn read_utf8(path: &Path) -> Result<String> {
 pub(super) fn read(path: &Path) -> Result<RawDoc> {
     let text = read_utf8(path)?;
     Ok(RawDoc {
-        origin: path.display().to_string(),
+        path: Arc::from(path),
+        location: String::new(),
         bytes: text.len() as u64,
         content: Content::Text(text),
     })
