@@ -166,6 +166,9 @@ pub struct PassReport {
     pub rss_end: u64,
     /// Largest file-backed RSS seen (the mapped shards).
     pub rss_file_max: u64,
+    /// Nanoseconds per token of the trainer's vocabulary check ([`crate::Batch::find_id_outside`]
+    /// against the manifest's vocabulary), timed on each batch of the pass (included in it).
+    pub id_check_ns_per_token: f64,
 }
 
 /// Run the loader for at most `max_batches` batches or `max_seconds`, whichever comes first.
@@ -177,6 +180,8 @@ pub fn pass(
 ) -> Result<PassReport> {
     let t0 = Instant::now();
     let mut loader = Loader::new(cfg)?;
+    let vocab = loader.manifest(0).map_or(u64::MAX, |m| m.tokenizer.vocab_size);
+    let (mut check_s, mut checked) = (0f64, 0u64);
     let mut tokens = 0u64;
     let mut batches = 0u64;
     if let Some(b) = loader.next() {
@@ -197,6 +202,10 @@ pub fn pass(
         let b = b?;
         tokens += b.num_tokens;
         batches += 1;
+        let t = Instant::now();
+        std::hint::black_box(b.find_id_outside(std::hint::black_box(vocab)));
+        check_s += t.elapsed().as_secs_f64();
+        checked += b.num_tokens;
         std::hint::black_box(&b);
         loader.recycle(b);
         if batches.is_multiple_of(16) {
@@ -230,5 +239,6 @@ pub fn pass(
         rss_max,
         rss_end,
         rss_file_max,
+        id_check_ns_per_token: check_s * 1e9 / checked.max(1) as f64,
     })
 }
