@@ -180,7 +180,9 @@ pub fn pass(
 ) -> Result<PassReport> {
     let t0 = Instant::now();
     let mut loader = Loader::new(cfg)?;
-    let vocab = loader.manifest(0).map_or(u64::MAX, |m| m.tokenizer.vocab_size);
+    let vocab = loader
+        .manifest(0)
+        .map_or(u64::MAX, |m| m.tokenizer.vocab_size);
     let (mut check_s, mut checked) = (0f64, 0u64);
     let mut tokens = 0u64;
     let mut batches = 0u64;

@@ -128,7 +128,13 @@ impl Loader {
         };
         let s = batch.samples.get(bad.row).copied();
         let path = s
-            .and_then(|s| self.datasets.get(s.dataset as usize)?.set.shards().get(s.shard as usize))
+            .and_then(|s| {
+                self.datasets
+                    .get(s.dataset as usize)?
+                    .set
+                    .shards()
+                    .get(s.shard as usize)
+            })
             .map(|sh| sh.bin_path().to_path_buf())
             .unwrap_or_default();
         Err(LoaderError::IdOutOfVocab {

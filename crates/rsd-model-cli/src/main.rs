@@ -436,7 +436,10 @@ fn main() {
                 line = format!("{line}: {cause}");
             }
         }
-        eprintln!("rsd-model: error: {line}");
+        eprintln!(
+            "rsd-model: error: {}",
+            rsd_common::report::for_user_from_env(&line)
+        );
         std::process::exit(1);
     }
 }

@@ -5,7 +5,7 @@
 //! one micro-batch (fixed-mode shards: the whole batch); mixed-mode rows of different lengths
 //! become separate micro-batches. Document boundaries are passed on only for mixed shards, whose
 //! attention is document-masked; fixed windows attend across documents, as packed pretraining does.
-use rsd_loader::{Batch, Batching, Dataset, LoaderConfig, Parallel, Positions, Rank};
+use rsd_loader::{Batch, Batching, Dataset, Loader, LoaderConfig, Parallel, Positions, Rank};
 
 use crate::config::TrainConfig;
 use crate::step::MicroBatch;
@@ -62,6 +62,33 @@ pub fn loader_config(cfg: &TrainConfig, dp: Rank) -> Result<LoaderConfig> {
         },
         ..LoaderConfig::default()
     })
+}
+
+/// Guards the model's embedding against the data: fails when a dataset's tokenizer has more ids
+/// than the model's vocabulary (shards of another tokenizer), then makes `loader` fail any batch
+/// holding an id outside it (a damaged shard), naming shard, sample and token. An id beyond the
+/// embedding would otherwise stop the run inside libtorch ("index out of range in self"), or on a
+/// GPU as a device-side assert that leaves the CUDA context unusable. A model vocabulary larger
+/// than the tokenizer's is normal (padded embeddings).
+pub fn guard_vocabulary(loader: &mut Loader, model_vocab: i64) -> Result<()> {
+    let model_vocab = u64::try_from(model_vocab).unwrap_or(0);
+    for (k, ds) in loader.config().datasets.iter().enumerate() {
+        let Some(m) = loader.manifest(k) else {
+            continue;
+        };
+        if m.tokenizer.vocab_size > model_vocab {
+            return Err(Error::Input(format!(
+                "{}: the shards' tokenizer {} has {} ids, more than the model's vocabulary of \
+                 {model_vocab}: these shards were packed for another model (pack them with this \
+                 model's tokenizer.json)",
+                ds.dir.display(),
+                m.tokenizer.name,
+                m.tokenizer.vocab_size
+            )));
+        }
+    }
+    loader.reject_ids_outside(model_vocab);
+    Ok(())
 }
 
 /// Splits a loader batch into micro-batches of equal-length rows, each with the index of its
