@@ -376,3 +376,152 @@ mod fault {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rsd_loader::synth::{self, SynthSpec};
+    use rsd_loader::Loader;
+    use rsd_model::{ModelConfig, ModelOptions};
+
+    use crate::optim::AdamWConfig;
+
+    /// A run directory with complete checkpoints of steps 1, 2 and 3 of a tiny model.
+    fn run_with_checkpoints(root: &Path) -> (PathBuf, TrainConfig) {
+        let shards = root.join("shards");
+        synth::write(
+            &shards,
+            &SynthSpec {
+                samples: 8,
+                seq_len: 16,
+                vocab: 64,
+                ..SynthSpec::default()
+            },
+        )
+        .expect("shards");
+        let cfg = TrainConfig {
+            shards: shards.display().to_string(),
+            ..TrainConfig::default()
+        };
+        let config = serde_json::json!({"architectures": ["LlamaForCausalLM"], "vocab_size": 64,
+            "hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 1,
+            "num_attention_heads": 2, "num_key_value_heads": 1});
+        let model = Model::random(
+            ModelConfig::from_hf_json(config).expect("config"),
+            ModelOptions::default(),
+            0,
+        )
+        .expect("model");
+        let opt = AdamW::new(
+            &model,
+            AdamWConfig {
+                beta1: 0.9,
+                beta2: 0.95,
+                eps: 1e-8,
+                weight_decay: 0.0,
+            },
+        )
+        .expect("optimizer");
+        let loader =
+            Loader::new(crate::data::loader_config(&cfg, rsd_loader::Rank::SINGLE).expect("cfg"))
+                .expect("loader");
+        let out = root.join("run");
+        for step in 1..=3 {
+            let state = TrainState {
+                version: STATE_VERSION,
+                step,
+                tokens: 0,
+                loader: loader.state(),
+                rng_seed: cfg.seed,
+                schedule: Schedule {
+                    lr: 1e-3,
+                    warmup: 0,
+                    total: 10,
+                    min_ratio: 0.1,
+                },
+                skipped: 0,
+                elapsed_s: 0.0,
+            };
+            save(&out, &model, &opt, &state, &cfg, 3).expect("save");
+        }
+        (out, cfg)
+    }
+
+    fn truncate(p: &Path) {
+        let len = fs::metadata(p).expect("file").len();
+        fs::OpenOptions::new()
+            .write(true)
+            .open(p)
+            .and_then(|f| f.set_len(len - 1))
+            .expect("truncate");
+    }
+
+    #[test]
+    fn validate_names_the_damaged_file_and_auto_resume_falls_back() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let (out, cfg) = run_with_checkpoints(root.path());
+        let [one, two, three] = [1, 2, 3].map(|k| dir_for(&out, k));
+        for d in [&one, &two, &three] {
+            validate(d, &cfg).expect("a complete checkpoint");
+        }
+        let auto = auto_resume(&out, &cfg);
+        assert_eq!(
+            auto.chosen.map(|(d, st)| (d, st.step)),
+            Some((three.clone(), 3))
+        );
+
+        truncate(&three.join("model").join("model.safetensors"));
+        fs::remove_file(two.join("optimizer.safetensors")).expect("remove");
+        let e = validate(&three, &cfg)
+            .expect_err("truncated weights")
+            .to_string();
+        assert!(
+            e.contains("model.safetensors") && e.contains("truncated"),
+            "{e}"
+        );
+        let e = validate(&two, &cfg).expect_err("no optimizer").to_string();
+        assert!(e.contains("optimizer.safetensors: missing"), "{e}");
+
+        let auto = auto_resume(&out, &cfg);
+        assert_eq!(auto.chosen.map(|(d, _)| d), Some(one.clone()));
+        let skipped: Vec<_> = auto.skipped.iter().map(|(d, _)| d.clone()).collect();
+        assert_eq!(skipped, vec![three, two]);
+
+        // Another run's state: a different seed, or another step than the directory's.
+        let other = TrainConfig {
+            seed: 5,
+            ..cfg.clone()
+        };
+        let e = validate(&one, &other).expect_err("seed").to_string();
+        assert!(e.contains("state.json") && e.contains("seed 0"), "{e}");
+        fs::copy(one.join("state.json"), dir_for(&out, 3).join("state.json")).expect("copy");
+        let e = validate(&dir_for(&out, 3), &cfg)
+            .expect_err("step")
+            .to_string();
+        assert!(e.contains("holds step 1, the directory is step 3"), "{e}");
+    }
+
+    #[test]
+    fn check_safetensors_accepts_whole_files_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("t.safetensors");
+        let t = tch::Tensor::from_slice(&[1f32, 2.0, 3.0]);
+        tch::Tensor::write_safetensors(&[("t", &t)], &p).expect("write");
+        check_safetensors(&p).expect("whole");
+        truncate(&p);
+        let e = check_safetensors(&p).expect_err("cut").to_string();
+        assert!(e.contains("(truncated)"), "{e}");
+        fs::write(&p, b"abc").expect("write");
+        let e = check_safetensors(&p).expect_err("tiny").to_string();
+        assert!(e.contains("no safetensors header"), "{e}");
+    }
+
+    #[test]
+    fn list_ignores_unfinished_temporary_directories() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ck = dir.path().join("checkpoints");
+        fs::create_dir_all(ck.join(".step-00000009.tmp-1")).expect("mkdir");
+        fs::create_dir_all(ck.join("step-00000002")).expect("mkdir");
+        assert_eq!(list(dir.path()), vec![(2, ck.join("step-00000002"))]);
+    }
+}

@@ -146,3 +146,35 @@ pub fn micro_batches(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rsd_loader::synth::{self, SynthSpec};
+
+    #[test]
+    fn guard_vocabulary_refuses_a_larger_tokenizer_and_checks_every_batch() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spec = SynthSpec {
+            samples: 8,
+            seq_len: 16,
+            vocab: 1000,
+            ..SynthSpec::default()
+        };
+        synth::write(dir.path(), &spec).expect("shards");
+        let cfg = TrainConfig {
+            shards: dir.path().display().to_string(),
+            ..TrainConfig::default()
+        };
+        let open = || Loader::new(loader_config(&cfg, Rank::SINGLE).expect("cfg")).expect("open");
+        let e = guard_vocabulary(&mut open(), 999).expect_err("larger tokenizer");
+        assert!(e
+            .to_string()
+            .contains("has 1000 ids, more than the model's vocabulary of 999"));
+        // A padded embedding is fine, and every id passes the per-batch check.
+        let mut loader = open();
+        guard_vocabulary(&mut loader, 1024).expect("padded vocabulary");
+        // The trainer's stream is endless: two epochs' worth.
+        assert_eq!(loader.take(16).map(|b| b.expect("batch")).count(), 16);
+    }
+}
