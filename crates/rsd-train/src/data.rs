@@ -175,6 +175,10 @@ mod tests {
         let mut loader = open();
         guard_vocabulary(&mut loader, 1024).expect("padded vocabulary");
         // The trainer's stream is endless: two epochs' worth.
-        assert_eq!(loader.take(16).map(|b| b.expect("batch")).count(), 16);
+        let batches: Vec<_> = loader
+            .take(16)
+            .collect::<std::result::Result<_, _>>()
+            .expect("batches");
+        assert_eq!(batches.len(), 16);
     }
 }
