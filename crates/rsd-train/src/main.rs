@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! rsd-train --config configs/tiny-cpu.toml [--shards DIR] [--init CFG | --model DIR] --out runs/x
-//!           [--any-config-key VALUE …] [--resume [CKPT_DIR]] [--nproc N]
+//!           [--any-config-key VALUE …] [--resume [CKPT_DIR|auto]] [--nproc N]
 //! rsd-train probe --model DIR|--init CFG --tokens T.npy [--objective rsd] [--perturb skip]
 //!           [--split 5,9 --skip 100,3] [--kl reverse] [--lambda 1] [--dtype fp32|fp64]
 //! ```
@@ -40,7 +40,10 @@ fn exit_status(e: &anyhow::Error) -> i32 {
 #[command(
     name = "rsd-train",
     version,
-    about = "RoPE-perturbed self-distillation trainer"
+    about = "RoPE-perturbed self-distillation trainer",
+    after_help = "Environment: RSD_BACKTRACE=1 prints libtorch's full error text (with its C++ \
+                  backtrace); by default an error is one line. On clusters, restart jobs with the \
+                  same command line and --resume auto (docs/TRAIN.md)."
 )]
 #[command(args_conflicts_with_subcommands = true)]
 struct Cli {
