@@ -96,9 +96,13 @@ def test_resume_without_checkpoint_is_an_error_and_auto_starts_fresh(shards, tmp
     p = train(shards, out, "--steps", 4, "--stop-at", 2, "--resume", "auto")
     assert "no checkpoint under" in p.stderr and "starting fresh" in p.stderr, p.stderr
     assert checkpoints(out) == ["step-00000002"]
+    # What a writer killed mid-checkpoint leaves (no process has that pid): removed on restart.
+    stale = out / "checkpoints" / ".step-00000003.tmp-4294967290"
+    (stale / "model").mkdir(parents=True)
     # The same command line again (a restarted job) resumes.
     p = train(shards, out, "--steps", 4, "--resume", "auto")
     assert re.search(r"resuming from \S*step-00000002 \(step 2\)", p.stderr), p.stderr
+    assert f"removed unfinished checkpoint {stale}" in p.stderr and not stale.exists(), p.stderr
     assert steps_logged(out) == [1, 2, 3, 4]
 
 

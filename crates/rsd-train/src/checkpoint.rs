@@ -331,6 +331,37 @@ pub fn auto_resume(out: &Path, cfg: &TrainConfig) -> AutoResume {
     found
 }
 
+/// Removes the temporary directories (`.step-N.tmp-<pid>`) that writers killed mid-checkpoint
+/// left under `out/checkpoints` (a preempted job), skipping any whose process is still alive on
+/// this machine. They are never taken for checkpoints ([`list`] ignores them), but each holds up
+/// to a checkpoint's size of disk. Returns the directories removed.
+pub fn remove_stale_temporaries(out: &Path) -> Vec<PathBuf> {
+    let alive = |pid: &str| {
+        pid.parse::<u32>()
+            .is_ok_and(|p| p == std::process::id() || Path::new(&format!("/proc/{p}")).exists())
+    };
+    let mut removed = Vec::new();
+    for e in fs::read_dir(out.join("checkpoints"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix(".step-")
+            .and_then(|n| n.split_once(".tmp-"))
+            .map(|(_, pid)| pid.to_string())
+        else {
+            continue;
+        };
+        if !alive(&pid) && fs::remove_dir_all(e.path()).is_ok() {
+            removed.push(e.path());
+        }
+    }
+    removed.sort();
+    removed
+}
+
 /// Test hooks, compiled only with the `fault-injection` feature (tests/test_train_faults.py).
 mod fault {
     use std::path::Path;
@@ -517,11 +548,17 @@ mod tests {
     }
 
     #[test]
-    fn list_ignores_unfinished_temporary_directories() {
+    fn unfinished_temporary_directories_are_no_checkpoints_and_get_removed() {
         let dir = tempfile::tempdir().expect("tempdir");
         let ck = dir.path().join("checkpoints");
-        fs::create_dir_all(ck.join(".step-00000009.tmp-1")).expect("mkdir");
-        fs::create_dir_all(ck.join("step-00000002")).expect("mkdir");
+        // No process has a pid this large (pid_max ≤ 2^22), and this test's own is alive.
+        let dead = ck.join(".step-00000009.tmp-4294967290");
+        let mine = ck.join(format!(".step-00000010.tmp-{}", std::process::id()));
+        for d in [&dead, &mine, &ck.join("step-00000002")] {
+            fs::create_dir_all(d).expect("mkdir");
+        }
         assert_eq!(list(dir.path()), vec![(2, ck.join("step-00000002"))]);
+        assert_eq!(remove_stale_temporaries(dir.path()), vec![dead.clone()]);
+        assert!(!dead.exists() && mine.exists());
     }
 }

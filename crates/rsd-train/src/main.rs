@@ -241,8 +241,14 @@ fn resume_from(arg: Option<&str>, cfg: &TrainConfig, out: &Path) -> Result<Optio
     let dir = match arg {
         None => return Ok(None),
         Some("auto") => {
-            let found = checkpoint::auto_resume(out, cfg);
             let note = is_rank0();
+            if note {
+                // Left by a writer killed mid-checkpoint (a preempted job); only rank 0 writes.
+                for dir in checkpoint::remove_stale_temporaries(out) {
+                    eprintln!("rsd-train: removed unfinished checkpoint {}", dir.display());
+                }
+            }
+            let found = checkpoint::auto_resume(out, cfg);
             for (dir, why) in &found.skipped {
                 if note {
                     eprintln!(
