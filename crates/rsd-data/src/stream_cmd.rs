@@ -403,9 +403,9 @@ fn loader_row(a: &BenchArgs, row: &LoaderRow) -> (serde_json::Value, String) {
         json!({"what": "loader", "layout": lname, "read": rname, "order": order, "workers": workers, "batch_size": a.batch_size, "release_pages": !a.no_release,
                "bytes_per_s": bytes_per_s, "tokens_per_s": row.tokens_per_s,
                "fraction_of_memcpy": row.fraction_of_memcpy, "fraction_of_sample_copies": row.fraction_of_sample_copies,
-               "rounds": reports}),
+               "id_check_ns_per_token": row.id_check_ns_per_token, "rounds": reports}),
         format!(
-            "{lname:>7} {rname:>5} {order:>10} workers={workers}: {:>7.1} M tok/s {:>6.2} GB/s ({:>3.0}% of memcpy at {:.1} [rounds {:.0}–{:.0}%], {:>3.0}% of the sample copies at {:.1}), first batch {:.1} ms, RSS {:.0}→max {:.0}→end {:.0} MiB (file-backed max {:.0} MiB)",
+            "{lname:>7} {rname:>5} {order:>10} workers={workers}: {:>7.1} M tok/s {:>6.2} GB/s ({:>3.0}% of memcpy at {:.1} [rounds {:.0}–{:.0}%], {:>3.0}% of the sample copies at {:.1}), first batch {:.1} ms, RSS {:.0}→max {:.0}→end {:.0} MiB (file-backed max {:.0} MiB), vocabulary check {:.3} ns/token",
             row.tokens_per_s / 1e6,
             bytes_per_s / 1e9,
             100.0 * row.fraction_of_memcpy,
@@ -419,6 +419,7 @@ fn loader_row(a: &BenchArgs, row: &LoaderRow) -> (serde_json::Value, String) {
             mib(row.rss_max),
             mib(row.rss_end),
             mib(row.rss_file_max),
+            row.id_check_ns_per_token,
         ),
     )
 }

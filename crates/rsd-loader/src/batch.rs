@@ -344,6 +344,92 @@ impl Batch {
     }
 }
 
+/// A token id outside the vocabulary, located in its row ([`Batch::find_id_outside`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdOutside {
+    /// Row of the batch (index into `samples`).
+    pub row: usize,
+    /// Token index within the row's sample (full-row position).
+    pub token: u64,
+    /// The id.
+    pub id: i64,
+}
+
+/// The largest id of `ids` read as `u32`, so that a negative `i32` id counts as larger than any
+/// vocabulary: one comparison per id, which the compiler vectorises.
+fn max_unsigned_i32(ids: &[i32]) -> u32 {
+    ids.iter().fold(0u32, |m, &x| m.max(x as u32))
+}
+
+fn max_u16(ids: &[u16]) -> u32 {
+    ids.iter().fold(0u16, |m, &x| m.max(x)) as u32
+}
+
+impl Batch {
+    /// The first token id of this batch outside `0..vocab_size`, if any (the ids of `tokens`, or
+    /// `raw_tokens` in the compact layout, and the compact layout's look-ahead `next_ids`).
+    ///
+    /// The common case, every id in range, costs one vectorised maximum over the ids (a pass at
+    /// memory bandwidth, docs/BENCHMARKS-loader.md); only a batch that fails it is searched for
+    /// the offending position.
+    pub fn find_id_outside(&self, vocab_size: u64) -> Option<IdOutside> {
+        let max = match (self.layout, &self.raw_tokens) {
+            (BatchLayout::Full, _) => max_unsigned_i32(&self.tokens),
+            (BatchLayout::Compact, RawTokens::U16(v)) => max_u16(v),
+            (BatchLayout::Compact, RawTokens::I32(v)) => max_unsigned_i32(v),
+        };
+        let bad = |id: i64| id < 0 || id as u64 >= vocab_size;
+        if (max as u64) < vocab_size {
+            // The look-ahead ids are labels of chunk ends held elsewhere; IGNORE_INDEX is no id.
+            let next = self
+                .next_ids
+                .iter()
+                .enumerate()
+                .find(|&(_, &x)| x != IGNORE_INDEX && bad(x as i64))?;
+            let (c, &id) = next;
+            let per_row = (self.chunks.len() / self.rows().max(1)).max(1);
+            let row = c / per_row;
+            let base = self.full_row_offsets.get(row).copied().unwrap_or(0);
+            return Some(IdOutside {
+                row,
+                token: self.chunks.get(c).map_or(0, |ch| (ch[1] - base) as u64),
+                id: id as i64,
+            });
+        }
+        let n = match self.layout {
+            BatchLayout::Full => self.tokens.len(),
+            BatchLayout::Compact => self.raw_tokens.len(),
+        };
+        let id_at = |i: usize| match self.layout {
+            BatchLayout::Full => self.tokens[i] as i64,
+            BatchLayout::Compact => self.raw_tokens.get(i) as i64,
+        };
+        let i = (0..n).find(|&i| bad(id_at(i)))?;
+        let row = self
+            .row_offsets
+            .partition_point(|&o| o as usize <= i)
+            .saturating_sub(1);
+        // Local offset in the row → full-row position, through the chunks the row holds here.
+        let mut off = (i - self.row_offsets.get(row).copied().unwrap_or(0) as usize) as u64;
+        let per_row = (self.chunks.len() / self.rows().max(1)).max(1);
+        let base = self.full_row_offsets.get(row).copied().unwrap_or(0) as u64;
+        let mut token = off;
+        for ch in self.chunks.iter().skip(row * per_row).take(per_row) {
+            let len = (ch[1] - ch[0]) as u64;
+            if off < len {
+                token = ch[0] as u64 - base + off;
+                break;
+            }
+            off -= len;
+        }
+        Some(IdOutside {
+            row,
+            token,
+            id: id_at(i),
+        })
+    }
+}
+
 /// What batch assembly needs from the [`LoaderConfig`]: how rows are cut and labelled, and how
 /// their ids are read.
 #[derive(Debug, Clone, Copy)]

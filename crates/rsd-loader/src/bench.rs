@@ -166,6 +166,24 @@ pub struct PassReport {
     pub rss_end: u64,
     /// Largest file-backed RSS seen (the mapped shards).
     pub rss_file_max: u64,
+    /// Nanoseconds per token of the trainer's vocabulary check ([`crate::Batch::find_id_outside`]
+    /// against the manifest's vocabulary), timed on the first batch, repeated for at least 5 ms
+    /// before the pass (not part of its time).
+    pub id_check_ns_per_token: f64,
+}
+
+/// ns per token of [`crate::Batch::find_id_outside`] on `batch` (every id in range: the common
+/// case, one pass over the ids), repeated for at least 5 ms.
+fn id_check_cost(batch: &crate::Batch, vocab: u64) -> f64 {
+    let ids = batch.tokens.len().max(batch.raw_tokens.len()).max(1) as f64;
+    let start = Instant::now();
+    let mut runs = 0u64;
+    while runs < 3 || start.elapsed().as_secs_f64() < 0.005 {
+        let b = std::hint::black_box(batch);
+        std::hint::black_box(b.find_id_outside(std::hint::black_box(vocab)));
+        runs += 1;
+    }
+    start.elapsed().as_secs_f64() * 1e9 / (runs as f64 * ids)
 }
 
 /// Run the loader for at most `max_batches` batches or `max_seconds`, whichever comes first.
@@ -179,12 +197,17 @@ pub fn pass(
     let mut loader = Loader::new(cfg)?;
     let mut tokens = 0u64;
     let mut batches = 0u64;
-    if let Some(b) = loader.next() {
-        let b = b?;
+    let first = loader.next().transpose()?;
+    let first_batch_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let mut id_check_ns_per_token = 0.0;
+    if let Some(b) = first {
         tokens += b.num_tokens;
         batches += 1;
+        let vocab = loader
+            .manifest(0)
+            .map_or(u64::MAX, |m| m.tokenizer.vocab_size);
+        id_check_ns_per_token = id_check_cost(&b, vocab);
     }
-    let first_batch_ms = t0.elapsed().as_secs_f64() * 1e3;
     let rss_start = Memory::now().rss;
     let (mut rss_max, mut rss_file_max) = (rss_start, 0);
     let t1 = Instant::now();
@@ -230,5 +253,6 @@ pub fn pass(
         rss_max,
         rss_end,
         rss_file_max,
+        id_check_ns_per_token,
     })
 }

@@ -30,6 +30,24 @@ pub enum LoaderError {
         /// What went wrong.
         what: String,
     },
+    /// A token id the model has no embedding for: a damaged shard, or shards packed with another
+    /// tokenizer.
+    #[error(
+        "{path}: sample {sample}, token {token}: id {id} is outside the vocabulary (0..{vocab}); \
+         the shard is damaged or was packed with another tokenizer"
+    )]
+    IdOutOfVocab {
+        /// The shard's `.bin` file.
+        path: PathBuf,
+        /// Sample index within that shard.
+        sample: u64,
+        /// Token index within the sample.
+        token: u64,
+        /// The id found.
+        id: i64,
+        /// The vocabulary size it was checked against.
+        vocab: u64,
+    },
     /// A worker thread ended without delivering its batch (it panicked).
     #[error("loader worker {0} stopped without a result (it panicked); see stderr")]
     WorkerDied(usize),

@@ -31,7 +31,7 @@ mod plan;
 mod state;
 pub mod synth;
 
-pub use batch::{Batch, BatchLayout, RawTokens, RowMeta, SampleId, IGNORE_INDEX};
+pub use batch::{Batch, BatchLayout, IdOutside, RawTokens, RowMeta, SampleId, IGNORE_INDEX};
 pub use datasets::{Dataset, Pipeline};
 pub use error::{LoaderError, Result};
 pub use ids::IdBuf;

@@ -50,6 +50,8 @@ pub struct Loader {
     /// Row buffer for `assemble` (inline engine).
     scratch: RawTokens,
     done: bool,
+    /// Ids at or above this fail the batch ([`Loader::reject_ids_outside`]).
+    vocab_size: Option<u64>,
 }
 
 impl Loader {
@@ -88,6 +90,7 @@ impl Loader {
             spare: None,
             scratch: RawTokens::default(),
             done: false,
+            vocab_size: None,
         })
     }
 
@@ -107,6 +110,40 @@ impl Loader {
                 let _ = pool.try_send(batch);
             }
         }
+    }
+
+    /// From now on, a batch holding a token id outside `0..vocab_size` is returned as
+    /// [`LoaderError::IdOutOfVocab`] (naming shard, sample and token) instead of the batch, and
+    /// ends the stream. For a model whose embedding has `vocab_size` rows: an id beyond it would
+    /// otherwise fail inside the embedding, or on a GPU as a device-side assert. Costs one
+    /// vectorised pass over the batch's ids ([`Batch::find_id_outside`]).
+    pub fn reject_ids_outside(&mut self, vocab_size: u64) {
+        self.vocab_size = Some(vocab_size);
+    }
+
+    /// [`LoaderError::IdOutOfVocab`] for the first id of `batch` outside `0..vocab_size`.
+    pub fn check_ids(&self, batch: &Batch, vocab_size: u64) -> Result<()> {
+        let Some(bad) = batch.find_id_outside(vocab_size) else {
+            return Ok(());
+        };
+        let s = batch.samples.get(bad.row).copied();
+        let path = s
+            .and_then(|s| {
+                self.datasets
+                    .get(s.dataset as usize)?
+                    .set
+                    .shards()
+                    .get(s.shard as usize)
+            })
+            .map(|sh| sh.bin_path().to_path_buf())
+            .unwrap_or_default();
+        Err(LoaderError::IdOutOfVocab {
+            path,
+            sample: s.map_or(0, |s| s.index),
+            token: bad.token,
+            id: bad.id,
+            vocab: vocab_size,
+        })
     }
 
     /// The configuration.
@@ -249,6 +286,12 @@ impl Iterator for Loader {
         };
         match got {
             Some(Ok((b, p))) => {
+                if let Some(v) = self.vocab_size {
+                    if let Err(e) = self.check_ids(&b, v) {
+                        self.done = true;
+                        return Some(Err(e));
+                    }
+                }
                 self.pos = p;
                 self.received += 1;
                 Some(Ok(b))

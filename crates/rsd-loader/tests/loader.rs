@@ -1059,3 +1059,72 @@ fn serialized_forms_keep_their_field_names() {
     let row = serde_json::to_value(b.samples[0]).unwrap();
     assert_eq!(row["source"], 0);
 }
+
+#[test]
+fn ids_outside_the_vocabulary_fail_the_batch_naming_shard_sample_and_token() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let d = make(
+        tmp.path(),
+        "v",
+        SynthSpec {
+            samples: 40,
+            seq_len: 64,
+            vocab: 50_000,
+            ..SynthSpec::default()
+        },
+    );
+    let set = ShardSet::open(&d).expect("open");
+    // Every id is in range for the shards' own vocabulary: a whole epoch passes.
+    let mut ok = Loader::new(LoaderConfig {
+        epochs: Some(1),
+        ..cfg(&[(&d, 1.0)])
+    })
+    .expect("open");
+    ok.reject_ids_outside(50_000);
+    let batches: Vec<Batch> = ok.collect::<Result<_, _>>().expect("batches");
+    assert_eq!(batches.len(), 40);
+    for layout in [BatchLayout::Full, BatchLayout::Compact] {
+        for (cp_rank, cp) in [(0, 1), (0, 2), (1, 2)] {
+            let mut l = Loader::new(LoaderConfig {
+                layout,
+                parallel: Parallel {
+                    dp: Rank::SINGLE,
+                    cp: Rank::new(cp_rank, cp),
+                },
+                ..cfg(&[(&d, 1.0)])
+            })
+            .expect("open");
+            l.reject_ids_outside(1_000);
+            let err = l.next().expect("an item").expect_err("ids above 1000");
+            let LoaderError::IdOutOfVocab {
+                path,
+                sample,
+                token,
+                id,
+                vocab,
+            } = &err
+            else {
+                panic!("unexpected error {err}");
+            };
+            assert_eq!(*vocab, 1_000);
+            let shard = set
+                .shards()
+                .iter()
+                .find(|s| s.bin_path() == path.as_path())
+                .expect("the named shard");
+            let stored = shard.sample(*sample as usize).expect("sample");
+            let at = match stored.tokens {
+                rsd_shard::Tokens::U16(t) => t[*token as usize] as i64,
+                rsd_shard::Tokens::I32(t) => t[*token as usize] as i64,
+            };
+            assert_eq!(at, *id, "{layout:?} cp {cp_rank}/{cp}");
+            assert!(*id >= 1_000);
+            let msg = err.to_string();
+            assert!(
+                msg.contains(&format!("sample {sample}, token {token}: id {id}")),
+                "{msg}"
+            );
+            assert!(l.next().is_none(), "the stream ends after the error");
+        }
+    }
+}

@@ -22,7 +22,9 @@ use tch::{Kind, Tensor};
 #[command(
     name = "rsd-model",
     version,
-    about = "Inspect Llama/Qwen3 checkpoints and compute logits"
+    about = "Inspect Llama/Qwen3 checkpoints and compute logits",
+    after_help = "Environment: RSD_BACKTRACE=1 prints libtorch's full error text (with its C++ \
+                  backtrace); by default an error is one line."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -436,7 +438,10 @@ fn main() {
                 line = format!("{line}: {cause}");
             }
         }
-        eprintln!("rsd-model: error: {line}");
+        eprintln!(
+            "rsd-model: error: {}",
+            rsd_common::report::for_user_from_env(&line)
+        );
         std::process::exit(1);
     }
 }

@@ -11,8 +11,14 @@
 //! Everything is written into `.step-N.tmp-<pid>` next to the target and renamed into place only
 //! when complete (after an fsync of every file), so a `step-*` directory is always whole: a crash
 //! or a non-finite step never leaves a half-written or bad checkpoint in place of the last good one.
-//! Older checkpoints are removed only after the new one is in place.
+//! Older checkpoints are removed only after the new one is in place. A failed write (a full disk)
+//! removes its temporary directory and leaves the checkpoints as they were.
+//!
+//! Before a resume, [`validate`] checks a directory without loading a tensor: every safetensors
+//! file exactly as long as its header says, the optimizer file present, `state.json` of this step
+//! and this run's seed. `--resume auto` takes the newest checkpoint that passes ([`auto_resume`]).
 use std::fs;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -71,6 +77,8 @@ pub fn list(out: &Path) -> Vec<(u64, PathBuf)> {
     v
 }
 
+/// fsyncs every file and directory under `dir` (directories too: their entries must be durable
+/// before the rename publishes them).
 fn fsync_tree(dir: &Path) -> Result<()> {
     for e in fs::read_dir(dir).map_err(io_err(dir))? {
         let p = e.map_err(io_err(dir))?.path();
@@ -82,7 +90,21 @@ fn fsync_tree(dir: &Path) -> Result<()> {
                 .map_err(io_err(&p))?;
         }
     }
-    Ok(())
+    fs::File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(io_err(dir))
+}
+
+/// Removes a temporary directory when dropped, unless it was renamed away: a failed checkpoint
+/// write (a full disk) leaves nothing behind.
+struct RemoveOnDrop<'a>(&'a Path);
+
+impl Drop for RemoveOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.0.exists() {
+            let _ = fs::remove_dir_all(self.0);
+        }
+    }
 }
 
 /// Writes a checkpoint atomically and prunes to the newest `keep`.
@@ -106,6 +128,7 @@ pub fn save(
         fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
     }
     fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
+    let _cleanup = RemoveOnDrop(&tmp);
     model.save(&tmp.join("model"), &SaveOptions::default())?;
     Tensor::write_safetensors(optimizer, tmp.join("optimizer.safetensors"))?;
     let json = serde_json::to_string_pretty(state).map_err(|e| Error::Input(e.to_string()))?;
@@ -113,6 +136,7 @@ pub fn save(
     fs::write(&sp, json).map_err(io_err(&sp))?;
     let cp = tmp.join("config.toml");
     fs::write(&cp, cfg.to_toml()).map_err(io_err(&cp))?;
+    fault::disk_full(&tmp)?;
     fsync_tree(&tmp)?;
     if target.exists() {
         fs::remove_dir_all(&target).map_err(io_err(&target))?;
@@ -148,4 +172,394 @@ pub fn read_state(dir: &Path) -> Result<TrainState> {
         });
     }
     Ok(st)
+}
+
+/// Checks that the safetensors file at `path` is whole: its header parses and the file is exactly
+/// as long as the header's tensors need (a truncated write fails this).
+pub fn check_safetensors(path: &Path) -> Result<()> {
+    let bad = |reason: String| Error::Checkpoint {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let mut f = fs::File::open(path).map_err(|e| bad(format!("cannot open: {e}")))?;
+    let len = f.metadata().map_err(io_err(path))?.len();
+    let mut n = [0u8; 8];
+    f.read_exact(&mut n)
+        .map_err(|_| bad(format!("truncated: {len} bytes, no safetensors header")))?;
+    let n = u64::from_le_bytes(n);
+    if n > len - 8 || n > 100 << 20 {
+        return Err(bad(format!(
+            "truncated: {len} bytes, the header alone claims {n}"
+        )));
+    }
+    let mut header = vec![0u8; n as usize];
+    f.read_exact(&mut header).map_err(io_err(path))?;
+    let header: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&header)
+        .map_err(|e| bad(format!("unreadable safetensors header: {e}")))?;
+    let mut end = 0u64;
+    for (name, t) in &header {
+        if name == "__metadata__" {
+            continue;
+        }
+        let e = t
+            .get("data_offsets")
+            .and_then(|o| o.get(1))
+            .and_then(serde_json::Value::as_u64)
+            .ok_or_else(|| bad(format!("tensor {name} has no data_offsets")))?;
+        end = end.max(e);
+    }
+    let expected = 8 + n + end;
+    if len != expected {
+        return Err(bad(format!(
+            "{} bytes, the header describes {expected}{}",
+            len,
+            if len < expected { " (truncated)" } else { "" }
+        )));
+    }
+    Ok(())
+}
+
+/// Every `*.safetensors` file under `dir`, recursively, sorted.
+fn safetensors_under(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir).map_err(io_err(dir))? {
+        let p = e.map_err(io_err(dir))?.path();
+        if p.is_dir() {
+            out.extend(safetensors_under(&p)?);
+        } else if p.extension().is_some_and(|x| x == "safetensors") {
+            out.push(p);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Checks that checkpoint `dir` is complete and belongs to this run, without loading a tensor,
+/// and returns its state. The error names the file at fault: a safetensors file shorter (or
+/// longer) than its header says, a missing model or optimizer file, a `state.json` that is not
+/// this step's (a file copied from elsewhere) or has another seed than `cfg`.
+pub fn validate(dir: &Path, cfg: &TrainConfig) -> Result<TrainState> {
+    let bad = |path: PathBuf, reason: String| Error::Checkpoint { path, reason };
+    if !dir.is_dir() {
+        return Err(bad(dir.to_path_buf(), "no such directory".into()));
+    }
+    let st = read_state(dir)?;
+    let sp = dir.join("state.json");
+    let named_step = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix("step-"))
+        .and_then(|n| n.parse::<u64>().ok());
+    if let Some(k) = named_step.filter(|&k| k != st.step) {
+        return Err(bad(
+            sp,
+            format!("holds step {}, the directory is step {k}", st.step),
+        ));
+    }
+    if st.rng_seed != cfg.seed || st.loader.seed != cfg.seed {
+        return Err(bad(
+            sp,
+            format!(
+                "seed {} (another run's state?), the config has seed {}",
+                st.rng_seed, cfg.seed
+            ),
+        ));
+    }
+    let datasets = cfg
+        .shards
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .count();
+    if st.loader.datasets.len() != datasets {
+        return Err(bad(
+            sp,
+            format!(
+                "the loader state has {} dataset(s), the config's shards {datasets}",
+                st.loader.datasets.len()
+            ),
+        ));
+    }
+    let model = dir.join("model");
+    let mc = model.join("config.json");
+    let text = fs::read_to_string(&mc).map_err(|e| bad(mc.clone(), e.to_string()))?;
+    serde_json::from_str::<serde_json::Value>(&text)
+        .map_err(|e| bad(mc.clone(), format!("not JSON: {e}")))?;
+    let files = safetensors_under(dir)?;
+    if !files.iter().any(|p| p.starts_with(&model)) {
+        return Err(bad(model, "no .safetensors weights".into()));
+    }
+    let has_optimizer = fs::read_dir(dir)
+        .map_err(io_err(dir))?
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().starts_with("optimizer"));
+    if !has_optimizer {
+        return Err(bad(
+            dir.join("optimizer.safetensors"),
+            "missing (the optimizer state)".into(),
+        ));
+    }
+    for f in &files {
+        check_safetensors(f)?;
+    }
+    let cp = dir.join("config.toml");
+    if !cp.is_file() {
+        return Err(bad(cp, "missing (the run's config)".into()));
+    }
+    Ok(st)
+}
+
+/// What `--resume auto` found under a run directory.
+#[derive(Debug, Default)]
+pub struct AutoResume {
+    /// The newest checkpoint that passed [`validate`], and its state; `None`: start fresh.
+    pub chosen: Option<(PathBuf, TrainState)>,
+    /// Newer checkpoints that failed it, newest first, with why.
+    pub skipped: Vec<(PathBuf, Error)>,
+}
+
+/// The newest checkpoint under `out` that [`validate`] accepts, and those skipped on the way.
+pub fn auto_resume(out: &Path, cfg: &TrainConfig) -> AutoResume {
+    let mut found = AutoResume::default();
+    for (_, dir) in list(out).into_iter().rev() {
+        match validate(&dir, cfg) {
+            Ok(st) => {
+                found.chosen = Some((dir, st));
+                break;
+            }
+            Err(e) => found.skipped.push((dir, e)),
+        }
+    }
+    found
+}
+
+/// Removes the temporary directories (`.step-N.tmp-<pid>`) that writers killed mid-checkpoint
+/// left under `out/checkpoints` (a preempted job), skipping any whose process is still alive on
+/// this machine. They are never taken for checkpoints ([`list`] ignores them), but each holds up
+/// to a checkpoint's size of disk. Returns the directories removed.
+pub fn remove_stale_temporaries(out: &Path) -> Vec<PathBuf> {
+    let alive = |pid: &str| {
+        pid.parse::<u32>()
+            .is_ok_and(|p| p == std::process::id() || Path::new(&format!("/proc/{p}")).exists())
+    };
+    let mut removed = Vec::new();
+    for e in fs::read_dir(out.join("checkpoints"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix(".step-")
+            .and_then(|n| n.split_once(".tmp-"))
+            .map(|(_, pid)| pid.to_string())
+        else {
+            continue;
+        };
+        if !alive(&pid) && fs::remove_dir_all(e.path()).is_ok() {
+            removed.push(e.path());
+        }
+    }
+    removed.sort();
+    removed
+}
+
+/// Test hooks, compiled only with the `fault-injection` feature (tests/test_train_faults.py).
+mod fault {
+    use std::path::Path;
+
+    use crate::Result;
+
+    /// `RSD_TRAIN_FAULT_DISK_FULL_AT=[STEP:]FILE` (FILE a path inside the checkpoint, e.g.
+    /// `optimizer.safetensors` or `model/model.safetensors`): the disk fills up while FILE of
+    /// step STEP's checkpoint (of every checkpoint without `STEP:`) is written; the file is cut
+    /// to half its length and the write fails with ENOSPC.
+    #[cfg(feature = "fault-injection")]
+    pub fn disk_full(tmp: &Path) -> Result<()> {
+        let Ok(spec) = std::env::var("RSD_TRAIN_FAULT_DISK_FULL_AT") else {
+            return Ok(());
+        };
+        let (step, name) = match spec.split_once(':') {
+            Some((s, n)) => (s.parse::<u64>().ok(), n.to_string()),
+            None => (None, spec),
+        };
+        // The temporary directory is `.step-NNNNNNNN.tmp-PID`.
+        let this = tmp
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix(".step-"))
+            .and_then(|n| n.split('.').next())
+            .and_then(|n| n.parse::<u64>().ok());
+        if step.is_some() && step != this {
+            return Ok(());
+        }
+        let p = tmp.join(name);
+        let len = std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
+        if let Ok(f) = std::fs::OpenOptions::new().write(true).open(&p) {
+            let _ = f.set_len(len / 2);
+        }
+        Err(crate::Error::Io {
+            path: p,
+            source: std::io::Error::from_raw_os_error(libc::ENOSPC),
+        })
+    }
+
+    #[cfg(not(feature = "fault-injection"))]
+    pub fn disk_full(_tmp: &Path) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rsd_loader::synth::{self, SynthSpec};
+    use rsd_loader::Loader;
+    use rsd_model::{ModelConfig, ModelOptions};
+
+    use crate::optim::AdamWConfig;
+
+    /// A run directory with complete checkpoints of steps 1, 2 and 3 of a tiny model.
+    fn run_with_checkpoints(root: &Path) -> (PathBuf, TrainConfig) {
+        let shards = root.join("shards");
+        synth::write(
+            &shards,
+            &SynthSpec {
+                samples: 8,
+                seq_len: 16,
+                vocab: 64,
+                ..SynthSpec::default()
+            },
+        )
+        .expect("shards");
+        let cfg = TrainConfig {
+            shards: shards.display().to_string(),
+            ..TrainConfig::default()
+        };
+        let config = serde_json::json!({"architectures": ["LlamaForCausalLM"], "vocab_size": 64,
+            "hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 1,
+            "num_attention_heads": 2, "num_key_value_heads": 1});
+        let model = Model::random(
+            ModelConfig::from_hf_json(config).expect("config"),
+            ModelOptions::default(),
+            0,
+        )
+        .expect("model");
+        let opt = crate::optim::AdamW::new(
+            &model,
+            AdamWConfig {
+                beta1: 0.9,
+                beta2: 0.95,
+                eps: 1e-8,
+                weight_decay: 0.0,
+            },
+        )
+        .expect("optimizer");
+        let loader =
+            Loader::new(crate::data::loader_config(&cfg, rsd_loader::Parallel::default()).expect("cfg"))
+                .expect("loader");
+        let out = root.join("run");
+        for step in 1..=3 {
+            let state = TrainState {
+                version: STATE_VERSION,
+                step,
+                tokens: 0,
+                loader: loader.state(),
+                rng_seed: cfg.seed,
+                schedule: Schedule {
+                    lr: 1e-3,
+                    warmup: 0,
+                    total: 10,
+                    min_ratio: 0.1,
+                },
+                skipped: 0,
+                elapsed_s: 0.0,
+            };
+            save(&out, &model, &opt.state_tensors(), &state, &cfg, 3).expect("save");
+        }
+        (out, cfg)
+    }
+
+    fn truncate(p: &Path) {
+        let len = fs::metadata(p).expect("file").len();
+        fs::OpenOptions::new()
+            .write(true)
+            .open(p)
+            .and_then(|f| f.set_len(len - 1))
+            .expect("truncate");
+    }
+
+    #[test]
+    fn validate_names_the_damaged_file_and_auto_resume_falls_back() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let (out, cfg) = run_with_checkpoints(root.path());
+        let [one, two, three] = [1, 2, 3].map(|k| dir_for(&out, k));
+        for d in [&one, &two, &three] {
+            validate(d, &cfg).expect("a complete checkpoint");
+        }
+        let auto = auto_resume(&out, &cfg);
+        assert_eq!(
+            auto.chosen.map(|(d, st)| (d, st.step)),
+            Some((three.clone(), 3))
+        );
+
+        truncate(&three.join("model").join("model.safetensors"));
+        fs::remove_file(two.join("optimizer.safetensors")).expect("remove");
+        let e = validate(&three, &cfg)
+            .expect_err("truncated weights")
+            .to_string();
+        assert!(
+            e.contains("model.safetensors") && e.contains("truncated"),
+            "{e}"
+        );
+        let e = validate(&two, &cfg).expect_err("no optimizer").to_string();
+        assert!(e.contains("optimizer.safetensors: missing"), "{e}");
+
+        let auto = auto_resume(&out, &cfg);
+        assert_eq!(auto.chosen.map(|(d, _)| d), Some(one.clone()));
+        let skipped: Vec<_> = auto.skipped.iter().map(|(d, _)| d.clone()).collect();
+        assert_eq!(skipped, vec![three, two]);
+
+        // Another run's state: a different seed, or another step than the directory's.
+        let other = TrainConfig {
+            seed: 5,
+            ..cfg.clone()
+        };
+        let e = validate(&one, &other).expect_err("seed").to_string();
+        assert!(e.contains("state.json") && e.contains("seed 0"), "{e}");
+        fs::copy(one.join("state.json"), dir_for(&out, 3).join("state.json")).expect("copy");
+        let e = validate(&dir_for(&out, 3), &cfg)
+            .expect_err("step")
+            .to_string();
+        assert!(e.contains("holds step 1, the directory is step 3"), "{e}");
+    }
+
+    #[test]
+    fn check_safetensors_accepts_whole_files_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("t.safetensors");
+        let t = tch::Tensor::from_slice(&[1f32, 2.0, 3.0]);
+        tch::Tensor::write_safetensors(&[("t", &t)], &p).expect("write");
+        check_safetensors(&p).expect("whole");
+        truncate(&p);
+        let e = check_safetensors(&p).expect_err("cut").to_string();
+        assert!(e.contains("(truncated)"), "{e}");
+        fs::write(&p, b"abc").expect("write");
+        let e = check_safetensors(&p).expect_err("tiny").to_string();
+        assert!(e.contains("no safetensors header"), "{e}");
+    }
+
+    #[test]
+    fn unfinished_temporary_directories_are_no_checkpoints_and_get_removed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ck = dir.path().join("checkpoints");
+        // No process has a pid this large (pid_max ≤ 2^22), and this test's own is alive.
+        let dead = ck.join(".step-00000009.tmp-4294967290");
+        let mine = ck.join(format!(".step-00000010.tmp-{}", std::process::id()));
+        for d in [&dead, &mine, &ck.join("step-00000002")] {
+            fs::create_dir_all(d).expect("mkdir");
+        }
+        assert_eq!(list(dir.path()), vec![(2, ck.join("step-00000002"))]);
+        assert_eq!(remove_stale_temporaries(dir.path()), vec![dead.clone()]);
+        assert!(!dead.exists() && mine.exists());
+    }
 }

@@ -5,13 +5,14 @@
 //! one micro-batch (fixed-mode shards: the whole batch); mixed-mode rows of different lengths
 //! become separate micro-batches. Document boundaries are passed on only for mixed shards, whose
 //! attention is document-masked; fixed windows attend across documents, as packed pretraining does.
-use rsd_loader::{Batch, Batching, Dataset, LoaderConfig, Parallel, Positions};
+use rsd_loader::{Batch, Batching, Dataset, Loader, LoaderConfig, Parallel, Positions};
 
 use crate::config::TrainConfig;
 use crate::step::MicroBatch;
 use crate::{Error, Result};
 
-/// The loader config a training config implies for data-parallel rank `dp` (no CP yet).
+/// The loader config a training config implies for this rank's data- and context-parallel
+/// coordinates.
 pub fn loader_config(cfg: &TrainConfig, parallel: Parallel) -> Result<LoaderConfig> {
     let dirs: Vec<&str> = cfg
         .shards
@@ -59,6 +60,33 @@ pub fn loader_config(cfg: &TrainConfig, parallel: Parallel) -> Result<LoaderConf
         parallel,
         ..LoaderConfig::default()
     })
+}
+
+/// Guards the model's embedding against the data: fails when a dataset's tokenizer has more ids
+/// than the model's vocabulary (shards of another tokenizer), then makes `loader` fail any batch
+/// holding an id outside it (a damaged shard), naming shard, sample and token. An id beyond the
+/// embedding would otherwise stop the run inside libtorch ("index out of range in self"), or on a
+/// GPU as a device-side assert that leaves the CUDA context unusable. A model vocabulary larger
+/// than the tokenizer's is normal (padded embeddings).
+pub fn guard_vocabulary(loader: &mut Loader, model_vocab: i64) -> Result<()> {
+    let model_vocab = u64::try_from(model_vocab).unwrap_or(0);
+    for (k, ds) in loader.config().datasets.iter().enumerate() {
+        let Some(m) = loader.manifest(k) else {
+            continue;
+        };
+        if m.tokenizer.vocab_size > model_vocab {
+            return Err(Error::Input(format!(
+                "{}: the shards' tokenizer {} has {} ids, more than the model's vocabulary of \
+                 {model_vocab}: these shards were packed for another model (pack them with this \
+                 model's tokenizer.json)",
+                ds.dir.display(),
+                m.tokenizer.name,
+                m.tokenizer.vocab_size
+            )));
+        }
+    }
+    loader.reject_ids_outside(model_vocab);
+    Ok(())
 }
 
 /// Splits a loader batch into micro-batches of equal-length rows, each with the index of its
@@ -126,4 +154,40 @@ pub fn micro_batches(
         r = e;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rsd_loader::synth::{self, SynthSpec};
+
+    #[test]
+    fn guard_vocabulary_refuses_a_larger_tokenizer_and_checks_every_batch() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spec = SynthSpec {
+            samples: 8,
+            seq_len: 16,
+            vocab: 1000,
+            ..SynthSpec::default()
+        };
+        synth::write(dir.path(), &spec).expect("shards");
+        let cfg = TrainConfig {
+            shards: dir.path().display().to_string(),
+            ..TrainConfig::default()
+        };
+        let open = || Loader::new(loader_config(&cfg, Parallel::default()).expect("cfg")).expect("open");
+        let e = guard_vocabulary(&mut open(), 999).expect_err("larger tokenizer");
+        assert!(e
+            .to_string()
+            .contains("has 1000 ids, more than the model's vocabulary of 999"));
+        // A padded embedding is fine, and every id passes the per-batch check.
+        let mut loader = open();
+        guard_vocabulary(&mut loader, 1024).expect("padded vocabulary");
+        // The trainer's stream is endless: two epochs' worth.
+        let batches: Vec<_> = loader
+            .take(16)
+            .collect::<std::result::Result<_, _>>()
+            .expect("batches");
+        assert_eq!(batches.len(), 16);
+    }
 }

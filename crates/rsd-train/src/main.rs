@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! rsd-train --config configs/tiny-cpu.toml [--shards DIR] [--init CFG | --model DIR] --out runs/x
-//!           [--any-config-key VALUE …] [--resume [CKPT_DIR]] [--nproc N]
+//!           [--any-config-key VALUE …] [--resume [CKPT_DIR|auto]] [--nproc N]
 //! rsd-train probe --model DIR|--init CFG --tokens T.npy [--objective rsd] [--perturb skip]
 //!           [--split 5,9 --skip 100,3] [--kl reverse] [--lambda 1] [--dtype fp32|fp64]
 //! ```
@@ -40,7 +40,10 @@ fn exit_status(e: &anyhow::Error) -> i32 {
 #[command(
     name = "rsd-train",
     version,
-    about = "RoPE-perturbed self-distillation trainer"
+    about = "RoPE-perturbed self-distillation trainer",
+    after_help = "Environment: RSD_BACKTRACE=1 prints libtorch's full error text (with its C++ \
+                  backtrace); by default an error is one line. On clusters, restart jobs with the \
+                  same command line and --resume auto (docs/TRAIN.md)."
 )]
 #[command(args_conflicts_with_subcommands = true)]
 struct Cli {
@@ -63,8 +66,11 @@ struct TrainArgs {
     /// TOML config (flat keys; see configs/). Flags override its keys.
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Resume: a checkpoint directory, or no value for the newest under <out>/checkpoints.
-    #[arg(long, num_args = 0..=1, default_missing_value = "")]
+    /// Resume: a checkpoint directory; no value: the newest under <out>/checkpoints (an error if
+    /// there is none or it is damaged); `auto`: the newest complete one, skipping damaged ones
+    /// with a warning, or a fresh start when there is none (for jobs that are restarted with the
+    /// same command line).
+    #[arg(long, num_args = 0..=1, default_missing_value = "", value_name = "DIR|auto")]
     resume: Option<String>,
     /// Print the resolved config and exit.
     #[arg(long)]
@@ -248,6 +254,100 @@ fn objective_name(objective: Objective) -> String {
         .unwrap_or_default()
 }
 
+/// Whether this process prints start-up notes (rank 0, or not data-parallel).
+fn is_rank0() -> bool {
+    std::env::var("RANK").map_or(true, |r| r.trim() == "0")
+}
+
+/// The checkpoint `--resume` names, checked with `checkpoint::validate` (the error names the
+/// damaged file): `None` (flag absent) is a fresh start, `""` the newest checkpoint, `auto` the
+/// newest that is complete (or a fresh start when there is none), anything else a directory.
+fn resume_from(arg: Option<&str>, cfg: &TrainConfig, out: &Path) -> Result<Option<PathBuf>> {
+    use rsd_train::checkpoint;
+    let dir = match arg {
+        None => return Ok(None),
+        Some("auto") => {
+            let note = is_rank0();
+            if note {
+                // Left by a writer killed mid-checkpoint (a preempted job); only rank 0 writes.
+                for dir in checkpoint::remove_stale_temporaries(out) {
+                    eprintln!("rsd-train: removed unfinished checkpoint {}", dir.display());
+                }
+            }
+            let found = checkpoint::auto_resume(out, cfg);
+            for (dir, why) in &found.skipped {
+                if note {
+                    eprintln!(
+                        "rsd-train: warning: skipping damaged checkpoint {}: {}",
+                        dir.display(),
+                        rsd_common::report::for_user_from_env(&why.to_string())
+                    );
+                }
+            }
+            return match found.chosen {
+                Some((dir, st)) => {
+                    if note {
+                        eprintln!(
+                            "rsd-train: --resume auto: resuming from {} (step {})",
+                            dir.display(),
+                            st.step
+                        );
+                    }
+                    Ok(Some(dir))
+                }
+                // Damaged checkpoints and nothing to fall back to: starting over would discard
+                // the run's progress without anyone looking at why.
+                None if !found.skipped.is_empty() => bail!(
+                    "--resume auto: no complete checkpoint under {} ({} damaged, see the \
+                     warnings); remove them to start over, or resume one with --resume DIR",
+                    out.join("checkpoints").display(),
+                    found.skipped.len()
+                ),
+                None => {
+                    if note {
+                        eprintln!(
+                            "rsd-train: --resume auto: no checkpoint under {}; starting fresh",
+                            out.join("checkpoints").display()
+                        );
+                    }
+                    Ok(None)
+                }
+            };
+        }
+        Some("") => match checkpoint::list(out).pop() {
+            Some((_, p)) => p,
+            None => bail!(
+                "--resume: no checkpoint under {} (--resume auto starts fresh instead)",
+                out.join("checkpoints").display()
+            ),
+        },
+        Some(p) => PathBuf::from(p),
+    };
+    checkpoint::validate(&dir, cfg)?;
+    Ok(Some(dir))
+}
+
+/// A hint for errors whose cause is a full disk: what was kept, and how to go on.
+fn disk_full_hint(e: &anyhow::Error, out: &Path) -> Option<String> {
+    let full = e.chain().any(|c| {
+        let io = match c.downcast_ref::<rsd_train::Error>() {
+            Some(rsd_train::Error::Io { source, .. }) => Some(source),
+            _ => c.downcast_ref::<std::io::Error>(),
+        };
+        io.is_some_and(|io| io.kind() == std::io::ErrorKind::StorageFull)
+    });
+    if !full {
+        return None;
+    }
+    let kept = rsd_train::checkpoint::list(out)
+        .pop()
+        .map_or("none yet".to_string(), |(_, p)| p.display().to_string());
+    Some(format!(
+        "the disk is full; the unfinished checkpoint was removed and the last complete one is \
+         {kept}: free space, then run the same command with --resume auto"
+    ))
+}
+
 /// A loss for the final line: the number, or `n/a` when no step ran.
 fn loss_str(loss: Option<f64>) -> String {
     loss.map_or_else(|| "n/a".to_string(), |l| format!("{l:.4}"))
@@ -329,17 +429,7 @@ fn train(a: TrainArgs) -> Result<()> {
         }
     }
     let out = PathBuf::from(&cfg.out);
-    let resume: Option<PathBuf> = match a.resume.as_deref() {
-        None => None,
-        Some("") => match rsd_train::checkpoint::list(&out).pop() {
-            Some((_, p)) => Some(p),
-            None => bail!(
-                "--resume: no checkpoint under {}",
-                out.join("checkpoints").display()
-            ),
-        },
-        Some(p) => Some(PathBuf::from(p)),
-    };
+    let resume = resume_from(a.resume.as_deref(), &cfg, &out)?;
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
@@ -389,7 +479,13 @@ fn train(a: TrainArgs) -> Result<()> {
             prefix_reuse_floor(trainer.model().config(), trainer.seq_len() as i64)
         );
     }
-    let summary = trainer.run(stop.clone())?;
+    let summary = trainer.run(stop.clone()).map_err(|e| {
+        let e = anyhow::Error::from(e);
+        match disk_full_hint(&e, &out) {
+            Some(hint) => e.context(hint),
+            None => e,
+        }
+    })?;
     if !main {
         if stop.load(Ordering::SeqCst) {
             std::process::exit(130);
@@ -443,7 +539,11 @@ fn main() {
         None => train(cli.train),
     };
     if let Err(e) = r {
-        eprintln!("rsd-train: error: {e:#}");
+        // libtorch's C++ backtrace only on request (RSD_BACKTRACE=1).
+        eprintln!(
+            "rsd-train: error: {}",
+            rsd_common::report::for_user_from_env(&format!("{e:#}"))
+        );
         std::process::exit(exit_status(&e));
     }
 }

@@ -269,7 +269,7 @@ impl Trainer {
         }
         fs::create_dir_all(&out).map_err(io_err(&out))?;
         let dp = DataParallel::from_env(&cfg, options.device)?;
-        let (model, state, loader) = match resume {
+        let (model, state, mut loader) = match resume {
             Some(dir) => {
                 let (model, st, loader) = resumed(&cfg, options, dir, &dp)?;
                 (model, Some(st), loader)
@@ -281,6 +281,7 @@ impl Trainer {
             ),
         };
         dp.broadcast_parameters(&model)?;
+        data::guard_vocabulary(&mut loader, model.config().vocab_size)?;
         let mixed = loader
             .manifest(0)
             .is_some_and(|m| m.mode == rsd_shard::PackMode::Mixed);

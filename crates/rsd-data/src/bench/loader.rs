@@ -137,6 +137,8 @@ pub struct LoaderRow {
     pub rss_end: u64,
     /// Largest file-backed RSS seen.
     pub rss_file_max: u64,
+    /// The vocabulary check of each batch, ns per token (median over the rounds).
+    pub id_check_ns_per_token: f64,
     /// Every round.
     pub rounds: Vec<Round>,
 }
@@ -277,6 +279,7 @@ fn measure(
             .map(|r| r.report.rss_file_max)
             .max()
             .unwrap_or(0),
+        id_check_ns_per_token: of(&|r| r.report.id_check_ns_per_token),
         rounds,
     })
 }

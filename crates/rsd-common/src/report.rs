@@ -1,0 +1,70 @@
+//! Error text for people: libtorch's C++ exception context left out.
+//!
+//! A libtorch error carries, after its one-line message, the C++ source location and a stack of
+//! some 30 native frames ("Exception raised from … (most recent call first):", "frame #0: …").
+//! That helps whoever debugs libtorch, not someone whose run stopped, so binaries print the first
+//! line only, unless [`BACKTRACE_ENV`]`=1` asks for the whole text.
+
+/// The environment variable that keeps the full text (`RSD_BACKTRACE=1`).
+pub const BACKTRACE_ENV: &str = "RSD_BACKTRACE";
+
+/// Whether a line starts libtorch's C++ exception context.
+fn is_native_context(line: &str) -> bool {
+    let l = line.trim_start();
+    l.starts_with("Exception raised from ") || l.starts_with("frame #")
+}
+
+/// The first line of `text` when the text carries a C++ backtrace (`None` when it has none, so
+/// multi-line messages of our own stay whole).
+pub fn without_native_backtrace(text: &str) -> Option<&str> {
+    if !text.lines().any(is_native_context) {
+        return None;
+    }
+    Some(text.lines().next().unwrap_or("").trim_end())
+}
+
+/// `text` as a binary should print it: summarised by [`without_native_backtrace`] with a hint,
+/// unless `full` (the text unchanged).
+pub fn for_user(text: &str, full: bool) -> String {
+    match without_native_backtrace(text) {
+        Some(first) if !full => {
+            format!("{first} ({BACKTRACE_ENV}=1 shows libtorch's full message)")
+        }
+        _ => text.to_string(),
+    }
+}
+
+/// [`for_user`] with `full` read from [`BACKTRACE_ENV`].
+pub fn for_user_from_env(text: &str) -> String {
+    let full = std::env::var(BACKTRACE_ENV).is_ok_and(|v| v == "1");
+    for_user(text, full)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TORCH: &str = "libtorch: Internal torch error: index out of range in self\n\
+        Exception raised from operator() at /pytorch/aten/src/ATen/native/TensorAdvancedIndexing.cpp:1190 (most recent call first):\n\
+        frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x7f in libc10.so)\n\
+        frame #1: <unknown function> + 0x1234 (0x7f in libtorch_cpu.so)\n";
+
+    #[test]
+    fn a_torch_error_is_cut_to_its_first_line() {
+        assert_eq!(
+            without_native_backtrace(TORCH),
+            Some("libtorch: Internal torch error: index out of range in self")
+        );
+        let short = for_user(TORCH, false);
+        assert!(short.starts_with("libtorch: Internal torch error: index out of range in self ("));
+        assert!(short.contains("RSD_BACKTRACE=1") && !short.contains("frame #"));
+        assert_eq!(for_user(TORCH, true), TORCH);
+    }
+
+    #[test]
+    fn messages_without_a_backtrace_stay_whole() {
+        let ours = "rank 1 failed:\nsee its log";
+        assert_eq!(without_native_backtrace(ours), None);
+        assert_eq!(for_user(ours, false), ours);
+    }
+}
