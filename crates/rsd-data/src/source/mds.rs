@@ -474,7 +474,10 @@ impl ShardDocs {
             docs.push(Ok(RawDoc {
                 origin: format!("{}:sample {i} document {d}", path.display()),
                 bytes: (tokens.len() * id_dtype.size()) as u64,
-                content: Content::Tokens(tokens),
+                content: Content::Tokens {
+                    ids: tokens,
+                    first_in_sample: docs.is_empty(),
+                },
             }));
         }
         Ok(docs)
