@@ -84,7 +84,8 @@ fn fsync_tree(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Writes a checkpoint atomically and prunes to the newest `keep`.
+/// Writes a checkpoint atomically and prunes to the newest `keep`; its model directory gets the
+/// tokenizer files of `tokenizer` (a directory), if given.
 pub fn save(
     out: &Path,
     model: &Model,
@@ -92,6 +93,7 @@ pub fn save(
     state: &TrainState,
     cfg: &TrainConfig,
     keep: usize,
+    tokenizer: Option<&Path>,
 ) -> Result<PathBuf> {
     let target = dir_for(out, state.step);
     let parent = target.parent().unwrap_or(out).to_path_buf();
@@ -105,7 +107,11 @@ pub fn save(
         fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
     }
     fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
-    model.save(&tmp.join("model"), &SaveOptions::default())?;
+    let model_opts = SaveOptions {
+        tokenizer_from: tokenizer.map(Path::to_path_buf),
+        ..SaveOptions::default()
+    };
+    model.save(&tmp.join("model"), &model_opts)?;
     opt.save(&tmp.join("optimizer.safetensors"))?;
     let json = serde_json::to_string_pretty(state).map_err(|e| Error::Input(e.to_string()))?;
     let sp = tmp.join("state.json");

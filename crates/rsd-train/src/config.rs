@@ -25,7 +25,9 @@ macro_rules! config {
             Error::Input(format!("config key {}: {why}", stringify!($name)))
         })?
     };
-    ($( $(#[$meta:meta])* $name:ident : $ty:ty $(as $spelled:ty)? = $default:expr; )*) => {
+    // A key marked `flag` is a switch on the command line: `--key` alone means true.
+    (@true $flag:ident) => { "true" };
+    ($( $(#[$meta:meta])* $name:ident : $ty:ty $(as $spelled:ty)? = $default:expr $(, $flag:ident)?; )*) => {
         /// The resolved training config (see the module docs; `docs/TRAIN.md` lists every key).
         #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
         #[serde(deny_unknown_fields)]
@@ -43,7 +45,12 @@ macro_rules! config {
         #[derive(Debug, Clone, Default, Deserialize, clap::Args)]
         #[serde(deny_unknown_fields)]
         pub struct ConfigOverrides {
-            $( $(#[$meta])* #[arg(long)] pub $name: Option<config!(@spelled $ty $(, $spelled)?)>, )*
+            $(
+                $(#[$meta])*
+                #[arg(long)]
+                $( #[arg(num_args = 0..=1, default_missing_value = config!(@true $flag))] )?
+                pub $name: Option<config!(@spelled $ty $(, $spelled)?)>,
+            )*
         }
 
         impl ConfigOverrides {
@@ -70,6 +77,10 @@ config! {
     init: Option<String> as String = None;
     /// Seed of the random init.
     init_seed: i64 = 0;
+    /// Train even when the shards' tokenizer (manifest sha256, vocab size) is not the model's
+    /// (its tokenizer.json; its vocab_size). Off: such a run is refused before anything is written.
+    #[serde(default)]
+    allow_tokenizer_mismatch: bool = false, flag;
     /// Run directory (checkpoints, metrics.jsonl, final model).
     out: String = String::new();
     /// cpu, cuda, cuda:N.

@@ -13,6 +13,8 @@
 //!   [`train`]: the loop that owns them all; [`parallel`]: data parallelism across processes,
 //!   applied around the step.
 //! * [`probe`]: one batch through the step, nothing updated (`rsd-train probe`).
+//! * [`tokenizer`]: the shards' tokenizer checked against the model's; the tokenizer files every
+//!   saved model directory carries.
 //!
 //! The design and the numbers are in `docs/TRAIN.md`.
 
@@ -24,6 +26,7 @@ pub mod parallel;
 pub mod perturb;
 pub mod probe;
 pub mod step;
+pub mod tokenizer;
 pub mod train;
 
 /// Errors of the trainer library.

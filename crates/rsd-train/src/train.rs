@@ -31,6 +31,7 @@ use crate::perturb::{perturb_row, RowView, Sampler, Scope};
 use crate::step::{
     grad_norm, step_micro, zero_grads, LossNormalizers, MicroBatch, Objective, StepOptions, Sums,
 };
+use crate::tokenizer;
 use crate::{io_err, Error, Result};
 use rsd_common::mem::Memory;
 use rsd_common::rng::SplitMix64;
@@ -106,6 +107,8 @@ pub struct Trainer {
     sampler: Sampler,
     step_opts: StepOptions,
     out: PathBuf,
+    /// Where saved model directories get their tokenizer files from (`tokenizer::tokenizer_files`).
+    tokenizer_dir: Option<PathBuf>,
 }
 
 fn model_options(cfg: &TrainConfig) -> Result<ModelOptions> {
@@ -239,8 +242,15 @@ impl Trainer {
                 "config key out: a run directory is required".into(),
             ));
         }
+        let tokenizer_warnings = tokenizer::check(&cfg)?;
         fs::create_dir_all(&out).map_err(io_err(&out))?;
         let dp = DataParallel::from_env(&cfg, options.device)?;
+        let (tokenizer_dir, no_tokenizer) = tokenizer::tokenizer_files(&cfg, &out)?;
+        if dp.is_main() {
+            for w in tokenizer_warnings.iter().chain(&no_tokenizer) {
+                eprintln!("warning: {w}");
+            }
+        }
         let (model, state, loader) = match resume {
             Some(dir) => {
                 let (model, st, loader) = resumed(&cfg, options, dir, &dp)?;
@@ -313,6 +323,7 @@ impl Trainer {
             sampler,
             step_opts,
             out,
+            tokenizer_dir,
         })
     }
 
@@ -541,6 +552,7 @@ impl Trainer {
                 &self.state,
                 &self.cfg,
                 self.cfg.keep,
+                self.tokenizer_dir.as_deref(),
             )?)
         } else {
             None
@@ -586,6 +598,7 @@ impl Trainer {
                 &dir,
                 &rsd_model::SaveOptions {
                     overwrite: true,
+                    tokenizer_from: self.tokenizer_dir.clone(),
                     ..Default::default()
                 },
             )?;
