@@ -394,3 +394,20 @@ def test_the_qwen_pipeline_builds_the_papers_data(tmp_path, qwen3_path):
         assert manifest["totals"]["truncated_tokens"] == len(stream) - 262_144
         assert manifest["tokenizer"]["sha256"] == sha256(qwen3_path)
         assert manifest["source_tokenizer"]["sha256"] == sha256(LLAMA3)
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "pipelines").glob("*.json")), ids=lambda p: p.name)
+def test_shipped_pipelines_build_what_they_list(tmp_path, path):
+    """Each pipeline's `build` commands write exactly its datasets, and every flag in them is one
+    rsd-data accepts (run against an empty data root they stop at the missing corpus, not at a
+    usage error)."""
+    pipeline = json.loads(path.read_text())
+    build = pipeline.get("build", [])
+    if not build:
+        pytest.skip("no build commands (packed from the bundled corpus, see its about)")
+    assert [d["dir"] for d in pipeline["datasets"]] == [c[c.index("--out") + 1] for c in build]
+    for cmd in build:
+        assert cmd[:2] == ["rsd-data", "pack"]
+        local = [str(tmp_path / a) if a.startswith(("data/", "models/")) else a for a in cmd[1:]]
+        p = run("rsd-data", *local, check=False, env={"RSD_DATA_ROOT": str(tmp_path / "empty")})
+        assert p.returncode == 1 and "no ProLong data found" in p.stderr, p.stderr
