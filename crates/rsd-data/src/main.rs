@@ -476,8 +476,12 @@ fn print_pack_report(out: &Path, report: &PackReport) {
 
 fn matching_tokenizer(set: &ShardSet, given: Option<String>) -> Result<Option<Tokenizer>> {
     let info = &set.manifest().tokenizer;
+    // The directory's own copy of its tokenizer first (written by every pack since it carried
+    // one), else the file the manifest names.
+    let own = set.dir().join(rsd_shard::TOKENIZER_FILE);
     let spec = match given {
         Some(g) => g,
+        None if own.is_file() => own.display().to_string(),
         None => info.name.clone(),
     };
     let tok = match Tokenizer::load(&spec, &Delimiter::None, &Delimiter::None) {
