@@ -411,3 +411,33 @@ def test_shipped_pipelines_build_what_they_list(tmp_path, path):
         local = [str(tmp_path / a) if a.startswith(("data/", "models/")) else a for a in cmd[1:]]
         p = run("rsd-data", *local, check=False, env={"RSD_DATA_ROOT": str(tmp_path / "empty")})
         assert p.returncode == 1 and "no ProLong data found" in p.stderr, p.stderr
+
+
+def test_mds_retokenized_with_the_repos_own_tokenizers_matches_hf_tokenizers(tmp_path, qwen3_path):
+    """Needs no fetched asset: MDS of Qwen3 ids (the bundled tokenizer, as --source-tokenizer)
+    re-tokenized with a small byte-level BPE trained here, against HF tokenizers doing the same."""
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    books = [b.read_text() for b in sorted((ROOT / "corpus/books").glob("*.txt"))[:12]]
+    small = Tokenizer(models.BPE())
+    small.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    small.decoder = decoders.ByteLevel()
+    small.train_from_iterator(books, trainers.BpeTrainer(vocab_size=600, special_tokens=["<|endoftext|>"],
+                                                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    small_path = tmp_path / "small.json"
+    small.save(str(small_path))
+    eos = small.token_to_id("<|endoftext|>")
+    qwen = Tokenizer.from_file(str(qwen3_path))
+    text = "".join(books)
+    docs = [np.array(qwen.encode(text[a:a + 4000], add_special_tokens=False).ids + [151643], dtype=np.uint32)
+            for a in range(0, 120_000, 4000)]
+    samples = mds_samples(docs, 2048)
+    write_mds(tmp_path / "mds", samples)
+    out = tmp_path / "out"
+    rsd("pack", "--len", 1024, "--tail", "keep", "--src", tmp_path / "mds", "--source-tokenizer", qwen3_path,
+        "--tokenizer", small_path, "--out", out, "--progress", "none")
+    got, _, manifest = megatron_read(out)
+    want = [t for sample in retokenized(samples, qwen3_path, small_path, eos) for d in sample for t in d]
+    assert np.array_equal(got, np.array(want, dtype=np.int64))
+    assert manifest["source_tokenizer"]["sha256"] == sha256(qwen3_path)
+    assert manifest["tokenizer"]["sha256"] == sha256(small_path) and manifest["tokenizer"]["eos_id"] == eos
