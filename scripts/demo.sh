@@ -39,4 +39,4 @@ final="$out/train/model"
 echo
 echo "shards:      $out/shards (index.json, shard-*.bin/.idx; megatron-core's IndexedDataset opens them too)"
 echo "training:    $out/train (metrics.jsonl, summary.json, checkpoints/)"
-echo "checkpoint:  $final (config.json + model.safetensors: loads in transformers)"
+echo "checkpoint:  $final (config.json + model.safetensors + the shards' tokenizer: loads in transformers, AutoTokenizer too)"

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rsd_cli import rsd
+from rsd_cli import rsd, run
 import zstandard
 from tokenizers import Tokenizer
 from megatron.core.datasets.indexed_dataset import IndexedDataset
@@ -224,3 +224,220 @@ def test_tokenizer_the_fast_encoder_cannot_run_falls_back_to_tokenizers_022(tmp_
     assert "using tokenizers 0.22" in res.stderr and "cannot encode" in res.stderr, res.stderr
     got, _, _ = megatron_read(out)
     assert np.array_equal(got, expected_stream(path, docs, None, 1))
+
+
+# --- Re-tokenizing pre-tokenized (MDS) data, and one window per source sample (--truncate) ------
+
+def llama3_docs(n_tokens, start=0):
+    """ProLong-style documents: Llama-3 ids of pieces of the bundled books (3,000 to 15,000
+    characters), each as BOS ids EOS, until `n_tokens` are made; `start` picks the first book."""
+    tok = Tokenizer.from_file(str(LLAMA3))
+    books = sorted((ROOT / "corpus/books").glob("*.txt"))
+    text = "".join(b.read_text() for b in books[start % len(books):] + books[:start % len(books)])
+    rng = np.random.default_rng(start)
+    docs, total, at = [], 0, 0
+    while total < n_tokens:
+        n = int(rng.integers(3000, 15000))
+        part, at = text[at:at + n], (at + n) % len(text)
+        ids = [128000] + tok.encode(part, add_special_tokens=False).ids + [128001]
+        docs.append(np.array(ids, dtype=np.uint32))
+        total += len(ids)
+    return docs
+
+
+def mds_samples(docs, seq):
+    """The document stream cut into samples of `seq` ids with ProLong's `indices` (a document that
+    crosses a sample edge is cut there, as ProLong's are: the cut can fall inside a UTF-8 character)."""
+    stream = np.concatenate(docs)
+    ends = np.cumsum([len(d) for d in docs])
+    samples = []
+    for s0 in range(0, len(stream) - seq + 1, seq):
+        bounds = sorted({s0, s0 + seq, *[int(e) for e in ends if s0 < e < s0 + seq]})
+        indices = np.array([[a - s0, b - s0] for a, b in zip(bounds, bounds[1:])], dtype=np.uint32)
+        samples.append((stream[s0:s0 + seq].copy(), indices))
+    return samples
+
+
+def write_mds(d, samples):
+    from streaming import MDSWriter
+
+    columns = {"input_ids": "ndarray:uint32", "indices": "ndarray:uint32", "domain": "str"}
+    with MDSWriter(out=str(d), columns=columns, size_limit=1 << 22) as w:
+        for ids, indices in samples:
+            w.write({"input_ids": ids, "indices": indices, "domain": "book"})
+
+
+def retokenized(samples, source_path, target_path, eos):
+    """What re-tokenizing means, with HF tokenizers: per source sample, the list of its documents
+    decoded with the source tokenizer (special tokens dropped) and encoded with the target one,
+    EOS after each (empty documents skipped)."""
+    src, tgt = Tokenizer.from_file(str(source_path)), Tokenizer.from_file(str(target_path))
+    out = []
+    for ids, indices in samples:
+        docs = []
+        for a, b in indices:
+            text = src.decode([int(x) for x in ids[a:b]], skip_special_tokens=True)
+            if text:
+                docs.append(tgt.encode(text, add_special_tokens=False).ids + [eos])
+        out.append(docs)
+    return out
+
+
+def sha256(path):
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+@pytest.mark.skipif(not LLAMA3.exists(), reason="the Llama-3 tokenizer is fetched by scripts/setup.sh")
+def test_mds_retokenized_for_another_tokenizer_matches_hf_tokenizers(tmp_path, qwen3_path):
+    samples = mds_samples(llama3_docs(40_000), 8192)
+    assert len(samples) >= 4 and all(len(ix) >= 2 for _, ix in samples)
+    write_mds(tmp_path / "mds", samples)
+    out = tmp_path / "out"
+    res = rsd("pack", "--len", 4096, "--tail", "keep", "--src", tmp_path / "mds", "--tokenizer", qwen3_path,
+              "--out", out, "--progress", "none")
+    assert "re-tokenizing MDS ids" in res.stderr and "llama3-tokenizer.json" in res.stderr, res.stderr
+    got, pieces, manifest = megatron_read(out)
+    docs = [d for sample in retokenized(samples, LLAMA3, qwen3_path, 151643) for d in sample]
+    want = np.array([t for d in docs for t in d], dtype=np.int64)
+    assert len(got) == len(want)
+    assert np.array_equal(got, want), f"first difference at token {np.argmax(got != want)}"
+    assert manifest["totals"]["documents"] == len(docs), "document boundaries kept: one EOS per document"
+    # The manifest says what the ids are and what they were made from; the directory carries the
+    # tokenizer its ids belong to.
+    assert manifest["tokenizer"]["sha256"] == sha256(qwen3_path) and manifest["tokenizer"]["vocab_size"] == 151669
+    assert manifest["source_tokenizer"]["sha256"] == sha256(LLAMA3)
+    assert manifest["source_tokenizer"]["vocab_size"] == 128256
+    assert (out / "tokenizer.json").read_bytes() == qwen3_path.read_bytes()
+    assert sum(sum(p) for p in pieces) == len(want)
+
+
+@pytest.mark.skipif(not LLAMA3.exists(), reason="the Llama-3 tokenizer is fetched by scripts/setup.sh")
+def test_mds_repack_states_the_source_tokenizer(tmp_path, qwen3_path):
+    samples = mds_samples(llama3_docs(20_000), 4096)
+    write_mds(tmp_path / "mds", samples)
+    # No --tokenizer: a repack, ids kept, recorded as the Llama-3 tokenizer's (the default source).
+    rsd("pack", "--len", 4096, "--src", tmp_path / "mds", "--out", tmp_path / "a", "--progress", "none")
+    got, _, manifest = megatron_read(tmp_path / "a")
+    assert np.array_equal(got, np.concatenate([ids for ids, _ in samples]).astype(np.int64))
+    assert manifest["tokenizer"]["sha256"] == sha256(LLAMA3) and manifest["tokenizer"]["vocab_size"] == 128256
+    assert "source_tokenizer" not in manifest
+    assert (tmp_path / "a" / "tokenizer.json").read_bytes() == LLAMA3.read_bytes()
+    # --tokenizer naming the source tokenizer is a repack too.
+    rsd("pack", "--len", 4096, "--src", tmp_path / "mds", "--tokenizer", LLAMA3, "--out", tmp_path / "b",
+        "--progress", "none")
+    assert (tmp_path / "b" / "shard-00000.bin").read_bytes() == (tmp_path / "a" / "shard-00000.bin").read_bytes()
+    # Ids made with another tokenizer: --source-tokenizer says which, and the manifest records it.
+    rsd("pack", "--len", 4096, "--src", tmp_path / "mds", "--source-tokenizer", qwen3_path, "--out",
+        tmp_path / "c", "--progress", "none")
+    manifest = json.loads((tmp_path / "c" / "index.json").read_text())
+    assert manifest["tokenizer"]["sha256"] == sha256(qwen3_path) and "source_tokenizer" not in manifest
+    # --source-tokenizer with no MDS source is a mistake, named.
+    res = rsd("pack", "--len", 64, "--src", ROOT / "corpus/books", "--source-tokenizer", qwen3_path,
+              "--out", tmp_path / "d", ok=False)
+    assert "--source-tokenizer" in res.stderr and not (tmp_path / "d" / "index.json").exists()
+
+
+@pytest.mark.skipif(not LLAMA3.exists(), reason="the Llama-3 tokenizer is fetched by scripts/setup.sh")
+def test_truncate_keeps_the_first_window_of_each_source_sample(tmp_path, qwen3_path):
+    samples = mds_samples(llama3_docs(30_000), 4096)
+    write_mds(tmp_path / "mds", samples)
+    out = tmp_path / "out"
+    res = rsd("pack", "--len", 1024, "--truncate", "--src", tmp_path / "mds", "--out", out, "--progress", "none")
+    got, pieces, manifest = megatron_read(out)
+    assert len(pieces) == len(samples), "one window per source sample"
+    want = np.concatenate([ids[:1024] for ids, _ in samples]).astype(np.int64)
+    assert np.array_equal(got, want)
+    for (_, ix), p in zip(samples, pieces):  # the document boundaries inside each window
+        ends = [int(e) for _, e in ix if e < 1024]
+        assert np.cumsum(p).tolist() == ends + [1024]
+    assert manifest["totals"]["truncated_tokens"] == len(samples) * (4096 - 1024)
+    assert f"truncated  {len(samples) * 3072} tokens" in res.stdout
+    # Plain fixed packing cuts every sample into four windows instead.
+    rsd("pack", "--len", 1024, "--src", tmp_path / "mds", "--out", tmp_path / "fixed", "--progress", "none")
+    assert json.loads((tmp_path / "fixed" / "index.json").read_text())["totals"]["samples"] == 4 * len(samples)
+    res = rsd("pack", "--len", 1024, "--truncate", "--mode", "mixed", "--src", tmp_path / "mds",
+              "--out", tmp_path / "m", ok=False)
+    assert "--truncate" in res.stderr and "mixed" in res.stderr
+
+
+@pytest.mark.skipif(not LLAMA3.exists(), reason="the Llama-3 tokenizer is fetched by scripts/setup.sh")
+def test_the_qwen_pipeline_builds_the_papers_data(tmp_path, qwen3_path):
+    """pipelines/prolong-512k-qwen3-256k.json, run as written on a miniature ProLong-512K (one
+    524,288-id sample per subset): ProLong's Llama-3 ids re-tokenized for Qwen3, the first 256K
+    tokens of each 512K sample kept (the paper's §4.1), the rest counted."""
+    pipeline = json.loads((ROOT / "pipelines/prolong-512k-qwen3-256k.json").read_text())
+    root = tmp_path / "datasets"
+    subsets = {"book-524288": 0, "thestackv1_concat_by_repo-524288": 7}
+    written = {}
+    for subset, start in subsets.items():
+        samples = mds_samples(llama3_docs(524_288, start), 524_288)[:1]
+        write_mds(root / "prolong-data-512K" / subset / "proc00-64", samples)
+        written[subset] = samples
+    # The model directory the pipeline names holds Qwen3's tokenizer.
+    (tmp_path / "models/Qwen3-4B").mkdir(parents=True)
+    shutil.copy(qwen3_path, tmp_path / "models/Qwen3-4B/tokenizer.json")
+    local = lambda a: str(tmp_path / a) if a.startswith(("data/", "models/")) else a
+    for cmd in pipeline["build"]:
+        assert cmd[:2] == ["rsd-data", "pack"]
+        run("rsd-data", *map(local, cmd[1:]), "--progress", "none", env={"RSD_DATA_ROOT": str(root)},
+            timeout=600)
+    assert [d["dir"] for d in pipeline["datasets"]] == [c[c.index("--out") + 1] for c in pipeline["build"]]
+    for cmd, subset in zip(pipeline["build"], subsets):
+        out = Path(local(cmd[cmd.index("--out") + 1]))
+        got, pieces, manifest = megatron_read(out)
+        docs = retokenized(written[subset], LLAMA3, qwen3_path, 151643)[0]
+        stream = [t for d in docs for t in d]
+        assert len(stream) > 262_144
+        assert len(pieces) == 1 and np.array_equal(got, np.array(stream[:262_144], dtype=np.int64))
+        assert manifest["totals"]["truncated_tokens"] == len(stream) - 262_144
+        assert manifest["tokenizer"]["sha256"] == sha256(qwen3_path)
+        assert manifest["source_tokenizer"]["sha256"] == sha256(LLAMA3)
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "pipelines").glob("*.json")), ids=lambda p: p.name)
+def test_shipped_pipelines_build_what_they_list(tmp_path, path):
+    """Each pipeline's `build` commands write exactly its datasets, and every flag in them is one
+    rsd-data accepts (run against an empty data root they stop at the missing corpus, not at a
+    usage error)."""
+    pipeline = json.loads(path.read_text())
+    build = pipeline.get("build", [])
+    if not build:
+        pytest.skip("no build commands (packed from the bundled corpus, see its about)")
+    assert [d["dir"] for d in pipeline["datasets"]] == [c[c.index("--out") + 1] for c in build]
+    for cmd in build:
+        assert cmd[:2] == ["rsd-data", "pack"]
+        local = [str(tmp_path / a) if a.startswith(("data/", "models/")) else a for a in cmd[1:]]
+        p = run("rsd-data", *local, check=False, env={"RSD_DATA_ROOT": str(tmp_path / "empty")})
+        assert p.returncode == 1 and "no ProLong data found" in p.stderr, p.stderr
+
+
+def test_mds_retokenized_with_the_repos_own_tokenizers_matches_hf_tokenizers(tmp_path, qwen3_path):
+    """Needs no fetched asset: MDS of Qwen3 ids (the bundled tokenizer, as --source-tokenizer)
+    re-tokenized with a small byte-level BPE trained here, against HF tokenizers doing the same."""
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    books = [b.read_text() for b in sorted((ROOT / "corpus/books").glob("*.txt"))[:12]]
+    small = Tokenizer(models.BPE())
+    small.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    small.decoder = decoders.ByteLevel()
+    small.train_from_iterator(books, trainers.BpeTrainer(vocab_size=600, special_tokens=["<|endoftext|>"],
+                                                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    small_path = tmp_path / "small.json"
+    small.save(str(small_path))
+    eos = small.token_to_id("<|endoftext|>")
+    qwen = Tokenizer.from_file(str(qwen3_path))
+    text = "".join(books)
+    docs = [np.array(qwen.encode(text[a:a + 4000], add_special_tokens=False).ids + [151643], dtype=np.uint32)
+            for a in range(0, 120_000, 4000)]
+    samples = mds_samples(docs, 2048)
+    write_mds(tmp_path / "mds", samples)
+    out = tmp_path / "out"
+    rsd("pack", "--len", 1024, "--tail", "keep", "--src", tmp_path / "mds", "--source-tokenizer", qwen3_path,
+        "--tokenizer", small_path, "--out", out, "--progress", "none")
+    got, _, manifest = megatron_read(out)
+    want = [t for sample in retokenized(samples, qwen3_path, small_path, eos) for d in sample for t in d]
+    assert np.array_equal(got, np.array(want, dtype=np.int64))
+    assert manifest["source_tokenizer"]["sha256"] == sha256(qwen3_path)
+    assert manifest["tokenizer"]["sha256"] == sha256(small_path) and manifest["tokenizer"]["eos_id"] == eos

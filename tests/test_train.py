@@ -3,8 +3,8 @@
 `rsd-train probe` (our chunked, prefix-reusing step) must give the same CLM term, KL term, total
 loss and global gradient norm as the formulas written out below on transformers' own model
 (full logits, two full forward passes, autograd), for: standard CLM; RSD with the skip view
-(reverse and forward KL, per-sample (s, y), fixed (s, y), λ ≠ 1); RSD with the cyclic view; PoSE
-(CLM on the perturbed view). Llama and Qwen3, fp64 (tight) and fp32.
+(reverse and forward KL, per-sample (s, y), fixed (s, y), λ ≠ 1); RSD with the cyclic view and with
+the chunk-permute view (`--order`); PoSE (CLM on the perturbed view). Llama and Qwen3, fp64 (tight) and fp32.
 
 The paper's loss, for sample b with split s_b and skip y_b (r_i = i for i < s, i + y for i ≥ s):
     CLM  = mean over label tokens of −log p_std(x_{i+1} | x_≤i)
@@ -102,6 +102,19 @@ def reference(model_dir, tokens, objective, perturb, params, kl_dir, lam, dtype,
             s, y = params["split"][r], params["skip"][r]
             pos.append(torch.where(i < s, i, i + y))
             rows.append(list(range(s, l)))
+        elif perturb == "chunk-permute":
+            # Chunk k of c near-equal chunks ([k·l/c, (k+1)·l/c)) moves to rank order[k]; rows
+            # differ from the first token whose offset differs from the first token's.
+            order = params["order"]
+            c = len(order)
+            bounds = [k * l // c for k in range(c + 1)]
+            lens = [bounds[k + 1] - bounds[k] for k in range(c)]
+            starts = [sum(lens[j] for j in range(c) if order[j] < order[k]) for k in range(c)]
+            p = torch.cat([torch.arange(starts[k], starts[k] + lens[k]) for k in range(c)])
+            delta = p - i
+            first = next((j for j in range(l) if delta[j] != delta[0]), l)
+            pos.append(p)
+            rows.append(list(range(first, l)))
         else:
             u = params["shift"][r]
             pos.append((i + u) % l)
@@ -140,6 +153,8 @@ CASES = [
     ("rsd", "cyclic", {"shift": [3, 17]}, "reverse", 1.0),
     ("rsd", "cyclic", {"shift": [11, 2]}, "forward", 1.0),
     ("pose", "skip", {"split": [6, 0], "skip": [50, 9]}, "reverse", 1.0),
+    ("rsd", "chunk-permute", {"order": [2, 0, 1]}, "reverse", 1.0),
+    ("rsd", "chunk-permute", {"order": [1, 0, 3, 2]}, "forward", 1.0),
 ]
 
 
@@ -209,6 +224,27 @@ def test_prefix_reuse_and_checkpointing_do_not_change_the_probe(setup):
             # fp64 runs: RMSNorm computes in fp32 (as transformers does), and the variants order
             # their operations differently, so agreement is to ~1e-9, not to fp64 rounding.
             assert r[k] == pytest.approx(runs[0][k], rel=1e-8), k
+
+
+def test_probe_chunk_permute_uses_the_order_given(setup):
+    d, tokens, models = setup
+
+    def probe(order):
+        return json.loads(rsd_train("probe", "--model", models["llama"], "--tokens", d / "tokens.npy",
+                                    "--perturb", "chunk-permute", "--order", order, "--dtype", "fp64").stdout)
+
+    out = probe("2,0,1")
+    assert [r["perturbation"]["order"] for r in out["rows"]] == [[2, 0, 1]] * B
+    # Chunks [0,8) [8,16) [16,24) placed at ranks 2,0,1: chunk 0 moves as a block (its rows see
+    # only themselves and are unchanged); every row from the second chunk on differs.
+    assert [r["kl_rows"] for r in out["rows"]] == [L - 8] * B and out["kl"] > 0
+    # The identity order moves nothing: no KL; another order gives another KL.
+    same = probe("0,1,2")
+    assert same["kl"] == 0 and all(r["kl_rows"] == 0 for r in same["rows"])
+    assert probe("1,2,0")["kl"] != pytest.approx(out["kl"])
+    p = rsd_train("probe", "--model", models["llama"], "--tokens", d / "tokens.npy",
+                  "--perturb", "chunk-permute", "--order", "0,0,1", check=False)
+    assert p.returncode == 1 and "--order 0,0,1" in p.stderr and "permutation" in p.stderr
 
 
 def test_probe_errors_are_clear(setup):

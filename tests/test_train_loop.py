@@ -9,7 +9,10 @@
 
 Binaries: $RSD_BIN_DIR (default <repo>/target/debug): rsd-data and rsd-train.
 """
+import hashlib
 import json
+import os
+import shutil
 import signal
 import subprocess
 import time
@@ -51,6 +54,18 @@ def test_loss_decreases_and_model_loads_in_transformers(shards, tmp_path):
     model = AutoModelForCausalLM.from_pretrained(out / "model")
     with torch.no_grad():
         assert torch.isfinite(model(torch.tensor([[1, 2, 3]])).logits).all()
+    # A model trained from `init` carries the shards' tokenizer, in the final model and in every
+    # checkpoint: transformers loads it and encodes as the tokenizer the shards were packed with.
+    from transformers import AutoTokenizer
+    from tokenizers import Tokenizer
+
+    text = "Call me Ishmael. Some years ago <|endoftext|> 東京 🚀"
+    packed_with = Tokenizer.from_file(str(shards / "tokenizer.json"))
+    for d in [out / "model", *sorted((out / "checkpoints").iterdir())]:
+        model_dir = d if d.name == "model" else d / "model"
+        tok = AutoTokenizer.from_pretrained(model_dir)
+        assert tok.encode(text, add_special_tokens=False) == packed_with.encode(text, add_special_tokens=False).ids
+        assert tok.eos_token == "<|endoftext|>" and tok.eos_token_id == 151643
 
 
 def test_resume_is_exact(shards, tmp_path):
@@ -146,3 +161,58 @@ def test_long_ce_trains_and_bad_settings_are_named(shards, tmp_path):
     assert p.returncode != 0 and "long_ce_window" in p.stderr, p.stderr
     p = train(shards, tmp_path / "bad2", "--steps", 1, "--long-ce-window", 32, "--long-ce-gamma", 0, check=False)
     assert p.returncode != 0 and "long_ce_gamma" in p.stderr, p.stderr
+
+
+LLAMA3 = Path(os.environ.get("RSD_ASSETS", Path.home() / ".cache/rsd/assets")) / "llama3-tokenizer.json"
+
+
+def sha256(path):
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def train_from(model, shards, out, *extra, check=True):
+    """Train from a model directory (or, with model = an init config, from a random model)."""
+    start = ["--init", model, "--model", ""] if str(model).endswith(".json") else ["--init", "", "--model", model]
+    return run("rsd-train", "--config", REPO / "configs" / "tiny-cpu.toml", "--shards", shards, *start,
+               "--out", out, "--progress", "false", "--threads", "2", *extra, check=check)
+
+
+@pytest.mark.skipif(not LLAMA3.exists(), reason="the Llama-3 tokenizer is fetched by scripts/setup.sh")
+def test_shards_of_another_tokenizer_are_refused_before_anything_is_written(shards, tmp_path):
+    # A model directory with Qwen3's tokenizer (a tiny model trained from init on Qwen3 shards).
+    base = tmp_path / "base"
+    train(shards, base, "--steps", 1)
+    model = base / "model"
+    # The same books packed with Llama-3's tokenizer: ids the Qwen3 model would misread.
+    llama = tmp_path / "llama-shards"
+    run("rsd-data", "pack", "--len", "128", "--src", REPO / "corpus" / "books", "--tokenizer", LLAMA3,
+        "--out", llama)
+    out = tmp_path / "refused"
+    p = train_from(model, llama, out, check=False)
+    assert p.returncode == 1
+    err = p.stderr
+    assert str(llama / "index.json") in err and "tokenizer.sha256" in err, err
+    assert sha256(LLAMA3) in err and sha256(model / "tokenizer.json") in err, err
+    assert str(model / "tokenizer.json") in err and "--allow-tokenizer-mismatch" in err, err
+    assert not out.exists(), "nothing is written before the refusal"
+    # Allowed: it trains, with a warning naming the same.
+    p = train_from(model, llama, out, "--steps", 1, "--allow-tokenizer-mismatch")
+    assert "warning" in p.stderr and sha256(LLAMA3) in p.stderr
+    # The saved model carries the starting model's tokenizer files.
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        assert (out / "model" / f).read_bytes() == (model / f).read_bytes()
+
+    # A random init has no tokenizer: only the vocabulary sizes are compared.
+    out = tmp_path / "small-vocab"
+    p = train_from(REPO / "configs" / "model" / "tiny-llama.json", shards, out, check=False)
+    assert p.returncode == 1
+    assert str(shards / "index.json") in p.stderr and "tokenizer.vocab_size is 151669" in p.stderr, p.stderr
+    assert "tiny-llama.json: vocab_size is 128256" in p.stderr and not out.exists()
+
+    # The same tokenizer written differently (another copy of Qwen3's tokenizer.json) matches.
+    other = tmp_path / "reformatted"
+    shutil.copytree(model, other)
+    tok = json.loads((other / "tokenizer.json").read_text())
+    (other / "tokenizer.json").write_text(json.dumps(tok, indent=1, ensure_ascii=False))
+    assert sha256(other / "tokenizer.json") != sha256(shards / "tokenizer.json")
+    train_from(other, shards, tmp_path / "same", "--steps", 1)

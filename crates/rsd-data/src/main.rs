@@ -70,10 +70,21 @@ struct PackArgs {
     /// samples of at most --len tokens (documents longer than --len are split), for document-masked training.
     #[arg(long, value_enum, default_value_t = Mode::Fixed)]
     mode: Mode,
-    /// A tokenizer.json (or a directory holding one). Default: the bundled Qwen3 tokenizer, or for
-    /// ProLong/MDS sources (Llama-3 ids) the Llama-3 tokenizer that scripts/setup.sh fetches.
+    /// Fixed mode: one window per source sample (an MDS sample, or a document of a text source):
+    /// its first --len tokens, the rest dropped and counted (`truncated_tokens`). The paper's Qwen
+    /// data: ProLong's 512K samples truncated to 256K (--len 262144 --truncate).
+    #[arg(long)]
+    truncate: bool,
+    /// The tokenizer.json (or a directory holding one) whose ids the shards will hold. Default:
+    /// for MDS-only sources the source tokenizer (a repack, ids kept), else the bundled Qwen3
+    /// tokenizer. MDS ids of another tokenizer are decoded with --source-tokenizer and re-encoded
+    /// with this one, document by document (e.g. ProLong's Llama-3 ids for a Qwen3 model).
     #[arg(long, value_name = "FILE")]
     tokenizer: Option<String>,
+    /// The tokenizer.json MDS sources were tokenized with. Default: the Llama-3 tokenizer that
+    /// scripts/setup.sh fetches (ProLong's ids).
+    #[arg(long, value_name = "FILE")]
+    source_tokenizer: Option<String>,
     /// Token put before each document: `auto` (the tokenizer's template, e.g. Llama-3's
     /// <|begin_of_text|>), `none`, a token string or an id.
     #[arg(long, default_value = "auto")]
@@ -282,6 +293,7 @@ fn pack(a: PackArgs) -> Result<()> {
         format: a.format,
         data_root: a.data_root,
         tokenizer: a.tokenizer,
+        source_tokenizer: a.source_tokenizer,
         bos: Delimiter::parse(&a.bos),
         eos: Delimiter::parse(&a.eos),
         text_field: a.text_field,
@@ -290,6 +302,7 @@ fn pack(a: PackArgs) -> Result<()> {
             out: a.out,
             seq_len: a.seq_len,
             mode: a.mode,
+            truncate: a.truncate,
             tail: a.tail,
             pad_id: a.pad_id,
             min_doc_tokens: a.min_doc_tokens,
@@ -337,6 +350,14 @@ fn print_pack_start(inputs: &pack::Inputs, settings: &PackSettings) {
         settings.workers,
         inputs.read.read_threads
     );
+    if let Some(source) = &inputs.retokenize {
+        eprintln!(
+            "re-tokenizing MDS ids: each document decoded with {} (vocab {}), encoded with {}",
+            source.tokenizer.name(),
+            source.tokenizer.vocab_size(),
+            tok.name()
+        );
+    }
     for s in &inputs.sources {
         eprintln!(
             "  {} → {} [{}], {} input(s), {:.1} MB",
@@ -485,6 +506,12 @@ fn print_pack_report(out: &Path, report: &PackReport) {
         cpu.write,
         100.0 * cpu.tokenize / (cpu.tokenize + cpu.read + cpu.write).max(1e-9)
     );
+    if t.truncated_tokens > 0 {
+        println!(
+            "  truncated  {} tokens dropped after the first window of each source sample (--truncate)",
+            t.truncated_tokens
+        );
+    }
     print_bad_inputs(&t.bad_inputs);
 }
 
@@ -528,8 +555,12 @@ fn print_bad_inputs(bad: &[rsd_shard::BadInput]) {
 
 fn matching_tokenizer(set: &ShardSet, given: Option<String>) -> Result<Option<Tokenizer>> {
     let info = &set.manifest().tokenizer;
+    // The directory's own copy of its tokenizer first (written by every pack since it carried
+    // one), else the file the manifest names.
+    let own = set.dir().join(rsd_shard::TOKENIZER_FILE);
     let spec = match given {
         Some(g) => g,
+        None if own.is_file() => own.display().to_string(),
         None => info.name.clone(),
     };
     let tok = match Tokenizer::load(&spec, &Delimiter::None, &Delimiter::None) {

@@ -49,6 +49,13 @@ pub struct PackerCounts {
     pub padding_tokens: u64,
     /// Tokens dropped with the tail.
     pub dropped_tokens: u64,
+    /// Tokens dropped by `truncate` (the rest of each source sample after its window).
+    #[serde(default)]
+    pub truncated_tokens: u64,
+    /// With `truncate`: the current source sample's window is complete, so its remaining
+    /// documents are dropped. Saved with the counts so a resumed pack goes on exactly.
+    #[serde(default)]
+    pub sample_window_full: bool,
 }
 
 /// The packer. Feed documents with [`Packer::push`]; finished samples are appended to `out` in a
@@ -60,6 +67,8 @@ pub struct Packer {
     tail: Tail,
     pad_id: u32,
     max_open: usize,
+    /// Keep only the first window of each source sample (`fixed` mode).
+    truncate: bool,
     /// Samples still open: one partial window in `fixed` mode, up to `max_open` bins in `mixed`.
     open: Vec<PackedSample>,
     /// Counts so far.
@@ -76,16 +85,53 @@ impl Packer {
             tail,
             pad_id,
             max_open: max_open.max(1),
+            truncate: false,
             open: Vec::new(),
             counts: PackerCounts::default(),
+        }
+    }
+
+    /// Keep only the first window of each source sample (`fixed` mode; see the module docs).
+    /// Source samples are marked with [`Packer::start_sample`].
+    pub fn truncating(mut self, truncate: bool) -> Packer {
+        self.truncate = truncate;
+        self
+    }
+
+    /// A new source sample begins (its first document is pushed next). With `truncate`, the
+    /// previous sample's window is closed (a partial one by the tail rule); otherwise nothing
+    /// happens.
+    pub fn start_sample(&mut self, out: &mut Vec<PackedSample>) {
+        if self.truncate {
+            self.close_open(out);
+            self.counts.sample_window_full = false;
         }
     }
 
     /// Add one document.
     pub fn push(&mut self, doc: &[u32], out: &mut Vec<PackedSample>) {
         match self.mode {
+            Mode::Fixed if self.truncate => self.push_truncated(doc, out),
             Mode::Fixed => self.push_fixed(doc, out),
             Mode::Mixed => self.push_mixed(doc, out),
+        }
+    }
+
+    fn push_truncated(&mut self, doc: &[u32], out: &mut Vec<PackedSample>) {
+        if self.counts.sample_window_full {
+            self.counts.truncated_tokens += doc.len() as u64;
+            return;
+        }
+        if self.open.is_empty() {
+            self.open.push(PackedSample::default());
+        }
+        let window = &mut self.open[0];
+        let take = window.room(self.len).min(doc.len());
+        window.push_piece(&doc[..take]);
+        self.counts.truncated_tokens += (doc.len() - take) as u64;
+        if window.room(self.len) == 0 {
+            out.push(self.open.remove(0));
+            self.counts.sample_window_full = true;
         }
     }
 
@@ -149,6 +195,10 @@ impl Packer {
 
     /// Close everything still open, applying the tail rule in `fixed` mode.
     pub fn finish(&mut self, out: &mut Vec<PackedSample>) {
+        self.close_open(out);
+    }
+
+    fn close_open(&mut self, out: &mut Vec<PackedSample>) {
         let open = std::mem::take(&mut self.open);
         for mut sample in open {
             if sample.tokens.is_empty() {
@@ -229,6 +279,42 @@ mod tests {
         assert_eq!(out[1].pieces, vec![5]);
         assert_eq!(out[2].pieces, vec![2, 1, 2]);
         assert_eq!(counts.dropped_tokens, (all.len() % 5) as u64);
+    }
+
+    #[test]
+    fn truncate_keeps_the_first_window_of_each_source_sample() {
+        // Source samples: [docs 0, 1] (3 + 9 tokens), [doc 2] (1), [docs 3, 4, 5] (4 + 12 + 2).
+        let d = docs();
+        let samples: [&[usize]; 3] = [&[0, 1], &[2], &[3, 4, 5]];
+        for tail in [Tail::Drop, Tail::Keep] {
+            let mut p = Packer::new(Mode::Fixed, 5, tail, 999, 1).truncating(true);
+            let mut out = vec![];
+            for sample in samples {
+                p.start_sample(&mut out);
+                for &k in sample {
+                    p.push(&d[k], &mut out);
+                }
+            }
+            p.finish(&mut out);
+            let first = [d[0].clone(), d[1].clone()].concat();
+            let third = [d[3].clone(), d[4].clone()].concat();
+            let mut want = vec![first[..5].to_vec()];
+            if tail == Tail::Keep {
+                want.push(d[2].clone()); // the 1-token sample, shorter than a window
+            }
+            want.push(third[..5].to_vec());
+            let got: Vec<Vec<u32>> = out.iter().map(|s| s.tokens.clone()).collect();
+            assert_eq!(got, want, "{tail:?}");
+            assert_eq!(
+                out[0].pieces,
+                vec![3, 2],
+                "document boundaries inside the window"
+            );
+            // Sample 0 loses 7 of its 12 tokens, sample 2 loses 13 of its 18.
+            assert_eq!(p.counts.truncated_tokens, 7 + 13);
+            let dropped = if tail == Tail::Drop { 1 } else { 0 };
+            assert_eq!(p.counts.dropped_tokens, dropped);
+        }
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub struct Tokenizer {
     vocab_size: u64,
     bos: Option<u32>,
     eos: Option<u32>,
+    /// The `tokenizer.json` bytes (copied into the shard directory).
+    json: Vec<u8>,
     /// Set when the fast engine could not load the file and the legacy one is in use.
     pub fallback_reason: Option<String>,
 }
@@ -147,6 +149,7 @@ impl Tokenizer {
             vocab_size,
             bos: None,
             eos: None,
+            json: bytes.to_vec(),
             fallback_reason,
         };
         let special = added_tokens(&json);
@@ -278,12 +281,52 @@ impl Tokenizer {
     pub fn eos(&self) -> Option<u32> {
         self.eos
     }
+    /// The `tokenizer.json` bytes this tokenizer was loaded from.
+    pub fn json_bytes(&self) -> &[u8] {
+        &self.json
+    }
     /// Which engine encodes: `pipeline` (fast) or `legacy` (tokenizers 0.22).
     pub fn engine_name(&self) -> &'static str {
         match self.engine {
             Engine::Pipeline(_) => "pipeline (tokenizers 1.0.0-rc.3)",
             Engine::Legacy(_) => "legacy (tokenizers 0.22)",
         }
+    }
+}
+
+/// Turns pre-tokenized ids (MDS) back into text for re-tokenizing with another tokenizer.
+///
+/// Decoding is `tokenizers` 0.22's `decode(ids, skip_special_tokens = true)`, the very code behind
+/// Python's `Tokenizer.decode(ids, skip_special_tokens=True)`, so a re-tokenized pack is what the
+/// same steps give in Python. Special tokens are dropped: the document delimiters of the source
+/// (Llama-3's BOS/EOS) are replaced by the target's, added around the re-encoded text.
+pub struct SourceDecoder {
+    /// The source tokenizer (its identity and vocabulary).
+    pub tokenizer: Tokenizer,
+    decoder: tokenizers_v0::Tokenizer,
+}
+
+impl SourceDecoder {
+    /// Wraps a loaded source tokenizer.
+    pub fn new(tokenizer: Tokenizer) -> Result<SourceDecoder> {
+        let decoder =
+            tokenizers_v0::Tokenizer::from_bytes(tokenizer.json_bytes()).map_err(|e| {
+                DataError::Tokenizer {
+                    name: tokenizer.name().to_string(),
+                    what: format!("cannot be loaded for decoding by tokenizers 0.22: {e}"),
+                }
+            })?;
+        Ok(SourceDecoder { tokenizer, decoder })
+    }
+
+    /// The text of `ids`, special tokens dropped.
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.decoder
+            .decode(ids, true)
+            .map_err(|e| DataError::Tokenizer {
+                name: self.tokenizer.name().to_string(),
+                what: format!("decode failed: {e}"),
+            })
     }
 }
 

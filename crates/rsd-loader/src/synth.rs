@@ -103,6 +103,7 @@ pub fn write(dir: &Path, spec: &SynthSpec) -> Result<Manifest> {
             bos_id: None,
             eos_id: None,
         },
+        source_tokenizer: None,
         dtype,
         seq_len: spec.seq_len as u64,
         mode: if spec.mixed {

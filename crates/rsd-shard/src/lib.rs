@@ -28,7 +28,7 @@ pub use fsutil::{fsync_dir, write_file_atomic};
 pub use idx::{IdxHeader, IDX_MAGIC, IDX_VERSION};
 pub use manifest::{
     BadInput, Manifest, PackMode, ShardInfo, SourceInfo, TokenizerInfo, Totals, FORMAT_NAME,
-    FORMAT_VERSION, MANIFEST_FILE,
+    FORMAT_VERSION, MANIFEST_FILE, TOKENIZER_FILE,
 };
 pub use reader::{Sample, Shard, ShardSet, TokenElem, Tokens};
 pub use verify::{verify, VerifyOptions, VerifyReport};

@@ -9,6 +9,10 @@ use crate::fsutil::write_file_atomic;
 /// Name of the manifest inside a shard directory. It is written last: its presence means the
 /// directory is complete.
 pub const MANIFEST_FILE: &str = "index.json";
+/// The `tokenizer.json` whose ids the shards hold, copied into the shard directory (before the
+/// manifest) so a model trained from the shards can be saved with its tokenizer. Directories
+/// packed before this existed have none.
+pub const TOKENIZER_FILE: &str = "tokenizer.json";
 /// The `format` field of every manifest.
 pub const FORMAT_NAME: &str = "rsd-shards";
 /// The manifest version this crate writes and reads.
@@ -23,6 +27,11 @@ pub struct Manifest {
     pub version: u32,
     /// The tokenizer whose ids the shards hold.
     pub tokenizer: TokenizerInfo,
+    /// Set when pre-tokenized sources (MDS) were re-tokenized: the tokenizer their ids were
+    /// decoded with (`tokenizer` is the one they were encoded with). Absent for a repack, whose
+    /// ids are the sources' own and whose `tokenizer` is therefore the source tokenizer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_tokenizer: Option<TokenizerInfo>,
     /// Token dtype of every `.bin`.
     pub dtype: TokenDtype,
     /// The packing length: every sample has exactly this many tokens in `fixed` mode, at most this
@@ -125,6 +134,10 @@ pub struct Totals {
     pub unused_slots: u64,
     /// Tokens read but not stored (a dropped tail).
     pub dropped_tokens: u64,
+    /// Tokens read but not stored because `--truncate` keeps only the first window of each
+    /// source sample.
+    #[serde(default)]
+    pub truncated_tokens: u64,
     /// Documents skipped (empty, shorter than the minimum, or bad input with `--skip-bad`).
     pub skipped_documents: u64,
     /// What `--skip-bad` skipped: one entry per input file and cause, in reading order. Empty

@@ -27,6 +27,7 @@ fn manifest(
             bos_id: None,
             eos_id: Some(1),
         },
+        source_tokenizer: None,
         dtype,
         seq_len,
         mode,

@@ -107,7 +107,8 @@ impl Drop for RemoveOnDrop<'_> {
     }
 }
 
-/// Writes a checkpoint atomically and prunes to the newest `keep`.
+/// Writes a checkpoint atomically and prunes to the newest `keep`; its model directory gets the
+/// tokenizer files of `tokenizer` (a directory), if given.
 pub fn save(
     out: &Path,
     model: &Model,
@@ -115,6 +116,7 @@ pub fn save(
     state: &TrainState,
     cfg: &TrainConfig,
     keep: usize,
+    tokenizer: Option<&Path>,
 ) -> Result<PathBuf> {
     let target = dir_for(out, state.step);
     let parent = target.parent().unwrap_or(out).to_path_buf();
@@ -129,7 +131,11 @@ pub fn save(
     }
     fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
     let _cleanup = RemoveOnDrop(&tmp);
-    model.save(&tmp.join("model"), &SaveOptions::default())?;
+    let model_opts = SaveOptions {
+        tokenizer_from: tokenizer.map(Path::to_path_buf),
+        ..SaveOptions::default()
+    };
+    model.save(&tmp.join("model"), &model_opts)?;
     Tensor::write_safetensors(optimizer, tmp.join("optimizer.safetensors"))?;
     let json = serde_json::to_string_pretty(state).map_err(|e| Error::Input(e.to_string()))?;
     let sp = tmp.join("state.json");
@@ -454,9 +460,10 @@ mod tests {
             },
         )
         .expect("optimizer");
-        let loader =
-            Loader::new(crate::data::loader_config(&cfg, rsd_loader::Parallel::default()).expect("cfg"))
-                .expect("loader");
+        let loader = Loader::new(
+            crate::data::loader_config(&cfg, rsd_loader::Parallel::default()).expect("cfg"),
+        )
+        .expect("loader");
         let out = root.join("run");
         for step in 1..=3 {
             let state = TrainState {
@@ -474,7 +481,7 @@ mod tests {
                 skipped: 0,
                 elapsed_s: 0.0,
             };
-            save(&out, &model, &opt.state_tensors(), &state, &cfg, 3).expect("save");
+            save(&out, &model, &opt.state_tensors(), &state, &cfg, 3, None).expect("save");
         }
         (out, cfg)
     }

@@ -25,7 +25,9 @@ macro_rules! config {
             Error::Input(format!("config key {}: {why}", stringify!($name)))
         })?
     };
-    ($( $(#[$meta:meta])* $name:ident : $ty:ty $(as $spelled:ty)? = $default:expr; )*) => {
+    // A key marked `flag` is a switch on the command line: `--key` alone means true.
+    (@true $flag:ident) => { "true" };
+    ($( $(#[$meta:meta])* $name:ident : $ty:ty $(as $spelled:ty)? = $default:expr $(, $flag:ident)?; )*) => {
         /// The resolved training config (see the module docs; `docs/TRAIN.md` lists every key).
         #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
         #[serde(deny_unknown_fields)]
@@ -43,7 +45,12 @@ macro_rules! config {
         #[derive(Debug, Clone, Default, Deserialize, clap::Args)]
         #[serde(deny_unknown_fields)]
         pub struct ConfigOverrides {
-            $( $(#[$meta])* #[arg(long)] pub $name: Option<config!(@spelled $ty $(, $spelled)?)>, )*
+            $(
+                $(#[$meta])*
+                #[arg(long)]
+                $( #[arg(num_args = 0..=1, default_missing_value = config!(@true $flag))] )?
+                pub $name: Option<config!(@spelled $ty $(, $spelled)?)>,
+            )*
         }
 
         impl ConfigOverrides {
@@ -70,6 +77,10 @@ config! {
     init: Option<String> as String = None;
     /// Seed of the random init.
     init_seed: i64 = 0;
+    /// Train even when the shards' tokenizer (manifest sha256, vocab size) is not the model's
+    /// (its tokenizer.json; its vocab_size). Off: such a run is refused before anything is written.
+    #[serde(default)]
+    allow_tokenizer_mismatch: bool = false, flag;
     /// Run directory (checkpoints, metrics.jsonl, final model).
     out: String = String::new();
     /// cpu, cuda, cuda:N.
@@ -411,6 +422,75 @@ mod tests {
             (c.model, c.init, c.rope_theta),
             (None, Some("y.json".into()), None)
         );
+    }
+
+    /// Every shipped config loads with the trainer's own loader, names the paper section it
+    /// follows in one line, and the paper runs have the paper's numbers.
+    #[test]
+    fn shipped_configs_load_and_match_the_paper() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
+        let mut loaded = std::collections::BTreeMap::new();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().and_then(|e| e.to_str()) != Some("toml") {
+                continue;
+            }
+            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+            let c = TrainConfig::resolve(Some(&path), ConfigOverrides::default())
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let text = std::fs::read_to_string(&path).unwrap();
+            let paper: Vec<&str> = text.lines().filter(|l| l.starts_with("# Paper:")).collect();
+            assert_eq!(paper.len(), 1, "{name}: one `# Paper:` line");
+            if name.starts_with("llama3") || name.starts_with("qwen3") {
+                assert!(paper[0].contains('§'), "{name}: {}", paper[0]);
+            }
+            loaded.insert(name, c);
+        }
+        let llama = &loaded["llama3-8b-64k"];
+        assert_eq!((llama.steps, llama.tokens_per_step), (1000, 4 << 20));
+        assert_eq!(
+            llama.shards, "data/prolong-64k/book",
+            "the paper's Llama data: book only"
+        );
+        let mix = &loaded["llama3-8b-64k-bookrepo"];
+        assert_eq!(mix.shards.split(',').count(), 2);
+        let qwen = &loaded["qwen3-4b-256k"];
+        assert_eq!((qwen.steps, qwen.tokens_per_step), (1000, 8 << 20));
+        assert_eq!(qwen.max_position_embeddings, Some(262_144));
+        let standard = &loaded["llama3-8b-64k-standard"];
+        assert_eq!(standard.objective, Objective::Standard);
+        assert_eq!(
+            standard.steps * 10,
+            llama.steps * 16,
+            "compute-matched: 1.6× the steps"
+        );
+        // Apart from the objective, its steps and its run directory, it is the RSD run.
+        let same = TrainConfig {
+            objective: llama.objective,
+            steps: llama.steps,
+            out: llama.out.clone(),
+            ..standard.clone()
+        };
+        assert_eq!(&same, llama);
+    }
+
+    #[test]
+    fn allow_tokenizer_mismatch_is_a_switch() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            o: ConfigOverrides,
+        }
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from([&["x"], args].concat())
+                .unwrap()
+                .o
+                .allow_tokenizer_mismatch
+        };
+        assert_eq!(parse(&["--allow-tokenizer-mismatch"]), Some(true));
+        assert_eq!(parse(&["--allow-tokenizer-mismatch", "false"]), Some(false));
+        assert_eq!(parse(&[]), None);
     }
 
     #[test]

@@ -175,7 +175,8 @@ mod tests {
             shards: dir.path().display().to_string(),
             ..TrainConfig::default()
         };
-        let open = || Loader::new(loader_config(&cfg, Parallel::default()).expect("cfg")).expect("open");
+        let open =
+            || Loader::new(loader_config(&cfg, Parallel::default()).expect("cfg")).expect("open");
         let e = guard_vocabulary(&mut open(), 999).expect_err("larger tokenizer");
         assert!(e
             .to_string()

@@ -14,6 +14,8 @@
 //!   applied around the step; [`update`]: the optimizer update across ranks, with the state
 //!   replicated or sharded ([`sharded`]).
 //! * [`probe`]: one batch through the step, nothing updated (`rsd-train probe`).
+//! * [`tokenizer`]: the shards' tokenizer checked against the model's; the tokenizer files every
+//!   saved model directory carries.
 //!
 //! The design and the numbers are in `docs/TRAIN.md`.
 
@@ -28,6 +30,7 @@ pub mod perturb;
 pub mod probe;
 pub mod sharded;
 pub mod step;
+pub mod tokenizer;
 pub mod train;
 pub mod update;
 

@@ -331,6 +331,16 @@ fn perturbations(kind: PerturbKind, p: &PerturbParams, rows: usize) -> Result<Ve
                 .order
                 .clone()
                 .ok_or_else(|| required("order", "chunk-permute"))?;
+            let mut sorted = order.clone();
+            sorted.sort_unstable();
+            if sorted.iter().enumerate().any(|(k, &r)| k != r) {
+                let text: Vec<String> = order.iter().map(usize::to_string).collect();
+                return Err(Error::Input(format!(
+                    "--order {}: expected a permutation of 0..{} (the rank of each chunk)",
+                    text.join(","),
+                    order.len()
+                )));
+            }
             vec![Perturbation::ChunkPermute { order }; rows]
         }
     })

@@ -31,6 +31,7 @@ use crate::perturb::{perturb_row, RowView, Sampler, Scope};
 use crate::step::{
     step_micro_split, zero_grads, LossNormalizers, MicroBatch, Objective, StepOptions, Sums,
 };
+use crate::tokenizer;
 use crate::update::Optimizer;
 use crate::{io_err, Error, Result};
 use rsd_common::mem::Memory;
@@ -111,6 +112,8 @@ pub struct Trainer {
     sampler: Sampler,
     step_opts: StepOptions,
     out: PathBuf,
+    /// Where saved model directories get their tokenizer files from (`tokenizer::tokenizer_files`).
+    tokenizer_dir: Option<PathBuf>,
 }
 
 fn model_options(cfg: &TrainConfig) -> Result<ModelOptions> {
@@ -267,8 +270,15 @@ impl Trainer {
                 "config key out: a run directory is required".into(),
             ));
         }
+        let tokenizer_warnings = tokenizer::check(&cfg)?;
         fs::create_dir_all(&out).map_err(io_err(&out))?;
         let dp = DataParallel::from_env(&cfg, options.device)?;
+        let (tokenizer_dir, no_tokenizer) = tokenizer::tokenizer_files(&cfg, &out)?;
+        if dp.is_main() {
+            for w in tokenizer_warnings.iter().chain(&no_tokenizer) {
+                eprintln!("warning: {w}");
+            }
+        }
         let (model, state, mut loader) = match resume {
             Some(dir) => {
                 let (model, st, loader) = resumed(&cfg, options, dir, &dp)?;
@@ -334,6 +344,7 @@ impl Trainer {
             sampler,
             step_opts,
             out,
+            tokenizer_dir,
         })
     }
 
@@ -619,6 +630,7 @@ impl Trainer {
                 &self.state,
                 &self.cfg,
                 self.cfg.keep,
+                self.tokenizer_dir.as_deref(),
             )?)
         } else {
             None
@@ -664,6 +676,7 @@ impl Trainer {
                 &dir,
                 &rsd_model::SaveOptions {
                     overwrite: true,
+                    tokenizer_from: self.tokenizer_dir.clone(),
                     ..Default::default()
                 },
             )?;

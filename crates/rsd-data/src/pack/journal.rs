@@ -72,17 +72,27 @@ pub(super) fn fingerprint(inputs: &Inputs, settings: &PackSettings) -> String {
             )
         })
         .collect();
-    let key = serde_json::json!({
+    let mut key = serde_json::json!({
         "sources": sources, "text_field": inputs.read.text_field, "tokenizer": tok.sha256(),
         "bos": tok.bos(), "eos": tok.eos(), "seq_len": settings.seq_len, "mode": settings.mode,
         "tail": settings.tail, "pad_id": settings.pad_id, "min_doc_tokens": settings.min_doc_tokens,
         "shard_bytes": settings.shard_bytes, "max_open": settings.max_open, "skip_bad": settings.skip_bad,
     });
+    // Added only when used, so the fingerprint of an interrupted pack from before these options
+    // existed is unchanged and it still resumes.
+    if let Some(source) = &inputs.retokenize {
+        key["source_tokenizer"] = source.tokenizer.sha256().into();
+    }
+    if settings.truncate {
+        key["truncate"] = true.into();
+    }
     format!("{:x}", Sha256::digest(key.to_string().as_bytes()))
 }
 
 fn is_our_file(name: &str) -> bool {
     name == rsd_shard::MANIFEST_FILE
+        || name == rsd_shard::TOKENIZER_FILE
+        || name == format!("{}.tmp", rsd_shard::TOKENIZER_FILE)
         || name.starts_with("pack.journal")
         || (name.starts_with("shard-")
             && (name.ends_with(".bin") || name.ends_with(".idx") || name.ends_with(".tmp")))

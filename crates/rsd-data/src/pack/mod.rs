@@ -23,7 +23,7 @@ use crate::packer::Packer;
 pub use crate::packer::{Mode, Tail};
 use crate::paths;
 use crate::source::{self, Format, ReadOptions, ResolvedSource};
-use crate::tokenizer::{Delimiter, Tokenizer, BUNDLED_NAME};
+use crate::tokenizer::{Delimiter, SourceDecoder, Tokenizer, BUNDLED_NAME};
 use journal::Journal;
 use stages::{DocBatch, Tokenized, WriteStart};
 
@@ -40,9 +40,12 @@ pub struct PackRequest {
     pub format: Option<Format>,
     /// Where `prolong/<subset>` is looked up; `None`: see [`paths::data_root`].
     pub data_root: Option<PathBuf>,
-    /// A `tokenizer.json` (or a directory holding one); `None`: the bundled Qwen3 tokenizer, or the
-    /// Llama-3 one when every source is MDS (ProLong's ids).
+    /// A `tokenizer.json` (or a directory holding one) for the shards' ids; `None`: the source
+    /// tokenizer when every source is MDS (a repack), else the bundled Qwen3 tokenizer.
     pub tokenizer: Option<String>,
+    /// The tokenizer MDS sources' ids were made with; `None`: the Llama-3 tokenizer (ProLong's).
+    /// When it differs from `tokenizer`, MDS documents are decoded with it and re-encoded.
+    pub source_tokenizer: Option<String>,
     /// Token put before each document.
     pub bos: Delimiter,
     /// Token put after each document.
@@ -64,6 +67,8 @@ pub struct PackSettings {
     pub seq_len: usize,
     /// `fixed` or `mixed`.
     pub mode: Mode,
+    /// `fixed` mode: keep only the first window of each source sample (see [`Packer::truncating`]).
+    pub truncate: bool,
     /// Tail rule for `fixed` mode.
     pub tail: Tail,
     /// Pad id for `--tail pad` (defaults to EOS).
@@ -94,11 +99,13 @@ pub struct Inputs {
     pub read: ReadOptions,
     /// The loaded tokenizer with its BOS and EOS.
     pub tokenizer: Tokenizer,
+    /// Set when MDS ids are re-tokenized: the tokenizer they were made with, to decode them.
+    pub retokenize: Option<SourceDecoder>,
 }
 
 /// What [`run`] tells its caller while it works, in this order.
 pub enum Event<'a> {
-    /// No tokenizer was given and every source is MDS: the Llama-3 tokenizer at this path is used.
+    /// MDS sources and no --source-tokenizer: their ids are taken to be Llama-3's, from this file.
     Llama3Tokenizer(&'a Path),
     /// The inputs are resolved and the tokenizer loaded; nothing is written yet.
     Start(&'a Inputs, &'a PackSettings),
@@ -171,8 +178,7 @@ fn resolve(request: &PackRequest, on_event: &mut dyn FnMut(Event<'_>)) -> Result
         .iter()
         .map(|s| source::resolve(s, request.format, &root, request.settings.seq_len as u64))
         .collect::<Result<Vec<_>>>()?;
-    let spec = choose_tokenizer(request.tokenizer.clone(), &sources, on_event)?;
-    let tokenizer = Tokenizer::load(&spec, &request.bos, &request.eos)?;
+    let (tokenizer, retokenize) = choose_tokenizers(request, &sources, on_event)?;
     Ok(Inputs {
         sources,
         read: ReadOptions {
@@ -180,35 +186,60 @@ fn resolve(request: &PackRequest, on_event: &mut dyn FnMut(Event<'_>)) -> Result
             read_threads: request.read_threads.max(1),
         },
         tokenizer,
+        retokenize,
     })
 }
 
-/// The tokenizer to use: the one given, else Llama-3 for MDS sources (their ids are Llama-3's),
-/// else the bundled one.
-fn choose_tokenizer(
-    given: Option<String>,
+/// The shards' tokenizer, and the source tokenizer to decode MDS ids with when it differs.
+///
+/// MDS sources hold ids of the source tokenizer (`--source-tokenizer`, default Llama-3, as
+/// ProLong's are). Without `--tokenizer` an all-MDS pack keeps them (a repack, recorded with the
+/// source tokenizer); with a different `--tokenizer` every MDS document is decoded and re-encoded.
+/// Text sources are encoded with `--tokenizer` (default the bundled Qwen3).
+fn choose_tokenizers(
+    request: &PackRequest,
     sources: &[ResolvedSource],
     on_event: &mut dyn FnMut(Event<'_>),
-) -> Result<String> {
-    if let Some(t) = given {
-        return Ok(t);
-    }
-    if !sources.is_empty() && sources.iter().all(|s| s.format == Format::Mds) {
-        let llama3 = paths::llama3_tokenizer();
-        if llama3.is_file() {
-            on_event(Event::Llama3Tokenizer(&llama3));
-            return Ok(llama3.display().to_string());
+) -> Result<(Tokenizer, Option<SourceDecoder>)> {
+    let any_mds = sources.iter().any(|s| s.format == Format::Mds);
+    let all_mds = !sources.is_empty() && sources.iter().all(|s| s.format == Format::Mds);
+    if !any_mds {
+        if request.source_tokenizer.is_some() {
+            return Err(DataError::Config(
+                "--source-tokenizer names the tokenizer of pre-tokenized (MDS) sources, and no \
+                 --src is MDS: use --tokenizer for text sources"
+                    .into(),
+            ));
         }
-        return Err(DataError::Config(format!(
-            "MDS sources are already tokenized, so the tokenizer must be the one they were made with \
-             (Llama-3 for ProLong). {} is missing: run scripts/setup.sh to fetch it, or pass --tokenizer FILE",
-            llama3.display()
-        )));
+        let spec = request.tokenizer.as_deref().unwrap_or(BUNDLED_NAME);
+        return Ok((Tokenizer::load(spec, &request.bos, &request.eos)?, None));
     }
-    if sources.iter().any(|s| s.format == Format::Mds) {
-        return Err(DataError::Config("MDS (pre-tokenized) and text sources are mixed: pass --tokenizer with the tokenizer the MDS ids were made with".into()));
+    let source_spec = match &request.source_tokenizer {
+        Some(t) => t.clone(),
+        None => {
+            let llama3 = paths::llama3_tokenizer();
+            if !llama3.is_file() {
+                return Err(DataError::Config(format!(
+                    "MDS sources are already tokenized, and their ids are taken to be Llama-3's \
+                     (ProLong's) unless --source-tokenizer names the tokenizer they were made with. \
+                     {} is missing: run scripts/setup.sh to fetch it, or pass --source-tokenizer FILE",
+                    llama3.display()
+                )));
+            }
+            on_event(Event::Llama3Tokenizer(&llama3));
+            llama3.display().to_string()
+        }
+    };
+    let source = Tokenizer::load(&source_spec, &request.bos, &request.eos)?;
+    let target = match &request.tokenizer {
+        None if all_mds => return Ok((source, None)),
+        None => Tokenizer::load(BUNDLED_NAME, &request.bos, &request.eos)?,
+        Some(spec) => Tokenizer::load(spec, &request.bos, &request.eos)?,
+    };
+    if target.sha256() == source.sha256() {
+        return Ok((target, None));
     }
-    Ok(BUNDLED_NAME.to_string())
+    Ok((target, Some(SourceDecoder::new(source)?)))
 }
 
 /// Pack resolved inputs: check the output directory (fresh, resume or refuse), run the stages,
@@ -225,6 +256,13 @@ fn pack(
         return Err(DataError::Config(
             "--len is 0: it is the number of tokens per sample, at least 1".into(),
         ));
+    }
+    if settings.truncate && settings.mode != Mode::Fixed {
+        return Err(DataError::Config(format!(
+            "--truncate keeps the first --len tokens of each source sample as one fixed-length \
+             window; it does not apply to --mode {}",
+            settings.mode
+        )));
     }
     let dtype = TokenDtype::for_vocab(tok.vocab_size());
     let pad_id = match (settings.tail, settings.pad_id.or(tok.eos())) {
@@ -246,7 +284,8 @@ fn pack(
             settings.tail,
             pad_id.unwrap_or(0),
             settings.max_open,
-        ),
+        )
+        .truncating(settings.truncate),
         journal: Journal::new(fp),
         queued: vec![],
         total_bytes: inputs.sources.iter().map(|s| s.bytes).sum(),
@@ -281,7 +320,12 @@ fn pack(
             settings.seq_len
         )));
     }
-    let manifest = manifest(tok, settings, dtype, pad_id, &journal, source_info);
+    let manifest = manifest(inputs, settings, dtype, pad_id, &journal, source_info);
+    // The tokenizer goes in before the manifest, which marks the directory complete.
+    rsd_shard::write_file_atomic(
+        &settings.out.join(rsd_shard::TOKENIZER_FILE),
+        tok.json_bytes(),
+    )?;
     manifest.write(&settings.out)?;
     journal::remove(&settings.out)?;
     Ok(PackReport {
@@ -337,7 +381,15 @@ fn run_stages(
                 on_progress,
             )
         });
-        stages::tokenize(&pool, &inputs.tokenizer, doc_rx, tok_tx, interrupted, stop);
+        stages::tokenize(
+            &pool,
+            &inputs.tokenizer,
+            inputs.retokenize.as_ref(),
+            doc_rx,
+            tok_tx,
+            interrupted,
+            stop,
+        );
         let (journal, write_cpu) = writer
             .join()
             .map_err(|_| DataError::Config("the writer thread panicked".into()))?;
@@ -360,7 +412,7 @@ fn run_stages(
 
 /// The manifest of a finished pack.
 fn manifest(
-    tok: &Tokenizer,
+    inputs: &Inputs,
     settings: &PackSettings,
     dtype: TokenDtype,
     pad_id: Option<u32>,
@@ -370,16 +422,15 @@ fn manifest(
     let mut totals = journal.totals.clone();
     totals.padding_tokens = journal.packer.padding_tokens;
     totals.dropped_tokens = journal.packer.dropped_tokens;
+    totals.truncated_tokens = journal.packer.truncated_tokens;
     Manifest {
         format: rsd_shard::FORMAT_NAME.into(),
         version: rsd_shard::FORMAT_VERSION,
-        tokenizer: TokenizerInfo {
-            name: tok.name().to_string(),
-            sha256: tok.sha256().to_string(),
-            vocab_size: tok.vocab_size(),
-            bos_id: tok.bos(),
-            eos_id: tok.eos(),
-        },
+        tokenizer: tokenizer_info(&inputs.tokenizer),
+        source_tokenizer: inputs
+            .retokenize
+            .as_ref()
+            .map(|d| tokenizer_info(&d.tokenizer)),
         dtype,
         seq_len: settings.seq_len as u64,
         mode: settings.mode,
@@ -389,5 +440,16 @@ fn manifest(
         sources,
         command: settings.command.clone(),
         created_by: format!("rsd-data {}", env!("CARGO_PKG_VERSION")),
+    }
+}
+
+/// A tokenizer as the manifest records it.
+fn tokenizer_info(tok: &Tokenizer) -> TokenizerInfo {
+    TokenizerInfo {
+        name: tok.name().to_string(),
+        sha256: tok.sha256().to_string(),
+        vocab_size: tok.vocab_size(),
+        bos_id: tok.bos(),
+        eos_id: tok.eos(),
     }
 }

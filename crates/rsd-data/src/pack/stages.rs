@@ -25,7 +25,7 @@ use super::{PackSettings, Progress};
 use crate::error::{Cause, DataError, Result};
 use crate::packer::{PackedSample, Packer};
 use crate::source::{Content, DocumentStream, RawDoc, ReadOptions, ResolvedSource};
-use crate::tokenizer::Tokenizer;
+use crate::tokenizer::{SourceDecoder, Tokenizer};
 
 /// Batches of documents queued between the reader and the tokenizer pool: enough to keep the pool
 /// fed while the reader waits on a slow file, few enough to keep memory at a few batches.
@@ -45,9 +45,18 @@ const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
 /// A document batch as the reader sends it.
 pub(super) type DocBatch = Vec<Result<RawDoc>>;
 
-/// A tokenized stream item: the ids, `None` for an empty document, or the record's error; with the
-/// document's input bytes.
-pub(super) type Tokenized = Result<(Option<Vec<u32>>, u64)>;
+/// A tokenized stream item: the document, or the record's error.
+pub(super) type Tokenized = Result<TokenizedDoc>;
+
+/// One tokenized document.
+pub(super) struct TokenizedDoc {
+    /// The ids; `None` for an empty document.
+    ids: Option<Vec<u32>>,
+    /// Input bytes it accounts for.
+    bytes: u64,
+    /// The first document of a source sample (always, for text sources).
+    sample_start: bool,
+}
 
 /// CPU time this thread has used, in seconds.
 pub(super) fn thread_cpu_seconds() -> f64 {
@@ -105,6 +114,7 @@ pub(super) fn read(
 pub(super) fn tokenize(
     pool: &rayon::ThreadPool,
     tok: &Tokenizer,
+    retokenize: Option<&SourceDecoder>,
     rx: Receiver<DocBatch>,
     tx: Sender<Vec<Tokenized>>,
     interrupted: &AtomicBool,
@@ -127,7 +137,7 @@ pub(super) fn tokenize(
                 let tokenized: Vec<Tokenized> = batch
                     .into_par_iter()
                     .map_init(Vec::new, |scratch, doc| {
-                        tokenize_document(doc, tok, scratch)
+                        tokenize_document(doc, tok, retokenize, scratch)
                     })
                     .collect();
                 let _ = done_tx.send(tokenized);
@@ -152,10 +162,12 @@ pub(super) fn tokenize(
     drop(rx);
 }
 
-/// One document's ids (BOS and EOS added to text; pre-tokenized ids checked against the vocabulary).
+/// One document's ids: BOS and EOS added to text; pre-tokenized ids checked against the
+/// vocabulary of their tokenizer, and decoded and re-encoded when `retokenize` is set.
 fn tokenize_document(
     doc: Result<RawDoc>,
     tok: &Tokenizer,
+    retokenize: Option<&SourceDecoder>,
     scratch: &mut Vec<tokenizers::pipeline::PipelineToken>,
 ) -> Tokenized {
     let RawDoc {
@@ -172,20 +184,47 @@ fn tokenize_document(
             DataError::bad_record(&*path, &location, format!("the tokenizer failed: {e}"))
         })
     };
+    let mut sample_start = true;
     let ids = match content {
         Content::Text(text) => encode(&text)?,
         // Decoded here, on the tokenizer threads (see `Content::JsonLine`).
         Content::JsonLine(line) => encode(&line.decode()?)?,
-        Content::Tokens(ids) => {
-            check_vocabulary(&ids, tok.vocab_size(), &path, &location)?;
-            (!ids.is_empty()).then_some(ids)
+        Content::Tokens {
+            ids,
+            first_in_sample,
+        } => {
+            sample_start = first_in_sample;
+            match retokenize {
+                None => {
+                    let tokenizer = (tok.name(), tok.vocab_size());
+                    check_vocabulary(&ids, &tokenizer, &path, &location)?;
+                    (!ids.is_empty()).then_some(ids)
+                }
+                Some(source) => {
+                    let tokenizer = (source.tokenizer.name(), source.tokenizer.vocab_size());
+                    check_vocabulary(&ids, &tokenizer, &path, &location)?;
+                    let text = source.decode(&ids).map_err(|e| {
+                        DataError::bad_record(
+                            &*path,
+                            &location,
+                            format!("decoding with the source tokenizer failed: {e}"),
+                        )
+                    })?;
+                    encode(&text)?
+                }
+            }
         }
     };
-    Ok((ids, bytes))
+    Ok(TokenizedDoc {
+        ids,
+        bytes,
+        sample_start,
+    })
 }
 
-/// Pre-tokenized ids must be ids of the tokenizer the pack records.
-fn check_vocabulary(ids: &[u32], vocab: u64, path: &Path, location: &str) -> Result<()> {
+/// Pre-tokenized ids must be ids of the tokenizer they are said to be made with.
+fn check_vocabulary(ids: &[u32], tok: &(&str, u64), path: &Path, location: &str) -> Result<()> {
+    let &(name, vocab) = tok;
     // max() vectorises; the search for the position runs only on failure.
     let out_of_vocab = ids.iter().copied().max().is_some_and(|m| m as u64 >= vocab);
     if let Some(pos) = out_of_vocab
@@ -196,7 +235,7 @@ fn check_vocabulary(ids: &[u32], vocab: u64, path: &Path, location: &str) -> Res
             path: path.to_path_buf(),
             location: format!("{location}, token {pos}"),
             what: format!(
-                "id {} is outside the tokenizer's vocabulary (0..{vocab}); pre-tokenized data needs the tokenizer it was made with (--tokenizer)",
+                "id {} is outside the vocabulary of {name} (0..{vocab}); pre-tokenized data needs the tokenizer it was made with (--source-tokenizer)",
                 ids[pos]
             ),
         });
@@ -358,9 +397,16 @@ impl Writer<'_> {
     ) -> Result<()> {
         let totals = &mut self.journal.totals;
         match item {
-            Ok((ids, bytes)) => {
+            Ok(TokenizedDoc {
+                ids,
+                bytes,
+                sample_start,
+            }) => {
                 progress.bytes += bytes;
                 progress.documents += 1;
+                if sample_start {
+                    self.packer.start_sample(ready);
+                }
                 match ids {
                     Some(ids) if ids.len() >= self.settings.min_doc_tokens.max(1) => {
                         totals.documents += 1;

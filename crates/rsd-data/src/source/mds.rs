@@ -564,7 +564,10 @@ impl ShardDocs {
                 path: self.path.clone(),
                 location: format!("sample {i} document {d}"),
                 bytes: (tokens.len() * id_dtype.size()) as u64,
-                content: Content::Tokens(tokens),
+                content: Content::Tokens {
+                    ids: tokens,
+                    first_in_sample: docs.is_empty(),
+                },
             }));
         }
         Ok(docs)

@@ -55,8 +55,14 @@ impl Format {
 pub enum Content {
     /// Text to tokenize; BOS/EOS are added around it.
     Text(String),
-    /// Token ids, stored as they are (they carry their own BOS/EOS).
-    Tokens(Vec<u32>),
+    /// Token ids, stored as they are (they carry their own BOS/EOS), or re-tokenized.
+    Tokens {
+        /// The ids.
+        ids: Vec<u32>,
+        /// The first document of its source sample (`rsd-data pack --truncate` keeps one window
+        /// per source sample).
+        first_in_sample: bool,
+    },
     /// One JSONL line, decoded by [`Content::decode`] on the tokenizer threads: decoding JSON in the
     /// single reader thread would cap a many-core pack at what that one thread decodes.
     JsonLine(JsonLine),
