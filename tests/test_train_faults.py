@@ -54,9 +54,15 @@ def test_shards_of_a_larger_vocabulary_are_refused_at_start_up(shards, tmp_path)
     cfg["vocab_size"] = 1000
     small = tmp_path / "small.json"
     small.write_text(json.dumps(cfg))
+    # The tokenizer-identity check refuses first, naming the manifest field and both sizes ...
     p = train_fails(shards, tmp_path / "run", "--steps", 1, init=small)
-    assert f"has {VOCAB} ids, more than the model's vocabulary of 1000" in p.stderr, p.stderr
+    assert f"tokenizer.vocab_size is {VOCAB}" in p.stderr and "1000" in p.stderr, p.stderr
     assert str(shards) in p.stderr
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+    # ... and allowing a mismatched tokenizer does not allow ids past the model's embedding.
+    p = train_fails(shards, tmp_path / "run", "--steps", 1, "--allow-tokenizer-mismatch",
+                    init=small)
+    assert f"has {VOCAB} ids, more than the model's vocabulary of 1000" in p.stderr, p.stderr
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
