@@ -13,6 +13,8 @@ use tch::{Kind, Tensor};
 
 use rsd_dist::ProcessGroup;
 
+use crate::perturb::RowView;
+
 use crate::{Error, Result};
 
 /// This rank's place in its context-parallel group, and the K/V gather.
@@ -64,6 +66,18 @@ impl ContextParallel {
             .into_iter()
             .flat_map(|(start, n)| full[start as usize..(start + n) as usize].iter().cloned())
             .collect())
+    }
+
+    /// This rank's part of a whole row's perturbed view: its chunks of the positions and of the
+    /// KL mask. `kl_rows` stays the whole row's count (the KL's per-sample normaliser), and there
+    /// is no shared prefix to reuse (both views run whole under context parallelism).
+    pub fn local_view(&self, v: &RowView) -> Result<RowView> {
+        Ok(RowView {
+            positions: self.local_of(&v.positions)?,
+            kl_mask: self.local_of(&v.kl_mask)?,
+            kl_rows: v.kl_rows,
+            shared_prefix: 0,
+        })
     }
 
     /// The whole rows of which each rank holds its chunks (`local`: this rank's, `[B][Llocal]`);

@@ -478,14 +478,7 @@ impl Split {
         )?;
         let views = views
             .iter()
-            .map(|v| {
-                Ok(RowView {
-                    positions: cp.local_of(&v.positions)?,
-                    kl_mask: cp.local_of(&v.kl_mask)?,
-                    kl_rows: v.kl_rows,
-                    shared_prefix: 0,
-                })
-            })
+            .map(|v| cp.local_view(v))
             .collect::<Result<_>>()?;
         Ok(Some(Split { cp, len, mb, views }))
     }

@@ -548,15 +548,8 @@ impl Trainer {
         let full = cp.full_rows(&mb.positions)?;
         // Under context parallelism the micro-batch's document boundaries are the whole rows'.
         views_at(&self.sampler, seed, step, rows, &full, mb.docs.as_deref())
-            .into_iter()
-            .map(|v| {
-                Ok(RowView {
-                    positions: cp.local_of(&v.positions)?,
-                    kl_mask: cp.local_of(&v.kl_mask)?,
-                    kl_rows: v.kl_rows,
-                    shared_prefix: 0,
-                })
-            })
+            .iter()
+            .map(|v| cp.local_view(v))
             .collect()
     }
 
