@@ -170,3 +170,26 @@ def test_bad_inputs_are_one_line_errors(peer, tmp_path):
 
     err = fails("rsd-model", "generate", "--model", path).stderr
     assert "no prompts" in err
+
+
+def test_rope_scaling_from_config_and_flag_matches_transformers(tmp_path):
+    """YaRN from config.json, and the same given with --rope-scaling to a plain checkpoint, equal
+    transformers' greedy generation with that config (prompt + generation run past the original
+    context, so the scaled frequencies matter)."""
+    from transformers import AutoModelForCausalLM
+
+    plain = tmp_path / "plain"
+    build("llama", plain)
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}
+    scaled = tmp_path / "yarn"
+    shutil.copytree(plain, scaled)
+    cfg = json.loads((scaled / "config.json").read_text())
+    (scaled / "config.json").write_text(json.dumps({**cfg, "rope_scaling": yarn}))
+    model = AutoModelForCausalLM.from_pretrained(scaled, attn_implementation="eager",
+                                                 dtype=torch.float32).eval()
+    tok = train_tokenizer(tmp_path / "tok.json")
+    want = [hf_greedy(model, tok.encode(p).ids, new=20) for p in PROMPTS]
+    args = [*prompt_args(), "--max-new-tokens", 20]
+    assert [g["ids"] for g in generate(scaled, *args)] == want
+    assert [g["ids"] for g in generate(plain, *args, "--rope-scaling", json.dumps(yarn))] == want
+    assert [g["ids"] for g in generate(plain, *args)] != want
