@@ -539,11 +539,14 @@ fn generate(a: GenerateArgs) -> Result<()> {
         .map(serde_json::from_str::<serde_json::Value>)
         .transpose()
         .context("--rope-scaling: not valid JSON")?;
-    let sampling = a.temperature.filter(|&t| t != 0.0).map(|temperature| Sampling {
-        temperature,
-        top_p: a.top_p,
-        seed: a.seed,
-    });
+    let sampling = a
+        .temperature
+        .filter(|&t| t != 0.0)
+        .map(|temperature| Sampling {
+            temperature,
+            top_p: a.top_p,
+            seed: a.seed,
+        });
     if a.prompt.is_empty() && a.prompts.is_none() && a.tokens.is_empty() {
         bail!("no prompts: pass --prompt TEXT, --prompts FILE.jsonl or --tokens T.npy");
     }

@@ -376,13 +376,7 @@ pub fn prefill(
     while start < p {
         let n = chunk.min(p - start);
         let part = |t: &Tensor| t.f_narrow(1, start, n).ctx("prefill chunk");
-        logits = Some(step(
-            model,
-            cache,
-            &part(tokens)?,
-            &part(positions)?,
-            pads,
-        )?);
+        logits = Some(step(model, cache, &part(tokens)?, &part(positions)?, pads)?);
         start += n;
     }
     logits.ok_or_else(|| ModelError::Input("prefill of an empty prompt".into()))
@@ -544,8 +538,8 @@ fn generate_batch(
                 Some(sp) => {
                     let cpu = logits.f_to_device(Device::Cpu).ctx("logits to cpu")?;
                     let v = cpu.size()[1] as usize;
-                    let flat = Vec::<f32>::try_from(&cpu.f_reshape([-1]).ctx("logits")?)
-                        .ctx("logits")?;
+                    let flat =
+                        Vec::<f32>::try_from(&cpu.f_reshape([-1]).ctx("logits")?).ctx("logits")?;
                     flat.chunks(v)
                         .zip(rngs.iter_mut())
                         .map(|(row, rng)| sample(row, sp, rng))
@@ -616,7 +610,9 @@ mod tests {
     }
 
     fn prompt(len: usize, salt: usize) -> Vec<i64> {
-        (0..len).map(|i| ((i * 7 + salt * 13) % 61) as i64).collect()
+        (0..len)
+            .map(|i| ((i * 7 + salt * 13) % 61) as i64)
+            .collect()
     }
 
     fn batch_of(p: &[i64], pad: i64) -> (Tensor, Tensor) {
@@ -647,7 +643,10 @@ mod tests {
                 };
                 let (full, full_cache) = run(4096);
                 let direct = m
-                    .forward(&ForwardArgs::new(&tok.narrow(1, pad, 23), &pos.narrow(1, pad, 23)))
+                    .forward(&ForwardArgs::new(
+                        &tok.narrow(1, pad, 23),
+                        &pos.narrow(1, pad, 23),
+                    ))
                     .unwrap()
                     .hidden;
                 let direct = m.logits(&direct.select(1, 22)).unwrap();
