@@ -170,6 +170,16 @@ def test_bad_inputs_are_one_line_errors(peer, tmp_path):
 
     err = fails("rsd-model", "generate", "--model", path).stderr
     assert "no prompts" in err
+    np.save(tmp_path / "f.npy", np.zeros((1, 3), dtype=np.float32))
+    err = fails("rsd-model", "generate", "--model", path, "--tokens", tmp_path / "f.npy").stderr
+    assert "f.npy: expected integer ids, got fp32" in err
+    np.save(tmp_path / "big.npy", np.array([1, 10**6], dtype=np.int64))
+    err = fails("rsd-model", "generate", "--model", path, "--tokens", tmp_path / "big.npy").stderr
+    assert "token ids must lie in" in err
+
+    rsd_model("generate", "--model", path, "--prompts", good, "--max-new-tokens", 3,
+              "--out", tmp_path / "out.jsonl")
+    assert [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()] == a
 
 
 def test_rope_scaling_from_config_and_flag_matches_transformers(tmp_path):

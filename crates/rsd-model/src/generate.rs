@@ -600,13 +600,17 @@ mod tests {
     use crate::{ModelConfig, ModelOptions};
     use serde_json::json;
 
-    fn model(arch: &str) -> Model {
+    fn model_kv(arch: &str, kv_heads: i64) -> Model {
         let cfg = ModelConfig::from_hf_json(json!({"architectures": [arch], "vocab_size": 61,
             "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+            "num_attention_heads": 4, "num_key_value_heads": kv_heads, "head_dim": 8,
             "initializer_range": 0.2, "rope_theta": 10000.0}))
         .unwrap();
         Model::random(cfg, ModelOptions::default(), 7).unwrap()
+    }
+
+    fn model(arch: &str) -> Model {
+        model_kv(arch, 2)
     }
 
     fn prompt(len: usize, salt: usize) -> Vec<i64> {
@@ -667,10 +671,17 @@ mod tests {
         }
     }
 
-    /// The cache path equals recomputing the whole sequence every step (greedy).
+    /// The cache path equals recomputing the whole sequence every step (greedy), with grouped
+    /// and with one K/V head per query head (the cache views then reach the kernel unrepeated).
     #[test]
     fn cached_greedy_equals_full_recompute() {
-        let m = model("Qwen3ForCausalLM");
+        for kv_heads in [2, 4] {
+            cached_greedy_equals_full_recompute_with(kv_heads);
+        }
+    }
+
+    fn cached_greedy_equals_full_recompute_with(kv_heads: i64) {
+        let m = model_kv("Qwen3ForCausalLM", kv_heads);
         let p = prompt(9, 2);
         let opts = GenerateOptions {
             max_new_tokens: 6,
