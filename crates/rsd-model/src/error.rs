@@ -109,6 +109,24 @@ pub enum ModelError {
     /// The output directory exists and overwriting was not asked for.
     #[error("{0}: already exists (pass overwrite to replace it)")]
     Exists(PathBuf),
+    /// A `tokenizer.json` is missing or cannot be used.
+    #[error("{path}: {reason}")]
+    Tokenizer {
+        /// The tokenizer file (or the directory that lacks one).
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A line of a prompts file is not what generation expects.
+    #[error("{path}:{line}: {reason}")]
+    PromptFile {
+        /// The prompts file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong (names the field).
+        reason: String,
+    },
     /// libtorch reported an error during `op`.
     #[error("{op}: {source}")]
     Torch {

@@ -8,6 +8,8 @@
 //!   are either unmasked (a prefix) or causal (their own block), merged by log-sum-exp in fp32.
 //! - [`Model::load`] / [`Model::save`] read and write plain HF directories (sharded safetensors),
 //!   so checkpoints go straight to transformers, vLLM and the usual evaluation harnesses.
+//! - [`generate::generate`] decodes with a K/V cache on top of `forward` (chunked prefill,
+//!   left-padded batches, greedy or sampled, EOS and stop strings).
 //!
 //! See `docs/MODEL.md` for the design and the API the trainer builds on.
 
@@ -15,6 +17,7 @@ pub mod attention;
 pub mod checkpoint;
 pub mod config;
 pub mod error;
+pub mod generate;
 pub mod model;
 pub mod rope;
 
