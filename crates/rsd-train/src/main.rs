@@ -115,6 +115,10 @@ struct ProbeArgs {
     /// Document boundaries per row: "0,5,12;0,3,12" (document-masked attention, positions restart).
     #[arg(long)]
     docs: Option<String>,
+    /// With --docs: the first token of each document is not predicted, as training with
+    /// `doc_mask` (ProLong's collator).
+    #[arg(long)]
+    mask_doc_starts: bool,
     #[arg(long, value_enum, default_value_t = Objective::Rsd)]
     objective: Objective,
     #[arg(long, value_enum, default_value_t = PerturbKind::Skip)]
@@ -222,6 +226,7 @@ fn probe(a: ProbeArgs) -> Result<()> {
         perturb: a.perturb,
         kl_norm: a.kl_norm,
         real_len: list(&a.real_len, "real-len")?,
+        mask_doc_starts: a.mask_doc_starts,
         params,
         dtype: a.dtype,
         step: StepOptions {

@@ -67,6 +67,9 @@ pub struct ProbeRequest {
     /// Real tokens per row (one value or one per row; `None` = all): the rest is padding, with
     /// no labels and outside the perturbation and the KL rows.
     pub real_len: Option<Vec<i64>>,
+    /// With `docs`: the first token of each document is not predicted (no label on the token
+    /// before it), as training with `doc_mask` (ProLong's collator).
+    pub mask_doc_starts: bool,
     /// Its parameters.
     pub params: PerturbParams,
     /// Parameter dtype: `fp32`/`float32` or `fp64`/`float64` (echoed in the report as given).
@@ -155,28 +158,41 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
     let model = load_model(&req.model, kind)?;
     let rows = read_tokens(&req.tokens)?;
     let (b, l) = (rows.len(), rows.first().map_or(0, |r| r.len() as i64));
+    let docs: Option<Vec<Vec<i64>>> = match &req.docs {
+        None => None,
+        Some(spec) => Some(DocBoundaries::parse(spec, b, l)?.rows().to_vec()),
+    };
     let ignore = i64::from(rsd_loader::IGNORE_INDEX);
     let real: Vec<i64> = match per_row(&req.real_len, "real-len", b)? {
         Some(v) => v.iter().map(|&n| n.clamp(0, l)).collect(),
         None => vec![l; b],
     };
-    // Labels: the next token, none for the last real token and the padding after it.
+    // Labels: the next token, none for the last real token and the padding after it, nor (with
+    // `mask_doc_starts`) for the last token of a document.
     let labels: Vec<Vec<i64>> = rows
         .iter()
         .zip(&real)
-        .map(|(r, &n)| {
+        .enumerate()
+        .map(|(k, (r, &n))| {
+            let starts: &[i64] = match (&docs, req.mask_doc_starts) {
+                (Some(d), true) => &d[k],
+                _ => &[],
+            };
             r[1..]
                 .iter()
                 .chain([&ignore])
                 .enumerate()
-                .map(|(j, &t)| if (j as i64) + 1 < n { t } else { ignore })
+                .map(|(j, &t)| {
+                    let next = j as i64 + 1;
+                    if next < n && !starts.contains(&next) {
+                        t
+                    } else {
+                        ignore
+                    }
+                })
                 .collect()
         })
         .collect();
-    let docs: Option<Vec<Vec<i64>>> = match &req.docs {
-        None => None,
-        Some(spec) => Some(DocBoundaries::parse(spec, b, l)?.rows().to_vec()),
-    };
     let positions: Vec<Vec<i64>> = match &docs {
         None => vec![(0..l).collect(); b],
         Some(d) => d
