@@ -209,4 +209,58 @@ mod tests {
             .expect("batches");
         assert_eq!(batches.len(), 16);
     }
+
+    /// Fixed shards record their documents: with `doc_mask` (the default) the micro-batch
+    /// carries them, the token before each document start has no label and positions run along
+    /// the row (ProLong); with `doc_mask = false` none of it.
+    #[test]
+    fn fixed_shards_are_document_masked_unless_turned_off() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spec = SynthSpec {
+            samples: 8,
+            seq_len: 16,
+            vocab: 1000,
+            ..SynthSpec::default()
+        };
+        synth::write(dir.path(), &spec).expect("shards");
+        let ignore = i64::from(rsd_loader::IGNORE_INDEX);
+        for doc_mask in [true, false] {
+            let cfg = TrainConfig {
+                shards: dir.path().display().to_string(),
+                micro_batch: 8,
+                doc_mask,
+                ..TrainConfig::default()
+            };
+            let mut loader =
+                Loader::new(loader_config(&cfg, Parallel::default()).expect("cfg")).expect("open");
+            let batch = loader.next().expect("a batch").expect("batch");
+            let mbs = micro_batches(&batch, cfg.doc_mask, false, tch::Device::Cpu).expect("mbs");
+            assert_eq!(mbs.len(), 1);
+            let mb = &mbs[0].1;
+            assert_eq!(mb.real_len, vec![16; 8]);
+            let labels = Vec::<Vec<i64>>::try_from(&mb.labels).expect("labels");
+            let mut boundaries = 0;
+            for (r, s) in batch.samples.iter().enumerate() {
+                let (_, pieces) = synth::shape(&spec, s.global);
+                let mut cu = vec![0i64];
+                for p in pieces {
+                    cu.push(cu[cu.len() - 1] + i64::from(p));
+                }
+                assert_eq!(mb.positions[r], (0..16).collect::<Vec<i64>>());
+                for &start in &cu[1..cu.len() - 1] {
+                    boundaries += 1;
+                    let masked = labels[r][start as usize - 1] == ignore;
+                    assert_eq!(masked, doc_mask, "row {r}, document start {start}");
+                }
+                match &mb.docs {
+                    Some(d) => assert_eq!(d[r], cu),
+                    None => assert!(!doc_mask),
+                }
+            }
+            assert!(
+                boundaries > 0,
+                "the synthetic samples hold several documents"
+            );
+        }
+    }
 }
