@@ -17,7 +17,7 @@
 //! unchanged iff `δ_j = r_j − p_j` is constant over `j ∈ [span start, i]`. Rows where it is constant
 //! are identical in both views (RoPE is relative) and carry no KL; the others "can differ". For the
 //! skip view that is rows `s..L−1`, the paper's sum `Σ_{i≥s}`; for a document lying wholly after `s`
-//! the shift is a block shift and its rows carry nothing (the rule for mixed batches).
+//! the shift is a block shift and its rows carry nothing (the rule for document-masked rows).
 //!
 //! **Shared prefix.** Rows before the first `i` with `δ_i ≠ 0` have identical positions, so every
 //! layer's hidden states and K/V there are identical in both views: the perturbed pass can start at
