@@ -10,7 +10,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::perturb::{PerturbKind, Scope};
+use crate::perturb::{KlNorm, PerturbKind, Scope};
 use crate::step::{KlDirection, Objective};
 use crate::{io_err, Error, Result};
 
@@ -100,12 +100,21 @@ config! {
     objective: Objective = Objective::Rsd;
     /// skip | cyclic | dilation | chunk-permute.
     perturb: PerturbKind = PerturbKind::Skip;
-    /// sequence (the paper) | document (a split inside each document of mixed batches).
+    /// Document masking (ProLong's recipe): attention stays inside each document of a row and
+    /// the first token of a document is not predicted, for fixed and mixed shards alike (the
+    /// shards record the boundaries). Off: rows attend across documents, every token predicted.
+    #[serde(default = "on")]
+    doc_mask: bool = true;
+    /// sequence (the paper) | document (a split inside each document of document-masked rows).
     perturb_scope: Scope = Scope::Sequence;
     /// reverse = KL(p_pert ‖ sg(p_std)) (the paper) | forward.
     kl: KlDirection = KlDirection::Reverse;
     /// λ, the weight of the KL (or of the perturbed CLM for two-view-clm).
     lambda: f64 = 1.0;
+    /// rows = 1/|R_b|, the rows that can differ (the paper's 1/(L−s); 1/u for cyclic) | length =
+    /// 1/L_b, the sample's real tokens (1/L for cyclic).
+    #[serde(default)]
+    kl_norm: KlNorm = KlNorm::Rows;
     /// Y: skips are drawn from 1..=Y; 0 = the sequence length.
     skip_range: i64 = 0;
     /// Fixed "s,y" for the ablation; empty = sampled per sample.
@@ -177,6 +186,12 @@ config! {
     dist_timeout: u64 = 300;
     /// Largest gradient all-reduce bucket, MiB (fp32).
     grad_bucket_mb: usize = 25;
+}
+
+/// Serde default of keys that default to on (the resolved config's `bool`; in a file's
+/// overrides an absent key reads as the same default).
+fn on<T: From<bool>>() -> T {
+    T::from(true)
 }
 
 /// What a NaN/inf loss or gradient norm does to a run.

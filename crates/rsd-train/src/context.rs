@@ -77,6 +77,7 @@ impl ContextParallel {
             kl_mask: self.local_of(&v.kl_mask)?,
             kl_rows: v.kl_rows,
             shared_prefix: 0,
+            kl_norm: v.kl_norm,
         })
     }
 

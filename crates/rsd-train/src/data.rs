@@ -3,8 +3,10 @@
 //! The loader (`rsd-loader`, docs/LOADER.md) hands out flat varlen arrays; the step wants `[B, L]`
 //! tensors plus host-side positions and document boundaries. Consecutive rows of equal length form
 //! one micro-batch (fixed-mode shards: the whole batch); mixed-mode rows of different lengths
-//! become separate micro-batches. Document boundaries are passed on only for mixed shards, whose
-//! attention is document-masked; fixed windows attend across documents, as packed pretraining does.
+//! become separate micro-batches. With `doc_mask` (the default; ProLong's recipe) the shards'
+//! document boundaries are passed on, for fixed and mixed shards alike: attention is
+//! document-masked and the first token of each document is not predicted (the loader's
+//! `mask_doc_boundaries`). Without it rows attend across documents, as plain packed pretraining.
 use rsd_loader::{Batch, Batching, Dataset, Loader, LoaderConfig, Parallel, Positions};
 
 use crate::config::TrainConfig;
@@ -54,7 +56,15 @@ pub fn loader_config(cfg: &TrainConfig, parallel: Parallel) -> Result<LoaderConf
             .collect(),
         seed: cfg.seed,
         batching: Batching::Samples(cfg.micro_batch),
-        positions: Positions::Auto,
+        // Fixed shards keep row positions with document masking, as ProLong (RoPE is relative:
+        // within a document they equal per-document positions up to a constant); mixed shards
+        // restart them per document. Without document masking positions run along the row.
+        positions: if cfg.doc_mask {
+            Positions::Auto
+        } else {
+            Positions::Row
+        },
+        mask_doc_boundaries: Some(cfg.doc_mask),
         workers: cfg.loader_workers,
         prefetch: 2 * cfg.loader_workers.max(1),
         parallel,
@@ -92,11 +102,12 @@ pub fn guard_vocabulary(loader: &mut Loader, model_vocab: i64) -> Result<()> {
 /// Splits a loader batch into micro-batches of equal-length rows, each with the index of its
 /// first row in the batch.
 ///
-/// With context parallelism (`context_parallel`) each row holds this rank's chunks, and the
-/// document boundaries given are the whole row's (what the attention of the chunks needs).
+/// With `doc_mask` the rows' document boundaries go with them (document-masked attention). With
+/// context parallelism (`context_parallel`) each row holds this rank's chunks, and the document
+/// boundaries given are the whole row's (what the attention of the chunks needs).
 pub fn micro_batches(
     batch: &Batch,
-    mixed: bool,
+    doc_mask: bool,
     context_parallel: bool,
     device: tch::Device,
 ) -> Result<Vec<(usize, MicroBatch)>> {
@@ -120,6 +131,7 @@ pub fn micro_batches(
         let mut labels = Vec::new();
         let mut pos = Vec::new();
         let mut docs = Vec::new();
+        let mut real = Vec::new();
         for k in r..e {
             let (a, b) = (ro[k] as usize, ro[k + 1] as usize);
             // Document offsets are in whole-row coordinates.
@@ -146,10 +158,16 @@ pub fn micro_batches(
                 d.push((db - da) as i64);
             }
             docs.push(d);
+            // Whole-row coordinates: the pack's tail padding ends the stored row, CP padding
+            // follows it.
+            real.push(batch.row_meta.get(k).map_or((db - da) as i64, |m| {
+                i64::from(m.len) - i64::from(m.tail_pad)
+            }));
         }
         out.push((
             r,
-            MicroBatch::from_rows(&toks, &labels, pos, mixed.then_some(docs), device)?,
+            MicroBatch::from_rows(&toks, &labels, pos, doc_mask.then_some(docs), device)?
+                .with_real_len(real)?,
         ));
         r = e;
     }
@@ -190,5 +208,59 @@ mod tests {
             .collect::<std::result::Result<_, _>>()
             .expect("batches");
         assert_eq!(batches.len(), 16);
+    }
+
+    /// Fixed shards record their documents: with `doc_mask` (the default) the micro-batch
+    /// carries them, the token before each document start has no label and positions run along
+    /// the row (ProLong); with `doc_mask = false` none of it.
+    #[test]
+    fn fixed_shards_are_document_masked_unless_turned_off() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let spec = SynthSpec {
+            samples: 8,
+            seq_len: 16,
+            vocab: 1000,
+            ..SynthSpec::default()
+        };
+        synth::write(dir.path(), &spec).expect("shards");
+        let ignore = i64::from(rsd_loader::IGNORE_INDEX);
+        for doc_mask in [true, false] {
+            let cfg = TrainConfig {
+                shards: dir.path().display().to_string(),
+                micro_batch: 8,
+                doc_mask,
+                ..TrainConfig::default()
+            };
+            let mut loader =
+                Loader::new(loader_config(&cfg, Parallel::default()).expect("cfg")).expect("open");
+            let batch = loader.next().expect("a batch").expect("batch");
+            let mbs = micro_batches(&batch, cfg.doc_mask, false, tch::Device::Cpu).expect("mbs");
+            assert_eq!(mbs.len(), 1);
+            let mb = &mbs[0].1;
+            assert_eq!(mb.real_len, vec![16; 8]);
+            let labels = Vec::<Vec<i64>>::try_from(&mb.labels).expect("labels");
+            let mut boundaries = 0;
+            for (r, s) in batch.samples.iter().enumerate() {
+                let (_, pieces) = synth::shape(&spec, s.global);
+                let mut cu = vec![0i64];
+                for p in pieces {
+                    cu.push(cu[cu.len() - 1] + i64::from(p));
+                }
+                assert_eq!(mb.positions[r], (0..16).collect::<Vec<i64>>());
+                for &start in &cu[1..cu.len() - 1] {
+                    boundaries += 1;
+                    let masked = labels[r][start as usize - 1] == ignore;
+                    assert_eq!(masked, doc_mask, "row {r}, document start {start}");
+                }
+                match &mb.docs {
+                    Some(d) => assert_eq!(d[r], cu),
+                    None => assert!(!doc_mask),
+                }
+            }
+            assert!(
+                boundaries > 0,
+                "the synthetic samples hold several documents"
+            );
+        }
     }
 }

@@ -15,7 +15,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 
 use rsd_train::config::{ConfigOverrides, TrainConfig};
-use rsd_train::perturb::PerturbKind;
+use rsd_train::perturb::{KlNorm, PerturbKind};
 use rsd_train::probe::{PerturbParams, ProbeModel, ProbeRequest};
 use rsd_train::step::{prefix_reuse_floor, KlDirection, LongCe, Objective, StepOptions};
 use rsd_train::train::Trainer;
@@ -115,12 +115,23 @@ struct ProbeArgs {
     /// Document boundaries per row: "0,5,12;0,3,12" (document-masked attention, positions restart).
     #[arg(long)]
     docs: Option<String>,
+    /// With --docs: the first token of each document is not predicted, as training with
+    /// `doc_mask` (ProLong's collator).
+    #[arg(long)]
+    mask_doc_starts: bool,
     #[arg(long, value_enum, default_value_t = Objective::Rsd)]
     objective: Objective,
     #[arg(long, value_enum, default_value_t = PerturbKind::Skip)]
     perturb: PerturbKind,
     #[arg(long, value_enum, default_value_t = KlDirection::Reverse)]
     kl: KlDirection,
+    /// The KL's per-sample normaliser: rows (1/|R_b|, the paper's) or length (1/L_b).
+    #[arg(long, value_enum, default_value_t = KlNorm::Rows)]
+    kl_norm: KlNorm,
+    /// Real tokens per row, one value or one per sample: the rest of the row is padding (no
+    /// labels, no KL rows, no perturbation), as the pack's `--tail pad` rows in training.
+    #[arg(long)]
+    real_len: Option<String>,
     #[arg(long, default_value_t = 1.0)]
     lambda: f64,
     /// Skip split s, one value or one per sample (comma-separated).
@@ -213,6 +224,9 @@ fn probe(a: ProbeArgs) -> Result<()> {
         tokens: a.tokens,
         docs: a.docs,
         perturb: a.perturb,
+        kl_norm: a.kl_norm,
+        real_len: list(&a.real_len, "real-len")?,
+        mask_doc_starts: a.mask_doc_starts,
         params,
         dtype: a.dtype,
         step: StepOptions {

@@ -17,7 +17,7 @@
 //! unchanged iff `δ_j = r_j − p_j` is constant over `j ∈ [span start, i]`. Rows where it is constant
 //! are identical in both views (RoPE is relative) and carry no KL; the others "can differ". For the
 //! skip view that is rows `s..L−1`, the paper's sum `Σ_{i≥s}`; for a document lying wholly after `s`
-//! the shift is a block shift and its rows carry nothing (the rule for mixed batches).
+//! the shift is a block shift and its rows carry nothing (the rule for document-masked rows).
 //!
 //! **Shared prefix.** Rows before the first `i` with `δ_i ≠ 0` have identical positions, so every
 //! layer's hidden states and K/V there are identical in both views: the perturbed pass can start at
@@ -48,6 +48,17 @@ pub enum Scope {
     Sequence,
     /// One perturbation inside each document (mixed, document-masked batches).
     Document,
+}
+
+/// How one sample's KL sum is normalised.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum KlNorm {
+    /// `1/|R_b|`, the rows that can differ (the paper's `1/(L−s) Σ_{i≥s}`; `1/u` for cyclic).
+    #[default]
+    Rows,
+    /// `1/L_b`, the sample's real (unpadded) tokens, whichever rows differ (`1/L` for cyclic).
+    Length,
 }
 
 /// One concrete perturbation of one span.
@@ -131,6 +142,8 @@ pub struct Sampler {
     pub fixed_split: Option<(i64, i64)>,
     /// Chunks for chunk-permute.
     pub chunks: usize,
+    /// The KL's per-sample normaliser.
+    pub kl_norm: KlNorm,
 }
 
 impl Sampler {
@@ -186,6 +199,51 @@ pub struct RowView {
     pub kl_rows: i64,
     /// Rows `0..shared_prefix` have identical positions in both views.
     pub shared_prefix: i64,
+    /// What the sample's KL sum is divided by (`kl_rows` unless [`KlNorm::Length`]).
+    pub kl_norm: f64,
+}
+
+impl RowView {
+    /// Whether the perturbed view can change any logit row of the sample (else it carries no KL
+    /// and, for `rsd`, need not be computed).
+    pub fn changes_anything(&self) -> bool {
+        self.kl_rows > 0
+    }
+}
+
+/// Document boundaries `docs` (`[0, …, L]`) cut at the row's real length `n`: the pack's tail
+/// padding and context-parallel padding (each the row's last "document") drop out.
+pub fn clip_docs(docs: &[i64], n: i64) -> Vec<i64> {
+    let mut d: Vec<i64> = docs.iter().copied().filter(|&o| o < n).collect();
+    if d.first() != Some(&0) {
+        d.insert(0, 0);
+    }
+    d.push(n);
+    d
+}
+
+/// [`perturb_row`] on the row's first `n` tokens (its real ones), the view extended over the
+/// padding after them: standard positions there and no KL rows, so padding never enters the KL
+/// or its normaliser, and a padded row's view equals the unpadded row's on the real tokens.
+/// `docs` must already end at `n` ([`clip_docs`]).
+pub fn perturb_real(
+    std_pos: &[i64],
+    n: i64,
+    docs: Option<&[i64]>,
+    scope: Scope,
+    perts: &[Perturbation],
+) -> RowView {
+    let l = std_pos.len() as i64;
+    let n = n.clamp(0, l);
+    let mut v = perturb_row(&std_pos[..n as usize], docs, scope, perts);
+    if n < l {
+        v.positions.extend_from_slice(&std_pos[n as usize..]);
+        v.kl_mask.resize(l as usize, false);
+        if v.shared_prefix == n {
+            v.shared_prefix = l;
+        }
+    }
+    v
 }
 
 /// Applies `perts` (one for sequence scope, one per document for document scope) to a row with
@@ -224,6 +282,7 @@ pub fn perturb_row(
         kl_mask,
         kl_rows,
         shared_prefix,
+        kl_norm: kl_rows as f64,
     }
 }
 
@@ -289,6 +348,26 @@ mod tests {
     }
 
     #[test]
+    fn padding_is_outside_the_view() {
+        // 5 real tokens, 3 of padding (its own document in the shard).
+        let pos = row(8);
+        let docs = clip_docs(&[0, 2, 5, 8], 5);
+        assert_eq!(docs, vec![0, 2, 5]);
+        let p = [Perturbation::Cyclic { shift: 2 }];
+        let v = perturb_real(&pos, 5, Some(&docs), Scope::Sequence, &p);
+        let u = perturb_row(&pos[..5], Some(&docs), Scope::Sequence, &p);
+        assert_eq!(&v.positions[..5], &u.positions[..]);
+        assert_eq!(&v.positions[5..], &[5, 6, 7]);
+        assert_eq!(&v.kl_mask[..5], &u.kl_mask[..]);
+        assert_eq!(&v.kl_mask[5..], &[false; 3]);
+        assert_eq!((v.kl_rows, v.kl_norm), (u.kl_rows, u.kl_norm));
+        // Nothing real changed: the whole padded row is shared.
+        let v = perturb_real(&pos, 5, None, Scope::Sequence, &[Perturbation::None]);
+        assert_eq!((v.kl_rows, v.shared_prefix), (0, 8));
+        assert!(!v.changes_anything());
+    }
+
+    #[test]
     fn chunk_permute_and_dilation_are_permutations_and_maps() {
         let p = Perturbation::ChunkPermute {
             order: vec![2, 0, 1],
@@ -323,6 +402,7 @@ mod tests {
             skip_range: None,
             fixed_split: None,
             chunks: 8,
+            kl_norm: KlNorm::Rows,
         };
         assert_eq!(
             s.sample(&mut SplitMix64::keyed(&[7, 0, 0]), 2048),
@@ -341,6 +421,7 @@ mod tests {
             skip_range: Some(3),
             fixed_split: None,
             chunks: 4,
+            kl_norm: KlNorm::Rows,
         };
         let mut g = SplitMix64::keyed(&[9]);
         for _ in 0..200 {

@@ -14,10 +14,10 @@ use tch::{Device, Kind, Tensor};
 use rsd_model::{shape_str, DocBoundaries, Model, ModelConfig, ModelOptions};
 
 use crate::context::ContextParallel;
-use crate::perturb::{perturb_row, PerturbKind, Perturbation, RowView, Scope};
+use crate::perturb::{clip_docs, perturb_real, KlNorm, PerturbKind, Perturbation, RowView, Scope};
 use crate::step::{
-    grad_norm, prefix_reuse_floor, reference_loss, step_micro, step_micro_split, zero_grads,
-    LossNormalizers, MicroBatch, Objective, StepOptions, Sums,
+    grad_norm, perturbed_tokens, prefix_reuse_floor, reference_loss, step_micro, step_micro_split,
+    zero_grads, LossNormalizers, MicroBatch, Objective, StepOptions, Sums,
 };
 use crate::{io_err, Error, Result};
 
@@ -62,6 +62,14 @@ pub struct ProbeRequest {
     pub docs: Option<String>,
     /// Which perturbation makes the second view.
     pub perturb: PerturbKind,
+    /// The KL's per-sample normaliser.
+    pub kl_norm: KlNorm,
+    /// Real tokens per row (one value or one per row; `None` = all): the rest is padding, with
+    /// no labels and outside the perturbation and the KL rows.
+    pub real_len: Option<Vec<i64>>,
+    /// With `docs`: the first token of each document is not predicted (no label on the token
+    /// before it), as training with `doc_mask` (ProLong's collator).
+    pub mask_doc_starts: bool,
     /// Its parameters.
     pub params: PerturbParams,
     /// Parameter dtype: `fp32`/`float32` or `fp64`/`float64` (echoed in the report as given).
@@ -116,6 +124,9 @@ pub struct ProbeReport {
     pub label_tokens: i64,
     /// Rows.
     pub samples: i64,
+    /// Tokens the perturbed view computes (rows × positions over its passes; one process): 0
+    /// for rows whose view changes nothing under `rsd`.
+    pub perturbed_tokens: i64,
     /// Per-row perturbations.
     pub rows: Vec<ProbeRow>,
     /// The dtype as requested.
@@ -147,15 +158,41 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
     let model = load_model(&req.model, kind)?;
     let rows = read_tokens(&req.tokens)?;
     let (b, l) = (rows.len(), rows.first().map_or(0, |r| r.len() as i64));
-    let ignore = i64::from(rsd_loader::IGNORE_INDEX);
-    let labels: Vec<Vec<i64>> = rows
-        .iter()
-        .map(|r| r[1..].iter().copied().chain([ignore]).collect())
-        .collect();
     let docs: Option<Vec<Vec<i64>>> = match &req.docs {
         None => None,
         Some(spec) => Some(DocBoundaries::parse(spec, b, l)?.rows().to_vec()),
     };
+    let ignore = i64::from(rsd_loader::IGNORE_INDEX);
+    let real: Vec<i64> = match per_row(&req.real_len, "real-len", b)? {
+        Some(v) => v.iter().map(|&n| n.clamp(0, l)).collect(),
+        None => vec![l; b],
+    };
+    // Labels: the next token, none for the last real token and the padding after it, nor (with
+    // `mask_doc_starts`) for the last token of a document.
+    let labels: Vec<Vec<i64>> = rows
+        .iter()
+        .zip(&real)
+        .enumerate()
+        .map(|(k, (r, &n))| {
+            let starts: &[i64] = match (&docs, req.mask_doc_starts) {
+                (Some(d), true) => &d[k],
+                _ => &[],
+            };
+            r[1..]
+                .iter()
+                .chain([&ignore])
+                .enumerate()
+                .map(|(j, &t)| {
+                    let next = j as i64 + 1;
+                    if next < n && !starts.contains(&next) {
+                        t
+                    } else {
+                        ignore
+                    }
+                })
+                .collect()
+        })
+        .collect();
     let positions: Vec<Vec<i64>> = match &docs {
         None => vec![(0..l).collect(); b],
         Some(d) => d
@@ -163,7 +200,8 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
             .map(|cu| cu.windows(2).flat_map(|w| 0..w[1] - w[0]).collect())
             .collect(),
     };
-    let mb = MicroBatch::from_rows(&rows, &labels, positions.clone(), docs.clone(), Device::Cpu)?;
+    let mb = MicroBatch::from_rows(&rows, &labels, positions.clone(), docs.clone(), Device::Cpu)?
+        .with_real_len(real.clone())?;
     let objective = req.step.objective;
     let perts = if objective.needs_perturbed() {
         perturbations(req.perturb, &req.params, b)?
@@ -172,14 +210,25 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
     };
     let views: Vec<RowView> = (0..b)
         .map(|r| {
-            perturb_row(
+            let d = docs.as_ref().map(|d| clip_docs(&d[r], real[r]));
+            let mut v = perturb_real(
                 &positions[r],
-                docs.as_ref().map(|d| d[r].as_slice()),
+                real[r],
+                d.as_deref(),
                 Scope::Sequence,
                 &perts[r..=r],
-            )
+            );
+            if req.kl_norm == KlNorm::Length {
+                v.kl_norm = real[r] as f64;
+            }
+            v
         })
         .collect();
+    let perturbed_tokens = if objective.needs_perturbed() {
+        perturbed_tokens(&model, &mb, Some(&views), &req.step)?
+    } else {
+        0
+    };
     let norm = LossNormalizers::of(std::slice::from_ref(&mb));
     let split = Split::new(req, &rows, &labels, &positions, &views, docs.as_ref())?;
     let (mb_run, views_run) = match &split {
@@ -245,6 +294,7 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
         grad_norm,
         label_tokens: mb.label_tokens,
         samples: b as i64,
+        perturbed_tokens,
         rows: views
             .iter()
             .zip(perts)

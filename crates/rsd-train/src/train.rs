@@ -27,7 +27,7 @@ use crate::config::{OnNonFinite, TrainConfig};
 use crate::data;
 use crate::optim::Schedule;
 use crate::parallel::DataParallel;
-use crate::perturb::{perturb_row, RowView, Sampler, Scope};
+use crate::perturb::{clip_docs, perturb_real, KlNorm, RowView, Sampler, Scope};
 use crate::step::{
     step_micro_split, zero_grads, LossNormalizers, MicroBatch, Objective, StepOptions, Sums,
 };
@@ -101,7 +101,6 @@ pub struct Trainer {
     model: Model,
     opt: Optimizer,
     loader: Loader,
-    mixed: bool,
     seq_len: u64,
     /// Micro-batches per optimizer step, over all ranks.
     accum: usize,
@@ -153,6 +152,7 @@ pub fn objective_of(cfg: &TrainConfig) -> Result<(StepOptions, Sampler)> {
             skip_range: (cfg.skip_range > 0).then_some(cfg.skip_range),
             fixed_split: cfg.fixed_split()?,
             chunks: cfg.chunks,
+            kl_norm: cfg.kl_norm,
         },
     ))
 }
@@ -178,37 +178,56 @@ pub fn sample_views_of_rows(
     rows: &[usize],
     mb: &MicroBatch,
 ) -> Vec<RowView> {
-    views_at(sampler, seed, step, rows, &mb.positions, mb.docs.as_deref())
+    views_at(
+        sampler,
+        seed,
+        step,
+        rows,
+        &mb.positions,
+        &mb.real_len,
+        mb.docs.as_deref(),
+    )
 }
 
 /// The perturbed views of rows with these standard positions (and document boundaries), row `r`
-/// being row `rows[r]` of optimizer step `step`'s global batch.
+/// being row `rows[r]` of optimizer step `step`'s global batch. Each row is perturbed over its
+/// `real` tokens only (the rest is padding: [`perturb_real`]).
 fn views_at(
     sampler: &Sampler,
     seed: u64,
     step: u64,
     rows: &[usize],
     positions: &[Vec<i64>],
+    real: &[i64],
     docs: Option<&[Vec<i64>]>,
 ) -> Vec<RowView> {
     (0..positions.len())
         .map(|r| {
             let mut g = SplitMix64::keyed(&[seed, step, rows[r] as u64]);
             let pos = &positions[r];
-            let docs = docs.map(|d| d[r].as_slice());
-            let perts: Vec<_> = match (sampler.scope, docs) {
+            let n = real
+                .get(r)
+                .copied()
+                .unwrap_or(pos.len() as i64)
+                .clamp(0, pos.len() as i64);
+            let docs = docs.map(|d| clip_docs(&d[r], n));
+            let perts: Vec<_> = match (sampler.scope, &docs) {
                 (Scope::Document, Some(d)) => d
                     .windows(2)
                     .map(|w| sampler.sample(&mut g, w[1] - w[0]))
                     .collect(),
-                _ => vec![sampler.sample(&mut g, pos.len() as i64)],
+                _ => vec![sampler.sample(&mut g, n)],
             };
             let scope = if docs.is_some() {
                 sampler.scope
             } else {
                 Scope::Sequence
             };
-            perturb_row(pos, docs, scope, &perts)
+            let mut v = perturb_real(pos, n, docs.as_deref(), scope, &perts);
+            if sampler.kl_norm == KlNorm::Length {
+                v.kl_norm = n as f64;
+            }
+            v
         })
         .collect()
 }
@@ -292,9 +311,6 @@ impl Trainer {
         };
         dp.broadcast_parameters(&model)?;
         data::guard_vocabulary(&mut loader, model.config().vocab_size)?;
-        let mixed = loader
-            .manifest(0)
-            .is_some_and(|m| m.mode == rsd_shard::PackMode::Mixed);
         let seq_len = loader.seq_len();
         let per_micro = (cfg.micro_batch as u64 * seq_len).max(1);
         let accum = if cfg.tokens_per_step == 0 {
@@ -335,7 +351,6 @@ impl Trainer {
             model,
             opt,
             loader,
-            mixed,
             seq_len,
             accum,
             local_accum,
@@ -470,7 +485,7 @@ impl Trainer {
                 .ok_or_else(|| Error::Input("the loader ran out of data".into()))??;
             let rows = batch.row_offsets.len().saturating_sub(1);
             let cp = self.dp.context().is_some();
-            for (first, mb) in data::micro_batches(&batch, self.mixed, cp, device)? {
+            for (first, mb) in data::micro_batches(&batch, self.cfg.doc_mask, cp, device)? {
                 let global = (first..first + mb.rows())
                     .map(|j| self.dp.global_row(k, j, rows))
                     .collect();
@@ -547,10 +562,18 @@ impl Trainer {
         };
         let full = cp.full_rows(&mb.positions)?;
         // Under context parallelism the micro-batch's document boundaries are the whole rows'.
-        views_at(&self.sampler, seed, step, rows, &full, mb.docs.as_deref())
-            .iter()
-            .map(|v| cp.local_view(v))
-            .collect()
+        views_at(
+            &self.sampler,
+            seed,
+            step,
+            rows,
+            &full,
+            &mb.real_len,
+            mb.docs.as_deref(),
+        )
+        .iter()
+        .map(|v| cp.local_view(v))
+        .collect()
     }
 
     /// The global gradient norm of this step (the gradients are already summed over ranks, so

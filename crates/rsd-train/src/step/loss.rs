@@ -179,7 +179,7 @@ impl<'a> RowLoss<'a> {
                     Tensor::f_from_slice(&m)?
                         .f_to_kind(head.loss_kind)?
                         .f_to_device(device)?,
-                    v.kl_rows as f64,
+                    v.kl_norm,
                 ))
             }
             _ => None,

@@ -168,6 +168,9 @@ pub struct MicroBatch {
     pub docs: Option<Vec<Vec<i64>>>,
     /// Number of labels that carry a loss.
     pub label_tokens: i64,
+    /// Real tokens per row, in whole-row coordinates (the rest is the pack's tail padding or
+    /// context-parallel padding): the perturbation and the KL rows cover these only.
+    pub real_len: Vec<i64>,
 }
 
 impl MicroBatch {
@@ -198,10 +201,24 @@ impl MicroBatch {
         Ok(MicroBatch {
             tokens: flat(tokens)?,
             labels: flat(labels)?,
+            real_len: vec![l as i64; b],
             positions,
             docs,
             label_tokens,
         })
+    }
+
+    /// Marks the tokens of row `r` from `real[r]` on (whole-row coordinates) as padding.
+    pub fn with_real_len(mut self, real: Vec<i64>) -> Result<Self> {
+        if real.len() != self.rows() {
+            return Err(Error::Input(format!(
+                "{} real lengths for a micro-batch of {} rows",
+                real.len(),
+                self.rows()
+            )));
+        }
+        self.real_len = real;
+        Ok(self)
     }
 
     /// Rows.
@@ -288,6 +305,17 @@ impl Sums {
         *acc = acc.f_add(&v.f_sum(Kind::Double)?)?;
         Ok(())
     }
+}
+
+/// Tokens the perturbed view of `mb` computes under `opts` (its passes' rows × positions, one
+/// process): the second view's work, 0 when no row needs it. Plans the step, runs nothing.
+pub fn perturbed_tokens(
+    model: &Model,
+    mb: &MicroBatch,
+    views: Option<&[RowView]>,
+    opts: &StepOptions,
+) -> Result<i64> {
+    Ok(Plan::new(model, mb, views, opts, None)?.perturbed_tokens())
 }
 
 /// Forward both views, compute the chunked loss (closed-form logit gradients), then one backward

@@ -97,6 +97,13 @@ impl<'a> Plan<'a> {
         };
         if opts.objective.needs_perturbed() {
             let views = checked_views(mb, views)?;
+            // For rsd a row whose view changes no logit row carries nothing (no KL; the CLM is the
+            // standard view's): its perturbed view is not computed. The other objectives train on
+            // the perturbed logits themselves, so every row runs.
+            let needed: Vec<bool> = views
+                .iter()
+                .map(|v| opts.objective != Objective::Rsd || v.changes_anything())
+                .collect();
             // Under context parallelism both views run whole (each rank its chunks of both), so a
             // perturbed row and its teacher live on the same rank.
             let reuse = opts.prefix_reuse
@@ -104,52 +111,84 @@ impl<'a> Plan<'a> {
                 && plan.std.is_some()
                 && views.iter().any(|v| v.shared_prefix > 0);
             if reuse {
-                plan.add_suffix_passes(mb, views)?;
+                plan.add_suffix_passes(mb, views, &needed)?;
+            } else if needed.iter().any(|&n| n) {
+                // Every rank of a context-parallel group decides alike (`kl_rows` is the whole
+                // sequence's); its attention takes the whole micro-batch, so all rows run there.
+                let rows: Vec<i64> = match context {
+                    Some(_) => all.clone(),
+                    None => (0..mb.rows() as i64)
+                        .filter(|&r| needed[r as usize])
+                        .collect(),
+                };
+                plan.add_full_pass(mb, views, &rows, docs(&rows)?)?;
             } else {
-                plan.add_full_pass(mb, views, docs(&all)?)?;
+                plan.rows = vec![None; mb.rows()];
             }
         }
         Ok(plan)
     }
 
-    /// One batched perturbed pass over every row from row 0.
+    /// One batched perturbed pass over the given rows from row 0.
     fn add_full_pass(
         &mut self,
         mb: &MicroBatch,
         views: &[RowView],
+        rows: &[i64],
         docs: Option<DocBoundaries>,
     ) -> Result<()> {
         let device = mb.tokens.device();
-        let all: Vec<i64> = (0..mb.rows() as i64).collect();
-        let pert: Vec<Vec<i64>> = views.iter().map(|v| v.positions.clone()).collect();
+        let pert: Vec<Vec<i64>> = rows
+            .iter()
+            .map(|&r| views[r as usize].positions.clone())
+            .collect();
+        let tokens = if rows.len() == mb.rows() {
+            mb.tokens.shallow_clone()
+        } else {
+            mb.tokens
+                .f_index_select(0, &Tensor::f_from_slice(rows)?.f_to_device(device)?)?
+        };
         self.perturbed.push(PerturbedPass {
             prefix_row: 0,
             start: 0,
-            tokens: mb.tokens.shallow_clone(),
+            tokens,
             rotary: self.model.rotary(&pos_tensor(&pert, device)?)?,
             docs,
         });
-        self.rows = all
-            .iter()
-            .map(|&index| {
-                Some(PerturbedRow {
-                    pass: 0,
-                    index,
-                    start: 0,
-                })
-            })
-            .collect();
+        self.rows = vec![None; mb.rows()];
+        for (index, &r) in rows.iter().enumerate() {
+            self.rows[r as usize] = Some(PerturbedRow {
+                pass: 0,
+                index: index as i64,
+                start: 0,
+            });
+        }
         Ok(())
     }
 
+    /// Tokens the perturbed view computes (rows × positions over its passes): the work of the
+    /// second view, 0 when no row needs one.
+    pub fn perturbed_tokens(&self) -> i64 {
+        self.perturbed
+            .iter()
+            .map(|g| g.tokens.size().iter().product::<i64>())
+            .sum()
+    }
+
     /// One perturbed pass per row, over the rows after its shared prefix.
-    fn add_suffix_passes(&mut self, mb: &MicroBatch, views: &[RowView]) -> Result<()> {
+    fn add_suffix_passes(
+        &mut self,
+        mb: &MicroBatch,
+        views: &[RowView],
+        needed: &[bool],
+    ) -> Result<()> {
         let device = mb.tokens.device();
         let l = mb.len();
         for (r, v) in views.iter().enumerate() {
             let p = v.shared_prefix.min(l);
-            if p == l {
-                // Nothing changed in this row: no perturbed rows at all.
+            if p == l || !needed[r] {
+                // Nothing changed in this row (or nothing that carries a loss): no perturbed
+                // rows at all.
                 self.rows.push(None);
                 continue;
             }

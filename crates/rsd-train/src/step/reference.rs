@@ -101,7 +101,7 @@ fn reference_kl(
                 .f_get(r as i64)?
                 .f_mul(&m)?
                 .f_sum(Kind::Double)?
-                .f_div_scalar(v.kl_rows as f64)?,
+                .f_div_scalar(v.kl_norm)?,
         )?;
     }
     Ok(kl)
