@@ -693,17 +693,19 @@ impl Model {
         docs: Option<&DocBoundaries>,
         prefix: Option<&LayerKv>,
     ) -> Result<(Tensor, LayerKv)> {
-        let layer = self
-            .layers
-            .get(i)
-            .ok_or_else(|| ModelError::Input(format!("no layer {i}")))?;
         let ctx = Ctx {
             cos: &rotary.cos,
             sin: &rotary.sin,
             docs,
             context: None,
         };
-        layer.forward(x, &ctx, prefix)
+        self.layer(i)?.forward(x, &ctx, prefix)
+    }
+
+    fn layer(&self, i: usize) -> Result<&Layer> {
+        self.layers
+            .get(i)
+            .ok_or_else(|| ModelError::Input(format!("no layer {i}")))
     }
 
     /// Decoder layer `i` on this rank's chunks `x` of context-parallel sequences (see
@@ -715,17 +717,13 @@ impl Model {
         rotary: &Rotary,
         context: &ContextChunks<'_>,
     ) -> Result<(Tensor, LayerKv)> {
-        let layer = self
-            .layers
-            .get(i)
-            .ok_or_else(|| ModelError::Input(format!("no layer {i}")))?;
         let ctx = Ctx {
             cos: &rotary.cos,
             sin: &rotary.sin,
             docs: None,
             context: Some(context),
         };
-        layer.forward(x, &ctx, None)
+        self.layer(i)?.forward(x, &ctx, None)
     }
 
     /// The final RMSNorm (what [`ForwardOutput::hidden`] is taken after).

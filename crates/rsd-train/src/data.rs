@@ -179,8 +179,8 @@ mod tests {
     use super::*;
     use rsd_loader::synth::{self, SynthSpec};
 
-    #[test]
-    fn guard_vocabulary_refuses_a_larger_tokenizer_and_checks_every_batch() {
+    /// Fixed shards of 8 samples of 16 tokens from a 1,000-id vocabulary.
+    fn synth_shards() -> (tempfile::TempDir, SynthSpec) {
         let dir = tempfile::tempdir().expect("tempdir");
         let spec = SynthSpec {
             samples: 8,
@@ -189,6 +189,12 @@ mod tests {
             ..SynthSpec::default()
         };
         synth::write(dir.path(), &spec).expect("shards");
+        (dir, spec)
+    }
+
+    #[test]
+    fn guard_vocabulary_refuses_a_larger_tokenizer_and_checks_every_batch() {
+        let (dir, _) = synth_shards();
         let cfg = TrainConfig {
             shards: dir.path().display().to_string(),
             ..TrainConfig::default()
@@ -215,14 +221,7 @@ mod tests {
     /// the row (ProLong); with `doc_mask = false` none of it.
     #[test]
     fn fixed_shards_are_document_masked_unless_turned_off() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let spec = SynthSpec {
-            samples: 8,
-            seq_len: 16,
-            vocab: 1000,
-            ..SynthSpec::default()
-        };
-        synth::write(dir.path(), &spec).expect("shards");
+        let (dir, spec) = synth_shards();
         let ignore = i64::from(rsd_loader::IGNORE_INDEX);
         for doc_mask in [true, false] {
             let cfg = TrainConfig {
