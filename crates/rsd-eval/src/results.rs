@@ -1,0 +1,146 @@
+//! The evaluation's records: `RUN/results.jsonl` holds one [`ItemResult`] per scored prompt, in the
+//! order they finished. Every other command (summaries, plots, `compare`) reads only this file and
+//! `RUN/run.json`, so results written by an older run, or by another engine scored with the same
+//! items, plot the same way.
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// One prompt's outcome.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ItemResult {
+    /// RULER's task name (`niah_single_1`, …, `vt`, `cwe`, `fwe`) or one of ours (`niah_ordinal_*`).
+    pub task: String,
+    /// Context length asked for, in the model tokenizer's tokens.
+    pub length: usize,
+    /// Where the evidence sits, as a fraction of the context in [0, 1]; `None` for tasks whose
+    /// evidence is spread over the context (variable tracking, word extraction).
+    pub depth: Option<f64>,
+    /// Index of the sample within (task, length, depth); with the seed it identifies the item.
+    pub sample: usize,
+    /// The answers the generator placed in the context.
+    pub expected: Vec<String>,
+    /// The model's completion, decoded.
+    pub output: String,
+    /// Fraction of `expected` found in `output`, in [0, 1].
+    pub score: f64,
+    /// Prompt length actually fed to the model, in tokens.
+    pub prompt_tokens: usize,
+}
+
+impl ItemResult {
+    /// The key a rerun uses to skip finished items.
+    pub fn key(&self) -> (String, usize, Option<u64>, usize) {
+        (
+            self.task.clone(),
+            self.length,
+            self.depth.map(f64::to_bits),
+            self.sample,
+        )
+    }
+}
+
+/// What reading a results file can go wrong with.
+#[derive(Debug, thiserror::Error)]
+pub enum ResultsError {
+    /// The file could not be opened or read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The results file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A line is not an [`ItemResult`].
+    #[error("{path}:{line}: not a result record ({message}); expected one JSON object per line with task, length, depth, sample, expected, output, score, prompt_tokens")]
+    Parse {
+        /// The results file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// serde's description of the problem.
+        message: String,
+    },
+}
+
+/// Reads every record of a `results.jsonl`. A final line without its newline (a run killed while
+/// writing) is ignored, so an interrupted run resumes from the last whole record.
+pub fn read_results(path: &Path) -> Result<Vec<ItemResult>, ResultsError> {
+    let io = |source| ResultsError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut reader = BufReader::new(File::open(path).map_err(io)?);
+    let mut items = Vec::new();
+    let mut line = String::new();
+    let mut number = 0;
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).map_err(io)? == 0 {
+            return Ok(items);
+        }
+        number += 1;
+        if !line.ends_with('\n') {
+            return Ok(items);
+        }
+        if line.trim().is_empty() {
+            continue;
+        }
+        let item = serde_json::from_str(&line).map_err(|e| ResultsError::Parse {
+            path: path.to_path_buf(),
+            line: number,
+            message: e.to_string(),
+        })?;
+        items.push(item);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn item(sample: usize) -> ItemResult {
+        ItemResult {
+            task: "niah_single_1".into(),
+            length: 1024,
+            depth: Some(0.5),
+            sample,
+            expected: vec!["7342".into()],
+            output: "7342".into(),
+            score: 1.0,
+            prompt_tokens: 1019,
+        }
+    }
+
+    #[test]
+    fn reads_whole_lines_and_drops_a_torn_last_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("results.jsonl");
+        let mut f = File::create(&path).unwrap();
+        for s in 0..2 {
+            writeln!(f, "{}", serde_json::to_string(&item(s)).unwrap()).unwrap();
+        }
+        write!(f, "{{\"task\": \"niah_si").unwrap();
+        drop(f);
+        assert_eq!(read_results(&path).unwrap(), vec![item(0), item(1)]);
+    }
+
+    #[test]
+    fn names_the_line_of_a_bad_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("results.jsonl");
+        std::fs::write(
+            &path,
+            format!(
+                "{}\n{{\"task\": 3}}\n",
+                serde_json::to_string(&item(0)).unwrap()
+            ),
+        )
+        .unwrap();
+        let err = read_results(&path).unwrap_err().to_string();
+        assert!(err.contains("results.jsonl:2:"), "{err}");
+    }
+}
