@@ -4,13 +4,19 @@
 
     python benches/cp_bench.py [--config configs/model/bench-llama-4l.json] [--len 4096] [--bin target/debug]
 
-Per layout and objective (standard; rsd with the skip view at s = L/2, prefix reuse off in both
-layouts, as under context parallelism): the step time (fastest of `--repeat 3`, forward +
-backward, fp32), rank 0's peak RSS, and the K/V payload rank 0 hands to the per-layer gathers
-against the analytic volume: per layer and view, K and V of this rank's L/N rows
-(2 · L/N · kv_heads · head_dim · 4 bytes); their backward reduce-scatters move as much again
-inside autograd (not counted). One process gets `--threads 2`, each rank `--threads 1`. Not a
-test: the times depend on the machine.
+Per layout and objective (standard; rsd with the skip view at s = L/2, with prefix reuse and
+without): the step time (fastest of `--repeat 3`, forward + backward, fp32), rank 0's peak RSS,
+and the payload rank 0 hands to the gathers against the analytic volume — per layer the
+standard view's K and V of this rank's L/N rows (2 · L/N · kv_heads · head_dim · 4 bytes); the
+perturbed view's the same whole (no reuse) or for its share of the re-sharded suffix (reuse),
+plus the suffix's d-wide final hidden states once; backward reduce-scatters move as much again
+inside autograd (not counted). One process gets `--threads 2`, each rank `--threads 1`.
+
+Then the balance of the perturbed pass under context parallelism: the ranks' planned matmul
+FLOPs (`perturbed_flops_per_rank` of the probe: the real plan) for splits s over the whole row at
+a small L, and at the paper's scale, from the same formula recomputed here, the re-sharded
+suffix against leaving the suffix on the standard view's zigzag chunks. Not a test: the times
+depend on the machine.
 """
 import argparse
 import json
@@ -25,12 +31,15 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 
 
-def probe(bin_dir, cfg, tokens, cp, objective):
-    args = [bin_dir / "rsd-train", "probe", "--init", cfg, "--tokens", tokens, "--repeat", "3",
-            "--objective", objective, "--no-prefix-reuse", "--checkpoint-layers"]
+def probe(bin_dir, cfg, tokens, cp, objective, reuse=False, split=None, repeat=3):
+    args = [bin_dir / "rsd-train", "probe", "--init", cfg, "--tokens", tokens, "--repeat", repeat,
+            "--objective", objective, "--checkpoint-layers"]
+    if not reuse:
+        args.append("--no-prefix-reuse")
     if objective == "rsd":
         L = np.load(tokens).shape[1]
-        args += ["--perturb", "skip", "--split", str(L // 2), "--skip", str(L)]
+        args += ["--perturb", "skip", "--split", str(L // 2 if split is None else split),
+                 "--skip", str(L)]
     args += ["--threads", "2"] if cp == 1 else ["--threads", "1", "--nproc", "2", "--cp", "2"]
     p = subprocess.run(list(map(str, args)), capture_output=True, text=True)
     if p.returncode != 0:
@@ -55,21 +64,84 @@ def main():
           f"2 CPU cores\n")
     print("| objective | layout | step | vs 1 process | rank 0 peak RSS | K/V payload/layer/view | analytic | in collectives |")
     print("|---|---|---|---|---|---|---|---|")
-    for objective in ("standard", "rsd"):
-        views = 2 if objective == "rsd" else 1
+    d = cfg["hidden_size"]
+    for objective, reuse in (("standard", False), ("rsd", False), ("rsd", True)):
+        name = objective if objective == "standard" else f"rsd, {'reuse' if reuse else 'no reuse'}"
         base = None
         for cp in (1, 2):
-            r = probe(Path(a.bin), a.config, tokens, cp, objective)
+            r = probe(Path(a.bin), a.config, tokens, cp, objective, reuse)
             base = base or r["seconds"]
-            # Per layer and view the forward runs twice (the checkpointed forward and the
-            # recompute before the backward), each gathering K and V.
-            gathers = layers * views * 2
-            per = r["comm_bytes_per_run"] / gathers if cp > 1 else 0
-            analytic = 2 * (a.len // cp) * kv * 4 if cp > 1 else 0
+            # The forward runs twice (the checkpointed forward and the recompute before the
+            # backward), each gathering K and V per layer and view.
+            std = 2 * (a.len // cp) * kv * 4
+            if objective == "standard":
+                pert = 0
+            elif not reuse:
+                pert = std
+            else:
+                # This rank's share of the padded suffix, and its d-wide hidden states once.
+                suffix = ((a.len - a.len // 2 + 2 * cp - 1) // (2 * cp)) * 2
+                pert = 2 * suffix * kv * 4 + suffix * d * 4 / (2 * layers)
+            analytic = 2 * layers * (std + pert) if cp > 1 else 0
+            measured = r["comm_bytes_per_run"] if cp > 1 else 0
             comm = f"{r['comm_s_per_run'] / r['seconds']:.0%}" if cp > 1 else "–"
-            print(f"| {objective} | {'1 process' if cp == 1 else 'cp 2'} | {r['seconds']:.2f} s | "
+            print(f"| {name} | {'1 process' if cp == 1 else 'cp 2'} | {r['seconds']:.2f} s | "
                   f"{r['seconds'] / base:.2f}× | {r['peak_rss'] / 2**20:.0f} MiB | "
-                  f"{per / 1e6:.2f} MB | {analytic / 1e6:.2f} MB | {comm} |")
+                  f"{measured / 1e6:.2f} MB | {analytic / 1e6:.2f} MB | {comm} |")
+    balance(Path(a.bin), cfg, a.config, work)
+
+
+def zigzag(r, n, start, count):
+    c = count // (2 * n)
+    return [(start + r * c, c), (start + (2 * n - 1 - r) * c, c)]
+
+
+def rank_flops(cfg, L, n, s, resharded):
+    """Per-rank perturbed-pass FLOPs for split s, closed form (sums of arithmetic series)."""
+    d, ffn, layers = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
+    hd = cfg.get("head_dim", d // cfg["num_attention_heads"])
+    q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
+    lin, pair = layers * 2 * (d * (q + 2 * kv) + q * d + 3 * d * ffn), layers * 4 * q
+    out = []
+    for r in range(n):
+        if resharded:
+            c = -(-(L - s) // (2 * n))
+            pieces = zigzag(r, n, s, 2 * n * c)
+        else:
+            pieces = [(max(a, s), a + c - max(a, s)) for a, c in zigzag(r, n, 0, L) if a + c > s]
+        rows = sum(c for _, c in pieces)
+        pairs = sum(c * (2 * a + c + 1) // 2 for a, c in pieces)
+        out.append(rows * lin + pairs * pair)
+    return out
+
+
+def balance(bin_dir, cfg, cfg_path, work):
+    L = 64
+    tokens = work / "tokens-64.npy"
+    np.save(tokens, np.random.default_rng(1).integers(0, cfg["vocab_size"], size=(1, L)))
+    worst = 1.0
+    for s in range(1, L):
+        r = probe(bin_dir, cfg_path, tokens, 2, "rsd", reuse=True, split=s, repeat=1)
+        f = r["perturbed_flops_per_rank"]
+        assert f == rank_flops(cfg, L, 2, s, True), (s, f, rank_flops(cfg, L, 2, s, True))
+        worst = max(worst, max(f) / (sum(f) / len(f)))
+    print(f"\nBalance, measured: the probe's planned perturbed-pass FLOPs per rank, cp 2, L = {L}, "
+          f"every s in 1..{L - 1}: slowest rank / mean ≤ {worst:.4f} (and equal to the formula "
+          "below at every s)\n")
+    print("| model, L, cp | layout of the suffix | slowest / mean, worst s | E_s[slowest] / E_s[mean] |")
+    print("|---|---|---|---|")
+    for name, path, L, n in (("Llama-3-8B", "llama3-8b.json", 65536, 2),
+                             ("Qwen3-4B", "qwen3-4b.json", 262144, 4)):
+        arch = json.loads((REPO / "configs" / "model" / path).read_text())
+        for resharded in (False, True):
+            ratios, slow, mean = [], 0.0, 0.0
+            for s in range(1, L, max(1, L // 4096)):
+                f = rank_flops(arch, L, n, s, resharded)
+                m = sum(f) / n
+                ratios.append(max(f) / m)
+                slow, mean = slow + max(f), mean + m
+            layout = "re-sharded zigzag over [s, L)" if resharded else "standard view's zigzag chunks"
+            print(f"| {name}, {L // 1024}K, cp {n} | {layout} | {max(ratios):.3f} | {slow / mean:.3f} |")
 
 
 if __name__ == "__main__":

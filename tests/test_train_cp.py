@@ -6,10 +6,12 @@ process computes.
   far above that), every parameter gradient (written as fp32) to 1e-6; for standard, rsd with
   the skip view with s in the first chunk, on a chunk boundary, in the last chunk and s = 0,
   cyclic, forward KL, PoSE, two-view CLM, with checkpointed layers and small loss chunks; Llama
-  and Qwen3; one fp32 case to 1e-5. Under context parallelism both views run whole, so the
-  one-process run it matches bit for bit is the one without prefix reuse (`--no-prefix-reuse`);
-  with prefix reuse it agrees to ~1e-9 (RMSNorm computes in fp32 even in fp64 models, and the
-  two orders of operations round differently: see tests/test_train.py).
+  and Qwen3; one fp32 case to 1e-5. Each case both with prefix reuse (the perturbed suffix
+  re-sharded zigzag over the ranks, attending to the standard view's gathered prefix K/V) and
+  without (`--no-prefix-reuse`: both views whole), against the one-process run in the same mode
+  (the two modes differ by ~1e-9 from each other: RMSNorm computes in fp32 even in fp64 models;
+  see tests/test_train.py). With reuse, every rank computes the same number of perturbed
+  tokens whatever the split.
 * `rsd-train --cp 2` trains what one process trains (and what `--nproc 2` data parallelism
   trains), also with the sharded optimizer.
 * The same on mixed-length shards with documents crossing the chunk boundaries.
@@ -50,12 +52,13 @@ def inputs(tmp_path_factory):
     return d
 
 
-def probe(inputs, family, args, dtype, cp, out):
+def probe(inputs, family, args, dtype, cp, out, reuse=False):
     grads = out / f"grads-{cp}.safetensors"
-    nproc = ["--nproc", 2, "--cp", 2] if cp == 2 else ["--no-prefix-reuse"]
+    nproc = ["--nproc", 2, "--cp", 2] if cp == 2 else []
+    mode = [] if reuse else ["--no-prefix-reuse"]
     p = run("rsd-train", "probe", "--init", inputs / f"{family}.json", "--tokens",
             inputs / "tokens.npy", "--dtype", dtype, "--threads", 1, "--grads-out", grads,
-            *args, *nproc, timeout=300)
+            *args, *nproc, *mode, timeout=300)
     return json.loads(p.stdout), load_file(grads)
 
 
@@ -77,10 +80,12 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("reuse", [True, False], ids=["reuse", "no-reuse"])
 @pytest.mark.parametrize("family,args", CASES, ids=lambda c: c if isinstance(c, str) else None)
-def test_two_context_parallel_ranks_compute_one_process_step(inputs, tmp_path, family, args):
-    one, g1 = probe(inputs, family, args, "fp64", 1, tmp_path)
-    two, g2 = probe(inputs, family, args, "fp64", 2, tmp_path)
+def test_two_context_parallel_ranks_compute_one_process_step(inputs, tmp_path, family, args,
+                                                             reuse):
+    one, g1 = probe(inputs, family, args, "fp64", 1, tmp_path, reuse)
+    two, g2 = probe(inputs, family, args, "fp64", 2, tmp_path, reuse)
     for k in ("clm", "kl", "clm_pert", "loss", "grad_norm"):
         assert two[k] == pytest.approx(one[k], rel=1e-10, abs=1e-14), (k, one[k], two[k])
     assert one["label_tokens"] == two["label_tokens"] and one["samples"] == two["samples"]
@@ -90,12 +95,41 @@ def test_two_context_parallel_ranks_compute_one_process_step(inputs, tmp_path, f
     for k in g1:
         scale = max(float(np.abs(g1[k]).max()), 1e-30)
         assert float(np.abs(g1[k] - g2[k]).max()) / scale <= 1e-6, k
+    # The perturbed view's work: one rank alone, two ranks sharing it evenly. With reuse each
+    # row's suffix is padded to a multiple of 2 ranks × 2 pieces (at most 3 rows a row).
+    (alone,) = one["perturbed_tokens_per_rank"]
+    per_rank = two["perturbed_tokens_per_rank"]
+    assert len(per_rank) == 2 and alone == one["perturbed_tokens"]
+    if reuse and "--split" in args and "pose" not in args:
+        assert per_rank[0] == per_rank[1], per_rank
+        assert alone <= sum(per_rank) <= alone + 3 * B, (alone, per_rank)
+        flops = two["perturbed_flops_per_rank"]
+        assert flops[0] == flops[1] > 0, flops
+    elif alone:
+        # Both views whole: every row's chunks on every rank.
+        assert per_rank == [B * L // 2] * 2, per_rank
+
+
+def test_perturbed_work_is_balanced_for_every_split(inputs, tmp_path):
+    # The balance figure: every s in 0..L−1 on one row; per-rank matmul FLOPs of the perturbed
+    # pass equal (suffix re-sharded zigzag), where the standard view's zigzag chunks would give
+    # one rank all of a late suffix.
+    for s in range(0, L, 3):
+        p = run("rsd-train", "probe", "--init", inputs / "qwen3.json", "--tokens",
+                inputs / "tokens.npy", "--threads", 1, "--objective", "rsd", "--perturb", "skip",
+                "--split", s, "--skip", 5, "--nproc", 2, "--cp", 2, timeout=300)
+        two = json.loads(p.stdout)
+        t, f = two["perturbed_tokens_per_rank"], two["perturbed_flops_per_rank"]
+        if s == 0:
+            assert t == [0, 0]   # nothing changes: no perturbed pass at all
+            continue
+        assert t[0] == t[1] and f[0] == f[1] > 0, (s, t, f)
 
 
 def test_fp32_context_parallel_step(inputs, tmp_path):
     args = ["--objective", "rsd", "--perturb", "skip", "--split", "5,20", "--skip", "33"]
-    one, g1 = probe(inputs, "qwen3", args, "fp32", 1, tmp_path)
-    two, g2 = probe(inputs, "qwen3", args, "fp32", 2, tmp_path)
+    one, g1 = probe(inputs, "qwen3", args, "fp32", 1, tmp_path, reuse=True)
+    two, g2 = probe(inputs, "qwen3", args, "fp32", 2, tmp_path, reuse=True)
     for k in ("clm", "kl", "loss", "grad_norm"):
         assert two[k] == pytest.approx(one[k], rel=1e-5, abs=1e-9), (k, one[k], two[k])
     for k in g1:
@@ -135,11 +169,11 @@ def test_training_with_cp_2_trains_what_one_process_trains(shards, tmp_path):
 
 def test_cp_2_on_mixed_shards_with_documents_trains_what_one_process_trains(tmp_path):
     # Rows of different lengths, documents crossing the chunk boundaries, a perturbation per
-    # document; the one-process run without prefix reuse is the same computation.
+    # document, the perturbed suffix re-sharded over the ranks (prefix reuse).
     mixed = tmp_path / "mixed"
     run("rsd-data", "pack", "--len", "256", "--mode", "mixed", "--src", REPO / "corpus" / "books",
         "--src", REPO / "corpus" / "code", "--out", mixed)
-    batch = ["--micro-batch", 2, "--perturb-scope", "document", "--prefix-reuse", "false"]
+    batch = ["--micro-batch", 2, "--perturb-scope", "document", "--prefix-reuse", "true"]
     one, _ = train(mixed, tmp_path / "one", *batch, steps=2, tokens=1024)
     cp, _ = train(mixed, tmp_path / "cp", *batch, "--cp", 2, steps=2, tokens=1024)
     for a, b in zip(one, cp):

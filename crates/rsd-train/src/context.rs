@@ -69,8 +69,9 @@ impl ContextParallel {
     }
 
     /// This rank's part of a whole row's perturbed view: its chunks of the positions and of the
-    /// KL mask. `kl_rows` stays the whole row's count (the KL's per-sample normaliser), and there
-    /// is no shared prefix to reuse (both views run whole under context parallelism).
+    /// KL mask. `kl_rows` stays the whole row's count (the KL's per-sample normaliser);
+    /// `shared_prefix` is 0 because it is a whole-row quantity: prefix reuse reads it from the
+    /// whole view ([`ContextBatch`]).
     pub fn local_view(&self, v: &RowView) -> Result<RowView> {
         Ok(RowView {
             positions: self.local_of(&v.positions)?,
@@ -144,6 +145,88 @@ impl ContextParallel {
     }
 }
 
+/// A context-parallel micro-batch as the step sees it: the micro-batch itself holds this rank's
+/// chunks; this holds what the perturbed view needs of the whole rows. With prefix reuse the
+/// perturbed view runs only the rows after the shared prefix, and those rows are re-sharded over
+/// the group (zigzag over the suffix itself, see [`suffix_chunks`]), so a rank computes rows
+/// whose tokens and perturbed positions it does not hold in its standard-view chunks.
+pub struct ContextBatch<'a> {
+    cp: &'a ContextParallel,
+    /// Whole rows' token ids.
+    tokens: Vec<Vec<i64>>,
+    /// Whole rows' perturbed views (`None` when the objective has none).
+    views: Option<Vec<RowView>>,
+}
+
+impl<'a> ContextBatch<'a> {
+    /// From whole rows every rank already holds (the probe reads the whole batch).
+    pub fn from_whole(
+        cp: &'a ContextParallel,
+        tokens: Vec<Vec<i64>>,
+        views: Option<Vec<RowView>>,
+    ) -> Self {
+        ContextBatch { cp, tokens, views }
+    }
+
+    /// From this rank's chunks `local_tokens` (`[B][Llocal]`): the whole rows are gathered from
+    /// the group (a collective; host integers, `L` per row).
+    pub fn gather(
+        cp: &'a ContextParallel,
+        local_tokens: &Tensor,
+        views: Option<Vec<RowView>>,
+    ) -> Result<Self> {
+        let (b, l) = local_tokens.size2()?;
+        let flat = Vec::<i64>::try_from(
+            &local_tokens
+                .f_to_device(tch::Device::Cpu)?
+                .f_to_kind(Kind::Int64)?
+                .f_reshape([-1])?,
+        )?;
+        let rows: Vec<Vec<i64>> = flat
+            .chunks(l.max(1) as usize)
+            .map(<[i64]>::to_vec)
+            .collect();
+        debug_assert_eq!(rows.len() as i64, b);
+        let tokens = cp.full_rows(&rows)?;
+        Ok(ContextBatch { cp, tokens, views })
+    }
+
+    /// The group.
+    pub fn cp(&self) -> &ContextParallel {
+        self.cp
+    }
+
+    /// Whole rows' token ids.
+    pub fn tokens(&self) -> &[Vec<i64>] {
+        &self.tokens
+    }
+
+    /// Whole rows' perturbed views.
+    pub fn views(&self) -> Option<&[RowView]> {
+        self.views.as_deref()
+    }
+
+    /// This rank's parts of the views (what the loss reads, next to the local rows).
+    pub fn local_views(&self) -> Result<Option<Vec<RowView>>> {
+        self.views
+            .as_ref()
+            .map(|vs| vs.iter().map(|v| self.cp.local_view(v)).collect())
+            .transpose()
+    }
+}
+
+/// The perturbed suffix `[p, len)` of one row re-sharded over `n` ranks: padded at its end to
+/// `padded = 2n·c` rows (`c = ⌈(len − p) / 2n⌉`) and cut zigzag like a sequence of its own, rank
+/// `r` taking pieces `r` and `2n−1−r`. Every rank computes `2c` rows and the same causal
+/// attention work over the suffix (plus `p` prefix keys per row, the same for all), whatever `p`
+/// is; the padding rows come after every real row, so causal attention never lets a real row
+/// see them. Returns `(padded, [(first row, rows)])` in whole-row coordinates (`p + …`).
+pub fn suffix_chunks(r: i64, n: i64, p: i64, len: i64) -> (i64, Vec<(i64, i64)>) {
+    let c = ((len - p).max(1) + 2 * n - 1) / (2 * n);
+    let pieces = [(p + r * c, c), (p + (2 * n - 1 - r) * c, c)];
+    (2 * n * c, pieces.to_vec())
+}
+
 /// Chunks `r` and `2n−1−r` of `len` rows cut into `2n`.
 fn zigzag(r: i64, n: i64, len: i64) -> Result<Vec<(i64, i64)>> {
     if len % (2 * n) != 0 {
@@ -184,5 +267,38 @@ mod tests {
             assert!(work.iter().all(|&w| w == work[0]), "{work:?}");
         }
         assert!(zigzag(0, 2, 10).is_err());
+    }
+
+    #[test]
+    fn suffix_chunks_tile_the_padded_suffix_with_equal_work() {
+        for n in [1i64, 2, 4] {
+            for (p, len) in [(0, 16), (5, 16), (15, 16), (3, 40), (39, 40)] {
+                let (padded, _) = suffix_chunks(0, n, p, len);
+                assert!(
+                    padded >= len - p && padded < len - p + 2 * n,
+                    "{n} {p} {len}"
+                );
+                let all: Vec<Vec<(i64, i64)>> =
+                    (0..n).map(|r| suffix_chunks(r, n, p, len).1).collect();
+                let mut rows: Vec<i64> =
+                    all.iter().flatten().flat_map(|&(s, c)| s..s + c).collect();
+                rows.sort();
+                assert_eq!(rows, (p..p + padded).collect::<Vec<_>>());
+                // Causal work over the suffix (keys from p on) and row counts: equal per rank.
+                let work: Vec<(i64, i64)> = all
+                    .iter()
+                    .map(|ch| {
+                        let rows: i64 = ch.iter().map(|&(_, c)| c).sum();
+                        let pairs = ch
+                            .iter()
+                            .flat_map(|&(s, c)| s..s + c)
+                            .map(|i| i - p + 1)
+                            .sum();
+                        (rows, pairs)
+                    })
+                    .collect();
+                assert!(work.iter().all(|&w| w == work[0]), "{work:?}");
+            }
+        }
     }
 }

@@ -470,7 +470,8 @@ fn train(a: TrainArgs) -> Result<()> {
     if main && trainer.cp_size() > 1 {
         eprintln!(
             "rsd-train: context parallelism over {} ranks: each holds 2 of every sequence's {} \
-             chunks (zigzag), K/V gathered per layer; no prefix reuse under context parallelism",
+             chunks (zigzag), K/V gathered per layer; with prefix reuse the perturbed suffix is \
+             re-sharded zigzag over the ranks",
             trainer.cp_size(),
             2 * trainer.cp_size()
         );

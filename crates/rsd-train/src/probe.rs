@@ -13,11 +13,11 @@ use tch::{Device, Kind, Tensor};
 
 use rsd_model::{shape_str, DocBoundaries, Model, ModelConfig, ModelOptions};
 
-use crate::context::ContextParallel;
+use crate::context::{ContextBatch, ContextParallel};
 use crate::perturb::{clip_docs, perturb_real, KlNorm, PerturbKind, Perturbation, RowView, Scope};
 use crate::step::{
-    grad_norm, perturbed_tokens, prefix_reuse_floor, reference_loss, step_micro, step_micro_split,
-    zero_grads, LossNormalizers, MicroBatch, Objective, StepOptions, Sums,
+    grad_norm, perturbed_tokens, perturbed_work, prefix_reuse_floor, reference_loss, step_micro,
+    step_micro_split, zero_grads, LossNormalizers, MicroBatch, Objective, StepOptions, Sums,
 };
 use crate::{io_err, Error, Result};
 
@@ -127,6 +127,13 @@ pub struct ProbeReport {
     /// Tokens the perturbed view computes (rows × positions over its passes; one process): 0
     /// for rows whose view changes nothing under `rsd`.
     pub perturbed_tokens: i64,
+    /// Each rank's share of the perturbed view's work (one entry without context parallelism):
+    /// tokens it computes.
+    pub perturbed_tokens_per_rank: Vec<i64>,
+    /// Each rank's matmul FLOPs of the perturbed view's decoder forward (linear maps per token,
+    /// `4·q` per causal query–key pair, document masking not counted): the balance of context
+    /// parallelism is `max / mean` of these.
+    pub perturbed_flops_per_rank: Vec<f64>,
     /// Per-row perturbations.
     pub rows: Vec<ProbeRow>,
     /// The dtype as requested.
@@ -236,6 +243,17 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
         None => (&mb, &views),
     };
     let views_arg = objective.needs_perturbed().then_some(views_run.as_slice());
+    let (perturbed_tokens_per_rank, perturbed_flops_per_rank) = match &split {
+        Some(s) => {
+            let batch = s.batch(objective.needs_perturbed());
+            let (t, f) = perturbed_work(&model, mb_run, views_arg, &req.step, Some(&batch))?;
+            s.per_rank(t, f)?
+        }
+        None => {
+            let (t, f) = perturbed_work(&model, &mb, views_arg, &req.step, None)?;
+            (vec![t], vec![f])
+        }
+    };
     let mut step_seconds = Vec::new();
     let mut terms = (0.0, 0.0);
     let comm0 = split.as_ref().map(|s| s.cp.group().stats());
@@ -295,6 +313,8 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
         label_tokens: mb.label_tokens,
         samples: b as i64,
         perturbed_tokens,
+        perturbed_tokens_per_rank,
+        perturbed_flops_per_rank,
         rows: views
             .iter()
             .zip(perts)
@@ -428,15 +448,7 @@ fn run_once(
     match split {
         None => step_micro(model, mb, views, opts, norm, &mut sums)?,
         Some(s) => {
-            let gather = |t: &Tensor| {
-                s.cp.gather_kv(t)
-                    .map_err(|e| rsd_model::ModelError::Input(e.to_string()))
-            };
-            let context = rsd_model::ContextChunks {
-                chunks: s.cp.chunks(s.len)?,
-                docs: s.mb.docs.clone(),
-                gather: &gather,
-            };
+            let context = s.batch(views.is_some());
             step_micro_split(model, mb, views, opts, norm, &mut sums, Some(&context))?;
             let mut t = Tensor::f_stack(&[&sums.clm, &sums.kl, &sums.clm_pert], 0)?;
             s.cp.group().all_reduce(&mut t, rsd_dist::ReduceOp::Sum)?;
@@ -468,12 +480,13 @@ fn write_grads(model: &Model, path: &std::path::Path) -> Result<()> {
 /// This process's share of the batch under context parallelism.
 struct Split {
     cp: ContextParallel,
-    /// Row length of the whole batch.
-    len: i64,
     /// This rank's chunks of every row.
     mb: MicroBatch,
     /// Their views (`kl_rows` stays the whole row's, the normaliser).
     views: Vec<RowView>,
+    /// The whole rows' tokens and views (the perturbed suffix is re-sharded from them).
+    whole_tokens: Vec<Vec<i64>>,
+    whole_views: Vec<RowView>,
 }
 
 impl Split {
@@ -514,7 +527,6 @@ impl Split {
             )));
         }
         let cp = ContextParallel::new(group);
-        let len = positions.first().map_or(0, Vec::len) as i64;
         let local = |rows: &[Vec<i64>]| -> Result<Vec<Vec<i64>>> {
             rows.iter().map(|r| cp.local_of(r)).collect()
         };
@@ -526,10 +538,43 @@ impl Split {
             docs.cloned(),
             Device::Cpu,
         )?;
-        let views = views
+        let local_views = views
             .iter()
             .map(|v| cp.local_view(v))
             .collect::<Result<_>>()?;
-        Ok(Some(Split { cp, len, mb, views }))
+        Ok(Some(Split {
+            cp,
+            mb,
+            views: local_views,
+            whole_tokens: tokens.to_vec(),
+            whole_views: views.to_vec(),
+        }))
+    }
+
+    /// The step's view of the whole rows.
+    fn batch(&self, perturbed: bool) -> ContextBatch<'_> {
+        ContextBatch::from_whole(
+            &self.cp,
+            self.whole_tokens.clone(),
+            perturbed.then(|| self.whole_views.clone()),
+        )
+    }
+
+    /// Every rank's `(tokens, flops)`, in rank order (a collective).
+    fn per_rank(&self, tokens: i64, flops: f64) -> Result<(Vec<i64>, Vec<f64>)> {
+        let device = crate::parallel::backend_device(self.cp.group(), Device::Cpu);
+        let mine = Tensor::f_from_slice(&[tokens as f64, flops])?.f_to_device(device)?;
+        let all = Vec::<f64>::try_from(
+            &self
+                .cp
+                .group()
+                .all_gather(&mine)?
+                .f_to_device(Device::Cpu)?
+                .f_reshape([-1])?,
+        )?;
+        Ok((
+            all.chunks(2).map(|p| p[0] as i64).collect(),
+            all.chunks(2).map(|p| p[1]).collect(),
+        ))
     }
 }

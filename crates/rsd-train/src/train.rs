@@ -24,6 +24,7 @@ use rsd_model::{Model, ModelConfig, ModelOptions};
 
 use crate::checkpoint::{self, TrainState, STATE_VERSION};
 use crate::config::{OnNonFinite, TrainConfig};
+use crate::context::ContextBatch;
 use crate::data;
 use crate::optim::Schedule;
 use crate::parallel::DataParallel;
@@ -505,27 +506,23 @@ impl Trainer {
     ) -> Result<StepLosses> {
         let mut sums = Sums::new(self.model.options().device);
         let cp = self.dp.context();
-        let gather = |t: &tch::Tensor| -> rsd_model::Result<tch::Tensor> {
-            match cp {
-                Some(cp) => cp
-                    .gather_kv(t)
-                    .map_err(|e| rsd_model::ModelError::Input(e.to_string())),
-                None => Ok(t.shallow_clone()),
-            }
-        };
         for (rows, mb) in mbs {
             let views = if self.step_opts.objective.needs_perturbed() {
                 Some(self.views(rows, mb)?)
             } else {
                 None
             };
-            let context = match cp {
-                Some(cp) => Some(rsd_model::ContextChunks {
-                    chunks: cp.chunks(mb.len() * cp.size() as i64)?,
-                    docs: mb.docs.clone(),
-                    gather: &gather,
-                }),
-                None => None,
+            // Under context parallelism `views` are the whole rows'; the step reads this rank's
+            // parts of them, and the whole rows for the re-sharded perturbed suffix.
+            let (views, context) = match cp {
+                Some(cp) => {
+                    let batch = match views {
+                        Some(v) => ContextBatch::gather(cp, &mb.tokens, Some(v))?,
+                        None => ContextBatch::from_whole(cp, Vec::new(), None),
+                    };
+                    (batch.local_views()?, Some(batch))
+                }
+                None => (views, None),
             };
             step_micro_split(
                 &self.model,
@@ -554,7 +551,7 @@ impl Trainer {
 
     /// The perturbed views of a micro-batch's rows (`rows`: their indices in the global batch).
     /// Under context parallelism the perturbation is drawn for the whole sequence (gathered from
-    /// the group's chunks) and each rank keeps its chunks of it; `kl_rows` stays the sequence's.
+    /// the group's chunks): the views are the whole rows'.
     fn views(&self, rows: &[usize], mb: &MicroBatch) -> Result<Vec<RowView>> {
         let (seed, step) = (self.cfg.seed, self.state.step);
         let Some(cp) = self.dp.context() else {
@@ -562,7 +559,7 @@ impl Trainer {
         };
         let full = cp.full_rows(&mb.positions)?;
         // Under context parallelism the micro-batch's document boundaries are the whole rows'.
-        views_at(
+        Ok(views_at(
             &self.sampler,
             seed,
             step,
@@ -570,10 +567,7 @@ impl Trainer {
             &full,
             &mb.real_len,
             mb.docs.as_deref(),
-        )
-        .iter()
-        .map(|v| cp.local_view(v))
-        .collect()
+        ))
     }
 
     /// The global gradient norm of this step (the gradients are already summed over ranks, so

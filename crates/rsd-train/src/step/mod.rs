@@ -318,6 +318,20 @@ pub fn perturbed_tokens(
     Ok(Plan::new(model, mb, views, opts, None)?.perturbed_tokens())
 }
 
+/// This rank's share of the perturbed view's work under `opts` (with `context`: of a
+/// context-parallel micro-batch, `mb` and `views` being this rank's parts): `(tokens, matmul
+/// FLOPs of the decoder forward)`, see `Plan::perturbed_flops`. Plans the step, runs nothing.
+pub fn perturbed_work(
+    model: &Model,
+    mb: &MicroBatch,
+    views: Option<&[RowView]>,
+    opts: &StepOptions,
+    context: Option<&crate::context::ContextBatch<'_>>,
+) -> Result<(i64, f64)> {
+    let plan = Plan::new(model, mb, views, opts, context)?;
+    Ok((plan.perturbed_tokens(), plan.perturbed_flops()))
+}
+
 /// Forward both views, compute the chunked loss (closed-form logit gradients), then one backward
 /// through the LM head and the decoder. Accumulates parameter gradients (scaled by `norm`) and
 /// adds the step's loss terms to `sums`.
@@ -334,9 +348,9 @@ pub fn step_micro(
 
 /// [`step_micro`] on this rank's chunks of context-parallel sequences (`context`; `None` is
 /// [`step_micro`]). `mb` and `views` hold this rank's rows only, and each view's `kl_rows` counts
-/// the whole sequence's, so the per-rank loss sums add up to the sequence's. Both views run
-/// whole (no prefix reuse yet under context parallelism); a collective: every rank of the
-/// context-parallel group runs the same micro-batches.
+/// the whole sequence's, so the per-rank loss sums add up to the sequence's; `context` holds the
+/// whole rows, which prefix reuse re-shards the perturbed suffix from (module `prefix_reuse`). A
+/// collective: every rank of the context-parallel group runs the same micro-batches.
 pub fn step_micro_split(
     model: &Model,
     mb: &MicroBatch,
@@ -344,7 +358,7 @@ pub fn step_micro_split(
     opts: &StepOptions,
     norm: LossNormalizers,
     sums: &mut Sums,
-    context: Option<&rsd_model::ContextChunks<'_>>,
+    context: Option<&crate::context::ContextBatch<'_>>,
 ) -> Result<()> {
     if context.is_some() && opts.long_ce.is_some() {
         return Err(Error::Input(

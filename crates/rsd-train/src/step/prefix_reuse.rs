@@ -6,11 +6,24 @@
 //! autograd graph: the KL's gradient through them reaches the standard pass, as the true gradient
 //! of the loss does. `P` differs per row, so the suffix pass runs per row; without reuse (or for
 //! perturbations with `P = 0`, e.g. cyclic) one batched full pass runs instead.
+//!
+//! Under context parallelism the standard view is cut zigzag over the group, so the rows after
+//! `P` sit unevenly on the ranks (a late `P` leaves them all on one rank). The suffix is
+//! re-sharded instead: zigzag over `[P, L)` itself ([`crate::context::suffix_chunks`]), each rank
+//! computing the same number of suffix rows with the same attention work. Per layer, a suffix
+//! piece attends to the standard view's gathered K/V of rows `0..P` (already gathered for the
+//! standard view's own attention: no extra traffic) and to the gathered suffix K/V before it.
+//! After the final norm the suffix's hidden states are gathered (d-wide, never logits) and each
+//! rank takes the rows its standard chunks hold, so the KL meets its teacher on the rank that
+//! holds the teacher, and the chunked loss runs per rank as without reuse.
+use std::cell::{Cell, RefCell};
+
 use tch::Tensor;
 
 use rsd_model::{ContextChunks, DocBoundaries, LayerKv, Model, Rotary};
 
 use super::{MicroBatch, Objective, StepOptions};
+use crate::context::{suffix_chunks, ContextBatch};
 use crate::perturb::RowView;
 use crate::{Error, Result};
 
@@ -25,6 +38,38 @@ struct PerturbedPass {
     tokens: Tensor,
     rotary: Rotary,
     docs: Option<DocBoundaries>,
+    /// Context parallelism with prefix reuse: this rank's pieces of the row's re-sharded suffix.
+    suffix: Option<SuffixPieces>,
+}
+
+/// This rank's share of one row's perturbed suffix under context parallelism.
+struct SuffixPieces {
+    /// The batch row.
+    row: i64,
+    /// The shared prefix `P`.
+    prefix: i64,
+    /// The pieces `(first row, rows)` in whole-row coordinates (rows ≥ L are padding).
+    chunks: Vec<(i64, i64)>,
+    /// The row's document boundaries over `[0, P + padded)`, the padding its own document.
+    docs: Option<Vec<i64>>,
+}
+
+/// The standard view's context-parallel layout, and the group.
+struct ContextPlan<'a> {
+    batch: &'a ContextBatch<'a>,
+    /// This rank's chunks of the whole rows.
+    chunks: Vec<(i64, i64)>,
+    /// Whole rows' document boundaries.
+    docs: Option<Vec<Vec<i64>>>,
+}
+
+impl ContextPlan<'_> {
+    fn gather(&self, t: &Tensor) -> rsd_model::Result<Tensor> {
+        self.batch
+            .cp()
+            .gather_kv(t)
+            .map_err(|e| rsd_model::ModelError::Input(e.to_string()))
+    }
 }
 
 /// Where one row's perturbed view lives among the plan's perturbed passes.
@@ -48,7 +93,7 @@ pub(super) struct Plan<'a> {
     /// Per row: its perturbed view (`None`: no perturbed view, or nothing changed in the row).
     rows: Vec<Option<PerturbedRow>>,
     /// Context parallelism: the rows are this rank's chunks of longer sequences.
-    context: Option<&'a ContextChunks<'a>>,
+    context: Option<ContextPlan<'a>>,
 }
 
 /// Position ids `[B, L]` on `device` from host rows.
@@ -69,16 +114,22 @@ impl<'a> Plan<'a> {
         mb: &'a MicroBatch,
         views: Option<&[RowView]>,
         opts: &StepOptions,
-        context: Option<&'a ContextChunks<'a>>,
+        context: Option<&'a ContextBatch<'a>>,
     ) -> Result<Self> {
         let device = mb.tokens.device();
         let all: Vec<i64> = (0..mb.rows() as i64).collect();
+        let context = match context {
+            Some(batch) => Some(ContextPlan {
+                batch,
+                chunks: batch.cp().chunks(mb.len() * batch.cp().size() as i64)?,
+                docs: mb.docs.clone(),
+            }),
+            None => None,
+        };
         // Under context parallelism the document boundaries are the whole rows' and reach the
         // attention through the context (`ContextChunks::docs`), not per pass.
-        let docs = |rows: &[i64]| match context {
-            Some(_) => Ok(None),
-            None => docs_of(mb, rows),
-        };
+        let split = context.is_some();
+        let docs = |rows: &[i64]| if split { Ok(None) } else { docs_of(mb, rows) };
         let std = if opts.objective != Objective::Pose {
             Some((
                 model.rotary(&pos_tensor(&mb.positions, device)?)?,
@@ -104,22 +155,29 @@ impl<'a> Plan<'a> {
                 .iter()
                 .map(|v| opts.objective != Objective::Rsd || v.changes_anything())
                 .collect();
-            // Under context parallelism both views run whole (each rank its chunks of both), so a
-            // perturbed row and its teacher live on the same rank.
+            // Under context parallelism the shared prefix is a whole-row quantity.
+            let whole = match &plan.context {
+                Some(c) => c.batch.views().ok_or_else(|| {
+                    Error::Input("context parallelism: the whole rows' views are missing".into())
+                })?,
+                None => views,
+            };
             let reuse = opts.prefix_reuse
-                && context.is_none()
                 && plan.std.is_some()
-                && views.iter().any(|v| v.shared_prefix > 0);
-            if reuse {
+                && whole.iter().any(|v| v.shared_prefix > 0);
+            if reuse && plan.context.is_some() {
+                plan.add_context_suffix_passes(mb, &needed)?;
+            } else if reuse {
                 plan.add_suffix_passes(mb, views, &needed)?;
             } else if needed.iter().any(|&n| n) {
                 // Every rank of a context-parallel group decides alike (`kl_rows` is the whole
                 // sequence's); its attention takes the whole micro-batch, so all rows run there.
-                let rows: Vec<i64> = match context {
-                    Some(_) => all.clone(),
-                    None => (0..mb.rows() as i64)
+                let rows: Vec<i64> = if split {
+                    all.clone()
+                } else {
+                    (0..mb.rows() as i64)
                         .filter(|&r| needed[r as usize])
-                        .collect(),
+                        .collect()
                 };
                 plan.add_full_pass(mb, views, &rows, docs(&rows)?)?;
             } else {
@@ -154,6 +212,7 @@ impl<'a> Plan<'a> {
             tokens,
             rotary: self.model.rotary(&pos_tensor(&pert, device)?)?,
             docs,
+            suffix: None,
         });
         self.rows = vec![None; mb.rows()];
         for (index, &r) in rows.iter().enumerate() {
@@ -172,6 +231,39 @@ impl<'a> Plan<'a> {
         self.perturbed
             .iter()
             .map(|g| g.tokens.size().iter().product::<i64>())
+            .sum()
+    }
+
+    /// Matmul FLOPs of the perturbed view's decoder forward on this rank: per computed token
+    /// the layers' linear maps, per (query, key) pair `4·q` (scores and values), a query at row
+    /// `i` seeing keys `0..=i` (document masking not counted). The balance of context
+    /// parallelism is this number across the ranks.
+    pub fn perturbed_flops(&self) -> f64 {
+        let c = self.model.config();
+        let (d, ffn) = (c.hidden_size as f64, c.intermediate_size as f64);
+        let q = (c.num_attention_heads * c.head_dim) as f64;
+        let kv = (c.num_key_value_heads * c.head_dim) as f64;
+        let layers = c.num_hidden_layers as f64;
+        let lin = layers * 2.0 * (d * (q + 2.0 * kv) + q * d + 3.0 * d * ffn);
+        let pair = layers * 4.0 * q;
+        let pairs = |ranges: &[(i64, i64)]| -> f64 {
+            // Σ (i + 1) over the rows of each range.
+            ranges
+                .iter()
+                .map(|&(s, n)| (n * (2 * s + n + 1) / 2) as f64)
+                .sum()
+        };
+        self.perturbed
+            .iter()
+            .map(|g| {
+                let (rows, len) = (g.tokens.size()[0], g.tokens.size()[1]);
+                let queries = match (&g.suffix, &self.context) {
+                    (Some(sp), _) => sp.chunks.clone(),
+                    (None, Some(ctx)) => ctx.chunks.clone(),
+                    (None, None) => vec![(g.start, len)],
+                };
+                rows as f64 * (len as f64 * lin + pairs(&queries) * pair)
+            })
             .sum()
     }
 
@@ -204,8 +296,76 @@ impl<'a> Plan<'a> {
                 tokens: mb.tokens.f_narrow(0, r as i64, 1)?.f_narrow(1, p, l - p)?,
                 rotary: self.model.rotary(&pos_tensor(&suffix, device)?)?,
                 docs: docs_of(mb, &[r as i64])?,
+                suffix: None,
             });
         }
+        Ok(())
+    }
+
+    /// Context parallelism: one perturbed pass per row over this rank's pieces of the row's
+    /// re-sharded suffix. Every rank of the group plans the same passes (the views are the
+    /// whole rows'), so the collectives inside them line up.
+    fn add_context_suffix_passes(&mut self, mb: &MicroBatch, needed: &[bool]) -> Result<()> {
+        let device = mb.tokens.device();
+        let Some(ctx) = &self.context else {
+            return Ok(());
+        };
+        let (batch, l_local) = (ctx.batch, mb.len());
+        let (r, n) = (batch.cp().rank() as i64, batch.cp().size() as i64);
+        let l = l_local * n;
+        let whole = batch.views().unwrap_or_default();
+        let mut passes = Vec::new();
+        let mut rows = Vec::with_capacity(mb.rows());
+        for (b, v) in whole.iter().enumerate() {
+            let p = v.shared_prefix.min(l);
+            if p == l || !needed[b] {
+                rows.push(None);
+                continue;
+            }
+            let (padded, chunks) = suffix_chunks(r, n, p, l);
+            let tokens = &batch.tokens()[b];
+            let last = v.positions[(l - 1) as usize];
+            let (mut tok, mut pos) = (Vec::new(), Vec::new());
+            for i in chunks.iter().flat_map(|&(s, c)| s..s + c) {
+                // Padding rows: any token, positions continuing past the row's last one.
+                tok.push(if i < l { tokens[i as usize] } else { 0 });
+                pos.push(if i < l {
+                    v.positions[i as usize]
+                } else {
+                    last + 1 + i - l
+                });
+            }
+            let docs = ctx.docs.as_ref().map(|d| {
+                let mut cu = d[b].clone();
+                if p + padded > l {
+                    cu.push(p + padded);
+                }
+                cu
+            });
+            rows.push(Some(PerturbedRow {
+                pass: passes.len(),
+                index: 0,
+                start: 0,
+            }));
+            let count = tok.len() as i64;
+            passes.push(PerturbedPass {
+                prefix_row: b as i64,
+                start: p,
+                tokens: Tensor::f_from_slice(&tok)?
+                    .f_view([1, count])?
+                    .f_to_device(device)?,
+                rotary: self.model.rotary(&pos_tensor(&[pos], device)?)?,
+                docs: None,
+                suffix: Some(SuffixPieces {
+                    row: b as i64,
+                    prefix: p,
+                    chunks,
+                    docs,
+                }),
+            });
+        }
+        self.perturbed = passes;
+        self.rows = rows;
         Ok(())
     }
 
@@ -231,10 +391,25 @@ impl<'a> Plan<'a> {
     /// Layer `i` for both views; the perturbed rows take the standard K/V of rows `0..p` as prefix.
     pub fn layer(&self, i: usize, x: &Stage) -> Result<Stage> {
         let mut kv = None;
+        // Context parallelism: the standard view's gathered keys, then values (the order
+        // rsd-model's attention gathers them in), for the suffix passes' prefixes.
+        let gathered: RefCell<Vec<Tensor>> = RefCell::new(Vec::new());
         let std = match (&self.std, &x.std) {
             (Some((rot, docs)), Some(xs)) => {
-                let (y, k) = match self.context {
-                    Some(cc) => self.model.layer_forward_split(i, xs, rot, cc)?,
+                let (y, k) = match &self.context {
+                    Some(ctx) => {
+                        let gather = |t: &Tensor| {
+                            let g = ctx.gather(t)?;
+                            gathered.borrow_mut().push(g.shallow_clone());
+                            Ok(g)
+                        };
+                        let cc = ContextChunks {
+                            chunks: ctx.chunks.clone(),
+                            docs: ctx.docs.clone(),
+                            gather: &gather,
+                        };
+                        self.model.layer_forward_split(i, xs, rot, &cc)?
+                    }
                     None => self.model.layer_forward(i, xs, rot, docs.as_ref(), None)?,
                 };
                 kv = Some(k);
@@ -244,6 +419,10 @@ impl<'a> Plan<'a> {
         };
         let mut perturbed = Vec::with_capacity(self.perturbed.len());
         for (g, xg) in self.perturbed.iter().zip(&x.perturbed) {
+            if let (Some(ctx), Some(sp)) = (&self.context, &g.suffix) {
+                perturbed.push(self.suffix_layer(i, ctx, sp, g, xg, &gathered.borrow())?);
+                continue;
+            }
             let prefix = match (&kv, g.start) {
                 (Some(kv), p) if p > 0 => {
                     let r = g.prefix_row;
@@ -254,8 +433,16 @@ impl<'a> Plan<'a> {
                 }
                 _ => None,
             };
-            let (y, _) = match self.context {
-                Some(cc) => self.model.layer_forward_split(i, xg, &g.rotary, cc)?,
+            let (y, _) = match &self.context {
+                Some(ctx) => {
+                    let gather = |t: &Tensor| ctx.gather(t);
+                    let cc = ContextChunks {
+                        chunks: ctx.chunks.clone(),
+                        docs: ctx.docs.clone(),
+                        gather: &gather,
+                    };
+                    self.model.layer_forward_split(i, xg, &g.rotary, &cc)?
+                }
                 None => {
                     self.model
                         .layer_forward(i, xg, &g.rotary, g.docs.as_ref(), prefix.as_ref())?
@@ -266,19 +453,93 @@ impl<'a> Plan<'a> {
         Ok(Stage { std, perturbed })
     }
 
-    pub fn final_norm(&self, x: &Stage) -> Result<Stage> {
-        Ok(Stage {
-            std: match &x.std {
-                Some(h) => Some(self.model.final_norm(h)?),
-                None => None,
-            },
-            perturbed: x
-                .perturbed
-                .iter()
-                .map(|h| self.model.final_norm(h))
-                .collect::<rsd_model::Result<_>>()?,
-        })
+    /// Layer `i` of a re-sharded suffix pass: its pieces attend to the standard view's K/V of
+    /// rows `0..P` (`std_kv`: this layer's gathered keys and values) and to the gathered suffix.
+    fn suffix_layer(
+        &self,
+        i: usize,
+        ctx: &ContextPlan<'_>,
+        sp: &SuffixPieces,
+        g: &PerturbedPass,
+        x: &Tensor,
+        std_kv: &[Tensor],
+    ) -> Result<Tensor> {
+        let calls = Cell::new(0usize);
+        let gather = |t: &Tensor| -> rsd_model::Result<Tensor> {
+            let suffix = ctx.gather(t)?;
+            let which = calls.replace(calls.get() + 1);
+            if sp.prefix == 0 {
+                return Ok(suffix);
+            }
+            let all = std_kv.get(which).ok_or_else(|| {
+                rsd_model::ModelError::Input(
+                    "context parallelism: the standard view's K/V were not gathered".into(),
+                )
+            })?;
+            let torch = |e: tch::TchError| rsd_model::ModelError::Input(e.to_string());
+            let prefix = all
+                .f_narrow(0, sp.row, 1)
+                .and_then(|t| t.f_narrow(2, 0, sp.prefix))
+                .map_err(torch)?;
+            Tensor::f_cat(&[prefix, suffix], 2).map_err(torch)
+        };
+        let cc = ContextChunks {
+            chunks: sp.chunks.clone(),
+            docs: sp.docs.clone().map(|d| vec![d]),
+            gather: &gather,
+        };
+        Ok(self.model.layer_forward_split(i, x, &g.rotary, &cc)?.0)
     }
+
+    pub fn final_norm(&self, x: &Stage) -> Result<Stage> {
+        let std = match &x.std {
+            Some(h) => Some(self.model.final_norm(h)?),
+            None => None,
+        };
+        let mut perturbed = Vec::with_capacity(x.perturbed.len());
+        for (g, h) in self.perturbed.iter().zip(&x.perturbed) {
+            let h = self.model.final_norm(h)?;
+            perturbed.push(match (&self.context, &g.suffix, &std) {
+                (Some(ctx), Some(sp), Some(hs)) => aligned_suffix(ctx, sp, &h, hs)?,
+                _ => h,
+            });
+        }
+        Ok(Stage { std, perturbed })
+    }
+}
+
+/// A re-sharded suffix's final hidden states `h` (`[1, 2c, D]`, this rank's pieces) laid out
+/// like this rank's standard chunks of its row (`[1, Llocal, D]`): the suffix is gathered
+/// (differentiably) and each local row `i ≥ P` takes suffix row `i`; rows before `P`, identical
+/// in both views, take the standard view's hidden state (`hs`, `[B, Llocal, D]`), as the
+/// one-process step's shared rows do.
+fn aligned_suffix(
+    ctx: &ContextPlan<'_>,
+    sp: &SuffixPieces,
+    h: &Tensor,
+    hs: &Tensor,
+) -> Result<Tensor> {
+    let suffix = ctx
+        .batch
+        .cp()
+        .gather_kv(&h.f_unsqueeze(1)?)?
+        .f_squeeze_dim(1)?;
+    let std_row = hs.f_narrow(0, sp.row, 1)?;
+    // An empty slice keeps the gather in this rank's graph even when none of its rows is past
+    // the prefix: the gather's backward is a collective every rank must join.
+    let mut parts = vec![suffix.f_narrow(1, 0, 0)?];
+    let mut local = 0;
+    for &(start, n) in &ctx.chunks {
+        let shared_end = (start + n).min(sp.prefix).max(start);
+        if shared_end > start {
+            parts.push(std_row.f_narrow(1, local, shared_end - start)?);
+        }
+        if start + n > shared_end {
+            parts.push(suffix.f_narrow(1, shared_end - sp.prefix, start + n - shared_end)?);
+        }
+        local += n;
+    }
+    Ok(Tensor::f_cat(&parts, 1)?)
 }
 
 /// The views, checked against the batch's shape.
