@@ -9,7 +9,7 @@ without): the step time (fastest of `--repeat 3`, forward + backward, fp32), ran
 and the payload rank 0 hands to the gathers against the analytic volume — per layer the
 standard view's K and V of this rank's L/N rows (2 · L/N · kv_heads · head_dim · 4 bytes); the
 perturbed view's the same whole (no reuse) or for its share of the re-sharded suffix (reuse),
-plus the suffix's d-wide final hidden states once; backward reduce-scatters move as much again
+plus one all-to-all of the suffix's d-wide final hidden states; backward reduce-scatters move as much again
 inside autograd (not counted). One process gets `--threads 2`, each rank `--threads 1`.
 
 Then the balance of the perturbed pass under context parallelism: the ranks' planned matmul
@@ -62,7 +62,7 @@ def main():
     layers = cfg["num_hidden_layers"]
     print(f"{Path(a.config).name} ({layers} layers), L = {a.len}, fp32, checkpointed layers, "
           f"2 CPU cores\n")
-    print("| objective | layout | step | vs 1 process | rank 0 peak RSS | K/V payload/layer/view | analytic | in collectives |")
+    print("| objective | layout | step | vs 1 process | rank 0 peak RSS | rank 0 payload / step | analytic | in collectives |")
     print("|---|---|---|---|---|---|---|---|")
     d = cfg["hidden_size"]
     for objective, reuse in (("standard", False), ("rsd", False), ("rsd", True)):
@@ -79,9 +79,11 @@ def main():
             elif not reuse:
                 pert = std
             else:
-                # This rank's share of the padded suffix, and its d-wide hidden states once.
+                # This rank's share of the padded suffix; at the top, one all-to-all of d-wide
+                # rows: cp blocks of the largest rank-to-rank set (at s = L/2 and cp = 2, every
+                # block holds a quarter of the suffix).
                 suffix = ((a.len - a.len // 2 + 2 * cp - 1) // (2 * cp)) * 2
-                pert = 2 * suffix * kv * 4 + suffix * d * 4 / (2 * layers)
+                pert = 2 * suffix * kv * 4 + cp * (suffix // 2) * d * 4 / (2 * layers)
             analytic = 2 * layers * (std + pert) if cp > 1 else 0
             measured = r["comm_bytes_per_run"] if cp > 1 else 0
             comm = f"{r['comm_s_per_run'] / r['seconds']:.0%}" if cp > 1 else "–"

@@ -133,6 +133,35 @@ struct ReduceScatterFn : public torch::autograd::Function<ReduceScatterFn> {
   }
 };
 
+Tensor all_to_all_dim0(const BackendPtr& b, const Tensor& input, int64_t timeout_ms) {
+  check_divisible(input, b->getSize(), "all_to_all");
+  Tensor x = input.contiguous();
+  Tensor out = at::empty_like(x);
+  std::vector<int64_t> counts;
+  c10d::AllToAllOptions o;
+  o.timeout = Ms(timeout_ms);
+  finish(b->alltoall_base(out, x, counts, counts, o), timeout_ms);
+  return out;
+}
+
+// An all-to-all of equal blocks is its own inverse: the gradient of the block that came from
+// rank i goes back to rank i, into the block it was sent from.
+struct AllToAllFn : public torch::autograd::Function<AllToAllFn> {
+  static Tensor forward(torch::autograd::AutogradContext* ctx, Tensor x, const RsdGroup* g,
+                        int64_t timeout_ms) {
+    ctx->saved_data["backend"] = capsule(g->backend);
+    ctx->saved_data["timeout_ms"] = timeout_ms;
+    return all_to_all_dim0(g->backend, x, timeout_ms);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    BackendPtr b = from_capsule(ctx->saved_data["backend"]);
+    Tensor g = all_to_all_dim0(b, grads[0], ctx->saved_data["timeout_ms"].toInt());
+    return {g, Tensor(), Tensor()};
+  }
+};
+
 // Gloo transport devices as torch.distributed makes them: one per interface named in
 // GLOO_SOCKET_IFNAME (comma-separated), else the one for this host's name.
 std::vector<std::shared_ptr<::gloo::transport::Device>> gloo_devices() {
@@ -279,14 +308,7 @@ int rsd_all_to_all(const RsdGroup* g, const Tensor* t, int64_t timeout_ms, Tenso
                    char* err, size_t err_len) {
   return rsd::guard(err, err_len, [&] {
     at::NoGradGuard no_grad;
-    check_divisible(*t, g->backend->getSize(), "all_to_all");
-    Tensor x = t->contiguous();
-    Tensor o = at::empty_like(x);
-    std::vector<int64_t> counts;
-    c10d::AllToAllOptions opts;
-    opts.timeout = Ms(timeout_ms);
-    finish(g->backend->alltoall_base(o, x, counts, counts, opts), timeout_ms);
-    *out = new Tensor(o);
+    *out = new Tensor(all_to_all_dim0(g->backend, *t, timeout_ms));
   });
 }
 
@@ -330,6 +352,12 @@ int rsd_reduce_scatter_autograd(const RsdGroup* g, const Tensor* t, int64_t time
                                 Tensor** out, char* err, size_t err_len) {
   return rsd::guard(err, err_len,
                     [&] { *out = new Tensor(ReduceScatterFn::apply(*t, g, timeout_ms)); });
+}
+
+int rsd_all_to_all_autograd(const RsdGroup* g, const Tensor* t, int64_t timeout_ms, Tensor** out,
+                            char* err, size_t err_len) {
+  return rsd::guard(err, err_len,
+                    [&] { *out = new Tensor(AllToAllFn::apply(*t, g, timeout_ms)); });
 }
 
 }  // extern "C"

@@ -174,6 +174,14 @@ extern "C" {
         err: *mut c_char,
         err_len: usize,
     ) -> c_int;
+    pub fn rsd_all_to_all_autograd(
+        g: *const RawGroup,
+        t: *const C_tensor,
+        timeout_ms: i64,
+        out: *mut *mut C_tensor,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> c_int;
 }
 
 /// Room for c10d's messages, which name keys, shapes and peers' addresses.

@@ -471,6 +471,18 @@ impl ProcessGroup {
         y.f_movedim_int(0, d).map_err(|e| input(op, e))
     }
 
+    /// [`all_to_all`](Self::all_to_all) (equal blocks along dim 0) as an autograd node: its
+    /// backward is the same all-to-all of the output's gradient, which returns each block's
+    /// gradient to the rank that sent it. Same rules as
+    /// [`all_gather_autograd`](Self::all_gather_autograd).
+    pub fn all_to_all_autograd(&self, t: &Tensor) -> Result<Tensor> {
+        let ms = self.ms();
+        // SAFETY: the group and tensor are live for the call.
+        self.run_out("all_to_all_autograd", nbytes(t), |out, err, len| unsafe {
+            ffi::rsd_all_to_all_autograd(self.raw(), t.as_ptr(), ms, out, err, len)
+        })
+    }
+
     /// [`reduce_scatter`](Self::reduce_scatter) (sum) along `dim` as an autograd node: its
     /// backward all-gathers the output's gradient. Same rules as
     /// [`all_gather_autograd`](Self::all_gather_autograd).

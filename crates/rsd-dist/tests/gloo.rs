@@ -261,6 +261,36 @@ fn rank_autograd() {
         same(&x.grad(), &xs[rank].grad()),
         "reduce_scatter_autograd gradient"
     );
+
+    // All-to-all of n blocks of [2, 3] ([2n, 3] per rank): block j of rank i lands as block i
+    // on rank j. Single process: output of rank j = cat over i of block j of input i.
+    let shape = [2 * n as i64, 3];
+    let x = leaf(rank, &shape);
+    let a = pg.all_to_all_autograd(&x).unwrap();
+    let xs: Vec<Tensor> = (0..n).map(|r| leaf(r, &shape)).collect();
+    let outs: Vec<Tensor> = (0..n)
+        .map(|j| {
+            Tensor::cat(
+                &xs.iter()
+                    .map(|x| x.narrow(0, 2 * j as i64, 2))
+                    .collect::<Vec<_>>(),
+                0,
+            )
+        })
+        .collect();
+    assert!(same(&a, &outs[rank]));
+    (&a * weight(rank, &shape))
+        .sum(Kind::Double)
+        .f_backward()
+        .unwrap();
+    let total: Tensor = (0..n)
+        .map(|r| (&outs[r] * weight(r, &shape)).sum(Kind::Double))
+        .sum();
+    total.backward();
+    assert!(
+        same(&x.grad(), &xs[rank].grad()),
+        "all_to_all_autograd gradient"
+    );
     pg.barrier().unwrap();
 }
 

@@ -509,37 +509,88 @@ impl<'a> Plan<'a> {
 }
 
 /// A re-sharded suffix's final hidden states `h` (`[1, 2c, D]`, this rank's pieces) laid out
-/// like this rank's standard chunks of its row (`[1, Llocal, D]`): the suffix is gathered
-/// (differentiably) and each local row `i ≥ P` takes suffix row `i`; rows before `P`, identical
-/// in both views, take the standard view's hidden state (`hs`, `[B, Llocal, D]`), as the
-/// one-process step's shared rows do.
+/// like this rank's standard chunks of its row (`[1, Llocal, D]`): each local row `i ≥ P` takes
+/// the perturbed hidden state of row `i` from the rank that computed it — one all-to-all of
+/// d-wide rows, each rank sending every other rank exactly the rows it needs (blocks padded to
+/// the largest such set, the same on every rank); rows before `P`, identical in both views, take
+/// the standard view's hidden state (`hs`, `[B, Llocal, D]`), as the one-process step's shared
+/// rows do. The all-to-all is differentiable: its backward returns each row's gradient to the
+/// rank that computed it.
 fn aligned_suffix(
     ctx: &ContextPlan<'_>,
     sp: &SuffixPieces,
     h: &Tensor,
     hs: &Tensor,
 ) -> Result<Tensor> {
-    let suffix = ctx
-        .batch
-        .cp()
-        .gather_kv(&h.f_unsqueeze(1)?)?
-        .f_squeeze_dim(1)?;
+    let cp = ctx.batch.cp();
+    let (me, n) = (cp.rank(), cp.size() as i64);
+    let l = hs.size()[1] * n;
+    let p = sp.prefix;
+    // Zigzag ownership: chunk `c` of `2n` belongs to rank `c` or `2n−1−c`.
+    let owner = |chunk: i64| if chunk < n { chunk } else { 2 * n - 1 - chunk };
+    let std_rows = l / (2 * n);
+    let (padded, _) = suffix_chunks(0, n, p, l);
+    let suf_rows = padded / (2 * n);
+    let std_owner = |i: i64| owner(i / std_rows) as usize;
+    let suf_owner = |i: i64| owner((i - p) / suf_rows) as usize;
+    // The rows rank q sends rank j are the real suffix rows q computed that j's standard chunks
+    // hold, in row order; every rank counts them alike, so the blocks' size agrees.
+    let mut count = vec![vec![0i64; n as usize]; n as usize];
+    for i in p..l {
+        count[suf_owner(i)][std_owner(i)] += 1;
+    }
+    let k = count.iter().flatten().copied().max().unwrap_or(0).max(1);
+    // This rank's suffix rows are its pieces in row order: local index = rank in that order.
+    let mine = rows_of(&suffix_chunks(me as i64, n, p, l).1);
+    let mut send = vec![Vec::new(); n as usize];
+    for (local, &i) in mine.iter().enumerate() {
+        if i < l {
+            send[std_owner(i)].push(local as i64);
+        }
+    }
+    let send: Vec<i64> = send
+        .into_iter()
+        .flat_map(|mut b| {
+            b.resize(k as usize, 0);
+            b
+        })
+        .collect();
+    let device = h.device();
+    let send = h
+        .f_squeeze_dim(0)?
+        .f_index_select(0, &Tensor::f_from_slice(&send)?.f_to_device(device)?)?;
+    let received = cp.group().all_to_all_autograd(&send)?;
+    // Row i ≥ P of this rank's chunks arrived in block `suf_owner(i)`, after the earlier rows
+    // of that block (this rank's chunks are in row order).
+    let mut next = vec![0i64; n as usize];
+    let mut place = |i: i64| {
+        let q = suf_owner(i);
+        next[q] += 1;
+        q as i64 * k + next[q] - 1
+    };
     let std_row = hs.f_narrow(0, sp.row, 1)?;
-    // An empty slice keeps the gather in this rank's graph even when none of its rows is past
-    // the prefix: the gather's backward is a collective every rank must join.
-    let mut parts = vec![suffix.f_narrow(1, 0, 0)?];
-    let mut local = 0;
-    for &(start, n) in &ctx.chunks {
-        let shared_end = (start + n).min(sp.prefix).max(start);
+    // An empty slice keeps the all-to-all in this rank's graph even when none of its rows is
+    // past the prefix: the backward is a collective every rank must join.
+    let mut parts = vec![received.f_narrow(0, 0, 0)?.f_unsqueeze(0)?];
+    let mut at = 0;
+    for &(start, rows_in) in &ctx.chunks {
+        let shared_end = (start + rows_in).min(sp.prefix).max(start);
         if shared_end > start {
-            parts.push(std_row.f_narrow(1, local, shared_end - start)?);
+            parts.push(std_row.f_narrow(1, at, shared_end - start)?);
         }
-        if start + n > shared_end {
-            parts.push(suffix.f_narrow(1, shared_end - sp.prefix, start + n - shared_end)?);
+        if start + rows_in > shared_end {
+            let index: Vec<i64> = (shared_end..start + rows_in).map(&mut place).collect();
+            let index = Tensor::f_from_slice(&index)?.f_to_device(device)?;
+            parts.push(received.f_index_select(0, &index)?.f_unsqueeze(0)?);
         }
-        local += n;
+        at += rows_in;
     }
     Ok(Tensor::f_cat(&parts, 1)?)
+}
+
+/// The rows of `(first row, rows)` ranges, in order.
+fn rows_of(ranges: &[(i64, i64)]) -> Vec<i64> {
+    ranges.iter().flat_map(|&(s, c)| s..s + c).collect()
 }
 
 /// The views, checked against the batch's shape.
