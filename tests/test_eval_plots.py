@@ -7,7 +7,8 @@ must be well-formed. Bad input must fail with a message naming the file (and lin
 
 ppl: a tiny random Llama (transformers) on shards packed from a slice of the bundled books; per
 position bucket the mean NLL and the view gap KL(standard ‖ skip view) over rows i ≥ s must equal
-transformers' fp64 computation to 1e-4, with the (s, y) that ppl.json records per row.
+transformers' fp64 computation to 1e-4 (`--dtype fp64`), with the (s, y) that ppl.json records per
+row; the default fp32 stays within 1e-3 of it.
 
 Binaries: $RSD_BIN_DIR (default <repo>/target/debug).
 """
@@ -319,8 +320,8 @@ def reference(model_dir, rows, views, buckets):
 def test_ppl_and_view_gap_match_transformers(ppl_setup):
     d = ppl_setup
     out = d / "out"
-    p = rsd_eval("ppl", "--model", d / "llama", "--shards", d / "shards", "--batches", 2,
-                 "--batch-size", 2, "--buckets", 4, "--seed", 7, "--out", out)
+    args = ["ppl", "--model", d / "llama", "--shards", d / "shards", "--buckets", 4, "--seed", 7]
+    p = rsd_eval(*args, "--batches", 2, "--batch-size", 2, "--dtype", "fp64", "--out", out)
     assert "view gap" in p.stdout
     report = json.loads((out / "ppl.json").read_text())
     assert report["rows"] == 4 and report["seq_len"] == SEQ
@@ -336,7 +337,7 @@ def test_ppl_and_view_gap_match_transformers(ppl_setup):
         if gap[k] is None:
             assert b["view_gap"] is None
         else:
-            assert b["view_gap"] == pytest.approx(gap[k], rel=1e-4, abs=1e-6)
+            assert b["view_gap"] == pytest.approx(gap[k], rel=1e-4)
     assert any(g for g in gap if g and g > 1e-3), "the views should differ"
 
     # The figures beside ppl.json hold the same numbers.
@@ -346,14 +347,16 @@ def test_ppl_and_view_gap_match_transformers(ppl_setup):
     assert_values(fig["series"][0]["y"], [b["view_gap"] for b in report["buckets"]])
     check_figures(out / "plots", ["ppl_by_position", "view_gap_by_position"])
 
-    # The same seed draws the same views whatever the batch size; plot re-draws from ppl.json.
+    # The same seed draws the same views whatever the batch size; the default fp32 stays close
+    # (the gap, a sum of small differences over 152k-entry distributions, to ~1e-4 relative);
+    # plot re-draws from ppl.json.
     again = d / "again"
-    rsd_eval("ppl", "--model", d / "llama", "--shards", d / "shards", "--batches", 4,
-             "--batch-size", 1, "--buckets", 4, "--seed", 7, "--out", again)
+    rsd_eval(*args, "--batches", 4, "--batch-size", 1, "--out", again)
     report1 = json.loads((again / "ppl.json").read_text())
     assert report1["views"] == views
     for b, b1 in zip(report["buckets"], report1["buckets"]):
-        assert b1["view_gap"] == pytest.approx(b["view_gap"], rel=1e-5)
+        assert b1["nll"] == pytest.approx(b["nll"], rel=1e-6)
+        assert b1["view_gap"] == pytest.approx(b["view_gap"], rel=1e-3)
     rsd_eval("plot", again)
     check_figures(again / "plots", ["ppl_by_position", "view_gap_by_position"])
 

@@ -16,7 +16,8 @@
 //!   and a bucket's `view_gap` is its mean over the (row, i ≥ s) pairs that fall in it.
 //!
 //! Buckets split `0..L` into `K` ranges `[⌊kL/K⌋, ⌊(k+1)L/K⌋)` by the logit row `i`. Log-softmax
-//! and the sums run in fp32 on the device, the bucket means in fp64 on the host.
+//! and the sums run on the device in fp32 (fp64 with `--dtype fp64`), the bucket means in fp64 on
+//! the host.
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -126,7 +127,8 @@ pub struct PplArgs {
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    /// Parameter dtype: fp32, bf16 or fp16 (log-softmax and KL run in fp32 either way).
+    /// Parameter dtype: fp32, bf16, fp16 or fp64 (log-softmax and KL run in fp32, in fp64 for fp64:
+    /// the setting for checks against a reference).
     #[arg(long, default_value = "fp32")]
     pub dtype: String,
     /// Directory for ppl.json and plots/ (created if needed).
@@ -236,7 +238,9 @@ fn log_probs(model: &Model, hidden: &Tensor) -> Result<Tensor, PplError> {
         context: "lm_head".into(),
         source,
     })?;
-    logits.f_log_softmax(-1, Kind::Float).ctx("log-softmax")
+    logits
+        .f_log_softmax(-1, rsd_model::accum_kind(logits.kind()))
+        .ctx("log-softmax")
 }
 
 /// Per-(row, position) NLL `[B, L−1]` and, with a view, KL `[B, L]`, for one batch.
@@ -300,7 +304,7 @@ fn batch_terms(
             let terms = lp
                 .f_exp()
                 .and_then(|p| p.f_mul(&lp.f_sub(&lq)?))
-                .and_then(|t| t.f_sum_dim_intlist(-1, false, Kind::Float))
+                .and_then(|t| t.f_sum_dim_intlist(-1, false, None::<Kind>))
                 .ctx("KL")?;
             let got = host(&terms, "KL")?;
             for r in 0..b {
@@ -323,7 +327,10 @@ pub fn evaluate(args: &PplArgs) -> Result<PplReport, PplError> {
     };
     let options = ModelOptions {
         device: rsd_model::parse_device(&args.device).map_err(model_err("--device"))?,
-        kind: rsd_model::parse_kind(&args.dtype).map_err(model_err("--dtype"))?,
+        kind: match args.dtype.as_str() {
+            "fp64" | "float64" | "f64" => Kind::Double,
+            other => rsd_model::parse_kind(other).map_err(model_err("--dtype"))?,
+        },
     };
     rsd_model::check_device(options.device).map_err(model_err("--device"))?;
     if args.batches == 0 || args.batch_size == 0 || args.buckets == 0 {
@@ -498,4 +505,37 @@ pub fn command(args: &PplArgs) -> Result<String, PplError> {
     }
     s += &format!("wrote {}", args.out.join("ppl.json").display());
     Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skip_views_are_keyed_by_sample_and_in_range() {
+        let views: Vec<(i64, i64)> = (0..200).map(|g| skip_view(7, g, 16, None)).collect();
+        assert!(views
+            .iter()
+            .all(|&(s, y)| (0..16).contains(&s) && (1..=16).contains(&y)));
+        // Every split occurs: s ~ U{0..L−1}, not only the interior.
+        let splits: std::collections::BTreeSet<i64> = views.iter().map(|v| v.0).collect();
+        assert_eq!(splits.len(), 16);
+        assert_eq!(skip_view(7, 3, 16, None), views[3]);
+        assert_ne!(skip_view(8, 3, 16, None), views[3]);
+        assert!((0..100).all(|g| skip_view(1, g, 16, Some(2)).1 <= 2));
+    }
+
+    #[test]
+    fn bucket_middle_is_the_middle_row() {
+        let b = Bucket {
+            start: 0,
+            end: 12,
+            tokens: 0,
+            nll: None,
+            ppl: None,
+            gap_rows: 0,
+            view_gap: None,
+        };
+        assert_eq!(b.middle(), 5.5);
+    }
 }
