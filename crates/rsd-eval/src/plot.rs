@@ -199,13 +199,20 @@ pub fn ppl_by_position(report: &PplReport) -> Lines {
     }
 }
 
-/// Mean KL(standard ‖ perturbed) by position bucket (x = the bucket's middle position).
+/// Mean KL(standard ‖ perturbed) by position bucket (x = the bucket's middle position); the y
+/// axis starts at 0, where the views agree.
 pub fn view_gap_by_position(report: &PplReport) -> Lines {
+    let top = report
+        .buckets
+        .iter()
+        .filter_map(|b| b.view_gap)
+        .filter(|g| g.is_finite())
+        .fold(0.0f64, f64::max);
     Lines {
         title: "View gap by position".into(),
         x_label: "position (middle of the bucket)".into(),
         y_label: "mean KL(standard || perturbed), nats".into(),
-        y_range: None,
+        y_range: (top > 0.0).then_some((0.0, 1.05 * top)),
         series: vec![Series {
             name: format!("{} view", report.perturb.name()),
             x: report.buckets.iter().map(|b| b.middle()).collect(),
