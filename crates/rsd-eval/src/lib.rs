@@ -1,7 +1,15 @@
 //! rsd-eval: does a checkpoint's accuracy depend on where the evidence sits in a long prompt?
 //!
 //! * [`results`]: the records every command reads and writes (`results.jsonl`, one line per prompt).
+//! * [`plot`]: a run's figures (accuracy by depth and length, the depth × length heat map).
+//! * [`compare`]: several runs in one figure and one table.
+//! * [`ppl`]: perplexity by position on held-out shards, and the view gap under RSD's skip view.
+//! * [`figure`]: figures as data, drawn to PNG and SVG with the values written beside them.
 //!
 //! The `rsd-eval` binary (src/main.rs) only parses arguments and calls this library (docs/EVAL.md).
 
+pub mod compare;
+pub mod figure;
+pub mod plot;
+pub mod ppl;
 pub mod results;

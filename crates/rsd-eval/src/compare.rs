@@ -1,0 +1,337 @@
+//! `rsd-eval compare RUN_A RUN_B … --out DIR`: several runs (say a standard and an RSD
+//! checkpoint) on the same items, in one figure and one table.
+//!
+//! Only the (task, length) pairs present in **every** run are compared, so each run is measured on
+//! the same kind of items; runs that share none are refused, by name. Within those pairs:
+//!
+//! * `accuracy_by_depth.{png,svg,json}`: one line per run, accuracy vs needle depth, the lengths
+//!   pooled (each record weighs the same: a long-context checkpoint is compared on its average
+//!   over the shared lengths, per-length lines would multiply the lines by the lengths).
+//! * `compare.md`: rows = runs; columns = each shared length (all depths), each depth (all shared
+//!   lengths), `all`; cells `mean ± spread` as [`crate::plot::cell`] defines them.
+//! * `compare.json`: the same table as numbers.
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::figure::{Figure, Lines, Series};
+use crate::plot::{cell, sorted_unique, Cell, PlotError};
+use crate::results::{read_results, ItemResult};
+
+/// Arguments of `rsd-eval compare`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CompareArgs {
+    /// Run directories, each holding a results.jsonl.
+    #[arg(required = true, num_args = 1..)]
+    pub runs: Vec<PathBuf>,
+    /// Where compare.md, compare.json and the figure go.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Names of the runs in the table and legend, comma-separated, one per run (default: each
+    /// run directory's name).
+    #[arg(long, value_delimiter = ',')]
+    pub labels: Option<Vec<String>>,
+}
+
+/// One run's row of the table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Row {
+    /// The run's label.
+    pub label: String,
+    /// The run directory.
+    pub run: PathBuf,
+    /// One entry per column; `null` where the run has no records for it.
+    pub cells: Vec<Option<Cell>>,
+}
+
+/// The comparison: what `compare.json` holds and `compare.md` shows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Comparison {
+    /// Tasks shared by every run (within the shared pairs).
+    pub tasks: Vec<String>,
+    /// Lengths shared by every run (within the shared pairs).
+    pub lengths: Vec<usize>,
+    /// Depths present in the shared records.
+    pub depths: Vec<f64>,
+    /// Column names: `L=<length>`…, `d=<depth>`…, `all`.
+    pub columns: Vec<String>,
+    /// One row per run, in the order given.
+    pub rows: Vec<Row>,
+    /// Per run, the (task, length) pairs left out because another run lacks them.
+    pub left_out: Vec<Vec<(String, usize)>>,
+}
+
+type Pairs = BTreeSet<(String, usize)>;
+
+fn pairs(items: &[ItemResult]) -> Pairs {
+    items.iter().map(|r| (r.task.clone(), r.length)).collect()
+}
+
+fn describe(run: &Path, p: &Pairs) -> String {
+    let tasks: BTreeSet<&str> = p.iter().map(|(t, _)| t.as_str()).collect();
+    let lengths: BTreeSet<usize> = p.iter().map(|(_, l)| *l).collect();
+    let tasks: Vec<&str> = tasks.into_iter().collect();
+    let lengths: Vec<String> = lengths.iter().map(usize::to_string).collect();
+    format!(
+        "{} has tasks {} at lengths {}",
+        run.display(),
+        tasks.join(", "),
+        lengths.join(", ")
+    )
+}
+
+/// Compares runs given as (label, directory, records).
+pub fn compare(runs: &[(String, PathBuf, Vec<ItemResult>)]) -> Result<Comparison, PlotError> {
+    let sets: Vec<Pairs> = runs.iter().map(|(_, _, items)| pairs(items)).collect();
+    for i in 0..runs.len() {
+        for j in i + 1..runs.len() {
+            if sets[i].is_disjoint(&sets[j]) {
+                return Err(PlotError::Input(format!(
+                    "runs {} and {} share no (task, length) to compare: {}; {}",
+                    runs[i].1.display(),
+                    runs[j].1.display(),
+                    describe(&runs[i].1, &sets[i]),
+                    describe(&runs[j].1, &sets[j])
+                )));
+            }
+        }
+    }
+    let mut common = sets[0].clone();
+    for s in &sets[1..] {
+        common = common.intersection(s).cloned().collect();
+    }
+    if common.is_empty() {
+        let all: Vec<String> = runs
+            .iter()
+            .zip(&sets)
+            .map(|((_, dir, _), s)| describe(dir, s))
+            .collect();
+        return Err(PlotError::Input(format!(
+            "no (task, length) is in every run: {}",
+            all.join("; ")
+        )));
+    }
+    let shared: Vec<Vec<&ItemResult>> = runs
+        .iter()
+        .map(|(_, _, items)| {
+            items
+                .iter()
+                .filter(|r| common.contains(&(r.task.clone(), r.length)))
+                .collect()
+        })
+        .collect();
+    let lengths: Vec<usize> = common
+        .iter()
+        .map(|(_, l)| *l)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let tasks: Vec<String> = common
+        .iter()
+        .map(|(t, _)| t.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let depths = sorted_unique(shared.iter().flatten().filter_map(|r| r.depth));
+    let mut columns: Vec<String> = lengths.iter().map(|l| format!("L={l}")).collect();
+    columns.extend(depths.iter().map(|d| format!("d={d}")));
+    columns.push("all".into());
+    let rows = runs
+        .iter()
+        .zip(&shared)
+        .map(|((label, dir, _), items)| {
+            let mut cells: Vec<Option<Cell>> = lengths
+                .iter()
+                .map(|&l| cell(items.iter().copied().filter(|r| r.length == l)))
+                .collect();
+            cells.extend(
+                depths
+                    .iter()
+                    .map(|&d| cell(items.iter().copied().filter(|r| r.depth == Some(d)))),
+            );
+            cells.push(cell(items.iter().copied()));
+            Row {
+                label: label.clone(),
+                run: dir.clone(),
+                cells,
+            }
+        })
+        .collect();
+    let left_out = sets
+        .iter()
+        .map(|s| s.difference(&common).cloned().collect())
+        .collect();
+    Ok(Comparison {
+        tasks,
+        lengths,
+        depths,
+        columns,
+        rows,
+        left_out,
+    })
+}
+
+impl Comparison {
+    /// The Markdown table (`mean ± spread`, three decimals; `–` for an empty cell).
+    pub fn markdown(&self) -> String {
+        let mut s = format!("| run | {} |\n", self.columns.join(" | "));
+        s += &format!("|---|{}\n", "---|".repeat(self.columns.len()));
+        for row in &self.rows {
+            let cells: Vec<String> = row
+                .cells
+                .iter()
+                .map(|c| c.map_or("–".into(), |c| format!("{:.3} ± {:.3}", c.mean, c.spread)))
+                .collect();
+            s += &format!("| {} | {} |\n", row.label, cells.join(" | "));
+        }
+        s
+    }
+
+    /// The whole `compare.md`: what was compared, the table, and how to read it.
+    pub fn report(&self) -> String {
+        let lengths: Vec<String> = self.lengths.iter().map(usize::to_string).collect();
+        let mut s = format!(
+            "# Comparison\n\nTasks: {}. Lengths: {}.\n\n",
+            self.tasks.join(", "),
+            lengths.join(", ")
+        );
+        s += &self.markdown();
+        s += "\nCells: mean score over the records ± the standard deviation, over sample \
+              indices, of each sample index's mean score. `L=` columns pool all depths, `d=` \
+              columns all shared lengths.\n";
+        for (row, left) in self.rows.iter().zip(&self.left_out) {
+            if !left.is_empty() {
+                let l: Vec<String> = left.iter().map(|(t, n)| format!("{t}@{n}")).collect();
+                s += &format!(
+                    "\nLeft out of {} (not in every run): {}.\n",
+                    row.label,
+                    l.join(", ")
+                );
+            }
+        }
+        s
+    }
+
+    /// Accuracy vs depth, one line per run, shared lengths pooled.
+    pub fn figure(&self) -> Lines {
+        let first = self.lengths.len();
+        let series = self
+            .rows
+            .iter()
+            .map(|row| Series {
+                name: row.label.clone(),
+                x: self.depths.clone(),
+                y: row.cells[first..first + self.depths.len()]
+                    .iter()
+                    .map(|c| c.map(|c| c.mean))
+                    .collect(),
+            })
+            .collect();
+        Lines {
+            title: "Accuracy by needle depth (shared lengths pooled)".into(),
+            x_label: "needle depth (fraction of the context)".into(),
+            y_label: "accuracy (mean score)".into(),
+            y_range: Some((0.0, 1.05)),
+            series,
+        }
+    }
+}
+
+/// `rsd-eval compare`: writes the table, its numbers and the figure; returns the table.
+pub fn command(args: &CompareArgs) -> Result<String, PlotError> {
+    let labels: Vec<String> = match &args.labels {
+        Some(l) if l.len() != args.runs.len() => {
+            return Err(PlotError::Input(format!(
+                "--labels names {} runs, {} were given",
+                l.len(),
+                args.runs.len()
+            )))
+        }
+        Some(l) => l.clone(),
+        None => args
+            .runs
+            .iter()
+            .map(|r| {
+                r.file_name()
+                    .map_or_else(|| r.display().to_string(), |n| n.to_string_lossy().into())
+            })
+            .collect(),
+    };
+    let mut runs = Vec::with_capacity(args.runs.len());
+    for (label, dir) in labels.into_iter().zip(&args.runs) {
+        let path = dir.join("results.jsonl");
+        let items = read_results(&path)?;
+        if items.is_empty() {
+            return Err(PlotError::Input(format!(
+                "{}: no result records",
+                path.display()
+            )));
+        }
+        runs.push((label, dir.clone(), items));
+    }
+    let cmp = compare(&runs)?;
+    std::fs::create_dir_all(&args.out).map_err(|source| PlotError::Io {
+        path: args.out.clone(),
+        source,
+    })?;
+    let write = |name: &str, text: String| {
+        let path = args.out.join(name);
+        std::fs::write(&path, text).map_err(|source| PlotError::Io { path, source })
+    };
+    write("compare.md", cmp.report())?;
+    let json = serde_json::to_string_pretty(&cmp).map_err(|e| PlotError::Json {
+        path: args.out.join("compare.json"),
+        message: e.to_string(),
+    })?;
+    write("compare.json", json + "\n")?;
+    Figure::Lines(cmp.figure()).write(&args.out, "accuracy_by_depth")?;
+    Ok(cmp.markdown())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plot::tests::item;
+
+    fn run(name: &str, items: Vec<ItemResult>) -> (String, PathBuf, Vec<ItemResult>) {
+        (name.into(), PathBuf::from(name), items)
+    }
+
+    #[test]
+    fn compares_only_what_every_run_has() {
+        let a = run(
+            "a",
+            vec![
+                item(8, Some(0.0), 0, 1.0),
+                item(8, Some(1.0), 1, 0.0),
+                item(16, Some(0.0), 0, 1.0),
+            ],
+        );
+        let b = run(
+            "b",
+            vec![item(8, Some(0.0), 0, 0.5), item(8, Some(1.0), 0, 0.5)],
+        );
+        let c = compare(&[a, b]).unwrap();
+        assert_eq!(c.lengths, vec![8]);
+        assert_eq!(c.columns, vec!["L=8", "d=0", "d=1", "all"]);
+        let a_all = c.rows[0].cells[3].unwrap();
+        assert_eq!((a_all.mean, a_all.spread), (0.5, 0.5));
+        assert_eq!(c.left_out[0], vec![("niah_single_1".to_string(), 16)]);
+        assert!(c
+            .markdown()
+            .contains("| a | 0.500 ± 0.500 | 1.000 ± 0.000 |"));
+        assert_eq!(c.figure().series[1].y, vec![Some(0.5), Some(0.5)]);
+    }
+
+    #[test]
+    fn refuses_disjoint_runs_by_name() {
+        let a = run("runs/std", vec![item(8, Some(0.0), 0, 1.0)]);
+        let b = run("runs/rsd", vec![item(16, Some(0.0), 0, 1.0)]);
+        let err = compare(&[a, b]).unwrap_err().to_string();
+        assert!(
+            err.contains("runs/std") && err.contains("runs/rsd"),
+            "{err}"
+        );
+    }
+}

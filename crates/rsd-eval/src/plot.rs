@@ -1,0 +1,350 @@
+//! `rsd-eval plot RUN/`: the figures of one run, from `RUN/results.jsonl` (and `RUN/ppl.json`
+//! when `rsd-eval ppl` wrote one there) into `RUN/plots/`.
+//!
+//! Every figure pools the tasks: a cell's accuracy is the mean `score` of all its records, each
+//! record weighing the same ([`cell`]). The figures (docs/EVAL.md, "Plots"):
+//!
+//! | file stem | shows |
+//! |---|---|
+//! | `accuracy_by_depth` | accuracy vs needle depth, one line per context length (records with a depth) |
+//! | `depth_length_heatmap` | the same cells as a depth × length matrix, values written in the cells |
+//! | `accuracy_by_length` | accuracy vs context length, all records |
+//! | `ppl_by_position`, `view_gap_by_position` | from `ppl.json` (see [`crate::ppl`]) |
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::figure::{Figure, FigureError, Heatmap, Lines, Series};
+use crate::ppl::PplReport;
+use crate::results::{read_results, ItemResult, ResultsError};
+
+/// What `plot` and `compare` can go wrong with.
+#[derive(Debug, thiserror::Error)]
+pub enum PlotError {
+    /// Reading a results file.
+    #[error(transparent)]
+    Results(#[from] ResultsError),
+    /// Drawing or writing a figure.
+    #[error(transparent)]
+    Figure(#[from] FigureError),
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A JSON file of ours does not parse.
+    #[error("{path}: {message}")]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// serde's description.
+        message: String,
+    },
+    /// Nothing to plot or compare.
+    #[error("{0}")]
+    Input(String),
+}
+
+/// The aggregate of one cell (a set of records): what every figure and table shows.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Cell {
+    /// Mean score over the cell's records.
+    pub mean: f64,
+    /// Spread over samples: the population standard deviation, over the sample indices present,
+    /// of each sample index's mean score within the cell (0 with one sample index).
+    pub spread: f64,
+    /// Records in the cell.
+    pub items: usize,
+    /// Distinct sample indices in the cell.
+    pub samples: usize,
+}
+
+/// The aggregate of some records; `None` when there are none.
+pub fn cell<'a>(items: impl IntoIterator<Item = &'a ItemResult>) -> Option<Cell> {
+    let mut by_sample: BTreeMap<usize, (f64, usize)> = BTreeMap::new();
+    let (mut sum, mut n) = (0.0, 0usize);
+    for it in items {
+        sum += it.score;
+        n += 1;
+        let e = by_sample.entry(it.sample).or_insert((0.0, 0));
+        e.0 += it.score;
+        e.1 += 1;
+    }
+    if n == 0 {
+        return None;
+    }
+    let means: Vec<f64> = by_sample.values().map(|&(s, k)| s / k as f64).collect();
+    let m = means.iter().sum::<f64>() / means.len() as f64;
+    let var = means.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / means.len() as f64;
+    Some(Cell {
+        mean: sum / n as f64,
+        spread: var.sqrt(),
+        items: n,
+        samples: means.len(),
+    })
+}
+
+/// Distinct values, sorted (depths compare by value; they come from a fixed grid).
+pub fn sorted_unique(values: impl IntoIterator<Item = f64>) -> Vec<f64> {
+    let mut v: Vec<f64> = values.into_iter().collect();
+    v.sort_by(f64::total_cmp);
+    v.dedup();
+    v
+}
+
+/// Context lengths present, sorted.
+pub fn lengths(items: &[ItemResult]) -> Vec<usize> {
+    let mut v: Vec<usize> = items.iter().map(|r| r.length).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// Depths present (records with a depth), sorted.
+pub fn depths(items: &[ItemResult]) -> Vec<f64> {
+    sorted_unique(items.iter().filter_map(|r| r.depth))
+}
+
+/// Accuracy vs depth, one series per length (named `L=<length>`).
+pub fn accuracy_by_depth(items: &[ItemResult]) -> Lines {
+    let ds = depths(items);
+    let series = lengths(items)
+        .into_iter()
+        .filter(|&l| items.iter().any(|r| r.length == l && r.depth.is_some()))
+        .map(|l| Series {
+            name: format!("L={l}"),
+            x: ds.clone(),
+            y: ds
+                .iter()
+                .map(|&d| {
+                    cell(items.iter().filter(|r| r.length == l && r.depth == Some(d)))
+                        .map(|c| c.mean)
+                })
+                .collect(),
+        })
+        .collect();
+    Lines {
+        title: "Accuracy by needle depth".into(),
+        x_label: "needle depth (fraction of the context)".into(),
+        y_label: "accuracy (mean score)".into(),
+        y_range: Some((0.0, 1.05)),
+        series,
+    }
+}
+
+/// The depth × length matrix of mean scores (records with a depth).
+pub fn depth_length_heatmap(items: &[ItemResult]) -> Heatmap {
+    let ds = depths(items);
+    let ls: Vec<usize> = lengths(items)
+        .into_iter()
+        .filter(|&l| items.iter().any(|r| r.length == l && r.depth.is_some()))
+        .collect();
+    let values = ds
+        .iter()
+        .map(|&d| {
+            ls.iter()
+                .map(|&l| {
+                    cell(items.iter().filter(|r| r.length == l && r.depth == Some(d)))
+                        .map(|c| c.mean)
+                })
+                .collect()
+        })
+        .collect();
+    Heatmap {
+        title: "Accuracy by depth and context length".into(),
+        x_label: "context length (tokens)".into(),
+        y_label: "needle depth (fraction of the context)".into(),
+        columns: ls.iter().map(|&l| l as f64).collect(),
+        rows: ds,
+        values,
+    }
+}
+
+/// Accuracy vs context length over all records (one series, `all tasks`).
+pub fn accuracy_by_length(items: &[ItemResult]) -> Lines {
+    let ls = lengths(items);
+    let y = ls
+        .iter()
+        .map(|&l| cell(items.iter().filter(|r| r.length == l)).map(|c| c.mean))
+        .collect();
+    Lines {
+        title: "Accuracy by context length".into(),
+        x_label: "context length (tokens)".into(),
+        y_label: "accuracy (mean score)".into(),
+        y_range: Some((0.0, 1.05)),
+        series: vec![Series {
+            name: "all tasks".into(),
+            x: ls.iter().map(|&l| l as f64).collect(),
+            y,
+        }],
+    }
+}
+
+/// Perplexity by position bucket (x = the bucket's middle position).
+pub fn ppl_by_position(report: &PplReport) -> Lines {
+    Lines {
+        title: "Perplexity by position".into(),
+        x_label: "position (middle of the bucket)".into(),
+        y_label: "perplexity".into(),
+        y_range: None,
+        series: vec![Series {
+            name: "standard view".into(),
+            x: report.buckets.iter().map(|b| b.middle()).collect(),
+            y: report.buckets.iter().map(|b| b.ppl).collect(),
+        }],
+    }
+}
+
+/// Mean KL(standard ‖ perturbed) by position bucket (x = the bucket's middle position); the y
+/// axis starts at 0, where the views agree.
+pub fn view_gap_by_position(report: &PplReport) -> Lines {
+    let top = report
+        .buckets
+        .iter()
+        .filter_map(|b| b.view_gap)
+        .filter(|g| g.is_finite())
+        .fold(0.0f64, f64::max);
+    Lines {
+        title: "View gap by position".into(),
+        x_label: "position (middle of the bucket)".into(),
+        y_label: "mean KL(standard || perturbed), nats".into(),
+        y_range: (top > 0.0).then_some((0.0, 1.05 * top)),
+        series: vec![Series {
+            name: format!("{} view", report.perturb.name()),
+            x: report.buckets.iter().map(|b| b.middle()).collect(),
+            y: report.buckets.iter().map(|b| b.view_gap).collect(),
+        }],
+    }
+}
+
+/// Writes the two figures of a `ppl.json` into `dir`; returns the files written.
+pub fn write_ppl_figures(report: &PplReport, dir: &Path) -> Result<Vec<PathBuf>, FigureError> {
+    let mut out = Figure::Lines(ppl_by_position(report)).write(dir, "ppl_by_position")?;
+    if report.buckets.iter().any(|b| b.view_gap.is_some()) {
+        out.extend(Figure::Lines(view_gap_by_position(report)).write(dir, "view_gap_by_position")?);
+    }
+    Ok(out)
+}
+
+/// Writes the figures of `items` into `dir`; returns the files written.
+pub fn write_result_figures(items: &[ItemResult], dir: &Path) -> Result<Vec<PathBuf>, FigureError> {
+    let mut out = Vec::new();
+    if items.iter().any(|r| r.depth.is_some()) {
+        out.extend(Figure::Lines(accuracy_by_depth(items)).write(dir, "accuracy_by_depth")?);
+        out.extend(
+            Figure::Heatmap(depth_length_heatmap(items)).write(dir, "depth_length_heatmap")?,
+        );
+    }
+    out.extend(Figure::Lines(accuracy_by_length(items)).write(dir, "accuracy_by_length")?);
+    Ok(out)
+}
+
+/// Arguments of `rsd-eval plot`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PlotArgs {
+    /// The run directory: reads RUN/results.jsonl (and RUN/ppl.json if present), writes RUN/plots/.
+    pub run: PathBuf,
+    /// Write the figures here instead of RUN/plots.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Reads `RUN/ppl.json`.
+pub fn read_ppl(path: &Path) -> Result<PplReport, PlotError> {
+    let text = std::fs::read_to_string(path).map_err(|source| PlotError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|e| PlotError::Json {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
+/// `rsd-eval plot`: writes the figures; returns a line per file written, for the user.
+pub fn command(args: &PlotArgs) -> Result<String, PlotError> {
+    let out = args.out.clone().unwrap_or_else(|| args.run.join("plots"));
+    let results = args.run.join("results.jsonl");
+    let ppl = args.run.join("ppl.json");
+    let mut written = Vec::new();
+    // A ppl-only directory (`rsd-eval ppl --out RUN`) plots without results.jsonl.
+    if results.exists() || !ppl.exists() {
+        let items = read_results(&results)?;
+        if items.is_empty() {
+            return Err(PlotError::Input(format!(
+                "{}: no result records to plot",
+                results.display()
+            )));
+        }
+        written.extend(write_result_figures(&items, &out)?);
+    }
+    if ppl.exists() {
+        written.extend(write_ppl_figures(&read_ppl(&ppl)?, &out)?);
+    }
+    Ok(written
+        .iter()
+        .map(|p| format!("wrote {}", p.display()))
+        .collect::<Vec<_>>()
+        .join("\n"))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn item(length: usize, depth: Option<f64>, sample: usize, score: f64) -> ItemResult {
+        ItemResult {
+            task: "niah_single_1".into(),
+            length,
+            depth,
+            sample,
+            expected: vec!["1".into()],
+            output: String::new(),
+            score,
+            prompt_tokens: length,
+        }
+    }
+
+    #[test]
+    fn cell_mean_and_spread_over_samples() {
+        // Sample 0 means 1.0 (two records), sample 1 means 0.0: spread 0.5; mean over records.
+        let items = [
+            item(8, Some(0.0), 0, 1.0),
+            item(8, Some(0.5), 0, 1.0),
+            item(8, Some(0.0), 1, 0.0),
+        ];
+        let c = cell(&items).unwrap();
+        assert!((c.mean - 2.0 / 3.0).abs() < 1e-12);
+        assert!((c.spread - 0.5).abs() < 1e-12);
+        assert_eq!((c.items, c.samples), (3, 2));
+        assert!(cell(&[]).is_none());
+    }
+
+    #[test]
+    fn depth_figures_pool_tasks_and_leave_empty_cells_empty() {
+        let mut items = vec![
+            item(8, Some(0.0), 0, 1.0),
+            item(8, Some(1.0), 0, 0.0),
+            item(16, Some(0.0), 0, 0.5),
+            item(16, None, 0, 0.25),
+        ];
+        items[1].task = "niah_multikey_1".into();
+        let lines = accuracy_by_depth(&items);
+        assert_eq!(lines.series.len(), 2);
+        assert_eq!(lines.series[0].x, vec![0.0, 1.0]);
+        assert_eq!(lines.series[0].y, vec![Some(1.0), Some(0.0)]);
+        assert_eq!(lines.series[1].y, vec![Some(0.5), None]);
+        let heat = depth_length_heatmap(&items);
+        assert_eq!(heat.columns, vec![8.0, 16.0]);
+        assert_eq!(
+            heat.values,
+            vec![vec![Some(1.0), Some(0.5)], vec![Some(0.0), None]]
+        );
+        let by_len = accuracy_by_length(&items);
+        assert_eq!(by_len.series[0].y, vec![Some(0.5), Some(0.375)]);
+    }
+}

@@ -1,0 +1,541 @@
+//! `rsd-eval ppl`: perplexity by position on held-out shards, and the **view gap** — how far the
+//! model's predictions move when positions are perturbed as RSD's skip view perturbs them.
+//!
+//! Rows are the first `batches × batch_size` samples of a fixed-mode shard directory, in order
+//! (the padded last sample of `--tail pad` is skipped), each `L = seq_len` tokens at positions
+//! `0..L`. For logit row `i` (the prediction of token `i+1` from tokens `0..=i`):
+//!
+//! * `nll_i = −log p_std(x_{i+1} | x_≤i)` for `i < L−1`; a bucket's `nll` is the mean over its
+//!   (row, i) pairs and its `ppl = exp(nll)`.
+//! * The perturbed view of a row draws `s ~ U{0..L−1}` and `y ~ U{1..Y}` (`Y = --max-skip`,
+//!   default `L`; the distribution of `rsd-train`'s skip sampler) from a generator keyed by
+//!   (`--seed`, the sample's index in the directory), and feeds the same tokens at positions
+//!   `i` for `i < s`, `i + y` for `i ≥ s`. Rows `i < s` see identical relative offsets in both views
+//!   and are identical, so the gap is taken over rows `i ≥ s` only (the last row included):
+//!   `gap_i = KL(p_std(·|x_≤i) ‖ p_pert(·|x_≤i)) = Σ_v p_std(v) (log p_std(v) − log p_pert(v))`,
+//!   and a bucket's `view_gap` is its mean over the (row, i ≥ s) pairs that fall in it.
+//!
+//! Buckets split `0..L` into `K` ranges `[⌊kL/K⌋, ⌊(k+1)L/K⌋)` by the logit row `i`. Log-softmax
+//! and the sums run on the device in fp32 (fp64 with `--dtype fp64`), the bucket means in fp64 on
+//! the host.
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tch::{Device, Kind, Tensor};
+
+use rsd_common::rng::SplitMix64;
+use rsd_model::{ForwardArgs, Model, ModelError, ModelOptions};
+use rsd_shard::{PackMode, ShardError, ShardSet};
+
+use crate::figure::FigureError;
+
+/// What `ppl` can go wrong with.
+#[derive(Debug, thiserror::Error)]
+pub enum PplError {
+    /// Loading or running the model.
+    #[error("{context}: {source}")]
+    Model {
+        /// What was being done.
+        context: String,
+        /// The model crate's error.
+        source: ModelError,
+    },
+    /// Opening or reading the shards.
+    #[error(transparent)]
+    Shard(#[from] ShardError),
+    /// A libtorch operation failed.
+    #[error("{context}: {source}")]
+    Torch {
+        /// What was being computed.
+        context: &'static str,
+        /// libtorch's error.
+        source: tch::TchError,
+    },
+    /// Writing the report or its figures.
+    #[error(transparent)]
+    Figure(#[from] FigureError),
+    /// A file could not be written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Arguments or data that cannot be evaluated.
+    #[error("{0}")]
+    Input(String),
+}
+
+trait TorchContext<T> {
+    fn ctx(self, context: &'static str) -> Result<T, PplError>;
+}
+
+impl<T> TorchContext<T> for Result<T, tch::TchError> {
+    fn ctx(self, context: &'static str) -> Result<T, PplError> {
+        self.map_err(|source| PplError::Torch { context, source })
+    }
+}
+
+/// Which second view the gap is measured against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ViewKind {
+    /// RSD's skip view: positions from a random split `s` on shifted by a random skip `y`.
+    Skip,
+    /// No second view: perplexity only.
+    None,
+}
+
+impl ViewKind {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            ViewKind::Skip => "skip",
+            ViewKind::None => "none",
+        }
+    }
+}
+
+/// Arguments of `rsd-eval ppl`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PplArgs {
+    /// HF checkpoint directory (Llama or Qwen3).
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Held-out shard directory (fixed mode); rows are its first samples, in order.
+    #[arg(long)]
+    pub shards: PathBuf,
+    /// Batches to evaluate (fewer if the shards run out).
+    #[arg(long, default_value_t = 8)]
+    pub batches: usize,
+    /// Rows per batch.
+    #[arg(long, default_value_t = 1)]
+    pub batch_size: usize,
+    /// Position buckets K: logit row i falls in bucket ⌊i·K/L⌋.
+    #[arg(long, default_value_t = 8)]
+    pub buckets: usize,
+    /// The second view of the view gap (`none`: perplexity only).
+    #[arg(long, value_enum, default_value_t = ViewKind::Skip)]
+    pub perturb: ViewKind,
+    /// Largest skip Y: y ~ U{1..Y} (default: the row length, as rsd-train's default).
+    #[arg(long)]
+    pub max_skip: Option<i64>,
+    /// Seed of the per-row (s, y) draws.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Parameter dtype: fp32, bf16, fp16 or fp64 (log-softmax and KL run in fp32, in fp64 for fp64:
+    /// the setting for checks against a reference).
+    #[arg(long, default_value = "fp32")]
+    pub dtype: String,
+    /// Directory for ppl.json and plots/ (created if needed).
+    #[arg(long, default_value = ".")]
+    pub out: PathBuf,
+}
+
+/// One position bucket.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Bucket {
+    /// First logit row.
+    pub start: usize,
+    /// One past the last logit row.
+    pub end: usize,
+    /// (row, position) pairs with a label.
+    pub tokens: u64,
+    /// Mean negative log-likelihood, nats; `null` if no pair has a label.
+    pub nll: Option<f64>,
+    /// `exp(nll)`.
+    pub ppl: Option<f64>,
+    /// (row, position) pairs at or after their row's split.
+    pub gap_rows: u64,
+    /// Mean KL(standard ‖ perturbed), nats; `null` without a view or rows after a split.
+    pub view_gap: Option<f64>,
+}
+
+impl Bucket {
+    /// The middle position, where figures place the bucket.
+    pub fn middle(&self) -> f64 {
+        (self.start + self.end.saturating_sub(1)) as f64 / 2.0
+    }
+}
+
+/// One evaluated row and its perturbed view.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RowView {
+    /// Index of the sample in the shard directory.
+    pub sample: u64,
+    /// Split s (absent without a view).
+    pub split: Option<i64>,
+    /// Skip y (absent without a view).
+    pub skip: Option<i64>,
+}
+
+/// `ppl.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PplReport {
+    /// The checkpoint.
+    pub model: PathBuf,
+    /// The shard directory.
+    pub shards: PathBuf,
+    /// Row length L.
+    pub seq_len: usize,
+    /// Rows evaluated.
+    pub rows: usize,
+    /// Rows per batch.
+    pub batch_size: usize,
+    /// The second view.
+    pub perturb: ViewKind,
+    /// Y.
+    pub max_skip: Option<i64>,
+    /// Seed of the draws.
+    pub seed: u64,
+    /// Mean NLL over every labelled (row, position) pair.
+    pub nll: f64,
+    /// `exp(nll)`.
+    pub ppl: f64,
+    /// Mean KL over every (row, i ≥ s) pair.
+    pub view_gap: Option<f64>,
+    /// Per position bucket.
+    pub buckets: Vec<Bucket>,
+    /// Per row: which sample, and its (s, y).
+    pub views: Vec<RowView>,
+}
+
+/// The (s, y) of sample `sample`'s skip view of a row of `len` tokens.
+pub fn skip_view(seed: u64, sample: u64, len: i64, max_skip: Option<i64>) -> (i64, i64) {
+    let mut g = SplitMix64::keyed(&[seed, sample]);
+    let split = g.range(0, len - 1);
+    let skip = g.range(1, max_skip.unwrap_or(len).max(1));
+    (split, skip)
+}
+
+/// Sums of one bucket, accumulated over batches.
+#[derive(Debug, Clone, Copy, Default)]
+struct Sums {
+    nll: f64,
+    tokens: u64,
+    kl: f64,
+    gap_rows: u64,
+}
+
+/// Logit rows computed at once: bounds the `[B, rows, vocab]` fp32 logits of long rows.
+const ROW_CHUNK: i64 = 512;
+
+fn host(t: &Tensor, context: &'static str) -> Result<Vec<f64>, PplError> {
+    let flat = t
+        .f_to_kind(Kind::Double)
+        .and_then(|t| t.f_to_device(Device::Cpu))
+        .and_then(|t| t.f_reshape([-1]))
+        .ctx(context)?;
+    Vec::<f64>::try_from(&flat).ctx(context)
+}
+
+fn log_probs(model: &Model, hidden: &Tensor) -> Result<Tensor, PplError> {
+    let logits = model.logits(hidden).map_err(|source| PplError::Model {
+        context: "lm_head".into(),
+        source,
+    })?;
+    logits
+        .f_log_softmax(-1, rsd_model::accum_kind(logits.kind()))
+        .ctx("log-softmax")
+}
+
+/// Per-(row, position) NLL `[B, L−1]` and, with a view, KL `[B, L]`, for one batch.
+fn batch_terms(
+    model: &Model,
+    tokens: &Tensor,
+    views: &[(i64, i64)],
+    with_view: bool,
+) -> Result<(Vec<f64>, Option<Vec<f64>>), PplError> {
+    let size = tokens.size();
+    let (b, l) = (size[0], size[1]);
+    let device = tokens.device();
+    let std_pos: Vec<i64> = (0..b).flat_map(|_| 0..l).collect();
+    let std_pos = Tensor::from_slice(&std_pos).view([b, l]).to_device(device);
+    let forward = |pos: &Tensor, what: &str| {
+        model
+            .forward(&ForwardArgs::new(tokens, pos))
+            .map(|o| o.hidden)
+            .map_err(|source| PplError::Model {
+                context: format!("forward pass ({what} view)"),
+                source,
+            })
+    };
+    let hidden = forward(&std_pos, "standard")?;
+    let pert_hidden = if with_view {
+        let pos: Vec<i64> = views
+            .iter()
+            .flat_map(|&(s, y)| (0..l).map(move |i| if i >= s { i + y } else { i }))
+            .collect();
+        let pos = Tensor::from_slice(&pos).view([b, l]).to_device(device);
+        Some(forward(&pos, "perturbed")?)
+    } else {
+        None
+    };
+    let mut nll = vec![0.0; (b * (l - 1)) as usize];
+    let mut kl = pert_hidden.as_ref().map(|_| vec![0.0; (b * l) as usize]);
+    let mut c0 = 0;
+    while c0 < l {
+        let n = ROW_CHUNK.min(l - c0);
+        let lp = log_probs(model, &hidden.f_narrow(1, c0, n).ctx("chunk")?)?;
+        // Rows with a label: all but the row's last.
+        let labelled = n.min(l - 1 - c0);
+        if labelled > 0 {
+            let targets = tokens
+                .f_narrow(1, c0 + 1, labelled)
+                .and_then(|t| t.f_unsqueeze(-1))
+                .ctx("targets")?;
+            let picked = lp
+                .f_narrow(1, 0, labelled)
+                .and_then(|t| t.f_gather(2, &targets, false))
+                .ctx("gather")?;
+            let got = host(&picked.f_neg().ctx("nll")?, "nll")?;
+            for r in 0..b {
+                for j in 0..labelled {
+                    nll[(r * (l - 1) + c0 + j) as usize] = got[(r * labelled + j) as usize];
+                }
+            }
+        }
+        if let (Some(ph), Some(kl)) = (&pert_hidden, kl.as_mut()) {
+            let lq = log_probs(model, &ph.f_narrow(1, c0, n).ctx("chunk")?)?;
+            let terms = lp
+                .f_exp()
+                .and_then(|p| p.f_mul(&lp.f_sub(&lq)?))
+                .and_then(|t| t.f_sum_dim_intlist(-1, false, None::<Kind>))
+                .ctx("KL")?;
+            let got = host(&terms, "KL")?;
+            for r in 0..b {
+                for j in 0..n {
+                    kl[(r * l + c0 + j) as usize] = got[(r * n + j) as usize];
+                }
+            }
+        }
+        c0 += n;
+    }
+    Ok((nll, kl))
+}
+
+/// Evaluates `args` and returns the report (nothing written).
+pub fn evaluate(args: &PplArgs) -> Result<PplReport, PplError> {
+    // Phase 1: plain values, no I/O.
+    let model_err = |context: &str| {
+        let context = context.to_string();
+        move |source| PplError::Model { context, source }
+    };
+    let options = ModelOptions {
+        device: rsd_model::parse_device(&args.device).map_err(model_err("--device"))?,
+        kind: match args.dtype.as_str() {
+            "fp64" | "float64" | "f64" => Kind::Double,
+            other => rsd_model::parse_kind(other).map_err(model_err("--dtype"))?,
+        },
+    };
+    rsd_model::check_device(options.device).map_err(model_err("--device"))?;
+    if args.batches == 0 || args.batch_size == 0 || args.buckets == 0 {
+        return Err(PplError::Input(
+            "--batches, --batch-size and --buckets must be at least 1".into(),
+        ));
+    }
+    if args.max_skip.is_some_and(|y| y < 1) {
+        return Err(PplError::Input("--max-skip must be at least 1".into()));
+    }
+    // Phase 2: read and build.
+    let set = ShardSet::open(&args.shards)?;
+    let manifest = set.manifest();
+    if manifest.mode != PackMode::Fixed {
+        return Err(PplError::Input(format!(
+            "{}: {} shards; ppl reads fixed-mode shards (every row seq_len tokens, positions 0..L)",
+            args.shards.display(),
+            manifest.mode.name()
+        )));
+    }
+    let l = manifest.seq_len as usize;
+    if l < 2 || args.buckets > l {
+        return Err(PplError::Input(format!(
+            "{}: rows of {l} tokens cannot make {} position buckets",
+            args.shards.display(),
+            args.buckets
+        )));
+    }
+    // `--tail pad` padded the last sample only; its padding would count as text.
+    let usable = set.num_samples() - u64::from(manifest.pad_id.is_some()).min(set.num_samples());
+    let wanted = (args.batches * args.batch_size) as u64;
+    let rows = wanted.min(usable - usable % args.batch_size as u64);
+    if rows == 0 {
+        return Err(PplError::Input(format!(
+            "{}: {usable} usable samples, fewer than one batch of {}",
+            args.shards.display(),
+            args.batch_size
+        )));
+    }
+    let model = Model::load(&args.model, options)
+        .map_err(model_err(&format!("loading {}", args.model.display())))?;
+    let with_view = args.perturb == ViewKind::Skip;
+    let _guard = tch::no_grad_guard();
+    let mut sums = vec![Sums::default(); args.buckets];
+    let bucket_of = |i: usize| i * args.buckets / l;
+    let mut views = Vec::with_capacity(rows as usize);
+    let mut ids = Vec::with_capacity(args.batch_size * l);
+    for first in (0..rows).step_by(args.batch_size) {
+        ids.clear();
+        let mut batch_views = Vec::with_capacity(args.batch_size);
+        for g in first..first + args.batch_size as u64 {
+            let sample = set.sample(g)?;
+            if sample.tokens.len() != l {
+                return Err(PplError::Input(format!(
+                    "{}: sample {g} has {} tokens, the manifest's seq_len is {l}",
+                    args.shards.display(),
+                    sample.tokens.len()
+                )));
+            }
+            ids.extend(sample.tokens.to_vec().into_iter().map(i64::from));
+            let (s, y) = skip_view(args.seed, g, l as i64, args.max_skip);
+            batch_views.push((s, y));
+            views.push(RowView {
+                sample: g,
+                split: with_view.then_some(s),
+                skip: with_view.then_some(y),
+            });
+        }
+        let tokens = Tensor::from_slice(&ids)
+            .view([args.batch_size as i64, l as i64])
+            .to_device(options.device);
+        let (nll, kl) = batch_terms(&model, &tokens, &batch_views, with_view)?;
+        for (r, &(s, _)) in batch_views.iter().enumerate() {
+            for i in 0..l - 1 {
+                let b = &mut sums[bucket_of(i)];
+                b.nll += nll[r * (l - 1) + i];
+                b.tokens += 1;
+            }
+            if let Some(kl) = &kl {
+                for i in s as usize..l {
+                    let b = &mut sums[bucket_of(i)];
+                    b.kl += kl[r * l + i];
+                    b.gap_rows += 1;
+                }
+            }
+        }
+    }
+    let buckets: Vec<Bucket> = sums
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            let nll = (s.tokens > 0).then(|| s.nll / s.tokens as f64);
+            Bucket {
+                start: k * l / args.buckets,
+                end: (k + 1) * l / args.buckets,
+                tokens: s.tokens,
+                nll,
+                ppl: nll.map(f64::exp),
+                gap_rows: s.gap_rows,
+                view_gap: (s.gap_rows > 0).then(|| s.kl / s.gap_rows as f64),
+            }
+        })
+        .collect();
+    let total = |f: fn(&Sums) -> (f64, u64)| {
+        let (v, n) = sums
+            .iter()
+            .map(f)
+            .fold((0.0, 0), |(a, m), (v, n)| (a + v, m + n));
+        (n > 0).then(|| v / n as f64)
+    };
+    let nll = total(|s| (s.nll, s.tokens)).unwrap_or(f64::NAN);
+    Ok(PplReport {
+        model: args.model.clone(),
+        shards: args.shards.clone(),
+        seq_len: l,
+        rows: rows as usize,
+        batch_size: args.batch_size,
+        perturb: args.perturb,
+        max_skip: args.max_skip,
+        seed: args.seed,
+        nll,
+        ppl: nll.exp(),
+        view_gap: if with_view {
+            total(|s| (s.kl, s.gap_rows))
+        } else {
+            None
+        },
+        buckets,
+        views,
+    })
+}
+
+/// Writes `dir/ppl.json` and the figures in `dir/plots/`.
+pub fn write(report: &PplReport, dir: &Path) -> Result<Vec<PathBuf>, PplError> {
+    std::fs::create_dir_all(dir).map_err(|source| PplError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let path = dir.join("ppl.json");
+    let text = serde_json::to_string_pretty(report)
+        .map_err(|e| PplError::Input(format!("serializing ppl.json: {e}")))?;
+    std::fs::write(&path, text + "\n").map_err(|source| PplError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    let mut out = vec![path];
+    out.extend(crate::plot::write_ppl_figures(report, &dir.join("plots"))?);
+    Ok(out)
+}
+
+/// `rsd-eval ppl`: evaluates, writes, and returns a table for the user.
+pub fn command(args: &PplArgs) -> Result<String, PplError> {
+    let report = evaluate(args)?;
+    write(&report, &args.out)?;
+    let mut s = format!(
+        "{} rows of {} tokens: ppl {:.4} (nll {:.5})",
+        report.rows, report.seq_len, report.ppl, report.nll
+    );
+    if let Some(g) = report.view_gap {
+        s += &format!(", view gap {g:.5} nats");
+    }
+    s += "\npositions      ppl      view gap\n";
+    for b in &report.buckets {
+        let num = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.5}"));
+        s += &format!(
+            "{:>5}..{:<6} {:>10} {:>10}\n",
+            b.start,
+            b.end,
+            num(b.ppl),
+            num(b.view_gap)
+        );
+    }
+    s += &format!("wrote {}", args.out.join("ppl.json").display());
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skip_views_are_keyed_by_sample_and_in_range() {
+        let views: Vec<(i64, i64)> = (0..200).map(|g| skip_view(7, g, 16, None)).collect();
+        assert!(views
+            .iter()
+            .all(|&(s, y)| (0..16).contains(&s) && (1..=16).contains(&y)));
+        // Every split occurs: s ~ U{0..L−1}, not only the interior.
+        let splits: std::collections::BTreeSet<i64> = views.iter().map(|v| v.0).collect();
+        assert_eq!(splits.len(), 16);
+        assert_eq!(skip_view(7, 3, 16, None), views[3]);
+        assert_ne!(skip_view(8, 3, 16, None), views[3]);
+        assert!((0..100).all(|g| skip_view(1, g, 16, Some(2)).1 <= 2));
+    }
+
+    #[test]
+    fn bucket_middle_is_the_middle_row() {
+        let b = Bucket {
+            start: 0,
+            end: 12,
+            tokens: 0,
+            nll: None,
+            ppl: None,
+            gap_rows: 0,
+            view_gap: None,
+        };
+        assert_eq!(b.middle(), 5.5);
+    }
+}
