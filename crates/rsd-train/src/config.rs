@@ -127,9 +127,14 @@ config! {
     loss_chunk: i64 = 1024;
     /// Per-layer activation checkpointing.
     checkpoint_layers: bool = false;
-    /// LongCE: weight each standard-view CLM token by min(exp(log p_long − log p_short), γ), the
-    /// short context being its `long_ce_window`-token window; 0 = off (plain CE).
+    /// LongCE: weight each standard-view CLM token by min(exp(log p_long − log p_short), γ). The
+    /// reference length: each reweighted token's short context holds `long_ce_window` to
+    /// `long_ce_window + long_ce_stride − 1` tokens (the paper: 4096); 0 = off (plain CE).
     long_ce_window: i64 = 0;
+    /// LongCE: how far the short-context windows slide (the paper: 1024). `long_ce_window = 1`
+    /// with `long_ce_stride = K` is the earlier non-overlapping K-token windows.
+    #[serde(default = "paper_long_ce_stride")]
+    long_ce_stride: i64 = crate::step::LongCe::PAPER_STRIDE;
     /// LongCE cap γ on a token's weight.
     long_ce_gamma: f64 = 5.0;
     // --- optimisation
@@ -190,6 +195,11 @@ config! {
 
 /// Serde default of keys that default to on (the resolved config's `bool`; in a file's
 /// overrides an absent key reads as the same default).
+/// The default of `long_ce_stride` for configs written before it existed.
+fn paper_long_ce_stride<T: From<i64>>() -> T {
+    crate::step::LongCe::PAPER_STRIDE.into()
+}
+
 fn on<T: From<bool>>() -> T {
     T::from(true)
 }
@@ -319,7 +329,7 @@ impl TrainConfig {
         Ok(())
     }
 
-    /// `long_ce_window` / `long_ce_gamma` checked: `None` when LongCE is off.
+    /// `long_ce_window` / `long_ce_stride` / `long_ce_gamma` checked: `None` when LongCE is off.
     pub fn long_ce(&self) -> Result<Option<crate::step::LongCe>> {
         match self.long_ce_window {
             0 => Ok(None),
@@ -327,12 +337,6 @@ impl TrainConfig {
                 "long_ce_window {w}: expected 0 (off) or a window of ≥ 1 tokens"
             ))),
             w => {
-                if !(self.long_ce_gamma.is_finite() && self.long_ce_gamma > 0.0) {
-                    return Err(Error::Input(format!(
-                        "long_ce_gamma {}: expected a positive cap (the paper uses 5)",
-                        self.long_ce_gamma
-                    )));
-                }
                 if !matches!(self.objective, Objective::Standard | Objective::Rsd) {
                     return Err(Error::Input(format!(
                         "long_ce_window: LongCE reweights the standard-view CLM term, which \
@@ -340,10 +344,7 @@ impl TrainConfig {
                         self.objective
                     )));
                 }
-                Ok(Some(crate::step::LongCe {
-                    window: w,
-                    gamma: self.long_ce_gamma,
-                }))
+                crate::step::LongCe::new(w, self.long_ce_stride, self.long_ce_gamma).map(Some)
             }
         }
     }
