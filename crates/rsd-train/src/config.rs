@@ -491,6 +491,41 @@ mod tests {
     }
 
     #[test]
+    fn long_ce_stride_defaults_to_the_papers_and_is_checked() {
+        let c = TrainConfig {
+            long_ce_window: 4096,
+            ..TrainConfig::default()
+        };
+        // A checkpoint's config written before the key existed reads the paper's stride.
+        let old: String = c
+            .to_toml()
+            .lines()
+            .filter(|l| !l.starts_with("long_ce_stride"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let back: TrainConfig = toml::from_str(&old).unwrap();
+        assert_eq!(back.long_ce_stride, 1024);
+        let lc = back.long_ce().unwrap().unwrap();
+        assert_eq!((lc.window, lc.stride, lc.gamma), (4096, 1024, 5.0));
+        let bad = |stride: i64| TrainConfig {
+            long_ce_stride: stride,
+            ..c.clone()
+        };
+        for stride in [0, -4] {
+            let e = bad(stride).long_ce().unwrap_err().to_string();
+            assert!(e.contains("long_ce_stride"), "{e}");
+        }
+        // Larger than the reference length: the earlier non-overlapping windows (R = 1).
+        assert!(TrainConfig {
+            long_ce_window: 1,
+            ..bad(64)
+        }
+        .long_ce()
+        .unwrap()
+        .is_some());
+    }
+
+    #[test]
     fn allow_tokenizer_mismatch_is_a_switch() {
         use clap::Parser;
         #[derive(Parser)]

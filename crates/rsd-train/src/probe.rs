@@ -16,8 +16,8 @@ use rsd_model::{shape_str, DocBoundaries, Model, ModelConfig, ModelOptions};
 use crate::context::ContextParallel;
 use crate::perturb::{clip_docs, perturb_real, KlNorm, PerturbKind, Perturbation, RowView, Scope};
 use crate::step::{
-    grad_norm, long_ce_weights, perturbed_tokens, prefix_reuse_floor, reference_loss, step_micro, step_micro_split,
-    zero_grads, LossNormalizers, MicroBatch, Objective, StepOptions, Sums,
+    grad_norm, long_ce_weights, perturbed_tokens, prefix_reuse_floor, reference_loss, step_micro,
+    step_micro_split, zero_grads, LossNormalizers, MicroBatch, Objective, StepOptions, Sums,
 };
 use crate::{io_err, Error, Result};
 
@@ -278,8 +278,8 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
     }
     let long_ce_weights = match req.step.long_ce {
         Some(lc) if split.is_none() => {
-            let w = long_ce_weights(&model, &mb, lc, req.step.loss_chunk)?
-                .f_to_kind(Kind::Double)?;
+            let w =
+                long_ce_weights(&model, &mb, lc, req.step.loss_chunk)?.f_to_kind(Kind::Double)?;
             Some(Vec::<Vec<f64>>::try_from(&w)?)
         }
         _ => None,

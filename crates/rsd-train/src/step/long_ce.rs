@@ -108,8 +108,11 @@ pub(super) fn short_context_logprobs(
             to.extend((win.first..win.end).map(|p| base + p));
         }
         let n = group.len() as i64;
-        let idx = |v: &[i64]| -> Result<Tensor> { Ok(Tensor::f_from_slice(v)?.f_to_device(device)?) };
-        let x = tokens.f_index_select(0, &idx(&gather)?)?.f_view([n, width])?;
+        let idx =
+            |v: &[i64]| -> Result<Tensor> { Ok(Tensor::f_from_slice(v)?.f_to_device(device)?) };
+        let x = tokens
+            .f_index_select(0, &idx(&gather)?)?
+            .f_view([n, width])?;
         let pos = Tensor::f_arange(width, (Kind::Int64, device))?.f_expand([n, width], false)?;
         let hidden = model
             .forward(&rsd_model::ForwardArgs::new(&x, &pos))?
@@ -157,8 +160,9 @@ mod tests {
 
     /// Every scored row's context `p − s + 1` lies in `[window, window + stride − 1]`.
     fn context_in_range(ws: &[Window], c: LongCe) -> bool {
-        ws.iter()
-            .all(|w| (w.first..w.end).all(|p| (c.window..c.window + c.stride).contains(&(p - w.start + 1))))
+        ws.iter().all(|w| {
+            (w.first..w.end).all(|p| (c.window..c.window + c.stride).contains(&(p - w.start + 1)))
+        })
     }
 
     #[test]
@@ -200,7 +204,10 @@ mod tests {
         // Row p: s = ⌊(p − 2) / 2⌋·2; rows 2, 3 have s = 0 (weight 1).
         assert_eq!(spans, [(2, 4, 6), (4, 6, 8), (6, 8, 10)]);
         let ws = windows(&[9], None, c);
-        assert_eq!(ws.last().map(|w| (w.start, w.first, w.end)), Some((6, 8, 9)));
+        assert_eq!(
+            ws.last().map(|w| (w.start, w.first, w.end)),
+            Some((6, 8, 9))
+        );
         assert!(context_in_range(&ws, c));
     }
 
@@ -211,7 +218,16 @@ mod tests {
         // would start at or before 5 is that document's whole context.
         let ws = windows(&[16], Some(&[vec![0, 5, 16]]), c);
         let spans: Vec<(i64, i64, i64)> = ws.iter().map(|w| (w.start, w.first, w.end)).collect();
-        assert_eq!(spans, [(2, 4, 5), (6, 8, 10), (8, 10, 12), (10, 12, 14), (12, 14, 16)]);
+        assert_eq!(
+            spans,
+            [
+                (2, 4, 5),
+                (6, 8, 10),
+                (8, 10, 12),
+                (10, 12, 14),
+                (12, 14, 16)
+            ]
+        );
         // No window reaches across a document start.
         assert!(ws.iter().all(|w| w.end <= 5 || w.start > 5));
         assert!(context_in_range(&ws, c));
@@ -221,8 +237,10 @@ mod tests {
     fn padding_and_rows_are_kept_apart() {
         let c = lc(2, 2);
         let ws = windows(&[6, 3], None, c);
-        let spans: Vec<(usize, i64, i64, i64)> =
-            ws.iter().map(|w| (w.row, w.start, w.first, w.end)).collect();
+        let spans: Vec<(usize, i64, i64, i64)> = ws
+            .iter()
+            .map(|w| (w.row, w.start, w.first, w.end))
+            .collect();
         // Row 1 has 3 real tokens: row p = 2 would start at 0 (its whole context).
         assert_eq!(spans, [(0, 2, 3, 5), (0, 4, 5, 6)]);
     }
