@@ -188,8 +188,10 @@ def test_probe_matches_pytorch_reference(setup, family, case, dtype):
 @pytest.mark.parametrize("family", ["llama", "qwen3"])
 @pytest.mark.parametrize("objective,window,gamma", [("standard", 8, 5.0), ("rsd", 8, 5.0), ("rsd", 5, 1.2)])
 def test_long_ce_matches_pytorch_reference(setup, family, objective, window, gamma):
-    """LongCE reweighting (alone and with RSD), fp64, against the formula with short contexts run
-    as separate sequences; the weights must really differ from 1 for the test to mean something."""
+    """The earlier non-overlapping LongCE (reference length 1, stride K: consecutive K-token
+    windows; tests/test_long_ce.py checks the paper's sliding windows) alone and with RSD, fp64,
+    against the formula with short contexts run as separate sequences; the weights must really
+    differ from 1 for the test to mean something."""
     d, tokens, models = setup
     params = {"split": [5, 13], "skip": [7, 300]}
     ref = reference(models[family], tokens, objective, "skip", params, "reverse", 1.0, torch.float64,
@@ -198,7 +200,7 @@ def test_long_ce_matches_pytorch_reference(setup, family, objective, window, gam
     assert abs(ref["clm"] - plain["clm"]) > 1e-3 * plain["clm"], "LongCE weights are all ≈ 1"
     out = json.loads(rsd_train(*probe_args(models[family], d / "tokens.npy", objective, "skip", params,
                                             "reverse", 1.0, "fp64"),
-                               "--long-ce-window", window, "--long-ce-gamma", gamma).stdout)
+                               "--long-ce-window", 1, "--long-ce-stride", window, "--long-ce-gamma", gamma).stdout)
     for k in ("clm", "kl", "loss", "grad_norm"):
         assert out[k] == pytest.approx(ref[k], rel=1e-6, abs=1e-9), (k, out, ref)  # fp32 RMSNorm, see above
 

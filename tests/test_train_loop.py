@@ -154,9 +154,17 @@ def test_mixed_shards_train_document_masked_with_document_scope(tmp_path):
 
 def test_long_ce_trains_and_bad_settings_are_named(shards, tmp_path):
     out = tmp_path / "longce"
-    train(shards, out, "--steps", 4, "--lr", 5e-3, "--long-ce-window", 32)
+    train(shards, out, "--steps", 4, "--lr", 5e-3, "--long-ce-window", 32, "--long-ce-stride", 16)
     m = metrics(out)
     assert len(m) == 4 and all(r["loss"] == r["loss"] and r["clm"] > 0 for r in m), m
+    # The sliding windows really reweight the first step's CLM (same init, same batch).
+    plain = tmp_path / "plain"
+    train(shards, plain, "--steps", 1, "--lr", 5e-3)
+    assert abs(metrics(plain)[0]["clm"] - m[0]["clm"]) > 1e-4, (metrics(plain)[0], m[0])
+    cfg = run("rsd-train", *train_args(shards, tmp_path / "cfg", "--long-ce-window", 4096, "--print-config")).stdout
+    assert "long_ce_stride = 1024" in cfg, cfg  # the paper's stride by default
+    p = train(shards, tmp_path / "bad3", "--steps", 1, "--long-ce-window", 32, "--long-ce-stride", 0, check=False)
+    assert p.returncode != 0 and "long_ce_stride" in p.stderr, p.stderr
     p = train(shards, tmp_path / "bad", "--steps", 1, "--objective", "pose", "--long-ce-window", 32, check=False)
     assert p.returncode != 0 and "long_ce_window" in p.stderr, p.stderr
     p = train(shards, tmp_path / "bad2", "--steps", 1, "--long-ce-window", 32, "--long-ce-gamma", 0, check=False)

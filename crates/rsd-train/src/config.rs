@@ -127,9 +127,14 @@ config! {
     loss_chunk: i64 = 1024;
     /// Per-layer activation checkpointing.
     checkpoint_layers: bool = false;
-    /// LongCE: weight each standard-view CLM token by min(exp(log p_long − log p_short), γ), the
-    /// short context being its `long_ce_window`-token window; 0 = off (plain CE).
+    /// LongCE: weight each standard-view CLM token by min(exp(log p_long − log p_short), γ). The
+    /// reference length: each reweighted token's short context holds `long_ce_window` to
+    /// `long_ce_window + long_ce_stride − 1` tokens (the paper: 4096); 0 = off (plain CE).
     long_ce_window: i64 = 0;
+    /// LongCE: how far the short-context windows slide (the paper: 1024). `long_ce_window = 1`
+    /// with `long_ce_stride = K` is the earlier non-overlapping K-token windows.
+    #[serde(default = "paper_long_ce_stride")]
+    long_ce_stride: i64 = crate::step::LongCe::PAPER_STRIDE;
     /// LongCE cap γ on a token's weight.
     long_ce_gamma: f64 = 5.0;
     // --- optimisation
@@ -190,6 +195,11 @@ config! {
 
 /// Serde default of keys that default to on (the resolved config's `bool`; in a file's
 /// overrides an absent key reads as the same default).
+/// The default of `long_ce_stride` for configs written before it existed.
+fn paper_long_ce_stride<T: From<i64>>() -> T {
+    crate::step::LongCe::PAPER_STRIDE.into()
+}
+
 fn on<T: From<bool>>() -> T {
     T::from(true)
 }
@@ -319,7 +329,7 @@ impl TrainConfig {
         Ok(())
     }
 
-    /// `long_ce_window` / `long_ce_gamma` checked: `None` when LongCE is off.
+    /// `long_ce_window` / `long_ce_stride` / `long_ce_gamma` checked: `None` when LongCE is off.
     pub fn long_ce(&self) -> Result<Option<crate::step::LongCe>> {
         match self.long_ce_window {
             0 => Ok(None),
@@ -327,12 +337,6 @@ impl TrainConfig {
                 "long_ce_window {w}: expected 0 (off) or a window of ≥ 1 tokens"
             ))),
             w => {
-                if !(self.long_ce_gamma.is_finite() && self.long_ce_gamma > 0.0) {
-                    return Err(Error::Input(format!(
-                        "long_ce_gamma {}: expected a positive cap (the paper uses 5)",
-                        self.long_ce_gamma
-                    )));
-                }
                 if !matches!(self.objective, Objective::Standard | Objective::Rsd) {
                     return Err(Error::Input(format!(
                         "long_ce_window: LongCE reweights the standard-view CLM term, which \
@@ -340,10 +344,7 @@ impl TrainConfig {
                         self.objective
                     )));
                 }
-                Ok(Some(crate::step::LongCe {
-                    window: w,
-                    gamma: self.long_ce_gamma,
-                }))
+                crate::step::LongCe::new(w, self.long_ce_stride, self.long_ce_gamma).map(Some)
             }
         }
     }
@@ -487,6 +488,41 @@ mod tests {
             ..standard.clone()
         };
         assert_eq!(&same, llama);
+    }
+
+    #[test]
+    fn long_ce_stride_defaults_to_the_papers_and_is_checked() {
+        let c = TrainConfig {
+            long_ce_window: 4096,
+            ..TrainConfig::default()
+        };
+        // A checkpoint's config written before the key existed reads the paper's stride.
+        let old: String = c
+            .to_toml()
+            .lines()
+            .filter(|l| !l.starts_with("long_ce_stride"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let back: TrainConfig = toml::from_str(&old).unwrap();
+        assert_eq!(back.long_ce_stride, 1024);
+        let lc = back.long_ce().unwrap().unwrap();
+        assert_eq!((lc.window, lc.stride, lc.gamma), (4096, 1024, 5.0));
+        let bad = |stride: i64| TrainConfig {
+            long_ce_stride: stride,
+            ..c.clone()
+        };
+        for stride in [0, -4] {
+            let e = bad(stride).long_ce().unwrap_err().to_string();
+            assert!(e.contains("long_ce_stride"), "{e}");
+        }
+        // Larger than the reference length: the earlier non-overlapping windows (R = 1).
+        assert!(TrainConfig {
+            long_ce_window: 1,
+            ..bad(64)
+        }
+        .long_ce()
+        .unwrap()
+        .is_some());
     }
 
     #[test]

@@ -161,9 +161,14 @@ struct ProbeArgs {
     /// Per-layer activation checkpointing.
     #[arg(long)]
     checkpoint_layers: bool,
-    /// LongCE reweighting of the CLM term with this short-context window (0 = off).
+    /// LongCE reweighting of the CLM term: the reference length, the fewest tokens of short
+    /// context a reweighted token has (0 = off; the paper: 4096).
     #[arg(long, default_value_t = 0)]
     long_ce_window: i64,
+    /// LongCE: how far the short-context windows slide (the paper: 1024; window 1 with stride K
+    /// is the earlier non-overlapping K-token windows).
+    #[arg(long, default_value_t = LongCe::PAPER_STRIDE)]
+    long_ce_stride: i64,
     /// LongCE cap γ.
     #[arg(long, default_value_t = 5.0)]
     long_ce_gamma: f64,
@@ -236,10 +241,10 @@ fn probe(a: ProbeArgs) -> Result<()> {
             prefix_reuse: !a.no_prefix_reuse,
             loss_chunk: a.loss_chunk,
             checkpoint_layers: a.checkpoint_layers,
-            long_ce: (a.long_ce_window > 0).then_some(LongCe {
-                window: a.long_ce_window,
-                gamma: a.long_ce_gamma,
-            }),
+            long_ce: match a.long_ce_window {
+                0 => None,
+                w => Some(LongCe::new(w, a.long_ce_stride, a.long_ce_gamma)?),
+            },
         },
         reference: a.reference,
         grads_out: a.grads_out,

@@ -16,8 +16,9 @@ use rsd_model::{shape_str, DocBoundaries, Model, ModelConfig, ModelOptions};
 use crate::context::{ContextBatch, ContextParallel};
 use crate::perturb::{clip_docs, perturb_real, KlNorm, PerturbKind, Perturbation, RowView, Scope};
 use crate::step::{
-    grad_norm, perturbed_tokens, perturbed_work, prefix_reuse_floor, reference_loss, step_micro,
-    step_micro_split, zero_grads, LossNormalizers, MicroBatch, Objective, StepOptions, Sums,
+    grad_norm, long_ce_weights, perturbed_tokens, perturbed_work, prefix_reuse_floor,
+    reference_loss, step_micro, step_micro_split, zero_grads, LossNormalizers, MicroBatch,
+    Objective, StepOptions, Sums,
 };
 use crate::{io_err, Error, Result};
 
@@ -144,6 +145,10 @@ pub struct ProbeReport {
     pub step_seconds: Vec<f64>,
     /// FLOP floor of the rsd skip step with prefix reuse relative to a standard step.
     pub flop_floor_rsd_over_standard: f64,
+    /// LongCE (when on): every row's weight `[B][L]` on the standard view (0 where there is no
+    /// label; exactly 1 where the short context is the whole context).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub long_ce_weights: Option<Vec<Vec<f64>>>,
     /// Peak resident set size of the process, bytes.
     pub peak_rss: u64,
     /// Context-parallel ranks (1: one process).
@@ -290,6 +295,14 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
     if let (Some(path), true) = (&req.grads_out, main) {
         write_grads(&model, path)?;
     }
+    let long_ce_weights = match req.step.long_ce {
+        Some(lc) if split.is_none() => {
+            let w =
+                long_ce_weights(&model, &mb, lc, req.step.loss_chunk)?.f_to_kind(Kind::Double)?;
+            Some(Vec::<Vec<f64>>::try_from(&w)?)
+        }
+        _ => None,
+    };
     // `second` is the KL for rsd, the perturbed CLM for two-view-clm; pose has only one term.
     let weighted = objective.needs_perturbed() && objective != Objective::Pose;
     Ok(ProbeReport {
@@ -328,6 +341,7 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
         seconds,
         step_seconds,
         flop_floor_rsd_over_standard: prefix_reuse_floor(model.config(), mb.len()),
+        long_ce_weights,
         peak_rss: rsd_common::mem::Memory::now().peak_rss,
         cp: req.cp.max(1),
         comm_bytes_per_run,

@@ -1,84 +1,260 @@
 //! LongCE's short-context log-probabilities (the denominator of each token's weight).
-use tch::Tensor;
+//!
+//! Logit row `p` (predicting the label at `p`) is scored in the short-context window starting at
+//! `s = ⌊(p + 1 − window) / stride⌋ · stride`, i.e. with `window … window + stride − 1` tokens
+//! of context `x_s … x_p` (LongCE's `trunc_len` and `internal`). Where `s` is at or before the
+//! start of `p`'s document (or `p + 1 < window`), the short context is the whole context and the
+//! weight is exactly 1, so that row is not run at all. The rows one window scores are contiguous
+//! and lie in one document (a document start inside the window would be at or after `s`), so
+//! each window is a plain causal sequence from position 0; the windows of a micro-batch are
+//! stacked as the rows of a few forwards without a graph, each about the size of the
+//! micro-batch.
+use tch::{Kind, Tensor};
 
-use rsd_model::{DocBoundaries, Model};
+use rsd_model::Model;
 
-use super::prefix_reuse::pos_tensor;
 use super::{LongCe, MicroBatch, IGNORE};
-use crate::{Error, Result};
+use crate::Result;
 
-/// `log p(label_i | short context)` for every row and position `[B, L]` (0 where there is no
-/// label), from one forward without a graph in which the sequence is cut into `window`-token
-/// pieces (and at document starts), each attending only to itself from position 0.
+/// The labels' log-probabilities under the short context, and where they apply.
+pub(super) struct ShortContext {
+    /// `log p(label | short context)` `[B, L]` (loss dtype; 0 where `scored` is 0).
+    pub logp: Tensor,
+    /// 1 where the row has its own short context, 0 where its weight is exactly 1 `[B, L]`.
+    pub scored: Tensor,
+}
+
+/// One short-context window: row `row`'s tokens `start..end`, scoring logit rows `first..end`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Window {
+    pub row: usize,
+    pub start: i64,
+    pub first: i64,
+    pub end: i64,
+}
+
+/// The start of logit row `p`'s short context, or `None` when that is its whole context (the
+/// window would begin at or before `doc_start`, the start of `p`'s document).
+pub(super) fn short_start(p: i64, doc_start: i64, lc: LongCe) -> Option<i64> {
+    let n = p + 1 - lc.window;
+    if n < 0 {
+        return None;
+    }
+    let s = n / lc.stride * lc.stride;
+    (s > doc_start).then_some(s)
+}
+
+/// The windows of a micro-batch whose rows have `real[r]` real tokens and (document-masked
+/// batches) the document boundaries `docs[r]`, in row order.
+pub(super) fn windows(real: &[i64], docs: Option<&[Vec<i64>]>, lc: LongCe) -> Vec<Window> {
+    let mut out: Vec<Window> = Vec::new();
+    for (row, &n) in real.iter().enumerate() {
+        let bounds = docs.and_then(|d| d.get(row)).map_or(&[][..], |d| &d[..]);
+        let mut doc = 0;
+        let mut next = 1;
+        for p in 0..n {
+            while next < bounds.len() && bounds[next] <= p {
+                doc = bounds[next];
+                next += 1;
+            }
+            let Some(s) = short_start(p, doc, lc) else {
+                continue;
+            };
+            match out.last_mut() {
+                Some(w) if w.row == row && w.start == s && w.end == p => w.end = p + 1,
+                _ => out.push(Window {
+                    row,
+                    start: s,
+                    first: p,
+                    end: p + 1,
+                }),
+            }
+        }
+    }
+    out
+}
+
+/// `log p(label | short context)` for every row and position of `mb`, from forwards without a
+/// graph over its short-context windows (at most about `B·L` tokens each); the logits formed
+/// `chunk` rows at a time.
 pub(super) fn short_context_logprobs(
     model: &Model,
     mb: &MicroBatch,
     lc: LongCe,
     chunk: i64,
-) -> Result<Tensor> {
-    if lc.window < 1 {
-        return Err(Error::Input(format!(
-            "long_ce_window must be ≥ 1 (got {})",
-            lc.window
-        )));
-    }
-    let (cuts, positions) = short_contexts(mb, lc.window);
+) -> Result<ShortContext> {
     let device = mb.tokens.device();
-    let (b, l) = (mb.rows(), mb.len());
-    let docs = DocBoundaries::new(cuts, l)?;
-    let pos = pos_tensor(&positions, device)?;
-    let hidden = model
-        .forward(&rsd_model::ForwardArgs {
-            docs: Some(&docs),
-            ..rsd_model::ForwardArgs::new(&mb.tokens, &pos)
-        })?
-        .hidden;
+    let (b, l) = (mb.rows() as i64, mb.len());
     let w = model.lm_head_weight();
     let lk = rsd_model::accum_kind(w.kind());
-    let out = Tensor::f_zeros([b as i64, l], (lk, device))?;
-    let c = chunk.max(1);
-    for r in 0..b as i64 {
-        let (h, labels) = (hidden.f_get(r)?, mb.labels.f_get(r)?);
+    let mut logp = Tensor::f_zeros([b * l], (lk, device))?;
+    let mut scored = Tensor::f_zeros([b * l], (lk, device))?;
+    let all = windows(&mb.real_len, mb.docs.as_deref(), lc);
+    let longest = all.iter().map(|w| w.end - w.start).max().unwrap_or(0);
+    let per_forward = ((b * l) / longest.max(1)).max(1) as usize;
+    let tokens = mb.tokens.f_reshape([b * l])?;
+    let labels = mb.labels.f_reshape([b * l])?;
+    for group in all.chunks(per_forward) {
+        let width = group.iter().map(|w| w.end - w.start).max().unwrap_or(1);
+        // Each window a row of `width` tokens; a shorter one repeats its last token, which no
+        // scored row sees (causal attention).
+        let mut gather = Vec::with_capacity(group.len() * width as usize);
+        // Scored rows: index into the stacked hidden states, and into the flat [B·L] outputs.
+        let (mut from, mut to) = (Vec::new(), Vec::new());
+        for (k, win) in group.iter().enumerate() {
+            let base = win.row as i64 * l;
+            gather.extend((0..width).map(|j| base + (win.start + j).min(win.end - 1)));
+            from.extend((win.first..win.end).map(|p| k as i64 * width + p - win.start));
+            to.extend((win.first..win.end).map(|p| base + p));
+        }
+        let n = group.len() as i64;
+        let idx =
+            |v: &[i64]| -> Result<Tensor> { Ok(Tensor::f_from_slice(v)?.f_to_device(device)?) };
+        let x = tokens
+            .f_index_select(0, &idx(&gather)?)?
+            .f_view([n, width])?;
+        let pos = Tensor::f_arange(width, (Kind::Int64, device))?.f_expand([n, width], false)?;
+        let hidden = model
+            .forward(&rsd_model::ForwardArgs::new(&x, &pos))?
+            .hidden
+            .f_reshape([n * width, -1])?;
+        let (from, to) = (idx(&from)?, idx(&to)?);
+        let rows = from.size()[0];
+        let c = chunk.max(1);
         let mut i0 = 0;
-        while i0 < l {
-            let n = c.min(l - i0);
-            let logp = h
-                .f_narrow(0, i0, n)?
+        while i0 < rows {
+            let m = c.min(rows - i0);
+            let dst = to.f_narrow(0, i0, m)?;
+            let lp = hidden
+                .f_index_select(0, &from.f_narrow(0, i0, m)?)?
                 .f_matmul(&w.f_tr()?)?
                 .f_to_kind(lk)?
                 .f_log_softmax(-1, lk)?;
-            let y = labels.f_narrow(0, i0, n)?;
-            let picked = logp
+            let y = labels.f_index_select(0, &dst)?;
+            let picked = lp
                 .f_gather(1, &y.f_clamp_min(0)?.f_unsqueeze(1)?, false)?
                 .f_squeeze_dim(1)?
                 .f_mul(&y.f_ne(IGNORE)?.f_to_kind(lk)?)?;
-            out.f_get(r)?.f_narrow(0, i0, n)?.f_copy_(&picked)?;
-            i0 += n;
+            let _ = logp.f_index_copy_(0, &dst, &picked)?;
+            let _ = scored.f_index_fill_(0, &dst, 1.0)?;
+            i0 += m;
         }
     }
-    Ok(out)
+    Ok(ShortContext {
+        logp: logp.f_view([b, l])?,
+        scored: scored.f_view([b, l])?,
+    })
 }
 
-/// Per row: the cuts of the short contexts (every `window` tokens and at document starts,
-/// `[0, …, L]`) and the positions restarting at each cut.
-fn short_contexts(mb: &MicroBatch, window: i64) -> (Vec<Vec<i64>>, Vec<Vec<i64>>) {
-    let (b, l) = (mb.rows(), mb.len());
-    let mut cuts = Vec::with_capacity(b);
-    let mut positions = Vec::with_capacity(b);
-    for r in 0..b {
-        let mut cu: Vec<i64> = (0..l).step_by(window as usize).collect();
-        if let Some(d) = &mb.docs {
-            cu.extend(d[r].iter().copied().filter(|&x| x < l));
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lc(window: i64, stride: i64) -> LongCe {
+        LongCe {
+            window,
+            stride,
+            gamma: 5.0,
         }
-        cu.push(l);
-        cu.sort_unstable();
-        cu.dedup();
-        let mut pos = Vec::with_capacity(l as usize);
-        for w in cu.windows(2) {
-            pos.extend(0..w[1] - w[0]);
-        }
-        cuts.push(cu);
-        positions.push(pos);
     }
-    (cuts, positions)
+
+    /// Every scored row's context `p − s + 1` lies in `[window, window + stride − 1]`.
+    fn context_in_range(ws: &[Window], c: LongCe) -> bool {
+        ws.iter().all(|w| {
+            (w.first..w.end).all(|p| (c.window..c.window + c.stride).contains(&(p - w.start + 1)))
+        })
+    }
+
+    #[test]
+    fn the_paper_setting_scores_each_row_with_4k_to_5k_tokens_of_context() {
+        let c = lc(4096, 1024);
+        // LongCE's loop: windows x[s : s + 5120] for s = 0, 1024, …; the one at 0 is the whole
+        // context (weight 1), so rows 4095…5118 need no window of their own.
+        assert_eq!(short_start(4094, 0, c), None);
+        assert_eq!(short_start(5118, 0, c), None);
+        assert_eq!(short_start(5119, 0, c), Some(1024));
+        assert_eq!(short_start(6142, 0, c), Some(1024));
+        assert_eq!(short_start(6143, 0, c), Some(2048));
+        let ws = windows(&[10_000], None, c);
+        let spans: Vec<(i64, i64, i64)> = ws.iter().map(|w| (w.start, w.first, w.end)).collect();
+        assert_eq!(
+            spans,
+            [
+                (1024, 5119, 6143),
+                (2048, 6143, 7167),
+                (3072, 7167, 8191),
+                (4096, 8191, 9215),
+                (5120, 9215, 10_000) // the last window stops at the row's end
+            ]
+        );
+        assert!(context_in_range(&ws, c));
+    }
+
+    #[test]
+    fn rows_shorter_than_the_reference_need_no_window() {
+        assert!(windows(&[7, 8], None, lc(8, 2)).is_empty());
+        assert!(windows(&[100], None, lc(200, 50)).is_empty());
+    }
+
+    #[test]
+    fn a_length_that_is_no_multiple_of_the_stride_ends_with_a_short_window() {
+        let c = lc(3, 2);
+        let ws = windows(&[10], None, c);
+        let spans: Vec<(i64, i64, i64)> = ws.iter().map(|w| (w.start, w.first, w.end)).collect();
+        // Row p: s = ⌊(p − 2) / 2⌋·2; rows 2, 3 have s = 0 (weight 1).
+        assert_eq!(spans, [(2, 4, 6), (4, 6, 8), (6, 8, 10)]);
+        let ws = windows(&[9], None, c);
+        assert_eq!(
+            ws.last().map(|w| (w.start, w.first, w.end)),
+            Some((6, 8, 9))
+        );
+        assert!(context_in_range(&ws, c));
+    }
+
+    #[test]
+    fn document_starts_cut_the_short_context() {
+        let c = lc(3, 2);
+        // Documents [0, 5) and [5, 16): rows of the second document count from 5; a window that
+        // would start at or before 5 is that document's whole context.
+        let ws = windows(&[16], Some(&[vec![0, 5, 16]]), c);
+        let spans: Vec<(i64, i64, i64)> = ws.iter().map(|w| (w.start, w.first, w.end)).collect();
+        assert_eq!(
+            spans,
+            [
+                (2, 4, 5),
+                (6, 8, 10),
+                (8, 10, 12),
+                (10, 12, 14),
+                (12, 14, 16)
+            ]
+        );
+        // No window reaches across a document start.
+        assert!(ws.iter().all(|w| w.end <= 5 || w.start > 5));
+        assert!(context_in_range(&ws, c));
+    }
+
+    #[test]
+    fn padding_and_rows_are_kept_apart() {
+        let c = lc(2, 2);
+        let ws = windows(&[6, 3], None, c);
+        let spans: Vec<(usize, i64, i64, i64)> = ws
+            .iter()
+            .map(|w| (w.row, w.start, w.first, w.end))
+            .collect();
+        // Row 1 has 3 real tokens: row p = 2 would start at 0 (its whole context).
+        assert_eq!(spans, [(0, 2, 3, 5), (0, 4, 5, 6)]);
+    }
+
+    #[test]
+    fn reference_one_and_stride_k_are_the_old_non_overlapping_k_token_windows() {
+        let (k, len) = (5, 17);
+        let c = lc(1, k);
+        for p in 0..len {
+            let s = p / k * k;
+            assert_eq!(short_start(p, 0, c), (s > 0).then_some(s), "row {p}");
+        }
+        let ws = windows(&[len], None, c);
+        let spans: Vec<(i64, i64, i64)> = ws.iter().map(|w| (w.start, w.first, w.end)).collect();
+        assert_eq!(spans, [(5, 5, 10), (10, 10, 15), (15, 15, 17)]);
+    }
 }

@@ -7,6 +7,7 @@
 //! vocabulary-wide is kept for autograd; the caller back-propagates `dh` into the decoder.
 use tch::{Kind, Tensor};
 
+use super::long_ce::ShortContext;
 use super::prefix_reuse::{Plan, Stage};
 use super::{KlDirection, LossNormalizers, MicroBatch, Objective, StepOptions, Sums, IGNORE};
 use crate::perturb::RowView;
@@ -26,8 +27,8 @@ pub(super) struct LossInputs<'a> {
     pub views: Option<&'a [RowView]>,
     pub opts: &'a StepOptions,
     pub norm: LossNormalizers,
-    /// LongCE: the labels' log-probabilities under the short context `[B, L]`.
-    pub short: Option<&'a Tensor>,
+    /// LongCE: the labels' log-probabilities under the short context.
+    pub short: Option<&'a ShortContext>,
 }
 
 /// The loss of the final hidden states `h` (no graph), chunk by chunk; adds the loss terms to
@@ -147,8 +148,9 @@ struct RowLoss<'a> {
     view: Option<&'a RowView>,
     /// `rsd`: the row's KL mask (loss dtype) and its number of rows.
     kl_mask: Option<(Tensor, f64)>,
-    /// LongCE: the labels' log-probabilities under the short context `[L]`.
-    short: Option<Tensor>,
+    /// LongCE: the labels' log-probabilities under the short context `[L]`, and where they apply
+    /// (1) rather than the whole context (0: weight 1).
+    short: Option<(Tensor, Tensor)>,
 }
 
 impl<'a> RowLoss<'a> {
@@ -185,7 +187,7 @@ impl<'a> RowLoss<'a> {
             _ => None,
         };
         let short = match inp.short {
-            Some(t) => Some(t.f_get(bi)?),
+            Some(s) => Some((s.logp.f_get(bi)?, s.scored.f_get(bi)?)),
             None => None,
         };
         Ok(RowLoss {
@@ -228,10 +230,13 @@ impl<'a> RowLoss<'a> {
                 .f_fill_(scales.ce * (1.0 + scales.lambda))?;
         }
         let short = match &self.short {
-            Some(t) => Some(t.f_narrow(0, i0, n)?),
+            Some((logp, scored)) => Some((logp.f_narrow(0, i0, n)?, scored.f_narrow(0, i0, n)?)),
             None => None,
         };
-        let long_ce = short.as_ref().zip(opts.long_ce.map(|lc| lc.gamma));
+        let long_ce = match (&short, opts.long_ce) {
+            (Some((logp, scored)), Some(lc)) => Some((logp, scored, lc.gamma)),
+            _ => None,
+        };
         let (ce, logq, g) = cross_entropy(
             &head.logits(&x)?,
             &self.labels.f_narrow(0, i0, n)?,
@@ -312,15 +317,16 @@ impl<'a> RowLoss<'a> {
 /// `w_i · (softmax_i − onehot(y_i))` for per-row weights `w` `[n]` (rows without a label get no
 /// gradient).
 ///
-/// With `long_ce = Some((short, γ))` (`short`: the labels' log-probabilities under the short
-/// context), each row's CE and gradient are also weighted by the LongCE importance
-/// `min(exp(log p_long − log p_short), γ)`, a constant (no gradient flows through it); the
-/// returned CE is then the weighted one, the term actually optimised.
+/// With `long_ce = Some((short, scored, γ))` (`short`: the labels' log-probabilities under the
+/// short context, where `scored` is 1), each row's CE and gradient are also weighted by the LongCE
+/// importance `min(exp(log p_long − log p_short), γ)` (exactly 1 where `scored` is 0: the short
+/// context is the whole context), a constant (no gradient flows through it); the returned CE is
+/// then the weighted one, the term actually optimised.
 fn cross_entropy(
     logits: &Tensor,
     labels: &Tensor,
     w: &Tensor,
-    long_ce: Option<(&Tensor, f64)>,
+    long_ce: Option<(&Tensor, &Tensor, f64)>,
 ) -> Result<(Tensor, Tensor, Tensor)> {
     let kind = logits.kind();
     let logq = logits.f_log_softmax(-1, kind)?;
@@ -329,13 +335,24 @@ fn cross_entropy(
     let picked = logq.f_gather(1, &target, false)?.f_squeeze_dim(1)?;
     let mut grad = logq.f_exp()?;
     let _ = grad.f_scatter_add_(1, &target, &valid.f_neg()?.f_unsqueeze(1)?)?;
-    if let Some((short, gamma)) = long_ce {
-        let importance = picked.f_sub(short)?.f_exp()?.f_clamp_max(gamma)?;
-        valid = valid.f_mul(&importance)?;
+    if let Some((short, scored, gamma)) = long_ce {
+        valid = valid.f_mul(&long_ce_importance(&picked, short, scored, gamma)?)?;
     }
     let ce = picked.f_mul(&valid)?.f_neg()?;
     let _ = grad.f_mul_(&w.f_mul(&valid)?.f_unsqueeze(1)?)?;
     Ok((ce, logq, grad))
+}
+
+/// LongCE's weight of each row: `min(exp(log p_long − log p_short), γ)` where `scored` is 1,
+/// exactly 1 where it is 0.
+pub(super) fn long_ce_importance(
+    long: &Tensor,
+    short: &Tensor,
+    scored: &Tensor,
+    gamma: f64,
+) -> Result<Tensor> {
+    let w = long.f_sub(short)?.f_exp()?.f_clamp_max(gamma)?;
+    Ok(w.f_where_self(&scored.f_gt(0.5)?, &w.f_ones_like()?)?)
 }
 
 /// Per-row KL between the perturbed view (`logits`, raw) and the detached teacher

@@ -17,7 +17,8 @@
 //!   closed-form logit gradients and pushed through the LM head at once, and the chunk's logits
 //!   freed. One backward of the surrogate `Σ h · sg(∂loss/∂h)` then runs the decoder's backward
 //!   for both views together. No `[tokens × vocab]` tensor ever exists beyond one chunk.
-//! * `long_ce`: LongCE's short-context log-probabilities (one extra forward without a graph).
+//! * `long_ce`: LongCE's short-context log-probabilities (forwards without a graph over the
+//!   overlapping short-context windows).
 //! * `reference`: the slow full-logits reference the tests compare against.
 //! * **Activation checkpointing** (`checkpoint_layers`): the forward keeps only each layer's
 //!   inputs (no graph); the backward walks the layers top-down, recomputes layer `i` for both
@@ -49,6 +50,57 @@ use prefix_reuse::{Plan, Stage};
 
 pub use prefix_reuse::prefix_reuse_floor;
 pub use reference::reference_loss;
+
+/// LongCE's weight of every row of `mb` `[B, L]` (loss dtype; 0 where there is no label), as the
+/// step computes it: the standard view's log-probabilities from one forward without a graph
+/// against the short-context ones. For reports and tests (`rsd-train probe`); the step itself
+/// takes the long-context side from its own forward.
+pub fn long_ce_weights(model: &Model, mb: &MicroBatch, lc: LongCe, chunk: i64) -> Result<Tensor> {
+    tch::no_grad(|| -> Result<Tensor> {
+        let short = long_ce::short_context_logprobs(model, mb, lc, chunk)?;
+        let docs = match &mb.docs {
+            Some(d) => Some(rsd_model::DocBoundaries::new(d.clone(), mb.len())?),
+            None => None,
+        };
+        let pos = prefix_reuse::pos_tensor(&mb.positions, mb.tokens.device())?;
+        let hidden = model
+            .forward(&rsd_model::ForwardArgs {
+                docs: docs.as_ref(),
+                ..rsd_model::ForwardArgs::new(&mb.tokens, &pos)
+            })?
+            .hidden;
+        let w = model.lm_head_weight();
+        let lk = rsd_model::accum_kind(w.kind());
+        let (b, l) = (mb.rows() as i64, mb.len());
+        let out = Tensor::f_zeros([b, l], (lk, mb.tokens.device()))?;
+        let c = chunk.max(1);
+        for r in 0..b {
+            let mut i0 = 0;
+            while i0 < l {
+                let n = c.min(l - i0);
+                let y = mb.labels.f_get(r)?.f_narrow(0, i0, n)?;
+                let long = hidden
+                    .f_get(r)?
+                    .f_narrow(0, i0, n)?
+                    .f_matmul(&w.f_tr()?)?
+                    .f_to_kind(lk)?
+                    .f_log_softmax(-1, lk)?
+                    .f_gather(1, &y.f_clamp_min(0)?.f_unsqueeze(1)?, false)?
+                    .f_squeeze_dim(1)?;
+                let weight = loss::long_ce_importance(
+                    &long,
+                    &short.logp.f_get(r)?.f_narrow(0, i0, n)?,
+                    &short.scored.f_get(r)?.f_narrow(0, i0, n)?,
+                    lc.gamma,
+                )?
+                .f_mul(&y.f_ne(IGNORE)?.f_to_kind(lk)?)?;
+                out.f_get(r)?.f_narrow(0, i0, n)?.f_copy_(&weight)?;
+                i0 += n;
+            }
+        }
+        Ok(out)
+    })
+}
 
 /// The label that carries no loss, as the tensors hold it.
 const IGNORE: i64 = rsd_loader::IGNORE_INDEX as i64;
@@ -131,14 +183,50 @@ pub struct StepOptions {
 /// LongCE (Fang et al., "What is Wrong with Perplexity for Long-context Language Modeling?"): each
 /// CLM token's CE is weighted by `min(exp(log p(x_i | long) − log p(x_i | short)), γ)`, computed
 /// with the current model and detached, so tokens the long context helps predict weigh more.
+///
+/// The short context slides as in LongCE's own training code: windows start every `stride`
+/// tokens, and the logit row `p` is scored in the window starting at the multiple of `stride`
+/// that leaves it between `window` and `window + stride − 1` tokens of context (`x_s … x_p`, run
+/// as its own sequence from position 0). Where that window would start at or before the start of
+/// `p`'s document (or of the sequence), the short context is the whole context and the weight is
+/// exactly 1. See `docs/TRAIN.md` ("LongCE").
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LongCe {
-    /// The short context of token i: the tokens since the start of its `window`-token window (the
-    /// sequence cut into consecutive windows, each run as its own sequence from position 0; in
-    /// document-masked batches also cut at document starts).
+    /// The reference length: the fewest tokens of short context a reweighted token has.
     pub window: i64,
+    /// How far the short-context windows advance (each scores `stride` logit rows).
+    pub stride: i64,
     /// The cap γ on a token's weight.
     pub gamma: f64,
+}
+
+impl LongCe {
+    /// The paper's stride (RSD Appendix A.2 and LongCE's code: a 1K sliding window).
+    pub const PAPER_STRIDE: i64 = 1024;
+
+    /// Checked settings: `window ≥ 1`, `stride ≥ 1`, `γ` finite and positive.
+    pub fn new(window: i64, stride: i64, gamma: f64) -> Result<Self> {
+        if window < 1 {
+            return Err(Error::Input(format!(
+                "long_ce_window {window}: expected a reference length of ≥ 1 tokens (0 = off)"
+            )));
+        }
+        if stride < 1 {
+            return Err(Error::Input(format!(
+                "long_ce_stride {stride}: expected ≥ 1 tokens (the paper uses 1024)"
+            )));
+        }
+        if !(gamma.is_finite() && gamma > 0.0) {
+            return Err(Error::Input(format!(
+                "long_ce_gamma {gamma}: expected a positive cap (the paper uses 5)"
+            )));
+        }
+        Ok(LongCe {
+            window,
+            stride,
+            gamma,
+        })
+    }
 }
 
 impl Default for StepOptions {
@@ -366,6 +454,9 @@ pub fn step_micro_split(
              long_ce_window = 0 or cp = 1)"
                 .into(),
         ));
+    }
+    if let Some(lc) = opts.long_ce {
+        LongCe::new(lc.window, lc.stride, lc.gamma)?;
     }
     if opts.long_ce.is_some() && !matches!(opts.objective, Objective::Standard | Objective::Rsd) {
         return Err(Error::Input(format!(
