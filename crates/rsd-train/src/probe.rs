@@ -242,7 +242,7 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
         0
     };
     let norm = LossNormalizers::of(std::slice::from_ref(&mb));
-    let split = Split::new(req, &rows, &labels, &positions, &views, docs.as_ref())?;
+    let split = Split::new(req, &rows, &labels, &positions, &views, docs.as_ref(), &real)?;
     let (mb_run, views_run) = match &split {
         Some(s) => (&s.mb, &s.views),
         None => (&mb, &views),
@@ -513,6 +513,7 @@ impl Split {
         positions: &[Vec<i64>],
         views: &[RowView],
         docs: Option<&Vec<Vec<i64>>>,
+        real_len: &[i64],
     ) -> Result<Option<Split>> {
         if req.cp <= 1 {
             return Ok(None);
@@ -551,7 +552,9 @@ impl Split {
             // The whole rows' boundaries: the chunks' attention needs them (see step_micro_split).
             docs.cloned(),
             Device::Cpu,
-        )?;
+        )?
+        // Whole-row coordinates, as the trainer's context-parallel micro-batches have them.
+        .with_real_len(real_len.to_vec())?;
         let local_views = views
             .iter()
             .map(|v| cp.local_view(v))

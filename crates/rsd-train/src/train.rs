@@ -516,9 +516,11 @@ impl Trainer {
             // parts of them, and the whole rows for the re-sharded perturbed suffix.
             let (views, context) = match cp {
                 Some(cp) => {
-                    let batch = match views {
-                        Some(v) => ContextBatch::gather(cp, &mb.tokens, Some(v))?,
-                        None => ContextBatch::from_whole(cp, Vec::new(), None),
+                    // The perturbed suffix and LongCE's short contexts read the whole rows.
+                    let batch = if views.is_some() || self.step_opts.long_ce.is_some() {
+                        ContextBatch::gather(cp, &mb.tokens, views)?
+                    } else {
+                        ContextBatch::from_whole(cp, Vec::new(), None)
                     };
                     (batch.local_views()?, Some(batch))
                 }

@@ -14,6 +14,7 @@ use tch::{Kind, Tensor};
 use rsd_model::Model;
 
 use super::{LongCe, MicroBatch, IGNORE};
+use crate::context::ContextBatch;
 use crate::Result;
 
 /// The labels' log-probabilities under the short context, and where they apply.
@@ -77,35 +78,72 @@ pub(super) fn windows(real: &[i64], docs: Option<&[Vec<i64>]>, lc: LongCe) -> Ve
 /// `log p(label | short context)` for every row and position of `mb`, from forwards without a
 /// graph over its short-context windows (at most about `B·L` tokens each); the logits formed
 /// `chunk` rows at a time.
+///
+/// Under context parallelism (`split`: the whole rows, and this rank's chunks of them) `mb`
+/// holds this rank's chunks: the windows are those of the whole rows, cut to the rows this rank
+/// holds, and their tokens come from the whole rows. Each rank runs only the windows of its own
+/// rows, so the work is split as the rows are; no collective.
 pub(super) fn short_context_logprobs(
     model: &Model,
     mb: &MicroBatch,
     lc: LongCe,
     chunk: i64,
+    split: Option<(&ContextBatch<'_>, &[(i64, i64)])>,
 ) -> Result<ShortContext> {
     let device = mb.tokens.device();
-    let (b, l) = (mb.rows() as i64, mb.len());
+    let (b, l_out) = (mb.rows() as i64, mb.len());
+    // Scored rows of a window are contiguous in the output too: (window, output index of
+    // `first`).
+    let (tokens, l_src, jobs): (Tensor, i64, Vec<(Window, i64)>) = match split {
+        None => {
+            let jobs = windows(&mb.real_len, mb.docs.as_deref(), lc)
+                .into_iter()
+                .map(|w| (w, w.row as i64 * l_out + w.first))
+                .collect();
+            (mb.tokens.f_reshape([b * l_out])?, l_out, jobs)
+        }
+        Some((batch, chunks)) => {
+            let whole = batch.tokens();
+            let l = whole.first().map_or(0, Vec::len) as i64;
+            let flat: Vec<i64> = whole.iter().flatten().copied().collect();
+            let mut jobs = Vec::new();
+            for w in windows(&mb.real_len, mb.docs.as_deref(), lc) {
+                let mut local = 0;
+                for &(cs, cn) in chunks {
+                    let (first, end) = (w.first.max(cs), w.end.min(cs + cn));
+                    if first < end {
+                        let cut = Window { first, end, ..w };
+                        jobs.push((cut, w.row as i64 * l_out + local + first - cs));
+                    }
+                    local += cn;
+                }
+            }
+            (Tensor::f_from_slice(&flat)?.f_to_device(device)?, l, jobs)
+        }
+    };
     let w = model.lm_head_weight();
     let lk = rsd_model::accum_kind(w.kind());
-    let mut logp = Tensor::f_zeros([b * l], (lk, device))?;
-    let mut scored = Tensor::f_zeros([b * l], (lk, device))?;
-    let all = windows(&mb.real_len, mb.docs.as_deref(), lc);
-    let longest = all.iter().map(|w| w.end - w.start).max().unwrap_or(0);
-    let per_forward = ((b * l) / longest.max(1)).max(1) as usize;
-    let tokens = mb.tokens.f_reshape([b * l])?;
-    let labels = mb.labels.f_reshape([b * l])?;
-    for group in all.chunks(per_forward) {
-        let width = group.iter().map(|w| w.end - w.start).max().unwrap_or(1);
+    let mut logp = Tensor::f_zeros([b * l_out], (lk, device))?;
+    let mut scored = Tensor::f_zeros([b * l_out], (lk, device))?;
+    let longest = jobs.iter().map(|(w, _)| w.end - w.start).max().unwrap_or(0);
+    let per_forward = ((b * l_out) / longest.max(1)).max(1) as usize;
+    let labels = mb.labels.f_reshape([b * l_out])?;
+    for group in jobs.chunks(per_forward) {
+        let width = group
+            .iter()
+            .map(|(w, _)| w.end - w.start)
+            .max()
+            .unwrap_or(1);
         // Each window a row of `width` tokens; a shorter one repeats its last token, which no
         // scored row sees (causal attention).
         let mut gather = Vec::with_capacity(group.len() * width as usize);
-        // Scored rows: index into the stacked hidden states, and into the flat [B·L] outputs.
+        // Scored rows: index into the stacked hidden states, and into the flat outputs.
         let (mut from, mut to) = (Vec::new(), Vec::new());
-        for (k, win) in group.iter().enumerate() {
-            let base = win.row as i64 * l;
+        for (k, (win, dst)) in group.iter().enumerate() {
+            let base = win.row as i64 * l_src;
             gather.extend((0..width).map(|j| base + (win.start + j).min(win.end - 1)));
             from.extend((win.first..win.end).map(|p| k as i64 * width + p - win.start));
-            to.extend((win.first..win.end).map(|p| base + p));
+            to.extend((win.first..win.end).map(|p| dst + p - win.first));
         }
         let n = group.len() as i64;
         let idx =
@@ -141,8 +179,8 @@ pub(super) fn short_context_logprobs(
         }
     }
     Ok(ShortContext {
-        logp: logp.f_view([b, l])?,
-        scored: scored.f_view([b, l])?,
+        logp: logp.f_view([b, l_out])?,
+        scored: scored.f_view([b, l_out])?,
     })
 }
 

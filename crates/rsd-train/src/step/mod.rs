@@ -57,7 +57,7 @@ pub use reference::reference_loss;
 /// takes the long-context side from its own forward.
 pub fn long_ce_weights(model: &Model, mb: &MicroBatch, lc: LongCe, chunk: i64) -> Result<Tensor> {
     tch::no_grad(|| -> Result<Tensor> {
-        let short = long_ce::short_context_logprobs(model, mb, lc, chunk)?;
+        let short = long_ce::short_context_logprobs(model, mb, lc, chunk, None)?;
         let docs = match &mb.docs {
             Some(d) => Some(rsd_model::DocBoundaries::new(d.clone(), mb.len())?),
             None => None,
@@ -448,10 +448,9 @@ pub fn step_micro_split(
     sums: &mut Sums,
     context: Option<&crate::context::ContextBatch<'_>>,
 ) -> Result<()> {
-    if context.is_some() && opts.long_ce.is_some() {
+    if context.is_some_and(|c| c.tokens().is_empty()) && opts.long_ce.is_some() {
         return Err(Error::Input(
-            "LongCE under context parallelism (cp > 1) is not supported yet (set \
-             long_ce_window = 0 or cp = 1)"
+            "LongCE under context parallelism needs the whole rows' tokens (ContextBatch::gather)"
                 .into(),
         ));
     }
@@ -534,6 +533,7 @@ impl LossStage<'_> {
                     self.mb,
                     lc,
                     self.opts.loss_chunk,
+                    self.plan.context_split(),
                 )?),
                 None => None,
             };

@@ -369,6 +369,13 @@ impl<'a> Plan<'a> {
         Ok(())
     }
 
+    /// Context parallelism: the whole rows and this rank's chunks of them.
+    pub fn context_split(&self) -> Option<(&ContextBatch<'a>, &[(i64, i64)])> {
+        self.context
+            .as_ref()
+            .map(|c| (c.batch, c.chunks.as_slice()))
+    }
+
     /// Where row `b`'s perturbed view lives, if it has one.
     pub fn perturbed_row(&self, b: usize) -> Option<PerturbedRow> {
         self.rows.get(b).copied().flatten()
