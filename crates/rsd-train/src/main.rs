@@ -152,10 +152,10 @@ struct ProbeArgs {
     #[arg(long)]
     order: Option<String>,
     /// σ of the attn-noise view (noise N(0, σ²) on its attention scores).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     attn_noise_sigma: f64,
     /// Rate of the dropout view's attention-probability dropout (both passes), in [0, 1).
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, default_value_t = 0.1, allow_negative_numbers = true)]
     attn_dropout: f64,
     /// Seed of the control views' draws (row r draws as row r of step 0 of a run with this seed).
     #[arg(long, default_value_t = 0)]
