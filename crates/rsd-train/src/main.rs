@@ -5,6 +5,8 @@
 //!           [--any-config-key VALUE …] [--resume [CKPT_DIR|auto]] [--nproc N]
 //! rsd-train probe --model DIR|--init CFG --tokens T.npy [--objective rsd] [--perturb skip]
 //!           [--split 5,9 --skip 100,3] [--kl reverse] [--lambda 1] [--dtype fp32|fp64]
+//! rsd-train probe … --perturb nope|attn-noise|dropout [--attn-noise-sigma 1] [--attn-dropout 0.1]
+//!           [--seed 0] [--dump DRAWS.safetensors]
 //! ```
 //! The binary only turns arguments into calls of the `rsd_train` library (docs/TRAIN.md).
 use std::path::{Path, PathBuf};
@@ -123,6 +125,8 @@ struct ProbeArgs {
     mask_doc_starts: bool,
     #[arg(long, value_enum, default_value_t = Objective::Rsd)]
     objective: Objective,
+    /// The second view: a position perturbation, or a control view (nope, attn-noise, dropout;
+    /// with objective rsd).
     #[arg(long, value_enum, default_value_t = PerturbKind::Skip)]
     perturb: PerturbKind,
     #[arg(long, value_enum, default_value_t = KlDirection::Reverse)]
