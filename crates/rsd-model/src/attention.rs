@@ -310,6 +310,111 @@ pub fn attend_reference(q: &Tensor, blocks: &[KvBlock<'_>], scale: f64) -> Resul
     f().ctx("attention: reference")
 }
 
+/// Changes to one pass's attention that the fused kernels cannot express (the trainer's control
+/// views): noise added to the scaled scores before the softmax, and dropout of the probabilities
+/// after it. Both are given, not drawn here, so the caller decides the randomness.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ScoreChanges<'a> {
+    /// Added to the scaled scores `q·kᵀ/√d`, `[B, H, Lq, Lk]` (masked entries stay masked).
+    pub score_noise: Option<&'a Tensor>,
+    /// Dropout of the probabilities: `(keep, p)` with `keep` `[B, H, Lq, Lk]` (nonzero = kept);
+    /// kept probabilities are scaled by `1/(1 − p)`, as `torch.nn.functional.dropout`.
+    pub dropout: Option<(&'a Tensor, f64)>,
+}
+
+/// Causal self-attention (within documents) through materialised scores `[B, H, L, L]` in fp32
+/// (fp64 for fp64 queries), with [`ScoreChanges`] applied: `softmax(q·kᵀ/√d + noise + mask)`,
+/// then dropout, then `· v`. Costs `O(L²)` memory per head, unlike [`attend`]; the fused kernels
+/// take no additive noise or probability mask with a gradient, so the control views use this.
+pub fn attend_materialised(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    docs: Option<&DocBoundaries>,
+    scale: f64,
+    changes: &ScoreChanges<'_>,
+) -> Result<Tensor> {
+    let causal = [KvBlock {
+        k,
+        v,
+        mask: Mask::Causal,
+    }];
+    check_shapes(q, &causal)?;
+    let (b, heads, l) = (q.size()[0], q.size()[1], q.size()[2]);
+    let expect = [b, heads, l, l];
+    for (name, t) in [
+        ("score noise", changes.score_noise),
+        ("dropout mask", changes.dropout.map(|d| d.0)),
+    ] {
+        if let Some(t) = t.filter(|t| t.size() != expect) {
+            return Err(ModelError::Input(format!(
+                "attention: {name} {} must be {}",
+                shape_str(&t.size()),
+                shape_str(&expect)
+            )));
+        }
+    }
+    if let Some((_, p)) = changes.dropout.filter(|d| !(0.0..1.0).contains(&d.1)) {
+        return Err(ModelError::Input(format!(
+            "attention: dropout rate {p} must lie in [0, 1)"
+        )));
+    }
+    let allowed = allowed_keys(docs, b, l, q.device())?;
+    let acc = crate::accum_kind(q.kind());
+    let f = || -> std::result::Result<Tensor, tch::TchError> {
+        let k = repeat_kv(k, heads)?.f_to_kind(acc)?;
+        let v = repeat_kv(v, heads)?.f_to_kind(acc)?;
+        let mut scores = q
+            .f_to_kind(acc)?
+            .f_matmul(&k.f_transpose(-1, -2)?)?
+            .f_mul_scalar(scale)?;
+        if let Some(noise) = changes.score_noise {
+            scores = scores.f_add(&noise.f_to_kind(acc)?)?;
+        }
+        let scores = scores.f_masked_fill(&allowed.f_logical_not()?, f64::NEG_INFINITY)?;
+        let mut p = scores.f_softmax(-1, acc)?;
+        if let Some((keep, rate)) = changes.dropout {
+            let keep = keep.f_ne(0)?.f_to_kind(acc)?;
+            p = p.f_mul(&keep)?.f_mul_scalar(1.0 / (1.0 - rate))?;
+        }
+        p.f_matmul(&v)?.f_to_kind(q.kind())
+    };
+    f().ctx("attention: materialised")
+}
+
+/// `[B, 1, L, L]` booleans: query i sees key j ≤ i of its own document.
+fn allowed_keys(docs: Option<&DocBoundaries>, b: i64, l: i64, device: Device) -> Result<Tensor> {
+    let causal = Tensor::f_ones([l, l], (Kind::Bool, device))
+        .and_then(|t| t.f_tril(0))
+        .ctx("attention: causal mask")?;
+    let Some(docs) = docs else {
+        return causal.f_view([1, 1, l, l]).ctx("attention: causal mask");
+    };
+    if docs.rows.len() as i64 != b || docs.rows.iter().any(|cu| cu.last() != Some(&l)) {
+        return Err(ModelError::Input(format!(
+            "document boundaries of {} rows for {b} rows of {l} tokens",
+            docs.rows.len()
+        )));
+    }
+    let ids: Vec<i64> = docs
+        .rows
+        .iter()
+        .flat_map(|cu| {
+            cu.windows(2)
+                .enumerate()
+                .flat_map(|(d, w)| std::iter::repeat_n(d as i64, (w[1] - w[0]) as usize))
+        })
+        .collect();
+    let f = || -> std::result::Result<Tensor, tch::TchError> {
+        let ids = Tensor::f_from_slice(&ids)?
+            .f_view([b, l])?
+            .f_to_device(device)?;
+        let same = ids.f_unsqueeze(2)?.f_eq_tensor(&ids.f_unsqueeze(1)?)?;
+        same.f_logical_and(&causal)?.f_unsqueeze(1)
+    };
+    f().ctx("attention: document mask")
+}
+
 /// Document boundaries per batch row, cu_seqlens-style: `[0, e1, e2, …, L]`, strictly increasing.
 /// Tokens attend only within their document. With a key prefix the boundaries cover the whole
 /// sequence `[prefix ; queries]`.
@@ -649,6 +754,54 @@ mod tests {
         )
         .unwrap();
         assert!(max_diff(&part.out, &tail(&masked.out)) < 1e-6);
+    }
+
+    /// The materialised path equals the fused one without changes (with GQA and documents);
+    /// noise of 0 and dropout of 0 change nothing; a dropout mask zeroes exactly its entries.
+    #[test]
+    fn materialised_attention_equals_fused_and_applies_changes() {
+        tch::manual_seed(4);
+        let (b, h, hkv, l, d) = (2, 4, 2, 9, 8);
+        let t = |heads| Tensor::randn([b, heads, l, d], (Kind::Float, Device::Cpu));
+        let (q, k, v) = (t(h), t(hkv), t(hkv));
+        let docs = DocBoundaries::new(vec![vec![0, 4, 9], vec![0, 9]], l).unwrap();
+        for docs in [None, Some(&docs)] {
+            let fused = attend_documents(&q, &k, &v, None, docs, 0.3).unwrap().out;
+            let none = attend_materialised(&q, &k, &v, docs, 0.3, &ScoreChanges::default());
+            assert!(max_diff(&fused, &none.unwrap()) < 1e-5);
+            let zeros = Tensor::zeros([b, h, l, l], (Kind::Float, Device::Cpu));
+            let ones = Tensor::ones([b, h, l, l], (Kind::Float, Device::Cpu));
+            let changes = ScoreChanges {
+                score_noise: Some(&zeros),
+                dropout: Some((&ones, 0.0)),
+            };
+            let same = attend_materialised(&q, &k, &v, docs, 0.3, &changes).unwrap();
+            assert!(max_diff(&fused, &same) < 1e-5);
+        }
+        // Dropping every key of query row 3 (rate ½) zeroes its output; the rest doubles.
+        let keep = Tensor::ones([b, h, l, l], (Kind::Float, Device::Cpu));
+        let _ = keep.narrow(2, 3, 1).fill_(0.0);
+        let changes = ScoreChanges {
+            score_noise: None,
+            dropout: Some((&keep, 0.5)),
+        };
+        let dropped = attend_materialised(&q, &k, &v, None, 0.3, &changes).unwrap();
+        let plain = attend_documents(&q, &k, &v, None, None, 0.3).unwrap().out;
+        assert!(dropped.narrow(2, 3, 1).abs().max().double_value(&[]) == 0.0);
+        assert!(max_diff(&dropped.narrow(2, 0, 3), &(plain.narrow(2, 0, 3) * 2.0)) < 1e-5);
+        let e = attend_materialised(
+            &q,
+            &k,
+            &v,
+            None,
+            0.3,
+            &ScoreChanges {
+                score_noise: Some(&keep.narrow(3, 0, 2)),
+                dropout: None,
+            },
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("score noise"), "{e}");
     }
 
     #[test]

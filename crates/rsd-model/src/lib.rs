@@ -21,7 +21,7 @@ pub mod generate;
 pub mod model;
 pub mod rope;
 
-pub use attention::{attend, Attended, DocBoundaries, KvBlock, Mask};
+pub use attention::{attend, Attended, DocBoundaries, KvBlock, Mask, ScoreChanges};
 pub use checkpoint::SaveOptions;
 pub use config::{Family, ModelConfig, RopeScaling};
 pub use error::{ModelError, Result};

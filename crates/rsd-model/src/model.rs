@@ -12,7 +12,9 @@ use rsd_common::rng::SplitMix64;
 use tch::nn::VarStore;
 use tch::{Device, Kind, Tensor};
 
-use crate::attention::{attend, attend_documents, DocBoundaries, KvBlock, Mask};
+use crate::attention::{
+    attend, attend_documents, attend_materialised, DocBoundaries, KvBlock, Mask, ScoreChanges,
+};
 use crate::config::{Family, ModelConfig};
 use crate::error::{ModelError, Result, TchContext};
 use crate::rope::{apply_rotary, Rope};
@@ -146,11 +148,19 @@ impl std::fmt::Debug for ContextChunks<'_> {
     }
 }
 
-/// RoPE cos/sin tables for one pass at explicit positions (see [`Model::rotary`]).
+/// RoPE cos/sin tables for one pass at explicit positions (see [`Model::rotary`]), or none: a
+/// pass without rotary embeddings (NoPE, [`Rotary::none`]).
 #[derive(Debug)]
 pub struct Rotary {
-    cos: Tensor,
-    sin: Tensor,
+    tables: Option<(Tensor, Tensor)>,
+}
+
+impl Rotary {
+    /// No rotation: queries and keys enter the attention as projected (NoPE). Not RoPE at
+    /// position 0: with YaRN that would still scale them by the attention factor.
+    pub fn none() -> Self {
+        Rotary { tables: None }
+    }
 }
 
 /// Outputs of [`Model::forward`].
@@ -216,10 +226,11 @@ struct SelfAttention {
 
 /// Per-forward state every layer needs.
 struct Ctx<'a> {
-    cos: &'a Tensor,
-    sin: &'a Tensor,
+    rotary: &'a Rotary,
     docs: Option<&'a DocBoundaries>,
     context: Option<&'a ContextChunks<'a>>,
+    /// Changes to the attention scores or probabilities (materialised attention).
+    scores: Option<&'a ScoreChanges<'a>>,
 }
 
 impl SelfAttention {
@@ -250,14 +261,18 @@ impl SelfAttention {
             ))
         };
         let (q, k, v) = proj().ctx("attention projections")?;
-        // 3. RoPE at the explicit positions.
-        let q = apply_rotary(&q, ctx.cos, ctx.sin)?;
-        let k = apply_rotary(&k, ctx.cos, ctx.sin)?;
-        // 4. The one primitive: [prefix, unmasked] + [own block, causal], per document.
+        // 3. RoPE at the explicit positions (none for a NoPE pass).
+        let (q, k) = match &ctx.rotary.tables {
+            Some((cos, sin)) => (apply_rotary(&q, cos, sin)?, apply_rotary(&k, cos, sin)?),
+            None => (q, k),
+        };
+        // 4. The one primitive: [prefix, unmasked] + [own block, causal], per document; changed
+        // scores or probabilities need them materialised.
         let scale = 1.0 / (self.head_dim as f64).sqrt();
-        let attn = match ctx.context {
-            Some(cc) => attend_context(&q, &k, &v, cc, scale)?,
-            None => {
+        let attn = match (ctx.context, ctx.scores) {
+            (Some(cc), _) => attend_context(&q, &k, &v, cc, scale)?,
+            (None, Some(sc)) => attend_materialised(&q, &k, &v, ctx.docs, scale, sc)?,
+            (None, None) => {
                 attend_documents(&q, &k, &v, prefix.map(|p| (&p.k, &p.v)), ctx.docs, scale)?.out
             }
         };
@@ -680,7 +695,9 @@ impl Model {
     /// RoPE tables at explicit positions `[B, T]`, shared by every layer of one pass.
     pub fn rotary(&self, positions: &Tensor) -> Result<Rotary> {
         let (cos, sin) = self.rope.cos_sin(positions, self.options.kind)?;
-        Ok(Rotary { cos, sin })
+        Ok(Rotary {
+            tables: Some((cos, sin)),
+        })
     }
 
     /// Decoder layer `i` on `x` `[B, T, hidden]`: returns its output and its post-RoPE K/V.
@@ -694,12 +711,32 @@ impl Model {
         prefix: Option<&LayerKv>,
     ) -> Result<(Tensor, LayerKv)> {
         let ctx = Ctx {
-            cos: &rotary.cos,
-            sin: &rotary.sin,
+            rotary,
             docs,
             context: None,
+            scores: None,
         };
         self.layer(i)?.forward(x, &ctx, prefix)
+    }
+
+    /// [`Model::layer_forward`] with changed attention scores or probabilities (`changes`: score
+    /// noise, probability dropout), through the materialised attention (`[B, H, T, T]` scores;
+    /// no key prefix).
+    pub fn layer_forward_changed(
+        &self,
+        i: usize,
+        x: &Tensor,
+        rotary: &Rotary,
+        docs: Option<&DocBoundaries>,
+        changes: &ScoreChanges<'_>,
+    ) -> Result<Tensor> {
+        let ctx = Ctx {
+            rotary,
+            docs,
+            context: None,
+            scores: Some(changes),
+        };
+        Ok(self.layer(i)?.forward(x, &ctx, None)?.0)
     }
 
     fn layer(&self, i: usize) -> Result<&Layer> {
@@ -718,10 +755,10 @@ impl Model {
         context: &ContextChunks<'_>,
     ) -> Result<(Tensor, LayerKv)> {
         let ctx = Ctx {
-            cos: &rotary.cos,
-            sin: &rotary.sin,
+            rotary,
             docs: None,
             context: Some(context),
+            scores: None,
         };
         self.layer(i)?.forward(x, &ctx, None)
     }

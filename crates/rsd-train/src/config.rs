@@ -98,7 +98,8 @@ config! {
     // --- objective
     /// standard | rsd | pose | two-view-clm.
     objective: Objective = Objective::Rsd;
-    /// skip | cyclic | dilation | chunk-permute.
+    /// skip | cyclic | dilation | chunk-permute, or a control view (objective rsd): nope (no
+    /// RoPE) | attn-noise (noisy attention scores) | dropout (attention-probability dropout).
     perturb: PerturbKind = PerturbKind::Skip;
     /// Document masking (ProLong's recipe): attention stays inside each document of a row and
     /// the first token of a document is not predicted, for fixed and mixed shards alike (the
@@ -121,6 +122,12 @@ config! {
     fixed_split: String = String::new();
     /// Chunks for chunk-permute.
     chunks: usize = 8;
+    /// σ of the attn-noise view: N(0, σ²) added to its attention scores before the softmax.
+    #[serde(default = "default_attn_noise_sigma")]
+    attn_noise_sigma: f64 = default_attn_noise_sigma();
+    /// Rate of the dropout view's attention-probability dropout (both passes), in [0, 1).
+    #[serde(default = "default_attn_dropout")]
+    attn_dropout: f64 = default_attn_dropout();
     /// Reuse the standard pass's prefix K/V for the perturbed view (exact; off = naive two passes).
     prefix_reuse: bool = true;
     /// Rows per loss chunk (logits of at most this many rows exist at once).
@@ -202,6 +209,16 @@ fn paper_long_ce_stride<T: From<i64>>() -> T {
 
 fn on<T: From<bool>>() -> T {
     T::from(true)
+}
+
+/// The attn-noise view's default σ (as [`on`], for the resolved config and a file's overrides).
+fn default_attn_noise_sigma<T: From<f64>>() -> T {
+    T::from(1.0)
+}
+
+/// The dropout view's default rate (a common attention-dropout rate).
+fn default_attn_dropout<T: From<f64>>() -> T {
+    T::from(0.1)
 }
 
 /// What a NaN/inf loss or gradient norm does to a run.
@@ -326,6 +343,43 @@ impl TrainConfig {
             return bad("warmup_ratio/min_lr_ratio", "must lie in [0, 1]");
         }
         self.fixed_split()?;
+        // Out-of-range values are refused whatever the view, so a typo never waits for a switch.
+        crate::step::SecondView::of(PerturbKind::AttnNoise, self.attn_noise_sigma, 0.0)
+            .check()
+            .and(crate::step::SecondView::of(PerturbKind::Dropout, 0.0, self.attn_dropout).check())
+            .map_err(|e| Error::Input(format!("config key {e}")))?;
+        if self.perturb.is_control() {
+            if self.objective != Objective::Rsd {
+                return bad(
+                    "perturb",
+                    &format!(
+                        "{} is a control view compared with the standard view by the KL: it \
+                         needs objective = \"rsd\" (got \"{}\")",
+                        self.perturb, self.objective
+                    ),
+                );
+            }
+            if self.cp > 1 {
+                return bad(
+                    "cp",
+                    &format!(
+                        "{}: perturb = \"{}\" is not supported under context parallelism (set \
+                         cp = 1)",
+                        self.cp, self.perturb
+                    ),
+                );
+            }
+            if self.perturb == PerturbKind::Dropout && self.long_ce_window > 0 {
+                return bad(
+                    "long_ce_window",
+                    &format!(
+                        "{}: LongCE is not supported with perturb = \"dropout\" (the CLM term \
+                         is a dropout pass; set long_ce_window = 0)",
+                        self.long_ce_window
+                    ),
+                );
+            }
+        }
         Ok(())
     }
 
@@ -542,6 +596,65 @@ mod tests {
         assert_eq!(parse(&["--allow-tokenizer-mismatch"]), Some(true));
         assert_eq!(parse(&["--allow-tokenizer-mismatch", "false"]), Some(false));
         assert_eq!(parse(&[]), None);
+    }
+
+    #[test]
+    fn control_views_refuse_bad_values_and_incompatible_options() {
+        let cli = |o: ConfigOverrides| {
+            TrainConfig::resolve(
+                None,
+                ConfigOverrides {
+                    init: Some("x.json".into()),
+                    ..o
+                },
+            )
+        };
+        let c = cli(ConfigOverrides {
+            perturb: Some(PerturbKind::AttnNoise),
+            attn_noise_sigma: Some(0.5),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!((c.attn_noise_sigma, c.attn_dropout), (0.5, 0.1));
+        assert!(c.to_toml().contains("perturb = \"attn-noise\""));
+        let err = |o: ConfigOverrides| cli(o).unwrap_err().to_string();
+        let e = err(ConfigOverrides {
+            attn_noise_sigma: Some(-0.5),
+            ..Default::default()
+        });
+        assert!(e.contains("attn_noise_sigma -0.5"), "{e}");
+        let e = err(ConfigOverrides {
+            attn_dropout: Some(1.0),
+            ..Default::default()
+        });
+        assert!(e.contains("attn_dropout 1"), "{e}");
+        let e = err(ConfigOverrides {
+            perturb: Some(PerturbKind::Nope),
+            cp: Some(2),
+            ..Default::default()
+        });
+        assert!(e.contains("config key cp: 2") && e.contains("nope"), "{e}");
+        let e = err(ConfigOverrides {
+            perturb: Some(PerturbKind::Dropout),
+            objective: Some(Objective::Pose),
+            ..Default::default()
+        });
+        assert!(
+            e.contains("config key perturb") && e.contains("pose"),
+            "{e}"
+        );
+        // A config written before these keys existed loads with their defaults.
+        let old = TrainConfig {
+            init: Some("x.json".into()),
+            ..TrainConfig::default()
+        }
+        .to_toml()
+        .lines()
+        .filter(|l| !l.starts_with("attn_"))
+        .collect::<Vec<_>>()
+        .join("\n");
+        let back: TrainConfig = toml::from_str(&old).unwrap();
+        assert_eq!((back.attn_noise_sigma, back.attn_dropout), (1.0, 0.1));
     }
 
     #[test]

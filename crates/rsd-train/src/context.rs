@@ -79,6 +79,7 @@ impl ContextParallel {
             kl_rows: v.kl_rows,
             shared_prefix: 0,
             kl_norm: v.kl_norm,
+            seed: v.seed,
         })
     }
 

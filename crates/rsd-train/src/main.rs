@@ -5,6 +5,8 @@
 //!           [--any-config-key VALUE …] [--resume [CKPT_DIR|auto]] [--nproc N]
 //! rsd-train probe --model DIR|--init CFG --tokens T.npy [--objective rsd] [--perturb skip]
 //!           [--split 5,9 --skip 100,3] [--kl reverse] [--lambda 1] [--dtype fp32|fp64]
+//! rsd-train probe … --perturb nope|attn-noise|dropout [--attn-noise-sigma 1] [--attn-dropout 0.1]
+//!           [--seed 0] [--dump DRAWS.safetensors]
 //! ```
 //! The binary only turns arguments into calls of the `rsd_train` library (docs/TRAIN.md).
 use std::path::{Path, PathBuf};
@@ -17,7 +19,9 @@ use clap::{Args, Parser, Subcommand};
 use rsd_train::config::{ConfigOverrides, TrainConfig};
 use rsd_train::perturb::{KlNorm, PerturbKind};
 use rsd_train::probe::{PerturbParams, ProbeModel, ProbeRequest};
-use rsd_train::step::{prefix_reuse_floor, KlDirection, LongCe, Objective, StepOptions};
+use rsd_train::step::{
+    prefix_reuse_floor, KlDirection, LongCe, Objective, SecondView, StepOptions,
+};
 use rsd_train::train::Trainer;
 
 mod launch;
@@ -121,6 +125,8 @@ struct ProbeArgs {
     mask_doc_starts: bool,
     #[arg(long, value_enum, default_value_t = Objective::Rsd)]
     objective: Objective,
+    /// The second view: a position perturbation, or a control view (nope, attn-noise, dropout;
+    /// with objective rsd).
     #[arg(long, value_enum, default_value_t = PerturbKind::Skip)]
     perturb: PerturbKind,
     #[arg(long, value_enum, default_value_t = KlDirection::Reverse)]
@@ -149,6 +155,19 @@ struct ProbeArgs {
     /// Chunk-permute order, e.g. "2,0,1" (same for every sample).
     #[arg(long)]
     order: Option<String>,
+    /// σ of the attn-noise view (noise N(0, σ²) on its attention scores).
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    attn_noise_sigma: f64,
+    /// Rate of the dropout view's attention-probability dropout (both passes), in [0, 1).
+    #[arg(long, default_value_t = 0.1, allow_negative_numbers = true)]
+    attn_dropout: f64,
+    /// Seed of the control views' draws (row r draws as row r of step 0 of a run with this seed).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Also write the control views' draws (attention noise, dropout masks) to this .safetensors
+    /// file: `layers.{i}.{standard|perturbed}.{score_noise|keep}`, [rows, heads, L, L].
+    #[arg(long)]
+    dump: Option<PathBuf>,
     /// fp32 or fp64.
     #[arg(long, default_value = "fp32")]
     dtype: String,
@@ -245,11 +264,14 @@ fn probe(a: ProbeArgs) -> Result<()> {
                 0 => None,
                 w => Some(LongCe::new(w, a.long_ce_stride, a.long_ce_gamma)?),
             },
+            view: SecondView::of(a.perturb, a.attn_noise_sigma, a.attn_dropout),
         },
         reference: a.reference,
         grads_out: a.grads_out,
         repeat: a.repeat,
         cp: a.cp,
+        seed: a.seed,
+        dump: a.dump,
     };
     // Phase 2: the library does the work.
     let report = rsd_train::probe::run(&request)?;

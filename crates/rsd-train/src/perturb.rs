@@ -38,6 +38,44 @@ pub enum PerturbKind {
     Dilation,
     /// Split into chunks and permute their positions.
     ChunkPermute,
+    /// Control: the same tokens without rotary embeddings (NoPE), positions unchanged.
+    Nope,
+    /// Control: Gaussian noise N(0, σ²) on the second pass's attention scores (pre-softmax),
+    /// positions unchanged (`attn_noise_sigma`).
+    AttnNoise,
+    /// Control: two passes with dropout on the attention probabilities (`attn_dropout`), KL
+    /// between them, positions unchanged.
+    Dropout,
+}
+
+impl PerturbKind {
+    /// The name in configs and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            PerturbKind::Skip => "skip",
+            PerturbKind::Cyclic => "cyclic",
+            PerturbKind::Dilation => "dilation",
+            PerturbKind::ChunkPermute => "chunk-permute",
+            PerturbKind::Nope => "nope",
+            PerturbKind::AttnNoise => "attn-noise",
+            PerturbKind::Dropout => "dropout",
+        }
+    }
+
+    /// A control view: the second view keeps the standard positions and changes the attention
+    /// itself (no RoPE, noisy scores, dropout); see [`control_view`].
+    pub fn is_control(self) -> bool {
+        matches!(
+            self,
+            PerturbKind::Nope | PerturbKind::AttnNoise | PerturbKind::Dropout
+        )
+    }
+}
+
+impl std::fmt::Display for PerturbKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// Where the split is sampled.
@@ -155,6 +193,8 @@ impl Sampler {
             return Perturbation::None;
         }
         match self.kind {
+            // No positions to draw: their randomness is the row's seed ([`row_seed`]).
+            PerturbKind::Nope | PerturbKind::AttnNoise | PerturbKind::Dropout => Perturbation::None,
             PerturbKind::Skip => {
                 if let Some((s, y)) = self.fixed_split {
                     return Perturbation::Skip {
@@ -201,6 +241,9 @@ pub struct RowView {
     pub shared_prefix: i64,
     /// What the sample's KL sum is divided by (`kl_rows` unless [`KlNorm::Length`]).
     pub kl_norm: f64,
+    /// Control views (attention noise, dropout): the seed of the row's random draws (layer
+    /// `i` of pass `k` draws after `manual_seed(seed + 2·i + k)`; pass 0 is the standard view).
+    pub seed: i64,
 }
 
 impl RowView {
@@ -283,6 +326,52 @@ pub fn perturb_row(
         kl_rows,
         shared_prefix,
         kl_norm: kl_rows as f64,
+        seed: 0,
+    }
+}
+
+/// The seed of a row's control-view draws, taken from the row's generator after its
+/// perturbation: non-negative and far below `i64::MAX`, so `seed + 2·layer + pass` stays a valid
+/// libtorch seed.
+pub fn row_seed(g: &mut SplitMix64) -> i64 {
+    (g.next_u64() >> 2) as i64
+}
+
+/// The second view of a control kind ([`PerturbKind::is_control`]) for a row with standard
+/// positions `std_pos`, `n` real tokens and document boundaries `docs` (already ending at `n`,
+/// [`clip_docs`]). Positions stay the standard ones and nothing is shared (the second pass runs
+/// whole: no prefix reuse). The rows that can differ, which carry the KL:
+///
+/// * NoPE and attention noise: every row with at least two visible keys, i.e. each document's
+///   rows after its first. A document's first row attends only to itself: its softmax is 1
+///   whatever the scores, and the rotation of a query and key at one position cancels.
+/// * Dropout: every real row (a dropped probability changes even a single-key row).
+pub fn control_view(
+    std_pos: &[i64],
+    n: i64,
+    docs: Option<&[i64]>,
+    kind: PerturbKind,
+    seed: i64,
+) -> RowView {
+    let l = std_pos.len() as i64;
+    let n = n.clamp(0, l);
+    let whole = [0, n];
+    let spans = docs.unwrap_or(&whole);
+    let first = i64::from(kind != PerturbKind::Dropout);
+    let mut kl_mask = vec![false; l as usize];
+    for w in spans.windows(2) {
+        for i in (w[0] + first).min(w[1])..w[1].min(n) {
+            kl_mask[i as usize] = true;
+        }
+    }
+    let kl_rows = kl_mask.iter().filter(|&&m| m).count() as i64;
+    RowView {
+        positions: std_pos.to_vec(),
+        kl_mask,
+        kl_rows,
+        shared_prefix: 0,
+        kl_norm: kl_rows as f64,
+        seed,
     }
 }
 
@@ -411,6 +500,44 @@ mod tests {
                 skip: 1262
             }
         );
+    }
+
+    #[test]
+    fn control_views_keep_positions_and_mark_the_rows_that_can_differ() {
+        let pos = vec![0, 1, 2, 0, 1, 2, 3, 4];
+        let docs = clip_docs(&[0, 3, 8], 6);
+        for (kind, mask) in [
+            (PerturbKind::Nope, [false, true, true, false, true, true]),
+            (
+                PerturbKind::AttnNoise,
+                [false, true, true, false, true, true],
+            ),
+            (PerturbKind::Dropout, [true; 6]),
+        ] {
+            let v = control_view(&pos, 6, Some(&docs), kind, 7);
+            assert_eq!(v.positions, pos);
+            assert_eq!(&v.kl_mask[..6], &mask);
+            assert_eq!(&v.kl_mask[6..], &[false, false], "padding carries nothing");
+            let rows = mask.iter().filter(|&&m| m).count() as i64;
+            assert_eq!(
+                (v.kl_rows, v.kl_norm, v.shared_prefix, v.seed),
+                (rows, rows as f64, 0, 7)
+            );
+        }
+        let v = control_view(&row(5), 5, None, PerturbKind::Nope, 0);
+        assert_eq!(v.kl_rows, 4);
+        // Control kinds draw nothing for positions.
+        let s = Sampler {
+            kind: PerturbKind::Dropout,
+            scope: Scope::Sequence,
+            skip_range: None,
+            fixed_split: None,
+            chunks: 8,
+            kl_norm: KlNorm::Rows,
+        };
+        let mut g = SplitMix64::keyed(&[1]);
+        assert_eq!(s.sample(&mut g, 10), Perturbation::None);
+        assert_eq!(g.next_u64(), SplitMix64::keyed(&[1]).next_u64());
     }
 
     #[test]

@@ -14,11 +14,16 @@ use tch::{Device, Kind, Tensor};
 use rsd_model::{shape_str, DocBoundaries, Model, ModelConfig, ModelOptions};
 
 use crate::context::{ContextBatch, ContextParallel};
-use crate::perturb::{clip_docs, perturb_real, KlNorm, PerturbKind, Perturbation, RowView, Scope};
+use rsd_common::rng::SplitMix64;
+
+use crate::perturb::{
+    clip_docs, control_view, perturb_real, row_seed, KlNorm, PerturbKind, Perturbation, RowView,
+    Scope,
+};
 use crate::step::{
     grad_norm, long_ce_weights, perturbed_tokens, perturbed_work, prefix_reuse_floor,
-    reference_loss, step_micro, step_micro_split, zero_grads, LossNormalizers, MicroBatch,
-    Objective, StepOptions, Sums,
+    reference_loss, step_micro, step_micro_recording, step_micro_split, zero_grads, Draws,
+    LossNormalizers, MicroBatch, Objective, SecondView, StepOptions, Sums,
 };
 use crate::{io_err, Error, Result};
 
@@ -87,6 +92,12 @@ pub struct ProbeRequest {
     /// variables set, `rsd-train probe --nproc N`), each holding its zigzag chunks of every
     /// row; the report is the whole batch's, as one process computes it.
     pub cp: usize,
+    /// Seed of the control views' draws: row `r` draws as row `r` of step 0 of a training run
+    /// with this `seed`.
+    pub seed: u64,
+    /// Also write the control views' random draws (noise, dropout masks) of the (last) run to
+    /// this `.safetensors` file (see [`Draws`]).
+    pub dump: Option<PathBuf>,
 }
 
 /// The perturbation of one row and what it implies.
@@ -98,6 +109,10 @@ pub struct ProbeRow {
     pub kl_rows: i64,
     /// Rows with identical positions in both views (reused by prefix reuse).
     pub shared_prefix: i64,
+    /// Control views: the seed of the row's draws (`manual_seed(seed + 2·layer + pass)`, pass
+    /// 0 the standard view, 1 the perturbed one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<i64>,
 }
 
 /// The result of [`run`]; serialised (field names as written) it is the probe's JSON output.
@@ -215,7 +230,20 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
     let mb = MicroBatch::from_rows(&rows, &labels, positions.clone(), docs.clone(), Device::Cpu)?
         .with_real_len(real.clone())?;
     let objective = req.step.objective;
-    let perts = if objective.needs_perturbed() {
+    let control = req.perturb.is_control();
+    if control != (req.step.view != SecondView::Positions) {
+        return Err(Error::Input(format!(
+            "perturb {} with a step for a different second view",
+            req.perturb
+        )));
+    }
+    if control && req.cp > 1 {
+        return Err(Error::Input(format!(
+            "--cp {}: perturb {} is not supported under context parallelism (use --cp 1)",
+            req.cp, req.perturb
+        )));
+    }
+    let perts = if objective.needs_perturbed() && !control {
         perturbations(req.perturb, &req.params, b)?
     } else {
         vec![Perturbation::None; b]
@@ -223,13 +251,20 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
     let views: Vec<RowView> = (0..b)
         .map(|r| {
             let d = docs.as_ref().map(|d| clip_docs(&d[r], real[r]));
-            let mut v = perturb_real(
-                &positions[r],
-                real[r],
-                d.as_deref(),
-                Scope::Sequence,
-                &perts[r..=r],
-            );
+            let mut v = if control {
+                // As training draws row r of step 0: the row's generator, then its seed.
+                let mut g = SplitMix64::keyed(&[req.seed, 0, r as u64]);
+                let seed = row_seed(&mut g);
+                control_view(&positions[r], real[r], d.as_deref(), req.perturb, seed)
+            } else {
+                perturb_real(
+                    &positions[r],
+                    real[r],
+                    d.as_deref(),
+                    Scope::Sequence,
+                    &perts[r..=r],
+                )
+            };
             if req.kl_norm == KlNorm::Length {
                 v.kl_norm = real[r] as f64;
             }
@@ -242,7 +277,15 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
         0
     };
     let norm = LossNormalizers::of(std::slice::from_ref(&mb));
-    let split = Split::new(req, &rows, &labels, &positions, &views, docs.as_ref(), &real)?;
+    let split = Split::new(
+        req,
+        &rows,
+        &labels,
+        &positions,
+        &views,
+        docs.as_ref(),
+        &real,
+    )?;
     let (mb_run, views_run) = match &split {
         Some(s) => (&s.mb, &s.views),
         None => (&mb, &views),
@@ -335,6 +378,7 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
                 perturbation,
                 kl_rows: v.kl_rows,
                 shared_prefix: v.shared_prefix,
+                seed: control.then_some(v.seed),
             })
             .collect(),
         dtype: req.dtype.clone(),
@@ -410,6 +454,9 @@ fn perturbations(kind: PerturbKind, p: &PerturbParams, rows: usize) -> Result<Ve
             .into_iter()
             .map(|factor| Perturbation::Dilation { factor })
             .collect(),
+        PerturbKind::Nope | PerturbKind::AttnNoise | PerturbKind::Dropout => {
+            vec![Perturbation::None; rows]
+        }
         PerturbKind::ChunkPermute => {
             let order = p
                 .order
@@ -460,6 +507,13 @@ fn run_once(
     }
     let mut sums = Sums::new(Device::Cpu);
     match split {
+        None if req.dump.is_some() => {
+            let draws = Draws::default();
+            step_micro_recording(model, mb, views, opts, norm, &mut sums, &draws)?;
+            if let Some(path) = &req.dump {
+                write_draws(draws.into_inner(), path)?;
+            }
+        }
         None => step_micro(model, mb, views, opts, norm, &mut sums)?,
         Some(s) => {
             let context = s.batch(views.is_some());
@@ -478,6 +532,26 @@ fn run_once(
         kl
     };
     Ok((clm, second))
+}
+
+/// The control views' draws as safetensors (dropout masks as uint8 0/1, noise in its dtype).
+fn write_draws(
+    draws: std::collections::BTreeMap<String, Tensor>,
+    path: &std::path::Path,
+) -> Result<()> {
+    let tensors: Vec<(String, Tensor)> = draws
+        .into_iter()
+        .map(|(n, t)| {
+            let t = if t.kind() == Kind::Bool {
+                t.f_to_kind(Kind::Uint8)?
+            } else {
+                t
+            };
+            Ok((n, t))
+        })
+        .collect::<Result<_>>()?;
+    Tensor::write_safetensors(&tensors, path)
+        .map_err(|e| Error::Input(format!("writing {}: {e}", path.display())))
 }
 
 fn write_grads(model: &Model, path: &std::path::Path) -> Result<()> {

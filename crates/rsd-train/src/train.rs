@@ -28,9 +28,12 @@ use crate::context::ContextBatch;
 use crate::data;
 use crate::optim::Schedule;
 use crate::parallel::DataParallel;
-use crate::perturb::{clip_docs, perturb_real, KlNorm, RowView, Sampler, Scope};
+use crate::perturb::{
+    clip_docs, control_view, perturb_real, row_seed, KlNorm, RowView, Sampler, Scope,
+};
 use crate::step::{
-    step_micro_split, zero_grads, LossNormalizers, MicroBatch, Objective, StepOptions, Sums,
+    step_micro_split, zero_grads, LossNormalizers, MicroBatch, Objective, SecondView, StepOptions,
+    Sums,
 };
 use crate::tokenizer;
 use crate::update::Optimizer;
@@ -146,6 +149,7 @@ pub fn objective_of(cfg: &TrainConfig) -> Result<(StepOptions, Sampler)> {
             loss_chunk: cfg.loss_chunk,
             checkpoint_layers: cfg.checkpoint_layers,
             long_ce: cfg.long_ce()?,
+            view: SecondView::of(cfg.perturb, cfg.attn_noise_sigma, cfg.attn_dropout),
         },
         Sampler {
             kind: cfg.perturb,
@@ -224,7 +228,11 @@ fn views_at(
             } else {
                 Scope::Sequence
             };
-            let mut v = perturb_real(pos, n, docs.as_deref(), scope, &perts);
+            let mut v = if sampler.kind.is_control() {
+                control_view(pos, n, docs.as_deref(), sampler.kind, row_seed(&mut g))
+            } else {
+                perturb_real(pos, n, docs.as_deref(), scope, &perts)
+            };
             if sampler.kl_norm == KlNorm::Length {
                 v.kl_norm = n as f64;
             }

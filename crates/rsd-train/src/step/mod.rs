@@ -43,7 +43,7 @@ use tch::{Kind, Tensor};
 
 use rsd_model::Model;
 
-use crate::perturb::RowView;
+use crate::perturb::{PerturbKind, RowView};
 use crate::{Error, Result};
 use loss::{chunked_loss, LossGrads, LossInputs};
 use prefix_reuse::{Plan, Stage};
@@ -161,6 +161,57 @@ impl fmt::Display for KlDirection {
     }
 }
 
+/// What the second view changes. Position perturbations change [`RowView::positions`]; the
+/// control views (the paper's NoPE, attention-noise and dropout ablations) keep the positions and
+/// change the attention of a pass instead.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum SecondView {
+    /// Its positions (skip, cyclic, dilation, chunk-permute).
+    #[default]
+    Positions,
+    /// No rotary embeddings: queries and keys are not rotated (NoPE).
+    Nope,
+    /// Noise `N(0, σ²)` added to the second pass's scaled attention scores before the softmax.
+    AttnNoise {
+        /// σ (`attn_noise_sigma`).
+        sigma: f64,
+    },
+    /// Dropout of the attention probabilities in both passes (`attn_dropout`), as transformers
+    /// places Llama's and Qwen3's `attention_dropout`; no dropout on the residual branches.
+    Dropout {
+        /// The rate p.
+        rate: f64,
+    },
+}
+
+impl SecondView {
+    /// The second view a perturbation kind makes, with the control views' parameters.
+    pub fn of(kind: PerturbKind, sigma: f64, rate: f64) -> Self {
+        match kind {
+            PerturbKind::Nope => SecondView::Nope,
+            PerturbKind::AttnNoise => SecondView::AttnNoise { sigma },
+            PerturbKind::Dropout => SecondView::Dropout { rate },
+            _ => SecondView::Positions,
+        }
+    }
+
+    /// Refuses a σ or a rate outside its range, naming the key and the value.
+    pub fn check(self) -> Result<()> {
+        match self {
+            SecondView::AttnNoise { sigma } if !(sigma.is_finite() && sigma >= 0.0) => {
+                Err(Error::Input(format!(
+                    "attn_noise_sigma {sigma}: the noise's standard deviation must be a finite \
+                     number ≥ 0"
+                )))
+            }
+            SecondView::Dropout { rate } if !(0.0..1.0).contains(&rate) => Err(Error::Input(
+                format!("attn_dropout {rate}: the dropout rate must lie in [0, 1)"),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// How one step is computed.
 #[derive(Debug, Clone, Copy)]
 pub struct StepOptions {
@@ -178,6 +229,8 @@ pub struct StepOptions {
     pub checkpoint_layers: bool,
     /// LongCE reweighting of the standard-view CLM term (`None` = plain CE).
     pub long_ce: Option<LongCe>,
+    /// What the second view changes (its positions, or a control view's attention).
+    pub view: SecondView,
 }
 
 /// LongCE (Fang et al., "What is Wrong with Perplexity for Long-context Language Modeling?"): each
@@ -239,6 +292,7 @@ impl Default for StepOptions {
             loss_chunk: 1024,
             checkpoint_layers: false,
             long_ce: None,
+            view: SecondView::Positions,
         }
     }
 }
@@ -403,7 +457,25 @@ pub fn perturbed_tokens(
     views: Option<&[RowView]>,
     opts: &StepOptions,
 ) -> Result<i64> {
-    Ok(Plan::new(model, mb, views, opts, None)?.perturbed_tokens())
+    Ok(Plan::new(model, mb, views, opts, None, None)?.perturbed_tokens())
+}
+
+/// The random tensors a step drew for its control views, by name (`layers.{i}.{view}.{what}`,
+/// view `standard` or `perturbed`, what `keep` (dropout) or `score_noise`), each `[rows of the
+/// pass, heads, L, L]`: for checking the step against an independent implementation.
+pub type Draws = std::cell::RefCell<std::collections::BTreeMap<String, Tensor>>;
+
+/// [`step_micro`] that also records the control views' random draws into `draws`.
+pub fn step_micro_recording(
+    model: &Model,
+    mb: &MicroBatch,
+    views: Option<&[RowView]>,
+    opts: &StepOptions,
+    norm: LossNormalizers,
+    sums: &mut Sums,
+    draws: &Draws,
+) -> Result<()> {
+    step_micro_inner(model, mb, views, opts, norm, sums, None, Some(draws))
 }
 
 /// This rank's share of the perturbed view's work under `opts` (with `context`: of a
@@ -416,7 +488,7 @@ pub fn perturbed_work(
     opts: &StepOptions,
     context: Option<&crate::context::ContextBatch<'_>>,
 ) -> Result<(i64, f64)> {
-    let plan = Plan::new(model, mb, views, opts, context)?;
+    let plan = Plan::new(model, mb, views, opts, context, None)?;
     Ok((plan.perturbed_tokens(), plan.perturbed_flops()))
 }
 
@@ -448,6 +520,54 @@ pub fn step_micro_split(
     sums: &mut Sums,
     context: Option<&crate::context::ContextBatch<'_>>,
 ) -> Result<()> {
+    step_micro_inner(model, mb, views, opts, norm, sums, context, None)
+}
+
+/// Refuses a control view with options it does not combine with, naming the key.
+fn check_control(opts: &StepOptions, context: bool) -> Result<()> {
+    opts.view.check()?;
+    if opts.view == SecondView::Positions {
+        return Ok(());
+    }
+    let kind = match opts.view {
+        SecondView::Nope => "nope",
+        SecondView::AttnNoise { .. } => "attn-noise",
+        _ => "dropout",
+    };
+    if opts.objective != Objective::Rsd {
+        return Err(Error::Input(format!(
+            "perturb {kind}: a control view is compared with the standard view by the KL, so it \
+             needs objective rsd (got objective {})",
+            opts.objective
+        )));
+    }
+    if context {
+        return Err(Error::Input(format!(
+            "perturb {kind} under context parallelism (cp > 1) is not supported (set cp = 1)"
+        )));
+    }
+    if matches!(opts.view, SecondView::Dropout { .. }) && opts.long_ce.is_some() {
+        return Err(Error::Input(
+            "perturb dropout with LongCE (long_ce_window > 0) is not supported: the CLM term is \
+             a dropout pass, LongCE's short context is not (set long_ce_window = 0)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn step_micro_inner(
+    model: &Model,
+    mb: &MicroBatch,
+    views: Option<&[RowView]>,
+    opts: &StepOptions,
+    norm: LossNormalizers,
+    sums: &mut Sums,
+    context: Option<&crate::context::ContextBatch<'_>>,
+    draws: Option<&Draws>,
+) -> Result<()> {
+    check_control(opts, context.is_some())?;
     if context.is_some_and(|c| c.tokens().is_empty()) && opts.long_ce.is_some() {
         return Err(Error::Input(
             "LongCE under context parallelism needs the whole rows' tokens (ContextBatch::gather)"
@@ -464,7 +584,7 @@ pub fn step_micro_split(
             opts.objective
         )));
     }
-    let plan = Plan::new(model, mb, views, opts, context)?;
+    let plan = Plan::new(model, mb, views, opts, context, draws)?;
     let loss = LossStage {
         plan: &plan,
         mb,

@@ -20,9 +20,9 @@ use std::cell::{Cell, RefCell};
 
 use tch::Tensor;
 
-use rsd_model::{ContextChunks, DocBoundaries, LayerKv, Model, Rotary};
+use rsd_model::{ContextChunks, DocBoundaries, LayerKv, Model, Rotary, ScoreChanges};
 
-use super::{MicroBatch, Objective, StepOptions};
+use super::{Draws, MicroBatch, Objective, SecondView, StepOptions};
 use crate::context::{suffix_chunks, ContextBatch};
 use crate::perturb::RowView;
 use crate::{Error, Result};
@@ -94,7 +94,25 @@ pub(super) struct Plan<'a> {
     rows: Vec<Option<PerturbedRow>>,
     /// Context parallelism: the rows are this rank's chunks of longer sequences.
     context: Option<ContextPlan<'a>>,
+    /// A control view's randomness (`None` for position perturbations).
+    control: Option<Control<'a>>,
 }
+
+/// What the passes of a control view draw, and from which seeds.
+struct Control<'a> {
+    view: SecondView,
+    /// The seed of each row of the micro-batch ([`RowView::seed`]).
+    seeds: Vec<i64>,
+    /// The micro-batch rows of the perturbed pass.
+    perturbed_rows: Vec<i64>,
+    /// Where the draws are recorded, if anywhere.
+    draws: Option<&'a Draws>,
+}
+
+/// Pass index of the standard view in the seeds (`seed + 2·layer + pass`).
+const STANDARD_PASS: i64 = 0;
+/// Pass index of the perturbed view.
+const PERTURBED_PASS: i64 = 1;
 
 /// Position ids `[B, L]` on `device` from host rows.
 pub(super) fn pos_tensor(rows: &[Vec<i64>], device: tch::Device) -> Result<Tensor> {
@@ -115,6 +133,7 @@ impl<'a> Plan<'a> {
         views: Option<&[RowView]>,
         opts: &StepOptions,
         context: Option<&'a ContextBatch<'a>>,
+        draws: Option<&'a Draws>,
     ) -> Result<Self> {
         let device = mb.tokens.device();
         let all: Vec<i64> = (0..mb.rows() as i64).collect();
@@ -145,7 +164,28 @@ impl<'a> Plan<'a> {
             perturbed: Vec::new(),
             rows: Vec::new(),
             context,
+            control: None,
         };
+        if opts.view != SecondView::Positions {
+            // A control view: one batched second pass over the rows with KL rows, at the standard
+            // positions (nothing is shared, so no prefix reuse).
+            let views = checked_views(mb, views)?;
+            let rows: Vec<i64> = (0..mb.rows() as i64)
+                .filter(|&r| views[r as usize].changes_anything())
+                .collect();
+            plan.rows = vec![None; mb.rows()];
+            if !rows.is_empty() {
+                let nope = opts.view == SecondView::Nope;
+                plan.add_full_pass(mb, views, &rows, docs(&rows)?, nope)?;
+            }
+            plan.control = Some(Control {
+                view: opts.view,
+                seeds: views.iter().map(|v| v.seed).collect(),
+                perturbed_rows: rows,
+                draws,
+            });
+            return Ok(plan);
+        }
         if opts.objective.needs_perturbed() {
             let views = checked_views(mb, views)?;
             // For rsd a row whose view changes no logit row carries nothing (no KL; the CLM is the
@@ -179,7 +219,7 @@ impl<'a> Plan<'a> {
                         .filter(|&r| needed[r as usize])
                         .collect()
                 };
-                plan.add_full_pass(mb, views, &rows, docs(&rows)?)?;
+                plan.add_full_pass(mb, views, &rows, docs(&rows)?, false)?;
             } else {
                 plan.rows = vec![None; mb.rows()];
             }
@@ -187,13 +227,15 @@ impl<'a> Plan<'a> {
         Ok(plan)
     }
 
-    /// One batched perturbed pass over the given rows from row 0.
+    /// One batched perturbed pass over the given rows from row 0 (`nope`: without rotary
+    /// embeddings).
     fn add_full_pass(
         &mut self,
         mb: &MicroBatch,
         views: &[RowView],
         rows: &[i64],
         docs: Option<DocBoundaries>,
+        nope: bool,
     ) -> Result<()> {
         let device = mb.tokens.device();
         let pert: Vec<Vec<i64>> = rows
@@ -210,7 +252,11 @@ impl<'a> Plan<'a> {
             prefix_row: 0,
             start: 0,
             tokens,
-            rotary: self.model.rotary(&pos_tensor(&pert, device)?)?,
+            rotary: if nope {
+                Rotary::none()
+            } else {
+                self.model.rotary(&pos_tensor(&pert, device)?)?
+            },
             docs,
             suffix: None,
         });
@@ -403,8 +449,9 @@ impl<'a> Plan<'a> {
         let gathered: RefCell<Vec<Tensor>> = RefCell::new(Vec::new());
         let std = match (&self.std, &x.std) {
             (Some((rot, docs)), Some(xs)) => {
-                let (y, k) = match &self.context {
-                    Some(ctx) => {
+                let changed = self.changes(i, STANDARD_PASS)?;
+                let y = match (&self.context, changed) {
+                    (Some(ctx), _) => {
                         let gather = |t: &Tensor| {
                             let g = ctx.gather(t)?;
                             gathered.borrow_mut().push(g.shallow_clone());
@@ -415,11 +462,21 @@ impl<'a> Plan<'a> {
                             docs: ctx.docs.clone(),
                             gather: &gather,
                         };
-                        self.model.layer_forward_split(i, xs, rot, &cc)?
+                        self.model.layer_forward_split(i, xs, rot, &cc)?.0
                     }
-                    None => self.model.layer_forward(i, xs, rot, docs.as_ref(), None)?,
+                    (None, Some(c)) => self.model.layer_forward_changed(
+                        i,
+                        xs,
+                        rot,
+                        docs.as_ref(),
+                        &c.as_changes(),
+                    )?,
+                    (None, None) => {
+                        let (y, k) = self.model.layer_forward(i, xs, rot, docs.as_ref(), None)?;
+                        kv = Some(k);
+                        y
+                    }
                 };
-                kv = Some(k);
                 Some(y)
             }
             _ => None,
@@ -440,19 +497,28 @@ impl<'a> Plan<'a> {
                 }
                 _ => None,
             };
-            let (y, _) = match &self.context {
-                Some(ctx) => {
+            let changed = self.changes(i, PERTURBED_PASS)?;
+            let y = match (&self.context, changed) {
+                (Some(ctx), _) => {
                     let gather = |t: &Tensor| ctx.gather(t);
                     let cc = ContextChunks {
                         chunks: ctx.chunks.clone(),
                         docs: ctx.docs.clone(),
                         gather: &gather,
                     };
-                    self.model.layer_forward_split(i, xg, &g.rotary, &cc)?
+                    self.model.layer_forward_split(i, xg, &g.rotary, &cc)?.0
                 }
-                None => {
+                (None, Some(c)) => self.model.layer_forward_changed(
+                    i,
+                    xg,
+                    &g.rotary,
+                    g.docs.as_ref(),
+                    &c.as_changes(),
+                )?,
+                (None, None) => {
                     self.model
                         .layer_forward(i, xg, &g.rotary, g.docs.as_ref(), prefix.as_ref())?
+                        .0
                 }
             };
             perturbed.push(y);
@@ -496,6 +562,74 @@ impl<'a> Plan<'a> {
             gather: &gather,
         };
         Ok(self.model.layer_forward_split(i, x, &g.rotary, &cc)?.0)
+    }
+
+    /// The attention changes of a control view in layer `i` of `pass` (`None`: the fused
+    /// attention). Attention noise runs both passes through the materialised attention, so that
+    /// the noise is their only difference (σ = 0 gives identical views); dropout draws a mask
+    /// for each pass.
+    fn changes(&self, layer: usize, pass: i64) -> Result<Option<Drawn>> {
+        let Some(c) = &self.control else {
+            return Ok(None);
+        };
+        let rows: &[i64] = if pass == STANDARD_PASS {
+            &(0..c.seeds.len() as i64).collect::<Vec<_>>()
+        } else {
+            &c.perturbed_rows
+        };
+        Ok(match (c.view, pass) {
+            (SecondView::AttnNoise { .. }, STANDARD_PASS) => Some(Drawn::default()),
+            (SecondView::AttnNoise { .. }, _) => Some(Drawn {
+                noise: Some(self.draw(c, layer, pass, rows)?),
+                keep: None,
+            }),
+            (SecondView::Dropout { rate }, _) => Some(Drawn {
+                noise: None,
+                keep: Some((self.draw(c, layer, pass, rows)?, rate)),
+            }),
+            _ => None,
+        })
+    }
+
+    /// One control draw for layer `layer` of `pass` over the micro-batch rows `rows`,
+    /// `[rows, heads, L, L]`: each row's after `manual_seed(seed + 2·layer + pass)` from
+    /// libtorch's generator, so an activation-checkpointing recompute draws the same values and
+    /// PyTorch reproduces them (`torch.manual_seed`, then `torch.randn` / `torch.rand`).
+    fn draw(&self, c: &Control<'_>, layer: usize, pass: i64, rows: &[i64]) -> Result<Tensor> {
+        let heads = self.model.config().num_attention_heads;
+        let l = self.tokens.size()[1];
+        let device = self.tokens.device();
+        let acc = rsd_model::accum_kind(self.model.options().kind);
+        let mut out = Vec::with_capacity(rows.len());
+        for &r in rows {
+            tch::manual_seed(c.seeds[r as usize] + 2 * layer as i64 + pass);
+            out.push(match c.view {
+                SecondView::AttnNoise { sigma } => {
+                    Tensor::f_randn([heads, l, l], (acc, device))?.f_mul_scalar(sigma)?
+                }
+                SecondView::Dropout { rate } => {
+                    Tensor::f_rand([heads, l, l], (acc, device))?.f_ge(rate)?
+                }
+                _ => return Err(Error::Input("no random draws for this view".into())),
+            });
+        }
+        let t = Tensor::f_stack(&out, 0)?;
+        if let Some(draws) = c.draws {
+            let view = if pass == STANDARD_PASS {
+                "standard"
+            } else {
+                "perturbed"
+            };
+            let what = match c.view {
+                SecondView::Dropout { .. } => "keep",
+                _ => "score_noise",
+            };
+            draws
+                .borrow_mut()
+                .entry(format!("layers.{layer}.{view}.{what}"))
+                .or_insert_with(|| t.shallow_clone());
+        }
+        Ok(t)
     }
 
     pub fn final_norm(&self, x: &Stage) -> Result<Stage> {
@@ -598,6 +732,22 @@ fn aligned_suffix(
 /// The rows of `(first row, rows)` ranges, in order.
 fn rows_of(ranges: &[(i64, i64)]) -> Vec<i64> {
     ranges.iter().flat_map(|&(s, c)| s..s + c).collect()
+}
+
+/// A control view's drawn changes of one pass of one layer.
+#[derive(Default)]
+struct Drawn {
+    noise: Option<Tensor>,
+    keep: Option<(Tensor, f64)>,
+}
+
+impl Drawn {
+    fn as_changes(&self) -> ScoreChanges<'_> {
+        ScoreChanges {
+            score_noise: self.noise.as_ref(),
+            dropout: self.keep.as_ref().map(|(k, p)| (k, *p)),
+        }
+    }
 }
 
 /// The views, checked against the batch's shape.

@@ -24,6 +24,13 @@ pub fn reference_loss(
                 .into(),
         ));
     }
+    if opts.view != super::SecondView::Positions {
+        return Err(Error::Input(
+            "the reference loss has no control views (nope, attn-noise, dropout; \
+             tests/test_train_ablations.py checks them against PyTorch)"
+                .into(),
+        ));
+    }
     let device = mb.tokens.device();
     let (b, l) = (mb.rows() as i64, mb.len());
     let docs = match &mb.docs {
