@@ -184,12 +184,23 @@ config! {
     progress: bool = true;
     /// Loader assembling threads.
     loader_workers: usize = 1;
+    /// Every N steps, evaluate on the held-out slice (`heldout_shards`) without a graph: the
+    /// standard view's CLM and the view gap (the KL between the standard view and the run's
+    /// perturbed view), logged as `heldout_clm` and `view_gap`; 0 = off.
+    #[serde(default)]
+    heldout_every: u64 = 0;
+    /// Shard directory of the held-out data (not trained on); required with `heldout_every`.
+    #[serde(default)]
+    heldout_shards: String = String::new();
+    /// Loader batches (of `micro_batch` rows) in the held-out slice: its first ones, the same
+    /// every time.
+    #[serde(default = "default_heldout_batches")]
+    heldout_batches: usize = default_heldout_batches();
     // --- data parallel (several processes: `--nproc N`, torchrun)
     /// Data-parallel ranks; 0 = all the processes of the run (WORLD_SIZE). Set, it must equal
     /// them; `--dp N` without `--nproc` or torchrun starts N local ranks.
     dp: usize = 0;
-    /// Context-parallel degree: ranks sharing one sequence (dp × cp = processes). Only 1 trains
-    /// in this version; `--print-memory-plan` plans for any.
+    /// Context-parallel degree: ranks sharing one sequence (dp × cp = processes).
     cp: usize = 1;
     /// Shard the fp32 master weights, AdamW moments and summed gradients over the data-parallel
     /// ranks (ZeRO-2 style): 12 bytes per parameter become 12/N per rank, for the same update.
@@ -209,6 +220,11 @@ fn paper_long_ce_stride<T: From<i64>>() -> T {
 
 fn on<T: From<bool>>() -> T {
     T::from(true)
+}
+
+/// Held-out loader batches when the key is absent (configs written before the key existed).
+fn default_heldout_batches<T: From<usize>>() -> T {
+    T::from(2)
 }
 
 /// The attn-noise view's default σ (as [`on`], for the resolved config and a file's overrides).

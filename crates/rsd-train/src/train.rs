@@ -72,6 +72,13 @@ pub struct StepRecord {
     pub comm_s: f64,
     /// Update skipped (non-finite values).
     pub skipped: bool,
+    /// The held-out slice's standard-view CLM after this step (`heldout_every` steps only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heldout_clm: Option<f64>,
+    /// The held-out slice's view gap after this step: the KL between its standard and perturbed
+    /// views (`heldout_every` steps only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub view_gap: Option<f64>,
 }
 
 /// What a finished (or interrupted) run reports.
@@ -117,6 +124,8 @@ pub struct Trainer {
     out: PathBuf,
     /// Where saved model directories get their tokenizer files from (`tokenizer::tokenizer_files`).
     tokenizer_dir: Option<PathBuf>,
+    /// The held-out slice and its perturbed views (main rank, `heldout_every > 0`).
+    heldout: Vec<(MicroBatch, Vec<RowView>)>,
 }
 
 fn model_options(cfg: &TrainConfig) -> Result<ModelOptions> {
@@ -173,6 +182,60 @@ pub fn sample_views(
     let rows: Vec<usize> = (row0..row0 + mb.rows()).collect();
     sample_views_of_rows(sampler, seed, step, &rows, mb)
 }
+
+/// The held-out slice: the first `heldout_batches` loader batches of `heldout_shards`, read in
+/// order (its first samples; whole rows, the run's batching and document masking) with perturbed views drawn once from the run's
+/// sampler under a seed of their own, so every evaluation sees the same tokens and views.
+fn heldout_slice(
+    cfg: &TrainConfig,
+    sampler: &Sampler,
+    vocab: i64,
+    device: tch::Device,
+) -> Result<Vec<(MicroBatch, Vec<RowView>)>> {
+    if cfg.heldout_shards.trim().is_empty() {
+        return Err(Error::Input(format!(
+            "config key heldout_every = {}: needs heldout_shards, a shard directory not trained \
+             on (rsd-data pack output)",
+            cfg.heldout_every
+        )));
+    }
+    if cfg.heldout_batches == 0 {
+        return Err(Error::Input(
+            "config key heldout_batches: expected ≥ 1 loader batches".into(),
+        ));
+    }
+    let held = TrainConfig {
+        shards: cfg.heldout_shards.clone(),
+        weights: String::new(),
+        loader_workers: 1,
+        ..cfg.clone()
+    };
+    let mut config = data::loader_config(&held, Default::default())?;
+    config.shuffle = false;
+    let mut loader = Loader::new(config)?;
+    data::guard_vocabulary(&mut loader, vocab)?;
+    let seed = cfg.seed ^ HELDOUT_SEED;
+    let mut out = Vec::new();
+    let mut first = 0;
+    for _ in 0..cfg.heldout_batches {
+        let batch = loader.next().ok_or_else(|| {
+            Error::Input(format!(
+                "heldout_shards {}: fewer than heldout_batches = {} batches of {} rows",
+                cfg.heldout_shards, cfg.heldout_batches, cfg.micro_batch
+            ))
+        })??;
+        for (_, mb) in data::micro_batches(&batch, cfg.doc_mask, false, device)? {
+            let rows: Vec<usize> = (first..first + mb.rows()).collect();
+            first += mb.rows();
+            let views = sample_views_of_rows(sampler, seed, 0, &rows, &mb);
+            out.push((mb, views));
+        }
+    }
+    Ok(out)
+}
+
+/// Keeps the held-out slice's perturbation draws apart from any training step's.
+const HELDOUT_SEED: u64 = 0x6865_6c64_6f75_74;
 
 /// The perturbed views of a micro-batch whose row `r` is row `rows[r]` of optimizer step `step`'s
 /// global batch (a data-parallel rank's rows are not consecutive there).
@@ -355,6 +418,11 @@ impl Trainer {
             },
         };
         let (step_opts, sampler) = objective_of(&cfg)?;
+        let heldout = if cfg.heldout_every > 0 && dp.is_main() {
+            heldout_slice(&cfg, &sampler, model.config().vocab_size, options.device)?
+        } else {
+            Vec::new()
+        };
         Ok(Trainer {
             cfg,
             model,
@@ -369,6 +437,7 @@ impl Trainer {
             step_opts,
             out,
             tokenizer_dir,
+            heldout,
         })
     }
 
@@ -453,6 +522,7 @@ impl Trainer {
             self.advance(tokens);
             let step_s = started.elapsed().as_secs_f64();
             let comm = self.dp.comm_stats();
+            let (heldout_clm, view_gap) = self.evaluate_heldout()?;
             log.record(&StepRecord {
                 step: self.state.step,
                 loss: losses.total,
@@ -468,6 +538,8 @@ impl Trainer {
                 comm_bytes: comm.bytes - comm0.bytes,
                 comm_s: comm.seconds - comm0.seconds,
                 skipped,
+                heldout_clm,
+                view_gap,
             })?;
             run.first_loss.get_or_insert(losses.total);
             run.last_loss = Some(losses.total);
@@ -480,6 +552,17 @@ impl Trainer {
         run.interrupted |= self.state.step < self.cfg.steps;
         self.state.elapsed_s = elapsed0 + t0.elapsed().as_secs_f64();
         self.finish(run, log.path, t0)
+    }
+
+    /// `(heldout_clm, view_gap)` on the held-out slice when this step is one of every
+    /// `heldout_every` (main rank; the model is whole on every rank, so no collective).
+    fn evaluate_heldout(&self) -> Result<(Option<f64>, Option<f64>)> {
+        let every = self.cfg.heldout_every;
+        if every == 0 || self.heldout.is_empty() || !self.state.step.is_multiple_of(every) {
+            return Ok((None, None));
+        }
+        let (clm, gap) = crate::step::evaluate(&self.model, &self.heldout, &self.step_opts)?;
+        Ok((Some(clm), Some(gap)))
     }
 
     /// This rank's data of the step: its `accum / ranks` loader batches, as micro-batches on the

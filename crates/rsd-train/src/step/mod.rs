@@ -492,6 +492,48 @@ pub fn perturbed_work(
     Ok((plan.perturbed_tokens(), plan.perturbed_flops()))
 }
 
+/// The standard view's CLM (token mean, plain CE) and the view gap — the KL between the
+/// standard view and the perturbed one (`views`), the per-sample mean of the KL rows' mean, in
+/// `opts.kl`'s direction — of held-out micro-batches, without a graph or gradients: the same
+/// forward and chunked loss as a training step of `rsd` with λ = 1.
+pub fn evaluate(
+    model: &Model,
+    batches: &[(MicroBatch, Vec<RowView>)],
+    opts: &StepOptions,
+) -> Result<(f64, f64)> {
+    let opts = StepOptions {
+        objective: Objective::Rsd,
+        lambda: 1.0,
+        long_ce: None,
+        checkpoint_layers: false,
+        ..*opts
+    };
+    let norm = LossNormalizers::of_iter(batches.iter().map(|(mb, _)| mb));
+    let mut sums = Sums::new(model.options().device);
+    tch::no_grad(|| -> Result<()> {
+        for (mb, views) in batches {
+            let plan = Plan::new(model, mb, Some(views), &opts, None, None)?;
+            let mut x = plan.embed()?;
+            for i in 0..model.num_layers() {
+                x = plan.layer(i, &x)?;
+            }
+            let h = plan.final_norm(&x)?;
+            let inputs = LossInputs {
+                plan: &plan,
+                mb,
+                views: Some(views),
+                opts: &opts,
+                norm,
+                short: None,
+            };
+            chunked_loss(&inputs, &h, &mut sums)?;
+        }
+        Ok(())
+    })?;
+    let (clm, kl, _) = sums.values(norm);
+    Ok((clm, kl))
+}
+
 /// Forward both views, compute the chunked loss (closed-form logit gradients), then one backward
 /// through the LM head and the decoder. Accumulates parameter gradients (scaled by `norm`) and
 /// adds the step's loss terms to `sums`.
