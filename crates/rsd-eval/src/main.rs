@@ -4,6 +4,8 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod cmd_run;
+
 #[derive(Parser)]
 #[command(
     name = "rsd-eval",
@@ -16,9 +18,28 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Cmd {}
+enum Cmd {
+    /// Generate RULER-style tasks, let the model complete them, score and summarise (resumable).
+    Run(cmd_run::RunArgs),
+}
 
-fn main() -> Result<()> {
+fn main() {
     let cli = Cli::parse();
-    match cli.cmd {}
+    let r: Result<()> = match cli.cmd {
+        Cmd::Run(a) => cmd_run::run(a),
+    };
+    if let Err(e) = r {
+        // One line: the message and each cause it does not already quote.
+        let mut line = e.to_string();
+        for cause in e.chain().skip(1).map(|c| c.to_string()) {
+            if !line.contains(&cause) {
+                line = format!("{line}: {cause}");
+            }
+        }
+        eprintln!(
+            "rsd-eval: error: {}",
+            rsd_common::report::for_user_from_env(&line)
+        );
+        std::process::exit(1);
+    }
 }
