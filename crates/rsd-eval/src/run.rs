@@ -282,15 +282,28 @@ fn check_options(opts: &RunOptions) -> Result<()> {
     Ok(())
 }
 
-/// Checks a model directory before anything is loaded: files present, tokenizer vocabulary within
-/// the embedding, lengths within the trained window unless RoPE is rescaled.
-fn check_model(dir: &Path, tok: &TextTokenizer, opts: &RunOptions) -> Result<ModelConfig> {
-    if !dir.join("config.json").is_file() {
+/// The files a model directory needs, before any is read.
+fn check_model_files(dir: &Path) -> Result<()> {
+    if !dir.is_dir() {
         return Err(RunError::Input(format!(
-            "{}: no config.json (a model directory holds config.json, *.safetensors and tokenizer.json)",
+            "--model {}: no such directory",
             dir.display()
         )));
     }
+    for f in ["config.json", "tokenizer.json"] {
+        if !dir.join(f).is_file() {
+            return Err(RunError::Input(format!(
+                "{}: no {f} (a model directory holds config.json, *.safetensors and tokenizer.json)",
+                dir.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a model directory before anything is loaded: files present, tokenizer vocabulary within
+/// the embedding, lengths within the trained window unless RoPE is rescaled.
+fn check_model(dir: &Path, tok: &TextTokenizer, opts: &RunOptions) -> Result<ModelConfig> {
     let cfg = ModelConfig::from_dir(dir)?;
     rsd_model::checkpoint::safetensors_files(dir)?;
     let vocab = tok.vocab_size();
@@ -322,14 +335,8 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         (None, Some(t)) => t.clone(),
         (None, None) => unreachable!("check_options requires one"),
     };
-    if opts.model.as_ref().is_some_and(|m| !m.is_dir()) {
-        return Err(RunError::Input(format!(
-            "--model {}: no such directory",
-            opts.model
-                .as_ref()
-                .map(|m| m.display().to_string())
-                .unwrap_or_default()
-        )));
+    if let Some(m) = &opts.model {
+        check_model_files(m)?;
     }
     let tok = TextTokenizer::from_file(&tok_path)?;
     let cfg = match &opts.model {
@@ -340,6 +347,13 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
     let haystack = Haystack::from_dir(&hay_dir, &tok)?;
     let generator = Generator::new(&tok, &haystack, opts.seed);
     let plan = plan(opts);
+    // A length too short for a task fails here, before anything is written or loaded.
+    let mut checked = HashSet::new();
+    for &(t, l, d, s) in &plan {
+        if checked.insert((t, l)) {
+            generator.item(t, l, d, s, opts.max_new_tokens)?;
+        }
+    }
 
     if let Some(path) = &opts.dump_prompts {
         dump_prompts(path, &generator, &plan, opts)?;
