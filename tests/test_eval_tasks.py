@@ -213,3 +213,24 @@ def test_smollm2_finds_the_needle_a_random_model_does_not(smollm2, tmp_path):
     outputs = [r["output"] for r in lines(tmp_path / "real/results.jsonl")]
     assert real >= 0.75, f"SmolLM2 scored {real}: {outputs}"
     assert chance <= 0.05, f"a random model scored {chance}"
+
+
+def test_haystack_from_text_files_and_from_shards(tiny, tmp_path):
+    texts = tmp_path / "texts"
+    texts.mkdir()
+    (texts / "a.txt").write_text("Zebras quietly graze near the old lighthouse. " * 300)
+    dump = tmp_path / "p.jsonl"
+    args = ["--tokenizer", tiny / "tokenizer.json", "--tasks", "niah_single_2", "--lengths", "600",
+            "--depths", "1", "--dump-prompts", dump]
+    rsd_eval("run", *args, "--haystack", texts)
+    [item] = lines(dump)
+    assert "Zebras quietly graze near the old lighthouse." in item["prompt"]
+    # Shards packed with the model's tokenizer: their tokens are decoded back into text.
+    shards = tmp_path / "shards"
+    run("rsd-data", "pack", "--len", "256", "--src", texts, "--tokenizer", tiny / "tokenizer.json",
+        "--out", shards, timeout=300)
+    rsd_eval("run", *args, "--haystack", shards)
+    [item] = lines(dump)
+    assert "graze near the old lighthouse" in item["prompt"]
+    e = eval_fails("run", *args, "--haystack", tmp_path / "nothing").stderr
+    assert "haystack" in e and "nothing" in e

@@ -732,8 +732,7 @@ impl<'a> Generator<'a> {
             }
         };
         let mut placed: Placed = Vec::new();
-        let evidence: Vec<String>;
-        if ordinal.is_some() {
+        let evidence: Vec<String> = if ordinal.is_some() {
             let asked = evidence_idx[0].1;
             let mut ds: Vec<f64> = Vec::new();
             for j in 0..p.v {
@@ -750,26 +749,26 @@ impl<'a> Generator<'a> {
                 let ev = (j == asked).then_some(0);
                 placed.push((*d, needle(&keys[0], &values[0][j]), ev));
             }
-            evidence = vec![needle(&keys[0], &values[0][asked])];
+            vec![needle(&keys[0], &values[0][asked])]
         } else {
             let mut ev = Vec::new();
-            for i in 0..p.k {
-                for j in 0..p.v {
+            for (i, (key, vals)) in keys.iter().zip(&values).enumerate() {
+                for (j, value) in vals.iter().enumerate() {
                     let e = evidence_idx.iter().position(|&x| x == (i, j));
                     let d = if e == Some(0) {
                         depth
                     } else {
                         pct(rng, 0.0, 1.0)
                     };
-                    placed.push((d, needle(&keys[i], &values[i][j]), e));
+                    placed.push((d, needle(key, value), e));
                     if e.is_some() {
-                        ev.push((e, needle(&keys[i], &values[i][j])));
+                        ev.push((e, needle(key, value)));
                     }
                 }
             }
             ev.sort();
-            evidence = ev.into_iter().map(|(_, s)| s).collect();
-        }
+            ev.into_iter().map(|(_, s)| s).collect()
+        };
         // Template: RULER's, in the singular when one value is asked for.
         let single = expected.len() == 1;
         let query = join_and(queried);
