@@ -239,7 +239,8 @@ impl Task {
             | Task::NiahMultivalue
             | Task::NiahMultiquery
             | Task::NiahOrdinal(_) => 16,
-            Task::NiahMultikey2 | Task::NiahMultikey3 => 64,
+            Task::NiahMultikey2 => 48,
+            Task::NiahMultikey3 => 80,
             Task::NiahSingle1 | Task::Vt | Task::Fwe => 32,
             Task::Cwe => 24,
         }
