@@ -1,6 +1,10 @@
 //! rsd-eval: does a checkpoint's accuracy depend on where the evidence sits in a long prompt?
 //!
 //! * [`results`]: the records every command reads and writes (`results.jsonl`, one line per prompt).
+//! * [`tasks`]: RULER's synthetic tasks, generated from (seed, task, length, depth, sample) and
+//!   the model's tokenizer, to exact token budgets.
+//! * [`score`]: RULER's metrics.
+//! * [`run`]: `rsd-eval run`: generate, score, write results and summaries; resumable.
 //! * [`plot`]: a run's figures (accuracy by depth and length, the depth × length heat map).
 //! * [`compare`]: several runs in one figure and one table.
 //! * [`ppl`]: perplexity by position on held-out shards, and the view gap under RSD's skip view.
@@ -13,3 +17,6 @@ pub mod figure;
 pub mod plot;
 pub mod ppl;
 pub mod results;
+pub mod run;
+pub mod score;
+pub mod tasks;

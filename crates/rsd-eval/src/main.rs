@@ -4,6 +4,8 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod cmd_run;
+
 #[derive(Parser)]
 #[command(
     name = "rsd-eval",
@@ -17,6 +19,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Generate RULER-style tasks, let the model complete them, score and summarise (resumable).
+    Run(cmd_run::RunArgs),
     /// Draw a run's figures (RUN/results.jsonl, RUN/ppl.json) into RUN/plots/: PNG, SVG and the
     /// plotted values as JSON.
     Plot(rsd_eval::plot::PlotArgs),
@@ -26,13 +30,32 @@ enum Cmd {
     Ppl(rsd_eval::ppl::PplArgs),
 }
 
-fn main() -> Result<()> {
+fn main() {
     let cli = Cli::parse();
-    let report = match cli.cmd {
-        Cmd::Plot(a) => rsd_eval::plot::command(&a)?,
-        Cmd::Compare(a) => rsd_eval::compare::command(&a)?,
-        Cmd::Ppl(a) => rsd_eval::ppl::command(&a)?,
+    let r: Result<()> = match cli.cmd {
+        Cmd::Run(a) => cmd_run::run(a),
+        Cmd::Plot(a) => report(rsd_eval::plot::command(&a)),
+        Cmd::Compare(a) => report(rsd_eval::compare::command(&a)),
+        Cmd::Ppl(a) => report(rsd_eval::ppl::command(&a)),
     };
-    println!("{report}");
+    if let Err(e) = r {
+        // One line: the message and each cause it does not already quote.
+        let mut line = e.to_string();
+        for cause in e.chain().skip(1).map(|c| c.to_string()) {
+            if !line.contains(&cause) {
+                line = format!("{line}: {cause}");
+            }
+        }
+        eprintln!(
+            "rsd-eval: error: {}",
+            rsd_common::report::for_user_from_env(&line)
+        );
+        std::process::exit(1);
+    }
+}
+
+/// Prints what a command reports (where it wrote what).
+fn report<E: Into<anyhow::Error>>(r: std::result::Result<String, E>) -> Result<()> {
+    println!("{}", r.map_err(Into::into)?);
     Ok(())
 }

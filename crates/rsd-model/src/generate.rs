@@ -162,6 +162,12 @@ impl TextTokenizer {
         Ok(enc.get_ids().iter().map(|&i| i as i64).collect())
     }
 
+    /// Number of ids the tokenizer can produce (its vocabulary with added tokens): a model's
+    /// embedding needs at least this many rows.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
     /// Text of `ids`, special tokens skipped.
     pub fn decode(&self, ids: &[i64]) -> Result<String> {
         // Ids outside u32 cannot be in any vocabulary; the tokenizer skips unknown ids too.

@@ -1,0 +1,120 @@
+//! Arguments of `rsd-eval run` (the work is in `rsd_eval::run`).
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+use rsd_eval::run::{run as run_eval, RunOptions};
+use rsd_eval::tasks::Task;
+
+const RUN_HELP: &str = "Items are generated from (seed, task, length, depth, sample) and the \
+model's tokenizer: a prompt plus its answer budget (--max-new-tokens, default per task as in \
+RULER) fits --lengths exactly up to one haystack unit, never more. Needle tasks are swept over \
+--depths evenly spaced depths from 0 to 1. Results are appended to RUN/results.jsonl as they \
+finish; a rerun with the same settings skips finished items, a rerun with other settings into \
+the same RUN/ is refused. See docs/EVAL.md.";
+
+#[derive(Args)]
+#[command(after_help = RUN_HELP)]
+pub struct RunArgs {
+    /// Checkpoint directory (config.json, *.safetensors, tokenizer.json).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Comma-separated task names (niah_single_1, …, vt, cwe, fwe, niah_ordinal_first, …).
+    #[arg(long, value_delimiter = ',', required = true)]
+    tasks: Vec<String>,
+    /// Comma-separated context lengths in tokens (prompt + generated tokens).
+    #[arg(long, value_delimiter = ',', required = true)]
+    lengths: Vec<usize>,
+    /// Number of evenly spaced needle depths, 0 to 1 inclusive.
+    #[arg(long, default_value_t = 10)]
+    depths: usize,
+    /// Samples per (task, length, depth).
+    #[arg(long, default_value_t = 1)]
+    samples: usize,
+    /// Seed of every random choice in the items.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Run directory (run.json, results.jsonl, summary.json, summary.md).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Tokens to generate for every task (default: RULER's per task: niah 128, vt 30, cwe 120,
+    /// fwe 50).
+    #[arg(long)]
+    max_new_tokens: Option<usize>,
+    /// Prompts per generation batch (does not change the outputs).
+    #[arg(long, default_value_t = 4)]
+    batch_size: usize,
+    /// cpu, cuda, cuda:N.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// fp32, bf16, fp16.
+    #[arg(long, default_value = "fp32")]
+    dtype: String,
+    /// RoPE scaling applied at evaluation only: yarn:4, linear:2, llama3:8 (TYPE:FACTOR over the
+    /// model's max_position_embeddings) or an HF rope_scaling dict as JSON.
+    #[arg(long)]
+    rope_scaling: Option<String>,
+    /// RoPE base applied at evaluation only.
+    #[arg(long)]
+    rope_theta: Option<f64>,
+    /// Haystack: a directory of text files (*.txt, *.md) or of rsd shards (decoded with the
+    /// model's tokenizer). Default: the bundled books (corpus/books).
+    #[arg(long)]
+    haystack: Option<PathBuf>,
+    /// Write every prompt and its expected answers as JSONL (and exit when no --model is given).
+    #[arg(long)]
+    dump_prompts: Option<PathBuf>,
+    /// tokenizer.json to count tokens with when --dump-prompts runs without --model.
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+pub fn run(a: RunArgs) -> Result<()> {
+    let tasks = a
+        .tasks
+        .iter()
+        .map(|t| Task::parse(t.trim()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let opts = RunOptions {
+        model: a.model,
+        tokenizer: a.tokenizer,
+        tasks,
+        lengths: a.lengths,
+        depths: a.depths,
+        samples: a.samples,
+        seed: a.seed,
+        max_new_tokens: a.max_new_tokens,
+        batch_size: a.batch_size,
+        device: a.device,
+        dtype: a.dtype,
+        rope_scaling: a.rope_scaling,
+        rope_theta: a.rope_theta,
+        haystack: a.haystack,
+        out: a.out.clone(),
+        dump_prompts: a.dump_prompts.clone(),
+        progress: !a.quiet,
+    };
+    let report = run_eval(&opts)?;
+    if let Some(p) = &a.dump_prompts {
+        println!("wrote {} prompts to {}", report.total, p.display());
+    }
+    if let Some(out) = &a.out {
+        if opts.model.is_some() {
+            let overall = report
+                .overall
+                .map(|o| format!("{:.1}", 100.0 * o))
+                .unwrap_or_else(|| "n/a".into());
+            println!(
+                "{} items: {} generated, {} already done; overall score {overall}; see {}",
+                report.total,
+                report.done,
+                report.skipped,
+                out.join("summary.md").display()
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,780 @@
+//! `rsd-eval run`: generate every item, let the model complete it, score it, and keep the results.
+//!
+//! A run directory holds
+//! * `run.json`: the settings that define the items and the model's outputs ([`RunSettings`]),
+//!   plus those that do not (batch size, device);
+//! * `results.jsonl`: one [`ItemResult`] per item, appended and flushed as each batch finishes;
+//! * `summary.json`, `summary.md`: mean scores per task × length, per task × length × depth, per
+//!   length and overall, rebuilt from `results.jsonl` at the end of every run.
+//!
+//! Rerunning into the same directory with the same settings skips the items already in
+//! `results.jsonl` (by [`ItemResult::key`]); with different settings it is refused, naming the
+//! setting, because the results would mix two experiments.
+use std::collections::{BTreeMap, HashSet};
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use rsd_model::generate::{self as gen, GenerateOptions, TextTokenizer};
+use rsd_model::{Model, ModelConfig, ModelOptions, RopeScaling};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::results::{read_results, ItemResult, ResultsError};
+use crate::score::score;
+use crate::tasks::{depths, hex, Generator, Haystack, Item, Task, TaskError};
+
+/// What a run can go wrong with.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A setting is unusable (the message says which and why).
+    #[error("{0}")]
+    Input(String),
+    /// The run directory holds a run with other settings.
+    #[error("{dir} holds a run with different settings: {setting} was {was}, now {now}; use another --out directory (or the old settings to resume)")]
+    Changed {
+        /// The run directory.
+        dir: PathBuf,
+        /// The setting that differs.
+        setting: String,
+        /// Its value in run.json.
+        was: String,
+        /// Its value now.
+        now: String,
+    },
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A JSON file is not what it should be.
+    #[error("{path}: {reason}")]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// serde's message.
+        reason: String,
+    },
+    /// Generating a task failed.
+    #[error(transparent)]
+    Task(#[from] TaskError),
+    /// Loading or running the model failed.
+    #[error(transparent)]
+    Model(#[from] rsd_model::ModelError),
+    /// results.jsonl is damaged.
+    #[error(transparent)]
+    Results(#[from] ResultsError),
+}
+
+/// Result alias of this module.
+pub type Result<T, E = RunError> = std::result::Result<T, E>;
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
+    move |source| RunError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Everything `rsd-eval run` was asked to do.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Checkpoint directory (config.json, safetensors, tokenizer.json).
+    pub model: Option<PathBuf>,
+    /// A tokenizer.json for `--dump-prompts` without a model.
+    pub tokenizer: Option<PathBuf>,
+    /// Tasks, in order.
+    pub tasks: Vec<Task>,
+    /// Context lengths (prompt + answer tokens).
+    pub lengths: Vec<usize>,
+    /// Number of evenly spaced needle depths.
+    pub depths: usize,
+    /// Samples per (task, length, depth).
+    pub samples: usize,
+    /// Seed of every random choice.
+    pub seed: u64,
+    /// Tokens to generate; `None`: each task's RULER default.
+    pub max_new_tokens: Option<usize>,
+    /// Prompts per generation batch.
+    pub batch_size: usize,
+    /// cpu, cuda, cuda:N.
+    pub device: String,
+    /// fp32, bf16, fp16.
+    pub dtype: String,
+    /// RoPE scaling for evaluation: `yarn:4`, `linear:2`, `llama3:8`, … or an HF dict as JSON.
+    pub rope_scaling: Option<String>,
+    /// RoPE base override for evaluation.
+    pub rope_theta: Option<f64>,
+    /// Haystack directory (text files or rsd shards); `None`: the bundled books.
+    pub haystack: Option<PathBuf>,
+    /// Run directory.
+    pub out: Option<PathBuf>,
+    /// Write the prompts and expected answers here.
+    pub dump_prompts: Option<PathBuf>,
+    /// Show a progress bar on stderr.
+    pub progress: bool,
+}
+
+/// The settings that define a run's items and outputs: a resumed run must match them all.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSettings {
+    /// The model directory, absolute.
+    pub model: String,
+    /// SHA-256 of its tokenizer.json.
+    pub tokenizer_sha256: String,
+    /// Task names.
+    pub tasks: Vec<String>,
+    /// Context lengths.
+    pub lengths: Vec<usize>,
+    /// Number of depths.
+    pub depths: usize,
+    /// Samples per cell.
+    pub samples: usize,
+    /// Seed.
+    pub seed: u64,
+    /// Tokens generated (null: per-task defaults).
+    pub max_new_tokens: Option<usize>,
+    /// Model dtype.
+    pub dtype: String,
+    /// rope_scaling applied at evaluation (an HF dict), if any.
+    pub rope_scaling: Option<Value>,
+    /// rope_theta applied at evaluation, if any.
+    pub rope_theta: Option<f64>,
+    /// Haystack directory.
+    pub haystack: String,
+    /// SHA-256 of the haystack's words.
+    pub haystack_sha256: String,
+}
+
+/// `run.json`: the settings, plus what may change between resumed runs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunFile {
+    /// The settings a resumed run must match.
+    #[serde(flatten)]
+    pub settings: RunSettings,
+    /// Prompts per batch (does not change outputs: generation is batch-invariant).
+    pub batch_size: usize,
+    /// Device of the latest run.
+    pub device: String,
+    /// Program and version.
+    pub created_by: String,
+}
+
+/// What a run did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunReport {
+    /// Items in the run.
+    pub total: usize,
+    /// Items already in results.jsonl.
+    pub skipped: usize,
+    /// Items generated now.
+    pub done: usize,
+    /// Mean score over all items, if any.
+    pub overall: Option<f64>,
+}
+
+/// Parses `--rope-scaling`: `TYPE:FACTOR` (yarn, linear, dynamic, llama3, …) or an HF dict as
+/// JSON, into the dict rsd-model's config takes. `original_max_position_embeddings` is the
+/// model's trained window.
+pub fn parse_rope_scaling(s: &str, max_positions: i64) -> Result<Value> {
+    if s.trim_start().starts_with('{') || s.trim() == "null" {
+        return serde_json::from_str(s)
+            .map_err(|e| RunError::Input(format!("--rope-scaling: not valid JSON: {e}")));
+    }
+    let (kind, factor) = s.split_once(':').ok_or_else(|| {
+        RunError::Input(format!(
+            "--rope-scaling \"{s}\": expected TYPE:FACTOR (e.g. yarn:4, linear:2) or an HF dict as JSON"
+        ))
+    })?;
+    let factor: f64 = factor
+        .parse()
+        .ok()
+        .filter(|f: &f64| f.is_finite() && *f > 0.0)
+        .ok_or_else(|| {
+            RunError::Input(format!(
+                "--rope-scaling \"{s}\": the factor must be a positive number"
+            ))
+        })?;
+    let mut v = serde_json::json!({"rope_type": kind, "factor": factor,
+        "original_max_position_embeddings": max_positions});
+    if kind == "llama3" {
+        v["low_freq_factor"] = 1.0.into();
+        v["high_freq_factor"] = 4.0.into();
+    }
+    Ok(v)
+}
+
+fn sha256_file(path: &Path) -> Result<String> {
+    let mut f = File::open(path).map_err(io_err(path))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(io_err(path))?;
+        if n == 0 {
+            return Ok(hex(&h.finalize()));
+        }
+        h.update(&buf[..n]);
+    }
+}
+
+/// The item keys of a run, in the order they are generated.
+pub fn plan(opts: &RunOptions) -> Vec<(Task, usize, Option<f64>, usize)> {
+    let mut out = Vec::new();
+    for &task in &opts.tasks {
+        for &length in &opts.lengths {
+            let ds: Vec<Option<f64>> = if task.has_depth() {
+                depths(opts.depths).into_iter().map(Some).collect()
+            } else {
+                vec![None]
+            };
+            for d in ds {
+                for s in 0..opts.samples {
+                    out.push((task, length, d, s));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn key_of(
+    task: Task,
+    length: usize,
+    depth: Option<f64>,
+    sample: usize,
+) -> (String, usize, Option<u64>, usize) {
+    (
+        task.name().to_string(),
+        length,
+        depth.map(f64::to_bits),
+        sample,
+    )
+}
+
+/// Checks the plain values (no I/O).
+fn check_options(opts: &RunOptions) -> Result<()> {
+    let bad = |m: &str| Err(RunError::Input(m.to_string()));
+    if opts.tasks.is_empty() {
+        return bad("no tasks: pass --tasks niah_single_1,…");
+    }
+    if opts.lengths.is_empty() || opts.lengths.contains(&0) {
+        return bad("--lengths: give one or more positive token counts, e.g. 1024,4096");
+    }
+    if opts.samples == 0 || opts.depths == 0 || opts.batch_size == 0 {
+        return bad("--samples, --depths and --batch-size must be at least 1");
+    }
+    if opts.model.is_none() && opts.dump_prompts.is_none() {
+        return bad(
+            "no model: pass --model DIR (or --dump-prompts FILE.jsonl to only write the prompts)",
+        );
+    }
+    if opts.model.is_some() && opts.out.is_none() {
+        return bad("no run directory: pass --out RUN/");
+    }
+    if opts.model.is_none() && opts.tokenizer.is_none() {
+        return bad("--dump-prompts without --model needs --tokenizer tokenizer.json (prompt lengths are counted in its tokens)");
+    }
+    Ok(())
+}
+
+/// The files a model directory needs, before any is read.
+fn check_model_files(dir: &Path) -> Result<()> {
+    if !dir.is_dir() {
+        return Err(RunError::Input(format!(
+            "--model {}: no such directory",
+            dir.display()
+        )));
+    }
+    for f in ["config.json", "tokenizer.json"] {
+        if !dir.join(f).is_file() {
+            return Err(RunError::Input(format!(
+                "{}: no {f} (a model directory holds config.json, *.safetensors and tokenizer.json)",
+                dir.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a model directory before anything is loaded: files present, tokenizer vocabulary within
+/// the embedding, lengths within the trained window unless RoPE is rescaled.
+fn check_model(dir: &Path, tok: &TextTokenizer, opts: &RunOptions) -> Result<ModelConfig> {
+    let cfg = ModelConfig::from_dir(dir)?;
+    rsd_model::checkpoint::safetensors_files(dir)?;
+    let vocab = tok.vocab_size();
+    if vocab as i64 > cfg.vocab_size {
+        return Err(RunError::Input(format!(
+            "{}: tokenizer.json has {vocab} tokens but the model's embedding has {} rows: the tokenizer does not belong to this model",
+            dir.display(),
+            cfg.vocab_size
+        )));
+    }
+    let max = cfg.max_position_embeddings;
+    let scaled = opts.rope_scaling.is_some() || cfg.rope_scaling != RopeScaling::None;
+    if let Some(&l) = opts.lengths.iter().find(|&&l| l as i64 > max) {
+        if !scaled {
+            return Err(RunError::Input(format!(
+                "length {l} is beyond the model's max_position_embeddings {max}; to evaluate beyond the trained window pass --rope-scaling (e.g. yarn:{})",
+                (l as f64 / max as f64).ceil()
+            )));
+        }
+    }
+    Ok(cfg)
+}
+
+/// Runs the evaluation (or only writes the prompts). See the module docs.
+pub fn run(opts: &RunOptions) -> Result<RunReport> {
+    check_options(opts)?;
+    let tok_path = match (&opts.model, &opts.tokenizer) {
+        (Some(m), _) => m.join("tokenizer.json"),
+        (None, Some(t)) => t.clone(),
+        (None, None) => unreachable!("check_options requires one"),
+    };
+    if let Some(m) = &opts.model {
+        check_model_files(m)?;
+    }
+    let tok = TextTokenizer::from_file(&tok_path)?;
+    let cfg = match &opts.model {
+        Some(m) => Some(check_model(m, &tok, opts)?),
+        None => None,
+    };
+    let hay_dir = opts.haystack.clone().unwrap_or_else(Haystack::bundled_dir);
+    let haystack = Haystack::from_dir(&hay_dir, &tok)?;
+    let generator = Generator::new(&tok, &haystack, opts.seed);
+    let plan = plan(opts);
+    // A length too short for a task fails here, before anything is written or loaded.
+    let mut checked = HashSet::new();
+    for &(t, l, d, s) in &plan {
+        if checked.insert((t, l)) {
+            generator.item(t, l, d, s, opts.max_new_tokens)?;
+        }
+    }
+
+    if let Some(path) = &opts.dump_prompts {
+        dump_prompts(path, &generator, &plan, opts)?;
+        if opts.model.is_none() {
+            return Ok(RunReport {
+                total: plan.len(),
+                skipped: 0,
+                done: 0,
+                overall: None,
+            });
+        }
+    }
+    let (Some(model_dir), Some(cfg), Some(out)) = (&opts.model, cfg, &opts.out) else {
+        unreachable!("check_options requires --out with --model");
+    };
+
+    let rope_scaling = opts
+        .rope_scaling
+        .as_deref()
+        .map(|s| parse_rope_scaling(s, cfg.max_position_embeddings))
+        .transpose()?;
+    let model_abs = std::fs::canonicalize(model_dir).map_err(io_err(model_dir))?;
+    let settings = RunSettings {
+        model: model_abs.display().to_string(),
+        tokenizer_sha256: sha256_file(&tok_path)?,
+        tasks: opts.tasks.iter().map(|t| t.name().to_string()).collect(),
+        lengths: opts.lengths.clone(),
+        depths: opts.depths,
+        samples: opts.samples,
+        seed: opts.seed,
+        max_new_tokens: opts.max_new_tokens,
+        dtype: opts.dtype.clone(),
+        rope_scaling: rope_scaling.clone(),
+        rope_theta: opts.rope_theta,
+        haystack: haystack.source().to_string(),
+        haystack_sha256: haystack.sha256().to_string(),
+    };
+    std::fs::create_dir_all(out).map_err(io_err(out))?;
+    let run_json = out.join("run.json");
+    if run_json.is_file() {
+        let text = std::fs::read_to_string(&run_json).map_err(io_err(&run_json))?;
+        let old: Value = serde_json::from_str(&text).map_err(|e| RunError::Json {
+            path: run_json.clone(),
+            reason: e.to_string(),
+        })?;
+        compare_settings(out, &old, &settings)?;
+    }
+    let file = RunFile {
+        settings: settings.clone(),
+        batch_size: opts.batch_size,
+        device: opts.device.clone(),
+        created_by: format!("rsd-eval {}", env!("CARGO_PKG_VERSION")),
+    };
+    let json = serde_json::to_string_pretty(&file).map_err(|e| RunError::Json {
+        path: run_json.clone(),
+        reason: e.to_string(),
+    })?;
+    rsd_shard::write_file_atomic(&run_json, format!("{json}\n").as_bytes())
+        .map_err(|e| RunError::Input(format!("writing {}: {e}", run_json.display())))?;
+
+    // Finished items, and a results file ready to append to (a torn last line is cut off).
+    let results_path = out.join("results.jsonl");
+    let done_keys: HashSet<_> = if results_path.is_file() {
+        read_results(&results_path)?
+            .iter()
+            .map(ItemResult::key)
+            .collect()
+    } else {
+        HashSet::new()
+    };
+    let mut results_file = open_for_append(&results_path)?;
+    let pending: Vec<_> = plan
+        .iter()
+        .filter(|(t, l, d, s)| !done_keys.contains(&key_of(*t, *l, *d, *s)))
+        .copied()
+        .collect();
+    let skipped = plan.len() - pending.len();
+
+    let mut done = 0;
+    if !pending.is_empty() {
+        let options = ModelOptions {
+            device: rsd_model::parse_device(&opts.device)?,
+            kind: rsd_model::parse_kind(&opts.dtype)?,
+        };
+        rsd_model::check_device(options.device)?;
+        let mut model = Model::load(model_dir, options)?;
+        if let Some(theta) = opts.rope_theta {
+            model.set_rope_theta(theta)?;
+        }
+        if let Some(v) = rope_scaling {
+            model.set_rope_scaling(v)?;
+        }
+        let eos = gen::eos_token_ids(model_dir)?;
+        let bar = progress_bar(opts.progress, plan.len() as u64, skipped as u64);
+        // Batches never mix (task, length): their prompts have about the same length and the
+        // same number of new tokens.
+        let mut i = 0;
+        while i < pending.len() {
+            let (t0, l0, _, _) = pending[i];
+            let mut j = i;
+            while j < pending.len()
+                && j - i < opts.batch_size
+                && pending[j].0 == t0
+                && pending[j].1 == l0
+            {
+                j += 1;
+            }
+            let items: Vec<Item> = pending[i..j]
+                .iter()
+                .map(|&(t, l, d, s)| generator.item(t, l, d, s, opts.max_new_tokens))
+                .collect::<Result<_, TaskError>>()?;
+            let gopts = GenerateOptions {
+                max_new_tokens: items[0].max_new_tokens,
+                eos: eos.clone(),
+                batch_size: opts.batch_size,
+                ..Default::default()
+            };
+            let prompts: Vec<Vec<i64>> = items.iter().map(|it| it.ids.clone()).collect();
+            let gens = gen::generate(&model, &prompts, &gopts, Some(&tok))?;
+            for (item, g) in items.iter().zip(gens) {
+                let output = g.text.unwrap_or_default();
+                let r = ItemResult {
+                    task: item.task.name().to_string(),
+                    length: item.length,
+                    depth: item.depth,
+                    sample: item.sample,
+                    expected: item.expected.clone(),
+                    score: score(item, &output),
+                    output,
+                    prompt_tokens: item.ids.len(),
+                };
+                let line = serde_json::to_string(&r).map_err(|e| RunError::Json {
+                    path: results_path.clone(),
+                    reason: e.to_string(),
+                })?;
+                writeln!(results_file, "{line}")
+                    .and_then(|_| results_file.flush())
+                    .map_err(io_err(&results_path))?;
+                done += 1;
+                bar.inc(1);
+            }
+            i = j;
+        }
+        bar.finish_and_clear();
+    }
+    let all = read_results(&results_path)?;
+    let summary = Summary::of(&all, &opts.tasks);
+    summary.write(out)?;
+    Ok(RunReport {
+        total: plan.len(),
+        skipped,
+        done,
+        overall: summary.overall,
+    })
+}
+
+fn progress_bar(show: bool, total: u64, done: u64) -> ProgressBar {
+    if !show {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} items, {elapsed} elapsed, ETA {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_position(done);
+    bar.reset_eta();
+    bar
+}
+
+/// Opens results.jsonl for appending, first cutting a torn last line (a run killed mid-write).
+fn open_for_append(path: &Path) -> Result<File> {
+    let mut f = OpenOptions::new()
+        .create(true)
+        .read(true)
+        .append(true)
+        .open(path)
+        .map_err(io_err(path))?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes).map_err(io_err(path))?;
+    if !bytes.is_empty() && bytes.last() != Some(&b'\n') {
+        let keep = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
+        f.set_len(keep as u64).map_err(io_err(path))?;
+        f.seek(SeekFrom::End(0)).map_err(io_err(path))?;
+    }
+    Ok(f)
+}
+
+/// Refuses a run directory whose run.json differs from `now` in any setting, naming it.
+fn compare_settings(dir: &Path, old: &Value, now: &RunSettings) -> Result<()> {
+    let now_v = serde_json::to_value(now).map_err(|e| RunError::Json {
+        path: dir.join("run.json"),
+        reason: e.to_string(),
+    })?;
+    let Value::Object(fields) = &now_v else {
+        return Ok(());
+    };
+    for (name, v) in fields {
+        let was = old.get(name).cloned().unwrap_or(Value::Null);
+        if &was != v {
+            return Err(RunError::Changed {
+                dir: dir.to_path_buf(),
+                setting: name.clone(),
+                was: was.to_string(),
+                now: v.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// One line of `--dump-prompts`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct DumpedPrompt {
+    /// Task name.
+    pub task: String,
+    /// Length asked for.
+    pub length: usize,
+    /// Needle depth.
+    pub depth: Option<f64>,
+    /// Sample index.
+    pub sample: usize,
+    /// The prompt text (ends with the answer prefix).
+    pub prompt: String,
+    /// Its tokens in the model's tokenizer.
+    pub prompt_tokens: usize,
+    /// Tokens to generate.
+    pub max_new_tokens: usize,
+    /// What a correct answer contains.
+    pub expected: Vec<String>,
+    /// For the ordinal tasks: the other values of the key (must not come first).
+    pub distractors: Vec<String>,
+}
+
+fn dump_prompts(
+    path: &Path,
+    generator: &Generator<'_>,
+    plan: &[(Task, usize, Option<f64>, usize)],
+    opts: &RunOptions,
+) -> Result<()> {
+    let mut w = BufWriter::new(File::create(path).map_err(io_err(path))?);
+    for &(t, l, d, s) in plan {
+        let it = generator.item(t, l, d, s, opts.max_new_tokens)?;
+        let line = DumpedPrompt {
+            task: t.name().into(),
+            length: l,
+            depth: it.depth,
+            sample: s,
+            prompt_tokens: it.ids.len(),
+            max_new_tokens: it.max_new_tokens,
+            expected: it.expected,
+            distractors: it.distractors,
+            prompt: it.prompt,
+        };
+        let json = serde_json::to_string(&line).map_err(|e| RunError::Json {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        writeln!(w, "{json}").map_err(io_err(path))?;
+    }
+    w.flush().map_err(io_err(path))
+}
+
+/// A mean score over some items.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Cell {
+    /// Task name (absent in per-length rows).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+    /// Length.
+    pub length: usize,
+    /// Depth (per-depth rows only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub depth: Option<f64>,
+    /// Mean score in [0, 1].
+    pub mean: f64,
+    /// Items averaged.
+    pub n: usize,
+}
+
+/// `summary.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Mean over every item.
+    pub overall: Option<f64>,
+    /// Items scored.
+    pub items: usize,
+    /// Mean per length over all tasks.
+    pub by_length: Vec<Cell>,
+    /// Mean per task × length.
+    pub by_task_length: Vec<Cell>,
+    /// Mean per task × length × depth (needle tasks).
+    pub by_task_length_depth: Vec<Cell>,
+}
+
+impl Summary {
+    /// Means of `results`, tasks in `order` (then any others by name).
+    pub fn of(results: &[ItemResult], order: &[Task]) -> Summary {
+        let rank = |name: &str| {
+            order
+                .iter()
+                .position(|t| t.name() == name)
+                .unwrap_or(usize::MAX)
+        };
+        type K = (usize, String, usize, Option<u64>);
+        let mut tl: BTreeMap<K, (f64, usize)> = BTreeMap::new();
+        let mut tld: BTreeMap<K, (f64, usize)> = BTreeMap::new();
+        let mut len: BTreeMap<usize, (f64, usize)> = BTreeMap::new();
+        let add = |m: &mut (f64, usize), s: f64| {
+            m.0 += s;
+            m.1 += 1;
+        };
+        for r in results {
+            let k = (rank(&r.task), r.task.clone(), r.length, None);
+            add(tl.entry(k).or_default(), r.score);
+            if let Some(d) = r.depth {
+                // Depths are in [0, 1], so their bit patterns sort as the numbers do.
+                let k = (rank(&r.task), r.task.clone(), r.length, Some(d.to_bits()));
+                add(tld.entry(k).or_default(), r.score);
+            }
+            add(len.entry(r.length).or_default(), r.score);
+        }
+        let cells = |m: BTreeMap<K, (f64, usize)>| {
+            m.into_iter()
+                .map(|((_, task, length, d), (sum, n))| Cell {
+                    task: Some(task),
+                    length,
+                    depth: d.map(f64::from_bits),
+                    mean: sum / n as f64,
+                    n,
+                })
+                .collect()
+        };
+        let total: f64 = results.iter().map(|r| r.score).sum();
+        Summary {
+            overall: (!results.is_empty()).then(|| total / results.len() as f64),
+            items: results.len(),
+            by_length: len
+                .into_iter()
+                .map(|(length, (sum, n))| Cell {
+                    task: None,
+                    length,
+                    depth: None,
+                    mean: sum / n as f64,
+                    n,
+                })
+                .collect(),
+            by_task_length: cells(tl),
+            by_task_length_depth: cells(tld),
+        }
+    }
+
+    /// Writes `summary.json` and `summary.md` into `dir`.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        let path = dir.join("summary.json");
+        let json = serde_json::to_string_pretty(self).map_err(|e| RunError::Json {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        std::fs::write(&path, format!("{json}\n")).map_err(io_err(&path))?;
+        let path = dir.join("summary.md");
+        std::fs::write(&path, self.markdown()).map_err(io_err(&path))
+    }
+
+    /// The tables of `summary.md` (scores in percent, as RULER reports them).
+    pub fn markdown(&self) -> String {
+        let pct = |x: f64| format!("{:.1}", 100.0 * x);
+        let mut s = String::from("# rsd-eval run: summary\n\n");
+        match self.overall {
+            Some(o) => s.push_str(&format!(
+                "Overall: **{}** (mean score in percent over {} items)\n\n",
+                pct(o),
+                self.items
+            )),
+            None => s.push_str("No items scored yet.\n\n"),
+        }
+        let lengths: Vec<usize> = self.by_length.iter().map(|c| c.length).collect();
+        let mut tasks: Vec<String> = Vec::new();
+        for c in &self.by_task_length {
+            if let Some(t) = &c.task {
+                if !tasks.contains(t) {
+                    tasks.push(t.clone());
+                }
+            }
+        }
+        s.push_str("## Task × length\n\n| task |");
+        for l in &lengths {
+            s.push_str(&format!(" {l} |"));
+        }
+        s.push_str("\n|---|");
+        s.push_str(&"---:|".repeat(lengths.len()));
+        s.push('\n');
+        for t in &tasks {
+            s.push_str(&format!("| {t} |"));
+            for l in &lengths {
+                let c = self
+                    .by_task_length
+                    .iter()
+                    .find(|c| c.task.as_deref() == Some(t) && c.length == *l);
+                s.push_str(&match c {
+                    Some(c) => format!(" {} |", pct(c.mean)),
+                    None => " |".into(),
+                });
+            }
+            s.push('\n');
+        }
+        s.push_str("| **all** |");
+        for c in &self.by_length {
+            s.push_str(&format!(" **{}** |", pct(c.mean)));
+        }
+        s.push_str("\n\n## Task × length × depth\n\n| task | length | depth | score | n |\n|---|---:|---:|---:|---:|\n");
+        for c in &self.by_task_length_depth {
+            s.push_str(&format!(
+                "| {} | {} | {:.2} | {} | {} |\n",
+                c.task.as_deref().unwrap_or(""),
+                c.length,
+                c.depth.unwrap_or(0.0),
+                pct(c.mean),
+                c.n
+            ));
+        }
+        s
+    }
+}

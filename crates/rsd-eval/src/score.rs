@@ -1,0 +1,112 @@
+//! RULER's metrics, per item in [0, 1] (RULER reports their mean × 100).
+//!
+//! * [`string_match_all`]: the fraction of expected strings found in the output (case-insensitive
+//!   substring), RULER's metric for NIAH, variable tracking, CWE and FWE.
+//! * [`string_match_part`]: 1 if any expected string is found (RULER's metric for its QA tasks).
+//! * [`ordinal_match`]: the ordinal variant asks for one of several values of the same key; the
+//!   answer counts only if the asked value is found and no other value of that key comes first
+//!   (listing every value would otherwise score 1 under `string_match_all`).
+use crate::tasks::{Item, Task};
+
+/// RULER's `postprocess_pred`: control characters become newlines, surrounding space goes.
+pub fn postprocess(output: &str) -> String {
+    output
+        .chars()
+        .map(|c| if (c as u32) < 0x20 { '\n' } else { c })
+        .collect::<String>()
+        .trim()
+        .to_string()
+}
+
+/// Fraction of `expected` contained in `output`, case-insensitive; 0 for no expected strings.
+pub fn string_match_all(output: &str, expected: &[String]) -> f64 {
+    if expected.is_empty() {
+        return 0.0;
+    }
+    let out = output.to_lowercase();
+    let hits = expected
+        .iter()
+        .filter(|r| out.contains(&r.to_lowercase()))
+        .count();
+    hits as f64 / expected.len() as f64
+}
+
+/// 1 if any of `expected` is contained in `output` (case-insensitive), else 0.
+pub fn string_match_part(output: &str, expected: &[String]) -> f64 {
+    let out = output.to_lowercase();
+    let hit = expected.iter().any(|r| out.contains(&r.to_lowercase()));
+    if hit {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+/// 1 if `expected[0]` is in `output` and none of `distractors` occurs before it, else 0.
+pub fn ordinal_match(output: &str, expected: &[String], distractors: &[String]) -> f64 {
+    let out = output.to_lowercase();
+    let Some(at) = expected.first().and_then(|e| out.find(&e.to_lowercase())) else {
+        return 0.0;
+    };
+    let earlier = distractors
+        .iter()
+        .filter_map(|d| out.find(&d.to_lowercase()))
+        .any(|d| d < at);
+    if earlier {
+        0.0
+    } else {
+        1.0
+    }
+}
+
+/// The score of a model's raw completion of `item`, with the task's metric.
+pub fn score(item: &Item, output: &str) -> f64 {
+    let out = postprocess(output);
+    match item.task {
+        Task::NiahOrdinal(_) => ordinal_match(&out, &item.expected, &item.distractors),
+        _ => string_match_all(&out, &item.expected),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn match_all_counts_the_fraction_found_case_insensitively() {
+        let exp = s(&["1234567", "7654321", "ABCDE", "zzz"]);
+        assert_eq!(string_match_all(" 1234567 and 7654321, abcde.", &exp), 0.75);
+        assert_eq!(string_match_all("nothing", &exp), 0.0);
+        assert_eq!(string_match_all("zzz abcde 7654321 1234567", &exp), 1.0);
+        assert_eq!(string_match_all("anything", &[]), 0.0);
+    }
+
+    #[test]
+    fn match_part_needs_one() {
+        let exp = s(&["Paris", "France"]);
+        assert_eq!(string_match_part("it is paris", &exp), 1.0);
+        assert_eq!(string_match_part("it is rome", &exp), 0.0);
+    }
+
+    #[test]
+    fn ordinal_needs_the_asked_value_before_the_others() {
+        let exp = s(&["2222222"]);
+        let others = s(&["1111111", "3333333"]);
+        assert_eq!(ordinal_match(" 2222222.", &exp, &others), 1.0);
+        assert_eq!(ordinal_match(" 2222222, then 1111111", &exp, &others), 1.0);
+        assert_eq!(
+            ordinal_match(" 1111111, 2222222, 3333333", &exp, &others),
+            0.0
+        );
+        assert_eq!(ordinal_match(" 3333333", &exp, &others), 0.0);
+    }
+
+    #[test]
+    fn postprocess_turns_control_characters_into_newlines_and_trims() {
+        assert_eq!(postprocess("  7342\t1\u{0}x \n"), "7342\n1\nx");
+    }
+}

@@ -1,0 +1,1826 @@
+//! RULER's synthetic tasks (Hsieh et al. 2024), generated deterministically from
+//! (seed, task, length, depth, sample) and the model's tokenizer.
+//!
+//! Every prompt is a plain completion prompt, as RULER builds for base models: the task template
+//! with its context, then the answer prefix (`… mentioned in the provided text is`), so the model
+//! only has to continue. Templates, needle sentences, value formats and task parameters follow
+//! RULER's `scripts/data/synthetic`; the few deliberate differences are listed in docs/EVAL.md.
+//!
+//! **Length.** As in RULER, `length` covers the prompt *and* the tokens the model may generate:
+//! the haystack is grown, one unit at a time (a word of an essay, a noise sentence, a distractor
+//! needle, …), to the largest size whose whole prompt, in the model tokenizer's tokens, is at most
+//! `length - max_new_tokens`. The prompt is therefore never longer than that budget and shorter by
+//! less than [`Task::tolerance`] tokens (about one unit).
+//!
+//! **Depth.** Needle tasks take the depth of their evidence (a fraction of the context in [0, 1]);
+//! the needle that answers the question goes to the boundary between haystack units nearest to that
+//! fraction of the haystack's text, other needles at random depths. Variable tracking and the
+//! word-extraction tasks spread their evidence over the whole context and have no depth.
+use std::collections::HashSet;
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use rsd_common::rng::SplitMix64;
+use rsd_model::generate::TextTokenizer;
+use sha2::{Digest, Sha256};
+
+/// What generating a task can go wrong with.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    /// The task name is not one we know.
+    #[error("unknown task \"{name}\"; known tasks: {known}")]
+    UnknownTask {
+        /// The name given.
+        name: String,
+        /// Every known name, comma-separated.
+        known: String,
+    },
+    /// Even an empty haystack does not fit the length.
+    #[error("{task} at length {length}: the prompt without any haystack already takes {needed} tokens, more than the {budget} left after {max_new_tokens} tokens for the answer; use a larger length")]
+    TooShort {
+        /// Task name.
+        task: String,
+        /// Length asked for.
+        length: usize,
+        /// Tokens the bare prompt takes.
+        needed: usize,
+        /// Tokens the prompt may take.
+        budget: usize,
+        /// Tokens reserved for the answer.
+        max_new_tokens: usize,
+    },
+    /// The haystack source is unusable.
+    #[error("haystack {path}: {reason}")]
+    Haystack {
+        /// The file or directory.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Tokenizing failed.
+    #[error(transparent)]
+    Model(#[from] rsd_model::ModelError),
+}
+
+/// Result alias of this module.
+pub type Result<T, E = TaskError> = std::result::Result<T, E>;
+
+/// Which occurrence the ordinal variant asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Ordinal {
+    /// The first value inserted.
+    First,
+    /// The second value inserted.
+    Second,
+    /// The last value inserted.
+    Last,
+}
+
+impl Ordinal {
+    fn word(self) -> &'static str {
+        match self {
+            Ordinal::First => "first",
+            Ordinal::Second => "second",
+            Ordinal::Last => "last",
+        }
+    }
+}
+
+/// One task family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Task {
+    /// One needle in repeated noise sentences; word key, 7-digit number value.
+    NiahSingle1,
+    /// One needle in essays; word key, number value.
+    NiahSingle2,
+    /// One needle in essays; word key, UUID value.
+    NiahSingle3,
+    /// Four needles with different keys in essays; one is asked for.
+    NiahMultikey1,
+    /// The haystack is made of needles; one is asked for.
+    NiahMultikey2,
+    /// Needle haystack with UUID keys and values.
+    NiahMultikey3,
+    /// Four values for one key in essays; all are asked for.
+    NiahMultivalue,
+    /// Four needles with different keys in essays; all four are asked for.
+    NiahMultiquery,
+    /// The same key inserted three times with different values; one occurrence is asked for.
+    NiahOrdinal(Ordinal),
+    /// Variable tracking: one chain of four hops in noise.
+    Vt,
+    /// Common words extraction: the ten most frequent words of a numbered list.
+    Cwe,
+    /// Frequent words extraction: the three most frequent coded words of Zipf-distributed text.
+    Fwe,
+}
+
+/// Every task, in the order summaries list them.
+pub const ALL_TASKS: [Task; 14] = [
+    Task::NiahSingle1,
+    Task::NiahSingle2,
+    Task::NiahSingle3,
+    Task::NiahMultikey1,
+    Task::NiahMultikey2,
+    Task::NiahMultikey3,
+    Task::NiahMultivalue,
+    Task::NiahMultiquery,
+    Task::NiahOrdinal(Ordinal::First),
+    Task::NiahOrdinal(Ordinal::Second),
+    Task::NiahOrdinal(Ordinal::Last),
+    Task::Vt,
+    Task::Cwe,
+    Task::Fwe,
+];
+
+/// Every distinct task name.
+pub fn task_names() -> Vec<&'static str> {
+    ALL_TASKS.iter().map(|t| t.name()).collect()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hay {
+    /// RULER's `repeat`: one noise paragraph repeated.
+    Noise,
+    /// Essays (the bundled books or `--haystack`).
+    Essay,
+    /// Distractor needles with other keys.
+    Needles,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Words,
+    Numbers,
+    Uuids,
+}
+
+impl Kind {
+    fn plural(self) -> &'static str {
+        match self {
+            Kind::Words => "words",
+            Kind::Numbers => "numbers",
+            Kind::Uuids => "uuids",
+        }
+    }
+}
+
+/// RULER's NIAH parameters: haystack, key and value types, keys, values per key, keys queried.
+struct Niah {
+    hay: Hay,
+    key: Kind,
+    value: Kind,
+    k: usize,
+    v: usize,
+    q: usize,
+}
+
+const NOISE: &str =
+    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
+
+/// Occurrences of the key in the ordinal variant.
+const ORDINAL_OCCURRENCES: usize = 3;
+
+impl Task {
+    /// The name used on the command line and in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            Task::NiahSingle1 => "niah_single_1",
+            Task::NiahSingle2 => "niah_single_2",
+            Task::NiahSingle3 => "niah_single_3",
+            Task::NiahMultikey1 => "niah_multikey_1",
+            Task::NiahMultikey2 => "niah_multikey_2",
+            Task::NiahMultikey3 => "niah_multikey_3",
+            Task::NiahMultivalue => "niah_multivalue",
+            Task::NiahMultiquery => "niah_multiquery",
+            Task::NiahOrdinal(Ordinal::First) => "niah_ordinal_first",
+            Task::NiahOrdinal(Ordinal::Second) => "niah_ordinal_second",
+            Task::NiahOrdinal(Ordinal::Last) => "niah_ordinal_last",
+            Task::Vt => "vt",
+            Task::Cwe => "cwe",
+            Task::Fwe => "fwe",
+        }
+    }
+
+    /// The task called `name`.
+    pub fn parse(name: &str) -> Result<Task> {
+        ALL_TASKS
+            .iter()
+            .copied()
+            .find(|t| t.name() == name)
+            .ok_or_else(|| TaskError::UnknownTask {
+                name: name.to_string(),
+                known: task_names().join(", "),
+            })
+    }
+
+    /// Whether the evidence sits at one depth (needle tasks) or is spread over the context.
+    pub fn has_depth(self) -> bool {
+        !matches!(self, Task::Vt | Task::Cwe | Task::Fwe)
+    }
+
+    /// RULER's `tokens_to_generate` for the task.
+    pub fn default_max_new_tokens(self) -> usize {
+        match self {
+            Task::Vt => 30,
+            Task::Cwe => 120,
+            Task::Fwe => 50,
+            _ => 128,
+        }
+    }
+
+    /// Most tokens a prompt may fall short of its budget (about one haystack unit).
+    pub fn tolerance(self) -> usize {
+        match self {
+            Task::NiahSingle2
+            | Task::NiahSingle3
+            | Task::NiahMultikey1
+            | Task::NiahMultivalue
+            | Task::NiahMultiquery
+            | Task::NiahOrdinal(_) => 16,
+            Task::NiahMultikey2 => 48,
+            Task::NiahMultikey3 => 80,
+            Task::NiahSingle1 | Task::Vt | Task::Fwe => 32,
+            Task::Cwe => 24,
+        }
+    }
+
+    fn niah(self) -> Option<Niah> {
+        let n = |hay, key, value, k, v, q| {
+            Some(Niah {
+                hay,
+                key,
+                value,
+                k,
+                v,
+                q,
+            })
+        };
+        use Kind::*;
+        match self {
+            Task::NiahSingle1 => n(Hay::Noise, Words, Numbers, 1, 1, 1),
+            Task::NiahSingle2 => n(Hay::Essay, Words, Numbers, 1, 1, 1),
+            Task::NiahSingle3 => n(Hay::Essay, Words, Uuids, 1, 1, 1),
+            Task::NiahMultikey1 => n(Hay::Essay, Words, Numbers, 4, 1, 1),
+            Task::NiahMultikey2 => n(Hay::Needles, Words, Numbers, 1, 1, 1),
+            Task::NiahMultikey3 => n(Hay::Needles, Uuids, Uuids, 1, 1, 1),
+            Task::NiahMultivalue => n(Hay::Essay, Words, Numbers, 1, 4, 1),
+            Task::NiahMultiquery => n(Hay::Essay, Words, Numbers, 4, 1, 4),
+            Task::NiahOrdinal(_) => n(Hay::Essay, Words, Numbers, 1, ORDINAL_OCCURRENCES, 1),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Task {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// RULER-style evenly spaced depths: `k` points from 0 to 1 inclusive (one point: the middle),
+/// rounded to whole percent as RULER's depth list is.
+pub fn depths(k: usize) -> Vec<f64> {
+    match k {
+        0 => Vec::new(),
+        1 => vec![0.5],
+        _ => (0..k)
+            .map(|i| (100.0 * i as f64 / (k - 1) as f64).round() / 100.0)
+            .collect(),
+    }
+}
+
+/// The text haystacks are cut from: a long run of words.
+#[derive(Debug, Clone)]
+pub struct Haystack {
+    words: Vec<String>,
+    vocabulary: Vec<String>,
+    sha256: String,
+    source: String,
+}
+
+/// Tokens read from a shard directory used as a haystack (plenty for 1M-token contexts).
+const SHARD_HAYSTACK_TOKENS: usize = 4 << 20;
+
+impl Haystack {
+    /// The bundled books (`corpus/books` of the repository).
+    pub fn bundled_dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../corpus/books")
+    }
+
+    /// Reads a directory of text files (`*.txt`, `*.md`, in name order) or of rsd shards
+    /// (`index.json`; their tokens are decoded with `tokenizer`).
+    pub fn from_dir(dir: &Path, tokenizer: &TextTokenizer) -> Result<Haystack> {
+        let bad = |reason: String| TaskError::Haystack {
+            path: dir.to_path_buf(),
+            reason,
+        };
+        let text = if dir.join("index.json").is_file() {
+            let set = rsd_shard::ShardSet::open(dir).map_err(|e| bad(e.to_string()))?;
+            let mut text = String::new();
+            let mut taken = 0;
+            for i in 0..set.num_samples() {
+                if taken >= SHARD_HAYSTACK_TOKENS {
+                    break;
+                }
+                let s = set.sample(i).map_err(|e| bad(e.to_string()))?;
+                let ids: Vec<i64> = s.tokens.to_vec().into_iter().map(i64::from).collect();
+                taken += ids.len();
+                text.push_str(&tokenizer.decode(&ids)?);
+                text.push(' ');
+            }
+            text
+        } else {
+            let entries = std::fs::read_dir(dir).map_err(|e| bad(e.to_string()))?;
+            let mut files: Vec<PathBuf> = entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.is_file()
+                        && matches!(p.extension().and_then(|e| e.to_str()), Some("txt" | "md"))
+                })
+                .collect();
+            files.sort();
+            let mut text = String::new();
+            for f in &files {
+                let t = std::fs::read_to_string(f).map_err(|e| TaskError::Haystack {
+                    path: f.clone(),
+                    reason: e.to_string(),
+                })?;
+                text.push_str(&t);
+                text.push(' ');
+            }
+            text
+        };
+        let h = Haystack::from_text(&text, &dir.display().to_string());
+        if h.words.len() < 1000 {
+            return Err(bad(format!(
+                "only {} words of text (no *.txt/*.md files or shards with text?); a haystack needs at least 1000",
+                h.words.len()
+            )));
+        }
+        Ok(h)
+    }
+
+    /// A haystack from text (whitespace-separated words).
+    pub fn from_text(text: &str, source: &str) -> Haystack {
+        let words: Vec<String> = text.split_whitespace().map(str::to_string).collect();
+        let mut hash = Sha256::new();
+        for w in &words {
+            hash.update(w.as_bytes());
+            hash.update(b" ");
+        }
+        let mut vocabulary: Vec<String> = words
+            .iter()
+            .map(|w| w.to_lowercase())
+            .filter(|w| (3..=10).contains(&w.len()) && w.bytes().all(|b| b.is_ascii_lowercase()))
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        vocabulary.sort();
+        Haystack {
+            words,
+            vocabulary,
+            sha256: hex(&hash.finalize()),
+            source: source.to_string(),
+        }
+    }
+
+    /// SHA-256 of the words (whitespace-normalised text): what identifies the haystack in run.json.
+    pub fn sha256(&self) -> &str {
+        &self.sha256
+    }
+
+    /// Where it was read from.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// `n` words from `start`, wrapping around.
+    fn words_from(&self, start: usize, n: usize) -> impl Iterator<Item = &str> {
+        let len = self.words.len();
+        (0..n).map(move |i| self.words[(start + i) % len].as_str())
+    }
+}
+
+/// Lower-case hex of bytes.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// One generated prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Item {
+    /// The task.
+    pub task: Task,
+    /// Length asked for (prompt + answer tokens).
+    pub length: usize,
+    /// Depth of the answering needle, for needle tasks.
+    pub depth: Option<f64>,
+    /// Sample index.
+    pub sample: usize,
+    /// The prompt text (ends with the answer prefix).
+    pub prompt: String,
+    /// Its tokens (with the tokenizer's special tokens, as `tokenizer(prompt)` gives).
+    pub ids: Vec<i64>,
+    /// What a correct answer contains.
+    pub expected: Vec<String>,
+    /// Values that must not come first in the answer (the ordinal variant's other values).
+    pub distractors: Vec<String>,
+    /// Tokens the model may generate; `ids.len() + max_new_tokens <= length`.
+    pub max_new_tokens: usize,
+    /// The sentences that carry the answer, the one at `depth` first.
+    pub evidence: Vec<String>,
+    /// Byte range of the context (haystack and needles) inside `prompt`.
+    pub context: Range<usize>,
+    /// Byte offset of each `evidence` sentence inside `prompt`.
+    pub evidence_at: Vec<usize>,
+}
+
+/// Generates items; everything random is keyed by (seed, task, length, depth, sample).
+pub struct Generator<'a> {
+    tokenizer: &'a TextTokenizer,
+    haystack: &'a Haystack,
+    seed: u64,
+}
+
+/// A candidate prompt: text, context range, where each evidence sentence sits.
+struct Built {
+    prompt: String,
+    context: Range<usize>,
+    evidence_at: Vec<usize>,
+}
+
+/// Needles and where they go: (depth in [0, 1], text, evidence index or None for a distractor).
+type Placed = Vec<(f64, String, Option<usize>)>;
+
+fn name_key(name: &str) -> u64 {
+    // FNV-1a: a stable hash of the task name (std's hasher is not stable across releases).
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Inserts needles between `units` (ties keep needle order), joins with `sep`, and returns the
+/// text and each evidence needle's byte offset. A needle at depth `d` goes to the unit boundary
+/// nearest to the fraction `d` of the haystack's text: RULER inserts at `int(units * d)`, which for
+/// units of unequal length (an essay's sentences) can sit far from `d` of the context.
+fn insert(
+    units: &[String],
+    needles: &Placed,
+    sep: &str,
+    n_evidence: usize,
+) -> (String, Vec<usize>) {
+    let mut cum = Vec::with_capacity(units.len() + 1);
+    cum.push(0usize);
+    for u in units {
+        cum.push(cum.last().copied().unwrap_or(0) + u.len() + sep.len());
+    }
+    let total = cum.last().copied().unwrap_or(0) as f64;
+    let nearest = |d: f64| {
+        let target = d * total;
+        let i = cum.partition_point(|&c| (c as f64) < target);
+        if i > 0 && (i == cum.len() || target - cum[i - 1] as f64 <= cum[i] as f64 - target) {
+            i - 1
+        } else {
+            i.min(units.len())
+        }
+    };
+    let mut at: Vec<(usize, usize)> = needles
+        .iter()
+        .enumerate()
+        .map(|(i, (d, _, _))| (nearest(*d), i))
+        .collect();
+    at.sort();
+    let mut pieces: Vec<(&str, Option<usize>)> = Vec::with_capacity(units.len() + needles.len());
+    let mut next = at.iter().peekable();
+    for u in 0..=units.len() {
+        while let Some(&&(pos, i)) = next.peek() {
+            if pos > u {
+                break;
+            }
+            pieces.push((needles[i].1.as_str(), needles[i].2));
+            next.next();
+        }
+        if u < units.len() {
+            pieces.push((units[u].as_str(), None));
+        }
+    }
+    let mut text = String::new();
+    let mut offsets = vec![0; n_evidence];
+    for (j, (p, ev)) in pieces.iter().enumerate() {
+        if j > 0 {
+            text.push_str(sep);
+        }
+        if let Some(e) = ev {
+            offsets[*e] = text.len();
+        }
+        text.push_str(p);
+    }
+    (text, offsets)
+}
+
+/// Sentences of a run of words: a sentence ends at a word ending in `.`, `!` or `?` (possibly
+/// followed by closing quotes or brackets).
+fn sentences<'w>(words: impl Iterator<Item = &'w str>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    for w in words {
+        if !cur.is_empty() {
+            cur.push(' ');
+        }
+        cur.push_str(w);
+        let end = w.trim_end_matches(['"', '\'', ')', ']', '\u{201d}', '\u{2019}']);
+        if end.ends_with(['.', '!', '?']) {
+            out.push(std::mem::take(&mut cur));
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+impl<'a> Generator<'a> {
+    /// A generator over `haystack`, counting tokens with `tokenizer`.
+    pub fn new(tokenizer: &'a TextTokenizer, haystack: &'a Haystack, seed: u64) -> Self {
+        Generator {
+            tokenizer,
+            haystack,
+            seed,
+        }
+    }
+
+    /// The item (task, length, depth, sample); `max_new_tokens` defaults to the task's.
+    pub fn item(
+        &self,
+        task: Task,
+        length: usize,
+        depth: Option<f64>,
+        sample: usize,
+        max_new_tokens: Option<usize>,
+    ) -> Result<Item> {
+        let depth = if task.has_depth() {
+            Some(depth.unwrap_or(0.5).clamp(0.0, 1.0))
+        } else {
+            None
+        };
+        let max_new_tokens = max_new_tokens.unwrap_or(task.default_max_new_tokens());
+        let mut rng = SplitMix64::keyed(&[
+            self.seed,
+            name_key(task.name()),
+            length as u64,
+            depth.map(f64::to_bits).unwrap_or(u64::MAX),
+            sample as u64,
+        ]);
+        let budget = length.saturating_sub(max_new_tokens);
+        let spec = Spec {
+            task,
+            length,
+            budget,
+            max_new_tokens,
+        };
+        let (built, expected, distractors, evidence) = match task {
+            Task::Vt => self.vt(&spec, &mut rng)?,
+            Task::Cwe => self.cwe(&spec, &mut rng)?,
+            Task::Fwe => self.fwe(&spec, &mut rng)?,
+            _ => self.niah(&spec, depth.unwrap_or(0.5), &mut rng)?,
+        };
+        let ((_, built), expected, distractors, evidence) =
+            (built, expected, distractors, evidence);
+        let ids = self.tokenizer.encode(&built.prompt, true)?;
+        Ok(Item {
+            task,
+            length,
+            depth,
+            sample,
+            prompt: built.prompt,
+            ids,
+            expected,
+            distractors,
+            max_new_tokens,
+            evidence,
+            context: built.context,
+            evidence_at: built.evidence_at,
+        })
+    }
+
+    fn count(&self, text: &str) -> Result<usize> {
+        Ok(self.tokenizer.encode(text, true)?.len())
+    }
+
+    /// The largest `n` in `0..=max_n` whose prompt fits the budget, with its token count. A
+    /// prompt's tokens grow about linearly with its haystack units, so a few secant steps
+    /// (through the empty prompt and the latest measurement) land next to the answer; bisection
+    /// finishes (and takes over if the secant stalls). Every unit is at least one token, so more
+    /// than `budget` units never fit.
+    fn fill(
+        &self,
+        spec: &Spec,
+        max_n: usize,
+        build: impl Fn(usize) -> Built,
+    ) -> Result<(usize, Built)> {
+        const SECANT_STEPS: usize = 6;
+        let first = build(0);
+        let base = self.count(&first.prompt)?;
+        if base > spec.budget {
+            return Err(TaskError::TooShort {
+                task: spec.task.name().into(),
+                length: spec.length,
+                needed: base,
+                budget: spec.budget,
+                max_new_tokens: spec.max_new_tokens,
+            });
+        }
+        let (mut lo, mut lo_tokens, mut lo_built) = (0, base, first);
+        let mut hi = max_n.min(spec.budget) + 1;
+        let mut guess = 64;
+        let mut step = 0;
+        while hi - lo > 1 {
+            let mid = if step < SECANT_STEPS {
+                guess.clamp(lo + 1, hi - 1)
+            } else {
+                lo + (hi - lo) / 2
+            };
+            step += 1;
+            let b = build(mid);
+            let t = self.count(&b.prompt)?;
+            let per_unit = (t.saturating_sub(base) as f64 / mid as f64).max(1e-3);
+            let estimate = ((spec.budget - base) as f64 / per_unit).floor() as usize;
+            if t <= spec.budget {
+                (lo, lo_tokens, lo_built) = (mid, t, b);
+                guess = estimate.max(lo + 1);
+            } else {
+                hi = mid;
+                guess = estimate.min(hi.saturating_sub(1));
+            }
+        }
+        Ok((lo_tokens, lo_built))
+    }
+
+    fn niah(&self, spec: &Spec, depth: f64, rng: &mut SplitMix64) -> Result<Outcome> {
+        let p = spec.task.niah().unwrap_or(Niah {
+            hay: Hay::Essay,
+            key: Kind::Words,
+            value: Kind::Numbers,
+            k: 1,
+            v: 1,
+            q: 1,
+        });
+        let ordinal = match spec.task {
+            Task::NiahOrdinal(o) => Some(o),
+            _ => None,
+        };
+        let type_v = p.value.plural();
+        // Keys are distinct; so are all values.
+        let mut keys: Vec<String> = Vec::new();
+        while keys.len() < p.k {
+            let k = random_of(p.key, rng);
+            if !keys.contains(&k) {
+                keys.push(k);
+            }
+        }
+        let mut seen = HashSet::new();
+        let mut values: Vec<Vec<String>> = Vec::new();
+        for _ in 0..p.k {
+            let mut vs = Vec::new();
+            while vs.len() < p.v {
+                let v = random_of(p.value, rng);
+                if seen.insert(v.clone()) {
+                    vs.push(v);
+                }
+            }
+            values.push(vs);
+        }
+        let needle = |key: &str, value: &str| {
+            format!("One of the special magic {type_v} for {key} is: {value}.")
+        };
+        // Which keys are asked for: the first `q` (keys are random, so this is a random choice).
+        let queried = &keys[..p.q];
+        let (expected, distractors, evidence_idx): (Vec<String>, Vec<String>, Vec<(usize, usize)>) =
+            match ordinal {
+                Some(o) => {
+                    let asked = match o {
+                        Ordinal::First => 0,
+                        Ordinal::Second => 1,
+                        Ordinal::Last => p.v - 1,
+                    };
+                    let others = (0..p.v)
+                        .filter(|&j| j != asked)
+                        .map(|j| values[0][j].clone());
+                    (
+                        vec![values[0][asked].clone()],
+                        others.collect(),
+                        vec![(0, asked)],
+                    )
+                }
+                None => {
+                    let idx: Vec<(usize, usize)> = (0..p.q)
+                        .flat_map(|i| (0..p.v).map(move |j| (i, j)))
+                        .collect();
+                    let exp = idx.iter().map(|&(i, j)| values[i][j].clone()).collect();
+                    (exp, Vec::new(), idx)
+                }
+            };
+        // Depths: the first evidence needle at `depth`; the rest random (RULER's whole-percent
+        // depths), except that the ordinal variant keeps its occurrences in order around `depth`.
+        let pct = |rng: &mut SplitMix64, lo: f64, hi: f64| {
+            let (a, b) = ((lo * 100.0).ceil() as i64, (hi * 100.0).floor() as i64);
+            if b <= a {
+                lo
+            } else {
+                rng.range(a, b) as f64 / 100.0
+            }
+        };
+        let mut placed: Placed = Vec::new();
+        let evidence: Vec<String> = if ordinal.is_some() {
+            let asked = evidence_idx[0].1;
+            let mut ds: Vec<f64> = Vec::new();
+            for j in 0..p.v {
+                ds.push(match j.cmp(&asked) {
+                    std::cmp::Ordering::Less => pct(rng, 0.0, depth),
+                    std::cmp::Ordering::Equal => depth,
+                    std::cmp::Ordering::Greater => pct(rng, depth, 1.0),
+                });
+            }
+            let (before, after) = ds.split_at_mut(asked);
+            before.sort_by(f64::total_cmp);
+            after[1..].sort_by(f64::total_cmp);
+            for (j, d) in ds.iter().enumerate() {
+                let ev = (j == asked).then_some(0);
+                placed.push((*d, needle(&keys[0], &values[0][j]), ev));
+            }
+            vec![needle(&keys[0], &values[0][asked])]
+        } else {
+            let mut ev = Vec::new();
+            for (i, (key, vals)) in keys.iter().zip(&values).enumerate() {
+                for (j, value) in vals.iter().enumerate() {
+                    let e = evidence_idx.iter().position(|&x| x == (i, j));
+                    let d = if e == Some(0) {
+                        depth
+                    } else {
+                        pct(rng, 0.0, 1.0)
+                    };
+                    placed.push((d, needle(key, value), e));
+                    if e.is_some() {
+                        ev.push((e, needle(key, value)));
+                    }
+                }
+            }
+            ev.sort();
+            ev.into_iter().map(|(_, s)| s).collect()
+        };
+        // Template: RULER's, in the singular when one value is asked for.
+        let single = expected.len() == 1;
+        let query = join_and(queried);
+        let (head, tail) = match ordinal {
+            Some(o) => (
+                format!("Some special magic {type_v} are hidden within the following text. Make sure to memorize it. I will quiz you about the {type_v} afterwards.\n"),
+                format!("\nWhat is the {w} special magic {t} for {query} mentioned in the provided text? The {w} special magic {t} for {query} mentioned in the provided text is", w = o.word(), t = singular(type_v)),
+            ),
+            None if single => {
+                let t = singular(type_v);
+                (
+                    format!("A special magic {t} is hidden within the following text. Make sure to memorize it. I will quiz you about the {t} afterwards.\n"),
+                    format!("\nWhat is the special magic {t} for {query} mentioned in the provided text? The special magic {t} for {query} mentioned in the provided text is"),
+                )
+            }
+            None => (
+                format!("Some special magic {type_v} are hidden within the following text. Make sure to memorize it. I will quiz you about the {type_v} afterwards.\n"),
+                format!("\nWhat are all the special magic {type_v} for {query} mentioned in the provided text? The special magic {type_v} for {query} mentioned in the provided text are"),
+            ),
+        };
+        let n_ev = evidence.len();
+        let start = rng.range(0, self.haystack.words.len() as i64 - 1) as usize;
+        let hay_rng = rng.clone();
+        let build = |n: usize| {
+            let (units, sep): (Vec<String>, &str) = match p.hay {
+                Hay::Essay => (sentences(self.haystack.words_from(start, n)), " "),
+                Hay::Noise => (vec![NOISE.to_string(); n], "\n"),
+                Hay::Needles => {
+                    let mut r = hay_rng.clone();
+                    let units = (0..n)
+                        .map(|_| loop {
+                            let k = random_of(p.key, &mut r);
+                            if !keys.contains(&k) {
+                                break needle(&k, &random_of(p.value, &mut r));
+                            }
+                        })
+                        .collect();
+                    (units, "\n")
+                }
+            };
+            let (ctx, offs) = insert(&units, &placed, sep, n_ev);
+            wrap(&head, &ctx, &tail, &offs)
+        };
+        let max_n = usize::MAX;
+        let (tokens, built) = self.fill(spec, max_n, build)?;
+        Ok(((tokens, built), expected, distractors, evidence))
+    }
+
+    fn vt(&self, spec: &Spec, rng: &mut SplitMix64) -> Result<Outcome> {
+        const HOPS: usize = 4;
+        let mut vars: Vec<String> = Vec::new();
+        while vars.len() < HOPS + 1 {
+            let v: String = (0..5)
+                .map(|_| (b'A' + rng.range(0, 25) as u8) as char)
+                .collect();
+            if !vars.contains(&v) {
+                vars.push(v);
+            }
+        }
+        let value = rng.range(10000, 99999).to_string();
+        let mut chain = vec![format!("VAR {} = {value}", vars[0])];
+        for j in 0..HOPS {
+            chain.push(format!("VAR {} = VAR {}", vars[j + 1], vars[j]));
+        }
+        let mut ds: Vec<f64> = (0..chain.len()).map(|_| rng.uniform()).collect();
+        ds.sort_by(f64::total_cmp);
+        let placed: Placed = chain
+            .iter()
+            .zip(&ds)
+            .enumerate()
+            .map(|(i, (c, d))| (*d, c.clone(), Some(i)))
+            .collect();
+        let head = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n";
+        let tail = format!("\nQuestion: Find all variables that are assigned the value {value} in the text above. Answer: According to the chain(s) of variable assignment in the text above, {} variables are assigned the value {value}, they are: ", HOPS + 1);
+        let build = |n: usize| {
+            let (ctx, offs) = insert(&vec![NOISE.to_string(); n], &placed, "\n", chain.len());
+            wrap(head, &ctx, &tail, &offs)
+        };
+        let built = self.fill(spec, usize::MAX, build)?;
+        Ok((built, vars, Vec::new(), chain))
+    }
+
+    fn cwe(&self, spec: &Spec, rng: &mut SplitMix64) -> Result<Outcome> {
+        const NUM_CW: usize = 10;
+        let vocab = &self.haystack.vocabulary;
+        if vocab.len() < 100 {
+            return Err(TaskError::Haystack {
+                path: self.haystack.source.clone().into(),
+                reason: format!(
+                    "cwe needs at least 100 distinct words, this haystack has {}",
+                    vocab.len()
+                ),
+            });
+        }
+        // A random order of the vocabulary: the first ten are the common words.
+        let mut order: Vec<usize> = (0..vocab.len()).collect();
+        shuffle(&mut order, rng);
+        let common: Vec<String> = order[..NUM_CW].iter().map(|&i| vocab[i].clone()).collect();
+        let head = "Below is a numbered list of words. In these words, some appear more often than others. Memorize the ones that appear most often.\n";
+        let tail = format!("\nQuestion: What are the {NUM_CW} most common words in the above list? Answer: The top {NUM_CW} words that appear most often in the list are:");
+        let list_rng = rng.clone();
+        let build_with = |freq_cw: usize, freq_ucw: usize, n: usize| {
+            let mut words: Vec<&str> = Vec::new();
+            for w in &common {
+                words.extend(std::iter::repeat_n(w.as_str(), freq_cw));
+            }
+            for &i in &order[NUM_CW..NUM_CW + n] {
+                words.extend(std::iter::repeat_n(vocab[i].as_str(), freq_ucw));
+            }
+            let mut r = list_rng.clone();
+            shuffle(&mut words, &mut r);
+            let ctx: Vec<String> = words
+                .iter()
+                .enumerate()
+                .map(|(i, w)| format!("{}. {w}", i + 1))
+                .collect();
+            wrap(head, &ctx.join("\n"), &tail, &[])
+        };
+        let max_n = vocab.len() - NUM_CW;
+        // RULER's setting (common words 30 times, others 3 times); where ten common words 30
+        // times do not fit, the paper's small setting (2 and 1).
+        let built = match self.fill(spec, max_n, |n| build_with(30, 3, n)) {
+            Err(TaskError::TooShort { .. }) => self.fill(spec, max_n, |n| build_with(2, 1, n))?,
+            other => other?,
+        };
+        Ok((built, common, Vec::new(), Vec::new()))
+    }
+
+    fn fwe(&self, spec: &Spec, rng: &mut SplitMix64) -> Result<Outcome> {
+        const ALPHA: f64 = 2.0;
+        let zeta = std::f64::consts::PI * std::f64::consts::PI / 6.0;
+        let vocab_size = (spec.length / 50).max(10);
+        let mut seen = HashSet::new();
+        let mut vocab: Vec<String> = Vec::new();
+        while vocab.len() < vocab_size {
+            let w: String = (0..6)
+                .map(|_| (b'a' + rng.range(0, 25) as u8) as char)
+                .collect();
+            if seen.insert(w.clone()) {
+                vocab.push(w);
+            }
+        }
+        // The most frequent "word" is noise, as in RULER; the answer is ranks 2 to 4.
+        vocab[0] = "...".into();
+        let expected = vocab[1..4].to_vec();
+        let head = "Read the following coded text and track the frequency of each coded word. Find the three most frequently appeared coded words. ";
+        let tail = "\nQuestion: Do not provide any explanation. Please ignore the dots '....'. What are the three most frequently appeared words in the above coded text? Answer: According to the coded text above, the three most frequently appeared words are:";
+        let text_rng = rng.clone();
+        let build = |n: usize| {
+            let mut words: Vec<&str> = Vec::new();
+            for (k, w) in vocab.iter().enumerate() {
+                let c = (n as f64 * ((k + 1) as f64).powf(-ALPHA) / zeta) as usize;
+                words.extend(std::iter::repeat_n(w.as_str(), c));
+            }
+            let mut r = text_rng.clone();
+            shuffle(&mut words, &mut r);
+            wrap(head, &words.join(" "), tail, &[])
+        };
+        let built = self.fill(spec, usize::MAX, build)?;
+        Ok((built, expected, Vec::new(), Vec::new()))
+    }
+}
+
+/// Task, length, token budget of the prompt, tokens reserved for the answer.
+struct Spec {
+    task: Task,
+    length: usize,
+    budget: usize,
+    max_new_tokens: usize,
+}
+
+/// ((prompt tokens, prompt), expected, distractors, evidence sentences).
+type Outcome = ((usize, Built), Vec<String>, Vec<String>, Vec<String>);
+
+fn wrap(head: &str, ctx: &str, tail: &str, offs: &[usize]) -> Built {
+    Built {
+        prompt: format!("{head}{ctx}{tail}"),
+        context: head.len()..head.len() + ctx.len(),
+        evidence_at: offs.iter().map(|o| o + head.len()).collect(),
+    }
+}
+
+fn singular(plural: &str) -> &str {
+    plural.strip_suffix('s').unwrap_or(plural)
+}
+
+fn join_and(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [rest @ .., last] => format!("{}, and {last}", rest.join(", ")),
+    }
+}
+
+fn shuffle<T>(v: &mut [T], rng: &mut SplitMix64) {
+    for i in (1..v.len()).rev() {
+        let j = rng.range(0, i as i64) as usize;
+        v.swap(i, j);
+    }
+}
+
+fn random_of(kind: Kind, rng: &mut SplitMix64) -> String {
+    match kind {
+        Kind::Numbers => rng.range(1_000_000, 9_999_999).to_string(),
+        Kind::Words => {
+            let a = ADJECTIVES[rng.range(0, ADJECTIVES.len() as i64 - 1) as usize];
+            let n = NOUNS[rng.range(0, NOUNS.len() as i64 - 1) as usize];
+            format!("{a}-{n}")
+        }
+        Kind::Uuids => {
+            let (hi, lo) = (rng.next_u64(), rng.next_u64());
+            // Version 4, variant 10xx, as Python's uuid.UUID(int=…, version=4) sets them.
+            let hi = (hi & !0xf000) | 0x4000;
+            let lo = (lo & !(0xc000 << 48)) | (0x8000 << 48);
+            format!(
+                "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+                hi >> 32,
+                (hi >> 16) & 0xffff,
+                hi & 0xffff,
+                lo >> 48,
+                lo & 0xffff_ffff_ffff
+            )
+        }
+    }
+}
+
+/// Key words are `adjective-noun`, as RULER draws them from wonderwords' lists.
+const ADJECTIVES: &[&str] = &[
+    "abandoned",
+    "able",
+    "absurd",
+    "acidic",
+    "adorable",
+    "afraid",
+    "agreeable",
+    "alert",
+    "amused",
+    "ancient",
+    "angry",
+    "anxious",
+    "aromatic",
+    "ashamed",
+    "awful",
+    "bad",
+    "bashful",
+    "beautiful",
+    "bewildered",
+    "bitter",
+    "black",
+    "bloody",
+    "blue",
+    "boiling",
+    "brainy",
+    "brave",
+    "breezy",
+    "brief",
+    "bright",
+    "broad",
+    "broken",
+    "bumpy",
+    "busy",
+    "calm",
+    "careful",
+    "cautious",
+    "charming",
+    "cheerful",
+    "chilly",
+    "chubby",
+    "clean",
+    "clever",
+    "cloudy",
+    "clumsy",
+    "cold",
+    "colossal",
+    "cool",
+    "crazy",
+    "creepy",
+    "crooked",
+    "cuddly",
+    "curious",
+    "curly",
+    "damp",
+    "dangerous",
+    "dark",
+    "dazzling",
+    "deep",
+    "defiant",
+    "delicious",
+    "delightful",
+    "dirty",
+    "dizzy",
+    "dry",
+    "dull",
+    "dusty",
+    "eager",
+    "early",
+    "elegant",
+    "embarrassed",
+    "empty",
+    "enchanting",
+    "energetic",
+    "enormous",
+    "envious",
+    "evil",
+    "excited",
+    "expensive",
+    "faint",
+    "fair",
+    "faithful",
+    "famous",
+    "fancy",
+    "fantastic",
+    "fast",
+    "fat",
+    "fierce",
+    "filthy",
+    "flaky",
+    "flat",
+    "fluffy",
+    "foolish",
+    "fragile",
+    "frail",
+    "frantic",
+    "fresh",
+    "friendly",
+    "frightened",
+    "funny",
+    "fuzzy",
+    "gentle",
+    "giant",
+    "gigantic",
+    "glamorous",
+    "gleaming",
+    "glorious",
+    "good",
+    "gorgeous",
+    "graceful",
+    "greasy",
+    "great",
+    "green",
+    "grumpy",
+    "handsome",
+    "happy",
+    "harsh",
+    "healthy",
+    "heavy",
+    "helpful",
+    "helpless",
+    "high",
+    "hollow",
+    "homely",
+    "hot",
+    "huge",
+    "hungry",
+    "icy",
+    "ill",
+    "immense",
+    "important",
+    "impossible",
+    "inexpensive",
+    "innocent",
+    "itchy",
+    "jealous",
+    "jittery",
+    "jolly",
+    "juicy",
+    "kind",
+    "large",
+    "late",
+    "lazy",
+    "light",
+    "little",
+    "lively",
+    "lonely",
+    "long",
+    "loose",
+    "loud",
+    "lovely",
+    "low",
+    "lucky",
+    "magnificent",
+    "massive",
+    "melodic",
+    "messy",
+    "mighty",
+    "miniature",
+    "modern",
+    "motionless",
+    "muddy",
+    "mushy",
+    "mysterious",
+    "narrow",
+    "nasty",
+    "naughty",
+    "nervous",
+    "nice",
+    "noisy",
+    "nutritious",
+    "obedient",
+    "odd",
+    "old",
+    "orange",
+    "ordinary",
+    "outrageous",
+    "panicky",
+    "perfect",
+    "plain",
+    "pleasant",
+    "plump",
+    "polite",
+    "poor",
+    "powerful",
+    "precious",
+    "prickly",
+    "proud",
+    "puny",
+    "purple",
+    "quaint",
+    "quick",
+    "quiet",
+    "rainy",
+    "rapid",
+    "rare",
+    "red",
+    "relieved",
+    "rich",
+    "ripe",
+    "robust",
+    "rotten",
+    "rough",
+    "round",
+    "salty",
+    "scary",
+    "scattered",
+    "selfish",
+    "shallow",
+    "sharp",
+    "shiny",
+    "short",
+    "shy",
+    "silent",
+    "silly",
+    "skinny",
+    "slimy",
+    "slow",
+    "small",
+    "smiling",
+    "smooth",
+    "soft",
+    "sour",
+    "sparkling",
+    "spicy",
+    "splendid",
+    "spotless",
+    "square",
+    "steady",
+    "steep",
+    "sticky",
+    "stormy",
+    "strange",
+    "strong",
+    "stupid",
+    "sweet",
+    "swift",
+    "tall",
+    "tame",
+    "tasty",
+    "tender",
+    "tense",
+    "terrible",
+    "thankful",
+    "thick",
+    "thirsty",
+    "thoughtful",
+    "tiny",
+    "tired",
+    "tough",
+    "ugly",
+    "uneven",
+    "unusual",
+    "upset",
+    "vast",
+    "victorious",
+    "vivid",
+    "wandering",
+    "warm",
+    "weak",
+    "wet",
+    "white",
+    "wicked",
+    "wide",
+    "wild",
+    "witty",
+    "wonderful",
+    "wooden",
+    "worried",
+    "wrong",
+    "yellow",
+    "young",
+    "yummy",
+    "zany",
+    "zealous",
+];
+
+const NOUNS: &[&str] = &[
+    "account",
+    "acoustics",
+    "actor",
+    "airport",
+    "alarm",
+    "amount",
+    "angle",
+    "animal",
+    "answer",
+    "ant",
+    "apparatus",
+    "apple",
+    "arch",
+    "argument",
+    "arm",
+    "army",
+    "art",
+    "attack",
+    "authority",
+    "baby",
+    "badge",
+    "bag",
+    "balance",
+    "ball",
+    "banana",
+    "band",
+    "basin",
+    "basket",
+    "bat",
+    "bath",
+    "battle",
+    "bead",
+    "beam",
+    "bear",
+    "bed",
+    "bee",
+    "bell",
+    "berry",
+    "bicycle",
+    "bird",
+    "birthday",
+    "blade",
+    "blanket",
+    "board",
+    "boat",
+    "body",
+    "bone",
+    "book",
+    "boot",
+    "bottle",
+    "boundary",
+    "box",
+    "brain",
+    "brake",
+    "branch",
+    "brass",
+    "bread",
+    "brick",
+    "bridge",
+    "brother",
+    "bubble",
+    "bucket",
+    "building",
+    "bulb",
+    "bun",
+    "butter",
+    "button",
+    "cabbage",
+    "cable",
+    "cake",
+    "calculator",
+    "camera",
+    "camp",
+    "canvas",
+    "cap",
+    "captain",
+    "car",
+    "card",
+    "carpenter",
+    "carriage",
+    "cart",
+    "castle",
+    "cat",
+    "cattle",
+    "cave",
+    "celery",
+    "cellar",
+    "chain",
+    "chair",
+    "chalk",
+    "channel",
+    "cheese",
+    "cherry",
+    "chess",
+    "chicken",
+    "chimney",
+    "church",
+    "circle",
+    "city",
+    "clam",
+    "clock",
+    "cloud",
+    "coal",
+    "coast",
+    "coat",
+    "cobweb",
+    "collar",
+    "comb",
+    "comet",
+    "copper",
+    "corn",
+    "cotton",
+    "country",
+    "cousin",
+    "cover",
+    "cow",
+    "crack",
+    "cradle",
+    "crate",
+    "crayon",
+    "cricket",
+    "crow",
+    "crown",
+    "cup",
+    "curtain",
+    "cushion",
+    "daisy",
+    "deer",
+    "desert",
+    "desk",
+    "diamond",
+    "dinner",
+    "dinosaur",
+    "dock",
+    "dog",
+    "doll",
+    "dolphin",
+    "donkey",
+    "door",
+    "dragon",
+    "drain",
+    "drawer",
+    "dream",
+    "dress",
+    "drum",
+    "duck",
+    "eagle",
+    "earth",
+    "egg",
+    "elbow",
+    "engine",
+    "eye",
+    "face",
+    "fairy",
+    "farm",
+    "feather",
+    "fence",
+    "field",
+    "finger",
+    "fire",
+    "fish",
+    "flag",
+    "flame",
+    "flower",
+    "fog",
+    "fold",
+    "football",
+    "forest",
+    "fork",
+    "fountain",
+    "frog",
+    "fruit",
+    "furniture",
+    "garden",
+    "gate",
+    "ghost",
+    "giraffe",
+    "glass",
+    "glove",
+    "goat",
+    "gold",
+    "grape",
+    "grass",
+    "guitar",
+    "hammer",
+    "harbor",
+    "hat",
+    "heart",
+    "helicopter",
+    "hill",
+    "hobbit",
+    "hook",
+    "horn",
+    "horse",
+    "hospital",
+    "house",
+    "ice",
+    "icicle",
+    "island",
+    "jacket",
+    "jam",
+    "jar",
+    "jelly",
+    "jewel",
+    "kettle",
+    "key",
+    "kite",
+    "kitten",
+    "knee",
+    "knife",
+    "ladder",
+    "lake",
+    "lamp",
+    "lantern",
+    "leaf",
+    "lemon",
+    "letter",
+    "library",
+    "lighthouse",
+    "lion",
+    "lizard",
+    "lock",
+    "machine",
+    "magnet",
+    "map",
+    "marble",
+    "market",
+    "meadow",
+    "mirror",
+    "monkey",
+    "moon",
+    "mountain",
+    "mouse",
+    "mushroom",
+    "needle",
+    "nest",
+    "net",
+    "notebook",
+    "ocean",
+    "office",
+    "orchestra",
+    "oven",
+    "owl",
+    "paint",
+    "pancake",
+    "parrot",
+    "pear",
+    "pencil",
+    "penguin",
+    "piano",
+    "pickle",
+    "pig",
+    "pillow",
+    "pipe",
+    "pirate",
+    "planet",
+    "plant",
+    "plate",
+    "pocket",
+    "pony",
+    "potato",
+    "puppet",
+    "quilt",
+    "rabbit",
+    "railway",
+    "rainbow",
+    "river",
+    "road",
+    "robin",
+    "rocket",
+    "roof",
+    "rose",
+    "sail",
+    "sandwich",
+    "scarf",
+    "school",
+    "scissors",
+    "sea",
+    "seed",
+    "sheep",
+    "shell",
+    "ship",
+    "shoe",
+    "shop",
+    "silver",
+    "sink",
+    "skate",
+    "sky",
+    "snail",
+    "snake",
+    "sock",
+    "spider",
+    "spoon",
+    "squirrel",
+    "stamp",
+    "star",
+    "station",
+    "stone",
+    "storm",
+    "stove",
+    "straw",
+    "stream",
+    "street",
+    "sugar",
+    "suit",
+    "sun",
+    "swan",
+    "sweater",
+    "table",
+    "teapot",
+    "tent",
+    "thread",
+    "thunder",
+    "tiger",
+    "toad",
+    "tomato",
+    "tooth",
+    "towel",
+    "tower",
+    "town",
+    "toy",
+    "tractor",
+    "train",
+    "tree",
+    "truck",
+    "trumpet",
+    "tunnel",
+    "turtle",
+    "umbrella",
+    "valley",
+    "vase",
+    "violin",
+    "volcano",
+    "wagon",
+    "wall",
+    "watch",
+    "water",
+    "whale",
+    "wheel",
+    "whistle",
+    "window",
+    "wing",
+    "wire",
+    "wolf",
+    "wool",
+    "yard",
+    "yarn",
+    "zebra",
+    "zipper",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::OnceLock;
+
+    /// The bundled Qwen3 tokenizer (the repository's assets), unpacked once per test binary.
+    fn tokenizer() -> &'static TextTokenizer {
+        static TOK: OnceLock<TextTokenizer> = OnceLock::new();
+        TOK.get_or_init(|| {
+            let zst = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../assets/tokenizers/qwen3/tokenizer.json.zst");
+            let bytes = zstd::decode_all(std::fs::File::open(zst).unwrap()).unwrap();
+            let dir = std::env::temp_dir().join(format!("rsd-eval-tok-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join("tokenizer.json");
+            std::fs::write(&path, bytes).unwrap();
+            TextTokenizer::from_file(&path).unwrap()
+        })
+    }
+
+    fn haystack() -> &'static Haystack {
+        static H: OnceLock<Haystack> = OnceLock::new();
+        H.get_or_init(|| Haystack::from_dir(&Haystack::bundled_dir(), tokenizer()).unwrap())
+    }
+
+    fn count(text: &str) -> usize {
+        tokenizer().encode(text, false).unwrap().len()
+    }
+
+    #[test]
+    fn depths_are_evenly_spaced_whole_percents() {
+        assert_eq!(depths(1), vec![0.5]);
+        assert_eq!(depths(3), vec![0.0, 0.5, 1.0]);
+        assert_eq!(depths(10)[1], 0.11);
+        assert_eq!(*depths(10).last().unwrap(), 1.0);
+    }
+
+    #[test]
+    fn unknown_task_names_the_known_ones() {
+        let e = Task::parse("niah_single_9").unwrap_err().to_string();
+        assert!(
+            e.contains("niah_single_9") && e.contains("niah_multiquery, niah_ordinal_first"),
+            "{e}"
+        );
+        for t in ALL_TASKS {
+            assert_eq!(Task::parse(t.name()).unwrap(), t);
+        }
+    }
+
+    #[test]
+    fn same_seed_same_prompts_other_seed_other_prompts() {
+        let (tok, hay) = (tokenizer(), haystack());
+        for task in ALL_TASKS {
+            let a = Generator::new(tok, hay, 7)
+                .item(task, 1024, Some(0.3), 2, None)
+                .unwrap();
+            let b = Generator::new(tok, hay, 7)
+                .item(task, 1024, Some(0.3), 2, None)
+                .unwrap();
+            let c = Generator::new(tok, hay, 8)
+                .item(task, 1024, Some(0.3), 2, None)
+                .unwrap();
+            let d = Generator::new(tok, hay, 7)
+                .item(task, 1024, Some(0.3), 3, None)
+                .unwrap();
+            assert_eq!(a, b, "{task}");
+            assert_ne!(a.prompt, c.prompt, "{task}: seed changes nothing");
+            assert_ne!(a.expected, c.expected, "{task}: seed changes nothing");
+            assert_ne!(a.prompt, d.prompt, "{task}: sample changes nothing");
+        }
+    }
+
+    /// Every task, two lengths: prompt + answer budget within `tolerance` of the length, never
+    /// above; the ids are the prompt's tokens; every expected answer is in the context.
+    #[test]
+    fn every_task_fills_its_token_budget_and_holds_its_answers() {
+        let g = Generator::new(tokenizer(), haystack(), 1);
+        for task in ALL_TASKS {
+            for length in [1024, 4096] {
+                let it = g.item(task, length, Some(0.5), 0, None).unwrap();
+                let total = it.ids.len() + it.max_new_tokens;
+                assert!(total <= length, "{task} {length}: {total} tokens");
+                assert!(
+                    total + task.tolerance() >= length,
+                    "{task} {length}: {total} tokens, more than {} short",
+                    task.tolerance()
+                );
+                assert_eq!(it.ids, tokenizer().encode(&it.prompt, true).unwrap());
+                assert_eq!(tokenizer().decode(&it.ids).unwrap(), it.prompt);
+                let ctx = &it.prompt[it.context.clone()];
+                for e in &it.expected {
+                    assert!(
+                        ctx.contains(e.as_str()),
+                        "{task} {length}: {e} not in the context"
+                    );
+                }
+                for (ev, &at) in it.evidence.iter().zip(&it.evidence_at) {
+                    assert!(
+                        it.prompt[at..].starts_with(ev.as_str()),
+                        "{task}: {ev} not at {at}"
+                    );
+                }
+                assert!(
+                    it.prompt.ends_with(['e', 's', ':', ' ']),
+                    "{task}: no answer prefix"
+                );
+            }
+        }
+    }
+
+    /// Decode the tokens, find the answering needle, and measure its depth in tokens of the
+    /// context: within 5 % of the stated depth (the needle goes between haystack units).
+    #[test]
+    fn the_needle_sits_at_the_stated_depth() {
+        let g = Generator::new(tokenizer(), haystack(), 3);
+        for task in ALL_TASKS.into_iter().filter(|t| t.has_depth()) {
+            for (s, depth) in [0.0, 0.25, 0.5, 0.8, 1.0].into_iter().enumerate() {
+                let it = g.item(task, 8192, Some(depth), s, None).unwrap();
+                let text = tokenizer().decode(&it.ids).unwrap();
+                let at = text.find(&it.evidence[0]).unwrap();
+                assert_eq!(at, it.evidence_at[0], "{task}: the needle is elsewhere");
+                let (c0, c1) = (
+                    count(&text[..it.context.start]),
+                    count(&text[..it.context.end]),
+                );
+                let measured = (count(&text[..at]) - c0) as f64 / (c1 - c0) as f64;
+                assert!(
+                    (measured - depth).abs() <= 0.05,
+                    "{task}: stated depth {depth}, needle at {measured:.3}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn ordinal_values_come_in_order_around_the_asked_one() {
+        let g = Generator::new(tokenizer(), haystack(), 5);
+        for (o, asked) in [
+            (Ordinal::First, 0),
+            (Ordinal::Second, 1),
+            (Ordinal::Last, 2),
+        ] {
+            for depth in [0.0, 0.5, 1.0] {
+                let it = g
+                    .item(Task::NiahOrdinal(o), 2048, Some(depth), 0, None)
+                    .unwrap();
+                let mut values = it.distractors.clone();
+                values.insert(asked, it.expected[0].clone());
+                let pos: Vec<usize> = values
+                    .iter()
+                    .map(|v| it.prompt.find(&format!("is: {v}.")).unwrap())
+                    .collect();
+                assert!(
+                    pos.windows(2).all(|w| w[0] < w[1]),
+                    "{o:?} {depth}: {pos:?}"
+                );
+                assert!(it
+                    .prompt
+                    .contains(&format!("the {} special magic number", o.word())));
+            }
+        }
+    }
+
+    #[test]
+    fn word_extraction_answers_are_the_most_frequent() {
+        let g = Generator::new(tokenizer(), haystack(), 2);
+        let it = g.item(Task::Fwe, 4096, None, 0, None).unwrap();
+        let ctx = &it.prompt[it.context.clone()];
+        let n = |w: &str| ctx.split(' ').filter(|x| *x == w).count();
+        let top: Vec<usize> = it.expected.iter().map(|w| n(w)).collect();
+        assert!(
+            top[0] >= top[1] && top[1] >= top[2] && top[2] > 0,
+            "{top:?}"
+        );
+        let it = g.item(Task::Cwe, 4096, None, 0, None).unwrap();
+        let ctx = &it.prompt[it.context.clone()];
+        let words: Vec<&str> = ctx.lines().filter_map(|l| l.split(' ').nth(1)).collect();
+        let n = |w: &str| words.iter().filter(|x| **x == w).count();
+        let least_common = it.expected.iter().map(|w| n(w)).min().unwrap();
+        let others = words
+            .iter()
+            .filter(|w| !it.expected.iter().any(|e| e == *w));
+        assert!(others.map(|w| n(w)).max().unwrap() < least_common);
+        let it = g.item(Task::Vt, 4096, None, 0, None).unwrap();
+        assert_eq!(it.expected.len(), 5);
+        assert!(it.evidence[0].starts_with(&format!("VAR {} = ", it.expected[0])));
+    }
+
+    #[test]
+    fn too_short_a_length_is_an_error() {
+        let g = Generator::new(tokenizer(), haystack(), 0);
+        let e = g
+            .item(Task::NiahSingle1, 150, Some(0.5), 0, None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("use a larger length"), "{e}");
+    }
+}

