@@ -5,7 +5,9 @@
 * Ctrl-C writes a checkpoint and exits 130, and the run resumes from it;
 * a NaN gradient stops the run with a clear message and leaves the last good checkpoint alone,
   or skips the update with on_nonfinite = "skip";
-* the final model directory loads in transformers.
+* the final model directory loads in transformers;
+* with heldout_every, the held-out slice's CLM and view gap are logged at those steps and equal
+  `rsd-train probe` on the saved model, the same rows and the same view.
 
 Binaries: $RSD_BIN_DIR (default <repo>/target/debug): rsd-data and rsd-train.
 """
@@ -224,3 +226,37 @@ def test_shards_of_another_tokenizer_are_refused_before_anything_is_written(shar
     (other / "tokenizer.json").write_text(json.dumps(tok, indent=1, ensure_ascii=False))
     assert sha256(other / "tokenizer.json") != sha256(shards / "tokenizer.json")
     train_from(other, shards, tmp_path / "same", "--steps", 1)
+
+
+def test_heldout_clm_and_view_gap_equal_the_probe_on_the_saved_model(shards, tmp_path):
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+    import numpy as np
+
+    held = tmp_path / "held"
+    run("rsd-data", "pack", "--len", "128", "--src", REPO / "corpus" / "code", "--out", held)
+    out = tmp_path / "run"
+    # A fixed view (s = 40, y = 300) so the probe can ask for the same one; rows without
+    # document masking so the probe's plain rows are the trainer's.
+    train(shards, out, "--steps", 4, "--heldout-every", 2, "--heldout-shards", held,
+          "--heldout-batches", 2, "--fixed-split", "40,300", "--doc-mask", "false")
+    recs = metrics(out)
+    assert [r["step"] for r in recs if "view_gap" in r] == [2, 4]
+    assert all("heldout_clm" not in r for r in recs if r["step"] in (1, 3))
+    last = recs[-1]
+    assert last["heldout_clm"] > 0 and last["view_gap"] > 0
+    # The slice is the held-out shards' first 2 samples (micro_batch = 1, read in order).
+    manifest = json.loads((held / "index.json").read_text())
+    ds = IndexedDataset(str(held / manifest["shards"][0]["prefix"]))
+    docs = ds.document_indices
+    rows = [np.concatenate([np.asarray(ds[i], dtype=np.int64) for i in range(docs[k], docs[k + 1])])
+            for k in range(2)]
+    np.save(tmp_path / "held.npy", np.stack(rows))
+    p = run("rsd-train", "probe", "--model", out / "model", "--tokens", tmp_path / "held.npy",
+            "--objective", "rsd", "--perturb", "skip", "--split", 40, "--skip", 300,
+            "--threads", 2)
+    probe = json.loads(p.stdout)
+    assert probe["clm"] == pytest.approx(last["heldout_clm"], rel=1e-5)
+    assert probe["kl"] == pytest.approx(last["view_gap"], rel=1e-4)
+    # Without heldout_shards the key is refused, naming both.
+    p = train(shards, tmp_path / "bad", "--steps", 1, "--heldout-every", 1, check=False)
+    assert p.returncode != 0 and "heldout_every" in p.stderr and "heldout_shards" in p.stderr
