@@ -32,36 +32,12 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from rsd_cli import fails, run
+from test_train import make_model
 
 REPO = Path(__file__).resolve().parent.parent
 B, L, V = 2, 24, 89
 rsd_train = partial(run, "rsd-train")
 KIND_ROWS = {"nope": 1, "attn-noise": 1, "dropout": 0}  # first KL row of a sequence
-
-
-def make_model(family, path):
-    torch.manual_seed(0)
-    if family == "llama":
-        from transformers import LlamaConfig, LlamaForCausalLM
-
-        cfg = LlamaConfig(vocab_size=V, hidden_size=48, intermediate_size=80, num_hidden_layers=2,
-                          num_attention_heads=4, num_key_value_heads=2, rope_theta=10000.0,
-                          tie_word_embeddings=False, max_position_embeddings=512)
-        m = LlamaForCausalLM(cfg)
-    else:
-        from transformers import Qwen3Config, Qwen3ForCausalLM
-
-        cfg = Qwen3Config(vocab_size=V, hidden_size=48, intermediate_size=80, num_hidden_layers=2,
-                          num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                          rope_theta=1e6, tie_word_embeddings=True, max_position_embeddings=512)
-        m = Qwen3ForCausalLM(cfg)
-    # Larger weights than the init so the views really differ (a non-trivial KL).
-    with torch.no_grad():
-        for _, p in m.named_parameters():
-            if p.dim() == 2:
-                p.mul_(4.0)
-    m.save_pretrained(path)
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -40,9 +40,30 @@ pub fn for_user_from_env(text: &str) -> String {
     for_user(text, full)
 }
 
+/// An error and its chain of causes (`messages`, outermost first) as one line: each cause the
+/// line does not already quote is appended after ": " (library errors often embed their source,
+/// e.g. `PATH: No such file or directory`), then [`for_user_from_env`].
+pub fn one_line(messages: impl IntoIterator<Item = String>) -> String {
+    let mut line = String::new();
+    for m in messages {
+        if line.is_empty() {
+            line = m;
+        } else if !line.contains(&m) {
+            line = format!("{line}: {m}");
+        }
+    }
+    for_user_from_env(&line)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_line_appends_only_causes_not_quoted() {
+        let chain = ["reading x: gone".to_string(), "gone".into(), "disk".into()];
+        assert_eq!(one_line(chain), "reading x: gone: disk");
+    }
 
     const TORCH: &str = "libtorch: Internal torch error: index out of range in self\n\
         Exception raised from operator() at /pytorch/aten/src/ATen/native/TensorAdvancedIndexing.cpp:1190 (most recent call first):\n\

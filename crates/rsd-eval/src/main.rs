@@ -39,17 +39,8 @@ fn main() {
         Cmd::Ppl(a) => report(rsd_eval::ppl::command(&a)),
     };
     if let Err(e) = r {
-        // One line: the message and each cause it does not already quote.
-        let mut line = e.to_string();
-        for cause in e.chain().skip(1).map(|c| c.to_string()) {
-            if !line.contains(&cause) {
-                line = format!("{line}: {cause}");
-            }
-        }
-        eprintln!(
-            "rsd-eval: error: {}",
-            rsd_common::report::for_user_from_env(&line)
-        );
+        let line = rsd_common::report::one_line(e.chain().map(|c| c.to_string()));
+        eprintln!("rsd-eval: error: {line}");
         std::process::exit(1);
     }
 }

@@ -621,18 +621,8 @@ fn main() {
         Cmd::Generate(a) => generate(a),
     };
     if let Err(e) = r {
-        // One line: the message and each cause the message does not already quote (the
-        // library's errors embed their source, e.g. `PATH: No such file or directory`).
-        let mut line = e.to_string();
-        for cause in e.chain().skip(1).map(|c| c.to_string()) {
-            if !line.contains(&cause) {
-                line = format!("{line}: {cause}");
-            }
-        }
-        eprintln!(
-            "rsd-model: error: {}",
-            rsd_common::report::for_user_from_env(&line)
-        );
+        let line = rsd_common::report::one_line(e.chain().map(|c| c.to_string()));
+        eprintln!("rsd-model: error: {line}");
         std::process::exit(1);
     }
 }

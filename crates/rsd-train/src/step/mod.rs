@@ -513,11 +513,7 @@ pub fn evaluate(
     tch::no_grad(|| -> Result<()> {
         for (mb, views) in batches {
             let plan = Plan::new(model, mb, Some(views), &opts, None, None)?;
-            let mut x = plan.embed()?;
-            for i in 0..model.num_layers() {
-                x = plan.layer(i, &x)?;
-            }
-            let h = plan.final_norm(&x)?;
+            let h = plan.forward()?;
             let inputs = LossInputs {
                 plan: &plan,
                 mb,
@@ -637,11 +633,7 @@ fn step_micro_inner(
     if opts.checkpoint_layers {
         return checkpointed_forward_backward(&loss, sums);
     }
-    let mut x = plan.embed()?;
-    for i in 0..model.num_layers() {
-        x = plan.layer(i, &x)?;
-    }
-    let h = plan.final_norm(&x)?;
+    let h = plan.forward()?;
     loss.backward(&h, sums)
 }
 

@@ -632,6 +632,15 @@ impl<'a> Plan<'a> {
         Ok(t)
     }
 
+    /// Both views through every layer and the final norm (in the graph when grad mode is on).
+    pub fn forward(&self) -> Result<Stage> {
+        let mut x = self.embed()?;
+        for i in 0..self.model.num_layers() {
+            x = self.layer(i, &x)?;
+        }
+        self.final_norm(&x)
+    }
+
     pub fn final_norm(&self, x: &Stage) -> Result<Stage> {
         let std = match &x.std {
             Some(h) => Some(self.model.final_norm(h)?),
