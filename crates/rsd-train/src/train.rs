@@ -235,7 +235,7 @@ fn heldout_slice(
 }
 
 /// Keeps the held-out slice's perturbation draws apart from any training step's.
-const HELDOUT_SEED: u64 = 0x6865_6c64_6f75_74;
+const HELDOUT_SEED: u64 = 0x0068_656c_646f_7574;
 
 /// The perturbed views of a micro-batch whose row `r` is row `rows[r]` of optimizer step `step`'s
 /// global batch (a data-parallel rank's rows are not consecutive there).
