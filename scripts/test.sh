@@ -18,6 +18,16 @@ source .rsd-env
 features="rsd-data/fault-injection,rsd-train/fault-injection"
 
 step() { printf '\n==> %s\n' "$*" >&2; }
+
+# A full run needs ~8 GB for a fresh target/ and ~2 GB of temp files at a time; say so up front
+# rather than fail late with ENOSPC. CI builds once, so incremental caches would only take space.
+for d in . "${TMPDIR:-/tmp}"; do
+  free_kb=$(df -Pk "$d" | awk 'NR == 2 { print $4 }')
+  if [ "${free_kb:-0}" -lt $((12 * 1024 * 1024)) ]; then
+    printf 'warning: only %s MB free under %s; the suite needs ~12 GB\n' "$((free_kb / 1024))" "$d" >&2
+  fi
+done
+if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
 if [ -z "${RSD_SKIP_LINT:-}" ]; then
   step "cargo fmt --check"
   cargo fmt --all -- --check

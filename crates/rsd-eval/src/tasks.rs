@@ -1642,7 +1642,9 @@ mod tests {
             std::fs::create_dir_all(&dir).unwrap();
             let path = dir.join("tokenizer.json");
             std::fs::write(&path, bytes).unwrap();
-            TextTokenizer::from_file(&path).unwrap()
+            let tok = TextTokenizer::from_file(&path).unwrap();
+            std::fs::remove_dir_all(&dir).unwrap();
+            tok
         })
     }
 

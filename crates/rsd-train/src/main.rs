@@ -375,7 +375,9 @@ fn disk_full_hint(e: &anyhow::Error, out: &Path) -> Option<String> {
             Some(rsd_train::Error::Io { source, .. }) => Some(source),
             _ => c.downcast_ref::<std::io::Error>(),
         };
+        // libtorch's and the safetensors crate's writers report the OS error only as text.
         io.is_some_and(|io| io.kind() == std::io::ErrorKind::StorageFull)
+            || c.to_string().contains("No space left on device")
     });
     if !full {
         return None;
@@ -587,5 +589,30 @@ fn main() {
             rsd_common::report::for_user_from_env(&format!("{e:#}"))
         );
         std::process::exit(exit_status(&e));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disk_full_is_recognised_through_typed_and_text_only_errors() {
+        let out = Path::new("/nonexistent-rsd-train-out");
+        let typed = anyhow::Error::new(std::io::Error::from(std::io::ErrorKind::StorageFull))
+            .context("writing a checkpoint");
+        let text = anyhow::anyhow!(
+            "safetensors error x/optimizer.safetensors: IoError(Os {{ code: 28, kind: StorageFull, \
+             message: \"No space left on device\" }})"
+        );
+        let other = anyhow::anyhow!("permission denied");
+        for e in [typed, text] {
+            let hint = disk_full_hint(&e, out).expect("a disk-full hint");
+            assert!(
+                hint.contains("none yet") && hint.contains("--resume auto"),
+                "{hint}"
+            );
+        }
+        assert!(disk_full_hint(&other, out).is_none());
     }
 }
