@@ -154,6 +154,15 @@ def test_dump_prompts_without_a_model_gives_the_run_items(tiny, tmp_path):
     rsd_eval("run", "--model", tiny, "--out", out, *BASE)
     got = {key(r): r["expected"] for r in lines(out / "results.jsonl")}
     assert got == {key(it): it["expected"] for it in items}
+    # Each line is also a training document (prompt, space, answers): rsd-data packs the file
+    # as one document per line, which decodes back to the text.
+    for it in items:
+        assert it["text"] == it["prompt"] + " " + ", ".join(it["expected"])
+    shards = tmp_path / "shards"
+    run("rsd-data", "pack", "--len", "4096", "--mode", "mixed", "--src", dump,
+        "--tokenizer", tiny / "tokenizer.json", "--out", shards)
+    index = json.loads((shards / "index.json").read_text())
+    assert index["totals"]["documents"] == len(items), index
 
 
 def test_bad_input_is_a_clear_error(tiny, tmp_path):

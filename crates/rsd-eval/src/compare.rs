@@ -29,7 +29,8 @@ pub struct CompareArgs {
     #[arg(long)]
     pub out: PathBuf,
     /// Names of the runs in the table and legend, comma-separated, one per run (default: each
-    /// run directory's name).
+    /// run directory's name). Runs given the same name are replicas (e.g. training seeds) and
+    /// become one row: the mean over all their records, ± the spread over the replicas' means.
     #[arg(long, value_delimiter = ',')]
     pub labels: Option<Vec<String>>,
 }
@@ -198,8 +199,9 @@ impl Comparison {
         );
         s += &self.markdown();
         s += "\nCells: mean score over the records ± the standard deviation, over sample \
-              indices, of each sample index's mean score. `L=` columns pool all depths, `d=` \
-              columns all shared lengths.\n";
+              indices, of each sample index's mean score; for runs given one label together \
+              (replicas, e.g. training seeds), over the replicas' mean scores instead. `L=` \
+              columns pool all depths, `d=` columns all shared lengths.\n";
         for (row, left) in self.rows.iter().zip(&self.left_out) {
             if !left.is_empty() {
                 let l: Vec<String> = left.iter().map(|(t, n)| format!("{t}@{n}")).collect();
@@ -238,6 +240,48 @@ impl Comparison {
     }
 }
 
+/// Runs given the same label are replicas of one setting (say, training seeds): they become one
+/// run whose records are all of theirs, each record's `sample` replaced by its replica's index,
+/// so that a cell's spread is the standard deviation over the replicas' means. Replicas must
+/// hold the same (task, length) pairs; the pooled run is named by its first directory.
+pub fn pool_replicas(
+    runs: Vec<(String, PathBuf, Vec<ItemResult>)>,
+) -> Result<Vec<(String, PathBuf, Vec<ItemResult>)>, PlotError> {
+    let mut groups: Vec<Vec<(String, PathBuf, Vec<ItemResult>)>> = Vec::new();
+    for run in runs {
+        match groups.iter_mut().find(|g| g[0].0 == run.0) {
+            Some(g) => g.push(run),
+            None => groups.push(vec![run]),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|group| {
+            if group.len() == 1 {
+                // One run under its label keeps its samples: its spread is over samples.
+                return Ok(group.into_iter().next().expect("a group has a run"));
+            }
+            let want = pairs(&group[0].2);
+            let (label, dir) = (group[0].0.clone(), group[0].1.clone());
+            let mut items = Vec::new();
+            for (replica, (_, d, mut its)) in group.into_iter().enumerate() {
+                let got = pairs(&its);
+                if got != want {
+                    return Err(PlotError::Input(format!(
+                        "runs labelled {label} are pooled as replicas and must hold the same \
+                         (task, length) pairs: {}; {}",
+                        describe(&dir, &want),
+                        describe(&d, &got)
+                    )));
+                }
+                its.iter_mut().for_each(|r| r.sample = replica);
+                items.extend(its);
+            }
+            Ok((label, dir, items))
+        })
+        .collect()
+}
+
 /// `rsd-eval compare`: writes the table, its numbers and the figure; returns the table.
 pub fn command(args: &CompareArgs) -> Result<String, PlotError> {
     let labels: Vec<String> = match &args.labels {
@@ -270,7 +314,7 @@ pub fn command(args: &CompareArgs) -> Result<String, PlotError> {
         }
         runs.push((label, dir.clone(), items));
     }
-    let cmp = compare(&runs)?;
+    let cmp = compare(&pool_replicas(runs)?)?;
     std::fs::create_dir_all(&args.out).map_err(|source| PlotError::Io {
         path: args.out.clone(),
         source,
@@ -296,6 +340,42 @@ mod tests {
 
     fn run(name: &str, items: Vec<ItemResult>) -> (String, PathBuf, Vec<ItemResult>) {
         (name.into(), PathBuf::from(name), items)
+    }
+
+    #[test]
+    fn same_label_runs_pool_as_replicas_with_their_spread() {
+        // Two seeds of "rsd" (means 1.0 and 0.5) and one "std" run with two samples.
+        let seed0 = run(
+            "rsd",
+            vec![item(8, Some(0.0), 0, 1.0), item(8, Some(0.0), 1, 1.0)],
+        );
+        let seed1 = run(
+            "rsd",
+            vec![item(8, Some(0.0), 0, 0.0), item(8, Some(0.0), 1, 1.0)],
+        );
+        let std = run(
+            "std",
+            vec![item(8, Some(0.0), 0, 0.0), item(8, Some(0.0), 1, 1.0)],
+        );
+        let pooled = pool_replicas(vec![seed0, std, seed1]).unwrap();
+        assert_eq!(pooled.len(), 2);
+        let c = compare(&pooled).unwrap();
+        let rsd = c.rows[0].cells[2].unwrap();
+        assert_eq!(c.rows[0].label, "rsd");
+        assert_eq!(
+            (rsd.mean, rsd.spread, rsd.items, rsd.samples),
+            (0.75, 0.25, 4, 2)
+        );
+        let std = c.rows[1].cells[2].unwrap();
+        assert_eq!((std.mean, std.spread, std.samples), (0.5, 0.5, 2));
+
+        let other = run("rsd", vec![item(16, Some(0.0), 0, 1.0)]);
+        let seed0 = run("rsd", vec![item(8, Some(0.0), 0, 1.0)]);
+        let e = pool_replicas(vec![seed0, other]).unwrap_err().to_string();
+        assert!(
+            e.contains("labelled rsd") && e.contains("lengths 16"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -586,6 +586,9 @@ pub struct DumpedPrompt {
     pub expected: Vec<String>,
     /// For the ordinal tasks: the other values of the key (must not come first).
     pub distractors: Vec<String>,
+    /// The prompt, a space and the expected answers joined by ", ": the item as a training
+    /// document, for `rsd-data pack` (whose default JSONL field is `text`).
+    pub text: String,
 }
 
 fn dump_prompts(
@@ -604,6 +607,7 @@ fn dump_prompts(
             sample: s,
             prompt_tokens: it.ids.len(),
             max_new_tokens: it.max_new_tokens,
+            text: format!("{} {}", it.prompt, it.expected.join(", ")),
             expected: it.expected,
             distractors: it.distractors,
             prompt: it.prompt,

@@ -114,10 +114,13 @@ pub enum Task {
     Cwe,
     /// Frequent words extraction: the three most frequent coded words of Zipf-distributed text.
     Fwe,
+    /// Passkey retrieval (Mohtashami & Jaggi 2023, as PoSE and LongLoRA evaluate it): a 5-digit
+    /// pass key in noise; the question repeats the needle's words, so finding it is copying.
+    Passkey,
 }
 
 /// Every task, in the order summaries list them.
-pub const ALL_TASKS: [Task; 14] = [
+pub const ALL_TASKS: [Task; 15] = [
     Task::NiahSingle1,
     Task::NiahSingle2,
     Task::NiahSingle3,
@@ -132,6 +135,7 @@ pub const ALL_TASKS: [Task; 14] = [
     Task::Vt,
     Task::Cwe,
     Task::Fwe,
+    Task::Passkey,
 ];
 
 /// Every distinct task name.
@@ -200,6 +204,7 @@ impl Task {
             Task::Vt => "vt",
             Task::Cwe => "cwe",
             Task::Fwe => "fwe",
+            Task::Passkey => "passkey",
         }
     }
 
@@ -226,6 +231,7 @@ impl Task {
             Task::Vt => 30,
             Task::Cwe => 120,
             Task::Fwe => 50,
+            Task::Passkey => 16,
             _ => 128,
         }
     }
@@ -241,7 +247,7 @@ impl Task {
             | Task::NiahOrdinal(_) => 16,
             Task::NiahMultikey2 => 48,
             Task::NiahMultikey3 => 80,
-            Task::NiahSingle1 | Task::Vt | Task::Fwe => 32,
+            Task::NiahSingle1 | Task::Vt | Task::Fwe | Task::Passkey => 32,
             Task::Cwe => 24,
         }
     }
@@ -584,6 +590,7 @@ impl<'a> Generator<'a> {
             Task::Vt => self.vt(&spec, &mut rng)?,
             Task::Cwe => self.cwe(&spec, &mut rng)?,
             Task::Fwe => self.fwe(&spec, &mut rng)?,
+            Task::Passkey => self.passkey(&spec, depth.unwrap_or(0.5), &mut rng)?,
             _ => self.niah(&spec, depth.unwrap_or(0.5), &mut rng)?,
         };
         let ((_, built), expected, distractors, evidence) =
@@ -816,6 +823,24 @@ impl<'a> Generator<'a> {
         let max_n = usize::MAX;
         let (tokens, built) = self.fill(spec, max_n, build)?;
         Ok(((tokens, built), expected, distractors, evidence))
+    }
+
+    /// The passkey prompt of Landmark Attention's evaluation (the noise sentences joined by
+    /// spaces), with a 5-digit key.
+    fn passkey(&self, spec: &Spec, depth: f64, rng: &mut SplitMix64) -> Result<Outcome> {
+        let key = rng.range(10000, 99999).to_string();
+        let needle = format!("The pass key is {key}. Remember it. {key} is the pass key.");
+        let placed: Placed = vec![(depth, needle.clone(), Some(0))];
+        let head =
+            "There is an important info hidden inside a lot of irrelevant text. Find it and \
+                    memorize them. I will quiz you about the important information there.\n";
+        let tail = "\nWhat is the pass key? The pass key is";
+        let build = |n: usize| {
+            let (ctx, offs) = insert(&vec![NOISE.to_string(); n], &placed, " ", 1);
+            wrap(head, &ctx, tail, &offs)
+        };
+        let built = self.fill(spec, usize::MAX, build)?;
+        Ok((built, vec![key], Vec::new(), vec![needle]))
     }
 
     fn vt(&self, spec: &Spec, rng: &mut SplitMix64) -> Result<Outcome> {
