@@ -66,6 +66,13 @@ def test_shards_of_a_larger_vocabulary_are_refused_at_start_up(shards, tmp_path)
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
+def test_a_checkpoint_directory_given_as_init_points_at_model(shards, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    p = train_fails(shards, tmp_path / "run", "--steps", 1, init=ckpt)
+    assert f"init {ckpt}: a directory" in p.stderr and f"--model {ckpt}" in p.stderr, p.stderr
+
+
 def test_ids_beyond_the_vocabulary_fail_naming_shard_sample_and_token(shards, tmp_path):
     damaged = tmp_path / "damaged"
     shutil.copytree(shards, damaged)

@@ -334,6 +334,13 @@ impl TrainConfig {
                 "give exactly one of --model DIR or --init CONFIG",
             );
         }
+        if let Some(init) = self.init.as_deref().filter(|i| Path::new(i).is_dir()) {
+            return Err(Error::Input(format!(
+                "init {init}: a directory; init is a model config.json to initialise randomly, \
+                 to start from a checkpoint's weights give --model {init} (and --init \"\" where \
+                 a config file sets init)"
+            )));
+        }
         if self.steps == 0 {
             return bad("steps", "must be ≥ 1");
         }
