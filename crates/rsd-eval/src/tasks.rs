@@ -577,12 +577,16 @@ impl<'a> Generator<'a> {
             return Ok(b);
         };
         let rendered = chat.render_user(&b.prompt[..b.answer_at])?;
-        // Templates may trim the message, so the context is looked for, not assumed at an offset.
+        // The message is usually verbatim in the rendered text; a template that trims it still
+        // keeps the context.
         let ctx = &b.prompt[b.context.clone()];
-        let start = rendered.find(ctx).ok_or_else(|| ChatError::Template {
-            source_name: chat.source_name().to_string(),
-            message: "the rendered prompt does not hold the task's context verbatim".into(),
-        })?;
+        let start = match rendered.find(&b.prompt[..b.answer_at]) {
+            Some(q) => q + b.context.start,
+            None => rendered.find(ctx).ok_or_else(|| ChatError::Template {
+                source_name: chat.source_name().to_string(),
+                message: "the rendered prompt does not hold the task's context verbatim".into(),
+            })?,
+        };
         let shift = |o: usize| o - b.context.start + start;
         let answer_at = rendered.len();
         Ok(Built {
@@ -1880,6 +1884,46 @@ mod tests {
         let it = g.item(Task::Vt, 4096, None, 0, None).unwrap();
         assert_eq!(it.expected.len(), 5);
         assert!(it.evidence[0].starts_with(&format!("VAR {} = ", it.expected[0])));
+    }
+
+    /// With a chat template the question is wrapped, the answer prefix follows the generation
+    /// prompt, the wrapper's tokens count, and the offsets still point into the prompt.
+    #[test]
+    fn chat_prompts_wrap_the_question_and_still_fill_the_length() {
+        let chat = ChatTemplate::new(
+            "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+            "test.jinja",
+            None,
+        )
+        .unwrap();
+        let g = Generator::new(tokenizer(), haystack(), 1).with_chat_template(&chat);
+        for task in ALL_TASKS {
+            let it = g.item(task, 1024, Some(0.5), 0, None).unwrap();
+            let total = it.ids.len() + it.max_new_tokens;
+            assert!(
+                total <= 1024 && total + task.tolerance() >= 1024,
+                "{task}: {total}"
+            );
+            assert_eq!(it.ids, tokenizer().encode(&it.prompt, true).unwrap());
+            assert!(it.prompt.starts_with("<|im_start|>user\n"), "{task}");
+            let (question, answer) = it
+                .prompt
+                .split_once("<|im_end|>\n<|im_start|>assistant\n")
+                .unwrap();
+            assert!(question.ends_with(['?', '.']), "{task}: {question}");
+            assert!(
+                answer.starts_with(" The ") || answer.starts_with(" Answer: "),
+                "{task}"
+            );
+            let ctx = &it.prompt[it.context.clone()];
+            assert!(
+                it.expected.iter().all(|e| ctx.contains(e.as_str())),
+                "{task}"
+            );
+            for (ev, &at) in it.evidence.iter().zip(&it.evidence_at) {
+                assert!(it.prompt[at..].starts_with(ev.as_str()), "{task}: {ev}");
+            }
+        }
     }
 
     #[test]
