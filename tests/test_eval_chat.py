@@ -117,15 +117,18 @@ def test_smollm2_with_its_template_finds_the_needle(smollm2_dir, tmp_path):
     outputs = [r["output"] for r in lines(out / "results.jsonl")]
     assert score >= 0.75, f"SmolLM2 with its chat template scored {score}: {outputs}"
     settings = json.loads((out / "run.json").read_text())
-    jinja = smollm2_dir / "chat_template.jinja"
+    jinja = (smollm2_dir / "chat_template.jinja").resolve()
     assert settings["chat_template"] == {
         "source": str(jinja), "sha256": hashlib.sha256(jinja.read_bytes()).hexdigest()}
-    # The template is a setting: a rerun with plain prompts into the same directory is refused.
+    # The template is a setting: a rerun with it resumes (nothing left to do), one with plain
+    # prompts into the same directory is refused.
+    assert "4 items: 0 generated, 4 already done" in rsd_eval("run", *args, "--chat-template").stdout
     e = eval_fails("run", *args).stderr
     assert "different settings: chat_template" in e
 
 
 def test_missing_and_broken_templates_are_clear_errors(smollm2_dir, tmp_path):
+    tmp_path = tmp_path.resolve()
     bare = tmp_path / "bare"
     bare.mkdir()
     shutil.copy(smollm2_dir / "tokenizer.json", bare / "tokenizer.json")

@@ -360,8 +360,12 @@ fn load_chat_template(opts: &RunOptions, tok_path: &Path) -> Result<Option<ChatT
             _ => PathBuf::from("."),
         },
     };
+    // Absolute paths: the template's source is a setting in run.json, which a resume from another
+    // working directory must match.
+    let abs = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let dir = abs(&dir);
     Ok(Some(match &opts.chat_template_file {
-        Some(f) => ChatTemplate::from_file_with_tokens(f, &dir)?,
+        Some(f) => ChatTemplate::from_file_with_tokens(&abs(f), &dir)?,
         None => ChatTemplate::from_dir(&dir)?,
     }))
 }
