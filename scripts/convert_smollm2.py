@@ -7,7 +7,13 @@ real SmolLM2-135M-Instruct up to 4-bit quantization: good for checks and small t
 
     python scripts/convert_smollm2.py --out ~/.cache/rsd/smollm2-hf
 
-Idempotent: if --out already holds a finished conversion of the same GGUF it does nothing.
+The tokenizer files carry the GGUF's chat template (`tokenizer.chat_template`, in
+tokenizer_config.json's "chat_template" and in chat_template.jinja) and its BOS/EOS token strings
+(`tokenizer.ggml.bos_token_id`/`eos_token_id`: <|im_start|> and <|im_end|>), for
+`rsd-eval run --chat-template` and transformers' `apply_chat_template`.
+
+Idempotent: if --out already holds a finished conversion of the same GGUF (by this version of the
+script) it does nothing.
 llama.cpp stores Q and K rows in an interleaved-rotary order; HF uses rotate-half, so those two
 matrices are permuted back: w.reshape(heads, hd/2, 2, D).swapaxes(1, 2).reshape(w.shape).
 """
@@ -23,6 +29,8 @@ import tempfile
 import numpy as np
 
 STAMP = ".rsd-converted"
+# Bumped when the output changes, so an older conversion is redone.
+FORMAT = "2"
 
 
 def gguf_path():
@@ -118,15 +126,41 @@ def convert(src, out):
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(os.path.dirname(src), gguf_file=os.path.basename(src))
+        # transformers' GGUF reader keeps neither the chat template nor the EOS string (it names
+        # <|im_start|> for both BOS and EOS): take them from the GGUF.
+        specials = gguf_specials(reader)
+        tok.chat_template = specials["chat_template"]
+        tok.bos_token, tok.eos_token = specials["bos_token"], specials["eos_token"]
         tok.save_pretrained(tmp)
+        path = os.path.join(tmp, "tokenizer_config.json")
+        with open(path) as f:
+            tok_config = json.load(f)
+        tok_config.update(specials)
+        with open(path, "w") as f:
+            json.dump(tok_config, f, indent=2, ensure_ascii=False)
         with open(os.path.join(tmp, STAMP), "w") as f:
-            f.write(sha256(src) + "\n")
+            f.write(stamp_text(src))
         if os.path.exists(out):
             shutil.rmtree(out)
         os.rename(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def gguf_specials(reader):
+    """The GGUF's chat template and BOS/EOS token strings, as tokenizer_config.json keys."""
+    f = reader.fields["tokenizer.ggml.tokens"]
+    tokens = [bytes(f.parts[i]).decode() for i in f.data]
+    return {
+        "chat_template": field(reader, "tokenizer.chat_template"),
+        "bos_token": tokens[field(reader, "tokenizer.ggml.bos_token_id")],
+        "eos_token": tokens[field(reader, "tokenizer.ggml.eos_token_id")],
+    }
+
+
+def stamp_text(src):
+    return f"{sha256(src)} format {FORMAT}\n"
 
 
 def sha256(path):
@@ -144,7 +178,7 @@ def main():
     args = ap.parse_args()
     src = args.gguf or gguf_path()
     stamp = os.path.join(args.out, STAMP)
-    if os.path.exists(stamp) and open(stamp).read().strip() == sha256(src):
+    if os.path.exists(stamp) and open(stamp).read() == stamp_text(src):
         print(f"{args.out}: already converted")
         return
     convert(src, args.out)

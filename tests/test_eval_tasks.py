@@ -7,10 +7,7 @@ GGUF by scripts/convert_smollm2.py, nothing from a hub) must find the needle of 
 1K tokens, where a random model of the same shape scores about zero.
 """
 import json
-import os
 import shutil
-import subprocess
-import sys
 from functools import partial
 from pathlib import Path
 
@@ -19,7 +16,6 @@ import pytest
 from rsd_cli import fails, run
 
 REPO = Path(__file__).resolve().parent.parent
-SMOLLM2 = Path(os.environ.get("RSD_SMOLLM2_DIR", Path.home() / ".cache/rsd/smollm2-hf"))
 rsd_eval = partial(run, "rsd-eval")
 eval_fails = partial(fails, "rsd-eval")
 
@@ -202,10 +198,8 @@ def test_rope_scaling_evaluates_beyond_the_window(tiny, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def smollm2():
-    subprocess.run([sys.executable, str(REPO / "scripts/convert_smollm2.py"), "--out", str(SMOLLM2)],
-                   check=True)
-    return SMOLLM2
+def smollm2(smollm2_dir):
+    return smollm2_dir
 
 
 def test_smollm2_finds_the_needle_a_random_model_does_not(smollm2, tmp_path):

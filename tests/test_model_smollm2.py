@@ -5,8 +5,6 @@ The conversion lands in $RSD_SMOLLM2_DIR (default ~/.cache/rsd/smollm2-hf) and i
 same GGUF was already converted.
 """
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,9 +20,7 @@ PROMPT = ("The capital of France is Paris. The capital of Germany is Berlin. "
 
 
 @pytest.fixture(scope="module")
-def smollm2():
-    subprocess.run([sys.executable, str(REPO / "scripts/convert_smollm2.py"), "--out", str(OUT)],
-                   check=True)
+def smollm2(smollm2_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(OUT)

@@ -67,6 +67,18 @@ pub struct RunArgs {
     /// tokenizer.json to count tokens with when --dump-prompts runs without --model.
     #[arg(long)]
     tokenizer: Option<PathBuf>,
+    /// Render each prompt with the model's chat template (for instruct models): the task's
+    /// question becomes one user message, rendered with add_generation_prompt=true as
+    /// transformers' apply_chat_template does, and the answer prefix follows the generation
+    /// prompt, as in RULER. The template is MODEL/chat_template.jinja, else "chat_template" in
+    /// MODEL/tokenizer_config.json (without --model: the --tokenizer's directory). The wrapper's
+    /// tokens count toward --lengths.
+    #[arg(long)]
+    chat_template: bool,
+    /// A Jinja chat template to use instead of the model's (implies --chat-template; special
+    /// tokens still come from the model's tokenizer_config.json).
+    #[arg(long, value_name = "FILE.jinja")]
+    chat_template_file: Option<PathBuf>,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -96,6 +108,8 @@ pub fn run(a: RunArgs) -> Result<()> {
         out: a.out.clone(),
         dump_prompts: a.dump_prompts.clone(),
         progress: !a.quiet,
+        chat_template: a.chat_template,
+        chat_template_file: a.chat_template_file,
     };
     let report = run_eval(&opts)?;
     if let Some(p) = &a.dump_prompts {

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::chat::{ChatError, ChatTemplate};
 use crate::results::{read_results, ItemResult, ResultsError};
 use crate::score::score;
 use crate::tasks::{depths, hex, Generator, Haystack, Item, Task, TaskError};
@@ -69,6 +70,9 @@ pub enum RunError {
     /// results.jsonl is damaged.
     #[error(transparent)]
     Results(#[from] ResultsError),
+    /// The chat template is missing or unusable.
+    #[error(transparent)]
+    Chat(#[from] ChatError),
 }
 
 /// Result alias of this module.
@@ -118,6 +122,10 @@ pub struct RunOptions {
     pub dump_prompts: Option<PathBuf>,
     /// Show a progress bar on stderr.
     pub progress: bool,
+    /// Render each prompt with the model's chat template (see [`crate::chat`]).
+    pub chat_template: bool,
+    /// The chat template to use instead of the model's (implies `chat_template`).
+    pub chat_template_file: Option<PathBuf>,
 }
 
 /// The settings that define a run's items and outputs: a resumed run must match them all.
@@ -149,6 +157,18 @@ pub struct RunSettings {
     pub haystack: String,
     /// SHA-256 of the haystack's words.
     pub haystack_sha256: String,
+    /// The chat template the prompts were rendered with (null: plain prompts).
+    #[serde(default)]
+    pub chat_template: Option<ChatSetting>,
+}
+
+/// Which chat template a run used.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatSetting {
+    /// Where it came from (a file, or the key of tokenizer_config.json).
+    pub source: String,
+    /// SHA-256 of its text.
+    pub sha256: String,
 }
 
 /// `run.json`: the settings, plus what may change between resumed runs.
@@ -327,6 +347,29 @@ fn check_model(dir: &Path, tok: &TextTokenizer, opts: &RunOptions) -> Result<Mod
     Ok(cfg)
 }
 
+/// The chat template asked for, if any: `--chat-template-file`, else the one of the model's
+/// directory (or the tokenizer's, without a model).
+fn load_chat_template(opts: &RunOptions, tok_path: &Path) -> Result<Option<ChatTemplate>> {
+    if !opts.chat_template && opts.chat_template_file.is_none() {
+        return Ok(None);
+    }
+    let dir = match &opts.model {
+        Some(m) => m.clone(),
+        None => match tok_path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        },
+    };
+    // Absolute paths: the template's source is a setting in run.json, which a resume from another
+    // working directory must match.
+    let abs = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let dir = abs(&dir);
+    Ok(Some(match &opts.chat_template_file {
+        Some(f) => ChatTemplate::from_file_with_tokens(&abs(f), &dir)?,
+        None => ChatTemplate::from_dir(&dir)?,
+    }))
+}
+
 /// Runs the evaluation (or only writes the prompts). See the module docs.
 pub fn run(opts: &RunOptions) -> Result<RunReport> {
     check_options(opts)?;
@@ -345,7 +388,11 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
     };
     let hay_dir = opts.haystack.clone().unwrap_or_else(Haystack::bundled_dir);
     let haystack = Haystack::from_dir(&hay_dir, &tok)?;
-    let generator = Generator::new(&tok, &haystack, opts.seed);
+    let chat = load_chat_template(opts, &tok_path)?;
+    let mut generator = Generator::new(&tok, &haystack, opts.seed);
+    if let Some(c) = &chat {
+        generator = generator.with_chat_template(c);
+    }
     let plan = plan(opts);
     // A length too short for a task fails here, before anything is written or loaded.
     let mut checked = HashSet::new();
@@ -356,7 +403,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
     }
 
     if let Some(path) = &opts.dump_prompts {
-        dump_prompts(path, &generator, &plan, opts)?;
+        dump_prompts(path, &generator, &plan, opts, chat.as_ref())?;
         if opts.model.is_none() {
             return Ok(RunReport {
                 total: plan.len(),
@@ -390,6 +437,10 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         rope_theta: opts.rope_theta,
         haystack: haystack.source().to_string(),
         haystack_sha256: haystack.sha256().to_string(),
+        chat_template: chat.as_ref().map(|c| ChatSetting {
+            source: c.source_name().to_string(),
+            sha256: c.sha256().to_string(),
+        }),
     };
     std::fs::create_dir_all(out).map_err(io_err(out))?;
     let run_json = out.join("run.json");
@@ -576,8 +627,11 @@ pub struct DumpedPrompt {
     pub depth: Option<f64>,
     /// Sample index.
     pub sample: usize,
-    /// The prompt text (ends with the answer prefix).
+    /// The prompt text (ends with the answer prefix); with a chat template, the rendered text.
     pub prompt: String,
+    /// The chat template the prompt was rendered with (null: a plain prompt).
+    #[serde(default)]
+    pub chat_template: Option<String>,
     /// Its tokens in the model's tokenizer.
     pub prompt_tokens: usize,
     /// Tokens to generate.
@@ -596,6 +650,7 @@ fn dump_prompts(
     generator: &Generator<'_>,
     plan: &[(Task, usize, Option<f64>, usize)],
     opts: &RunOptions,
+    chat: Option<&ChatTemplate>,
 ) -> Result<()> {
     let mut w = BufWriter::new(File::create(path).map_err(io_err(path))?);
     for &(t, l, d, s) in plan {
@@ -611,6 +666,7 @@ fn dump_prompts(
             expected: it.expected,
             distractors: it.distractors,
             prompt: it.prompt,
+            chat_template: chat.map(|c| c.source_name().to_string()),
         };
         let json = serde_json::to_string(&line).map_err(|e| RunError::Json {
             path: path.to_path_buf(),

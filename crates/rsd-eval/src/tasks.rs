@@ -3,7 +3,10 @@
 //!
 //! Every prompt is a plain completion prompt, as RULER builds for base models: the task template
 //! with its context, then the answer prefix (`… mentioned in the provided text is`), so the model
-//! only has to continue. Templates, needle sentences, value formats and task parameters follow
+//! only has to continue. With a chat template ([`Generator::with_chat_template`]) the task's
+//! question (everything before the answer prefix) is rendered as one user message with the
+//! generation prompt, and the answer prefix follows the generation prompt, as RULER's
+//! `prepare.py` appends it after its chat templates. Templates, needle sentences, value formats and task parameters follow
 //! RULER's `scripts/data/synthetic`; the few deliberate differences are listed in docs/EVAL.md.
 //!
 //! **Length.** As in RULER, `length` covers the prompt *and* the tokens the model may generate:
@@ -24,6 +27,8 @@ use std::path::{Path, PathBuf};
 use rsd_common::rng::SplitMix64;
 use rsd_model::generate::TextTokenizer;
 use sha2::{Digest, Sha256};
+
+use crate::chat::{ChatError, ChatTemplate};
 
 /// What generating a task can go wrong with.
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +66,9 @@ pub enum TaskError {
     /// Tokenizing failed.
     #[error(transparent)]
     Model(#[from] rsd_model::ModelError),
+    /// Rendering the chat template failed.
+    #[error(transparent)]
+    Chat(#[from] ChatError),
 }
 
 /// Result alias of this module.
@@ -425,9 +433,10 @@ pub struct Item {
     pub depth: Option<f64>,
     /// Sample index.
     pub sample: usize,
-    /// The prompt text (ends with the answer prefix).
+    /// The prompt text (ends with the answer prefix); with a chat template, the rendered text.
     pub prompt: String,
-    /// Its tokens (with the tokenizer's special tokens, as `tokenizer(prompt)` gives).
+    /// Its tokens (with the tokenizer's special tokens, as `tokenizer(prompt)` gives, except
+    /// that a rendered chat prompt that begins with the BOS token's text gets no second one).
     pub ids: Vec<i64>,
     /// What a correct answer contains.
     pub expected: Vec<String>,
@@ -448,13 +457,16 @@ pub struct Generator<'a> {
     tokenizer: &'a TextTokenizer,
     haystack: &'a Haystack,
     seed: u64,
+    chat: Option<&'a ChatTemplate>,
 }
 
-/// A candidate prompt: text, context range, where each evidence sentence sits.
+/// A candidate prompt: text, context range, where each evidence sentence sits, where the answer
+/// prefix starts.
 struct Built {
     prompt: String,
     context: Range<usize>,
     evidence_at: Vec<usize>,
+    answer_at: usize,
 }
 
 /// Needles and where they go: (depth in [0, 1], text, evidence index or None for a distractor).
@@ -554,7 +566,51 @@ impl<'a> Generator<'a> {
             tokenizer,
             haystack,
             seed,
+            chat: None,
         }
+    }
+
+    /// Renders every prompt's question with `chat` (see the module docs).
+    pub fn with_chat_template(mut self, chat: &'a ChatTemplate) -> Self {
+        self.chat = Some(chat);
+        self
+    }
+
+    /// The prompt as the model sees it: plain, or the question rendered by the chat template
+    /// followed by the answer prefix (offsets moved along).
+    fn finish(&self, b: Built) -> Result<Built> {
+        let Some(chat) = self.chat else {
+            return Ok(b);
+        };
+        let rendered = chat.render_user(&b.prompt[..b.answer_at])?;
+        // The message is usually verbatim in the rendered text; a template that trims it still
+        // keeps the context.
+        let ctx = &b.prompt[b.context.clone()];
+        let start = match rendered.find(&b.prompt[..b.answer_at]) {
+            Some(q) => q + b.context.start,
+            None => rendered.find(ctx).ok_or_else(|| ChatError::Template {
+                source_name: chat.source_name().to_string(),
+                message: "the rendered prompt does not hold the task's context verbatim".into(),
+            })?,
+        };
+        let shift = |o: usize| o - b.context.start + start;
+        let answer_at = rendered.len();
+        Ok(Built {
+            context: start..start + ctx.len(),
+            evidence_at: b.evidence_at.iter().map(|&o| shift(o)).collect(),
+            prompt: rendered + &b.prompt[b.answer_at..],
+            answer_at,
+        })
+    }
+
+    /// The prompt's ids: with the tokenizer's special tokens, unless a chat template put the BOS
+    /// token's text first already.
+    fn encode(&self, prompt: &str) -> Result<Vec<i64>> {
+        let bos_in_text = self
+            .chat
+            .and_then(ChatTemplate::bos)
+            .is_some_and(|b| !b.is_empty() && prompt.starts_with(b));
+        Ok(self.tokenizer.encode(prompt, !bos_in_text)?)
     }
 
     /// The item (task, length, depth, sample); `max_new_tokens` defaults to the task's.
@@ -595,7 +651,7 @@ impl<'a> Generator<'a> {
         };
         let ((_, built), expected, distractors, evidence) =
             (built, expected, distractors, evidence);
-        let ids = self.tokenizer.encode(&built.prompt, true)?;
+        let ids = self.encode(&built.prompt)?;
         Ok(Item {
             task,
             length,
@@ -613,7 +669,7 @@ impl<'a> Generator<'a> {
     }
 
     fn count(&self, text: &str) -> Result<usize> {
-        Ok(self.tokenizer.encode(text, true)?.len())
+        Ok(self.encode(text)?.len())
     }
 
     /// The largest `n` in `0..=max_n` whose prompt fits the budget, with its token count. A
@@ -628,7 +684,7 @@ impl<'a> Generator<'a> {
         build: impl Fn(usize) -> Built,
     ) -> Result<(usize, Built)> {
         const SECANT_STEPS: usize = 6;
-        let first = build(0);
+        let first = self.finish(build(0))?;
         let base = self.count(&first.prompt)?;
         if base > spec.budget {
             return Err(TaskError::TooShort {
@@ -650,7 +706,7 @@ impl<'a> Generator<'a> {
                 lo + (hi - lo) / 2
             };
             step += 1;
-            let b = build(mid);
+            let b = self.finish(build(mid))?;
             let t = self.count(&b.prompt)?;
             let per_unit = (t.saturating_sub(base) as f64 / mid as f64).max(1e-3);
             let estimate = ((spec.budget - base) as f64 / per_unit).floor() as usize;
@@ -780,21 +836,26 @@ impl<'a> Generator<'a> {
         // Template: RULER's, in the singular when one value is asked for.
         let single = expected.len() == 1;
         let query = join_and(queried);
-        let (head, tail) = match ordinal {
+        // The question, then the answer prefix (split where RULER splits `template` and
+        // `answer_prefix`).
+        let (head, tail, answer) = match ordinal {
             Some(o) => (
                 format!("Some special magic {type_v} are hidden within the following text. Make sure to memorize it. I will quiz you about the {type_v} afterwards.\n"),
-                format!("\nWhat is the {w} special magic {t} for {query} mentioned in the provided text? The {w} special magic {t} for {query} mentioned in the provided text is", w = o.word(), t = singular(type_v)),
+                format!("\nWhat is the {w} special magic {t} for {query} mentioned in the provided text?", w = o.word(), t = singular(type_v)),
+                format!(" The {w} special magic {t} for {query} mentioned in the provided text is", w = o.word(), t = singular(type_v)),
             ),
             None if single => {
                 let t = singular(type_v);
                 (
                     format!("A special magic {t} is hidden within the following text. Make sure to memorize it. I will quiz you about the {t} afterwards.\n"),
-                    format!("\nWhat is the special magic {t} for {query} mentioned in the provided text? The special magic {t} for {query} mentioned in the provided text is"),
+                    format!("\nWhat is the special magic {t} for {query} mentioned in the provided text?"),
+                    format!(" The special magic {t} for {query} mentioned in the provided text is"),
                 )
             }
             None => (
                 format!("Some special magic {type_v} are hidden within the following text. Make sure to memorize it. I will quiz you about the {type_v} afterwards.\n"),
-                format!("\nWhat are all the special magic {type_v} for {query} mentioned in the provided text? The special magic {type_v} for {query} mentioned in the provided text are"),
+                format!("\nWhat are all the special magic {type_v} for {query} mentioned in the provided text?"),
+                format!(" The special magic {type_v} for {query} mentioned in the provided text are"),
             ),
         };
         let n_ev = evidence.len();
@@ -818,7 +879,7 @@ impl<'a> Generator<'a> {
                 }
             };
             let (ctx, offs) = insert(&units, &placed, sep, n_ev);
-            wrap(&head, &ctx, &tail, &offs)
+            wrap(&head, &ctx, &tail, &answer, &offs)
         };
         let max_n = usize::MAX;
         let (tokens, built) = self.fill(spec, max_n, build)?;
@@ -868,10 +929,13 @@ impl<'a> Generator<'a> {
             .map(|(i, (c, d))| (*d, c.clone(), Some(i)))
             .collect();
         let head = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n";
-        let tail = format!("\nQuestion: Find all variables that are assigned the value {value} in the text above. Answer: According to the chain(s) of variable assignment in the text above, {} variables are assigned the value {value}, they are: ", HOPS + 1);
+        let tail = format!(
+            "\nQuestion: Find all variables that are assigned the value {value} in the text above."
+        );
+        let answer = format!(" Answer: According to the chain(s) of variable assignment in the text above, {} variables are assigned the value {value}, they are: ", HOPS + 1);
         let build = |n: usize| {
             let (ctx, offs) = insert(&vec![NOISE.to_string(); n], &placed, "\n", chain.len());
-            wrap(head, &ctx, &tail, &offs)
+            wrap(head, &ctx, &tail, &answer, &offs)
         };
         let built = self.fill(spec, usize::MAX, build)?;
         Ok((built, vars, Vec::new(), chain))
@@ -894,7 +958,10 @@ impl<'a> Generator<'a> {
         shuffle(&mut order, rng);
         let common: Vec<String> = order[..NUM_CW].iter().map(|&i| vocab[i].clone()).collect();
         let head = "Below is a numbered list of words. In these words, some appear more often than others. Memorize the ones that appear most often.\n";
-        let tail = format!("\nQuestion: What are the {NUM_CW} most common words in the above list? Answer: The top {NUM_CW} words that appear most often in the list are:");
+        let tail =
+            format!("\nQuestion: What are the {NUM_CW} most common words in the above list?");
+        let answer =
+            format!(" Answer: The top {NUM_CW} words that appear most often in the list are:");
         let list_rng = rng.clone();
         let build_with = |freq_cw: usize, freq_ucw: usize, n: usize| {
             let mut words: Vec<&str> = Vec::new();
@@ -911,7 +978,7 @@ impl<'a> Generator<'a> {
                 .enumerate()
                 .map(|(i, w)| format!("{}. {w}", i + 1))
                 .collect();
-            wrap(head, &ctx.join("\n"), &tail, &[])
+            wrap(head, &ctx.join("\n"), &tail, &answer, &[])
         };
         let max_n = vocab.len() - NUM_CW;
         // RULER's setting (common words 30 times, others 3 times); where ten common words 30
@@ -941,7 +1008,8 @@ impl<'a> Generator<'a> {
         vocab[0] = "...".into();
         let expected = vocab[1..4].to_vec();
         let head = "Read the following coded text and track the frequency of each coded word. Find the three most frequently appeared coded words. ";
-        let tail = "\nQuestion: Do not provide any explanation. Please ignore the dots '....'. What are the three most frequently appeared words in the above coded text? Answer: According to the coded text above, the three most frequently appeared words are:";
+        let tail = "\nQuestion: Do not provide any explanation. Please ignore the dots '....'. What are the three most frequently appeared words in the above coded text?";
+        let answer = " Answer: According to the coded text above, the three most frequently appeared words are:";
         let text_rng = rng.clone();
         let build = |n: usize| {
             let mut words: Vec<&str> = Vec::new();
@@ -951,7 +1019,7 @@ impl<'a> Generator<'a> {
             }
             let mut r = text_rng.clone();
             shuffle(&mut words, &mut r);
-            wrap(head, &words.join(" "), tail, &[])
+            wrap(head, &words.join(" "), tail, answer, &[])
         };
         let built = self.fill(spec, usize::MAX, build)?;
         Ok((built, expected, Vec::new(), Vec::new()))
@@ -969,11 +1037,13 @@ struct Spec {
 /// ((prompt tokens, prompt), expected, distractors, evidence sentences).
 type Outcome = ((usize, Built), Vec<String>, Vec<String>, Vec<String>);
 
-fn wrap(head: &str, ctx: &str, tail: &str, offs: &[usize]) -> Built {
+/// The plain prompt: `head`, the context, the question's `tail`, then the `answer` prefix.
+fn wrap(head: &str, ctx: &str, tail: &str, answer: &str, offs: &[usize]) -> Built {
     Built {
-        prompt: format!("{head}{ctx}{tail}"),
+        prompt: format!("{head}{ctx}{tail}{answer}"),
         context: head.len()..head.len() + ctx.len(),
         evidence_at: offs.iter().map(|o| o + head.len()).collect(),
+        answer_at: head.len() + ctx.len() + tail.len(),
     }
 }
 
@@ -1839,6 +1909,46 @@ mod tests {
         let it = g.item(Task::Vt, 4096, None, 0, None).unwrap();
         assert_eq!(it.expected.len(), 5);
         assert!(it.evidence[0].starts_with(&format!("VAR {} = ", it.expected[0])));
+    }
+
+    /// With a chat template the question is wrapped, the answer prefix follows the generation
+    /// prompt, the wrapper's tokens count, and the offsets still point into the prompt.
+    #[test]
+    fn chat_prompts_wrap_the_question_and_still_fill_the_length() {
+        let chat = ChatTemplate::new(
+            "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+            "test.jinja",
+            None,
+        )
+        .unwrap();
+        let g = Generator::new(tokenizer(), haystack(), 1).with_chat_template(&chat);
+        for task in ALL_TASKS {
+            let it = g.item(task, 1024, Some(0.5), 0, None).unwrap();
+            let total = it.ids.len() + it.max_new_tokens;
+            assert!(
+                total <= 1024 && total + task.tolerance() >= 1024,
+                "{task}: {total}"
+            );
+            assert_eq!(it.ids, tokenizer().encode(&it.prompt, true).unwrap());
+            assert!(it.prompt.starts_with("<|im_start|>user\n"), "{task}");
+            let (question, answer) = it
+                .prompt
+                .split_once("<|im_end|>\n<|im_start|>assistant\n")
+                .unwrap();
+            assert!(question.ends_with(['?', '.']), "{task}: {question}");
+            assert!(
+                answer.starts_with(" The ") || answer.starts_with(" Answer: "),
+                "{task}"
+            );
+            let ctx = &it.prompt[it.context.clone()];
+            assert!(
+                it.expected.iter().all(|e| ctx.contains(e.as_str())),
+                "{task}"
+            );
+            for (ev, &at) in it.evidence.iter().zip(&it.evidence_at) {
+                assert!(it.prompt[at..].starts_with(ev.as_str()), "{task}: {ev}");
+            }
+        }
     }
 
     #[test]

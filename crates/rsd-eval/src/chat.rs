@@ -1,0 +1,406 @@
+//! Chat templates: a prompt rendered as one user message with the model's Jinja template, the way
+//! transformers' `tokenizer.apply_chat_template(messages, tokenize=False,
+//! add_generation_prompt=True)` renders it.
+//!
+//! The template comes from `chat_template.jinja` in the model (or tokenizer) directory, else from
+//! `chat_template` in its `tokenizer_config.json` (a string, or HF's list of `{name, template}`
+//! where the one named `default` is used), or from a file given explicitly. It is rendered with
+//! minijinja set up as transformers sets up Jinja2 (`trim_blocks`, `lstrip_blocks`, loop controls,
+//! `raise_exception`, `strftime_now`, Python's string methods through minijinja-contrib's pycompat),
+//! with `messages`, `add_generation_prompt` and the special tokens of `tokenizer_config.json`
+//! (`bos_token`, `eos_token`, `unk_token`, `pad_token`: strings or `AddedToken` dicts).
+use std::path::{Path, PathBuf};
+
+use minijinja::syntax::SyntaxConfig;
+use minijinja::{Environment, Error as JinjaError, ErrorKind, Value};
+use serde_json::Value as Json;
+use sha2::{Digest, Sha256};
+
+use crate::tasks::hex;
+
+/// What loading or rendering a chat template can go wrong with.
+#[derive(Debug, thiserror::Error)]
+pub enum ChatError {
+    /// `--chat-template` without a template in the directory.
+    #[error("--chat-template: {dir} has no chat template (looked for {dir}/chat_template.jinja and the \"chat_template\" key of {dir}/tokenizer_config.json); pass one with --chat-template-file FILE.jinja")]
+    NotFound {
+        /// The model (or tokenizer) directory.
+        dir: PathBuf,
+    },
+    /// Reading a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// tokenizer_config.json is not what it should be.
+    #[error("{path}: {reason}")]
+    Config {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The template does not parse, or rendering it failed (`raise_exception` included).
+    #[error("chat template {source_name}: {message}")]
+    Template {
+        /// Where the template came from (a file, or a key of tokenizer_config.json).
+        source_name: String,
+        /// minijinja's message (with the line).
+        message: String,
+    },
+}
+
+/// Result alias of this module.
+pub type Result<T, E = ChatError> = std::result::Result<T, E>;
+
+const NAME: &str = "chat_template";
+
+/// A compiled chat template with the special tokens it may use.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    source_name: String,
+    sha256: String,
+    bos: Option<String>,
+    tokens: Vec<(&'static str, String)>,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("source", &self.source_name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A special token of tokenizer_config.json: a string, or an `AddedToken` dict's `content`.
+fn token_text(v: &Json) -> Option<String> {
+    match v {
+        Json::String(s) => Some(s.clone()),
+        Json::Object(m) => m.get("content").and_then(Json::as_str).map(str::to_string),
+        _ => None,
+    }
+}
+
+fn read_config(path: &Path) -> Result<Option<Json>> {
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(path).map_err(|source| ChatError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| ChatError::Config {
+            path: path.to_path_buf(),
+            reason: format!("not valid JSON: {e}"),
+        })
+}
+
+/// The `chat_template` of a tokenizer_config.json, if it has one.
+fn config_template(path: &Path, config: &Json) -> Result<Option<String>> {
+    match config.get("chat_template") {
+        None | Some(Json::Null) => Ok(None),
+        Some(Json::String(s)) => Ok(Some(s.clone())),
+        Some(Json::Array(list)) => {
+            let default = list
+                .iter()
+                .find(|t| t.get("name").and_then(Json::as_str) == Some("default"));
+            match default.and_then(|t| t.get("template")).and_then(Json::as_str) {
+                Some(s) => Ok(Some(s.to_string())),
+                None => Err(ChatError::Config {
+                    path: path.to_path_buf(),
+                    reason: "\"chat_template\" is a list of named templates without one named \"default\"".into(),
+                }),
+            }
+        }
+        Some(_) => Err(ChatError::Config {
+            path: path.to_path_buf(),
+            reason: "\"chat_template\" must be a string or a list of {name, template}".into(),
+        }),
+    }
+}
+
+impl ChatTemplate {
+    /// The template of a model (or tokenizer) directory: `chat_template.jinja`, else the
+    /// `chat_template` of `tokenizer_config.json`; special tokens from that file either way.
+    pub fn from_dir(dir: &Path) -> Result<ChatTemplate> {
+        let cfg_path = dir.join("tokenizer_config.json");
+        let config = read_config(&cfg_path)?;
+        let jinja = dir.join("chat_template.jinja");
+        if jinja.is_file() {
+            return Self::from_file(&jinja, config.as_ref());
+        }
+        if let Some(text) = config
+            .as_ref()
+            .map(|c| config_template(&cfg_path, c))
+            .transpose()?
+            .flatten()
+        {
+            let name = format!("\"chat_template\" of {}", cfg_path.display());
+            return Self::new(&text, &name, config.as_ref());
+        }
+        Err(ChatError::NotFound {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// The template in `path`; special tokens from the tokenizer_config.json of `tokens_from`
+    /// (a directory), if it has one.
+    pub fn from_file_with_tokens(path: &Path, tokens_from: &Path) -> Result<ChatTemplate> {
+        let config = read_config(&tokens_from.join("tokenizer_config.json"))?;
+        Self::from_file(path, config.as_ref())
+    }
+
+    fn from_file(path: &Path, config: Option<&Json>) -> Result<ChatTemplate> {
+        let text = std::fs::read_to_string(path).map_err(|source| ChatError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::new(&text, &path.display().to_string(), config)
+    }
+
+    /// Compiles `text` (named `source_name` in errors) with the special tokens of `config` (a
+    /// parsed tokenizer_config.json).
+    pub fn new(text: &str, source_name: &str, config: Option<&Json>) -> Result<ChatTemplate> {
+        let mut env = Environment::new();
+        // As transformers' Jinja2 environment.
+        let syntax = SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .build()
+            .map_err(|e| template_err(source_name, &e))?;
+        env.set_syntax(syntax);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", strftime_now);
+        env.add_template_owned(NAME, text.to_string())
+            .map_err(|e| template_err(source_name, &e))?;
+        let mut tokens = Vec::new();
+        for key in ["bos_token", "eos_token", "unk_token", "pad_token"] {
+            if let Some(t) = config.and_then(|c| c.get(key)).and_then(token_text) {
+                tokens.push((key, t));
+            }
+        }
+        let bos = tokens
+            .iter()
+            .find(|(k, _)| *k == "bos_token")
+            .map(|(_, t)| t.clone());
+        Ok(ChatTemplate {
+            env,
+            source_name: source_name.to_string(),
+            sha256: hex(&Sha256::digest(text.as_bytes())),
+            bos,
+            tokens,
+        })
+    }
+
+    /// Where the template came from.
+    pub fn source_name(&self) -> &str {
+        &self.source_name
+    }
+
+    /// SHA-256 of the template's text.
+    pub fn sha256(&self) -> &str {
+        &self.sha256
+    }
+
+    /// The BOS token's text, if tokenizer_config.json names one.
+    pub fn bos(&self) -> Option<&str> {
+        self.bos.as_deref()
+    }
+
+    /// `content` as the one user message, followed by the generation prompt.
+    pub fn render_user(&self, content: &str) -> Result<String> {
+        let message = Value::from_pairs([("role", "user"), ("content", content)]);
+        let mut ctx: Vec<(&str, Value)> = vec![
+            ("messages", Value::from(vec![message])),
+            ("add_generation_prompt", Value::from(true)),
+        ];
+        for (k, t) in &self.tokens {
+            ctx.push((k, Value::from(t.as_str())));
+        }
+        let tmpl = self
+            .env
+            .get_template(NAME)
+            .map_err(|e| template_err(&self.source_name, &e))?;
+        tmpl.render(Value::from_pairs(ctx))
+            .map_err(|e| template_err(&self.source_name, &e))
+    }
+}
+
+fn template_err(source_name: &str, e: &JinjaError) -> ChatError {
+    // minijinja names the template by its registered name; ours is the file it came from.
+    let message = e.to_string().replace(&format!("(in {NAME}:"), "(line ");
+    ChatError::Template {
+        source_name: source_name.to_string(),
+        message,
+    }
+}
+
+/// HF templates' way of refusing input (`{{ raise_exception('…') }}`).
+fn raise_exception(message: String) -> Result<Value, JinjaError> {
+    Err(JinjaError::new(
+        ErrorKind::InvalidOperation,
+        format!("raise_exception: {message}"),
+    ))
+}
+
+/// `strftime_now(format)`: the current UTC time, for the directives templates use (%d %m %Y %y
+/// %b %B %a %A %H %M %S %j %%).
+fn strftime_now(format: String) -> Result<Value, JinjaError> {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    Ok(Value::from(strftime(&format, secs)))
+}
+
+const MONTHS: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+const DAYS: [&str; 7] = [
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+    "Sunday",
+];
+
+/// `format` at `secs` since the Unix epoch (UTC).
+fn strftime(format: &str, secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let tod = secs.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy_mar = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy_mar + 2) / 153;
+    let day = doy_mar - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    const CUM: [i64; 12] = [0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334];
+    let yday = CUM[(month - 1) as usize] + day + i64::from(leap && month > 2);
+    let wday = (days + 3).rem_euclid(7) as usize; // 1970-01-01 was a Thursday.
+    let mname = MONTHS[(month - 1) as usize];
+    let mut out = String::new();
+    let mut chars = format.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('d') => out.push_str(&format!("{day:02}")),
+            Some('m') => out.push_str(&format!("{month:02}")),
+            Some('Y') => out.push_str(&year.to_string()),
+            Some('y') => out.push_str(&format!("{:02}", year.rem_euclid(100))),
+            Some('b') => out.push_str(&mname[..3]),
+            Some('B') => out.push_str(mname),
+            Some('a') => out.push_str(&DAYS[wday][..3]),
+            Some('A') => out.push_str(DAYS[wday]),
+            Some('H') => out.push_str(&format!("{:02}", tod / 3600)),
+            Some('M') => out.push_str(&format!("{:02}", tod / 60 % 60)),
+            Some('S') => out.push_str(&format!("{:02}", tod % 60)),
+            Some('j') => out.push_str(&format!("{yday:03}")),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LLAMA3: &str = "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n{{ m['content'] | trim }}<|eot_id|>{% endfor %}\n{% if add_generation_prompt %}\n<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}\n";
+
+    #[test]
+    fn renders_one_user_message_with_the_generation_prompt() {
+        let cfg = serde_json::json!({
+            "bos_token": {"content": "<|begin_of_text|>", "lstrip": false},
+            "eos_token": "<|eot_id|>",
+        });
+        let t = ChatTemplate::new(LLAMA3, "llama3.jinja", Some(&cfg)).unwrap();
+        assert_eq!(t.bos(), Some("<|begin_of_text|>"));
+        // trim_blocks drops the newline after each block tag; the template's last newline goes.
+        assert_eq!(
+            t.render_user("  Hi there?\n").unwrap(),
+            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi there?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+        );
+    }
+
+    #[test]
+    fn python_string_methods_and_raise_exception() {
+        let src = "{% if messages[0]['content'].startswith('x') %}{{ raise_exception('no x, please') }}{% endif %}{{ messages[0]['content'].strip().upper() }}";
+        let t = ChatTemplate::new(src, "t.jinja", None).unwrap();
+        assert_eq!(t.render_user(" ab ").unwrap(), "AB");
+        let e = t.render_user("xy").unwrap_err().to_string();
+        assert!(e.starts_with("chat template t.jinja:"), "{e}");
+        assert!(e.contains("no x, please"), "{e}");
+        let e = ChatTemplate::new("{% for m in messages %}", "broken.jinja", None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("chat template broken.jinja:"), "{e}");
+        assert!(!e.contains(NAME), "{e}");
+    }
+
+    #[test]
+    fn tokenizer_config_templates_and_named_lists() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = ChatTemplate::from_dir(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("chat_template.jinja") && e.contains("tokenizer_config.json"),
+            "{e}"
+        );
+        let cfg = serde_json::json!({"chat_template": [
+            {"name": "tool_use", "template": "tools"},
+            {"name": "default", "template": "{{ messages[0].content }}!"},
+        ]});
+        std::fs::write(dir.path().join("tokenizer_config.json"), cfg.to_string()).unwrap();
+        let t = ChatTemplate::from_dir(dir.path()).unwrap();
+        assert_eq!(t.render_user("a").unwrap(), "a!");
+        assert!(t.source_name().contains("tokenizer_config.json"));
+        std::fs::write(
+            dir.path().join("chat_template.jinja"),
+            "<{{ messages[0].content }}>",
+        )
+        .unwrap();
+        let t = ChatTemplate::from_dir(dir.path()).unwrap();
+        assert_eq!(t.render_user("a").unwrap(), "<a>");
+    }
+
+    #[test]
+    fn strftime_formats_utc_dates() {
+        // 2024-07-26 13:05:09 UTC, a Friday, day 208 of a leap year.
+        let t = 1_722_000_000 - 1_722_000_000 % 86_400 + 13 * 3600 + 5 * 60 + 9;
+        assert_eq!(
+            strftime("%d %b %Y, %A %H:%M:%S %j %y %m %B %a %%", t),
+            "26 Jul 2024, Friday 13:05:09 208 24 07 July Fri %"
+        );
+    }
+}
