@@ -895,10 +895,10 @@ impl<'a> Generator<'a> {
         let head =
             "There is an important info hidden inside a lot of irrelevant text. Find it and \
                     memorize them. I will quiz you about the important information there.\n";
-        let tail = "\nWhat is the pass key? The pass key is";
+        let (tail, answer) = ("\nWhat is the pass key?", " The pass key is");
         let build = |n: usize| {
             let (ctx, offs) = insert(&vec![NOISE.to_string(); n], &placed, " ", 1);
-            wrap(head, &ctx, tail, &offs)
+            wrap(head, &ctx, tail, answer, &offs)
         };
         let built = self.fill(spec, usize::MAX, build)?;
         Ok((built, vec![key], Vec::new(), vec![needle]))
