@@ -6,7 +6,8 @@
 #
 #   scripts/miniature.sh                          # runs/miniature/, 3 seeds
 #   RSD_MINI_SEEDS=0 RSD_MINI_PRETRAIN_STEPS=100 RSD_MINI_ADAPT_STEPS=20 scripts/miniature.sh
-#   (also RSD_MINI_OUT, RSD_MINI_SAMPLES: evaluation items per length and depth, RSD_MINI_THREADS)
+#   (also RSD_MINI_OUT; RSD_MINI_SAMPLES, RSD_MINI_DEPTHS: evaluation items per length and depth, and
+#   depths; RSD_MINI_TRAIN_SAMPLES: training documents per length and depth; RSD_MINI_THREADS)
 #
 # Stages that finished are kept (a rerun continues where the last one stopped: training resumes
 # from its newest checkpoint, evaluation skips scored items); remove the output to start over.
@@ -19,8 +20,10 @@ source .rsd-env
 out="${RSD_MINI_OUT:-runs/miniature}"
 seeds="${RSD_MINI_SEEDS:-0,1,2}"
 pretrain_steps="${RSD_MINI_PRETRAIN_STEPS:-1500}"
-adapt_steps="${RSD_MINI_ADAPT_STEPS:-300}"
-samples="${RSD_MINI_SAMPLES:-4}"   # evaluation items per (length, depth)
+adapt_steps="${RSD_MINI_ADAPT_STEPS:-200}"
+samples="${RSD_MINI_SAMPLES:-3}"   # evaluation items per (length, depth)
+depths="${RSD_MINI_DEPTHS:-10}"
+train_samples="${RSD_MINI_TRAIN_SAMPLES:-150}"
 threads="${RSD_MINI_THREADS:-2}"
 tok=assets/tokenizers/mini-1k/tokenizer.json
 data="$out/data"
@@ -47,13 +50,16 @@ EOF
 echo "==> data: passkey documents and the bundled books, with the miniature's tokenizer" >&2
 # Training items use seeds 1001/1002; evaluation uses seed 7, so no evaluated prompt was trained on.
 if [ ! -f "$data/passkey-256/index.json" ]; then
-  "$bin/rsd-eval" run --tasks passkey --lengths 256 --depths 10 --samples 400 --seed 1001 \
-    --tokenizer "$tok" --dump-prompts "$data/passkey-256.jsonl"
+  # Short documents pack several to a row: more keys to copy per token, which is what makes
+  # copying (an induction head) appear within the pretraining budget.
+  "$bin/rsd-eval" run --tasks passkey --lengths 100,128,192,256 --depths 10 --samples "$train_samples" \
+    --max-new-tokens 8 --seed 1001 --tokenizer "$tok" --dump-prompts "$data/passkey-256.jsonl"
   "$bin/rsd-data" pack --len 256 --mode mixed --src "$data/passkey-256.jsonl" --tokenizer "$tok" \
     --out "$data/passkey-256" --force --progress none
 fi
 if [ ! -f "$data/passkey-1024/index.json" ]; then
-  "$bin/rsd-eval" run --tasks passkey --lengths 512,1024 --depths 10 --samples 50 --seed 1002 \
+  "$bin/rsd-eval" run --tasks passkey --lengths 512,1024 --depths 10 \
+    --samples $(((train_samples + 2) / 3)) --seed 1002 \
     --tokenizer "$tok" --dump-prompts "$data/passkey-1024.jsonl"
   "$bin/rsd-data" pack --len 1024 --mode mixed --src "$data/passkey-1024.jsonl" --tokenizer "$tok" \
     --out "$data/passkey-1024" --force --progress none
@@ -83,14 +89,15 @@ train() {
     --threads "$threads" "$@"
 }
 
-# evaluate MODEL RUN ARGS…: passkey by depth (10 depths, $samples items each, seed 7).
+# evaluate MODEL RUN ARGS…: passkey by depth ($depths depths, $samples items each, seed 7).
 evaluate() {
   local model="$1" run="$2"; shift 2
-  "$bin/rsd-eval" run --model "$model" --tasks passkey --depths 10 --samples "$samples" --seed 7 \
+  "$bin/rsd-eval" run --model "$model" --tasks passkey --depths "$depths" --samples "$samples" --seed 7 \
     --out "$run" --quiet "$@"
 }
 
 labels=()
+pretrained=()
 runs1024=()
 runs2048=()
 for seed in ${seeds//,/ }; do
@@ -98,6 +105,9 @@ for seed in ${seeds//,/ }; do
   echo "==> seed $seed: pretraining at 256 tokens ($pretrain_steps steps, standard objective)" >&2
   train "$s/pretrain" --shards "$shards256" --weights "$weights256" --objective standard \
     --steps "$pretrain_steps" --seed "$seed" --init-seed "$seed"
+  echo "==> seed $seed: evaluating the pretrained model at 256" >&2
+  evaluate "$s/pretrain/model" "$s/pretrain/eval-256" --lengths 256
+  pretrained+=("$s/pretrain/eval-256")
   for objective in standard rsd; do
     echo "==> seed $seed: adapting to 1024 tokens with $objective ($adapt_steps steps)" >&2
     train "$s/$objective" --init "" --model "$s/pretrain/model" --shards "$shards1024" --weights "$weights1024" \
@@ -115,6 +125,8 @@ done
 
 label_list=$(IFS=,; echo "${labels[*]}")
 echo "==> comparing (runs with one label are pooled as seeds: mean ± spread over seeds)" >&2
+pretrained_labels=$(printf 'pretrained,%.0s' "${pretrained[@]}")
+"$bin/rsd-eval" compare "${pretrained[@]}" --labels "${pretrained_labels%,}" --out "$out/compare-256-pretrained"
 "$bin/rsd-eval" compare "${runs1024[@]}" --labels "$label_list" --out "$out/compare-1024"
 "$bin/rsd-eval" compare "${runs2048[@]}" --labels "$label_list" --out "$out/compare-2048-yarn2"
 # Perplexity and view gap on the held-out code, per objective: mean ± population std over seeds.
@@ -132,5 +144,6 @@ for objective in ("standard", "rsd"):
     print(f"| {objective} | {' | '.join(cells)} |")
 EOF
 echo
-echo "tables:  $out/compare-1024/compare.md, $out/compare-2048-yarn2/compare.md, $out/ppl.md"
+echo "tables:  $out/compare-256-pretrained/compare.md (before adaptation), $out/compare-1024/compare.md,"
+echo "         $out/compare-2048-yarn2/compare.md, $out/ppl.md"
 echo "figures: $out/compare-1024/accuracy_by_depth.png, $out/compare-2048-yarn2/accuracy_by_depth.png"

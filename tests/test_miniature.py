@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 def miniature(out):
     env = {**os.environ, "RSD_MINI_BIN": str(Path(exe("rsd-train")).parent), "RSD_MINI_OUT": str(out),
            "RSD_MINI_SEEDS": "0,1", "RSD_MINI_PRETRAIN_STEPS": "3", "RSD_MINI_ADAPT_STEPS": "2",
-           "RSD_MINI_SAMPLES": "1"}
+           "RSD_MINI_SAMPLES": "1", "RSD_MINI_DEPTHS": "3", "RSD_MINI_TRAIN_SAMPLES": "3"}
     p = subprocess.run(["bash", str(REPO / "scripts/miniature.sh")], env=env, capture_output=True,
                        text=True, timeout=1800)
     assert p.returncode == 0, p.stderr[-4000:]
@@ -40,14 +40,16 @@ def test_miniature_compares_objectives_on_the_same_tokens_over_seeds(tmp_path):
         for objective in ("standard", "rsd"):
             run = json.loads((s / objective / "eval-2048-yarn2/run.json").read_text())
             assert run["rope_scaling"] is not None, run
-            assert len((s / objective / "eval-1024/results.jsonl").read_text().splitlines()) == 10
-    for name, length in (("compare-1024", 1024), ("compare-2048-yarn2", 2048)):
+            assert len((s / objective / "eval-1024/results.jsonl").read_text().splitlines()) == 3
+    for name, length in (("compare-256-pretrained", 256), ("compare-1024", 1024),
+                         ("compare-2048-yarn2", 2048)):
         cmp = json.loads((out / name / "compare.json").read_text())
         assert cmp["tasks"] == ["passkey"] and cmp["lengths"] == [length]
-        assert [r["label"] for r in cmp["rows"]] == ["standard", "rsd"]
+        labels = ["pretrained"] if length == 256 else ["standard", "rsd"]
+        assert [r["label"] for r in cmp["rows"]] == labels
         for row in cmp["rows"]:
             everything = row["cells"][-1]
-            assert (everything["items"], everything["samples"]) == (20, 2), row
+            assert (everything["items"], everything["samples"]) == (6, 2), row
         assert (out / name / "accuracy_by_depth.png").stat().st_size > 0
     table = (out / "ppl.md").read_text().splitlines()
     assert [line.split("|")[1].strip() for line in table[2:]] == ["standard", "rsd"]
