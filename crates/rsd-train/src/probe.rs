@@ -22,8 +22,8 @@ use crate::perturb::{
 };
 use crate::step::{
     grad_norm, long_ce_weights, perturbed_tokens, perturbed_work, prefix_reuse_floor,
-    reference_loss, step_micro, step_micro_recording, step_micro_split, zero_grads, Draws,
-    LossNormalizers, MicroBatch, Objective, SecondView, StepOptions, Sums,
+    reference_loss, step_micro, step_micro_with, zero_grads, Draws, LossNormalizers, MicroBatch,
+    Objective, SecondView, StepExtras, StepOptions, Sums,
 };
 use crate::{io_err, Error, Result};
 
@@ -509,7 +509,11 @@ fn run_once(
     match split {
         None if req.dump.is_some() => {
             let draws = Draws::default();
-            step_micro_recording(model, mb, views, opts, norm, &mut sums, &draws)?;
+            let extras = StepExtras {
+                context: None,
+                draws: Some(&draws),
+            };
+            step_micro_with(model, mb, views, opts, norm, &mut sums, extras)?;
             if let Some(path) = &req.dump {
                 write_draws(draws.into_inner(), path)?;
             }
@@ -517,7 +521,11 @@ fn run_once(
         None => step_micro(model, mb, views, opts, norm, &mut sums)?,
         Some(s) => {
             let context = s.batch(views.is_some());
-            step_micro_split(model, mb, views, opts, norm, &mut sums, Some(&context))?;
+            let extras = StepExtras {
+                context: Some(&context),
+                draws: None,
+            };
+            step_micro_with(model, mb, views, opts, norm, &mut sums, extras)?;
             let mut t = Tensor::f_stack(&[&sums.clm, &sums.kl, &sums.clm_pert], 0)?;
             s.cp.group().all_reduce(&mut t, rsd_dist::ReduceOp::Sum)?;
             sums.clm = t.f_get(0)?;
@@ -623,7 +631,7 @@ impl Split {
             &local(tokens)?,
             &local(labels)?,
             local(positions)?,
-            // The whole rows' boundaries: the chunks' attention needs them (see step_micro_split).
+            // The whole rows' boundaries: the chunks' attention needs them (see StepExtras::context).
             docs.cloned(),
             Device::Cpu,
         )?

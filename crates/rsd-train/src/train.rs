@@ -32,8 +32,8 @@ use crate::perturb::{
     clip_docs, control_view, perturb_real, row_seed, KlNorm, RowView, Sampler, Scope,
 };
 use crate::step::{
-    step_micro_split, zero_grads, LossNormalizers, MicroBatch, Objective, SecondView, StepOptions,
-    Sums,
+    step_micro_with, zero_grads, LossNormalizers, MicroBatch, Objective, SecondView, StepExtras,
+    StepOptions, Sums,
 };
 use crate::tokenizer;
 use crate::update::Optimizer;
@@ -617,14 +617,18 @@ impl Trainer {
                 }
                 None => (views, None),
             };
-            step_micro_split(
+            let extras = StepExtras {
+                context: context.as_ref(),
+                draws: None,
+            };
+            step_micro_with(
                 &self.model,
                 mb,
                 views.as_deref(),
                 &self.step_opts,
                 norm,
                 &mut sums,
-                context.as_ref(),
+                extras,
             )?;
         }
         self.dp.reduce_sums(&mut sums)?;

@@ -465,19 +465,6 @@ pub fn perturbed_tokens(
 /// pass, heads, L, L]`: for checking the step against an independent implementation.
 pub type Draws = std::cell::RefCell<std::collections::BTreeMap<String, Tensor>>;
 
-/// [`step_micro`] that also records the control views' random draws into `draws`.
-pub fn step_micro_recording(
-    model: &Model,
-    mb: &MicroBatch,
-    views: Option<&[RowView]>,
-    opts: &StepOptions,
-    norm: LossNormalizers,
-    sums: &mut Sums,
-    draws: &Draws,
-) -> Result<()> {
-    step_micro_inner(model, mb, views, opts, norm, sums, None, Some(draws))
-}
-
 /// This rank's share of the perturbed view's work under `opts` (with `context`: of a
 /// context-parallel micro-batch, `mb` and `views` being this rank's parts): `(tokens, matmul
 /// FLOPs of the decoder forward)`, see `Plan::perturbed_flops`. Plans the step, runs nothing.
@@ -541,24 +528,21 @@ pub fn step_micro(
     norm: LossNormalizers,
     sums: &mut Sums,
 ) -> Result<()> {
-    step_micro_split(model, mb, views, opts, norm, sums, None)
+    step_micro_with(model, mb, views, opts, norm, sums, StepExtras::default())
 }
 
-/// [`step_micro`] on this rank's chunks of context-parallel sequences (`context`; `None` is
-/// [`step_micro`]). `mb` and `views` hold this rank's rows only, and each view's `kl_rows` counts
-/// the whole sequence's, so the per-rank loss sums add up to the sequence's; `context` holds the
-/// whole rows, which prefix reuse re-shards the perturbed suffix from (module `prefix_reuse`). A
-/// collective: every rank of the context-parallel group runs the same micro-batches.
-pub fn step_micro_split(
-    model: &Model,
-    mb: &MicroBatch,
-    views: Option<&[RowView]>,
-    opts: &StepOptions,
-    norm: LossNormalizers,
-    sums: &mut Sums,
-    context: Option<&crate::context::ContextBatch<'_>>,
-) -> Result<()> {
-    step_micro_inner(model, mb, views, opts, norm, sums, context, None)
+/// What a step may take beyond one process's micro-batch.
+#[derive(Clone, Copy, Default)]
+pub struct StepExtras<'a> {
+    /// Context parallelism: `mb` and `views` hold this rank's rows only, and each view's
+    /// `kl_rows` counts the whole sequence's, so the per-rank loss sums add up to the sequence's;
+    /// the batch holds the whole rows, which prefix reuse re-shards the perturbed suffix from
+    /// (module `prefix_reuse`). The step is then a collective: every rank of the
+    /// context-parallel group runs the same micro-batches.
+    pub context: Option<&'a crate::context::ContextBatch<'a>>,
+    /// Where to record the control views' random draws (checks against an independent
+    /// implementation).
+    pub draws: Option<&'a Draws>,
 }
 
 /// Refuses a control view with options it does not combine with, naming the key.
@@ -594,17 +578,17 @@ fn check_control(opts: &StepOptions, context: bool) -> Result<()> {
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn step_micro_inner(
+/// [`step_micro`] with [`StepExtras`]: context-parallel rows, recorded draws.
+pub fn step_micro_with(
     model: &Model,
     mb: &MicroBatch,
     views: Option<&[RowView]>,
     opts: &StepOptions,
     norm: LossNormalizers,
     sums: &mut Sums,
-    context: Option<&crate::context::ContextBatch<'_>>,
-    draws: Option<&Draws>,
+    extras: StepExtras<'_>,
 ) -> Result<()> {
+    let StepExtras { context, draws } = extras;
     check_control(opts, context.is_some())?;
     if context.is_some_and(|c| c.tokens().is_empty()) && opts.long_ce.is_some() {
         return Err(Error::Input(
