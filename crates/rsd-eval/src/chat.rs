@@ -11,6 +11,7 @@
 //! (`bos_token`, `eos_token`, `unk_token`, `pad_token`: strings or `AddedToken` dicts).
 use std::path::{Path, PathBuf};
 
+use chrono::format::{Item, StrftimeItems};
 use minijinja::syntax::SyntaxConfig;
 use minijinja::{Environment, Error as JinjaError, ErrorKind, Value};
 use serde_json::Value as Json;
@@ -249,88 +250,21 @@ fn raise_exception(message: String) -> Result<Value, JinjaError> {
     ))
 }
 
-/// `strftime_now(format)`: the current UTC time, for the directives templates use (%d %m %Y %y
-/// %b %B %a %A %H %M %S %j %%).
+/// `strftime_now(format)`: the current UTC time, as Python's `strftime` formats it.
 fn strftime_now(format: String) -> Result<Value, JinjaError> {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    Ok(Value::from(strftime(&format, secs)))
+    strftime(&format, chrono::Utc::now()).map(Value::from)
 }
 
-const MONTHS: [&str; 12] = [
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-];
-const DAYS: [&str; 7] = [
-    "Monday",
-    "Tuesday",
-    "Wednesday",
-    "Thursday",
-    "Friday",
-    "Saturday",
-    "Sunday",
-];
-
-/// `format` at `secs` since the Unix epoch (UTC).
-fn strftime(format: &str, secs: i64) -> String {
-    let days = secs.div_euclid(86_400);
-    let tod = secs.rem_euclid(86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy_mar = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy_mar + 2) / 153;
-    let day = doy_mar - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
-    const CUM: [i64; 12] = [0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334];
-    let yday = CUM[(month - 1) as usize] + day + i64::from(leap && month > 2);
-    let wday = (days + 3).rem_euclid(7) as usize; // 1970-01-01 was a Thursday.
-    let mname = MONTHS[(month - 1) as usize];
-    let mut out = String::new();
-    let mut chars = format.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('d') => out.push_str(&format!("{day:02}")),
-            Some('m') => out.push_str(&format!("{month:02}")),
-            Some('Y') => out.push_str(&year.to_string()),
-            Some('y') => out.push_str(&format!("{:02}", year.rem_euclid(100))),
-            Some('b') => out.push_str(&mname[..3]),
-            Some('B') => out.push_str(mname),
-            Some('a') => out.push_str(&DAYS[wday][..3]),
-            Some('A') => out.push_str(DAYS[wday]),
-            Some('H') => out.push_str(&format!("{:02}", tod / 3600)),
-            Some('M') => out.push_str(&format!("{:02}", tod / 60 % 60)),
-            Some('S') => out.push_str(&format!("{:02}", tod % 60)),
-            Some('j') => out.push_str(&format!("{yday:03}")),
-            Some('%') => out.push('%'),
-            Some(other) => {
-                out.push('%');
-                out.push(other);
-            }
-            None => out.push('%'),
-        }
+/// `format` at `t`; a directive chrono does not know is a template error, not a panic.
+fn strftime(format: &str, t: chrono::DateTime<chrono::Utc>) -> Result<String, JinjaError> {
+    let items: Vec<Item<'_>> = StrftimeItems::new(format).collect();
+    if items.contains(&Item::Error) {
+        return Err(JinjaError::new(
+            ErrorKind::InvalidOperation,
+            format!("strftime_now: unsupported format {format:?}"),
+        ));
     }
-    out
+    Ok(t.format_with_items(items.into_iter()).to_string())
 }
 
 #[cfg(test)]
@@ -397,10 +331,12 @@ mod tests {
     #[test]
     fn strftime_formats_utc_dates() {
         // 2024-07-26 13:05:09 UTC, a Friday, day 208 of a leap year.
-        let t = 1_722_000_000 - 1_722_000_000 % 86_400 + 13 * 3600 + 5 * 60 + 9;
+        let secs = 1_722_000_000 - 1_722_000_000 % 86_400 + 13 * 3600 + 5 * 60 + 9;
+        let t = chrono::DateTime::from_timestamp(secs, 0).unwrap();
         assert_eq!(
-            strftime("%d %b %Y, %A %H:%M:%S %j %y %m %B %a %%", t),
+            strftime("%d %b %Y, %A %H:%M:%S %j %y %m %B %a %%", t).unwrap(),
             "26 Jul 2024, Friday 13:05:09 208 24 07 July Fri %"
         );
+        assert!(strftime("%Q", t).is_err());
     }
 }
