@@ -3,4 +3,5 @@
 fn main() {
     let lib = rsd_build::link_libtorch();
     rsd_build::torch_cpp(&lib, &["csrc/merged_attention.cpp"]).compile("rsd_attention_shim");
+    rsd_build::torch_cpp(&lib, &["csrc/cpu_alloc.cpp"]).compile("rsd_cpu_alloc");
 }

@@ -13,6 +13,7 @@
 //!
 //! See `docs/MODEL.md` for the design and the API the trainer builds on.
 
+pub mod alloc;
 pub mod attention;
 pub mod checkpoint;
 pub mod config;

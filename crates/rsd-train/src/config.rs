@@ -133,7 +133,7 @@ config! {
     /// Rows per loss chunk (logits of at most this many rows exist at once).
     loss_chunk: i64 = 1024;
     /// Per-layer activation checkpointing.
-    checkpoint_layers: bool = false;
+    checkpoint_layers: bool = false, flag;
     /// LongCE: weight each standard-view CLM token by min(exp(log p_long − log p_short), γ). The
     /// reference length: each reweighted token's short context holds `long_ce_window` to
     /// `long_ce_window + long_ce_stride − 1` tokens (the paper: 4096); 0 = off (plain CE).
@@ -204,7 +204,7 @@ config! {
     cp: usize = 1;
     /// Shard the fp32 master weights, AdamW moments and summed gradients over the data-parallel
     /// ranks (ZeRO-2 style): 12 bytes per parameter become 12/N per rank, for the same update.
-    shard_optimizer: bool = false;
+    shard_optimizer: bool = false, flag;
     /// Seconds a rank waits for the others (rendezvous, each collective) before failing.
     dist_timeout: u64 = 300;
     /// Largest gradient all-reduce bucket, MiB (fp32).

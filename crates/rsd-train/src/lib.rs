@@ -23,6 +23,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod context;
 pub mod data;
+pub mod memory_measure;
 pub mod memory_plan;
 pub mod optim;
 pub mod parallel;

@@ -25,6 +25,7 @@ use rsd_train::step::{
 use rsd_train::train::Trainer;
 
 mod launch;
+mod memory_cmd;
 
 /// Exit status of a rank whose collective failed, usually because another rank failed first (the
 /// launcher then names that one).
@@ -63,6 +64,11 @@ enum Cmd {
     Train(Box<TrainArgs>),
     /// Loss terms and gradient norm of one batch, as JSON; nothing is updated.
     Probe(Box<ProbeArgs>),
+    /// The memory plan per rank by category (weights, gradients, optimizer state, saved
+    /// activations, transient, communication, update; the CUDA runtime apart); with --measure,
+    /// the same run on this CPU with libtorch's allocator counted, and plan/measured per
+    /// category. `--print-memory-plan` is an alias of the plan alone.
+    Memory(Box<memory_cmd::MemoryArgs>),
 }
 
 #[derive(Args, Clone)]
@@ -79,12 +85,12 @@ struct TrainArgs {
     /// Print the resolved config and exit.
     #[arg(long)]
     print_config: bool,
-    /// Print the per-GPU memory the config needs (weights, gradients, optimizer state,
-    /// activations, loss chunk) on --nproc N GPUs (or dp × cp, or WORLD_SIZE) and exit. An
-    /// optional config.json gives the architecture when the model directory is not there yet.
+    /// Print the per-GPU memory the config needs on --nproc N GPUs (or dp × cp, or WORLD_SIZE)
+    /// and exit: an alias of `rsd-train memory` (which also measures it, --measure). An optional
+    /// config.json gives the architecture when the model directory is not there yet.
     #[arg(long, value_name = "ARCH_JSON", num_args = 0..=1, default_missing_value = "")]
     print_memory_plan: Option<String>,
-    /// GPU memory for --print-memory-plan, GiB.
+    /// GPU memory for --print-memory-plan and for the check that a CUDA run fits, GiB.
     #[arg(long, default_value_t = 80, value_name = "GIB")]
     gpu_gib: u64,
     /// Run N data-parallel ranks on this machine (N copies of this command, as torchrun would);
@@ -403,54 +409,11 @@ fn train(a: TrainArgs) -> Result<()> {
         return Ok(());
     }
     if let Some(arch) = &a.print_memory_plan {
-        let world = match (a.nproc, cfg.dp, std::env::var("WORLD_SIZE").ok()) {
-            (Some(n), _, _) => n,
-            (None, dp, _) if dp > 0 => dp * cfg.cp,
-            (None, _, Some(w)) => w.parse().context("WORLD_SIZE is not a number")?,
-            _ => cfg.cp,
-        };
-        let arch = (!arch.is_empty()).then_some(Path::new(arch.as_str()));
-        let input = rsd_train::memory_plan::input_for(&cfg, arch, world as u64, a.gpu_gib << 30)?;
-        let plan = rsd_train::memory_plan::plan(&input);
-        print!("{plan}");
-        println!(
-            "  (dp {} × cp {}, seq_len {}, micro_batch {}, dtype {}, shard_optimizer {}, \
-             checkpoint_layers {}, loss_chunk {})",
-            input.dp,
-            input.cp,
-            input.seq_len,
-            input.micro_batch,
-            cfg.dtype,
-            input.shard_optimizer,
-            input.checkpoint_layers,
-            input.loss_chunk
-        );
-        if input.two_views {
-            let floor = prefix_reuse_floor(&input.model, input.seq_len as i64);
-            println!(
-                "  compute: the two-view step runs the second view {}; with prefix reuse (cp 1) \
-                 its FLOP floor is {floor:.2}× a standard step, whole it is 2×",
-                if input.cp > 1 {
-                    "whole under context parallelism (2× a standard step)"
-                } else {
-                    "from the shared prefix on (prefix reuse)"
-                }
-            );
-        }
-        if !plan.fits() {
-            match rsd_train::memory_plan::suggestion(&input) {
-                Some((how, p)) => println!(
-                    "  fits with {how}: peak {:.1} GiB",
-                    p.total as f64 / (1u64 << 30) as f64
-                ),
-                None => println!(
-                    "  no sharding / context-parallel split of {world} GPUs fits; lower \
-                     loss_chunk, or use more GPUs"
-                ),
-            }
-        }
-        return Ok(());
+        let arch = (!arch.is_empty()).then(|| PathBuf::from(arch));
+        return memory_cmd::print_plan(&cfg, arch.as_deref(), a.nproc, a.gpu_gib);
     }
+    // A CUDA run whose plan does not fit its GPUs stops here, naming the change that fits.
+    memory_cmd::refuse_if_too_big(&cfg, a.nproc, a.gpu_gib)?;
     // `--dp N` / `--cp N` alone (no launcher around this process) start the ranks themselves.
     let launched = std::env::var_os("WORLD_SIZE").is_some();
     let wanted = (cfg.dp > 0 || cfg.cp > 1).then(|| cfg.dp.max(1) * cfg.cp);
@@ -579,6 +542,7 @@ fn main() {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Some(Cmd::Probe(p)) => probe(*p),
+        Some(Cmd::Memory(m)) => memory_cmd::run(*m),
         Some(Cmd::Train(t)) => train(*t),
         None => train(cli.train),
     };

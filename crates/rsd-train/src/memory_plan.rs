@@ -1,34 +1,28 @@
-//! The per-GPU memory a training config needs at a given world size, before launch
-//! (`rsd-train --print-memory-plan`).
+//! The memory one rank needs for a training config, by category, before launch
+//! (`rsd-train memory`, alias `rsd-train --print-memory-plan`), and the layout change that makes
+//! a config fit when it does not.
 //!
-//! Every item is counted from the architecture and the config, for one rank. The peak is what is
-//! held through the whole step plus the larger of two phases' working sets, which are never live
-//! together: the loss (one chunk's logits) and the backward (one layer's recompute).
+//! Every item is counted from the architecture and the config, following what the code
+//! allocates (docs/MEMORY.md derives each formula; `rsd-train memory --measure` checks them
+//! against libtorch's CPU allocator). A rank holds, over a step:
 //!
-//! * **weights** and **gradients** in the model's dtype, whole on every rank (gradients accumulate
-//!   over the step's micro-batches before the ranks' sum);
-//! * **optimizer state**: fp32 master weights (bf16/fp16 models) and two fp32 AdamW moments:
-//!   12 bytes per parameter (8 for fp32 models), divided by all dp × cp ranks with
-//!   `shard_optimizer` (every rank holds the same parameters); plus the summed fp32 gradient (its block, sharded; one bucket otherwise);
-//! * **checkpointed activations** (`checkpoint_layers`): each layer's input for both views, the
-//!   perturbed view at its largest (a split at row 0 recomputes every row);
-//! * **one layer's recompute**: the tensors autograd saves in a decoder layer, both views:
-//!   `6·d + 2·kv + 4·ffn` values per token (norm inputs and outputs, q/k/v, attention output,
-//!   residual, gate/up/activation/product), flash attention's O(L) statistics, no `L×L` matrix —
-//!   the CUDA path; without checkpointing every layer's;
-//! * **loss chunk**: the perturbed chunk's logits, log-probabilities, probabilities and the
-//!   teacher's log-probabilities, fp32 (4 tensors of `loss_chunk × vocab`);
-//! * **runtime**: the CUDA context and allocator slack, 1 GiB plus 5% of the rest.
+//! * **static**: weights, gradients (kept from step to step, zeroed) and the optimizer state;
+//! * then the largest of three phases, which never overlap: the forward and backward (the saved
+//!   activations at the end of the forward, plus the transient working set above them), the
+//!   gradient reduction (communication buffers), and the optimizer update (its temporaries).
 //!
-//! Context parallelism divides the activation items by the CP degree (each rank holds `L / cp`
-//! rows of both views; under context parallelism the perturbed view runs whole, as counted). The numbers are estimates for planning, as accurate as the list above; the
-//! `peak_rss`/CUDA peak of a real step is the measurement.
+//! On CUDA the runtime (context, allocator slack) comes on top; it is listed apart and is not
+//! part of the CPU comparison. fp32 and bf16 differ by the dtype's bytes, except where the code
+//! upcasts (RMSNorm statistics, losses, optimizer state: fp32 whatever the model's dtype).
 use std::fmt;
 use std::path::Path;
 
-use rsd_model::ModelConfig;
+use serde::Serialize;
+
+use rsd_model::{Family, ModelConfig};
 
 use crate::config::TrainConfig;
+use crate::step::Objective;
 use crate::{Error, Result};
 
 /// What the plan is computed for.
@@ -46,52 +40,128 @@ pub struct PlanInput {
     pub dp: u64,
     /// Context-parallel degree (ranks sharing one sequence).
     pub cp: u64,
-    /// Optimizer state sharded over the data-parallel ranks.
+    /// Optimizer state sharded over all ranks.
     pub shard_optimizer: bool,
     /// Per-layer activation checkpointing.
     pub checkpoint_layers: bool,
-    /// Whether the objective runs a second (perturbed) view.
-    pub two_views: bool,
+    /// The objective (which views run, which loss terms a chunk forms).
+    pub objective: Objective,
+    /// The perturbed view starts from the shared prefix.
+    pub prefix_reuse: bool,
     /// Rows per loss chunk.
     pub loss_chunk: u64,
-    /// Largest gradient bucket, bytes.
+    /// Largest gradient bucket, bytes (fp32).
     pub bucket_bytes: u64,
     /// Memory of one GPU, bytes.
     pub gpu_bytes: u64,
 }
 
+/// What an item of the plan is, as `rsd-train memory --measure` measures it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Category {
+    /// The parameters.
+    Weights,
+    /// The parameters' gradients, kept between steps.
+    Gradients,
+    /// AdamW's state (and the sharded optimizer's summed-gradient block).
+    OptimizerState,
+    /// What the step holds at the end of its forward.
+    SavedActivations,
+    /// The forward and backward's working set above the saved activations.
+    Transient,
+    /// The gradient reduction's buffers.
+    Communication,
+    /// The optimizer update's temporaries (gradient norm, AdamW).
+    OptimizerUpdate,
+    /// CUDA context and allocator slack (not on CPU).
+    Runtime,
+}
+
+impl Category {
+    /// Every category, in the order the plan prints them.
+    pub const ALL: [Category; 8] = [
+        Category::Weights,
+        Category::Gradients,
+        Category::OptimizerState,
+        Category::SavedActivations,
+        Category::Transient,
+        Category::Communication,
+        Category::OptimizerUpdate,
+        Category::Runtime,
+    ];
+
+    /// The name in tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Category::Weights => "weights",
+            Category::Gradients => "gradients",
+            Category::OptimizerState => "optimizer_state",
+            Category::SavedActivations => "saved_activations",
+            Category::Transient => "transient",
+            Category::Communication => "communication",
+            Category::OptimizerUpdate => "optimizer_update",
+            Category::Runtime => "runtime",
+        }
+    }
+}
+
 /// One line of the plan.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct PlanItem {
     /// What it is.
     pub name: &'static str,
-    /// Bytes per GPU.
+    /// Its category.
+    pub category: Category,
+    /// Bytes per rank.
     pub bytes: u64,
     /// How it is counted.
     pub how: String,
-    /// Live during one phase of the step only (the peak counts the largest of these).
-    pub transient: bool,
 }
 
-/// The plan: items, their sum, and the GPU they must fit.
-#[derive(Debug, Clone, serde::Serialize)]
+/// The plan: items, category sums, the peak, and the GPU it must fit.
+#[derive(Debug, Clone, Serialize)]
 pub struct MemoryPlan {
-    /// The items, largest first as computed.
+    /// The items.
     pub items: Vec<PlanItem>,
-    /// Their sum, bytes.
+    /// The peak without the runtime: what the CPU measurement compares with, bytes.
+    pub peak_cpu: u64,
+    /// The peak with the runtime, bytes.
     pub total: u64,
     /// One GPU's memory, bytes.
     pub gpu_bytes: u64,
     /// World size (dp × cp).
     pub world: u64,
+    /// Data-parallel ranks.
+    pub dp: u64,
+    /// Context-parallel degree.
+    pub cp: u64,
     /// Parameters.
     pub parameters: u64,
+    /// The layout: optimizer sharded.
+    pub shard_optimizer: bool,
+    /// The layout: activation checkpointing.
+    pub checkpoint_layers: bool,
 }
 
 impl MemoryPlan {
     /// Whether the total fits one GPU.
     pub fn fits(&self) -> bool {
         self.total <= self.gpu_bytes
+    }
+
+    /// Whether the total leaves at least `fraction` of the GPU free.
+    pub fn fits_with_headroom(&self, fraction: f64) -> bool {
+        (self.total as f64) <= self.gpu_bytes as f64 * (1.0 - fraction)
+    }
+
+    /// The bytes of one category.
+    pub fn category(&self, c: Category) -> u64 {
+        self.items
+            .iter()
+            .filter(|i| i.category == c)
+            .map(|i| i.bytes)
+            .sum()
     }
 }
 
@@ -105,27 +175,7 @@ pub fn input_for(
     world: u64,
     gpu_bytes: u64,
 ) -> Result<PlanInput> {
-    let model = match (arch, &cfg.model, &cfg.init) {
-        (Some(file), _, _) => read_arch(file)?,
-        (None, Some(dir), _) => {
-            let file = Path::new(dir).join("config.json");
-            if !file.exists() {
-                return Err(Error::Input(format!(
-                    "{}: not found; to plan before the model is downloaded, give its \
-                     architecture: --print-memory-plan path/to/config.json \
-                     (configs/model/ has Llama-3-8B's and Qwen3-4B's)",
-                    file.display()
-                )));
-            }
-            read_arch(&file)?
-        }
-        (None, None, Some(init)) => read_arch(Path::new(init))?,
-        (None, None, None) => {
-            return Err(Error::Input(
-                "config key model/init: the plan needs the architecture".into(),
-            ))
-        }
-    };
+    let model = read_arch(&arch_file(cfg, arch)?)?;
     let first = cfg.shards.split(',').map(str::trim).find(|s| !s.is_empty());
     let seq_len = match first.map(|d| rsd_shard::Manifest::read(Path::new(d))) {
         Some(Ok(m)) => m.seq_len,
@@ -159,11 +209,36 @@ pub fn input_for(
         cp,
         shard_optimizer: cfg.shard_optimizer,
         checkpoint_layers: cfg.checkpoint_layers,
-        two_views: cfg.objective.needs_perturbed(),
+        objective: cfg.objective,
+        prefix_reuse: cfg.prefix_reuse,
         loss_chunk: cfg.loss_chunk.max(1) as u64,
-        bucket_bytes: (cfg.grad_bucket_mb as u64) << 20,
+        bucket_bytes: (cfg.grad_bucket_mb.max(1) as u64) << 20,
         gpu_bytes,
     })
+}
+
+/// The `config.json` the architecture is read from: `arch`, else the config's model directory's,
+/// else its `init` file.
+pub fn arch_file(cfg: &TrainConfig, arch: Option<&Path>) -> Result<std::path::PathBuf> {
+    match (arch, &cfg.model, &cfg.init) {
+        (Some(file), _, _) => Ok(file.to_path_buf()),
+        (None, Some(dir), _) => {
+            let file = Path::new(dir).join("config.json");
+            if !file.exists() {
+                return Err(Error::Input(format!(
+                    "{}: not found; to plan before the model is downloaded, give its \
+                     architecture: --arch path/to/config.json (configs/model/ has Llama-3-8B's \
+                     and Qwen3-4B's)",
+                    file.display()
+                )));
+            }
+            Ok(file)
+        }
+        (None, None, Some(init)) => Ok(Path::new(init).to_path_buf()),
+        (None, None, None) => Err(Error::Input(
+            "config key model/init: the plan needs the architecture".into(),
+        )),
+    }
 }
 
 fn read_arch(file: &Path) -> Result<ModelConfig> {
@@ -173,190 +248,440 @@ fn read_arch(file: &Path) -> Result<ModelConfig> {
     Ok(ModelConfig::from_hf_json(v)?)
 }
 
-/// Computes the plan (see the module docs for what each item counts).
+/// The widths the formulas use.
+struct Widths {
+    /// Hidden size.
+    d: u64,
+    /// Query width: heads × head_dim (not the hidden size: Qwen3-4B's is 4096 against 2560).
+    q: u64,
+    /// K/V width: KV heads × head_dim.
+    kv: u64,
+    /// MLP width.
+    f: u64,
+    heads: u64,
+    head_dim: u64,
+    layers: u64,
+    vocab: u64,
+    /// Qwen3's per-head RMSNorm of q and k.
+    qk_norm: bool,
+    /// The largest parameter (embedding or LM head), elements.
+    largest: u64,
+}
+
+impl Widths {
+    fn of(m: &ModelConfig) -> Self {
+        let hd = m.head_dim as u64;
+        let d = m.hidden_size as u64;
+        let f = m.intermediate_size as u64;
+        let q = m.num_attention_heads as u64 * hd;
+        let vocab = m.vocab_size as u64;
+        Widths {
+            d,
+            q,
+            kv: m.num_key_value_heads as u64 * hd,
+            f,
+            heads: m.num_attention_heads as u64,
+            head_dim: hd,
+            layers: m.num_hidden_layers as u64,
+            vocab,
+            qk_norm: m.family == Family::Qwen3,
+            largest: (vocab * d).max(d * f).max(d * q),
+        }
+    }
+}
+
+/// Bytes autograd keeps for one decoder layer per token of a pass (model dtype `b`), the K/V of
+/// other rows aside. With `b` = 4 an RMSNorm keeps its input itself (the fp32 "copy" is the
+/// same tensor) and its normalised value; below fp32 it keeps an fp32 copy of its input and the
+/// normalised value in the model's dtype.
+fn layer_saved_per_token(w: &Widths, b: u64) -> u64 {
+    // Per normalised value: the input (fp32: shared with the tensor the layer already holds).
+    let norm = |width: u64| {
+        if b == 4 {
+            4 * width
+        } else {
+            4 * width + b * width
+        }
+    };
+    // The layer's input (fp32 only: bf16 norms keep their own fp32 copy instead).
+    let input = if b == 4 { b * w.d } else { 0 };
+    // Residual after attention (fp32 only, as the input).
+    let x1 = if b == 4 { b * w.d } else { 0 };
+    // input_layernorm: normalised value, output (read by q/k/v).
+    let norm1 = norm(w.d) + b * w.d;
+    // q and k after RoPE, v as projected (the attention keeps them), today's K/V expanded to the
+    // query heads before the kernel: k and v kept at the query width.
+    let qkv = b * (w.q + 2 * w.q);
+    // Qwen3: q and k before their norms, and normalised.
+    let qk = if w.qk_norm { norm(w.q) + norm(w.kv) } else { 0 };
+    // Attention output, its log-sum-exp (fp32 per head), and the o_proj input (a copy: the
+    // output transposed back).
+    let attn = b * 2 * w.q + 4 * w.heads;
+    // post_attention_layernorm, its output (read by gate/up), gate, silu(gate), up, product.
+    let mlp = norm(w.d) + b * w.d + b * 4 * w.f;
+    input + norm1 + qkv + qk + attn + x1 + mlp
+}
+
+/// Computes the plan (see the module docs and docs/MEMORY.md for every formula).
 pub fn plan(p: &PlanInput) -> MemoryPlan {
     let m = &p.model;
+    let w = Widths::of(m);
     let params = m.num_parameters() as u64;
     let b = p.dtype_bytes;
-    let (d, ffn) = (m.hidden_size as u64, m.intermediate_size as u64);
-    let kv = (m.num_key_value_heads * m.head_dim) as u64;
-    let layers = m.num_hidden_layers as u64;
-    let views = if p.two_views { 2 } else { 1 };
-    let rows = p.micro_batch * p.seq_len.div_ceil(p.cp.max(1));
+    let acc = 4; // losses, norms' statistics, optimizer state: fp32 (bf16 and fp32 models)
+    let cp = p.cp.max(1);
     let dp = p.dp.max(1);
-    let mut items = Vec::new();
-    let mut add = |name, bytes, how: String| {
+    let world = dp * cp;
+    let views: u64 = match p.objective {
+        Objective::Standard | Objective::Pose => 1,
+        _ => 2,
+    };
+    // Rows per view on this rank: the standard view's chunks, and the perturbed view at its
+    // largest (a split after the first token runs every row but one; under context parallelism
+    // the re-sharded suffix spreads them evenly).
+    let rows = p.micro_batch * p.seq_len.div_ceil(cp);
+    let view_rows = views * rows;
+    let mut items: Vec<PlanItem> = Vec::new();
+    let mut add = |name, category, bytes, how: String| {
         items.push(PlanItem {
             name,
+            category,
             bytes,
             how,
-            transient: false,
         })
     };
 
+    // --- static: weights, gradients, optimizer state
     add(
         "weights",
+        Category::Weights,
         params * b,
         format!("{params} parameters × {b} B"),
     );
     add(
         "gradients",
+        Category::Gradients,
         params * b,
-        format!("{params} × {b} B, accumulated over the micro-batches"),
+        format!("{params} × {b} B (.grad, kept and zeroed between steps)"),
     );
     let state_per_param = if b < 4 { 12 } else { 8 };
-    // Every rank of the dp × cp mesh holds the same parameters, so the state shards over all.
-    let shards = dp * p.cp.max(1);
-    let (state, state_how) = if p.shard_optimizer && shards > 1 {
-        (
-            (params * state_per_param).div_ceil(shards),
-            format!("{state_per_param} B/parameter ÷ {shards} ranks (sharded)"),
-        )
+    let sharded = p.shard_optimizer && world > 1;
+    // The sharded optimizer pads each bucket to a multiple of the ranks; a parameter larger than
+    // a bucket is a bucket of its own.
+    let bucket_elems = (p.bucket_bytes / 4).max(w.largest.min(params));
+    if sharded {
+        add(
+            "AdamW state",
+            Category::OptimizerState,
+            (params * state_per_param).div_ceil(world),
+            format!("{state_per_param} B/parameter ÷ {world} ranks (sharded)"),
+        );
+        add(
+            "summed gradient block",
+            Category::OptimizerState,
+            (params * 4).div_ceil(world),
+            format!("4 B/parameter ÷ {world} ranks (fp32)"),
+        );
     } else {
-        (
+        add(
+            "AdamW state",
+            Category::OptimizerState,
             params * state_per_param,
-            format!("{state_per_param} B/parameter (fp32 master + 2 moments), replicated"),
-        )
+            format!(
+                "{state_per_param} B/parameter ({}2 fp32 moments), replicated",
+                if b < 4 { "fp32 master + " } else { "" }
+            ),
+        );
+    }
+
+    // --- forward and backward
+    let per_token = layer_saved_per_token(&w, b);
+    let rotary = views * 2 * rows * w.head_dim * b;
+    let chunk = p.loss_chunk.min(rows);
+    // Loss chunk temporaries, fp32: rsd keeps the teacher's log-probabilities while the
+    // perturbed chunk forms logits, log-probabilities and probabilities.
+    let chunk_tensors: u64 = match p.objective {
+        Objective::Rsd => 4,
+        _ => 3,
     };
-    add("optimizer state", state, state_how);
-    let (summed, summed_how) = if p.shard_optimizer && shards > 1 {
-        (
-            (params * 4).div_ceil(shards) + p.bucket_bytes,
-            format!("fp32 block ÷ {shards} ranks + one bucket"),
-        )
+    let loss_chunk = chunk_tensors * chunk * w.vocab * acc;
+    // The LM head's gradient, accumulated over the chunks (fp32), and the hidden states'
+    // gradients the chunked loss hands the backward.
+    let head_grad = w.vocab * w.d * acc;
+    let hidden_grad = view_rows * w.d * b;
+    if p.checkpoint_layers {
+        add(
+            "checkpointed layer inputs",
+            Category::SavedActivations,
+            view_rows * (w.layers + 1) * w.d * b,
+            format!(
+                "{views} view(s) × ({} layers + final) × {rows} rows × {} × {b} B",
+                w.layers, w.d
+            ),
+        );
     } else {
-        (
-            2 * p.bucket_bytes.min(params * 4),
-            "one fp32 bucket and its cast".to_string(),
-        )
-    };
-    add("summed gradient", summed, summed_how);
-    let per_layer_values = 6 * d + 2 * kv + 4 * ffn;
-    // Context parallelism: a layer holds the whole sequence's K/V (and their gradients).
-    let gathered = if p.cp > 1 {
-        views * 2 * 2 * p.micro_batch * p.seq_len * kv * b
+        add(
+            "saved tensors of every layer",
+            Category::SavedActivations,
+            view_rows * (w.layers * per_token + 3 * w.d * b),
+            format!(
+                "{views} view(s) × {rows} rows × ({} layers × {per_token} B/token + the final \
+                 norm's input, normalised value and output)",
+                w.layers
+            ),
+        );
+    }
+    add(
+        "RoPE tables",
+        Category::SavedActivations,
+        rotary,
+        format!(
+            "{views} pass(es) × cos, sin × {rows} rows × {} × {b} B",
+            w.head_dim
+        ),
+    );
+    // Today's attention expands K/V to the query heads and gathers them whole under context
+    // parallelism: per layer the whole sequence's K/V (and, expanded, at the query width).
+    let gathered = if cp > 1 {
+        views * 2 * p.micro_batch * p.seq_len * (w.kv + w.q) * b
     } else {
         0
     };
-    if p.checkpoint_layers {
-        add(
-            "checkpointed inputs",
-            views * (layers + 1) * rows * d * b,
-            format!("{views} view(s) × ({layers} layers + final) × {rows} rows × {d} × {b} B"),
-        );
-        items.push(PlanItem {
-            name: "layer recompute",
-            bytes: views * rows * per_layer_values * b + gathered,
-            how: format!(
-                "{views} view(s) × {rows} rows × (6·{d} + 2·{kv} + 4·{ffn}) × {b} B, one layer{}",
-                if gathered > 0 {
-                    " + the gathered K/V and their gradients"
-                } else {
-                    ""
-                }
-            ),
-            transient: true,
-        });
+    // The working set above the saved activations: the loss phase, or one layer's backward.
+    let loss_phase = head_grad + hidden_grad + loss_chunk;
+    let layer_phase = if p.checkpoint_layers {
+        // One layer recomputed (both views) with its gathered K/V, its gradients flowing down
+        // (two hidden-width tensors per view) and the final norm's output kept.
+        view_rows * per_token + gathered + 3 * hidden_grad
     } else {
-        add(
-            "activations",
-            views * layers * rows * per_layer_values * b,
-            format!(
-                "{views} view(s) × {layers} layers × {rows} rows × (6·{d} + 2·{kv} + 4·{ffn}) × {b} B"
-            ),
-        );
+        gathered + 3 * hidden_grad
+    };
+    let final_norm = if p.checkpoint_layers {
+        2 * view_rows * w.d * b
+    } else {
+        0
+    };
+    add(
+        "loss phase",
+        Category::Transient,
+        (loss_phase + final_norm).max(layer_phase),
+        format!(
+            "the larger of the loss (LM-head gradient {}×{} fp32, hidden gradients, \
+             {chunk_tensors} × {chunk} rows × {} vocab fp32) and one layer's backward{}",
+            w.vocab,
+            w.d,
+            w.vocab,
+            if p.checkpoint_layers {
+                " (recomputed)"
+            } else {
+                ""
+            }
+        ),
+    );
+
+    // --- gradient reduction
+    if world > 1 {
+        let bucket = bucket_elems.min(params) * 4;
+        let (bytes, how) = if sharded {
+            (
+                bucket + bucket.div_ceil(world),
+                format!(
+                    "one fp32 bucket flattened ({} MiB) + its reduced block",
+                    bucket >> 20
+                ),
+            )
+        } else {
+            (
+                bucket,
+                format!("one fp32 bucket flattened ({} MiB)", bucket >> 20),
+            )
+        };
+        add("gradient buckets", Category::Communication, bytes, how);
     }
-    let chunk = p.loss_chunk.min(rows);
-    let vocab = m.vocab_size as u64;
-    items.push(PlanItem {
-        name: "loss chunk",
-        bytes: 4 * chunk * vocab * 4,
-        how: format!("4 × {chunk} rows × {vocab} vocab × 4 B (fp32)"),
-        transient: true,
-    });
-    let held: u64 = items.iter().filter(|i| !i.transient).map(|i| i.bytes).sum();
-    let phase = items
-        .iter()
-        .filter(|i| i.transient)
-        .map(|i| i.bytes)
-        .max()
-        .unwrap_or(0);
-    let runtime = (1u64 << 30) + (held + phase) / 20;
+
+    // --- optimizer update: the gradient norm upcasts each gradient to fp64 and squares it;
+    // AdamW's arithmetic holds about three fp32 temporaries of the parameter it updates.
+    let update_elems = if sharded {
+        bucket_elems.min(params).div_ceil(world)
+    } else {
+        w.largest.min(params)
+    };
+    let norm_elems = if sharded {
+        update_elems
+    } else {
+        w.largest.min(params)
+    };
+    add(
+        "update temporaries",
+        Category::OptimizerUpdate,
+        (2 * 8 * norm_elems).max(3 * 4 * update_elems),
+        format!(
+            "the larger of the gradient norm's 2 fp64 copies of {norm_elems} elements and \
+             AdamW's 3 fp32 temporaries of {update_elems}"
+        ),
+    );
+
+    let sum = |c: Category, items: &[PlanItem]| -> u64 {
+        items
+            .iter()
+            .filter(|i| i.category == c)
+            .map(|i| i.bytes)
+            .sum()
+    };
+    let held = sum(Category::Weights, &items)
+        + sum(Category::Gradients, &items)
+        + sum(Category::OptimizerState, &items);
+    let phase = (sum(Category::SavedActivations, &items) + sum(Category::Transient, &items))
+        .max(sum(Category::Communication, &items))
+        .max(sum(Category::OptimizerUpdate, &items));
+    let peak_cpu = held + phase;
+    let runtime = (1u64 << 30) + peak_cpu / 20;
     items.push(PlanItem {
         name: "runtime",
+        category: Category::Runtime,
         bytes: runtime,
-        how: "CUDA context + allocator slack: 1 GiB + 5%".into(),
-        transient: false,
+        how: "CUDA context + allocator slack: 1 GiB + 5% (not on CPU)".into(),
     });
     MemoryPlan {
-        total: held + phase + runtime,
         items,
+        peak_cpu,
+        total: peak_cpu + runtime,
         gpu_bytes: p.gpu_bytes,
-        world: dp * p.cp.max(1),
+        world,
+        dp,
+        cp,
         parameters: params,
+        shard_optimizer: p.shard_optimizer,
+        checkpoint_layers: p.checkpoint_layers,
     }
 }
 
-/// When `input` does not fit: the first of sharding the optimizer, then context parallelism of
-/// 2, 4, 8… (dividing the same GPUs) that does, and its plan.
+/// When `input` does not fit: the smallest change of layout over the same GPUs that does —
+/// one key before two, two before three (turning on `shard_optimizer`, turning on
+/// `checkpoint_layers`, raising `cp` by the least factor) — and its plan. `None` when none does.
 pub fn suggestion(input: &PlanInput) -> Option<(String, MemoryPlan)> {
-    let world = input.dp * input.cp;
-    let mut tries = Vec::new();
-    if !input.shard_optimizer {
-        tries.push((true, input.cp));
-    }
-    let mut cp = input.cp * 2;
-    while cp <= world {
-        if world.is_multiple_of(cp) {
-            tries.push((true, cp));
+    let world = input.dp.max(1) * input.cp.max(1);
+    let mut cps = Vec::new();
+    let mut c = input.cp.max(1) * 2;
+    while c <= world {
+        if world.is_multiple_of(c) {
+            cps.push(c);
         }
-        cp *= 2;
+        c *= 2;
     }
-    tries.into_iter().find_map(|(shard, cp)| {
-        let p = plan(&PlanInput {
-            shard_optimizer: shard,
-            cp,
-            dp: world / cp,
-            ..input.clone()
-        });
-        p.fits().then(|| {
-            let how = if cp == input.cp {
-                "--shard-optimizer true".to_string()
-            } else {
-                format!("--shard-optimizer true --cp {cp} (dp {})", world / cp)
-            };
-            (how, p)
-        })
+    let shard = [input.shard_optimizer, true];
+    let ckpt = [input.checkpoint_layers, true];
+    let mut tries: Vec<(usize, PlanInput, String)> = Vec::new();
+    for &s in &shard[..if input.shard_optimizer { 1 } else { 2 }] {
+        for &k in &ckpt[..if input.checkpoint_layers { 1 } else { 2 }] {
+            for c in std::iter::once(input.cp.max(1)).chain(cps.iter().copied()) {
+                let mut what = Vec::new();
+                if s != input.shard_optimizer {
+                    what.push("turn on shard_optimizer".to_string());
+                }
+                if k != input.checkpoint_layers {
+                    what.push("turn on checkpoint_layers".to_string());
+                }
+                if c != input.cp.max(1) {
+                    what.push(format!("raise cp to {c} (dp {})", world / c));
+                }
+                if what.is_empty() {
+                    continue;
+                }
+                let changed = PlanInput {
+                    shard_optimizer: s,
+                    checkpoint_layers: k,
+                    cp: c,
+                    dp: world / c,
+                    ..input.clone()
+                };
+                // Fewer keys first; among as many, the smaller cp (less communication).
+                tries.push((what.len() * 1000 + c as usize, changed, what.join(" and ")));
+            }
+        }
+    }
+    tries.sort_by_key(|t| t.0);
+    tries.into_iter().find_map(|(_, p, how)| {
+        let plan = plan(&p);
+        plan.fits().then_some((how, plan))
     })
 }
 
+/// The error for a layout that does not fit: the plan's peak, the GPU, and the smallest change
+/// that fits (or that none does).
+pub fn not_fitting(input: &PlanInput, plan: &MemoryPlan) -> Error {
+    let fix = match suggestion(input) {
+        Some((how, p)) => format!("{how} (peak {} per GPU)", gib(p.total)),
+        None => format!(
+            "no sharding / checkpointing / context-parallel split of {} GPUs fits; use more \
+             GPUs or lower loss_chunk",
+            plan.world
+        ),
+    };
+    Error::Input(format!(
+        "the memory plan needs {} per GPU (dp {} × cp {}), more than the {} of one GPU: {fix} \
+         (rsd-train memory prints the plan)",
+        gib(plan.total),
+        plan.dp,
+        plan.cp,
+        gib(plan.gpu_bytes)
+    ))
+}
+
 /// Bytes as GiB (GPUs sold as "80 GB" hold 80 GiB).
-fn gib(bytes: u64) -> String {
+pub fn gib(bytes: u64) -> String {
     format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+/// Bytes as MiB, for CPU-sized runs.
+pub fn mib(bytes: u64) -> String {
+    format!("{:.2} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
 impl fmt::Display for MemoryPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let size = |b: u64| {
+            if self.gpu_bytes >= 1 << 30 && b >= 1 << 30 {
+                gib(b)
+            } else {
+                mib(b)
+            }
+        };
         writeln!(
             f,
-            "memory per GPU, {} parameters, {} GPU(s):",
-            self.parameters, self.world
+            "memory per rank, {} parameters, dp {} × cp {} = {} rank(s), shard_optimizer {}, \
+             checkpoint_layers {}:",
+            self.parameters,
+            self.dp,
+            self.cp,
+            self.world,
+            self.shard_optimizer,
+            self.checkpoint_layers
         )?;
-        for i in &self.items {
-            let phase = if i.transient { " (one phase)" } else { "" };
-            writeln!(
-                f,
-                "  {:<20} {:>10}   {}{phase}",
-                i.name,
-                gib(i.bytes),
-                i.how
-            )?;
+        for c in Category::ALL {
+            for i in self.items.iter().filter(|i| i.category == c) {
+                writeln!(
+                    f,
+                    "  {:<18} {:<28} {:>11}   {}",
+                    c.name(),
+                    i.name,
+                    size(i.bytes),
+                    i.how
+                )?;
+            }
         }
         writeln!(
             f,
-            "  {:<20} {:>10}   held + the larger phase + runtime, of {} per GPU: {}",
-            "peak",
-            gib(self.total),
+            "  {:<47} {:>11}   weights + gradients + optimizer state + the largest phase \
+             (saved + transient, communication, update)",
+            "peak (CPU, no runtime)",
+            size(self.peak_cpu)
+        )?;
+        writeln!(
+            f,
+            "  {:<47} {:>11}   of {} per GPU: {}",
+            "peak (GPU, with runtime)",
+            size(self.total),
             gib(self.gpu_bytes),
             if self.fits() { "fits" } else { "DOES NOT FIT" }
         )
@@ -388,7 +713,8 @@ mod tests {
             cp,
             shard_optimizer: shard,
             checkpoint_layers: true,
-            two_views: true,
+            objective: Objective::Rsd,
+            prefix_reuse: true,
             loss_chunk: 4096,
             bucket_bytes: 25 << 20,
             gpu_bytes: 80 << 30,
@@ -406,29 +732,56 @@ mod tests {
         assert_eq!(p.parameters, 8_030_261_248);
         assert_eq!(item(&p, "weights"), 2 * 8_030_261_248);
         // Replicated AdamW state alone is ~96 GB: more than a GPU.
-        assert_eq!(item(&p, "optimizer state"), 12 * 8_030_261_248);
+        assert_eq!(item(&p, "AdamW state"), 12 * 8_030_261_248);
         assert!(!p.fits());
     }
 
     #[test]
     fn sharding_and_context_parallelism_divide_what_they_should() {
-        let base = plan(&input(16, 1, false));
         let sharded = plan(&input(16, 1, true));
         assert_eq!(
-            item(&sharded, "optimizer state"),
+            item(&sharded, "AdamW state"),
             (12 * 8_030_261_248u64).div_ceil(16)
         );
-        assert_eq!(item(&sharded, "weights"), item(&base, "weights"));
         let cp2 = plan(&input(8, 2, true));
         assert_eq!(
-            item(&cp2, "checkpointed inputs") * 2,
-            item(&sharded, "checkpointed inputs")
+            item(&cp2, "checkpointed layer inputs") * 2,
+            item(&sharded, "checkpointed layer inputs")
         );
         assert_eq!(cp2.world, 16);
-        // The paper's Llama-3-8B run at 64K on 16 GPUs fits with both.
-        assert!(cp2.fits(), "{cp2}");
-        let (how, _) = suggestion(&input(16, 1, false)).unwrap();
-        assert_eq!(how, "--shard-optimizer true --cp 2 (dp 8)");
+        assert_eq!(item(&cp2, "weights"), item(&sharded, "weights"));
+    }
+
+    #[test]
+    fn the_query_width_counts_where_it_differs_from_the_hidden_width() {
+        // Qwen3-4B: 32 heads × 128 = 4096 query width against a 2560 hidden size.
+        let qwen = ModelConfig::from_hf_json(serde_json::json!({
+            "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+            "vocab_size": 151936, "hidden_size": 2560, "intermediate_size": 9728,
+            "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
+            "head_dim": 128, "max_position_embeddings": 40960, "rms_norm_eps": 1e-6,
+            "rope_theta": 1000000.0, "tie_word_embeddings": true
+        }))
+        .unwrap();
+        let w = Widths::of(&qwen);
+        assert_eq!((w.d, w.q, w.kv), (2560, 4096, 1024));
+        let narrow = Widths {
+            q: w.d,
+            ..Widths::of(&qwen)
+        };
+        assert!(layer_saved_per_token(&w, 2) > layer_saved_per_token(&narrow, 2));
+    }
+
+    #[test]
+    fn the_smallest_change_that_fits_is_named() {
+        let p = input(16, 1, false);
+        assert!(!plan(&p).fits());
+        let (how, fixed) = suggestion(&p).expect("some layout of 16 GPUs fits");
+        assert!(fixed.fits());
+        // No single change fits here: sharding alone leaves 64K rows per rank.
+        assert!(how.contains(" and "), "{how}");
+        let e = not_fitting(&p, &plan(&p)).to_string();
+        assert!(e.contains(&how), "{e}");
     }
 
     #[test]
@@ -463,6 +816,6 @@ mod tests {
         });
         assert_eq!(item(&p, "weights"), bytes as u64);
         // fp32 models keep no master copy: 8 B per parameter, halved over 2 ranks.
-        assert_eq!(item(&p, "optimizer state"), (2 * bytes as u64).div_ceil(2));
+        assert_eq!(item(&p, "AdamW state"), (2 * bytes as u64).div_ceil(2));
     }
 }

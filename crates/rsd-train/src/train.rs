@@ -26,6 +26,7 @@ use crate::checkpoint::{self, TrainState, STATE_VERSION};
 use crate::config::{OnNonFinite, TrainConfig};
 use crate::context::ContextBatch;
 use crate::data;
+use crate::memory_measure::{self as measure, Phase};
 use crate::optim::Schedule;
 use crate::parallel::DataParallel;
 use crate::perturb::{
@@ -382,6 +383,7 @@ impl Trainer {
             ),
         };
         dp.broadcast_parameters(&model)?;
+        measure::mark(Phase::Model);
         data::guard_vocabulary(&mut loader, model.config().vocab_size)?;
         let seq_len = loader.seq_len();
         let per_micro = (cfg.micro_batch as u64 * seq_len).max(1);
@@ -398,6 +400,7 @@ impl Trainer {
             min_ratio: cfg.min_lr_ratio,
         };
         let mut opt = Optimizer::new(&model, &cfg, &dp)?;
+        measure::mark(Phase::Optimizer);
         let state = match state {
             Some(st) => {
                 opt.load(
@@ -514,11 +517,14 @@ impl Trainer {
             }
             let (norm, tokens) = self.dp.global_normalizers(local, local_tokens)?;
             let losses = self.forward_backward(&mbs, norm)?;
+            measure::mark(Phase::Backward);
             self.opt.reduce_gradients(&self.dp, &self.model)?;
+            measure::mark(Phase::Reduced);
             let grad_norm = self.grad_norm()?;
             let lr = self.state.schedule.lr(self.state.step);
             let skipped = !self.update_if_finite(&losses, grad_norm, lr, &mut run, &log)?;
             zero_grads(&self.model);
+            measure::mark(Phase::Updated);
             self.advance(tokens);
             let step_s = started.elapsed().as_secs_f64();
             let comm = self.dp.comm_stats();

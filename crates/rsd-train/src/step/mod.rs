@@ -618,6 +618,7 @@ pub fn step_micro_with(
         return checkpointed_forward_backward(&loss, sums);
     }
     let h = plan.forward()?;
+    crate::memory_measure::mark(crate::memory_measure::Phase::Forward);
     loss.backward(&h, sums)
 }
 
@@ -636,6 +637,7 @@ fn checkpointed_forward_backward(loss: &LossStage<'_>, sums: &mut Sums) -> Resul
         inputs.push(x.detached());
         Ok(())
     })?;
+    crate::memory_measure::mark(crate::memory_measure::Phase::Forward);
     let top = inputs.pop().expect("final stage input");
     let leaf = top.leaves();
     let h = plan.final_norm(&leaf)?;

@@ -1,0 +1,334 @@
+//! Memory measured on this machine (`rsd-train memory --measure STEPS`): a few real training
+//! steps of the config on CPU, with libtorch's CPU allocator counted
+//! ([`rsd_model::alloc`]), cut into the categories of the plan ([`crate::memory_plan`]) by phase
+//! marks the trainer sets ([`mark`]):
+//!
+//! * `Model` (the model built, `Trainer::new`): the weights are the bytes live then;
+//! * `Optimizer` (its state made): the optimizer state is what that added;
+//! * `Forward` (the end of a micro-batch's forward, `step::step_micro_with`): the saved
+//!   activations are what the step holds then above its start;
+//! * `Backward` (every micro-batch's backward done): the transient is the peak between the step's
+//!   start and this mark above the saved activations;
+//! * `Reduced` (the gradients summed over the ranks): the communication buffers are the peak of
+//!   that phase above its start;
+//! * `Updated` (the update applied, the gradients zeroed): the optimizer update's working set
+//!   likewise; this mark is also the next step's start.
+//!
+//! The first step is a warm-up and not measured: it allocates the parameters' gradients, which
+//! later steps keep (zeroed). The gradients are what the step starts with above the model and
+//! the optimizer state: what the earlier steps left behind.
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::TrainConfig;
+use crate::{io_err, Error, Result};
+
+/// A point of the run where the live bytes are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// The model is built (and its parameters broadcast).
+    Model,
+    /// The optimizer's state is made.
+    Optimizer,
+    /// One micro-batch's forward is done (its loss and backward not begun).
+    Forward,
+    /// Every micro-batch of the step is through its backward.
+    Backward,
+    /// The gradients are summed over the ranks.
+    Reduced,
+    /// The update is applied and the gradients zeroed: the step is over.
+    Updated,
+}
+
+/// The live bytes at a mark, and the peak since the mark before.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Mark {
+    /// Where.
+    pub phase: Phase,
+    /// Bytes live at the mark.
+    pub live: u64,
+    /// The most bytes live between the previous mark and this one.
+    pub peak: u64,
+}
+
+static ON: AtomicBool = AtomicBool::new(false);
+static MARKS: Mutex<Vec<Mark>> = Mutex::new(Vec::new());
+
+/// Starts counting (installs the counting allocator) and recording marks. Call before any
+/// tensor to be counted exists. `false` when libtorch's CPU allocator cannot be counted.
+pub fn start() -> bool {
+    if !rsd_model::alloc::install() {
+        return false;
+    }
+    rsd_model::alloc::reset_peak();
+    if let Ok(mut m) = MARKS.lock() {
+        m.clear();
+    }
+    ON.store(true, Ordering::SeqCst);
+    true
+}
+
+/// Records a mark when measuring ([`start`]); nothing otherwise (one atomic load).
+pub fn mark(phase: Phase) {
+    if !ON.load(Ordering::Relaxed) {
+        return;
+    }
+    let peak = rsd_model::alloc::reset_peak();
+    let live = rsd_model::alloc::live_bytes();
+    if let Ok(mut m) = MARKS.lock() {
+        m.push(Mark { phase, live, peak });
+    }
+}
+
+/// The marks recorded so far.
+pub fn marks() -> Vec<Mark> {
+    MARKS.lock().map(|m| m.clone()).unwrap_or_default()
+}
+
+/// What one rank measured, bytes, by the plan's categories.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Measured {
+    /// Live after the model was built.
+    pub weights: u64,
+    /// Kept from one step to the next above the model and the optimizer state.
+    pub gradients: u64,
+    /// Added by making the optimizer.
+    pub optimizer_state: u64,
+    /// Held at the end of the forward above the step's start (largest micro-batch).
+    pub saved_activations: u64,
+    /// The peak of forward and backward above the step's start and the saved activations.
+    pub transient: u64,
+    /// The peak of the gradient reduction above its start.
+    pub communication: u64,
+    /// The peak of the update above its start.
+    pub optimizer_update: u64,
+    /// The most bytes live during the measured steps.
+    pub peak: u64,
+    /// The most bytes live from the model's build on, warm-up step included.
+    pub peak_all: u64,
+    /// The process's peak resident set (everything, not only tensors).
+    pub peak_rss: u64,
+    /// The rank.
+    pub rank: usize,
+}
+
+/// Cuts a rank's marks into categories (see the module docs). `None` when the marks do not
+/// describe a model, an optimizer and at least two steps.
+pub fn categorize(marks: &[Mark]) -> Option<Measured> {
+    let model = marks.iter().position(|m| m.phase == Phase::Model)?;
+    let opt = model
+        + marks[model..]
+            .iter()
+            .position(|m| m.phase == Phase::Optimizer)?;
+    let ends: Vec<usize> = (opt..marks.len())
+        .filter(|&i| marks[i].phase == Phase::Updated)
+        .collect();
+    if ends.len() < 2 {
+        return None;
+    }
+    let mut out = Measured {
+        weights: marks[model].live,
+        optimizer_state: marks[opt].live.saturating_sub(marks[model].live),
+        peak_all: marks[model + 1..].iter().map(|m| m.peak).max().unwrap_or(0),
+        ..Measured::default()
+    };
+    // Every step after the warm-up: from the previous step's end to this one's.
+    for w in ends.windows(2) {
+        let (start, end) = (w[0], w[1]);
+        let base = marks[start].live;
+        let step = &marks[start + 1..=end];
+        let backward = start + 1 + step.iter().position(|m| m.phase == Phase::Backward)?;
+        let reduced = start + 1 + step.iter().position(|m| m.phase == Phase::Reduced)?;
+        let saved = marks[start + 1..backward]
+            .iter()
+            .filter(|m| m.phase == Phase::Forward)
+            .map(|m| m.live.saturating_sub(base))
+            .max()
+            .unwrap_or(0);
+        let fb_peak = marks[start + 1..=backward]
+            .iter()
+            .map(|m| m.peak)
+            .max()
+            .unwrap_or(0);
+        let comm_peak = marks[backward + 1..=reduced]
+            .iter()
+            .map(|m| m.peak)
+            .max()
+            .unwrap_or(0);
+        let update_peak = marks[reduced + 1..=end]
+            .iter()
+            .map(|m| m.peak)
+            .max()
+            .unwrap_or(0);
+        let g = base.saturating_sub(marks[opt].live);
+        out.gradients = out.gradients.max(g);
+        out.saved_activations = out.saved_activations.max(saved);
+        out.transient = out.transient.max(fb_peak.saturating_sub(base + saved));
+        out.communication = out
+            .communication
+            .max(comm_peak.saturating_sub(marks[backward].live));
+        out.optimizer_update = out
+            .optimizer_update
+            .max(update_peak.saturating_sub(marks[reduced].live));
+        out.peak = out.peak.max(fb_peak.max(comm_peak).max(update_peak));
+    }
+    Some(out)
+}
+
+/// Where a measurement's ranks find its data and leave their results (the environment variable
+/// the parent sets before launching the ranks).
+pub const DIR_ENV: &str = "RSD_MEMORY_MEASURE_DIR";
+
+/// The config a measurement runs: `cfg` on CPU over synthetic shards of its sequence length in
+/// `dir`, randomly initialised from `arch`, `1 + steps` optimizer steps of one micro-batch per
+/// rank, every perturbed view at its largest (split after the first token), nothing saved.
+pub fn measure_config(
+    cfg: &TrainConfig,
+    arch: &Path,
+    seq_len: u64,
+    dp: usize,
+    steps: u64,
+    dir: &Path,
+) -> TrainConfig {
+    TrainConfig {
+        shards: dir.join("shards").display().to_string(),
+        weights: String::new(),
+        model: None,
+        init: Some(arch.display().to_string()),
+        out: dir.join("run").display().to_string(),
+        device: "cpu".into(),
+        allow_tokenizer_mismatch: true,
+        steps: 1 + steps,
+        save_every: 0,
+        stop_at: 0,
+        progress: false,
+        heldout_every: 0,
+        tokens_per_step: dp as u64 * cfg.micro_batch as u64 * seq_len,
+        // A skip after the first token: the perturbed view computes every row but the first,
+        // the largest it gets (a split at 0 shifts every position: no shared prefix at all).
+        fixed_split: if cfg.fixed_split.trim().is_empty() {
+            "1,1".into()
+        } else {
+            cfg.fixed_split.clone()
+        },
+        ..cfg.clone()
+    }
+}
+
+/// Writes the synthetic shards a measurement trains on: enough `seq_len`-token rows for every
+/// step, tokens below `vocab`.
+pub fn write_shards(dir: &Path, seq_len: u64, rows: u64, vocab: u64) -> Result<()> {
+    let spec = rsd_loader::synth::SynthSpec {
+        samples: rows.max(1),
+        seq_len: seq_len as u32,
+        mixed: false,
+        vocab: vocab.clamp(2, 65_536),
+        ..Default::default()
+    };
+    rsd_loader::synth::write(&dir.join("shards"), &spec)?;
+    Ok(())
+}
+
+/// Runs this rank's steps of `cfg` (a [`measure_config`]) with the marks on, and writes what it
+/// measured to `dir/rank-K.json`. The counting allocator must be installed ([`start`]) before.
+pub fn run_rank(cfg: TrainConfig, dir: &Path) -> Result<Measured> {
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let rank = std::env::var("RANK")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0);
+    {
+        let mut trainer = crate::train::Trainer::new(cfg, None)?;
+        trainer.run(stop)?;
+    }
+    let marks = marks();
+    let mut m = categorize(&marks).ok_or_else(|| {
+        Error::Input(format!(
+            "memory measurement: the run left {} marks, not a model, an optimizer and two steps",
+            marks.len()
+        ))
+    })?;
+    m.rank = rank;
+    m.peak_rss = rsd_common::mem::Memory::now().peak_rss;
+    let file = rank_file(dir, rank);
+    let text = serde_json::to_string(&m).map_err(|e| Error::Input(e.to_string()))?;
+    std::fs::write(&file, text).map_err(io_err(&file))?;
+    Ok(m)
+}
+
+fn rank_file(dir: &Path, rank: usize) -> PathBuf {
+    dir.join(format!("rank-{rank}.json"))
+}
+
+/// Every rank's measurement, rank order.
+pub fn read_ranks(dir: &Path, world: usize) -> Result<Vec<Measured>> {
+    (0..world)
+        .map(|r| {
+            let file = rank_file(dir, r);
+            let text = std::fs::read_to_string(&file).map_err(io_err(&file))?;
+            serde_json::from_str(&text)
+                .map_err(|e| Error::Input(format!("{}: {e}", file.display())))
+        })
+        .collect()
+}
+
+/// The largest of the ranks' values, per category (the rank that needs the most memory decides).
+pub fn worst(ranks: &[Measured]) -> Measured {
+    let mut out = Measured::default();
+    for m in ranks {
+        out.weights = out.weights.max(m.weights);
+        out.gradients = out.gradients.max(m.gradients);
+        out.optimizer_state = out.optimizer_state.max(m.optimizer_state);
+        out.saved_activations = out.saved_activations.max(m.saved_activations);
+        out.transient = out.transient.max(m.transient);
+        out.communication = out.communication.max(m.communication);
+        out.optimizer_update = out.optimizer_update.max(m.optimizer_update);
+        out.peak = out.peak.max(m.peak);
+        out.peak_all = out.peak_all.max(m.peak_all);
+        out.peak_rss = out.peak_rss.max(m.peak_rss);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(phase: Phase, live: u64, peak: u64) -> Mark {
+        Mark { phase, live, peak }
+    }
+
+    #[test]
+    fn marks_are_cut_into_categories() {
+        use Phase::*;
+        let marks = [
+            m(Model, 100, 120),
+            m(Optimizer, 400, 410),
+            // warm-up step: gradients (50) appear
+            m(Forward, 480, 480),
+            m(Backward, 450, 600),
+            m(Reduced, 450, 470),
+            m(Updated, 450, 500),
+            // measured step
+            m(Forward, 530, 530),
+            m(Backward, 452, 620),
+            m(Reduced, 452, 490),
+            m(Updated, 450, 475),
+        ];
+        let c = categorize(&marks).unwrap();
+        assert_eq!(c.weights, 100);
+        assert_eq!(c.optimizer_state, 300);
+        assert_eq!(c.gradients, 50);
+        assert_eq!(c.saved_activations, 80);
+        assert_eq!(c.transient, 620 - 530);
+        assert_eq!(c.communication, 490 - 452);
+        assert_eq!(c.optimizer_update, 475 - 452);
+        assert_eq!(c.peak, 620);
+        assert_eq!(c.peak_all, 620);
+        assert!(categorize(&marks[..6]).is_none(), "a warm-up step alone");
+    }
+}
