@@ -312,11 +312,16 @@ fn layer_saved_per_token(w: &Widths, b: u64) -> u64 {
     // q and k after RoPE, v as projected (the attention keeps them), today's K/V expanded to the
     // query heads before the kernel: k and v kept at the query width.
     let qkv = b * (w.q + 2 * w.q);
-    // Qwen3: q and k before their norms, and normalised.
-    let qk = if w.qk_norm { norm(w.q) + norm(w.kv) } else { 0 };
-    // Attention output, its log-sum-exp (fp32 per head), and the o_proj input (a copy: the
-    // output transposed back).
-    let attn = b * 2 * w.q + 4 * w.heads;
+    // Qwen3: q and k as projected (nothing else keeps them: fp32 keeps them, bf16 an fp32 copy)
+    // and normalised.
+    let qk = if w.qk_norm {
+        (4 + if b == 4 { 4 } else { b }) * (w.q + w.kv)
+    } else {
+        0
+    };
+    // Attention output (the kernel lays it out [B, T, H, D], so o_proj reads it without a
+    // copy) and its log-sum-exp (fp32 per head).
+    let attn = b * w.q + 4 * w.heads;
     // post_attention_layernorm, its output (read by gate/up), gate, silu(gate), up, product.
     let mlp = norm(w.d) + b * w.d + b * 4 * w.f;
     input + norm1 + qkv + qk + attn + x1 + mlp
@@ -409,6 +414,23 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
     // gradients the chunked loss hands the backward.
     let head_grad = w.vocab * w.d * acc;
     let hidden_grad = view_rows * w.d * b;
+    // Context parallelism, per layer and view: each chunk attends to the gathered K/V of every
+    // row before it, which today's attention expands to the query heads (a copy at the query
+    // width: the two zigzag chunks of a rank see (2·cp − 1)/(2·cp) of the sequence before them;
+    // the gathered K/V themselves are not kept); the chunks' outputs are concatenated and
+    // o_proj reads a copy of them.
+    let prefix_rows = p.micro_batch * (2 * cp - 1) * p.seq_len / (2 * cp);
+    let context_per_layer = if cp > 1 {
+        views * (2 * prefix_rows * w.q * b + rows * w.q * b)
+    } else {
+        0
+    };
+    // The K/V gathered for a layer (whole sequence, both views) while it runs.
+    let gathered = if cp > 1 {
+        views * 2 * p.micro_batch * p.seq_len * w.kv * b
+    } else {
+        0
+    };
     if p.checkpoint_layers {
         add(
             "checkpointed layer inputs",
@@ -423,11 +445,16 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
         add(
             "saved tensors of every layer",
             Category::SavedActivations,
-            view_rows * (w.layers * per_token + 3 * w.d * b),
+            view_rows * (w.layers * per_token + 3 * w.d * b) + w.layers * context_per_layer,
             format!(
                 "{views} view(s) × {rows} rows × ({} layers × {per_token} B/token + the final \
-                 norm's input, normalised value and output)",
-                w.layers
+                 norm's input, normalised value and output){}",
+                w.layers,
+                if cp > 1 {
+                    " + per layer the expanded K/V prefixes of the context chunks and o_proj's copy"
+                } else {
+                    ""
+                }
             ),
         );
     }
@@ -440,19 +467,12 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
             w.head_dim
         ),
     );
-    // Today's attention expands K/V to the query heads and gathers them whole under context
-    // parallelism: per layer the whole sequence's K/V (and, expanded, at the query width).
-    let gathered = if cp > 1 {
-        views * 2 * p.micro_batch * p.seq_len * (w.kv + w.q) * b
-    } else {
-        0
-    };
     // The working set above the saved activations: the loss phase, or one layer's backward.
     let loss_phase = head_grad + hidden_grad + loss_chunk;
     let layer_phase = if p.checkpoint_layers {
         // One layer recomputed (both views) with its gathered K/V, its gradients flowing down
         // (two hidden-width tensors per view) and the final norm's output kept.
-        view_rows * per_token + gathered + 3 * hidden_grad
+        view_rows * per_token + context_per_layer + gathered + 3 * hidden_grad
     } else {
         gathered + 3 * hidden_grad
     };
