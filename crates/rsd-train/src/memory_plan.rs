@@ -54,6 +54,8 @@ pub struct PlanInput {
     pub bucket_bytes: u64,
     /// Memory of one GPU, bytes.
     pub gpu_bytes: u64,
+    /// The ranks talk over Gloo (CPU runs), not NCCL.
+    pub gloo: bool,
 }
 
 /// What an item of the plan is, as `rsd-train memory --measure` measures it.
@@ -214,6 +216,7 @@ pub fn input_for(
         loss_chunk: cfg.loss_chunk.max(1) as u64,
         bucket_bytes: (cfg.grad_bucket_mb.max(1) as u64) << 20,
         gpu_bytes,
+        gloo: !cfg.device.starts_with("cuda"),
     })
 }
 
@@ -378,8 +381,8 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
         add(
             "AdamW state",
             Category::OptimizerState,
-            (params * state_per_param).div_ceil(world),
-            format!("{state_per_param} B/parameter ÷ {world} ranks (sharded)"),
+            (params * 12).div_ceil(world),
+            format!("12 B/parameter (fp32 master + 2 moments) ÷ {world} ranks (sharded)"),
         );
         add(
             "summed gradient block",
@@ -469,13 +472,16 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
     );
     // The working set above the saved activations: the loss phase, or one layer's backward.
     let loss_phase = head_grad + hidden_grad + loss_chunk;
-    let layer_phase = if p.checkpoint_layers {
-        // One layer recomputed (both views) with its gathered K/V, its gradients flowing down
-        // (two hidden-width tensors per view) and the final norm's output kept.
-        view_rows * per_token + context_per_layer + gathered + 3 * hidden_grad
-    } else {
-        gathered + 3 * hidden_grad
-    };
+    // A layer's backward: the MLP's two gradients at its width (one pass at a time).
+    let mlp_grads = 2 * rows * w.f * b;
+    let layer_phase = mlp_grads
+        + if p.checkpoint_layers {
+            // One layer recomputed (both views) with its gathered K/V, its gradients flowing down
+            // (two hidden-width tensors per view) and the final norm's output kept.
+            view_rows * per_token + context_per_layer + gathered + 3 * hidden_grad
+        } else {
+            gathered + 3 * hidden_grad
+        };
     let final_norm = if p.checkpoint_layers {
         2 * view_rows * w.d * b
     } else {
@@ -504,10 +510,15 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
         let bucket = bucket_elems.min(params) * 4;
         let (bytes, how) = if sharded {
             (
-                bucket + bucket.div_ceil(world),
+                bucket + bucket.div_ceil(world) + if p.gloo { bucket } else { 0 },
                 format!(
-                    "one fp32 bucket flattened ({} MiB) + its reduced block",
-                    bucket >> 20
+                    "one fp32 bucket flattened ({} MiB) + its reduced block{}",
+                    bucket >> 20,
+                    if p.gloo {
+                        " + Gloo's copy of the bucket (NCCL reduce-scatters in place)"
+                    } else {
+                        ""
+                    }
                 ),
             )
         } else {
@@ -738,6 +749,7 @@ mod tests {
             loss_chunk: 4096,
             bucket_bytes: 25 << 20,
             gpu_bytes: 80 << 30,
+            gloo: false,
         }
     }
 
@@ -835,7 +847,7 @@ mod tests {
             ..input(2, 1, true)
         });
         assert_eq!(item(&p, "weights"), bytes as u64);
-        // fp32 models keep no master copy: 8 B per parameter, halved over 2 ranks.
-        assert_eq!(item(&p, "AdamW state"), (2 * bytes as u64).div_ceil(2));
+        // The sharded optimizer keeps an fp32 master of its block even for fp32 models.
+        assert_eq!(item(&p, "AdamW state"), (3 * bytes as u64).div_ceil(2));
     }
 }
