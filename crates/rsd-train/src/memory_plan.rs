@@ -412,7 +412,14 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
         Objective::Rsd => 4,
         _ => 3,
     };
-    let loss_chunk = chunk_tensors * chunk * w.vocab * acc;
+    let mut loss_chunk = chunk_tensors * chunk * w.vocab * acc;
+    if b < 4 {
+        // Below fp32 the LM head's backward casts the chunk's logit gradient to the model's
+        // dtype and forms the weight gradient there before adding it in fp32, next to the
+        // teacher and the gradient itself.
+        loss_chunk = loss_chunk
+            .max(2 * chunk * w.vocab * acc + chunk * w.vocab * b + w.vocab * w.d * (b + acc));
+    }
     // The LM head's gradient, accumulated over the chunks (fp32), and the hidden states'
     // gradients the chunked loss hands the backward.
     let head_grad = w.vocab * w.d * acc;
@@ -471,7 +478,10 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
         ),
     );
     // The working set above the saved activations: the loss phase, or one layer's backward.
-    let loss_phase = head_grad + hidden_grad + loss_chunk;
+    // After the chunks, the LM head's surrogate backward: its weight times the accumulated
+    // gradient (fp32) and that gradient back through the product (cast to the model's dtype).
+    let surrogate = w.vocab * w.d * acc + if b < 4 { w.vocab * w.d * b } else { 0 };
+    let loss_phase = head_grad + hidden_grad + loss_chunk.max(surrogate);
     // A layer's backward: the MLP's two gradients at its width (one pass at a time).
     let mlp_grads = 2 * rows * w.f * b;
     let layer_phase = mlp_grads
