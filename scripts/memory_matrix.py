@@ -44,6 +44,7 @@ def command(binary, e, steps=1):
             "--dp", str(e["dp"]), "--cp", str(e["cp"]),
             "--shard-optimizer", str(e["shard_optimizer"]).lower(),
             "--checkpoint-layers", str(e["checkpoint_layers"]).lower(),
+            "--doc-mask", str(e.get("doc_mask", False)).lower(),
             "--measure", str(steps), "--json"]
 
 

@@ -227,17 +227,30 @@ def memory_plan(config, *args):
 
 def test_the_paper_configs_print_a_memory_plan_that_fits_their_gpus():
     llama = REPO / "configs" / "model" / "llama3-8b.json"
-    out = memory_plan("llama3-8b-64k.toml", "--nproc", 16, "--print-memory-plan", llama)
-    assert "8030261248 parameters, 16 GPU(s)" in out and "DOES NOT FIT" in out, out
-    assert "fits with --shard-optimizer true --cp 2 (dp 8)" in out, out
-    out = memory_plan("llama3-8b-64k.toml", "--nproc", 16, "--cp", 2, "--shard-optimizer", "true",
-                      "--print-memory-plan", llama)
-    assert "per GPU: fits" in out and "dp 8 × cp 2, seq_len 65536" in out, out
-    out = memory_plan("qwen3-4b-256k.toml", "--nproc", 32, "--cp", 4, "--shard-optimizer", "true",
-                      "--print-memory-plan", REPO / "configs" / "model" / "qwen3-4b.json")
-    assert "4022468096 parameters, 32 GPU(s)" in out and "per GPU: fits" in out, out
+    qwen = REPO / "configs" / "model" / "qwen3-4b.json"
+    # Each paper config carries its layout (dp × cp, sharding, checkpointing): the plan of one
+    # rank fits 80 GiB with at least 10% to spare, on the paper's GPU count.
+    for config, arch, gpus, params in [("llama3-8b-64k.toml", llama, 16, 8030261248),
+                                       ("llama3-8b-64k-bookrepo.toml", llama, 16, 8030261248),
+                                       ("llama3-8b-64k-standard.toml", llama, 16, 8030261248),
+                                       ("qwen3-4b-256k.toml", qwen, 32, 4022468096)]:
+        report = json.loads(run("rsd-train", "memory", "--config", REPO / "configs" / config,
+                                "--arch", arch, "--json").stdout)
+        plan = report["plan"]
+        assert plan["world"] == gpus and plan["parameters"] == params, (config, plan)
+        assert plan["gpu_bytes"] == 80 << 30, (config, plan)
+        assert plan["total"] <= 0.9 * plan["gpu_bytes"], (config, plan["total"] / 2**30)
+        # The alias prints the same plan.
+        out = memory_plan(config, "--print-memory-plan", arch)
+        assert f"{params} parameters, dp {plan['dp']} × cp {plan['cp']}" in out, out
+        assert "per GPU: fits" in out, out
+    # The same Llama run without sharding or context parallelism does not fit, and says what does.
+    p = run("rsd-train", "memory", "--config", REPO / "configs" / "llama3-8b-64k.toml", "--arch",
+            llama, "--dp", 16, "--cp", 1, "--shard-optimizer", "false", check=False)
+    assert p.returncode == 1 and "DOES NOT FIT" in p.stdout, p.stdout
+    assert "turn on shard_optimizer" in p.stderr, p.stderr
     # Without the model directory and without an architecture file: say what to pass.
-    p = run("rsd-train", "--config", REPO / "configs" / "llama3-8b-64k.toml", "--nproc", 16,
+    p = run("rsd-train", "--config", REPO / "configs" / "llama3-8b-64k.toml",
             "--print-memory-plan", check=False)
     assert p.returncode != 0 and "config.json: not found" in p.stderr, p.stderr
-    assert "--print-memory-plan path/to/config.json" in p.stderr, p.stderr
+    assert "--arch path/to/config.json" in p.stderr, p.stderr

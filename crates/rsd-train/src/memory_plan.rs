@@ -56,6 +56,8 @@ pub struct PlanInput {
     pub gpu_bytes: u64,
     /// The ranks talk over Gloo (CPU runs), not NCCL.
     pub gloo: bool,
+    /// Attention stays inside each document (`doc_mask`).
+    pub doc_mask: bool,
 }
 
 /// What an item of the plan is, as `rsd-train memory --measure` measures it.
@@ -217,6 +219,7 @@ pub fn input_for(
         bucket_bytes: (cfg.grad_bucket_mb.max(1) as u64) << 20,
         gpu_bytes,
         gloo: !cfg.device.starts_with("cuda"),
+        doc_mask: cfg.doc_mask,
     })
 }
 
@@ -230,7 +233,8 @@ pub fn arch_file(cfg: &TrainConfig, arch: Option<&Path>) -> Result<std::path::Pa
             if !file.exists() {
                 return Err(Error::Input(format!(
                     "{}: not found; to plan before the model is downloaded, give its \
-                     architecture: --arch path/to/config.json (configs/model/ has Llama-3-8B's \
+                     architecture: --arch path/to/config.json (rsd-train memory) or \
+                     --print-memory-plan path/to/config.json (configs/model/ has Llama-3-8B's \
                      and Qwen3-4B's)",
                     file.display()
                 )));
@@ -432,6 +436,10 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
     let prefix_rows = p.micro_batch * (2 * cp - 1) * p.seq_len / (2 * cp);
     let context_per_layer = if cp > 1 {
         views * (2 * prefix_rows * w.q * b + rows * w.q * b)
+    } else if p.doc_mask {
+        // Document-masked attention runs per document and concatenates the outputs: o_proj
+        // reads a copy of them.
+        views * rows * w.q * b
     } else {
         0
     };
@@ -462,6 +470,8 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
                 w.layers,
                 if cp > 1 {
                     " + per layer the expanded K/V prefixes of the context chunks and o_proj's copy"
+                } else if p.doc_mask {
+                    " + per layer o_proj's copy of the per-document outputs"
                 } else {
                     ""
                 }
@@ -552,13 +562,25 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
     } else {
         w.largest.min(params)
     };
+    // Sharded, each bucket's new parameters are all-gathered whole in the model's dtype (Gloo
+    // gathers through a copy of its own).
+    let gather = if sharded {
+        bucket_elems.min(params) * b * if p.gloo { 2 } else { 1 }
+    } else {
+        0
+    };
     add(
         "update temporaries",
         Category::OptimizerUpdate,
-        (2 * 8 * norm_elems).max(3 * 4 * update_elems),
+        (2 * 8 * norm_elems).max(3 * 4 * update_elems).max(gather),
         format!(
-            "the larger of the gradient norm's 2 fp64 copies of {norm_elems} elements and \
-             AdamW's 3 fp32 temporaries of {update_elems}"
+            "the largest of the gradient norm's 2 fp64 copies of {norm_elems} elements, \
+             AdamW's 3 fp32 temporaries of {update_elems}{}",
+            if sharded {
+                " and the all-gathered bucket of new parameters"
+            } else {
+                ""
+            }
         ),
     );
 
@@ -760,6 +782,7 @@ mod tests {
             bucket_bytes: 25 << 20,
             gpu_bytes: 80 << 30,
             gloo: false,
+            doc_mask: true,
         }
     }
 
