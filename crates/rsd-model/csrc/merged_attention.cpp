@@ -135,23 +135,24 @@ Tensor group(const Tensor& t, int64_t hkv) {
 }
 
 struct GqaAttention : public torch::autograd::Function<GqaAttention> {
-  // `kp`/`vp` (prefix) or `ks`/`vs` (own block) may be undefined, not both.
+  // The prefix (`kp`, `vp`) or the own block (`ks`, `vs`) may be absent (not both): then it is a
+  // placeholder (autograd functions take no undefined inputs) and its flag is false.
   static variable_list forward(AutogradContext* ctx, Tensor q, Tensor kp, Tensor vp, Tensor ks,
-                               Tensor vs, double scale) {
+                               Tensor vs, double scale, bool has_prefix, bool has_own) {
     const int64_t heads = q.size(1);
-    const int64_t hkv = (kp.defined() ? kp : ks).size(1);
+    const int64_t hkv = (has_prefix ? kp : ks).size(1);
     const int64_t groups = heads / hkv;
     const auto acc = accum_type(q);
     Tensor out, lse;
     std::vector<Tensor> state_p;
     std::vector<std::vector<Tensor>> state_s;
-    if (kp.defined()) {
+    if (has_prefix) {
       Call c = call_forward(fold(q, hkv), kp, vp, false, scale);
       out = unfold_heads(c.out, heads);
       lse = unfold3(c.lse, heads);
       state_p = std::move(c.state);
     }
-    if (ks.defined()) {
+    if (has_own) {
       Tensor qg = group(q, hkv);
       Tensor out_s = torch::empty(q.sizes(), q.options());
       Tensor lse_s = torch::empty({q.size(0), heads, q.size(2)}, q.options().dtype(acc));
@@ -162,7 +163,7 @@ struct GqaAttention : public torch::autograd::Function<GqaAttention> {
         lse_sg.select(2, g).copy_(c.lse);
         state_s.push_back(std::move(c.state));
       }
-      if (out.defined()) {
+      if (has_prefix) {
         Tensor merged = torch::logaddexp(lse, lse_s);
         out = (out.to(acc) * (lse - merged).exp().unsqueeze(-1) +
                out_s.to(acc) * (lse_s - merged).exp().unsqueeze(-1))
@@ -175,6 +176,8 @@ struct GqaAttention : public torch::autograd::Function<GqaAttention> {
     }
     ctx->save_for_backward({q, kp, vp, ks, vs, out, lse});
     ctx->saved_data["scale"] = scale;
+    ctx->saved_data["has_prefix"] = has_prefix;
+    ctx->saved_data["has_own"] = has_own;
     ctx->saved_data["state_p"] = state_p;
     for (size_t g = 0; g < state_s.size(); ++g) {
       ctx->saved_data["state_s" + std::to_string(g)] = state_s[g];
@@ -187,14 +190,17 @@ struct GqaAttention : public torch::autograd::Function<GqaAttention> {
     auto s = ctx->get_saved_variables();
     const Tensor &q = s[0], &kp = s[1], &vp = s[2], &ks = s[3], &vs = s[4], &out = s[5],
                  &lse = s[6];
-    if (!grads[0].defined()) return {Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+    variable_list none(8);
+    if (!grads[0].defined()) return none;
     const double scale = ctx->saved_data["scale"].toDouble();
+    const bool has_prefix = ctx->saved_data["has_prefix"].toBool();
+    const bool has_own = ctx->saved_data["has_own"].toBool();
     const int64_t heads = q.size(1);
-    const int64_t hkv = (kp.defined() ? kp : ks).size(1);
+    const int64_t hkv = (has_prefix ? kp : ks).size(1);
     const int64_t groups = heads / hkv;
     Tensor dout = grads[0].contiguous();
     Tensor dq, dkp, dvp, dks, dvs;
-    if (kp.defined()) {
+    if (has_prefix) {
       auto state = ctx->saved_data["state_p"].toTensorVector();
       auto [dqf, dk, dv] = call_backward(fold(dout, hkv), fold(q, hkv), kp, vp, fold(out, hkv),
                                          fold3(lse, hkv), state, false, scale);
@@ -202,7 +208,7 @@ struct GqaAttention : public torch::autograd::Function<GqaAttention> {
       dkp = dk;
       dvp = dv;
     }
-    if (ks.defined()) {
+    if (has_own) {
       Tensor qg = group(q, hkv), doutg = group(dout, hkv), outg = group(out, hkv);
       Tensor lseg = group(lse, hkv);
       Tensor dq_s = torch::empty(q.sizes(), q.options());
@@ -224,7 +230,7 @@ struct GqaAttention : public torch::autograd::Function<GqaAttention> {
       }
       dq = dq.defined() ? dq + dq_s : dq_s;
     }
-    return {dq, dkp, dvp, dks, dvs, Tensor()};
+    return {dq, dkp, dvp, dks, dvs, Tensor(), Tensor(), Tensor()};
   }
 };
 
@@ -247,12 +253,13 @@ int rsd_gqa_attention(const Tensor* q, const Tensor* kp, const Tensor* vp, const
                       const Tensor* vs, double scale, Tensor** out, Tensor** lse, char* err,
                       size_t err_len) {
   try {
-    auto or_undefined = [](const Tensor* t) { return t == nullptr ? Tensor() : *t; };
+    Tensor absent = torch::empty({0}, q->options());
+    auto or_absent = [&](const Tensor* t) { return t == nullptr ? absent : *t; };
     TORCH_CHECK(kp != nullptr || ks != nullptr, "no key block");
     TORCH_CHECK((kp == nullptr) == (vp == nullptr) && (ks == nullptr) == (vs == nullptr),
                 "keys and values must be given together");
-    variable_list r = GqaAttention::apply(*q, or_undefined(kp), or_undefined(vp),
-                                          or_undefined(ks), or_undefined(vs), scale);
+    variable_list r = GqaAttention::apply(*q, or_absent(kp), or_absent(vp), or_absent(ks),
+                                          or_absent(vs), scale, kp != nullptr, ks != nullptr);
     *out = new Tensor(r[0]);
     *lse = new Tensor(r[1]);
     return 0;
