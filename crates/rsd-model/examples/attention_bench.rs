@@ -17,13 +17,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|a| a.parse::<i64>())
         .collect::<Result<_, _>>()?;
     let arg = |i: usize, default: i64| args.get(i).copied().unwrap_or(default);
-    let (layers, l, h, hkv, d, lp) = (arg(0, 4), arg(1, 1024), arg(2, 32), arg(3, 8), arg(4, 128), arg(5, 0));
+    let (layers, l, h, hkv, d, lp) = (
+        arg(0, 4),
+        arg(1, 1024),
+        arg(2, 32),
+        arg(3, 8),
+        arg(4, 128),
+        arg(5, 0),
+    );
     tch::manual_seed(0);
     let rand = |heads: i64, len: i64| {
         Tensor::randn([1, heads, len, d], (Kind::Float, Device::Cpu)).set_requires_grad(true)
     };
     let inputs: Vec<[Tensor; 5]> = (0..layers)
-        .map(|_| [rand(h, l), rand(hkv, l), rand(hkv, l), rand(hkv, lp), rand(hkv, lp)])
+        .map(|_| {
+            [
+                rand(h, l),
+                rand(hkv, l),
+                rand(hkv, l),
+                rand(hkv, lp),
+                rand(hkv, lp),
+            ]
+        })
         .collect();
     let scale = 1.0 / (d as f64).sqrt();
     for rep in 0..3 {
@@ -32,9 +47,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for [q, k, v, pk, pv] in &inputs {
             let mut blocks = Vec::new();
             if lp > 0 {
-                blocks.push(KvBlock { k: pk, v: pv, mask: Mask::None });
+                blocks.push(KvBlock {
+                    k: pk,
+                    v: pv,
+                    mask: Mask::None,
+                });
             }
-            blocks.push(KvBlock { k, v, mask: Mask::Causal });
+            blocks.push(KvBlock {
+                k,
+                v,
+                mask: Mask::Causal,
+            });
             loss = loss + attend(q, &blocks, scale)?.out.square().mean(Kind::Float);
         }
         let fwd = t0.elapsed().as_secs_f64();

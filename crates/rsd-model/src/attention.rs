@@ -50,9 +50,10 @@
 //!
 //! q, K/V and `out` in the query dtype. The tensors are the caller's own (no copy) except `out`
 //! and `lse`, which are the function's outputs, and a prefix given as several blocks, which is
-//! joined (`cat`, `[B,Hkv,Lp,D]`, unexpanded) first. On CUDA each kernel call also keeps its RNG
-//! state (two or four tiny tensors: seed, offset, and flash's empty `cum_seq` tensors). Nothing
-//! else is saved by tch ops around it: the callers pass q, K/V straight in.
+//! joined (`cat`, `[B,Hkv,Lp,D]`, unexpanded) first; an absent block is saved as a 0-element
+//! placeholder (`[0]`, autograd functions take no undefined inputs). On CUDA each kernel call
+//! also keeps its RNG state (two or four tiny tensors: seed, offset, and flash's empty `cum_seq`
+//! tensors). Nothing else is saved by tch ops around it: the callers pass q, K/V straight in.
 //! [`attend_documents`] calls [`attend`] once per document segment, so it saves the above per
 //! segment, on narrowed views of the caller's tensors (`cat` of the per-segment outputs saves
 //! nothing). [`attend_materialised`] runs tch ops (the score changes need them); autograd saves
@@ -715,7 +716,11 @@ mod tests {
             let cases: [(&str, Vec<KvBlock<'_>>, Vec<&Tensor>); 3] = [
                 ("causal only", vec![own], vec![&q, &k, &v]),
                 ("prefix only", vec![prefix], vec![&q, &pk, &pv]),
-                ("prefix + causal", vec![prefix, own], vec![&q, &pk, &pv, &k, &v]),
+                (
+                    "prefix + causal",
+                    vec![prefix, own],
+                    vec![&q, &pk, &pv, &k, &v],
+                ),
             ];
             for (name, blocks, inputs) in cases {
                 let what = format!("{name}, H {h}, Hkv {hkv}");
@@ -757,9 +762,12 @@ mod tests {
                 let (qs, n) = (w[0].max(lp) - lp, w[1] - w[0].max(lp));
                 let seg = |t: &Tensor| row(t).narrow(2, qs, n);
                 let (sk, sv) = (seg(k), seg(v));
-                let pre = prefix
-                    .filter(|_| w[0] < lp)
-                    .map(|(pk, pv)| (row(pk).narrow(2, w[0], lp - w[0]), row(pv).narrow(2, w[0], lp - w[0])));
+                let pre = prefix.filter(|_| w[0] < lp).map(|(pk, pv)| {
+                    (
+                        row(pk).narrow(2, w[0], lp - w[0]),
+                        row(pv).narrow(2, w[0], lp - w[0]),
+                    )
+                });
                 let mut blocks = Vec::new();
                 if let Some((pk, pv)) = &pre {
                     blocks.push(KvBlock {
@@ -794,7 +802,9 @@ mod tests {
             let g = Tensor::randn([2, h, lq, d], (Kind::Double, Device::Cpu));
             let what = format!("documents, H {h}, Hkv {hkv}");
             let docs = DocBoundaries::new(vec![vec![0, 3, 7, 9], vec![0, 9]], lq).unwrap();
-            let fast = attend_documents(&q, &k, &v, None, Some(&docs), 0.35).unwrap().out;
+            let fast = attend_documents(&q, &k, &v, None, Some(&docs), 0.35)
+                .unwrap()
+                .out;
             let slow = documents_reference(&q, &k, &v, None, &docs);
             let names = ["out", "dq", "dk", "dv"];
             let mut f = vec![fast.shallow_clone()];
@@ -805,7 +815,9 @@ mod tests {
             // Over [prefix ; queries] = 13 tokens; the document [2, 6) straddles the prefix.
             let docs = DocBoundaries::new(vec![vec![0, 2, 6, 13], vec![0, 13]], lp + lq).unwrap();
             let prefix = Some((&pk, &pv));
-            let fast = attend_documents(&q, &k, &v, prefix, Some(&docs), 0.35).unwrap().out;
+            let fast = attend_documents(&q, &k, &v, prefix, Some(&docs), 0.35)
+                .unwrap()
+                .out;
             let slow = documents_reference(&q, &k, &v, prefix, &docs);
             let inputs = [&q, &pk, &pv, &k, &v];
             let names = ["out", "dq", "dpk", "dpv", "dk", "dv"];
