@@ -282,7 +282,10 @@ fn write_safetensors_incrementally(
         .map_err(io_err(path))?;
     let mut buf: Vec<u8> = Vec::new();
     for (_, t) in tensors {
-        let flat = t.f_detach().and_then(|t| t.f_reshape([-1])).ctx("saving a tensor")?;
+        let flat = t
+            .f_detach()
+            .and_then(|t| t.f_reshape([-1]))
+            .ctx("saving a tensor")?;
         let n = flat.size()[0];
         let mut at = 0;
         while at < n {

@@ -548,10 +548,7 @@ pub fn validate(dir: &Path, cfg: &TrainConfig) -> Result<TrainState> {
     };
     for name in &optimizer_files {
         if !manifest.files.iter().any(|f| &f.path == name) || !dir.join(name).is_file() {
-            return Err(bad(
-                dir.join(name),
-                "missing (the optimizer state)".into(),
-            ));
+            return Err(bad(dir.join(name), "missing (the optimizer state)".into()));
         }
     }
     for f in &files {
@@ -563,10 +560,7 @@ pub fn validate(dir: &Path, cfg: &TrainConfig) -> Result<TrainState> {
             .map_err(|e| bad(p.clone(), format!("missing (listed in {MANIFEST}): {e}")))?
             .len();
         if len != f.bytes {
-            return Err(bad(
-                p,
-                format!("{len} bytes, {MANIFEST} lists {}", f.bytes),
-            ));
+            return Err(bad(p, format!("{len} bytes, {MANIFEST} lists {}", f.bytes)));
         }
     }
     let cp = dir.join("config.toml");

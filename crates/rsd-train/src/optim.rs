@@ -213,8 +213,8 @@ impl AdamW {
                 }
                 for (what, t) in targets {
                     let key = format!("{what}.{}", s.name);
-                    let src =
-                        read(&key)?.ok_or_else(|| bad(format!("missing optimizer tensor {key}")))?;
+                    let src = read(&key)?
+                        .ok_or_else(|| bad(format!("missing optimizer tensor {key}")))?;
                     if src.size() != t.size() {
                         return Err(bad(format!(
                             "{key}: shape {}, expected {}",

@@ -211,7 +211,10 @@ impl ShardedAdamW {
                 .f_sum(Kind::Double)?
                 .double_value(&[]);
         }
-        let device = self.buckets.first().map_or(Device::Cpu, |b| b.grad.device());
+        let device = self
+            .buckets
+            .first()
+            .map_or(Device::Cpu, |b| b.grad.device());
         let mut t = Tensor::from_slice(&[sq]).f_to_device(device)?;
         group.all_reduce(&mut t, ReduceOp::Sum)?;
         Ok(t.f_double_value(&[0])?.sqrt())
@@ -352,7 +355,11 @@ impl ShardedAdamW {
                 } else {
                     "not saved"
                 },
-                if low_precision { "needs" } else { "has no use for" }
+                if low_precision {
+                    "needs"
+                } else {
+                    "has no use for"
+                }
             )));
         }
         tch::no_grad(|| {
@@ -640,7 +647,10 @@ impl SavedShards {
     }
 
     /// Refuses a checkpoint whose parameters (names and shapes, in order) are not `params`.
-    pub fn check_params<'a>(&self, params: impl Iterator<Item = (&'a str, Vec<i64>)>) -> Result<()> {
+    pub fn check_params<'a>(
+        &self,
+        params: impl Iterator<Item = (&'a str, Vec<i64>)>,
+    ) -> Result<()> {
         let mut want: Vec<(String, Vec<i64>)> = params.map(|(n, s)| (n.to_string(), s)).collect();
         want.sort();
         let mut have: Vec<(String, Vec<i64>)> = self
@@ -658,7 +668,12 @@ impl SavedShards {
         let what = match (missing, extra) {
             (Some((n, s)), _) if self.index.contains_key(n) => format!(
                 "parameter {n} has shape {} in the checkpoint, {} in this model",
-                shape_str(&have.iter().find(|h| &h.0 == n).map_or(vec![], |h| h.1.clone())),
+                shape_str(
+                    &have
+                        .iter()
+                        .find(|h| &h.0 == n)
+                        .map_or(vec![], |h| h.1.clone())
+                ),
                 shape_str(s)
             ),
             (Some((n, _)), _) => format!("this model's parameter {n} is not in the checkpoint"),
@@ -849,14 +864,21 @@ mod tests {
             let mut names = Vec::new();
             for (part, run) in &runs {
                 let elems: usize = run.iter().map(|(_, t)| t.numel()).sum();
-                assert!(run.len() == 1 || elems <= bucket_elems, "{elems} > {bucket_elems}");
+                assert!(
+                    run.len() == 1 || elems <= bucket_elems,
+                    "{elems} > {bucket_elems}"
+                );
                 for (name, _) in run {
                     assert_eq!(GradsDone::of(name), *part, "{name}");
                     names.push(name.clone());
                 }
             }
             names.sort();
-            let all: Vec<String> = model.named_parameters().into_iter().map(|(n, _)| n).collect();
+            let all: Vec<String> = model
+                .named_parameters()
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect();
             assert_eq!(names, all, "every parameter once");
             if bucket_elems == 1 << 20 {
                 // Whole parts: top (norm + head), 12 layers, embedding.
@@ -940,7 +962,10 @@ mod tests {
         let other = tiny(3, false);
         let mut o = ShardedAdamW::with_ranks(&other, cfg0(), 0, 2, 100).unwrap();
         let e = o.load_shards(&saved, 1).unwrap_err().to_string();
-        assert!(e.contains("model.layers.2.") && e.contains("not in the checkpoint"), "{e}");
+        assert!(
+            e.contains("model.layers.2.") && e.contains("not in the checkpoint"),
+            "{e}"
+        );
     }
 
     fn cfg0() -> AdamWConfig {
