@@ -22,7 +22,7 @@ use serde::Serialize;
 use rsd_loader::Loader;
 use rsd_model::{Model, ModelConfig, ModelOptions};
 
-use crate::checkpoint::{self, TrainState, STATE_VERSION};
+use crate::checkpoint::{self, Manifest, TrainState, STATE_VERSION};
 use crate::config::{OnNonFinite, TrainConfig};
 use crate::context::ContextBatch;
 use crate::data;
@@ -32,7 +32,7 @@ use crate::perturb::{
     clip_docs, control_view, perturb_real, row_seed, KlNorm, RowView, Sampler, Scope,
 };
 use crate::step::{
-    step_micro_with, zero_grads, LossNormalizers, MicroBatch, Objective, SecondView, StepExtras,
+    step_micro_hooked, GradsDone, LossNormalizers, MicroBatch, Objective, SecondView, StepExtras,
     StepOptions, Sums,
 };
 use crate::tokenizer;
@@ -40,6 +40,7 @@ use crate::update::Optimizer;
 use crate::{io_err, Error, Result};
 use rsd_common::mem::Memory;
 use rsd_common::rng::SplitMix64;
+use tch::Tensor;
 
 /// One line of `metrics.jsonl`.
 #[derive(Debug, Serialize)]
@@ -400,10 +401,11 @@ impl Trainer {
         let mut opt = Optimizer::new(&model, &cfg, &dp)?;
         let state = match state {
             Some(st) => {
-                opt.load(
-                    &resume.unwrap_or(&out).join("optimizer.safetensors"),
-                    st.step - st.skipped,
-                )?;
+                let dir = resume.unwrap_or(&out);
+                let manifest = checkpoint::read_manifest(dir)?;
+                // Each rank verifies a share of the files against their checksums.
+                checkpoint::verify_checksums(dir, &manifest, dp.rank(), dp.world())?;
+                opt.load(dir, &manifest, st.step - st.skipped)?;
                 TrainState { schedule, ..st }
             }
             None => TrainState {
@@ -518,7 +520,7 @@ impl Trainer {
             let grad_norm = self.grad_norm()?;
             let lr = self.state.schedule.lr(self.state.step);
             let skipped = !self.update_if_finite(&losses, grad_norm, lr, &mut run, &log)?;
-            zero_grads(&self.model);
+            self.opt.zero_grad(&self.model)?;
             self.advance(tokens);
             let step_s = started.elapsed().as_secs_f64();
             let comm = self.dp.comm_stats();
@@ -597,6 +599,11 @@ impl Trainer {
     ) -> Result<StepLosses> {
         let mut sums = Sums::new(self.model.options().device);
         let cp = self.dp.context();
+        // Sharded, each micro-batch's gradients are reduce-scattered and freed part by part as
+        // the checkpointed backward completes them, the rest when its backward is over.
+        let on_grads = |part: GradsDone| self.opt.grads_done(&self.dp, part);
+        // Agreed before the first reduction, so every rank's collectives pair up.
+        let rounds = self.opt.rounds(&self.dp, mbs.len())?;
         for (rows, mb) in mbs {
             let views = if self.step_opts.objective.needs_perturbed() {
                 Some(self.views(rows, mb)?)
@@ -621,7 +628,7 @@ impl Trainer {
                 context: context.as_ref(),
                 draws: None,
             };
-            step_micro_with(
+            step_micro_hooked(
                 &self.model,
                 mb,
                 views.as_deref(),
@@ -629,7 +636,14 @@ impl Trainer {
                 norm,
                 &mut sums,
                 extras,
+                Some(&on_grads),
             )?;
+            self.opt.micro_batch_done(&self.dp)?;
+        }
+        // A rank with fewer micro-batches (rows of other lengths split differently) reduces
+        // zeros while the others reduce their last ones.
+        for _ in mbs.len()..rounds {
+            self.opt.micro_batch_done(&self.dp)?;
         }
         self.dp.reduce_sums(&mut sums)?;
         let (clm, kl, clm_pert) = sums.values(norm);
@@ -724,25 +738,68 @@ impl Trainer {
         self.state.loader = self.loader.state();
     }
 
-    /// Writes a checkpoint (rank 0; the others wait until it is complete, so none runs ahead and
-    /// a kill after this point finds it whole). Its path on rank 0.
+    /// Writes a checkpoint: every rank of a sharded run its optimizer blocks, rank 0 the model,
+    /// the state and, after a barrier, the manifest, then renames it into place; the others wait
+    /// until it is complete, so none runs ahead and a kill after this point finds it whole. Its
+    /// path on rank 0.
     fn save(&self) -> Result<Option<PathBuf>> {
-        // A sharded optimizer's state is gathered onto rank 0 first (every rank takes part).
-        let optimizer = self.opt.state_tensors(&self.dp)?;
-        let path = if self.dp.is_main() {
-            Some(checkpoint::save(
-                &self.out,
+        let step = self.state.step;
+        let rank = self.dp.rank();
+        // Every rank writes into rank 0's temporary directory (a filesystem all ranks share).
+        let pid = match self.dp.group() {
+            Some(g) => {
+                let mut t = Tensor::from_slice(&[if self.dp.is_main() {
+                    i64::from(std::process::id())
+                } else {
+                    0
+                }]);
+                g.all_reduce(&mut t, rsd_dist::ReduceOp::Max)?;
+                t.f_int64_value(&[0])? as u32
+            }
+            None => std::process::id(),
+        };
+        let tmp = checkpoint::temp_dir_for(&self.out, step, pid);
+        let mut cleanup = checkpoint::RemoveOnDrop(None);
+        if self.dp.is_main() {
+            checkpoint::create_temp(&tmp)?;
+            cleanup.0 = Some(tmp.clone());
+        }
+        self.dp.barrier()?;
+        let files = self.opt.save_shards(&self.dp, &tmp, step)?;
+        if self.dp.is_main() {
+            checkpoint::write_main(
+                &tmp,
                 &self.model,
-                &optimizer,
+                self.opt.replicated_state().as_deref(),
                 &self.state,
                 &self.cfg,
-                self.cfg.keep,
                 self.tokenizer_dir.as_deref(),
-            )?)
-        } else {
-            None
-        };
+            )?;
+            checkpoint::die_at("main", step, rank);
+        }
+        // Every rank's file is written and fsynced before the manifest names it.
         self.dp.barrier()?;
+        let mut path = None;
+        if self.dp.is_main() {
+            let manifest = Manifest {
+                version: checkpoint::MANIFEST_VERSION,
+                world: self.dp.world(),
+                dp: self.dp.size(),
+                cp: self.dp.cp_size(),
+                optimizer: self.opt.layout(),
+                files,
+            };
+            path = Some(checkpoint::publish(
+                &self.out,
+                &tmp,
+                step,
+                manifest,
+                self.cfg.keep,
+            )?);
+            cleanup.0 = None;
+        }
+        self.dp.barrier()?;
+        checkpoint::die_at("after", step, rank);
         Ok(path)
     }
 
