@@ -34,7 +34,6 @@ use rsd_dist::{ProcessGroup, ReduceOp};
 use rsd_model::Model;
 
 use crate::optim::{shape as shape_str, AdamWConfig, Update};
-use crate::parallel::backend_device;
 use crate::{io_err, Error, Result};
 
 /// One parameter's place in its bucket.
@@ -134,8 +133,7 @@ impl ShardedAdamW {
                         Ok(p.f_zeros_like()?)
                     }
                 })?;
-                let sent = flat.f_to_device(backend_device(group, flat.device()))?;
-                let block = group.reduce_scatter(&sent, ReduceOp::Sum)?;
+                let block = group.reduce_scatter(&flat, ReduceOp::Sum)?;
                 b.grad.f_copy_(&block)?;
             }
             Ok(())
@@ -153,7 +151,7 @@ impl ShardedAdamW {
                 .f_sum(Kind::Double)?
                 .double_value(&[]);
         }
-        let mut t = Tensor::from_slice(&[sq]).f_to_device(backend_device(group, Device::Cpu))?;
+        let mut t = Tensor::from_slice(&[sq]).f_to_device(group.device())?;
         group.all_reduce(&mut t, ReduceOp::Sum)?;
         Ok(t.f_double_value(&[0])?.sqrt())
     }
@@ -189,8 +187,7 @@ impl ShardedAdamW {
                 parts.push(("master", &b.master));
             }
             for (what, block) in parts {
-                let full =
-                    group.all_gather(&block.f_to_device(backend_device(group, block.device()))?)?;
+                let full = group.all_gather(block)?;
                 if group.rank() != 0 {
                     continue;
                 }
@@ -314,7 +311,7 @@ impl Bucket {
         let block = self
             .master
             .f_to_kind(first.param.kind())?
-            .f_to_device(backend_device(group, first.param.device()))?;
+            .f_to_device(first.param.device())?;
         let full = group
             .all_gather(&block)?
             .f_to_device(first.param.device())?;
