@@ -559,7 +559,11 @@ impl ProcessGroup {
         let y = self.run_out(op, nbytes(&x), |out, err, len| unsafe {
             ffi::rsd_all_gather_autograd(self.raw(), x.as_ptr(), ms, out, err, len)
         })?;
-        Self::returned(op, y.f_movedim_int(0, d).map_err(|e| input(op, e))?, t.device())
+        Self::returned(
+            op,
+            y.f_movedim_int(0, d).map_err(|e| input(op, e))?,
+            t.device(),
+        )
     }
 
     /// [`all_to_all`](Self::all_to_all) (equal blocks along dim 0) as an autograd node: its
@@ -589,7 +593,11 @@ impl ProcessGroup {
         let y = self.run_out(op, nbytes(&x), |out, err, len| unsafe {
             ffi::rsd_reduce_scatter_autograd(self.raw(), x.as_ptr(), ms, out, err, len)
         })?;
-        Self::returned(op, y.f_movedim_int(0, d).map_err(|e| input(op, e))?, t.device())
+        Self::returned(
+            op,
+            y.f_movedim_int(0, d).map_err(|e| input(op, e))?,
+            t.device(),
+        )
     }
 }
 

@@ -171,8 +171,7 @@ pub fn run(launch: &Launch) -> Result<Outcome> {
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         };
         pids[rank] = None;
-        let status =
-            status.map_err(|e| launch_err(format!("waiting for rank {rank}: {e}")))?;
+        let status = status.map_err(|e| launch_err(format!("waiting for rank {rank}: {e}")))?;
         // An interrupted rank exits 130 after its checkpoint, and SIGTERM ends it: not failures.
         let ok = status.success()
             || (forwarded.is_some() && status.code() == Some(130))

@@ -159,9 +159,8 @@ impl Mesh {
             (_, 1) => (None, (dp > 1).then(|| world.clone())),
             (1, _) => (Some(world.clone()), None),
             _ => {
-                let cp_groups: Vec<Vec<usize>> = (0..dp)
-                    .map(|d| (d * cp..(d + 1) * cp).collect())
-                    .collect();
+                let cp_groups: Vec<Vec<usize>> =
+                    (0..dp).map(|d| (d * cp..(d + 1) * cp).collect()).collect();
                 let dp_groups: Vec<Vec<usize>> = (0..cp)
                     .map(|c| (0..dp).map(|d| d * cp + c).collect())
                     .collect();
@@ -311,7 +310,10 @@ mod tests {
             err.contains("--dp 3 × --cp 2 = 6") && err.contains("4") && err.contains("--nproc"),
             "{err}"
         );
-        assert!(layout(4, shape(0, 0)).unwrap_err().to_string().contains("--cp 0"));
+        assert!(layout(4, shape(0, 0))
+            .unwrap_err()
+            .to_string()
+            .contains("--cp 0"));
     }
 
     #[test]
@@ -323,7 +325,13 @@ mod tests {
         } else {
             let err = cuda.unwrap_err();
             assert!(
-                matches!(err, DistError::Unavailable { backend: "nccl", .. }),
+                matches!(
+                    err,
+                    DistError::Unavailable {
+                        backend: "nccl",
+                        ..
+                    }
+                ),
                 "{err}"
             );
             assert!(err.to_string().contains("--features nccl"), "{err}");
@@ -333,7 +341,10 @@ mod tests {
     #[test]
     fn a_single_process_has_no_groups() {
         let m = Mesh::single(Device::Cpu);
-        assert_eq!((m.rank(), m.world_size(), m.dp_size(), m.cp_size()), (0, 1, 1, 1));
+        assert_eq!(
+            (m.rank(), m.world_size(), m.dp_size(), m.cp_size()),
+            (0, 1, 1, 1)
+        );
         assert!(m.world().is_none() && m.cp_group().is_none() && m.dp_group().is_none());
         assert_eq!(m.comm_stats(), CommStats::default());
         assert!(m.is_main() && m.backend().is_none());

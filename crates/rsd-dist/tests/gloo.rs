@@ -615,7 +615,10 @@ fn rank_mesh() {
     let shape = MeshShape { dp: 0, cp: 2 };
     let mesh = Mesh::new(&rdzv, shape, Device::Cpu, TIMEOUT).unwrap();
     let rank = mesh.rank();
-    assert_eq!((mesh.world_size(), mesh.dp_size(), mesh.cp_size()), (4, 2, 2));
+    assert_eq!(
+        (mesh.world_size(), mesh.dp_size(), mesh.cp_size()),
+        (4, 2, 2)
+    );
     assert_eq!((mesh.dp_rank(), mesh.cp_rank()), (rank / 2, rank % 2));
     assert_eq!(mesh.backend(), Some(Backend::Gloo));
     let (cp, dp) = (mesh.cp_group().unwrap(), mesh.dp_group().unwrap());
@@ -660,9 +663,11 @@ fn rank_strided() {
     };
     let (rank, n) = (pg.rank() as i64, pg.size() as i64);
     // Rank r's base: arange(12) + 100·r as [3, 4]. The sum over ranks: n·arange + 100·Σr.
-    let base_of = |r: i64, kind| (Tensor::arange(12, (Kind::Int64, Device::Cpu)) + 100 * r)
-        .to_kind(kind)
-        .view([3, 4]);
+    let base_of = |r: i64, kind| {
+        (Tensor::arange(12, (Kind::Int64, Device::Cpu)) + 100 * r)
+            .to_kind(kind)
+            .view([3, 4])
+    };
     let offset = 100 * (0..n).sum::<i64>();
     for kind in [Kind::Float, Kind::Double, Kind::Int64] {
         // A transposed (non-contiguous) view: reduced through a dense copy, then written back
@@ -674,7 +679,10 @@ fn rank_strided() {
         let want = (Tensor::arange(12, (Kind::Int64, Device::Cpu)) * n + offset)
             .to_kind(kind)
             .view([3, 4]);
-        assert!(same(&base, &want), "{kind:?} all_reduce into a strided view");
+        assert!(
+            same(&base, &want),
+            "{kind:?} all_reduce into a strided view"
+        );
         assert_eq!(view.kind(), kind);
         // Every other column of rank 1's base broadcast into rank 0's (and the rest kept).
         let base = base_of(rank, kind);
@@ -683,7 +691,10 @@ fn rank_strided() {
         pg.broadcast(&mut strided, 1).unwrap();
         let from1 = base_of(1, kind);
         assert!(same(&base.slice(1, 0, 4, 2), &from1.slice(1, 0, 4, 2)));
-        assert!(same(&base.slice(1, 1, 4, 2), &base_of(rank, kind).slice(1, 1, 4, 2)));
+        assert!(same(
+            &base.slice(1, 1, 4, 2),
+            &base_of(rank, kind).slice(1, 1, 4, 2)
+        ));
     }
     // A 0-dim tensor keeps its shape.
     let mut s = Tensor::from(rank as f64 + 1.0);
@@ -700,11 +711,15 @@ fn rank_strided() {
     let sum: Tensor = all.iter().sum();
     assert!(same(&r, &sum.chunk(n, 0)[rank as usize]));
     let g0 = pg.all_gather(&Tensor::from(rank)).unwrap();
-    assert_eq!(Vec::<i64>::try_from(&g0).unwrap(), (0..n).collect::<Vec<_>>());
+    assert_eq!(
+        Vec::<i64>::try_from(&g0).unwrap(),
+        (0..n).collect::<Vec<_>>()
+    );
     // send/recv into a strided view.
     let base = Tensor::zeros([2, 4], (Kind::Double, Device::Cpu));
     if rank == 0 {
-        pg.send(&base_of(0, Kind::Double).narrow(0, 0, 2).tr(), 1).unwrap();
+        pg.send(&base_of(0, Kind::Double).narrow(0, 0, 2).tr(), 1)
+            .unwrap();
     } else {
         let mut view = base.tr();
         pg.recv(&mut view, 0).unwrap();
@@ -764,13 +779,25 @@ fn a_mesh_on_cuda_without_nccl_is_refused_and_bad_layouts_name_the_flags() {
         // Refused before anything connects (no peer is running).
         let err = Mesh::new(&r, shape, Device::Cuda(0), TIMEOUT).unwrap_err();
         let text = err.to_string();
-        assert!(matches!(err, DistError::Unavailable { backend: "nccl", .. }), "{text}");
+        assert!(
+            matches!(
+                err,
+                DistError::Unavailable {
+                    backend: "nccl",
+                    ..
+                }
+            ),
+            "{text}"
+        );
         assert!(text.contains("--features nccl"), "{text}");
     }
     let err = Mesh::new(&r, MeshShape { dp: 3, cp: 1 }, Device::Cpu, TIMEOUT).unwrap_err();
     let text = err.to_string();
     assert!(matches!(err, DistError::Layout { .. }), "{text}");
-    assert!(text.contains("--dp 3") && text.contains("--nproc"), "{text}");
+    assert!(
+        text.contains("--dp 3") && text.contains("--nproc"),
+        "{text}"
+    );
     let err = Mesh::new(&r, MeshShape { dp: 0, cp: 4 }, Device::Cpu, TIMEOUT).unwrap_err();
     assert!(err.to_string().contains("--cp 4"), "{err}");
     // One process: no groups, whatever the device.

@@ -40,11 +40,19 @@ fn measured(dir: &Path, shards: &Path, init: &Path, case: &Case) -> Vec<u64> {
     let status = Command::new(env!("CARGO_BIN_EXE_rsd-train"))
         .args(["--device", "cpu", "--dtype", "fp32", "--threads", "1"])
         .args(["--progress", "false", "--save-every", "0", "--steps", "2"])
-        .args(["--micro-batch", "1", "--tokens-per-step", &(4 * SEQ).to_string()])
+        .args([
+            "--micro-batch",
+            "1",
+            "--tokens-per-step",
+            &(4 * SEQ).to_string(),
+        ])
         .args(["--objective", case.objective, "--perturb", "skip"])
         // Every row's view changes (s ≥ 1), and the perturbed pass runs whole rows.
         .args(["--fixed-split", "5,40", "--prefix-reuse", "false"])
-        .args(["--shard-optimizer", if case.sharded { "true" } else { "false" }])
+        .args([
+            "--shard-optimizer",
+            if case.sharded { "true" } else { "false" },
+        ])
         .args(["--grad-bucket-mb", "1"])
         .args(["--dp", &case.dp.to_string(), "--cp", &case.cp.to_string()])
         .args(["--nproc", &nproc])
