@@ -217,8 +217,23 @@ fn list<T: std::str::FromStr>(s: &Option<String>, flag: &str) -> Result<Option<V
     Ok(Some(v))
 }
 
+/// The dp × cp layout the config asks for (dp 0: whatever the world size leaves).
+fn mesh_shape(cfg: &TrainConfig) -> rsd_dist::MeshShape {
+    rsd_dist::MeshShape {
+        dp: cfg.dp,
+        cp: cfg.cp.max(1),
+    }
+}
+
 fn probe(a: ProbeArgs) -> Result<()> {
     if let Some(n) = a.nproc {
+        rsd_dist::layout(
+            n,
+            rsd_dist::MeshShape {
+                dp: 1,
+                cp: a.cp.max(1),
+            },
+        )?;
         match launch::run(n)? {
             0 => return Ok(()),
             code => std::process::exit(code),
@@ -403,11 +418,13 @@ fn train(a: TrainArgs) -> Result<()> {
         return Ok(());
     }
     if let Some(arch) = &a.print_memory_plan {
-        let world = match (a.nproc, cfg.dp, std::env::var("WORLD_SIZE").ok()) {
-            (Some(n), _, _) => n,
-            (None, dp, _) if dp > 0 => dp * cfg.cp,
-            (None, _, Some(w)) => w.parse().context("WORLD_SIZE is not a number")?,
-            _ => cfg.cp,
+        let world = match (a.nproc, mesh_shape(&cfg).processes()) {
+            (Some(n), _) => n,
+            (None, Some(n)) => n,
+            (None, None) => match std::env::var("WORLD_SIZE").ok() {
+                Some(w) => w.parse().context("WORLD_SIZE is not a number")?,
+                None => cfg.cp,
+            },
         };
         let arch = (!arch.is_empty()).then_some(Path::new(arch.as_str()));
         let input = rsd_train::memory_plan::input_for(&cfg, arch, world as u64, a.gpu_gib << 30)?;
@@ -453,17 +470,21 @@ fn train(a: TrainArgs) -> Result<()> {
     }
     // `--dp N` / `--cp N` alone (no launcher around this process) start the ranks themselves.
     let launched = std::env::var_os("WORLD_SIZE").is_some();
-    let wanted = (cfg.dp > 0 || cfg.cp > 1).then(|| cfg.dp.max(1) * cfg.cp);
-    let nproc = match (a.nproc, wanted) {
-        (Some(n), Some(w)) if n != w => bail!(
-            "--nproc {n} and dp × cp = {} × {} = {w} disagree: every process is one rank of the \
-             dp × cp mesh; give --nproc alone, or dp and cp alone",
-            cfg.dp.max(1),
-            cfg.cp
-        ),
-        (Some(n), _) => Some(n),
-        (None, Some(w)) if w > 1 && !launched => Some(w),
-        (None, _) => None,
+    let shape = mesh_shape(&cfg);
+    let nproc = match a.nproc {
+        // Every process is one rank of the dp × cp mesh: refuse a count that does not fit
+        // before starting any (the error names --nproc, --dp and --cp).
+        Some(n) => {
+            rsd_dist::layout(n, shape)?;
+            Some(n)
+        }
+        None if !launched => rsd_dist::MeshShape {
+            dp: shape.dp.max(1),
+            ..shape
+        }
+        .processes()
+        .filter(|&w| w > 1),
+        None => None,
     };
     if let Some(n) = nproc {
         match launch::run(n)? {

@@ -125,7 +125,8 @@ pub struct Trainer {
     out: PathBuf,
     /// Where saved model directories get their tokenizer files from (`tokenizer::tokenizer_files`).
     tokenizer_dir: Option<PathBuf>,
-    /// The held-out slice and its perturbed views (main rank, `heldout_every > 0`).
+    /// This rank's share of the held-out slice and its perturbed views (`heldout_every > 0`):
+    /// micro-batches `rank, rank + world, …` of it, so all ranks evaluate it together.
     heldout: Vec<(MicroBatch, Vec<RowView>)>,
 }
 
@@ -420,8 +421,14 @@ impl Trainer {
             },
         };
         let (step_opts, sampler) = objective_of(&cfg)?;
-        let heldout = if cfg.heldout_every > 0 && dp.is_main() {
+        let heldout = if cfg.heldout_every > 0 {
+            let (rank, world) = (dp.rank(), dp.world());
             heldout_slice(&cfg, &sampler, model.config().vocab_size, options.device)?
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| i % world == rank)
+                .map(|(_, b)| b)
+                .collect()
         } else {
             Vec::new()
         };
@@ -490,6 +497,8 @@ impl Trainer {
         )?;
         let mut run = RunProgress::default();
         while self.state.step < end {
+            // The step's traffic: from this decision to the update's (held-out evaluation apart).
+            let comm0 = self.dp.comm_stats();
             // Every rank stops at the same step, whichever saw the interrupt.
             if self.dp.any(stop.load(Ordering::SeqCst))? {
                 run.interrupted = true;
@@ -503,12 +512,7 @@ impl Trainer {
                 )));
             }
             let started = Instant::now();
-            let comm0 = self.dp.comm_stats();
-            let mbs = self.next_micro_batches()?;
-            let local_tokens: u64 = mbs
-                .iter()
-                .map(|(_, m)| (m.rows() as i64 * m.len()) as u64)
-                .sum();
+            let (mbs, local_tokens) = self.next_micro_batches()?;
             let mut local = LossNormalizers::of_iter(mbs.iter().map(|(_, m)| m));
             if self.dp.context().is_some_and(|cp| cp.rank() != 0) {
                 // The ranks of a context-parallel group hold the same samples: count them once.
@@ -557,21 +561,38 @@ impl Trainer {
     }
 
     /// `(heldout_clm, view_gap)` on the held-out slice when this step is one of every
-    /// `heldout_every` (main rank; the model is whole on every rank, so no collective).
+    /// `heldout_every`. Every rank evaluates its share of the slice (the model is whole on every
+    /// rank) and one all-reduce of four numbers combines them, so all ranks get the same values
+    /// and none waits for rank 0 alone.
     fn evaluate_heldout(&self) -> Result<(Option<f64>, Option<f64>)> {
         let every = self.cfg.heldout_every;
-        if every == 0 || self.heldout.is_empty() || !self.state.step.is_multiple_of(every) {
+        if every == 0 || !self.state.step.is_multiple_of(every) {
             return Ok((None, None));
         }
-        let (clm, gap) = crate::step::evaluate(&self.model, &self.heldout, &self.step_opts)?;
-        Ok((Some(clm), Some(gap)))
+        // The share's sums: its means times their normalisers (as `Sums::values` divides).
+        let mine = if self.heldout.is_empty() {
+            [0.0; 4]
+        } else {
+            let (clm, gap) = crate::step::evaluate(&self.model, &self.heldout, &self.step_opts)?;
+            let norm = LossNormalizers::of_iter(self.heldout.iter().map(|(mb, _)| mb));
+            let (tokens, samples) = (norm.label_tokens.max(1.0), norm.samples.max(1.0));
+            [clm * tokens, gap * samples, norm.label_tokens, norm.samples]
+        };
+        let all = self.dp.sum_values(&mine)?;
+        Ok((
+            Some(all[0] / all[2].max(1.0)),
+            Some(all[1] / all[3].max(1.0)),
+        ))
     }
 
     /// This rank's data of the step: its `accum / ranks` loader batches, as micro-batches on the
-    /// device, each with the indices of its rows in the step's global batch.
-    fn next_micro_batches(&mut self) -> Result<Vec<(Vec<usize>, MicroBatch)>> {
+    /// device, each with the indices of its rows in the step's global batch; and the tokens it
+    /// counts for the log ([`counted_tokens`]).
+    #[allow(clippy::type_complexity)]
+    fn next_micro_batches(&mut self) -> Result<(Vec<(Vec<usize>, MicroBatch)>, u64)> {
         let device = self.model.options().device;
         let mut mbs = Vec::new();
+        let mut tokens = 0u64;
         for k in 0..self.local_accum {
             let batch = self
                 .loader
@@ -579,6 +600,7 @@ impl Trainer {
                 .ok_or_else(|| Error::Input("the loader ran out of data".into()))??;
             let rows = batch.row_offsets.len().saturating_sub(1);
             let cp = self.dp.context().is_some();
+            tokens += counted_tokens(&batch, self.dp.context().map(|c| c.rank()));
             for (first, mb) in data::micro_batches(&batch, self.cfg.doc_mask, cp, device)? {
                 let global = (first..first + mb.rows())
                     .map(|j| self.dp.global_row(k, j, rows))
@@ -586,7 +608,7 @@ impl Trainer {
                 mbs.push((global, mb));
             }
         }
-        Ok(mbs)
+        Ok((mbs, tokens))
     }
 
     /// Forward and backward of every micro-batch with the step's (global) normalisers; the
@@ -864,6 +886,30 @@ impl Trainer {
         fs::write(&sp, text).map_err(io_err(&sp))?;
         self.dp.barrier()?;
         Ok(summary)
+    }
+}
+
+/// The tokens a rank counts of a loader batch for the log: every row's stored length (what one
+/// process holds). Under context parallelism (`cp_rank`: this rank's place in its group) the
+/// rows are counted once, by the group's rank 0, without the padding that makes them a multiple
+/// of 2·cp.
+fn counted_tokens(batch: &rsd_loader::Batch, cp_rank: Option<usize>) -> u64 {
+    let ro = &batch.row_offsets;
+    let local = || ro.windows(2).map(|w| u64::from(w[1] - w[0])).sum::<u64>();
+    match cp_rank {
+        None => local(),
+        Some(0) => {
+            let fro = &batch.full_row_offsets;
+            if batch.row_meta.len() + 1 == fro.len() {
+                fro.windows(2)
+                    .zip(&batch.row_meta)
+                    .map(|(w, m)| u64::from(w[1] - w[0]) - u64::from(m.cp_pad))
+                    .sum()
+            } else {
+                fro.windows(2).map(|w| u64::from(w[1] - w[0])).sum()
+            }
+        }
+        Some(_) => 0,
     }
 }
 
