@@ -192,3 +192,103 @@ def test_a_context_parallel_probe_without_its_processes_is_refused(inputs, tmp_p
     p = run("rsd-train", "probe", "--init", REPO / "configs" / "model" / "tiny-qwen3-64.json",
             "--tokens", inputs / "tokens.npy", "--objective", "standard", "--cp", 2, check=False)
     assert p.returncode != 0 and "--nproc 2 --cp 2" in p.stderr, p.stderr
+
+
+# ---- The dp × cp matrix, fp64 ----
+#
+# With fp64, AdamW's eps = lr = 1e6 and neither weight decay nor clipping, one step moves every
+# parameter by −lr·g/(|g| + eps) ≈ −g: the parameters after the step carry the step's gradient to
+# fp64 precision, so comparing them (minus the initial ones) compares every parameter gradient.
+
+MATRIX_MODEL = {**ARCH["qwen3"], "vocab_size": 151669, "hidden_size": 32,
+                "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "head_dim": 8, "max_position_embeddings": 4096,
+                "rms_norm_eps": 1e-6, "initializer_range": 0.05}
+
+
+@pytest.fixture(scope="module")
+def matrix_init(tmp_path_factory):
+    p = tmp_path_factory.mktemp("matrix") / "model.json"
+    p.write_text(json.dumps(MATRIX_MODEL))
+    return p
+
+
+def exact_step(shards, init, out, *extra, lr=1e6, tokens=512):
+    run("rsd-train", "--config", REPO / "configs" / "tiny-cpu.toml", "--shards", shards,
+        "--init", init, "--out", out, "--progress", "false", "--threads", 1, "--steps", 1,
+        "--save-every", 0, "--tokens-per-step", tokens, "--dtype", "fp64", "--lr", lr,
+        "--eps", 1e6, "--weight-decay", 0, "--clip", 0, "--warmup-ratio", 0, *extra,
+        timeout=600)
+    recs = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+    (f,) = (out / "model").glob("*.safetensors")
+    return recs, load_file(f)
+
+
+def assert_same_gradients(p0, a, b):
+    """Every parameter's update (≈ its gradient) within 1e-10 relative."""
+    assert a.keys() == b.keys() == p0.keys()
+    for k in a:
+        da, db = p0[k] - a[k], p0[k] - b[k]
+        scale = float(np.abs(da).max())
+        assert scale > 0, k
+        assert float(np.abs(da - db).max()) <= 1e-10 * scale, (k, float(np.abs(da - db).max()),
+                                                                scale)
+
+
+@pytest.mark.parametrize("objective", ["standard", "rsd"])
+def test_dp_2_by_cp_2_computes_the_one_process_step_in_fp64(shards, matrix_init, tmp_path,
+                                                              objective):
+    _, p0 = exact_step(shards, matrix_init, tmp_path / "init", lr=0)
+    args = ["--objective", objective, "--heldout-every", 1, "--heldout-shards", shards,
+            "--heldout-batches", 3]
+    one, p1 = exact_step(shards, matrix_init, tmp_path / "one", *args)
+    four, p4 = exact_step(shards, matrix_init, tmp_path / "four", *args, "--dp", 2, "--cp", 2)
+    assert_same_gradients(p0, p1, p4)
+    (a,), (b,) = one, four
+    for k in ("loss", "clm", "kl", "grad_norm", "heldout_clm", "view_gap"):
+        assert b[k] == pytest.approx(a[k], rel=1e-10, abs=1e-14), (k, a[k], b[k])
+    if objective == "rsd":
+        assert a["kl"] > 0 and a["view_gap"] > 0
+    assert a["tokens"] == b["tokens"] == 512
+    assert a["comm_bytes"] == 0 < b["comm_bytes"]
+
+
+def test_a_length_2cp_does_not_divide_is_padded_and_trains_the_one_process_step(matrix_init,
+                                                                               tmp_path):
+    # 126-token rows: cp = 2 cuts rows into 4 chunks, so each row is padded to 128; the padding
+    # has no labels and comes after every real token, and the logged tokens leave it out.
+    odd = tmp_path / "odd"
+    run("rsd-data", "pack", "--len", "126", "--src", REPO / "corpus" / "books", "--out", odd)
+    _, p0 = exact_step(odd, matrix_init, tmp_path / "init", lr=0, tokens=504)
+    one, p1 = exact_step(odd, matrix_init, tmp_path / "one", tokens=504)
+    cp, pc = exact_step(odd, matrix_init, tmp_path / "cp", "--cp", 2, tokens=504)
+    assert_same_gradients(p0, p1, pc)
+    (a,), (b,) = one, cp
+    for k in ("loss", "clm", "kl", "grad_norm"):
+        assert b[k] == pytest.approx(a[k], rel=1e-10, abs=1e-14), (k, a[k], b[k])
+    assert a["tokens"] == b["tokens"] == 504
+
+
+@pytest.mark.parametrize("family,args", [CASES[0], CASES[1]], ids=["standard", "rsd"])
+def test_four_context_parallel_ranks_compute_one_process_step(inputs, tmp_path, family, args):
+    # 32-row sequences over 4 ranks: 8 chunks of 4 rows.
+    one, g1 = probe(inputs, family, args, "fp64", 1, tmp_path, reuse=True)
+    grads = tmp_path / "grads-4.safetensors"
+    p = run("rsd-train", "probe", "--init", inputs / f"{family}.json", "--tokens",
+            inputs / "tokens.npy", "--dtype", "fp64", "--threads", 1, "--grads-out", grads,
+            *args, "--nproc", 4, "--cp", 4, timeout=300)
+    four, g4 = json.loads(p.stdout), load_file(grads)
+    for k in ("clm", "kl", "clm_pert", "loss", "grad_norm"):
+        assert four[k] == pytest.approx(one[k], rel=1e-10, abs=1e-14), (k, one[k], four[k])
+    assert len(four["perturbed_tokens_per_rank"]) == 4
+    for k in g1:
+        scale = max(float(np.abs(g1[k]).max()), 1e-30)
+        assert float(np.abs(g1[k] - g4[k]).max()) / scale <= 1e-6, k
+
+
+def test_a_layout_the_world_does_not_fit_is_refused_naming_the_flags(inputs, tmp_path):
+    # 3 processes cannot be context-parallel groups of 2.
+    p = run("rsd-train", "probe", "--init", inputs / "qwen3.json", "--tokens",
+            inputs / "tokens.npy", "--objective", "standard", "--nproc", 3, "--cp", 2,
+            check=False, timeout=300)
+    assert p.returncode != 0 and "--cp 2" in p.stderr and "3 processes" in p.stderr, p.stderr

@@ -32,6 +32,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from rsd_cli import exe, run
+from test_train_zero import sharded_state
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "configs" / "model" / "tiny-qwen3-64.json"
@@ -164,25 +165,26 @@ def test_a_checkpoint_resumes_at_the_same_or_another_dp_size(shards, tmp_path):
             assert b["loss"] == pytest.approx(a["loss"], rel=1e-5), (out, a, b)
 
 
-def optimizer_state(out, step):
-    return load_file(out / "checkpoints" / f"step-{step:08d}" / "optimizer.safetensors")
-
-
 def test_a_sharded_optimizer_trains_what_a_replicated_one_trains(shards, tmp_path):
-    # 1 MiB buckets: the embedding is a bucket of its own whose two blocks split the matrix; the
-    # layers share another. Clipping is active from step 2 (|g| > 1).
+    # 1 MiB buckets: the (tied) embedding is a bucket of its own whose two blocks split the
+    # matrix; each layer and the final norm are buckets of their own. Clipping is active from
+    # step 2 (|g| > 1).
     batch = ["--micro-batch", 1, "--tokens-per-step", 512, "--grad-bucket-mb", 1]
     run("rsd-train", *train_args(shards, tmp_path / "replicated", *batch), "--nproc", 2)
     run("rsd-train", *train_args(shards, tmp_path / "sharded", *batch, "--shard-optimizer", "true"),
         "--nproc", 2)
-    # The same summed gradient and the same AdamW arithmetic: the same bits. Only the order of
-    # the sums in the gradient norm differs (its last f64 bits).
-    assert_same_run(tmp_path / "replicated", tmp_path / "sharded", loss_rel=1e-12, param_abs=0.0)
-    # The checkpoint is the replicated optimizer's file, gathered from the ranks' blocks.
-    rep, sh = optimizer_state(tmp_path / "replicated", 3), optimizer_state(tmp_path / "sharded", 3)
+    # The same AdamW arithmetic on the same summed gradient, summed in another order (each
+    # micro-batch's reduce-scatter, then the micro-batches): fp32 rounding, nothing more (fp64
+    # runs agree to 1e-10: tests/test_train_zero.py).
+    assert_same_run(tmp_path / "replicated", tmp_path / "sharded", loss_rel=1e-5, param_abs=1e-5)
+    # The checkpoint holds each rank's blocks; reassembled, they are the replicated state.
+    step3 = Path("checkpoints") / "step-00000003"
+    rep = load_file(tmp_path / "replicated" / step3 / "optimizer.safetensors")
+    _, sh = sharded_state(tmp_path / "sharded" / step3)
     assert rep.keys() == sh.keys() and len(rep) == 2 * len(params(tmp_path / "sharded"))
     for k in rep:
-        assert np.array_equal(rep[k], sh[k]), k
+        scale = float(np.abs(rep[k]).max())
+        assert float(np.abs(rep[k] - sh[k]).max()) <= 1e-3 * scale + 1e-12, k
     assert any(np.abs(v).max() > 0 for v in sh.values())
 
 
@@ -218,7 +220,8 @@ def test_dp_alone_starts_its_ranks_and_must_match_the_world(shards, tmp_path):
     assert "[rank 0] rsd-train: 2 data-parallel ranks" in p.stderr, p.stderr
     p = run("rsd-train", *train_args(shards, tmp_path / "x", "--tokens-per-step", 256, "--dp", 2,
                                      steps=1), "--nproc", 3, check=False, timeout=60)
-    assert p.returncode != 0 and "--nproc 3 and dp × cp = 2 × 1 = 2 disagree" in p.stderr, p.stderr
+    assert p.returncode != 0 and "--dp 2 × --cp 1 = 2 processes" in p.stderr, p.stderr
+    assert "has 3" in p.stderr and "--nproc" in p.stderr, p.stderr
 
 
 def memory_plan(config, *args):

@@ -99,20 +99,46 @@ BackendPtr from_capsule(const c10::IValue& v) {
   return c10::static_intrusive_pointer_cast<c10d::Backend>(v.toCapsule());
 }
 
+// Saves what a backward needs: the backend, the group's counter and the timeout.
+void save_group(torch::autograd::AutogradContext* ctx, const RsdGroup* g, int64_t timeout_ms) {
+  ctx->saved_data["backend"] = capsule(g->backend);
+  ctx->saved_data["counter"] = c10::IValue::make_capsule(
+      c10::static_intrusive_pointer_cast<torch::CustomClassHolder>(g->backward));
+  ctx->saved_data["native_avg"] = g->native_avg;
+  ctx->saved_data["timeout_ms"] = timeout_ms;
+}
+
+// Runs a backward collective on `grad`, counting it as the Rust side counts a forward one: one
+// call, the bytes of the tensor this rank hands over (the whole gradient in every case here), the
+// time blocked.
+template <typename F>
+Tensor counted_backward(torch::autograd::AutogradContext* ctx, const Tensor& grad, F&& f) {
+  auto counter =
+      c10::static_intrusive_pointer_cast<RsdCounter>(ctx->saved_data["counter"].toCapsule());
+  auto start = std::chrono::steady_clock::now();
+  Tensor out = f(from_capsule(ctx->saved_data["backend"]), ctx->saved_data["timeout_ms"].toInt());
+  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                std::chrono::steady_clock::now() - start)
+                .count();
+  counter->calls += 1;
+  counter->bytes += static_cast<int64_t>(grad.numel()) * static_cast<int64_t>(grad.element_size());
+  counter->nanos += static_cast<int64_t>(ns);
+  return out;
+}
+
 struct AllGatherFn : public torch::autograd::Function<AllGatherFn> {
   static Tensor forward(torch::autograd::AutogradContext* ctx, Tensor x, const RsdGroup* g,
                         int64_t timeout_ms) {
-    ctx->saved_data["backend"] = capsule(g->backend);
-    ctx->saved_data["native_avg"] = g->native_avg;
-    ctx->saved_data["timeout_ms"] = timeout_ms;
+    save_group(ctx, g, timeout_ms);
     return gather_dim0(g->backend, x, timeout_ms);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    BackendPtr b = from_capsule(ctx->saved_data["backend"]);
-    Tensor g = reduce_scatter_dim0(b, ctx->saved_data["native_avg"].toBool(), grads[0], kSum,
-                                   ctx->saved_data["timeout_ms"].toInt());
+    bool native_avg = ctx->saved_data["native_avg"].toBool();
+    Tensor g = counted_backward(ctx, grads[0], [&](const BackendPtr& b, int64_t ms) {
+      return reduce_scatter_dim0(b, native_avg, grads[0], kSum, ms);
+    });
     return {g, Tensor(), Tensor()};
   }
 };
@@ -120,15 +146,15 @@ struct AllGatherFn : public torch::autograd::Function<AllGatherFn> {
 struct ReduceScatterFn : public torch::autograd::Function<ReduceScatterFn> {
   static Tensor forward(torch::autograd::AutogradContext* ctx, Tensor x, const RsdGroup* g,
                         int64_t timeout_ms) {
-    ctx->saved_data["backend"] = capsule(g->backend);
-    ctx->saved_data["timeout_ms"] = timeout_ms;
+    save_group(ctx, g, timeout_ms);
     return reduce_scatter_dim0(g->backend, g->native_avg, x, kSum, timeout_ms);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    BackendPtr b = from_capsule(ctx->saved_data["backend"]);
-    Tensor g = gather_dim0(b, grads[0], ctx->saved_data["timeout_ms"].toInt());
+    Tensor g = counted_backward(ctx, grads[0], [&](const BackendPtr& b, int64_t ms) {
+      return gather_dim0(b, grads[0], ms);
+    });
     return {g, Tensor(), Tensor()};
   }
 };
@@ -149,15 +175,15 @@ Tensor all_to_all_dim0(const BackendPtr& b, const Tensor& input, int64_t timeout
 struct AllToAllFn : public torch::autograd::Function<AllToAllFn> {
   static Tensor forward(torch::autograd::AutogradContext* ctx, Tensor x, const RsdGroup* g,
                         int64_t timeout_ms) {
-    ctx->saved_data["backend"] = capsule(g->backend);
-    ctx->saved_data["timeout_ms"] = timeout_ms;
+    save_group(ctx, g, timeout_ms);
     return all_to_all_dim0(g->backend, x, timeout_ms);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    BackendPtr b = from_capsule(ctx->saved_data["backend"]);
-    Tensor g = all_to_all_dim0(b, grads[0], ctx->saved_data["timeout_ms"].toInt());
+    Tensor g = counted_backward(ctx, grads[0], [&](const BackendPtr& b, int64_t ms) {
+      return all_to_all_dim0(b, grads[0], ms);
+    });
     return {g, Tensor(), Tensor()};
   }
 };
@@ -253,11 +279,18 @@ int rsd_group_gloo(const RsdStore* s, const char* prefix, int rank, int size, in
     opts->devices = gloo_devices();
     opts->threads = static_cast<int>(opts->devices.size()) * 2;
     auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
-    *out = new RsdGroup{pg, false};
+    *out = new RsdGroup{pg, false, c10::make_intrusive<RsdCounter>()};
   });
 }
 
 void rsd_group_free(RsdGroup* g) { delete g; }
+
+// What the group's backward collectives (inside autograd) have done so far.
+void rsd_group_backward_stats(const RsdGroup* g, int64_t* calls, int64_t* bytes, int64_t* nanos) {
+  *calls = g->backward->calls.load();
+  *bytes = g->backward->bytes.load();
+  *nanos = g->backward->nanos.load();
+}
 
 // ---- collectives (blocking) ----
 

@@ -21,7 +21,7 @@ int rsd_group_nccl(const RsdStore* s, const char* prefix, int rank, int size, in
     auto opts = c10d::ProcessGroupNCCL::Options::create();
     opts->timeout = std::chrono::milliseconds(timeout_ms);
     auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, opts);
-    *out = new RsdGroup{pg, true};
+    *out = new RsdGroup{pg, true, c10::make_intrusive<RsdCounter>()};
   });
 }
 

@@ -4,6 +4,10 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <ATen/core/ivalue.h>
+
+#include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -13,11 +17,21 @@ struct RsdStore {
   c10::intrusive_ptr<c10d::Store> store;
 };
 
+// The traffic of the collectives that run inside libtorch's autograd (the backward of the
+// differentiable collectives), which the Rust side never sees: the autograd nodes hold it (a
+// capsule) and add to it; the Rust side reads it with rsd_group_backward_stats.
+struct RsdCounter : torch::CustomClassHolder {
+  std::atomic<int64_t> calls{0};
+  std::atomic<int64_t> bytes{0};
+  std::atomic<int64_t> nanos{0};
+};
+
 // A process group handle: one c10d backend (Gloo or NCCL) over `size` ranks.
 struct RsdGroup {
   c10::intrusive_ptr<c10d::Backend> backend;
   // Gloo has no AVG: the shim sums and divides instead.
   bool native_avg;
+  c10::intrusive_ptr<RsdCounter> backward = c10::make_intrusive<RsdCounter>();
 };
 
 namespace rsd {

@@ -145,6 +145,18 @@ pub enum DistError {
         /// What is wrong.
         message: String,
     },
+    /// The world cannot be split into the data-parallel × context-parallel layout asked for.
+    #[error("{message}")]
+    Layout {
+        /// What does not fit, naming the flags.
+        message: String,
+    },
+    /// A local launch (`--nproc N`) could not start or watch its ranks.
+    #[error("{message}")]
+    Launch {
+        /// What failed.
+        message: String,
+    },
     /// The backend was not compiled in.
     #[error("the {backend} backend is not available: {reason}")]
     Unavailable {

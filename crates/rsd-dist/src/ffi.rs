@@ -92,6 +92,12 @@ extern "C" {
         err_len: usize,
     ) -> c_int;
     pub fn rsd_group_free(g: *mut RawGroup);
+    pub fn rsd_group_backward_stats(
+        g: *const RawGroup,
+        calls: *mut i64,
+        bytes: *mut i64,
+        nanos: *mut i64,
+    );
 
     pub fn rsd_all_reduce(
         g: *const RawGroup,

@@ -5,7 +5,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tch::Tensor;
+use tch::{Device, Tensor};
 
 use crate::env::Rendezvous;
 use crate::error::{DistError, Result};
@@ -73,8 +73,9 @@ pub struct ProcessGroup {
     size: usize,
     /// World rank of each member, by group rank.
     world_ranks: Vec<usize>,
-    /// CUDA device index of an NCCL group.
-    device: usize,
+    /// Where the backend wants its tensors: `cuda:N` for NCCL, the CPU for Gloo. Every
+    /// collective moves its tensors here itself (and results back to the caller's device).
+    device: Device,
     timeout: Duration,
     /// Subgroups created so far: names the next one, identically on every member.
     children: Cell<u32>,
@@ -87,7 +88,8 @@ pub struct ProcessGroup {
 /// reduce-scatter: the whole input; send/recv: the message), so it compares with a collective's
 /// analytic volume; the bytes on the wire depend on the backend's algorithm (a ring all-reduce
 /// sends 2·(N−1)/N of its payload). The backward collectives of the autograd operations run
-/// inside libtorch's autograd and are not counted.
+/// inside libtorch's autograd; the shim counts them the same way (their payload: the gradient
+/// handed to them) and [`ProcessGroup::stats`] includes them.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct CommStats {
     /// Collective calls.
@@ -112,8 +114,25 @@ impl ProcessGroup {
     /// Joins the world described by `rdzv`: rank 0 hosts the TCP store (unless torchrun's agent
     /// does), every rank checks that all agree on the world size, then the backend connects the
     /// ranks. `timeout` bounds each of these steps and is the default for every collective.
+    /// NCCL groups use device `cuda:LOCAL_RANK` ([`ProcessGroup::new_on`] names another).
     pub fn new(rdzv: &Rendezvous, backend: Backend, timeout: Duration) -> Result<Self> {
+        let device = match backend {
+            Backend::Gloo => Device::Cpu,
+            Backend::Nccl => Device::Cuda(rdzv.local_rank),
+        };
+        Self::new_on(rdzv, backend, device, timeout)
+    }
+
+    /// [`ProcessGroup::new`] with the device the collectives use: the CPU for Gloo, a CUDA
+    /// device for NCCL (anything else is refused).
+    pub fn new_on(
+        rdzv: &Rendezvous,
+        backend: Backend,
+        device: Device,
+        timeout: Duration,
+    ) -> Result<Self> {
         rdzv.validate()?;
+        check_backend_device(backend, device)?;
         if backend == Backend::Nccl && !cfg!(feature = "nccl") {
             return Err(DistError::Unavailable {
                 backend: "nccl",
@@ -135,7 +154,7 @@ impl ProcessGroup {
             backend,
             rdzv.rank,
             world_ranks,
-            rdzv.local_rank,
+            device,
             timeout,
         )
     }
@@ -146,7 +165,7 @@ impl ProcessGroup {
         backend: Backend,
         rank: usize,
         world_ranks: Vec<usize>,
-        device: usize,
+        device: Device,
         timeout: Duration,
     ) -> Result<Self> {
         let size = world_ranks.len();
@@ -218,9 +237,22 @@ impl ProcessGroup {
         &self.world_ranks
     }
 
-    /// The traffic of this group's collectives since it was created.
+    /// Where the collectives want their tensors (they move them there themselves).
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The traffic of this group's collectives since it was created, the backward collectives
+    /// of the autograd operations included.
     pub fn stats(&self) -> CommStats {
-        self.stats.get()
+        let (mut calls, mut bytes, mut nanos) = (0i64, 0i64, 0i64);
+        // SAFETY: the group is live; the shim writes three integers.
+        unsafe { ffi::rsd_group_backward_stats(self.raw(), &mut calls, &mut bytes, &mut nanos) };
+        let mut st = self.stats.get();
+        st.calls += calls.max(0) as u64;
+        st.bytes += bytes.max(0) as u64;
+        st.seconds += nanos.max(0) as f64 * 1e-9;
+        st
     }
 
     /// Runs `f` with the collectives' timeout set to `timeout`, then restores the group's.
@@ -378,61 +410,115 @@ impl ProcessGroup {
         to_c_int(rank).map_err(|message| DistError::Input { op, message })
     }
 
+    /// `t` where the backend wants it: `t` itself when it is there already, else a copy (the
+    /// caller's tensor is never handed to a backend on the wrong device).
+    fn placed(&self, op: &'static str, t: &Tensor) -> Result<Tensor> {
+        match Placement::of(t, self.device) {
+            Placement::Direct => Ok(t.shallow_clone()),
+            Placement::Staged => t.f_to_device(self.device).map_err(|e| input(op, e)),
+        }
+    }
+
+    /// A result of the backend moved to `device` (the caller's input's).
+    fn returned(op: &'static str, t: Tensor, device: Device) -> Result<Tensor> {
+        if t.device() == device {
+            return Ok(t);
+        }
+        t.f_to_device(device).map_err(|e| input(op, e))
+    }
+
+    /// Runs an in-place collective on `t`: directly when `t` is dense on the group's device,
+    /// else on a contiguous copy there whose result is then copied back into `t`.
+    fn in_place(
+        &self,
+        op: &'static str,
+        t: &mut Tensor,
+        f: impl FnOnce(&mut Tensor) -> Result<()>,
+    ) -> Result<()> {
+        if Placement::of(t, self.device) == Placement::Direct && t.is_contiguous() {
+            return f(t);
+        }
+        // Either a copy to another device or a dense copy of a strided view: never `t` itself.
+        let mut work = tch::no_grad(|| t.f_to_device(self.device).and_then(|x| x.f_contiguous()))
+            .map_err(|e| input(op, e))?;
+        f(&mut work)?;
+        tch::no_grad(|| t.f_copy_(&work))
+            .map(|_| ())
+            .map_err(|e| input(op, e))
+    }
+
     /// Reduces `t` over the group, in place: afterwards every rank holds the same result.
     pub fn all_reduce(&self, t: &mut Tensor, op: ReduceOp) -> Result<()> {
         let ms = self.ms();
-        // SAFETY: the group and tensor are live for the call.
-        self.run("all_reduce", nbytes(t), |err, len| unsafe {
-            ffi::rsd_all_reduce(self.raw(), t.as_mut_ptr(), op.code(), ms, err, len)
+        let bytes = nbytes(t);
+        self.in_place("all_reduce", t, |w| {
+            // SAFETY: the group and tensor are live for the call.
+            self.run("all_reduce", bytes, |err, len| unsafe {
+                ffi::rsd_all_reduce(self.raw(), w.as_mut_ptr(), op.code(), ms, err, len)
+            })
         })
     }
 
     /// Concatenates every rank's `t` along dim 0, in rank order (all ranks' shapes must be equal).
+    /// The result is on `t`'s device.
     pub fn all_gather(&self, t: &Tensor) -> Result<Tensor> {
+        let op = "all_gather";
+        let x = self.placed(op, t)?;
         let ms = self.ms();
         // SAFETY: the group and tensor are live for the call.
-        self.run_out("all_gather", nbytes(t), |out, err, len| unsafe {
-            ffi::rsd_all_gather(self.raw(), t.as_ptr(), ms, out, err, len)
-        })
+        let y = self.run_out(op, nbytes(&x), |out, err, len| unsafe {
+            ffi::rsd_all_gather(self.raw(), x.as_ptr(), ms, out, err, len)
+        })?;
+        Self::returned(op, y, t.device())
     }
 
     /// Reduces `t` (dim 0 a multiple of the group size) over the group and returns block `rank`
-    /// of dim 0 of the result.
+    /// of dim 0 of the result, on `t`'s device.
     pub fn reduce_scatter(&self, t: &Tensor, op: ReduceOp) -> Result<Tensor> {
+        let name = "reduce_scatter";
+        let x = self.placed(name, t)?;
         let ms = self.ms();
         // SAFETY: the group and tensor are live for the call.
-        self.run_out("reduce_scatter", nbytes(t), |out, err, len| unsafe {
-            ffi::rsd_reduce_scatter(self.raw(), t.as_ptr(), op.code(), ms, out, err, len)
-        })
+        let y = self.run_out(name, nbytes(&x), |out, err, len| unsafe {
+            ffi::rsd_reduce_scatter(self.raw(), x.as_ptr(), op.code(), ms, out, err, len)
+        })?;
+        Self::returned(name, y, t.device())
     }
 
     /// Copies `root`'s `t` into every other rank's `t` (same shape and dtype everywhere).
     pub fn broadcast(&self, t: &mut Tensor, root: usize) -> Result<()> {
         let root = self.peer("broadcast", "root", root)?;
         let ms = self.ms();
-        // SAFETY: the group and tensor are live for the call.
-        self.run("broadcast", nbytes(t), |err, len| unsafe {
-            ffi::rsd_broadcast(self.raw(), t.as_mut_ptr(), root, ms, err, len)
+        let bytes = nbytes(t);
+        self.in_place("broadcast", t, |w| {
+            // SAFETY: the group and tensor are live for the call.
+            self.run("broadcast", bytes, |err, len| unsafe {
+                ffi::rsd_broadcast(self.raw(), w.as_mut_ptr(), root, ms, err, len)
+            })
         })
     }
 
     /// Splits `t` into `size` equal blocks along dim 0 and sends block `j` to rank `j`; returns
-    /// the received blocks, block `i` from rank `i`.
+    /// the received blocks, block `i` from rank `i`, on `t`'s device.
     pub fn all_to_all(&self, t: &Tensor) -> Result<Tensor> {
+        let op = "all_to_all";
+        let x = self.placed(op, t)?;
         let ms = self.ms();
         // SAFETY: the group and tensor are live for the call.
-        self.run_out("all_to_all", nbytes(t), |out, err, len| unsafe {
-            ffi::rsd_all_to_all(self.raw(), t.as_ptr(), ms, out, err, len)
-        })
+        let y = self.run_out(op, nbytes(&x), |out, err, len| unsafe {
+            ffi::rsd_all_to_all(self.raw(), x.as_ptr(), ms, out, err, len)
+        })?;
+        Self::returned(op, y, t.device())
     }
 
     /// Sends `t` to rank `dst`, which must `recv` a tensor of the same shape and dtype.
     pub fn send(&self, t: &Tensor, dst: usize) -> Result<()> {
         let dst = self.peer("send", "destination", dst)?;
+        let x = self.placed("send", t)?;
         let ms = self.ms();
         // SAFETY: the group and tensor are live for the call.
-        self.run("send", nbytes(t), |err, len| unsafe {
-            ffi::rsd_send(self.raw(), t.as_ptr(), dst, 0, ms, err, len)
+        self.run("send", nbytes(&x), |err, len| unsafe {
+            ffi::rsd_send(self.raw(), x.as_ptr(), dst, 0, ms, err, len)
         })
     }
 
@@ -440,9 +526,12 @@ impl ProcessGroup {
     pub fn recv(&self, t: &mut Tensor, src: usize) -> Result<()> {
         let src = self.peer("recv", "source", src)?;
         let ms = self.ms();
-        // SAFETY: the group and tensor are live for the call.
-        self.run("recv", nbytes(t), |err, len| unsafe {
-            ffi::rsd_recv(self.raw(), t.as_mut_ptr(), src, 0, ms, err, len)
+        let bytes = nbytes(t);
+        self.in_place("recv", t, |w| {
+            // SAFETY: the group and tensor are live for the call.
+            self.run("recv", bytes, |err, len| unsafe {
+                ffi::rsd_recv(self.raw(), w.as_mut_ptr(), src, 0, ms, err, len)
+            })
         })
     }
 
@@ -462,13 +551,19 @@ impl ProcessGroup {
     pub fn all_gather_autograd(&self, t: &Tensor, dim: i64) -> Result<Tensor> {
         let op = "all_gather_autograd";
         let d = normalize_dim(op, t, dim)?;
-        let x = t.f_movedim_int(d, 0).map_err(|e| input(op, e))?;
+        // Moving to the group's device is itself differentiable: the backward brings the
+        // gradient back to `t`'s device.
+        let x = self.placed(op, &t.f_movedim_int(d, 0).map_err(|e| input(op, e))?)?;
         let ms = self.ms();
         // SAFETY: the group and tensor are live for the call.
         let y = self.run_out(op, nbytes(&x), |out, err, len| unsafe {
             ffi::rsd_all_gather_autograd(self.raw(), x.as_ptr(), ms, out, err, len)
         })?;
-        y.f_movedim_int(0, d).map_err(|e| input(op, e))
+        Self::returned(
+            op,
+            y.f_movedim_int(0, d).map_err(|e| input(op, e))?,
+            t.device(),
+        )
     }
 
     /// [`all_to_all`](Self::all_to_all) (equal blocks along dim 0) as an autograd node: its
@@ -476,11 +571,14 @@ impl ProcessGroup {
     /// gradient to the rank that sent it. Same rules as
     /// [`all_gather_autograd`](Self::all_gather_autograd).
     pub fn all_to_all_autograd(&self, t: &Tensor) -> Result<Tensor> {
+        let op = "all_to_all_autograd";
+        let x = self.placed(op, t)?;
         let ms = self.ms();
         // SAFETY: the group and tensor are live for the call.
-        self.run_out("all_to_all_autograd", nbytes(t), |out, err, len| unsafe {
-            ffi::rsd_all_to_all_autograd(self.raw(), t.as_ptr(), ms, out, err, len)
-        })
+        let y = self.run_out(op, nbytes(&x), |out, err, len| unsafe {
+            ffi::rsd_all_to_all_autograd(self.raw(), x.as_ptr(), ms, out, err, len)
+        })?;
+        Self::returned(op, y, t.device())
     }
 
     /// [`reduce_scatter`](Self::reduce_scatter) (sum) along `dim` as an autograd node: its
@@ -489,13 +587,17 @@ impl ProcessGroup {
     pub fn reduce_scatter_autograd(&self, t: &Tensor, dim: i64) -> Result<Tensor> {
         let op = "reduce_scatter_autograd";
         let d = normalize_dim(op, t, dim)?;
-        let x = t.f_movedim_int(d, 0).map_err(|e| input(op, e))?;
+        let x = self.placed(op, &t.f_movedim_int(d, 0).map_err(|e| input(op, e))?)?;
         let ms = self.ms();
         // SAFETY: the group and tensor are live for the call.
         let y = self.run_out(op, nbytes(&x), |out, err, len| unsafe {
             ffi::rsd_reduce_scatter_autograd(self.raw(), x.as_ptr(), ms, out, err, len)
         })?;
-        y.f_movedim_int(0, d).map_err(|e| input(op, e))
+        Self::returned(
+            op,
+            y.f_movedim_int(0, d).map_err(|e| input(op, e))?,
+            t.device(),
+        )
     }
 }
 
@@ -507,6 +609,7 @@ impl std::fmt::Debug for ProcessGroup {
             .field("rank", &self.rank)
             .field("size", &self.size)
             .field("world_ranks", &self.world_ranks)
+            .field("device", &self.device)
             .field("timeout", &self.timeout)
             .finish()
     }
@@ -646,6 +749,41 @@ fn join_checks(store: &Store, rdzv: &Rendezvous, timeout: Duration) -> Result<()
     }
 }
 
+/// Whether a collective's tensor can be handed to the backend as it is, or must be copied to
+/// the group's device first (and its result copied back).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Placement {
+    /// Already on the group's device.
+    Direct,
+    /// Elsewhere: staged through a copy.
+    Staged,
+}
+
+impl Placement {
+    fn of(t: &Tensor, device: Device) -> Self {
+        if t.device() == device {
+            Placement::Direct
+        } else {
+            Placement::Staged
+        }
+    }
+}
+
+/// The device rule: Gloo takes CPU tensors, NCCL CUDA ones.
+fn check_backend_device(backend: Backend, device: Device) -> Result<()> {
+    match (backend, device) {
+        (Backend::Gloo, Device::Cpu) | (Backend::Nccl, Device::Cuda(_)) => Ok(()),
+        (Backend::Gloo, d) => Err(DistError::Input {
+            op: "new_group",
+            message: format!("a Gloo group runs on the CPU, not on {d:?} (CUDA devices use NCCL)"),
+        }),
+        (Backend::Nccl, d) => Err(DistError::Input {
+            op: "new_group",
+            message: format!("an NCCL group runs on a CUDA device, not on {d:?} (use Gloo)"),
+        }),
+    }
+}
+
 #[cfg(feature = "nccl")]
 fn nccl_group(
     store: &Store,
@@ -653,10 +791,13 @@ fn nccl_group(
     rank: c_int,
     size: c_int,
     timeout: Duration,
-    device: usize,
+    device: Device,
     raw: &mut *mut ffi::RawGroup,
 ) -> std::result::Result<(), String> {
-    let device = to_c_int(device)?;
+    let Device::Cuda(index) = device else {
+        return Err(format!("an NCCL group needs a CUDA device, not {device:?}"));
+    };
+    let device = to_c_int(index)?;
     // SAFETY: the store and prefix are live for the call; on success the caller owns `raw`.
     ffi::call(|err, len| unsafe {
         ffi::rsd_group_nccl(
@@ -680,7 +821,7 @@ fn nccl_group(
     _: c_int,
     _: c_int,
     _: Duration,
-    _: usize,
+    _: Device,
     _: &mut *mut ffi::RawGroup,
 ) -> std::result::Result<(), String> {
     Err("rsd-dist was built without its `nccl` feature".into())

@@ -7,9 +7,14 @@
 //!   `LOCAL_RANK`, `LOCAL_WORLD_SIZE`), so `torchrun --no-python <binary>` and SLURM scripts that
 //!   export them just work.
 //! - [`ProcessGroup`]: the world or a subgroup (data-parallel, context-parallel); blocking
-//!   collectives with a per-group timeout ([`ProcessGroup::with_timeout`] for one call), their
+//!   collectives with a per-group timeout, each placing its tensors on the group's device itself
+//!   (and results back on the caller's), so no caller can hand NCCL a CPU tensor ([`ProcessGroup::with_timeout`] for one call), their
 //!   traffic counted ([`CommStats`]); `all_gather_autograd`/`reduce_scatter_autograd` are
 //!   differentiable (each one's backward is the other).
+//! - [`Mesh`]: the run's processes as one object: rank, world size, the data-parallel ×
+//!   context-parallel layout ([`layout`]), its groups, the device and the backend that follows
+//!   from it (CUDA: NCCL; CPU: Gloo).
+//! - [`launch`]: `--nproc N`, N local ranks as torchrun would start them.
 //! - [`Store`]: the rendezvous key-value store (c10d's TCPStore, hosted by rank 0).
 //! - [`DistError`]: every failure, naming the collective, group and rank; c10d's C++ exceptions
 //!   are caught in the shim and never cross into Rust.
@@ -19,9 +24,12 @@ mod env;
 mod error;
 mod ffi;
 mod group;
+pub mod launch;
+mod mesh;
 mod store;
 
 pub use env::Rendezvous;
 pub use error::{DistError, Result};
 pub use group::{Backend, CommStats, ProcessGroup, ReduceOp};
+pub use mesh::{layout, Mesh, MeshShape};
 pub use store::Store;

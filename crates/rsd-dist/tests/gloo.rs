@@ -6,7 +6,7 @@ use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rsd_dist::{Backend, DistError, ProcessGroup, ReduceOp, Rendezvous};
+use rsd_dist::{Backend, DistError, Mesh, MeshShape, ProcessGroup, ReduceOp, Rendezvous};
 use tch::{Device, Kind, Tensor};
 
 /// Set in a child: which `rank_*` function it runs.
@@ -598,4 +598,209 @@ fn nccl_needs_its_feature_and_a_gpu() {
         assert_eq!(g.size(), [8]);
         pg.barrier().unwrap();
     }
+}
+
+#[test]
+fn a_mesh_splits_the_world_into_dp_by_cp() {
+    launch("rank_mesh", 4);
+}
+
+#[test]
+#[ignore = "one rank of a_mesh_splits_the_world_into_dp_by_cp"]
+fn rank_mesh() {
+    if std::env::var(ROLE).ok().as_deref() != Some("rank_mesh") {
+        return;
+    }
+    let rdzv = Rendezvous::from_env().unwrap();
+    let shape = MeshShape { dp: 0, cp: 2 };
+    let mesh = Mesh::new(&rdzv, shape, Device::Cpu, TIMEOUT).unwrap();
+    let rank = mesh.rank();
+    assert_eq!(
+        (mesh.world_size(), mesh.dp_size(), mesh.cp_size()),
+        (4, 2, 2)
+    );
+    assert_eq!((mesh.dp_rank(), mesh.cp_rank()), (rank / 2, rank % 2));
+    assert_eq!(mesh.backend(), Some(Backend::Gloo));
+    let (cp, dp) = (mesh.cp_group().unwrap(), mesh.dp_group().unwrap());
+    assert_eq!(cp.world_ranks(), &[rank / 2 * 2, rank / 2 * 2 + 1]);
+    assert_eq!(dp.world_ranks(), &[rank % 2, rank % 2 + 2]);
+    assert_eq!(cp.device(), Device::Cpu);
+    // Traffic is summed over the mesh's groups: one all-reduce on each of the three.
+    let before = mesh.comm_stats();
+    for g in [mesh.world().unwrap(), dp, cp] {
+        let mut t = Tensor::from_slice(&[1.0f64, 2.0]);
+        g.all_reduce(&mut t, ReduceOp::Sum).unwrap();
+        assert_eq!(t.double_value(&[1]), 2.0 * g.size() as f64);
+    }
+    let after = mesh.comm_stats();
+    assert_eq!(
+        (after.calls - before.calls, after.bytes - before.bytes),
+        (3, 48)
+    );
+    mesh.world().unwrap().barrier().unwrap();
+}
+
+/// A group of one on the CPU (no peers needed).
+fn solo() -> ProcessGroup {
+    ProcessGroup::new(
+        &Rendezvous::local(free_port(), 0, 1),
+        Backend::Gloo,
+        TIMEOUT,
+    )
+    .unwrap()
+}
+
+#[test]
+fn collectives_take_strided_views_and_scalars_and_write_back() {
+    launch("rank_strided", 2);
+}
+
+#[test]
+#[ignore = "one rank of collectives_take_strided_views_and_scalars_and_write_back"]
+fn rank_strided() {
+    let Some(pg) = world("rank_strided", TIMEOUT) else {
+        return;
+    };
+    let (rank, n) = (pg.rank() as i64, pg.size() as i64);
+    // Rank r's base: arange(12) + 100·r as [3, 4]. The sum over ranks: n·arange + 100·Σr.
+    let base_of = |r: i64, kind| {
+        (Tensor::arange(12, (Kind::Int64, Device::Cpu)) + 100 * r)
+            .to_kind(kind)
+            .view([3, 4])
+    };
+    let offset = 100 * (0..n).sum::<i64>();
+    for kind in [Kind::Float, Kind::Double, Kind::Int64] {
+        // A transposed (non-contiguous) view: reduced through a dense copy, then written back
+        // in place, so the base tensor holds the sum too.
+        let base = base_of(rank, kind);
+        let mut view = base.tr();
+        assert!(!view.is_contiguous());
+        pg.all_reduce(&mut view, ReduceOp::Sum).unwrap();
+        let want = (Tensor::arange(12, (Kind::Int64, Device::Cpu)) * n + offset)
+            .to_kind(kind)
+            .view([3, 4]);
+        assert!(
+            same(&base, &want),
+            "{kind:?} all_reduce into a strided view"
+        );
+        assert_eq!(view.kind(), kind);
+        // Every other column of rank 1's base broadcast into rank 0's (and the rest kept).
+        let base = base_of(rank, kind);
+        let mut strided = base.slice(1, 0, 4, 2);
+        assert!(!strided.is_contiguous());
+        pg.broadcast(&mut strided, 1).unwrap();
+        let from1 = base_of(1, kind);
+        assert!(same(&base.slice(1, 0, 4, 2), &from1.slice(1, 0, 4, 2)));
+        assert!(same(
+            &base.slice(1, 1, 4, 2),
+            &base_of(rank, kind).slice(1, 1, 4, 2)
+        ));
+    }
+    // A 0-dim tensor keeps its shape.
+    let mut s = Tensor::from(rank as f64 + 1.0);
+    pg.all_reduce(&mut s, ReduceOp::Sum).unwrap();
+    assert_eq!(s.dim(), 0);
+    assert_eq!(s.double_value(&[]), (n * (n + 1) / 2) as f64);
+    // Out-of-place collectives on strided input: dense results on the input's device.
+    let t = base_of(rank, Kind::Double).tr();
+    let g = pg.all_gather(&t).unwrap();
+    let all: Vec<Tensor> = (0..n).map(|r| base_of(r, Kind::Double).tr()).collect();
+    assert!(same(&g, &Tensor::cat(&all, 0)));
+    assert_eq!(g.device(), Device::Cpu);
+    let r = pg.reduce_scatter(&t, ReduceOp::Sum).unwrap();
+    let sum: Tensor = all.iter().sum();
+    assert!(same(&r, &sum.chunk(n, 0)[rank as usize]));
+    let g0 = pg.all_gather(&Tensor::from(rank)).unwrap();
+    assert_eq!(
+        Vec::<i64>::try_from(&g0).unwrap(),
+        (0..n).collect::<Vec<_>>()
+    );
+    // send/recv into a strided view.
+    let base = Tensor::zeros([2, 4], (Kind::Double, Device::Cpu));
+    if rank == 0 {
+        pg.send(&base_of(0, Kind::Double).narrow(0, 0, 2).tr(), 1)
+            .unwrap();
+    } else {
+        let mut view = base.tr();
+        pg.recv(&mut view, 0).unwrap();
+        assert!(same(&base, &base_of(0, Kind::Double).narrow(0, 0, 2)));
+    }
+    pg.barrier().unwrap();
+}
+
+#[test]
+fn backward_collectives_are_counted_and_return_gradients_where_the_input_lives() {
+    let pg = solo();
+    let x = Tensor::arange(6, (Kind::Double, Device::Cpu))
+        .view([2, 3])
+        .set_requires_grad(true);
+    let before = pg.stats();
+    let y = pg.all_gather_autograd(&x, 1).unwrap();
+    let forward = pg.stats();
+    assert_eq!(
+        (forward.calls - before.calls, forward.bytes - before.bytes),
+        (1, 48)
+    );
+    (&y * 2.0).sum(Kind::Double).backward();
+    let after = pg.stats();
+    // The backward's reduce-scatter, counted by the shim: its payload is y's gradient.
+    assert_eq!(
+        (after.calls - forward.calls, after.bytes - forward.bytes),
+        (1, 48)
+    );
+    let grad = x.grad();
+    assert_eq!((grad.device(), grad.kind()), (Device::Cpu, Kind::Double));
+    assert!(same(&grad, &(x.ones_like() * 2.0)));
+    // The same for the other two.
+    let z = pg.reduce_scatter_autograd(&x, 0).unwrap();
+    let a = pg.all_to_all_autograd(&x).unwrap();
+    (z.sum(Kind::Double) + a.sum(Kind::Double)).backward();
+    let last = pg.stats();
+    assert_eq!(
+        (last.calls - after.calls, last.bytes - after.bytes),
+        (4, 4 * 48)
+    );
+}
+
+#[test]
+fn groups_refuse_a_device_their_backend_cannot_use() {
+    let r = Rendezvous::local(free_port(), 0, 1);
+    let err = ProcessGroup::new_on(&r, Backend::Gloo, Device::Cuda(0), TIMEOUT).unwrap_err();
+    assert!(matches!(err, DistError::Input { .. }), "{err}");
+    let err = ProcessGroup::new_on(&r, Backend::Nccl, Device::Cpu, TIMEOUT).unwrap_err();
+    assert!(matches!(err, DistError::Input { .. }), "{err}");
+}
+
+#[test]
+fn a_mesh_on_cuda_without_nccl_is_refused_and_bad_layouts_name_the_flags() {
+    let r = Rendezvous::local(free_port(), 0, 2);
+    let shape = MeshShape { dp: 0, cp: 1 };
+    if !cfg!(feature = "nccl") {
+        // Refused before anything connects (no peer is running).
+        let err = Mesh::new(&r, shape, Device::Cuda(0), TIMEOUT).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(
+                err,
+                DistError::Unavailable {
+                    backend: "nccl",
+                    ..
+                }
+            ),
+            "{text}"
+        );
+        assert!(text.contains("--features nccl"), "{text}");
+    }
+    let err = Mesh::new(&r, MeshShape { dp: 3, cp: 1 }, Device::Cpu, TIMEOUT).unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, DistError::Layout { .. }), "{text}");
+    assert!(
+        text.contains("--dp 3") && text.contains("--nproc"),
+        "{text}"
+    );
+    let err = Mesh::new(&r, MeshShape { dp: 0, cp: 4 }, Device::Cpu, TIMEOUT).unwrap_err();
+    assert!(err.to_string().contains("--cp 4"), "{err}");
+    // One process: no groups, whatever the device.
+    let one = Mesh::single(Device::Cpu);
+    assert_eq!((one.world_size(), one.dp_size(), one.cp_size()), (1, 1, 1));
 }

@@ -1,5 +1,6 @@
-// Attention of queries over [a key prefix, no mask] + [their own block, causal], as one autograd
-// function (see crates/rsd-model/src/attention.rs for the maths and the Rust side).
+// Attention of queries over [a key prefix, no mask] + [their own block, causal], either block
+// optional, as one autograd function, GQA-native (see crates/rsd-model/src/attention.rs for the
+// maths, the memory accounting and the Rust side).
 //
 // Why C++: the forward runs the fused kernel once per block and merges the outputs by their
 // log-sum-exp. The kernels do not differentiate their LSE output, and tch cannot define autograd
@@ -9,11 +10,20 @@
 //   P_ij = exp(scale·q_i·k_j − lse_i),  D_i = Σ_d dO_id·O_id,  dS_ij = P_ij (dO_i·v_j − D_i).
 // So forward and backward cost what one fused call over the visible keys costs.
 //
+// GQA without expanding K/V: query head h uses KV head h / G (G = H / Hkv), so the queries are
+// viewed as [B, Hkv, G, Lq, D]. The prefix block has no mask, so the G query heads of a KV head
+// are folded into its query rows, [B, Hkv, G·Lq, D]: one kernel call over the unexpanded K/V. The
+// causal block's mask depends on the query row, so it runs once per g over q[:, :, g]
+// ([B, Hkv, Lq, D], same span as the keys, so the kernel's top-left causal alignment is right);
+// its dK/dV are the sums over g.
+//
 // The C ABI takes and returns `torch::Tensor*` (tch's C_tensor), so no tch internals are needed.
 #include <torch/torch.h>
 
 #include <cstring>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -26,64 +36,151 @@ torch::ScalarType accum_type(const Tensor& q) {
   return q.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
 }
 
-struct BlockResult {
+enum class Kernel { CpuFlash, CudaFlash, CudaEfficient };
+
+// CPU: the flash kernel (any float dtype). CUDA: the flash kernel where it applies (fp16/bf16,
+// head_dim a multiple of 8 up to 256; there is never dropout here), else memory-efficient.
+Kernel kernel_for(const Tensor& q) {
+  if (!q.is_cuda()) return Kernel::CpuFlash;
+  bool half = q.scalar_type() == torch::kHalf || q.scalar_type() == torch::kBFloat16;
+  int64_t d = q.size(-1);
+  return half && d % 8 == 0 && d <= 256 ? Kernel::CudaFlash : Kernel::CudaEfficient;
+}
+
+// One fused call's results. `lse` is [B, Hq, Lq] in accum_type, unpadded; `state` holds what the
+// kernel's backward needs besides q, k, v, out and lse (CUDA only, a few scalars' worth).
+struct Call {
   Tensor out;
-  Tensor lse;  // [B, H, Lq] in accum_type
-  Tensor philox_seed;
-  Tensor philox_offset;
+  Tensor lse;
+  std::vector<Tensor> state;
 };
 
-BlockResult block_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                          double scale) {
-  if (q.is_cuda()) {
-    auto r = at::_scaled_dot_product_efficient_attention(q, k, v, std::nullopt, true, 0.0, causal,
-                                                         scale);
-    // The CUDA kernel pads the LSE's sequence dimension to a multiple of 32.
-    Tensor lse = std::get<1>(r).narrow(2, 0, q.size(2)).to(accum_type(q));
-    return {std::get<0>(r), lse, std::get<2>(r), std::get<3>(r)};
+Call call_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
+  switch (kernel_for(q)) {
+    case Kernel::CpuFlash: {
+      auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal,
+                                                                       std::nullopt, scale);
+      return {out, lse.to(accum_type(q)), {}};
+    }
+    case Kernel::CudaFlash: {
+      // -> (out, lse [B, H, Lq] fp32, cum_seq_q, cum_seq_k, max_q, max_k, rng_state, unused,
+      //     debug_attn_mask); the backward takes rng_state and unused as philox seed and offset.
+      auto r = at::_scaled_dot_product_flash_attention(q, k, v, 0.0, causal, false, scale);
+      return {std::get<0>(r),
+              std::get<1>(r).to(accum_type(q)),
+              {std::get<2>(r), std::get<3>(r), std::get<6>(r), std::get<7>(r)}};
+    }
+    case Kernel::CudaEfficient: {
+      auto r = at::_scaled_dot_product_efficient_attention(q, k, v, std::nullopt, true, 0.0,
+                                                           causal, scale);
+      // This kernel pads the LSE's sequence dimension to a multiple of 32.
+      Tensor lse = std::get<1>(r).narrow(2, 0, q.size(2)).to(accum_type(q));
+      return {std::get<0>(r), lse, {std::get<2>(r), std::get<3>(r)}};
+    }
   }
-  auto r = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, std::nullopt,
-                                                           scale);
-  return {std::get<0>(r), std::get<1>(r).to(accum_type(q)), Tensor(), Tensor()};
+  throw std::logic_error("unreachable kernel choice");
 }
 
-std::tuple<Tensor, Tensor, Tensor> block_backward(const Tensor& dout, const Tensor& q,
-                                                  const Tensor& k, const Tensor& v,
-                                                  const Tensor& out, const Tensor& lse,
-                                                  const Tensor& seed, const Tensor& offset,
-                                                  bool causal, double scale) {
-  if (q.is_cuda()) {
-    // The kernel expects its own padded LSE layout: [B, H, ceil32(Lq)].
-    int64_t lq = q.size(2);
-    int64_t padded = (lq + 31) / 32 * 32;
-    Tensor lse_p = torch::zeros({lse.size(0), lse.size(1), padded}, lse.options().dtype(torch::kFloat));
-    lse_p.narrow(2, 0, lq).copy_(lse);
-    auto [dq, dk, dv, dbias] = at::_scaled_dot_product_efficient_attention_backward(
-        dout, q, k, v, Tensor(), out, lse_p, seed, offset, 0.0, {true, true, true, false}, causal,
-        scale);
-    return {dq, dk, dv};
+// The fused backward of one call, against the merged `out` and `lse` ([B, Hq, Lq], accum_type).
+std::tuple<Tensor, Tensor, Tensor> call_backward(const Tensor& dout, const Tensor& q,
+                                                 const Tensor& k, const Tensor& v,
+                                                 const Tensor& out, const Tensor& lse,
+                                                 const std::vector<Tensor>& state, bool causal,
+                                                 double scale) {
+  switch (kernel_for(q)) {
+    case Kernel::CpuFlash:
+      return at::_scaled_dot_product_flash_attention_for_cpu_backward(
+          dout, q, k, v, out, lse.contiguous(), 0.0, causal, std::nullopt, scale);
+    case Kernel::CudaFlash: {
+      // Non-varlen: max_q / max_k are the sequence lengths, as the forward returned them.
+      return at::_scaled_dot_product_flash_attention_backward(
+          dout, q, k, v, out, lse.to(torch::kFloat).contiguous(), state[0], state[1], q.size(2),
+          k.size(2), 0.0, causal, state[2], state[3], scale);
+    }
+    case Kernel::CudaEfficient: {
+      // The kernel expects its own padded LSE layout: [B, H, ceil32(Lq)].
+      int64_t lq = q.size(2);
+      int64_t padded = (lq + 31) / 32 * 32;
+      Tensor lse_p =
+          torch::zeros({lse.size(0), lse.size(1), padded}, lse.options().dtype(torch::kFloat));
+      lse_p.narrow(2, 0, lq).copy_(lse);
+      auto [dq, dk, dv, dbias] = at::_scaled_dot_product_efficient_attention_backward(
+          dout, q, k, v, Tensor(), out, lse_p, state[0], state[1], 0.0, {true, true, true, false},
+          causal, scale);
+      return {dq, dk, dv};
+    }
   }
-  return at::_scaled_dot_product_flash_attention_for_cpu_backward(
-      dout, q, k, v, out, lse, 0.0, causal, std::nullopt, scale);
+  throw std::logic_error("unreachable kernel choice");
 }
 
-struct MergedAttention : public torch::autograd::Function<MergedAttention> {
+// [B, H, L, X] -> [B, Hkv, G·L, X] (the G query heads of a KV head as extra rows; copies only
+// when the layout needs it) and back.
+Tensor fold(const Tensor& t, int64_t hkv) {
+  auto s = t.sizes();
+  return t.reshape({s[0], hkv, -1, s[3]});
+}
+Tensor unfold_heads(const Tensor& t, int64_t heads) {
+  auto s = t.sizes();
+  return t.reshape({s[0], heads, -1, s[3]});
+}
+// [B, H, L] <-> [B, Hkv, G·L] for the LSE.
+Tensor fold3(const Tensor& t, int64_t hkv) { return t.reshape({t.size(0), hkv, -1}); }
+Tensor unfold3(const Tensor& t, int64_t heads) { return t.reshape({t.size(0), heads, -1}); }
+// [B, H, ...] -> [B, Hkv, G, ...] as a view.
+Tensor group(const Tensor& t, int64_t hkv) {
+  std::vector<int64_t> s = t.sizes().vec();
+  s[1] = t.size(1) / hkv;
+  s.insert(s.begin() + 1, hkv);
+  return t.view(s);
+}
+
+struct GqaAttention : public torch::autograd::Function<GqaAttention> {
+  // The prefix (`kp`, `vp`) or the own block (`ks`, `vs`) may be absent (not both): then it is a
+  // placeholder (autograd functions take no undefined inputs) and its flag is false.
   static variable_list forward(AutogradContext* ctx, Tensor q, Tensor kp, Tensor vp, Tensor ks,
-                               Tensor vs, double scale) {
-    BlockResult a = block_forward(q, kp, vp, false, scale);
-    BlockResult b = block_forward(q, ks, vs, true, scale);
-    Tensor lse = torch::logaddexp(a.lse, b.lse);
-    auto acc = accum_type(q);
-    Tensor out = (a.out.to(acc) * (a.lse - lse).exp().unsqueeze(-1) +
-                  b.out.to(acc) * (b.lse - lse).exp().unsqueeze(-1))
-                     .to(q.scalar_type());
+                               Tensor vs, double scale, bool has_prefix, bool has_own) {
+    const int64_t heads = q.size(1);
+    const int64_t hkv = (has_prefix ? kp : ks).size(1);
+    const int64_t groups = heads / hkv;
+    const auto acc = accum_type(q);
+    Tensor out, lse;
+    std::vector<Tensor> state_p;
+    std::vector<std::vector<Tensor>> state_s;
+    if (has_prefix) {
+      Call c = call_forward(fold(q, hkv), kp, vp, false, scale);
+      out = unfold_heads(c.out, heads);
+      lse = unfold3(c.lse, heads);
+      state_p = std::move(c.state);
+    }
+    if (has_own) {
+      Tensor qg = group(q, hkv);
+      Tensor out_s = torch::empty(q.sizes(), q.options());
+      Tensor lse_s = torch::empty({q.size(0), heads, q.size(2)}, q.options().dtype(acc));
+      Tensor out_sg = group(out_s, hkv), lse_sg = group(lse_s, hkv);
+      for (int64_t g = 0; g < groups; ++g) {
+        Call c = call_forward(qg.select(2, g), ks, vs, true, scale);
+        out_sg.select(2, g).copy_(c.out);
+        lse_sg.select(2, g).copy_(c.lse);
+        state_s.push_back(std::move(c.state));
+      }
+      if (has_prefix) {
+        Tensor merged = torch::logaddexp(lse, lse_s);
+        out = (out.to(acc) * (lse - merged).exp().unsqueeze(-1) +
+               out_s.to(acc) * (lse_s - merged).exp().unsqueeze(-1))
+                  .to(q.scalar_type());
+        lse = merged;
+      } else {
+        out = out_s;
+        lse = lse_s;
+      }
+    }
     ctx->save_for_backward({q, kp, vp, ks, vs, out, lse});
     ctx->saved_data["scale"] = scale;
-    if (q.is_cuda()) {
-      ctx->saved_data["seed_a"] = a.philox_seed;
-      ctx->saved_data["offset_a"] = a.philox_offset;
-      ctx->saved_data["seed_b"] = b.philox_seed;
-      ctx->saved_data["offset_b"] = b.philox_offset;
+    ctx->saved_data["has_prefix"] = has_prefix;
+    ctx->saved_data["has_own"] = has_own;
+    ctx->saved_data["state_p"] = state_p;
+    for (size_t g = 0; g < state_s.size(); ++g) {
+      ctx->saved_data["state_s" + std::to_string(g)] = state_s[g];
     }
     ctx->mark_non_differentiable({lse});
     return {out, lse};
@@ -93,18 +190,47 @@ struct MergedAttention : public torch::autograd::Function<MergedAttention> {
     auto s = ctx->get_saved_variables();
     const Tensor &q = s[0], &kp = s[1], &vp = s[2], &ks = s[3], &vs = s[4], &out = s[5],
                  &lse = s[6];
-    double scale = ctx->saved_data["scale"].toDouble();
+    variable_list none(8);
+    if (!grads[0].defined()) return none;
+    const double scale = ctx->saved_data["scale"].toDouble();
+    const bool has_prefix = ctx->saved_data["has_prefix"].toBool();
+    const bool has_own = ctx->saved_data["has_own"].toBool();
+    const int64_t heads = q.size(1);
+    const int64_t hkv = (has_prefix ? kp : ks).size(1);
+    const int64_t groups = heads / hkv;
     Tensor dout = grads[0].contiguous();
-    Tensor seed_a, off_a, seed_b, off_b;
-    if (q.is_cuda()) {
-      seed_a = ctx->saved_data["seed_a"].toTensor();
-      off_a = ctx->saved_data["offset_a"].toTensor();
-      seed_b = ctx->saved_data["seed_b"].toTensor();
-      off_b = ctx->saved_data["offset_b"].toTensor();
+    Tensor dq, dkp, dvp, dks, dvs;
+    if (has_prefix) {
+      auto state = ctx->saved_data["state_p"].toTensorVector();
+      auto [dqf, dk, dv] = call_backward(fold(dout, hkv), fold(q, hkv), kp, vp, fold(out, hkv),
+                                         fold3(lse, hkv), state, false, scale);
+      dq = unfold_heads(dqf, heads);
+      dkp = dk;
+      dvp = dv;
     }
-    auto [dq_a, dkp, dvp] = block_backward(dout, q, kp, vp, out, lse, seed_a, off_a, false, scale);
-    auto [dq_b, dks, dvs] = block_backward(dout, q, ks, vs, out, lse, seed_b, off_b, true, scale);
-    return {dq_a + dq_b, dkp, dvp, dks, dvs, Tensor()};
+    if (has_own) {
+      Tensor qg = group(q, hkv), doutg = group(dout, hkv), outg = group(out, hkv);
+      Tensor lseg = group(lse, hkv);
+      Tensor dq_s = torch::empty(q.sizes(), q.options());
+      Tensor dq_sg = group(dq_s, hkv);
+      for (int64_t g = 0; g < groups; ++g) {
+        auto state = ctx->saved_data["state_s" + std::to_string(g)].toTensorVector();
+        auto [dqg, dk, dv] = call_backward(doutg.select(2, g), qg.select(2, g), ks, vs,
+                                           outg.select(2, g), lseg.select(2, g), state, true,
+                                           scale);
+        dq_sg.select(2, g).copy_(dqg);
+        // dK/dV of the shared KV head: the sum over its G query heads, in one buffer.
+        if (g == 0) {
+          dks = dk;
+          dvs = dv;
+        } else {
+          dks.add_(dk);
+          dvs.add_(dv);
+        }
+      }
+      dq = dq.defined() ? dq + dq_s : dq_s;
+    }
+    return {dq, dkp, dvp, dks, dvs, Tensor(), Tensor(), Tensor()};
   }
 };
 
@@ -118,15 +244,22 @@ void write_error(const std::exception& e, char* err, size_t err_len) {
 
 extern "C" {
 
-// Queries `q` [B, H, Lq, D] over the unmasked prefix block (`kp`, `vp`: [B, H, Lp, D]) and their own
-// causal block (`ks`, `vs`: [B, H, Lq, D]), heads already repeated for GQA. On success returns 0 and
-// sets `*out` ([B, H, Lq, D], query dtype, differentiable) and `*lse` ([B, H, Lq], fp32 or fp64
-// for fp64 queries, not differentiable), both owned by the caller. On failure returns 1 with the message in `err`.
-int rsd_merged_attention(const Tensor* q, const Tensor* kp, const Tensor* vp, const Tensor* ks,
-                         const Tensor* vs, double scale, Tensor** out, Tensor** lse, char* err,
-                         size_t err_len) {
+// Queries `q` [B, H, Lq, D] over an unmasked prefix block (`kp`, `vp`: [B, Hkv, Lp, D], or both
+// null) and their own causal block (`ks`, `vs`: [B, Hkv, Lq, D], or both null), Hkv dividing H
+// (GQA, never expanded). On success returns 0 and sets `*out` ([B, H, Lq, D], query dtype,
+// differentiable) and `*lse` ([B, H, Lq], fp32 or fp64 for fp64 queries, not differentiable),
+// both owned by the caller. On failure returns 1 with the message in `err`.
+int rsd_gqa_attention(const Tensor* q, const Tensor* kp, const Tensor* vp, const Tensor* ks,
+                      const Tensor* vs, double scale, Tensor** out, Tensor** lse, char* err,
+                      size_t err_len) {
   try {
-    variable_list r = MergedAttention::apply(*q, *kp, *vp, *ks, *vs, scale);
+    Tensor absent = torch::empty({0}, q->options());
+    auto or_absent = [&](const Tensor* t) { return t == nullptr ? absent : *t; };
+    TORCH_CHECK(kp != nullptr || ks != nullptr, "no key block");
+    TORCH_CHECK((kp == nullptr) == (vp == nullptr) && (ks == nullptr) == (vs == nullptr),
+                "keys and values must be given together");
+    variable_list r = GqaAttention::apply(*q, or_absent(kp), or_absent(vp), or_absent(ks),
+                                          or_absent(vs), scale, kp != nullptr, ks != nullptr);
     *out = new Tensor(r[0]);
     *lse = new Tensor(r[1]);
     return 0;

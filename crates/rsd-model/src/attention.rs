@@ -3,8 +3,8 @@
 //! Queries attend to a list of key/value blocks; each block is either unmasked (a key prefix: an
 //! earlier part of the sequence, K/V reused from an earlier pass, or K/V gathered from another
 //! context-parallel rank) or causal (the queries' own block, same span). Each block runs through
-//! libtorch's fused kernel (flash attention on CPU, memory-efficient attention on CUDA), which
-//! returns the block output and its log-sum-exp; the blocks are merged by LSE in fp32:
+//! libtorch's fused kernel, which returns the block output and its log-sum-exp; the blocks are
+//! merged by LSE in fp32:
 //!
 //! ```text
 //! lse = logsumexp_b(lse_b)        out = Σ_b exp(lse_b − lse) · out_b
@@ -13,16 +13,58 @@
 //! which equals one softmax over all keys. The merged LSE is returned for callers that merge
 //! further (context parallelism).
 //!
-//! **Gradients.** The fused kernels do not differentiate their LSE output, and tch cannot define
-//! autograd functions, so the two-block case (`[prefix] + [own block]`) is one C++ autograd
-//! function (`csrc/merged_attention.cpp`, compiled by build.rs against the same libtorch): its
-//! backward runs each block's fused backward against the *merged* output and LSE, which is exactly
-//! that block's share of the gradient of one softmax over all keys. Forward and backward therefore
-//! cost one fused call per block, as one call over the visible keys would. The returned LSE is a
-//! value (for diagnostics and for merging across context-parallel ranks in the forward); it carries
-//! no gradient. A single block (plain CLM) is one kernel call, as in SDPA.
+//! **Kernels.** CPU: `_scaled_dot_product_flash_attention_for_cpu`. CUDA:
+//! `_scaled_dot_product_flash_attention` for fp16/bf16 with a head_dim that is a multiple of 8 and
+//! at most 256 (its LSE is `[B, H, Lq]`), else `_scaled_dot_product_efficient_attention` (its LSE
+//! is padded to a multiple of 32 rows and cut back). There is never dropout. The choice is made
+//! per call from the query tensor alone (`kernel_for` in the C++ file).
 //!
-//! [`attend_reference`] materialises the scores; tests compare the two, values and gradients.
+//! **GQA, never expanded.** Queries are `[B, H, Lq, D]`, every K/V block `[B, Hkv, Lk, D]`, and
+//! query head `h` uses KV head `h / G` (`G = H / Hkv`). K/V are never copied to the query heads:
+//! the queries are viewed as `[B, Hkv, G, Lq, D]`. The unmasked prefix folds the G query heads of
+//! a KV head into its query rows, `[B, Hkv, G·Lq, D]` (a copy of q when its layout needs it),
+//! and runs one kernel call against the unexpanded prefix K/V. The causal block runs one kernel
+//! call per `g` with `q[:, :, g]` (`[B, Hkv, Lq, D]`, the same span as the keys, so the kernels'
+//! top-left causal alignment is right) and writes into one `[B, H, Lq, D]` output; in the
+//! backward its dK/dV are summed over `g` into one `[B, Hkv, Lq, D]` buffer (one group's gradient
+//! is the only transient). Exact, in the same order of heads as expanding with
+//! `unsqueeze(2).expand(..).reshape(..)` would give.
+//!
+//! **Gradients.** The fused kernels do not differentiate their LSE output, and tch cannot define
+//! autograd functions, so every case (plain CLM = one causal block; prefix only; prefix + causal)
+//! is one C++ autograd function (`csrc/merged_attention.cpp`, compiled by build.rs against the
+//! same libtorch): its backward runs each block's fused backward against the *merged* output and
+//! LSE, which is exactly that block's share of the gradient of one softmax over all keys. Forward
+//! and backward therefore cost one fused call per block (per `g` for the causal block), as one
+//! call over the visible keys would. The returned LSE is a value (for diagnostics and for merging
+//! across context-parallel ranks in the forward); it carries no gradient.
+//!
+//! **What [`attend`] saves for backward** (the C++ function's `save_for_backward`, exactly; `Lp`
+//! is the joined prefix length, `acc` fp32, fp64 for fp64 queries):
+//!
+//! | case | saved |
+//! |---|---|
+//! | causal only | `q [B,H,Lq,D]`, `k, v [B,Hkv,Lq,D]`, `out [B,H,Lq,D]`, `lse [B,H,Lq] acc` |
+//! | prefix only | `q [B,H,Lq,D]`, `kp, vp [B,Hkv,Lp,D]`, `out [B,H,Lq,D]`, `lse [B,H,Lq] acc` |
+//! | prefix + causal | `q`, `kp, vp [B,Hkv,Lp,D]`, `k, v [B,Hkv,Lq,D]`, `out`, `lse` as above |
+//!
+//! q, K/V and `out` in the query dtype. The tensors are the caller's own (no copy) except `out`
+//! and `lse`, which are the function's outputs, and a prefix given as several blocks, which is
+//! joined (`cat`, `[B,Hkv,Lp,D]`, unexpanded) first; an absent block is saved as a 0-element
+//! placeholder (`[0]`, autograd functions take no undefined inputs). On CUDA each kernel call
+//! also keeps its RNG state (two or four tiny tensors: seed, offset, and flash's empty `cum_seq`
+//! tensors). Nothing else is saved by tch ops around it: the callers pass q, K/V straight in.
+//! [`attend_documents`] calls [`attend`] once per document segment, so it saves the above per
+//! segment, on narrowed views of the caller's tensors (`cat` of the per-segment outputs saves
+//! nothing). [`attend_materialised`] runs tch ops (the score changes need them); autograd saves
+//! `q` folded `[B,Hkv,G·L,D] acc` and `k [B,Hkv,L,D] acc` (first matmul), the mask
+//! `[B or 1,1,L,L] bool` (masked_fill), the softmax output `[B,H,L,L] acc`, with dropout also
+//! `keep [B,H,L,L] acc`, then the (dropped) probabilities `[B,H,L,L] acc` (the softmax output
+//! itself without dropout) and `v [B,Hkv,L,D] acc` (second matmul) — never K/V at H heads. The
+//! `acc` conversions are copies only when q/K/V are not `acc` already.
+//!
+//! [`attend_reference`] materialises the scores and expands K/V (test-only); tests compare the
+//! paths to it, values and gradients.
 use tch::{Device, Kind, Tensor};
 
 use crate::error::{ModelError, Result, TchContext};
@@ -47,7 +89,8 @@ impl Mask {
     }
 }
 
-/// One block of keys and values, `[B, Hkv, Lk, D]` each (Hkv may divide the query heads: GQA).
+/// One block of keys and values, `[B, Hkv, Lk, D]` each (Hkv divides the query heads: GQA; the
+/// same Hkv for every block).
 #[derive(Debug, Clone, Copy)]
 pub struct KvBlock<'a> {
     /// Keys (RoPE already applied).
@@ -63,63 +106,9 @@ pub struct KvBlock<'a> {
 pub struct Attended {
     /// `[B, H, Lq, D]` in the query dtype.
     pub out: Tensor,
-    /// `[B, H, Lq]` fp32 log-sum-exp of the scaled scores over all keys. Differentiable when more
-    /// than one block was merged; not with a single block (libtorch's kernels do not differentiate
-    /// their LSE output).
+    /// `[B, H, Lq]` fp32 (fp64 for fp64 queries) log-sum-exp of the scaled scores over all keys.
+    /// A value: not differentiable (see the module docs).
     pub lse: Tensor,
-}
-
-fn repeat_kv(x: &Tensor, heads: i64) -> std::result::Result<Tensor, tch::TchError> {
-    let (b, hkv, l, d) = x.size4()?;
-    if hkv == heads {
-        return Ok(x.shallow_clone());
-    }
-    x.f_unsqueeze(2)?
-        .f_expand([b, hkv, heads / hkv, l, d], false)?
-        .f_reshape([b, heads, l, d])
-}
-
-/// One fused kernel call: `(out, lse)` with `lse` `[B, H, Lq]` in fp32 (fp64 for fp64 queries).
-fn kernel(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    causal: bool,
-    scale: f64,
-) -> Result<(Tensor, Tensor)> {
-    let heads = q.size()[1];
-    let k = repeat_kv(k, heads).ctx("attention: repeat kv")?;
-    let v = repeat_kv(v, heads).ctx("attention: repeat kv")?;
-    let lq = q.size()[2];
-    let (out, lse) = match q.device() {
-        Device::Cpu => Tensor::f_internal_scaled_dot_product_flash_attention_for_cpu(
-            q,
-            &k,
-            &v,
-            0.0,
-            causal,
-            None::<Tensor>,
-            scale,
-        )
-        .ctx("attention: flash kernel (cpu)")?,
-        _ => {
-            let (out, lse, _, _) = Tensor::f_internal_scaled_dot_product_efficient_attention(
-                q,
-                &k,
-                &v,
-                None::<Tensor>,
-                true,
-                0.0,
-                causal,
-                scale,
-            )
-            .ctx("attention: memory-efficient kernel (cuda)")?;
-            // The CUDA kernel pads the LSE's sequence dimension to a multiple of 32.
-            (out, lse.f_narrow(2, 0, lq).ctx("attention: lse")?)
-        }
-    };
-    let acc = crate::accum_kind(q.kind());
-    Ok((out, lse.f_to_kind(acc).ctx("attention: lse to fp32")?))
 }
 
 fn check_shapes(q: &Tensor, blocks: &[KvBlock<'_>]) -> Result<()> {
@@ -141,6 +130,7 @@ fn check_shapes(q: &Tensor, blocks: &[KvBlock<'_>]) -> Result<()> {
             && ks[3] == qs[3]
             && ks[1] > 0
             && qs[1] % ks[1] == 0
+            && ks[1] == blocks[0].k.size().get(1).copied().unwrap_or(0)
             && (b.mask == Mask::None || ks[2] == qs[2]);
         if !ok {
             return Err(ModelError::Input(format!(
@@ -161,7 +151,7 @@ mod shim {
     use torch_sys::C_tensor;
 
     extern "C" {
-        pub fn rsd_merged_attention(
+        pub fn rsd_gqa_attention(
             q: *const C_tensor,
             kp: *const C_tensor,
             vp: *const C_tensor,
@@ -176,29 +166,28 @@ mod shim {
     }
 }
 
-/// Queries over `[prefix, unmasked] + [own block, causal]` in one autograd node (heads already
-/// repeated): fused forward per block merged by LSE, fused backward per block against the merged
-/// output and LSE.
-fn merged(
+/// Queries `[B, H, Lq, D]` over an unmasked `prefix` and/or their own causal block `own` (K/V
+/// `[B, Hkv, L, D]` each, unexpanded) in one autograd node (see the module docs).
+fn fused(
     q: &Tensor,
-    kp: &Tensor,
-    vp: &Tensor,
-    ks: &Tensor,
-    vs: &Tensor,
+    prefix: Option<(&Tensor, &Tensor)>,
+    own: Option<(&Tensor, &Tensor)>,
     scale: f64,
 ) -> Result<Attended> {
+    let ptr = |t: Option<&Tensor>| t.map_or(std::ptr::null(), |t| t.as_ptr());
     let mut out: *mut torch_sys::C_tensor = std::ptr::null_mut();
     let mut lse: *mut torch_sys::C_tensor = std::ptr::null_mut();
     let mut err = vec![0u8; 1024];
-    // SAFETY: the tensors are live for the call; on success the shim hands over two new
-    // `torch::Tensor*` that `Tensor::from_ptr` owns (and frees) from then on.
+    // SAFETY: the tensors are live for the call (null stands for an absent block); on success the
+    // shim hands over two new `torch::Tensor*` that `Tensor::from_ptr` owns (and frees) from then
+    // on.
     let rc = unsafe {
-        shim::rsd_merged_attention(
+        shim::rsd_gqa_attention(
             q.as_ptr(),
-            kp.as_ptr(),
-            vp.as_ptr(),
-            ks.as_ptr(),
-            vs.as_ptr(),
+            ptr(prefix.map(|p| p.0)),
+            ptr(prefix.map(|p| p.1)),
+            ptr(own.map(|o| o.0)),
+            ptr(own.map(|o| o.1)),
             scale,
             &mut out,
             &mut lse,
@@ -209,7 +198,7 @@ fn merged(
     if rc != 0 || out.is_null() || lse.is_null() {
         let end = err.iter().position(|&c| c == 0).unwrap_or(err.len());
         return Err(ModelError::Input(format!(
-            "attention: merged kernel failed: {}",
+            "attention: fused kernel failed: {}",
             String::from_utf8_lossy(&err[..end])
         )));
     }
@@ -218,12 +207,11 @@ fn merged(
     Ok(Attended { out, lse })
 }
 
-/// Attends `q` `[B, H, Lq, D]` to `blocks`: unmasked blocks (concatenated into one key prefix)
-/// and at most one causal block. See the module docs.
+/// Attends `q` `[B, H, Lq, D]` to `blocks` (K/V `[B, Hkv, Lk, D]`, Hkv dividing H): unmasked
+/// blocks (concatenated into one key prefix) and at most one causal block. See the module docs.
 pub fn attend(q: &Tensor, blocks: &[KvBlock<'_>], scale: f64) -> Result<Attended> {
     check_shapes(q, blocks)?;
     let blocks: Vec<&KvBlock<'_>> = blocks.iter().filter(|b| b.k.size()[2] > 0).collect();
-    let heads = q.size()[1];
     let causal: Vec<&&KvBlock<'_>> = blocks.iter().filter(|b| b.mask == Mask::Causal).collect();
     if causal.len() > 1 {
         return Err(ModelError::Input(format!(
@@ -232,52 +220,45 @@ pub fn attend(q: &Tensor, blocks: &[KvBlock<'_>], scale: f64) -> Result<Attended
         )));
     }
     let prefix: Vec<&&KvBlock<'_>> = blocks.iter().filter(|b| b.mask == Mask::None).collect();
-    let joined = if prefix.is_empty() {
-        None
-    } else {
-        let f = || -> std::result::Result<(Tensor, Tensor), tch::TchError> {
-            let ks: Vec<Tensor> = prefix
-                .iter()
-                .map(|b| repeat_kv(b.k, heads))
-                .collect::<std::result::Result<_, _>>()?;
-            let vs: Vec<Tensor> = prefix
-                .iter()
-                .map(|b| repeat_kv(b.v, heads))
-                .collect::<std::result::Result<_, _>>()?;
-            if let ([k], [v]) = (ks.as_slice(), vs.as_slice()) {
-                return Ok((k.shallow_clone(), v.shallow_clone()));
-            }
-            Ok((Tensor::f_cat(&ks, 2)?, Tensor::f_cat(&vs, 2)?))
-        };
-        Some(f().ctx("attention: join key prefix")?)
+    let joined = match prefix.as_slice() {
+        [] => None,
+        [b] => Some((b.k.shallow_clone(), b.v.shallow_clone())),
+        _ => {
+            let ks: Vec<&Tensor> = prefix.iter().map(|b| b.k).collect();
+            let vs: Vec<&Tensor> = prefix.iter().map(|b| b.v).collect();
+            let k = Tensor::f_cat(&ks, 2).ctx("attention: join key prefix")?;
+            let v = Tensor::f_cat(&vs, 2).ctx("attention: join key prefix")?;
+            Some((k, v))
+        }
     };
-    match (joined, causal.first()) {
-        (None, None) => Err(ModelError::Input(
+    if joined.is_none() && causal.is_empty() {
+        return Err(ModelError::Input(
             "attention: all key blocks are empty".into(),
-        )),
-        (Some((k, v)), None) => {
-            let (out, lse) = kernel(q, &k, &v, false, scale)?;
-            Ok(Attended { out, lse })
-        }
-        (None, Some(b)) => {
-            let (out, lse) = kernel(q, b.k, b.v, true, scale)?;
-            Ok(Attended { out, lse })
-        }
-        (Some((kp, vp)), Some(b)) => {
-            let ks = repeat_kv(b.k, heads).ctx("attention: repeat kv")?;
-            let vs = repeat_kv(b.v, heads).ctx("attention: repeat kv")?;
-            merged(q, &kp, &vp, &ks, &vs, scale)
-        }
+        ));
     }
+    fused(
+        q,
+        joined.as_ref().map(|(k, v)| (k, v)),
+        causal.first().map(|b| (b.k, b.v)),
+        scale,
+    )
 }
 
 /// Slow reference: materialised fp32 (fp64 for fp64 queries) scores, the same masks. For tests
-/// and debugging only.
+/// and debugging only: unlike every other path here it expands K/V to the query heads (copies),
+/// the most direct statement of GQA.
 pub fn attend_reference(q: &Tensor, blocks: &[KvBlock<'_>], scale: f64) -> Result<Attended> {
     check_shapes(q, blocks)?;
     let heads = q.size()[1];
     let lq = q.size()[2];
     let acc = crate::accum_kind(q.kind());
+    // Query head h uses KV head h / (H / Hkv).
+    let repeat_kv = |x: &Tensor, heads: i64| -> std::result::Result<Tensor, tch::TchError> {
+        let (b, hkv, l, d) = x.size4()?;
+        x.f_unsqueeze(2)?
+            .f_expand([b, hkv, heads / hkv, l, d], false)?
+            .f_reshape([b, heads, l, d])
+    };
     let f = || -> std::result::Result<Attended, tch::TchError> {
         let mut ks = Vec::new();
         let mut vs = Vec::new();
@@ -361,12 +342,17 @@ pub fn attend_materialised(
     }
     let allowed = allowed_keys(docs, b, l, q.device())?;
     let acc = crate::accum_kind(q.kind());
+    let (hkv, d) = (k.size()[1], q.size()[3]);
     let f = || -> std::result::Result<Tensor, tch::TchError> {
-        let k = repeat_kv(k, heads)?.f_to_kind(acc)?;
-        let v = repeat_kv(v, heads)?.f_to_kind(acc)?;
+        // GQA without expanding K/V: the G query heads of a KV head become its query rows,
+        // [B, Hkv, G·L, D] · [B, Hkv, D, L] (see the module docs).
+        let k = k.f_to_kind(acc)?;
+        let v = v.f_to_kind(acc)?;
         let mut scores = q
             .f_to_kind(acc)?
+            .f_reshape([b, hkv, -1, d])?
             .f_matmul(&k.f_transpose(-1, -2)?)?
+            .f_reshape([b, heads, l, l])?
             .f_mul_scalar(scale)?;
         if let Some(noise) = changes.score_noise {
             scores = scores.f_add(&noise.f_to_kind(acc)?)?;
@@ -377,7 +363,10 @@ pub fn attend_materialised(
             let keep = keep.f_ne(0)?.f_to_kind(acc)?;
             p = p.f_mul(&keep)?.f_mul_scalar(1.0 / (1.0 - rate))?;
         }
-        p.f_matmul(&v)?.f_to_kind(q.kind())
+        p.f_reshape([b, hkv, -1, l])?
+            .f_matmul(&v)?
+            .f_reshape([b, heads, l, d])?
+            .f_to_kind(q.kind())
     };
     f().ctx("attention: materialised")
 }
@@ -673,6 +662,228 @@ mod tests {
                 b.abs().max().double_value(&[]) > 1e-3,
                 "gradient of {name} is trivially 0"
             );
+        }
+    }
+
+    /// Head layouts under test: (H, Hkv) with H / Hkv ∈ {1, 2, 4}, Hkv = H included.
+    const GQA_HEADS: [(i64, i64); 4] = [(4, 4), (4, 2), (4, 1), (8, 2)];
+    const FP64_TOL: f64 = 1e-10;
+
+    /// Gradients of `Σ out·g` with respect to `inputs` (not accumulated into `.grad()`).
+    fn grads(out: &Tensor, g: &Tensor, inputs: &[&Tensor]) -> Vec<Tensor> {
+        let loss = (out * g).sum(Kind::Double);
+        Tensor::run_backward(&[loss], inputs, false, false)
+    }
+
+    /// `what`: every gradient (and the values) within `FP64_TOL` of the reference and not
+    /// trivially 0.
+    fn assert_close(what: &str, names: &[&str], fast: &[Tensor], slow: &[Tensor]) {
+        assert_eq!(fast.len(), slow.len());
+        for ((name, a), b) in names.iter().zip(fast).zip(slow) {
+            assert_eq!(a.size(), b.size(), "{what}: {name} shape");
+            let d = max_diff(a, b);
+            assert!(d < FP64_TOL, "{what}: {name} differs by {d}");
+            assert!(
+                b.abs().max().double_value(&[]) > 1e-3,
+                "{what}: {name} is trivially 0"
+            );
+        }
+    }
+
+    /// Every block combination of [`attend`] (causal only = plain CLM, prefix only, prefix +
+    /// causal) with GQA never expanded equals the expanding reference: values, LSE and the
+    /// gradients of q and every K/V, in fp64.
+    #[test]
+    fn gqa_paths_match_reference_values_and_gradients() {
+        tch::manual_seed(5);
+        let (b, lp, lq, d) = (2, 6, 7, 8);
+        let rand = |s: &[i64]| rand_of(s, Kind::Double);
+        for (h, hkv) in GQA_HEADS {
+            let q = rand(&[b, h, lq, d]);
+            let (pk, pv) = (rand(&[b, hkv, lp, d]), rand(&[b, hkv, lp, d]));
+            let (k, v) = (rand(&[b, hkv, lq, d]), rand(&[b, hkv, lq, d]));
+            let g = Tensor::randn([b, h, lq, d], (Kind::Double, Device::Cpu));
+            let prefix = KvBlock {
+                k: &pk,
+                v: &pv,
+                mask: Mask::None,
+            };
+            let own = KvBlock {
+                k: &k,
+                v: &v,
+                mask: Mask::Causal,
+            };
+            let cases: [(&str, Vec<KvBlock<'_>>, Vec<&Tensor>); 3] = [
+                ("causal only", vec![own], vec![&q, &k, &v]),
+                ("prefix only", vec![prefix], vec![&q, &pk, &pv]),
+                (
+                    "prefix + causal",
+                    vec![prefix, own],
+                    vec![&q, &pk, &pv, &k, &v],
+                ),
+            ];
+            for (name, blocks, inputs) in cases {
+                let what = format!("{name}, H {h}, Hkv {hkv}");
+                let fast = attend(&q, &blocks, 0.35).unwrap();
+                let slow = attend_reference(&q, &blocks, 0.35).unwrap();
+                assert!(!fast.lse.requires_grad(), "{what}: the LSE is a value");
+                assert_close(
+                    &what,
+                    &["out", "lse"],
+                    &[fast.out.shallow_clone(), fast.lse.shallow_clone()],
+                    &[slow.out.shallow_clone(), slow.lse.shallow_clone()],
+                );
+                let names = ["dq", "dk (first block)", "dv (first block)", "dk", "dv"];
+                assert_close(
+                    &what,
+                    &names[..inputs.len()],
+                    &grads(&fast.out, &g, &inputs),
+                    &grads(&slow.out, &g, &inputs),
+                );
+            }
+        }
+    }
+
+    /// The reference for documents: each document segment's queries over its part of the prefix
+    /// (unmasked) and its own keys (causal), through [`attend_reference`], row by row.
+    fn documents_reference(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        prefix: Option<(&Tensor, &Tensor)>,
+        docs: &DocBoundaries,
+    ) -> Tensor {
+        let lp = prefix.map_or(0, |(pk, _)| pk.size()[2]);
+        let mut rows = Vec::new();
+        for (r, cu) in docs.rows().iter().enumerate() {
+            let row = |t: &Tensor| t.narrow(0, r as i64, 1);
+            let mut segs = Vec::new();
+            for w in cu.windows(2).filter(|w| w[1] > lp) {
+                let (qs, n) = (w[0].max(lp) - lp, w[1] - w[0].max(lp));
+                let seg = |t: &Tensor| row(t).narrow(2, qs, n);
+                let (sk, sv) = (seg(k), seg(v));
+                let pre = prefix.filter(|_| w[0] < lp).map(|(pk, pv)| {
+                    (
+                        row(pk).narrow(2, w[0], lp - w[0]),
+                        row(pv).narrow(2, w[0], lp - w[0]),
+                    )
+                });
+                let mut blocks = Vec::new();
+                if let Some((pk, pv)) = &pre {
+                    blocks.push(KvBlock {
+                        k: pk,
+                        v: pv,
+                        mask: Mask::None,
+                    });
+                }
+                blocks.push(KvBlock {
+                    k: &sk,
+                    v: &sv,
+                    mask: Mask::Causal,
+                });
+                segs.push(attend_reference(&seg(q), &blocks, 0.35).unwrap().out);
+            }
+            rows.push(Tensor::cat(&segs, 2));
+        }
+        Tensor::cat(&rows, 0)
+    }
+
+    /// Documents (with and without a prefix, a document straddling it) with GQA never expanded
+    /// equal the expanding reference per document: values and gradients in fp64.
+    #[test]
+    fn gqa_documents_match_reference_values_and_gradients() {
+        tch::manual_seed(6);
+        let (lp, lq, d) = (4, 9, 8);
+        let rand = |s: &[i64]| rand_of(s, Kind::Double);
+        for (h, hkv) in GQA_HEADS {
+            let q = rand(&[2, h, lq, d]);
+            let (pk, pv) = (rand(&[2, hkv, lp, d]), rand(&[2, hkv, lp, d]));
+            let (k, v) = (rand(&[2, hkv, lq, d]), rand(&[2, hkv, lq, d]));
+            let g = Tensor::randn([2, h, lq, d], (Kind::Double, Device::Cpu));
+            let what = format!("documents, H {h}, Hkv {hkv}");
+            let docs = DocBoundaries::new(vec![vec![0, 3, 7, 9], vec![0, 9]], lq).unwrap();
+            let fast = attend_documents(&q, &k, &v, None, Some(&docs), 0.35)
+                .unwrap()
+                .out;
+            let slow = documents_reference(&q, &k, &v, None, &docs);
+            let names = ["out", "dq", "dk", "dv"];
+            let mut f = vec![fast.shallow_clone()];
+            f.extend(grads(&fast, &g, &[&q, &k, &v]));
+            let mut s = vec![slow.shallow_clone()];
+            s.extend(grads(&slow, &g, &[&q, &k, &v]));
+            assert_close(&what, &names, &f, &s);
+            // Over [prefix ; queries] = 13 tokens; the document [2, 6) straddles the prefix.
+            let docs = DocBoundaries::new(vec![vec![0, 2, 6, 13], vec![0, 13]], lp + lq).unwrap();
+            let prefix = Some((&pk, &pv));
+            let fast = attend_documents(&q, &k, &v, prefix, Some(&docs), 0.35)
+                .unwrap()
+                .out;
+            let slow = documents_reference(&q, &k, &v, prefix, &docs);
+            let inputs = [&q, &pk, &pv, &k, &v];
+            let names = ["out", "dq", "dpk", "dpv", "dk", "dv"];
+            let mut f = vec![fast.shallow_clone()];
+            f.extend(grads(&fast, &g, &inputs));
+            let mut s = vec![slow.shallow_clone()];
+            s.extend(grads(&slow, &g, &inputs));
+            assert_close(&format!("{what}, prefix"), &names, &f, &s);
+        }
+    }
+
+    /// The materialised path with GQA never expanded equals the expanding reference (plain and per
+    /// document), values and gradients in fp64; with score noise and dropout it equals itself
+    /// run on K/V expanded beforehand, so each query head meets its own KV head's scores.
+    #[test]
+    fn gqa_materialised_matches_reference_values_and_gradients() {
+        tch::manual_seed(7);
+        let (b, l, d) = (2, 9, 8);
+        let rand = |s: &[i64]| rand_of(s, Kind::Double);
+        for (h, hkv) in GQA_HEADS {
+            let q = rand(&[b, h, l, d]);
+            let (k, v) = (rand(&[b, hkv, l, d]), rand(&[b, hkv, l, d]));
+            let g = Tensor::randn([b, h, l, d], (Kind::Double, Device::Cpu));
+            let inputs = [&q, &k, &v];
+            let names = ["out", "dq", "dk", "dv"];
+            let what = format!("materialised, H {h}, Hkv {hkv}");
+            let docs = DocBoundaries::new(vec![vec![0, 4, 9], vec![0, 2, 9]], l).unwrap();
+            for docs in [None, Some(&docs)] {
+                let none = ScoreChanges::default();
+                let fast = attend_materialised(&q, &k, &v, docs, 0.35, &none).unwrap();
+                let slow = match docs {
+                    None => {
+                        let own = KvBlock {
+                            k: &k,
+                            v: &v,
+                            mask: Mask::Causal,
+                        };
+                        attend_reference(&q, &[own], 0.35).unwrap().out
+                    }
+                    Some(docs) => documents_reference(&q, &k, &v, None, docs),
+                };
+                let mut f = vec![fast.shallow_clone()];
+                f.extend(grads(&fast, &g, &inputs));
+                let mut s = vec![slow.shallow_clone()];
+                s.extend(grads(&slow, &g, &inputs));
+                assert_close(&format!("{what}, docs {}", docs.is_some()), &names, &f, &s);
+            }
+            let noise = Tensor::randn([b, h, l, l], (Kind::Double, Device::Cpu));
+            let keep = Tensor::rand([b, h, l, l], (Kind::Double, Device::Cpu)).gt(0.3);
+            let changes = ScoreChanges {
+                score_noise: Some(&noise),
+                dropout: Some((&keep, 0.3)),
+            };
+            let expand = |x: &Tensor| {
+                x.unsqueeze(2)
+                    .expand([b, hkv, h / hkv, l, d], false)
+                    .reshape([b, h, l, d])
+            };
+            let fast = attend_materialised(&q, &k, &v, None, 0.35, &changes).unwrap();
+            let slow =
+                attend_materialised(&q, &expand(&k), &expand(&v), None, 0.35, &changes).unwrap();
+            let mut f = vec![fast.shallow_clone()];
+            f.extend(grads(&fast, &g, &inputs));
+            let mut s = vec![slow.shallow_clone()];
+            s.extend(grads(&slow, &g, &inputs));
+            assert_close(&format!("{what}, noise and dropout"), &names, &f, &s);
         }
     }
 

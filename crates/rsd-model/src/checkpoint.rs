@@ -6,11 +6,10 @@
 //! `max_shard_bytes` with an index, the config with our changes (RoPE base, context length, dtype)
 //! and the tokenizer files of a source directory, into a temporary sibling directory that is renamed
 //! into place at the end, so a crash never leaves a half-written checkpoint under the final name.
-use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use safetensors::tensor::{Dtype, SafeTensors, View};
+use safetensors::tensor::{Dtype, SafeTensors};
 use tch::{Kind, Tensor};
 
 use crate::config::ModelConfig;
@@ -235,43 +234,77 @@ impl Default for SaveOptions {
     }
 }
 
-/// A tensor's bytes on the host, for the safetensors writer.
-struct HostTensor {
+/// Elements converted at a time while saving (64 MiB of fp32): saving never holds more than this
+/// beyond the model itself, whatever the size of a tensor or of a shard.
+const SAVE_CHUNK_ELEMS: i64 = 16 << 20;
+
+/// Writes `tensors` as one safetensors file at `path`, stored as `kind` (`dtype`): the header
+/// first (the layout follows from the shapes), then each tensor's bytes, converted and copied to
+/// the host `chunk_elems` elements at a time. The same file `safetensors::serialize`
+/// writes for these tensors in this order, without a second copy of them in memory.
+fn write_safetensors_incrementally(
+    path: &Path,
+    tensors: &[(String, Tensor)],
+    kind: Kind,
     dtype: Dtype,
-    shape: Vec<usize>,
-    data: Vec<u8>,
-}
-
-impl View for &HostTensor {
-    fn dtype(&self) -> Dtype {
-        self.dtype
+    meta: &HashMap<String, String>,
+    chunk_elems: i64,
+) -> Result<()> {
+    use std::io::Write;
+    let width = kind.elt_size_in_bytes();
+    let mut header = serde_json::Map::new();
+    header.insert("__metadata__".into(), serde_json::json!(meta));
+    let mut offset = 0usize;
+    for (name, t) in tensors {
+        let bytes = t.numel() * width;
+        header.insert(
+            name.clone(),
+            serde_json::json!({
+                "dtype": dtype,
+                "shape": t.size(),
+                "data_offsets": [offset, offset + bytes],
+            }),
+        );
+        offset += bytes;
     }
-    fn shape(&self) -> &[usize] {
-        &self.shape
+    let mut text = serde_json::to_vec(&header).map_err(|source| ModelError::Json {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    // The data starts 8-byte aligned, as safetensors' own writer pads it.
+    while text.len() % 8 != 0 {
+        text.push(b' ');
     }
-    fn data(&self) -> Cow<'_, [u8]> {
-        Cow::Borrowed(&self.data)
+    let file = std::fs::File::create(path).map_err(io_err(path))?;
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
+    w.write_all(&(text.len() as u64).to_le_bytes())
+        .and_then(|()| w.write_all(&text))
+        .map_err(io_err(path))?;
+    let mut buf: Vec<u8> = Vec::new();
+    for (_, t) in tensors {
+        let flat = t
+            .f_detach()
+            .and_then(|t| t.f_reshape([-1]))
+            .ctx("saving a tensor")?;
+        let n = flat.size()[0];
+        let mut at = 0;
+        while at < n {
+            let len = chunk_elems.max(1).min(n - at);
+            let host = flat
+                .f_narrow(0, at, len)
+                .and_then(|c| c.f_to_kind(kind))
+                .and_then(|c| c.f_to_device(tch::Device::Cpu))
+                .and_then(|c| c.f_contiguous())
+                .ctx("saving a tensor")?;
+            buf.resize(len as usize * width, 0);
+            host.f_copy_data_u8(&mut buf, len as usize)
+                .ctx("saving a tensor")?;
+            w.write_all(&buf).map_err(io_err(path))?;
+            at += len;
+        }
     }
-    fn data_len(&self) -> usize {
-        self.data.len()
-    }
-}
-
-fn to_host(t: &Tensor, kind: Kind, dtype: Dtype) -> Result<HostTensor> {
-    let t = t
-        .f_detach()
-        .and_then(|t| t.f_to_kind(kind))
-        .and_then(|t| t.f_to_device(tch::Device::Cpu))
-        .and_then(|t| t.f_contiguous())
-        .ctx("saving a tensor")?;
-    let numel = t.numel();
-    let mut data = vec![0u8; numel * kind.elt_size_in_bytes()];
-    t.f_copy_data_u8(&mut data, numel).ctx("saving a tensor")?;
-    Ok(HostTensor {
-        dtype,
-        shape: t.size().iter().map(|&d| d as usize).collect(),
-        data,
-    })
+    w.flush().map_err(io_err(path))?;
+    Ok(())
 }
 
 impl Model {
@@ -325,8 +358,8 @@ impl Model {
         dtype_name: &str,
         opts: &SaveOptions,
     ) -> Result<()> {
-        // 1. Group parameters into shards in key order (a shard is converted to host bytes and
-        //    written before the next one is converted).
+        // 1. Group parameters into shards in key order; each file is written tensor by tensor
+        //    (header first), converting a chunk at a time: no second copy of the model.
         let (shards, total) = plan_shards(self.named_parameters(), kind, opts.max_shard_bytes);
         let n = shards.len();
         let mut weight_map = BTreeMap::new();
@@ -337,20 +370,8 @@ impl Model {
             } else {
                 format!("model-{:05}-of-{:05}.safetensors", i + 1, n)
             };
-            let host: Vec<(String, HostTensor)> = shard
-                .iter()
-                .map(|(name, t)| Ok((name.clone(), to_host(t, kind, dtype)?)))
-                .collect::<Result<_>>()?;
             let path = tmp.join(&fname);
-            safetensors::serialize_to_file(
-                host.iter().map(|(n, h)| (n.as_str(), h)),
-                Some(meta.clone()),
-                &path,
-            )
-            .map_err(|e| ModelError::Safetensors {
-                file: path.clone(),
-                reason: e.to_string(),
-            })?;
+            write_safetensors_incrementally(&path, shard, kind, dtype, &meta, SAVE_CHUNK_ELEMS)?;
             for (name, _) in shard {
                 weight_map.insert(name.clone(), fname.clone());
             }
@@ -468,6 +489,32 @@ mod tests {
         assert!(d > 0.0 && d < 0.1, "{d}");
         let leftovers: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
         assert_eq!(leftovers.len(), 1, "no temp dirs left behind");
+    }
+
+    #[test]
+    fn the_incremental_writer_writes_what_safetensors_reads_back() {
+        let tmp = tempfile::tempdir().unwrap();
+        let a = Tensor::arange(23, (Kind::Double, Device::Cpu)).reshape([23]) / 7.0;
+        let b = Tensor::arange(12, (Kind::Double, Device::Cpu)).reshape([3, 4]) * -0.5;
+        let named = vec![("z.b".to_string(), b.shallow_clone()), ("a".to_string(), a)];
+        let meta: HashMap<String, String> = [("format".to_string(), "pt".to_string())].into();
+        for (kind, dtype) in [(Kind::Float, Dtype::F32), (Kind::BFloat16, Dtype::BF16)] {
+            let path = tmp.path().join("t.safetensors");
+            // Chunks of 5 elements: tensors cut mid-row and at their ends.
+            write_safetensors_incrementally(&path, &named, kind, dtype, &meta, 5).unwrap();
+            let bytes = std::fs::read(&path).unwrap();
+            let st = SafeTensors::deserialize(&bytes).unwrap();
+            assert_eq!(st.len(), 2);
+            for (name, t) in &named {
+                let view = st.tensor(name).unwrap();
+                assert_eq!(view.dtype(), dtype);
+                let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
+                assert_eq!(shape, t.size());
+                let back = Tensor::from_data_size(view.data(), &shape, kind);
+                let want = t.to_kind(kind);
+                assert!(back.equal(&want), "{name} as {kind:?}");
+            }
+        }
     }
 
     #[test]

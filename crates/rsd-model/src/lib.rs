@@ -75,8 +75,10 @@ pub fn parse_kind(s: &str) -> Result<tch::Kind> {
         "fp32" | "float32" | "f32" => Ok(tch::Kind::Float),
         "bf16" | "bfloat16" => Ok(tch::Kind::BFloat16),
         "fp16" | "float16" | "f16" => Ok(tch::Kind::Half),
+        // For exactness tests (fp64 runs compare to 1e-10).
+        "fp64" | "float64" | "f64" => Ok(tch::Kind::Double),
         _ => Err(ModelError::Input(format!(
-            "unknown dtype \"{s}\" (fp32, bf16, fp16)"
+            "unknown dtype \"{s}\" (fp32, bf16, fp16, fp64)"
         ))),
     }
 }

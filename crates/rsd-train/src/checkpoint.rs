@@ -3,25 +3,33 @@
 //! ```text
 //! <out>/checkpoints/step-00000040/
 //!     model/                 HF directory (config.json + safetensors), loadable by transformers
-//!     optimizer.safetensors  AdamW moments (+ fp32 master weights for bf16 models)
+//!     optimizer.safetensors  AdamW moments (+ fp32 master weights for bf16 models), replicated runs
+//!     optimizer-RRRRR-of-NNNNN.safetensors   rank R's blocks of the state, sharded runs
 //!     state.json             step, tokens, loader state, RNG key, schedule, counters (versioned)
 //!     config.toml            the resolved training config
+//!     manifest.json          written last: every file with its size and sha256, the world
+//!                            (world, dp, cp) and the optimizer's layout (buckets, bucket_elems)
 //! ```
 //!
-//! Everything is written into `.step-N.tmp-<pid>` next to the target and renamed into place only
-//! when complete (after an fsync of every file), so a `step-*` directory is always whole: a crash
-//! or a non-finite step never leaves a half-written or bad checkpoint in place of the last good one.
-//! Older checkpoints are removed only after the new one is in place. A failed write (a full disk)
-//! removes its temporary directory and leaves the checkpoints as they were.
+//! Everything is written into `.step-N.tmp-<pid>` (rank 0's pid; every rank of a sharded run
+//! writes its own optimizer file there, on a filesystem all ranks share) and renamed into place
+//! only when complete: each rank fsyncs its file, a barrier, then rank 0 writes the manifest,
+//! fsyncs the tree and renames. So a `step-*` directory is always whole: a crash of any rank, or
+//! a non-finite step, never leaves a half-written or bad checkpoint in place of the last good
+//! one. Older checkpoints are removed only after the new one is in place. A failed write (a full
+//! disk) removes its temporary directory and leaves the checkpoints as they were.
 //!
-//! Before a resume, [`validate`] checks a directory without loading a tensor: every safetensors
-//! file exactly as long as its header says, the optimizer file present, `state.json` of this step
-//! and this run's seed. `--resume auto` takes the newest checkpoint that passes ([`auto_resume`]).
+//! Before a resume, [`validate`] checks a directory without loading a tensor: the manifest
+//! present, every file it lists there with its size, every safetensors file exactly as long as
+//! its header says, `state.json` of this step and this run's seed. `--resume auto` takes the
+//! newest checkpoint that passes ([`auto_resume`]). The checksums are verified when the files are
+//! read ([`verify_checksums`], each rank a share of the files).
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use tch::Tensor;
 
 use rsd_loader::LoaderState;
@@ -30,6 +38,184 @@ use rsd_model::{Model, SaveOptions};
 use crate::config::TrainConfig;
 use crate::optim::Schedule;
 use crate::{io_err, Error, Result};
+
+/// The file a checkpoint is complete with.
+pub const MANIFEST: &str = "manifest.json";
+
+/// Version of [`Manifest`].
+pub const MANIFEST_VERSION: u32 = 1;
+
+/// What a checkpoint holds and how it was laid out, written last (by rank 0).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// [`MANIFEST_VERSION`].
+    pub version: u32,
+    /// Processes of the run that wrote it.
+    pub world: usize,
+    /// Its data-parallel ranks.
+    pub dp: usize,
+    /// Its context-parallel ranks per sequence.
+    pub cp: usize,
+    /// How the optimizer state is stored.
+    pub optimizer: OptimizerLayout,
+    /// Every file of the checkpoint but the manifest, relative to its directory.
+    pub files: Vec<FileEntry>,
+}
+
+/// How a checkpoint stores the optimizer state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum OptimizerLayout {
+    /// One `optimizer.safetensors`, every parameter's state by name (`m.<name>`, …).
+    Replicated,
+    /// One file per rank with its blocks of every bucket ([`crate::sharded`]).
+    Sharded(ShardLayout),
+}
+
+/// The bucket layout of a sharded optimizer state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardLayout {
+    /// The largest bucket asked for (`grad_bucket_mb` in fp32 elements).
+    pub bucket_elems: usize,
+    /// Ranks the buckets are split over (one file each).
+    pub ranks: usize,
+    /// `F32` or `F64`.
+    pub state_dtype: String,
+    /// Whether fp32 master weights are saved (bf16/fp16 models).
+    pub master: bool,
+    /// The buckets in order; file `r` holds elements `r·block .. (r+1)·block` of each.
+    pub buckets: Vec<SavedBucket>,
+}
+
+/// One bucket of a [`ShardLayout`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SavedBucket {
+    /// Elements per rank.
+    pub block: i64,
+    /// Its parameters, laid out flat in this order.
+    pub params: Vec<SavedParam>,
+}
+
+/// A parameter of a [`SavedBucket`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SavedParam {
+    /// HF name.
+    pub name: String,
+    /// Shape.
+    pub shape: Vec<i64>,
+}
+
+/// A file of a checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileEntry {
+    /// Path relative to the checkpoint directory.
+    pub path: String,
+    /// Length in bytes.
+    pub bytes: u64,
+    /// sha256, hex.
+    pub sha256: String,
+}
+
+/// Length and sha256 (hex) of a file, read in 1 MiB pieces.
+pub fn file_digest(path: &Path) -> Result<(u64, [u8; 32])> {
+    let mut f = fs::File::open(path).map_err(io_err(path))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut n = 0u64;
+    loop {
+        let k = f.read(&mut buf).map_err(io_err(path))?;
+        if k == 0 {
+            break;
+        }
+        h.update(&buf[..k]);
+        n += k as u64;
+    }
+    Ok((n, h.finalize().into()))
+}
+
+/// Lowercase hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// [`FileEntry`]s of every file under `dir` (recursively) but those in `skip` and the manifest.
+pub fn entries_under(dir: &Path, skip: &[String]) -> Result<Vec<FileEntry>> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+        for e in fs::read_dir(dir).map_err(io_err(dir))? {
+            let p = e.map_err(io_err(dir))?.path();
+            if p.is_dir() {
+                walk(root, &p, out)?;
+            } else {
+                out.push(p.strip_prefix(root).unwrap_or(&p).to_path_buf());
+            }
+        }
+        Ok(())
+    }
+    let mut files = Vec::new();
+    walk(dir, dir, &mut files)?;
+    files.sort();
+    let mut out = Vec::new();
+    for rel in files {
+        let name = rel.to_string_lossy().into_owned();
+        if name == MANIFEST || skip.contains(&name) {
+            continue;
+        }
+        let (bytes, digest) = file_digest(&dir.join(&rel))?;
+        out.push(FileEntry {
+            path: name,
+            bytes,
+            sha256: hex(&digest),
+        });
+    }
+    Ok(out)
+}
+
+/// Reads `manifest.json` of a checkpoint directory.
+pub fn read_manifest(dir: &Path) -> Result<Manifest> {
+    let p = dir.join(MANIFEST);
+    let text = fs::read_to_string(&p).map_err(|e| Error::Checkpoint {
+        path: p.clone(),
+        reason: format!("missing or unreadable ({e}): not a complete checkpoint"),
+    })?;
+    let m: Manifest = serde_json::from_str(&text).map_err(|e| Error::Checkpoint {
+        path: p.clone(),
+        reason: e.to_string(),
+    })?;
+    if m.version != MANIFEST_VERSION {
+        return Err(Error::Checkpoint {
+            path: p,
+            reason: format!(
+                "manifest version {} (this build reads {MANIFEST_VERSION})",
+                m.version
+            ),
+        });
+    }
+    Ok(m)
+}
+
+/// Verifies the sha256 of the manifest's files `i` with `i % ranks == rank` (each rank of a
+/// resuming run reads a share; one process reads all), naming the file that differs.
+pub fn verify_checksums(dir: &Path, manifest: &Manifest, rank: usize, ranks: usize) -> Result<()> {
+    for (i, f) in manifest.files.iter().enumerate() {
+        if i % ranks.max(1) != rank {
+            continue;
+        }
+        let p = dir.join(&f.path);
+        let (bytes, digest) = file_digest(&p)?;
+        if bytes != f.bytes || hex(&digest) != f.sha256 {
+            return Err(Error::Checkpoint {
+                path: p,
+                reason: format!(
+                    "{bytes} bytes with sha256 {}, the manifest lists {} bytes with sha256 {}                      (the file changed after it was written)",
+                    hex(&digest),
+                    f.bytes,
+                    f.sha256
+                ),
+            });
+        }
+    }
+    Ok(())
+}
 
 /// Version of [`TrainState`].
 pub const STATE_VERSION: u32 = 1;
@@ -95,20 +281,103 @@ fn fsync_tree(dir: &Path) -> Result<()> {
         .map_err(io_err(dir))
 }
 
-/// Removes a temporary directory when dropped, unless it was renamed away: a failed checkpoint
-/// write (a full disk) leaves nothing behind.
-struct RemoveOnDrop<'a>(&'a Path);
+/// The temporary directory a checkpoint of `step` is written into, `pid` being the writing
+/// process's (rank 0's in a multi-process run).
+pub fn temp_dir_for(out: &Path, step: u64, pid: u32) -> PathBuf {
+    out.join("checkpoints")
+        .join(format!(".step-{step:08}.tmp-{pid}"))
+}
 
-impl Drop for RemoveOnDrop<'_> {
+/// Creates an empty temporary directory `tmp` (removing a leftover of the same name).
+pub fn create_temp(tmp: &Path) -> Result<()> {
+    if tmp.exists() {
+        fs::remove_dir_all(tmp).map_err(io_err(tmp))?;
+    }
+    fs::create_dir_all(tmp).map_err(io_err(tmp))
+}
+
+/// Removes a temporary directory when dropped, unless it was renamed away (or disarmed): a failed
+/// checkpoint write (a full disk) leaves nothing behind.
+pub struct RemoveOnDrop(pub Option<PathBuf>);
+
+impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
-        if self.0.exists() {
-            let _ = fs::remove_dir_all(self.0);
+        if let Some(p) = &self.0 {
+            if p.exists() {
+                let _ = fs::remove_dir_all(p);
+            }
         }
     }
 }
 
-/// Writes a checkpoint atomically and prunes to the newest `keep`; its model directory gets the
-/// tokenizer files of `tokenizer` (a directory), if given.
+/// Writes what rank 0 writes into a checkpoint's temporary directory: the model (with the
+/// tokenizer files of `tokenizer`, if given), the optimizer state of a replicated run (`None`
+/// for a sharded one, whose ranks write their own files), `state.json` and `config.toml`.
+pub fn write_main(
+    tmp: &Path,
+    model: &Model,
+    optimizer: Option<&[(String, Tensor)]>,
+    state: &TrainState,
+    cfg: &TrainConfig,
+    tokenizer: Option<&Path>,
+) -> Result<()> {
+    let model_opts = SaveOptions {
+        tokenizer_from: tokenizer.map(Path::to_path_buf),
+        ..SaveOptions::default()
+    };
+    model.save(&tmp.join("model"), &model_opts)?;
+    if let Some(named) = optimizer {
+        Tensor::write_safetensors(named, tmp.join("optimizer.safetensors"))?;
+    }
+    let json = serde_json::to_string_pretty(state).map_err(|e| Error::Input(e.to_string()))?;
+    let sp = tmp.join("state.json");
+    fs::write(&sp, json).map_err(io_err(&sp))?;
+    let cp = tmp.join("config.toml");
+    fs::write(&cp, cfg.to_toml()).map_err(io_err(&cp))?;
+    fault::disk_full(tmp)?;
+    Ok(())
+}
+
+/// Rank 0, after every rank's files are in `tmp`: writes the manifest (`manifest`'s `files`
+/// completed with rank 0's own files, hashed here), fsyncs the tree, renames it to step
+/// `step`'s directory and prunes to the newest `keep`.
+pub fn publish(
+    out: &Path,
+    tmp: &Path,
+    step: u64,
+    mut manifest: Manifest,
+    keep: usize,
+) -> Result<PathBuf> {
+    let known: Vec<String> = manifest.files.iter().map(|f| f.path.clone()).collect();
+    manifest.files.extend(entries_under(tmp, &known)?);
+    manifest.files.sort_by(|a, b| a.path.cmp(&b.path));
+    fault::die_at("manifest", step, 0);
+    let mp = tmp.join(MANIFEST);
+    let json = serde_json::to_string_pretty(&manifest).map_err(|e| Error::Input(e.to_string()))?;
+    fs::write(&mp, json).map_err(io_err(&mp))?;
+    fsync_tree(tmp)?;
+    fault::die_at("rename", step, 0);
+    let target = dir_for(out, step);
+    let parent = target.parent().unwrap_or(out).to_path_buf();
+    if target.exists() {
+        fs::remove_dir_all(&target).map_err(io_err(&target))?;
+    }
+    fs::rename(tmp, &target).map_err(io_err(&target))?;
+    if let Ok(d) = fs::File::open(&parent) {
+        let _ = d.sync_all();
+    }
+    fault::die_at("published", step, 0);
+    let all = list(out);
+    if all.len() > keep.max(1) {
+        for (_, p) in &all[..all.len() - keep.max(1)] {
+            fs::remove_dir_all(p).map_err(io_err(p))?;
+        }
+    }
+    Ok(target)
+}
+
+/// Writes a one-process checkpoint (replicated optimizer state) atomically and prunes to the
+/// newest `keep`; its model directory gets the tokenizer files of `tokenizer`, if given.
 pub fn save(
     out: &Path,
     model: &Model,
@@ -118,45 +387,20 @@ pub fn save(
     keep: usize,
     tokenizer: Option<&Path>,
 ) -> Result<PathBuf> {
-    let target = dir_for(out, state.step);
-    let parent = target.parent().unwrap_or(out).to_path_buf();
-    fs::create_dir_all(&parent).map_err(io_err(&parent))?;
-    let tmp = parent.join(format!(
-        ".step-{:08}.tmp-{}",
-        state.step,
-        std::process::id()
-    ));
-    if tmp.exists() {
-        fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
-    }
-    fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
-    let _cleanup = RemoveOnDrop(&tmp);
-    let model_opts = SaveOptions {
-        tokenizer_from: tokenizer.map(Path::to_path_buf),
-        ..SaveOptions::default()
+    let tmp = temp_dir_for(out, state.step, std::process::id());
+    create_temp(&tmp)?;
+    let mut cleanup = RemoveOnDrop(Some(tmp.clone()));
+    write_main(&tmp, model, Some(optimizer), state, cfg, tokenizer)?;
+    let manifest = Manifest {
+        version: MANIFEST_VERSION,
+        world: 1,
+        dp: 1,
+        cp: 1,
+        optimizer: OptimizerLayout::Replicated,
+        files: Vec::new(),
     };
-    model.save(&tmp.join("model"), &model_opts)?;
-    Tensor::write_safetensors(optimizer, tmp.join("optimizer.safetensors"))?;
-    let json = serde_json::to_string_pretty(state).map_err(|e| Error::Input(e.to_string()))?;
-    let sp = tmp.join("state.json");
-    fs::write(&sp, json).map_err(io_err(&sp))?;
-    let cp = tmp.join("config.toml");
-    fs::write(&cp, cfg.to_toml()).map_err(io_err(&cp))?;
-    fault::disk_full(&tmp)?;
-    fsync_tree(&tmp)?;
-    if target.exists() {
-        fs::remove_dir_all(&target).map_err(io_err(&target))?;
-    }
-    fs::rename(&tmp, &target).map_err(io_err(&target))?;
-    if let Ok(d) = fs::File::open(&parent) {
-        let _ = d.sync_all();
-    }
-    let all = list(out);
-    if all.len() > keep.max(1) {
-        for (_, p) in &all[..all.len() - keep.max(1)] {
-            fs::remove_dir_all(p).map_err(io_err(p))?;
-        }
-    }
+    let target = publish(out, &tmp, state.step, manifest, keep)?;
+    cleanup.0 = None;
     Ok(target)
 }
 
@@ -241,7 +485,8 @@ fn safetensors_under(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// Checks that checkpoint `dir` is complete and belongs to this run, without loading a tensor,
-/// and returns its state. The error names the file at fault: a safetensors file shorter (or
+/// and returns its state. The error names the file at fault: no manifest (an unfinished
+/// checkpoint), a file of another length than the manifest lists, a safetensors file shorter (or
 /// longer) than its header says, a missing model or optimizer file, a `state.json` that is not
 /// this step's (a file copied from elsewhere) or has another seed than `cfg`.
 pub fn validate(dir: &Path, cfg: &TrainConfig) -> Result<TrainState> {
@@ -290,22 +535,33 @@ pub fn validate(dir: &Path, cfg: &TrainConfig) -> Result<TrainState> {
     let text = fs::read_to_string(&mc).map_err(|e| bad(mc.clone(), e.to_string()))?;
     serde_json::from_str::<serde_json::Value>(&text)
         .map_err(|e| bad(mc.clone(), format!("not JSON: {e}")))?;
+    let manifest = read_manifest(dir)?;
     let files = safetensors_under(dir)?;
     if !files.iter().any(|p| p.starts_with(&model)) {
         return Err(bad(model, "no .safetensors weights".into()));
     }
-    let has_optimizer = fs::read_dir(dir)
-        .map_err(io_err(dir))?
-        .flatten()
-        .any(|e| e.file_name().to_string_lossy().starts_with("optimizer"));
-    if !has_optimizer {
-        return Err(bad(
-            dir.join("optimizer.safetensors"),
-            "missing (the optimizer state)".into(),
-        ));
+    let optimizer_files: Vec<String> = match &manifest.optimizer {
+        OptimizerLayout::Replicated => vec!["optimizer.safetensors".into()],
+        OptimizerLayout::Sharded(l) => (0..l.ranks)
+            .map(|r| crate::sharded::shard_file_name(r, l.ranks))
+            .collect(),
+    };
+    for name in &optimizer_files {
+        if !manifest.files.iter().any(|f| &f.path == name) || !dir.join(name).is_file() {
+            return Err(bad(dir.join(name), "missing (the optimizer state)".into()));
+        }
     }
     for f in &files {
         check_safetensors(f)?;
+    }
+    for f in &manifest.files {
+        let p = dir.join(&f.path);
+        let len = fs::metadata(&p)
+            .map_err(|e| bad(p.clone(), format!("missing (listed in {MANIFEST}): {e}")))?
+            .len();
+        if len != f.bytes {
+            return Err(bad(p, format!("{len} bytes, {MANIFEST} lists {}", f.bytes)));
+        }
     }
     let cp = dir.join("config.toml");
     if !cp.is_file() {
@@ -413,6 +669,35 @@ mod fault {
     pub fn disk_full(_tmp: &Path) -> Result<()> {
         Ok(())
     }
+
+    /// `RSD_TRAIN_FAULT_DIE_AT=STEP:RANK:POINT`: rank RANK kills itself (SIGKILL, as `kill -9`)
+    /// at POINT of step STEP's checkpoint: `shard` (its optimizer file written, before the
+    /// barrier), `main` (rank 0: model and state written, before the barrier), `manifest` (rank
+    /// 0: before the manifest), `rename` (rank 0: manifest written and fsynced, before the
+    /// rename), `published` (rank 0: renamed, before pruning and the last barrier), `after` (at
+    /// the last barrier).
+    #[cfg(feature = "fault-injection")]
+    pub fn die_at(point: &str, step: u64, rank: usize) {
+        let Ok(spec) = std::env::var("RSD_TRAIN_FAULT_DIE_AT") else {
+            return;
+        };
+        let want: Vec<&str> = spec.split(':').collect();
+        if want.as_slice() == [step.to_string().as_str(), rank.to_string().as_str(), point] {
+            eprintln!("fault injection: rank {rank} killed at {point} of step {step}'s checkpoint");
+            // SAFETY: signals this process; nothing after it runs.
+            unsafe {
+                libc::kill(libc::getpid(), libc::SIGKILL);
+            }
+        }
+    }
+
+    #[cfg(not(feature = "fault-injection"))]
+    pub fn die_at(_point: &str, _step: u64, _rank: usize) {}
+}
+
+/// The fault hook of checkpoint writing (`RSD_TRAIN_FAULT_DIE_AT`), for the trainer's ranks.
+pub(crate) fn die_at(point: &str, step: u64, rank: usize) {
+    fault::die_at(point, step, rank);
 }
 
 #[cfg(test)]

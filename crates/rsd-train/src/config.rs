@@ -85,7 +85,8 @@ config! {
     out: String = String::new();
     /// cpu, cuda, cuda:N.
     device: String = "cpu".into();
-    /// Parameter dtype: fp32 or bf16 (bf16 keeps fp32 master weights and optimizer state).
+    /// Parameter dtype: fp32 or bf16 (bf16 keeps fp32 master weights and optimizer state); fp64
+    /// for exactness tests.
     dtype: String = "fp32".into();
     /// New RoPE base (ABF) applied before training; absent (or 0) = keep the model's.
     #[serde(default, deserialize_with = "optional", skip_serializing_if = "Option::is_none")]

@@ -9,9 +9,11 @@
 //! reduce-scatters the K/V gradients, so the per-rank gradients sum to the single-process one.
 //! [`ContextParallel::chunks`] and [`ContextParallel::gather_kv`] are what the model needs
 //! ([`rsd_model::ContextChunks`]).
+use std::rc::Rc;
+
 use tch::{Kind, Tensor};
 
-use rsd_dist::ProcessGroup;
+use rsd_dist::{Mesh, ProcessGroup};
 
 use crate::perturb::RowView;
 
@@ -19,13 +21,25 @@ use crate::{Error, Result};
 
 /// This rank's place in its context-parallel group, and the K/V gather.
 pub struct ContextParallel {
-    group: ProcessGroup,
+    group: Rc<ProcessGroup>,
 }
 
 impl ContextParallel {
     /// Context parallelism over `group` (its ranks share every sequence).
-    pub fn new(group: ProcessGroup) -> Self {
+    pub fn new(group: Rc<ProcessGroup>) -> Self {
         ContextParallel { group }
+    }
+
+    /// Context parallelism over the mesh's context-parallel group; an error when it has none
+    /// (`cp = 1`).
+    pub fn of(mesh: &Mesh) -> Result<Self> {
+        mesh.cp_group_shared().map(Self::new).ok_or_else(|| {
+            Error::Input(format!(
+                "context parallelism needs --cp > 1 (the mesh has dp {} × cp {})",
+                mesh.dp_size(),
+                mesh.cp_size()
+            ))
+        })
     }
 
     /// This rank in the group.
@@ -89,17 +103,10 @@ impl ContextParallel {
         let (b, l_local) = (local.len(), local.first().map_or(0, Vec::len));
         let n = self.size();
         let flat: Vec<i64> = local.iter().flatten().copied().collect();
-        let device = crate::parallel::backend_device(&self.group, tch::Device::Cpu);
-        let t = Tensor::f_from_slice(&flat)?
-            .f_view([b as i64, l_local as i64])?
-            .f_to_device(device)?;
-        let all = Vec::<i64>::try_from(
-            &self
-                .group
-                .all_gather(&t)?
-                .f_to_device(tch::Device::Cpu)?
-                .f_reshape([-1])?,
-        )?;
+        // Host integers (positions, token ids the host needs for the views): the group stages
+        // them on its device and brings the result back.
+        let t = Tensor::f_from_slice(&flat)?.f_view([b as i64, l_local as i64])?;
+        let all = Vec::<i64>::try_from(&self.group.all_gather(&t)?.f_reshape([-1])?)?;
         // `all` is [rank][row][local entry]; rank q holds chunks q and 2N−1−q.
         let c = l_local / 2;
         let mut full = vec![vec![0i64; l_local * n]; b];

@@ -20,6 +20,7 @@
 //! The design and the numbers are in `docs/TRAIN.md`.
 
 pub mod checkpoint;
+pub mod comm;
 pub mod config;
 pub mod context;
 pub mod data;

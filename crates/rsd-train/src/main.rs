@@ -223,8 +223,23 @@ fn list<T: std::str::FromStr>(s: &Option<String>, flag: &str) -> Result<Option<V
     Ok(Some(v))
 }
 
+/// The dp × cp layout the config asks for (dp 0: whatever the world size leaves).
+fn mesh_shape(cfg: &TrainConfig) -> rsd_dist::MeshShape {
+    rsd_dist::MeshShape {
+        dp: cfg.dp,
+        cp: cfg.cp.max(1),
+    }
+}
+
 fn probe(a: ProbeArgs) -> Result<()> {
     if let Some(n) = a.nproc {
+        rsd_dist::layout(
+            n,
+            rsd_dist::MeshShape {
+                dp: 1,
+                cp: a.cp.max(1),
+            },
+        )?;
         match launch::run(n)? {
             0 => return Ok(()),
             code => std::process::exit(code),
@@ -416,17 +431,21 @@ fn train(a: TrainArgs) -> Result<()> {
     memory_cmd::refuse_if_too_big(&cfg, a.nproc, a.gpu_gib)?;
     // `--dp N` / `--cp N` alone (no launcher around this process) start the ranks themselves.
     let launched = std::env::var_os("WORLD_SIZE").is_some();
-    let wanted = (cfg.dp > 0 || cfg.cp > 1).then(|| cfg.dp.max(1) * cfg.cp);
-    let nproc = match (a.nproc, wanted) {
-        (Some(n), Some(w)) if n != w => bail!(
-            "--nproc {n} and dp × cp = {} × {} = {w} disagree: every process is one rank of the \
-             dp × cp mesh; give --nproc alone, or dp and cp alone",
-            cfg.dp.max(1),
-            cfg.cp
-        ),
-        (Some(n), _) => Some(n),
-        (None, Some(w)) if w > 1 && !launched => Some(w),
-        (None, _) => None,
+    let shape = mesh_shape(&cfg);
+    let nproc = match a.nproc {
+        // Every process is one rank of the dp × cp mesh: refuse a count that does not fit
+        // before starting any (the error names --nproc, --dp and --cp).
+        Some(n) => {
+            rsd_dist::layout(n, shape)?;
+            Some(n)
+        }
+        None if !launched => rsd_dist::MeshShape {
+            dp: shape.dp.max(1),
+            ..shape
+        }
+        .processes()
+        .filter(|&w| w > 1),
+        None => None,
     };
     if let Some(n) = nproc {
         match launch::run(n)? {

@@ -201,6 +201,7 @@ pub fn input_for(
         )));
     }
     let dtype_bytes = match rsd_model::parse_kind(&cfg.dtype)? {
+        tch::Kind::Double => 8,
         tch::Kind::Float => 4,
         _ => 2,
     };

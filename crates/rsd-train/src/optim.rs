@@ -187,12 +187,24 @@ impl AdamW {
 
     /// Restores what [`AdamW::save`] wrote; every tensor must be there with the right shape.
     pub fn load(&mut self, path: &Path, steps: u64) -> Result<()> {
+        let mut map: std::collections::HashMap<String, Tensor> =
+            Tensor::read_safetensors(path)?.into_iter().collect();
+        self.load_from(path, steps, |key| Ok(map.remove(key)))
+    }
+
+    /// Restores the state from `read(key)` (`m.<name>`, `v.<name>`, `master.<name>`; `None`:
+    /// not in the checkpoint at `path`, an error naming it); every tensor must have the right
+    /// shape.
+    pub fn load_from(
+        &mut self,
+        path: &Path,
+        steps: u64,
+        mut read: impl FnMut(&str) -> Result<Option<Tensor>>,
+    ) -> Result<()> {
         let bad = |reason: String| Error::Checkpoint {
             path: path.to_path_buf(),
             reason,
         };
-        let mut map: std::collections::HashMap<String, Tensor> =
-            Tensor::read_safetensors(path)?.into_iter().collect();
         tch::no_grad(|| -> Result<()> {
             for s in &mut self.slots {
                 let mut targets = vec![("m", &mut s.m), ("v", &mut s.v)];
@@ -201,8 +213,7 @@ impl AdamW {
                 }
                 for (what, t) in targets {
                     let key = format!("{what}.{}", s.name);
-                    let src = map
-                        .remove(&key)
+                    let src = read(&key)?
                         .ok_or_else(|| bad(format!("missing optimizer tensor {key}")))?;
                     if src.size() != t.size() {
                         return Err(bad(format!(
@@ -218,6 +229,11 @@ impl AdamW {
         })?;
         self.steps = steps;
         Ok(())
+    }
+
+    /// The parameters' names and shapes, in order.
+    pub fn params(&self) -> impl Iterator<Item = (&str, Vec<i64>)> {
+        self.slots.iter().map(|s| (s.name.as_str(), s.param.size()))
     }
 }
 

@@ -14,11 +14,16 @@
 //! * decisions (interrupt, non-finite values) are taken together: any rank's "yes" is everyone's.
 //!
 //! Without `WORLD_SIZE` in the environment there is one rank and every call is free.
+//!
+//! Who is who (rank, dp × cp layout, groups, device, backend) is the [`Mesh`]'s; this is the
+//! trainer's side of it: the collectives the loop needs. Every collective here hands the groups
+//! tensors on the mesh's device (the groups would move them there anyway: see
+//! [`rsd_dist::ProcessGroup`]); host values come back only for decisions and the log.
 use std::time::Duration;
 
-use tch::{Device, Kind, Tensor};
+use tch::{Kind, Tensor};
 
-use rsd_dist::{Backend, ProcessGroup, ReduceOp};
+use rsd_dist::{Mesh, MeshShape, ProcessGroup, ReduceOp};
 use rsd_model::Model;
 
 use crate::config::TrainConfig;
@@ -28,8 +33,7 @@ use crate::{Error, Result};
 
 /// This process's place among the data-parallel ranks, and the collectives the loop needs.
 pub struct DataParallel {
-    /// The world group; `None` for a single process.
-    group: Option<ProcessGroup>,
+    mesh: Mesh,
     /// The ranks sharing this rank's sequences (context parallelism); `None` without.
     context: Option<ContextParallel>,
     /// Largest gradient bucket, in fp32 elements.
@@ -37,73 +41,52 @@ pub struct DataParallel {
 }
 
 impl DataParallel {
-    /// One process: no group, every collective a no-op.
+    /// One process on the CPU: no group, every collective a no-op.
     pub fn single() -> Self {
         DataParallel {
-            group: None,
+            mesh: Mesh::single(tch::Device::Cpu),
             context: None,
             bucket_elems: usize::MAX,
         }
     }
 
-    /// Joins the world when the environment describes one (`WORLD_SIZE` set: `rsd-train --nproc`,
-    /// torchrun, SLURM scripts), otherwise one process.
-    pub fn from_env(cfg: &TrainConfig, device: Device) -> Result<Self> {
-        if std::env::var_os("WORLD_SIZE").is_none() {
-            if cfg.dp > 1 || cfg.cp > 1 {
-                let n = cfg.dp.max(1) * cfg.cp;
-                return Err(Error::Input(format!(
-                    "config keys dp/cp: {} data-parallel × {} context-parallel ranks need {n} \
-                     processes; run with `--nproc {n}` or under torchrun",
-                    cfg.dp.max(1),
-                    cfg.cp
-                )));
-            }
-            return Ok(Self::single());
-        }
-        let backend = if cfg!(feature = "nccl") && device.is_cuda() {
-            Backend::Nccl
-        } else {
-            Backend::Gloo
-        };
-        let group = ProcessGroup::from_env(backend, Duration::from_secs(cfg.dist_timeout))?;
-        let (world, cp) = (group.size(), cfg.cp.max(1));
-        if !world.is_multiple_of(cp) {
-            return Err(Error::Input(format!(
-                "config key cp: {world} processes (WORLD_SIZE) cannot be split into \
-                 context-parallel groups of {cp}"
-            )));
-        }
-        if cfg.dp != 0 && cfg.dp * cp != world {
-            return Err(Error::Input(format!(
-                "config key dp: {} data-parallel × {cp} context-parallel ranks asked for, but the \
-                 run has {world} processes (WORLD_SIZE); leave dp unset (0) to use them all, or \
-                 launch {} processes",
-                cfg.dp,
-                cfg.dp * cp
-            )));
-        }
-        // Consecutive ranks share sequences (on one node, where context parallelism's per-layer
-        // gathers want the fastest links).
-        let context = if cp > 1 {
-            let groups: Vec<Vec<usize>> = (0..world / cp)
-                .map(|d| (d * cp..(d + 1) * cp).collect())
-                .collect();
-            Some(ContextParallel::new(group.split(&groups)?))
+    /// The trainer's side of `mesh`, with gradient buckets of at most `bucket_elems` fp32
+    /// elements.
+    pub fn of(mesh: Mesh, bucket_elems: usize) -> Result<Self> {
+        let context = if mesh.cp_size() > 1 {
+            Some(ContextParallel::of(&mesh)?)
         } else {
             None
         };
-        let bucket_elems = (cfg.grad_bucket_mb.max(1) << 20) / std::mem::size_of::<f32>();
         Ok(DataParallel {
-            group: Some(group),
+            mesh,
             context,
             bucket_elems,
         })
     }
 
-    /// The group of the data-parallel ranks; `None` for a single process.
+    /// Joins the world when the environment describes one (`WORLD_SIZE` set: `rsd-train --nproc`,
+    /// torchrun, SLURM scripts), otherwise one process; laid out as config keys `dp` × `cp` ask,
+    /// on `device` (CUDA: NCCL, CPU: Gloo; see [`Mesh`]).
+    pub fn from_env(cfg: &TrainConfig, device: tch::Device) -> Result<Self> {
+        let shape = MeshShape {
+            dp: cfg.dp,
+            cp: cfg.cp.max(1),
+        };
+        let mesh = Mesh::from_env(shape, device, Duration::from_secs(cfg.dist_timeout))?;
+        let bucket_elems = (cfg.grad_bucket_mb.max(1) << 20) / std::mem::size_of::<f32>();
+        Self::of(mesh, bucket_elems)
+    }
+
+    /// The mesh: rank, layout, groups, device.
+    pub fn mesh(&self) -> &Mesh {
+        &self.mesh
+    }
+
+    /// The group of all ranks (gradients and normalisers are summed over it); `None` for a
+    /// single process.
     pub fn group(&self) -> Option<&ProcessGroup> {
-        self.group.as_ref()
+        self.mesh.world()
     }
 
     /// Largest gradient bucket, in elements (`grad_bucket_mb` of fp32).
@@ -111,31 +94,30 @@ impl DataParallel {
         self.bucket_elems
     }
 
-    /// The collectives' traffic on this rank so far (zero for one process).
+    /// The collectives' traffic on this rank so far, over every group of the mesh and the
+    /// backward collectives inside autograd included (zero for one process).
     pub fn comm_stats(&self) -> rsd_dist::CommStats {
-        self.group
-            .as_ref()
-            .map_or_else(rsd_dist::CommStats::default, ProcessGroup::stats)
+        self.mesh.comm_stats()
     }
 
     /// This process among all of the run's, `0..world()`.
     pub fn rank(&self) -> usize {
-        self.group.as_ref().map_or(0, ProcessGroup::rank)
+        self.mesh.rank()
     }
 
     /// The run's processes: data-parallel × context-parallel ranks.
     pub fn world(&self) -> usize {
-        self.group.as_ref().map_or(1, ProcessGroup::size)
+        self.mesh.world_size()
     }
 
     /// Context-parallel ranks sharing each sequence (1 without context parallelism).
     pub fn cp_size(&self) -> usize {
-        self.context.as_ref().map_or(1, ContextParallel::size)
+        self.mesh.cp_size()
     }
 
     /// Data-parallel ranks (each a group of `cp_size()` processes).
     pub fn size(&self) -> usize {
-        self.world() / self.cp_size()
+        self.mesh.dp_size()
     }
 
     /// The context-parallel group this rank belongs to, if any.
@@ -145,12 +127,12 @@ impl DataParallel {
 
     /// Rank 0: the one that logs, prints and writes checkpoints.
     pub fn is_main(&self) -> bool {
-        self.rank() == 0
+        self.mesh.is_main()
     }
 
     /// This rank as the loader's DP coordinate.
     pub fn loader_rank(&self) -> rsd_loader::Rank {
-        rsd_loader::Rank::new(self.rank() / self.cp_size(), self.size())
+        rsd_loader::Rank::new(self.mesh.dp_rank(), self.mesh.dp_size())
     }
 
     /// This rank's coordinates for the loader: its data-parallel rank and its place in its
@@ -158,9 +140,11 @@ impl DataParallel {
     pub fn loader_parallel(&self) -> rsd_loader::Parallel {
         rsd_loader::Parallel {
             dp: self.loader_rank(),
-            cp: self.context.as_ref().map_or(rsd_loader::Rank::SINGLE, |c| {
-                rsd_loader::Rank::new(c.rank(), c.size())
-            }),
+            cp: if self.mesh.cp_size() > 1 {
+                rsd_loader::Rank::new(self.mesh.cp_rank(), self.mesh.cp_size())
+            } else {
+                rsd_loader::Rank::SINGLE
+            },
         }
     }
 
@@ -191,31 +175,29 @@ impl DataParallel {
     /// Makes every rank's parameters rank 0's (a fresh init or a resumed checkpoint is already
     /// identical everywhere; this makes it certain, as torch's DDP does).
     pub fn broadcast_parameters(&self, model: &Model) -> Result<()> {
-        let Some(g) = &self.group else { return Ok(()) };
+        let Some(g) = self.group() else { return Ok(()) };
         tch::no_grad(|| -> Result<()> {
             for (_, p) in model.named_parameters() {
-                let mut t = on_backend(g, &p)?;
-                g.broadcast(&mut t, 0)?;
-                if t.device() != p.device() {
-                    p.shallow_clone().f_copy_(&t)?;
-                }
+                g.broadcast(&mut p.shallow_clone(), 0)?;
             }
             Ok(())
         })
     }
 
-    /// Sums the step's normalisers and its token count over ranks.
+    /// Sums the step's normalisers and its token count over ranks (one all-reduce of three
+    /// fp64 values on the mesh's device; the host reads the result, which the loss needs).
     pub fn global_normalizers(
         &self,
         norm: LossNormalizers,
         tokens: u64,
     ) -> Result<(LossNormalizers, u64)> {
-        let Some(g) = &self.group else {
+        let Some(g) = self.group() else {
             return Ok((norm, tokens));
         };
-        let mut t = Tensor::from_slice(&[norm.label_tokens, norm.samples, tokens as f64]);
+        let mut t = Tensor::f_from_slice(&[norm.label_tokens, norm.samples, tokens as f64])?
+            .f_to_device(self.mesh.device())?;
         g.all_reduce(&mut t, ReduceOp::Sum)?;
-        let v = Vec::<f64>::try_from(&t)?;
+        let v = Vec::<f64>::try_from(&t.f_to_device(tch::Device::Cpu)?)?;
         Ok((
             LossNormalizers {
                 label_tokens: v[0],
@@ -225,65 +207,88 @@ impl DataParallel {
         ))
     }
 
-    /// Sums the loss terms over ranks.
+    /// Sums the loss terms over ranks (on their device: no host round trip).
     pub fn reduce_sums(&self, sums: &mut Sums) -> Result<()> {
-        let Some(g) = &self.group else { return Ok(()) };
-        let device = sums.clm.device();
-        let mut t = Tensor::f_stack(&[&sums.clm, &sums.kl, &sums.clm_pert], 0)?
-            .f_to_device(backend_device(g, device))?;
+        let Some(g) = self.group() else { return Ok(()) };
+        let mut t = Tensor::f_stack(&[&sums.clm, &sums.kl, &sums.clm_pert], 0)?;
         g.all_reduce(&mut t, ReduceOp::Sum)?;
-        let t = t.f_to_device(device)?;
         sums.clm = t.f_get(0)?;
         sums.kl = t.f_get(1)?;
         sums.clm_pert = t.f_get(2)?;
         Ok(())
     }
 
-    /// Sums the parameters' gradients over ranks: flattened into fp32 buckets of at most
-    /// `grad_bucket_mb`, one all-reduce each, copied back.
+    /// Sums the parameters' gradients over ranks: flattened into buckets of at most
+    /// `grad_bucket_mb` of fp32 elements (fp32, or fp64 for fp64 models), one all-reduce each,
+    /// copied back.
     pub fn reduce_gradients(&self, model: &Model) -> Result<()> {
-        let Some(g) = &self.group else { return Ok(()) };
+        let Some(g) = self.group() else { return Ok(()) };
         let grads: Vec<Tensor> = model
             .named_parameters()
             .into_iter()
             .map(|(_, p)| p.grad())
             .filter(Tensor::defined)
             .collect();
-        let mut bucket: Vec<&Tensor> = Vec::new();
-        let mut elems = 0usize;
-        for grad in &grads {
-            let n = grad.numel();
-            if !bucket.is_empty() && elems + n > self.bucket_elems {
-                reduce_bucket(g, &bucket)?;
-                bucket.clear();
-                elems = 0;
-            }
-            bucket.push(grad);
-            elems += n;
-        }
-        if !bucket.is_empty() {
-            reduce_bucket(g, &bucket)?;
+        for bucket in buckets(grads.iter().map(Tensor::numel), self.bucket_elems) {
+            let members: Vec<&Tensor> = bucket.map(|i| &grads[i]).collect();
+            reduce_bucket(g, &members)?;
         }
         Ok(())
     }
 
+    /// Sums `values` (host numbers: losses, counts) over every rank; all ranks get the same.
+    pub fn sum_values(&self, values: &[f64]) -> Result<Vec<f64>> {
+        let Some(g) = self.group() else {
+            return Ok(values.to_vec());
+        };
+        let mut t = Tensor::f_from_slice(values)?.f_to_device(self.mesh.device())?;
+        g.all_reduce(&mut t, ReduceOp::Sum)?;
+        Ok(Vec::<f64>::try_from(&t.f_to_device(tch::Device::Cpu)?)?)
+    }
+
     /// Whether `flag` holds on any rank (one decision for all).
     pub fn any(&self, flag: bool) -> Result<bool> {
-        let Some(g) = &self.group else {
+        let Some(g) = self.group() else {
             return Ok(flag);
         };
-        let mut t = Tensor::from_slice(&[i32::from(flag)]);
+        let mut t = Tensor::f_full([1], i64::from(flag), (Kind::Int, self.mesh.device()))?;
         g.all_reduce(&mut t, ReduceOp::Max)?;
-        Ok(t.int64_value(&[0]) != 0)
+        Ok(t.f_int64_value(&[0])? != 0)
     }
 
     /// Waits until every rank gets here.
     pub fn barrier(&self) -> Result<()> {
-        match &self.group {
+        match self.group() {
             Some(g) => Ok(g.barrier()?),
             None => Ok(()),
         }
     }
+}
+
+/// The gradient buckets of parameters of these sizes (in order): runs of consecutive
+/// parameters of at most `max_elems` elements together (a larger parameter alone), as index
+/// ranges. The one place the bucket layout is decided, so the traffic formula
+/// ([`crate::comm`]) counts the same calls.
+pub fn buckets(
+    sizes: impl IntoIterator<Item = usize>,
+    max_elems: usize,
+) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let (mut start, mut elems) = (0usize, 0usize);
+    let mut i = 0usize;
+    for n in sizes {
+        if i > start && elems + n > max_elems {
+            out.push(start..i);
+            start = i;
+            elems = 0;
+        }
+        elems += n;
+        i += 1;
+    }
+    if i > start {
+        out.push(start..i);
+    }
+    out
 }
 
 /// [`DataParallel::global_row`] for data-parallel rank `dp`.
@@ -291,32 +296,24 @@ fn global_row(dp: rsd_loader::Rank, local_step: usize, row: usize, rows_per_rank
     local_step * rows_per_rank * dp.size + row * dp.size + dp.rank
 }
 
-/// Where a collective of `g` wants its tensors: CUDA for NCCL, the CPU for Gloo.
-pub(crate) fn backend_device(g: &ProcessGroup, device: Device) -> Device {
-    match g.backend() {
-        Backend::Gloo => Device::Cpu,
-        _ => device,
+/// The dtype gradients are summed in: fp32 (bf16/fp16/fp32 models), fp64 for fp64 models (whose
+/// runs are the exact references of the tests).
+pub fn reduce_kind(param: Kind) -> Kind {
+    if param == Kind::Double {
+        Kind::Double
+    } else {
+        Kind::Float
     }
 }
 
-/// `t` itself when it already lives where `g`'s collectives want it, else a copy there.
-fn on_backend(g: &ProcessGroup, t: &Tensor) -> Result<Tensor> {
-    let device = backend_device(g, t.device());
-    Ok(if t.device() == device {
-        t.shallow_clone()
-    } else {
-        t.f_to_device(device)?
-    })
-}
-
-/// One all-reduce (sum) of these gradients, flattened into a single fp32 buffer.
+/// One all-reduce (sum) of these gradients, flattened into a single buffer
+/// ([`reduce_kind`]).
 fn reduce_bucket(g: &ProcessGroup, grads: &[&Tensor]) -> Result<()> {
     let flat = grads
         .iter()
-        .map(|t| t.f_reshape([-1])?.f_to_kind(Kind::Float))
+        .map(|t| t.f_reshape([-1])?.f_to_kind(reduce_kind(t.kind())))
         .collect::<std::result::Result<Vec<_>, _>>()?;
-    let device = backend_device(g, grads[0].device());
-    let mut buf = Tensor::f_cat(&flat, 0)?.f_to_device(device)?;
+    let mut buf = Tensor::f_cat(&flat, 0)?;
     g.all_reduce(&mut buf, ReduceOp::Sum)?;
     let mut off = 0i64;
     for t in grads {
@@ -361,6 +358,14 @@ mod tests {
                 rows
             })
             .collect()
+    }
+
+    #[test]
+    fn buckets_are_runs_of_parameters_up_to_the_limit() {
+        assert_eq!(buckets([3, 3, 3], 6), vec![0..2, 2..3]);
+        assert_eq!(buckets([10, 1, 1], 6), vec![0..1, 1..3]);
+        assert_eq!(buckets([1, 1], usize::MAX), vec![0..2]);
+        assert!(buckets([], 6).is_empty());
     }
 
     #[test]

@@ -612,18 +612,14 @@ impl Split {
                 req.cp, req.cp, req.cp, req.cp
             )));
         }
-        let group = rsd_dist::ProcessGroup::from_env(
-            rsd_dist::Backend::Gloo,
+        // One context-parallel group: dp = 1, so a world of another size is refused, naming
+        // --cp and --nproc.
+        let mesh = rsd_dist::Mesh::from_env(
+            rsd_dist::MeshShape { dp: 1, cp: req.cp },
+            Device::Cpu,
             std::time::Duration::from_secs(300),
         )?;
-        if group.size() != req.cp {
-            return Err(Error::Input(format!(
-                "--cp {}: the probe runs one context-parallel group, but there are {} processes",
-                req.cp,
-                group.size()
-            )));
-        }
-        let cp = ContextParallel::new(group);
+        let cp = ContextParallel::of(&mesh)?;
         let local = |rows: &[Vec<i64>]| -> Result<Vec<Vec<i64>>> {
             rows.iter().map(|r| cp.local_of(r)).collect()
         };
@@ -661,16 +657,9 @@ impl Split {
 
     /// Every rank's `(tokens, flops)`, in rank order (a collective).
     fn per_rank(&self, tokens: i64, flops: f64) -> Result<(Vec<i64>, Vec<f64>)> {
-        let device = crate::parallel::backend_device(self.cp.group(), Device::Cpu);
-        let mine = Tensor::f_from_slice(&[tokens as f64, flops])?.f_to_device(device)?;
-        let all = Vec::<f64>::try_from(
-            &self
-                .cp
-                .group()
-                .all_gather(&mine)?
-                .f_to_device(Device::Cpu)?
-                .f_reshape([-1])?,
-        )?;
+        // Host numbers for the report: the group stages them on its device and back.
+        let mine = Tensor::f_from_slice(&[tokens as f64, flops])?;
+        let all = Vec::<f64>::try_from(&self.cp.group().all_gather(&mine)?.f_reshape([-1])?)?;
         Ok((
             all.chunks(2).map(|p| p[0] as i64).collect(),
             all.chunks(2).map(|p| p[1]).collect(),

@@ -1,31 +1,36 @@
-//! AdamW with its state sharded over the data-parallel ranks (`shard_optimizer`, ZeRO-2 style).
+//! AdamW with its state and the summed gradient sharded over the data-parallel ranks
+//! (`shard_optimizer`, ZeRO-2).
 //!
 //! Replicated AdamW keeps, on every rank, fp32 master weights and two fp32 moments of every
 //! parameter: 12 bytes per parameter (96 GB for an 8B model), the largest item of the memory
-//! budget. Here each of N ranks keeps 1/N of them, and the summed fp32 gradient is held sharded
-//! too:
+//! budget, plus the whole gradient. Here each of N ranks keeps 1/N of the state and of the
+//! summed gradient, and no rank holds the whole gradient across micro-batches:
 //!
-//! * the parameters are laid out, in `named_parameters` order, in buckets of at most
-//!   `grad_bucket_mb` (padded to a multiple of N); rank r owns block r of every bucket;
-//! * after the backward each bucket's gradients are reduce-scattered (summed): each rank receives
-//!   the global gradient of its block only;
+//! * the parameters are laid out in buckets along the model's structure: the top (final norm and
+//!   an untied LM head), each layer from the last down, the embedding. A bucket never spans two of
+//!   these parts; a part larger than `grad_bucket_mb` is several buckets (a single tensor larger
+//!   than that is a bucket of its own). Each bucket is padded to a multiple of N; rank r owns
+//!   block r of every bucket;
+//! * after each micro-batch's backward of a part (with `checkpoint_layers`, right after that
+//!   layer's backward: [`ShardedAdamW::grads_done`]; otherwise after the whole backward:
+//!   [`ShardedAdamW::micro_batch_done`]) each of its buckets' gradients is reduce-scattered in
+//!   fp32 (fp64 for fp64 models): each rank adds the ranks' summed gradient of its block to an
+//!   fp32 accumulator, and the parameters' `.grad` tensors are freed (undefined, not zeroed);
 //! * the global gradient norm is the sum of the ranks' block norms (one all-reduce of a scalar),
-//!   so clipping is the same as with a replicated optimizer;
-//! * each rank applies AdamW to its block (the same arithmetic as [`AdamW`](crate::optim::AdamW),
+//!   so clipping is the replicated optimizer's;
+//! * each rank applies AdamW to its block (the arithmetic of [`AdamW`](crate::optim::AdamW),
 //!   [`Update`]), then every bucket's new parameters are all-gathered in the model's dtype and
 //!   copied into the model.
 //!
-//! With the same gradients this is the replicated update bit for bit; the one numerical
-//! difference is the order of the sums in the norm (last bits of the clip factor) and, for
-//! bf16/fp16 models, that the summed gradient stays fp32 instead of being rounded to the model's
-//! dtype first. Traffic per step: a reduce-scatter and an all-gather, together the volume of one
-//! all-reduce.
+//! The buckets are reduced in one fixed order (bucket order: the order the checkpointed backward
+//! completes them), whichever path completes them, so the ranks' collectives always pair up.
 //!
-//! Checkpoints do not depend on the layout: [`ShardedAdamW::state_tensors`] gathers the full
-//! state onto rank 0, which writes the same `optimizer.safetensors` a replicated run writes, and
-//! [`ShardedAdamW::load`] reads only this rank's block of each tensor from a memory map of it, so
-//! a run saved with N ranks resumes with any number, sharded or not.
-use std::path::Path;
+//! Checkpoints are sharded too ([`ShardedAdamW::save_shard`]): each rank writes its own blocks;
+//! nothing is gathered. [`SavedShards`] reads any rank's byte ranges of such a checkpoint from
+//! memory maps, so a run resumes at another number of ranks (re-sharded on load), or replicated.
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 use safetensors::{Dtype, SafeTensors};
 use tch::{Device, Kind, Tensor};
@@ -33,8 +38,9 @@ use tch::{Device, Kind, Tensor};
 use rsd_dist::{ProcessGroup, ReduceOp};
 use rsd_model::Model;
 
+use crate::checkpoint::{SavedBucket, SavedParam, ShardLayout};
 use crate::optim::{shape as shape_str, AdamWConfig, Update};
-use crate::parallel::backend_device;
+use crate::step::GradsDone;
 use crate::{io_err, Error, Result};
 
 /// One parameter's place in its bucket.
@@ -46,8 +52,10 @@ struct Member {
     numel: i64,
 }
 
-/// A run of parameters laid out flat, and this rank's block of it.
+/// A run of parameters of one part of the model laid out flat, and this rank's block of it.
 struct Bucket {
+    /// The part of the model the members belong to.
+    part: GradsDone,
     members: Vec<Member>,
     /// Elements of the members together.
     used: i64,
@@ -64,6 +72,8 @@ struct Bucket {
     grad: Tensor,
     /// `(start, len)` ranges of the block that belong to decayed parameters (matrices).
     decayed: Vec<(i64, i64)>,
+    /// Whether this micro-batch's gradients of the bucket have been reduced already.
+    reduced: Cell<bool>,
 }
 
 /// AdamW over this rank's block of every bucket.
@@ -73,8 +83,38 @@ pub struct ShardedAdamW {
     /// Whether the model's dtype is below fp32 (then checkpoints hold `master.*` tensors, as a
     /// replicated optimizer's do).
     low_precision: bool,
+    /// The largest bucket asked for (`grad_bucket_mb` in elements).
+    bucket_elems: usize,
     /// Updates applied so far (for the bias corrections).
     pub steps: u64,
+}
+
+/// The buckets' members: the parameters grouped by part in backward order, each part cut into
+/// runs of at most `bucket_elems` elements (a larger tensor alone).
+fn bucket_runs(
+    params: Vec<(String, Tensor)>,
+    bucket_elems: usize,
+) -> Vec<(GradsDone, Vec<(String, Tensor)>)> {
+    let mut params: Vec<(GradsDone, String, Tensor)> = params
+        .into_iter()
+        .map(|(n, p)| (GradsDone::of(&n), n, p))
+        .collect();
+    // Stable: within a part the names stay in `named_parameters` order.
+    params.sort_by_key(|(part, _, _)| *part);
+    let mut runs: Vec<(GradsDone, Vec<(String, Tensor)>)> = Vec::new();
+    let mut elems = 0usize;
+    for (part, name, param) in params {
+        let n = param.numel();
+        match runs.last_mut() {
+            Some((p, run)) if *p == part && elems + n <= bucket_elems => run.push((name, param)),
+            _ => {
+                runs.push((part, vec![(name, param)]));
+                elems = 0;
+            }
+        }
+        elems += n;
+    }
+    runs
 }
 
 impl ShardedAdamW {
@@ -86,7 +126,23 @@ impl ShardedAdamW {
         group: &ProcessGroup,
         bucket_elems: usize,
     ) -> Result<Self> {
-        let (rank, ranks) = (group.rank() as i64, group.size() as i64);
+        Self::with_ranks(
+            model,
+            cfg,
+            group.rank() as i64,
+            group.size() as i64,
+            bucket_elems,
+        )
+    }
+
+    /// [`ShardedAdamW::new`] for rank `rank` of `ranks` (no group needed to build the layout).
+    pub(crate) fn with_ranks(
+        model: &Model,
+        cfg: AdamWConfig,
+        rank: i64,
+        ranks: i64,
+        bucket_elems: usize,
+    ) -> Result<Self> {
         let params = model.named_parameters();
         let low_precision = params
             .iter()
@@ -95,51 +151,53 @@ impl ShardedAdamW {
             Some((_, p)) if p.kind() == Kind::Double => Kind::Double,
             _ => Kind::Float,
         };
-        let mut runs: Vec<Vec<(String, Tensor)>> = Vec::new();
-        let mut elems = 0usize;
-        for (name, param) in params {
-            let n = param.numel();
-            match runs.last_mut() {
-                Some(run) if elems + n <= bucket_elems => run.push((name, param)),
-                _ => {
-                    runs.push(vec![(name, param)]);
-                    elems = 0;
-                }
-            }
-            elems += n;
-        }
+        let runs = bucket_runs(params, bucket_elems);
         let buckets = tch::no_grad(|| {
             runs.into_iter()
-                .map(|run| Bucket::new(run, rank, ranks, state_kind))
+                .map(|(part, run)| Bucket::new(part, run, rank, ranks, state_kind))
                 .collect::<Result<Vec<_>>>()
         })?;
         Ok(ShardedAdamW {
             cfg,
             buckets,
             low_precision,
+            bucket_elems,
             steps: 0,
         })
     }
 
-    /// Sums the model's gradients over `group`, keeping this rank's block of each bucket (the
-    /// model's own gradients are left as they are: the caller zeroes them).
-    pub fn reduce_gradients(&mut self, group: &ProcessGroup) -> Result<()> {
-        tch::no_grad(|| {
-            for b in &mut self.buckets {
-                let flat = b.flat(|p| {
-                    let g = p.grad();
-                    if g.defined() {
-                        Ok(g)
-                    } else {
-                        Ok(p.f_zeros_like()?)
-                    }
-                })?;
-                let sent = flat.f_to_device(backend_device(group, flat.device()))?;
-                let block = group.reduce_scatter(&sent, ReduceOp::Sum)?;
-                b.grad.f_copy_(&block)?;
+    /// `part`'s gradients of this micro-batch are complete: reduce-scatters its buckets into the
+    /// accumulators and frees the gradients. A collective: every rank calls it for the same
+    /// parts in the same order.
+    pub fn grads_done(&self, group: &ProcessGroup, part: GradsDone) -> Result<()> {
+        for b in self.buckets.iter().filter(|b| b.part == part) {
+            b.reduce(group)?;
+        }
+        Ok(())
+    }
+
+    /// The micro-batch's backward is over: reduce-scatters every bucket not reduced yet (all of
+    /// them without per-layer hooks; a rank with fewer micro-batches than the others reduces
+    /// zeros), and starts the next micro-batch.
+    pub fn micro_batch_done(&self, group: &ProcessGroup) -> Result<()> {
+        for b in &self.buckets {
+            if !b.reduced.get() {
+                b.reduce(group)?;
             }
-            Ok(())
-        })
+        }
+        for b in &self.buckets {
+            b.reduced.set(false);
+        }
+        Ok(())
+    }
+
+    /// Zeroes the summed gradient (after an update, or a skipped one).
+    pub fn zero_grad(&self) -> Result<()> {
+        for b in &self.buckets {
+            let _ = b.grad.shallow_clone().f_zero_()?;
+            b.reduced.set(false);
+        }
+        Ok(())
     }
 
     /// The norm of the summed gradient over all ranks' blocks (every rank gets the same value).
@@ -153,7 +211,11 @@ impl ShardedAdamW {
                 .f_sum(Kind::Double)?
                 .double_value(&[]);
         }
-        let mut t = Tensor::from_slice(&[sq]).f_to_device(backend_device(group, Device::Cpu))?;
+        let device = self
+            .buckets
+            .first()
+            .map_or(Device::Cpu, |b| b.grad.device());
+        let mut t = Tensor::from_slice(&[sq]).f_to_device(device)?;
         group.all_reduce(&mut t, ReduceOp::Sum)?;
         Ok(t.f_double_value(&[0])?.sqrt())
     }
@@ -178,35 +240,56 @@ impl ShardedAdamW {
         })
     }
 
-    /// The whole state, as the replicated optimizer names it (`m.<name>`, `v.<name>`, and
-    /// `master.<name>` for bf16/fp16 models), on rank 0 (CPU); an empty list on the others. A
-    /// collective: every rank must call it.
-    pub fn state_tensors(&self, group: &ProcessGroup) -> Result<Vec<(String, Tensor)>> {
-        let mut named = Vec::new();
-        for b in &self.buckets {
-            let mut parts = vec![("m", &b.m), ("v", &b.v)];
-            if self.low_precision {
-                parts.push(("master", &b.master));
-            }
-            for (what, block) in parts {
-                let full =
-                    group.all_gather(&block.f_to_device(backend_device(group, block.device()))?)?;
-                if group.rank() != 0 {
-                    continue;
-                }
-                let full = full.f_to_device(Device::Cpu)?;
-                for m in &b.members {
-                    let t = full.f_narrow(0, m.offset, m.numel)?.f_view_as(&m.param)?;
-                    named.push((format!("{what}.{}", m.name), t.f_contiguous()?));
-                }
-            }
+    /// The bucket layout a checkpoint records (the same on every rank).
+    pub fn layout(&self) -> ShardLayout {
+        let state_kind = self.buckets.first().map_or(Kind::Float, |b| b.m.kind());
+        ShardLayout {
+            bucket_elems: self.bucket_elems,
+            ranks: self.buckets.first().map_or(1, |b| b.ranks as usize),
+            state_dtype: if state_kind == Kind::Double {
+                "F64".into()
+            } else {
+                "F32".into()
+            },
+            master: self.low_precision,
+            buckets: self
+                .buckets
+                .iter()
+                .map(|b| SavedBucket {
+                    block: b.block,
+                    params: b
+                        .members
+                        .iter()
+                        .map(|m| SavedParam {
+                            name: m.name.clone(),
+                            shape: m.param.size(),
+                        })
+                        .collect(),
+                })
+                .collect(),
         }
-        Ok(named)
     }
 
-    /// Reads this rank's block of every tensor from `path` (an `optimizer.safetensors` of any
-    /// run, sharded or not, at any number of ranks). The model must already hold the
-    /// checkpoint's parameters (they are the master weights of an fp32 model).
+    /// Writes this rank's blocks (`m.<bucket>`, `v.<bucket>`, and `master.<bucket>` for bf16/fp16
+    /// models; flat, `block` elements each) as a safetensors file at `path`, and fsyncs it.
+    pub fn save_shard(&self, path: &Path) -> Result<()> {
+        let mut named: Vec<(String, Tensor)> = Vec::new();
+        for (j, b) in self.buckets.iter().enumerate() {
+            named.push((format!("m.{j}"), b.m.f_to_device(Device::Cpu)?));
+            named.push((format!("v.{j}"), b.v.f_to_device(Device::Cpu)?));
+            if self.low_precision {
+                named.push((format!("master.{j}"), b.master.f_to_device(Device::Cpu)?));
+            }
+        }
+        Tensor::write_safetensors(&named, path)?;
+        std::fs::File::open(path)
+            .and_then(|f| f.sync_all())
+            .map_err(io_err(path))
+    }
+
+    /// Reads this rank's block of every tensor from `path` (an `optimizer.safetensors` of a
+    /// replicated run, at any number of ranks). The model must already hold the checkpoint's
+    /// parameters (they are the master weights of an fp32 model).
     pub fn load(&mut self, path: &Path, steps: u64) -> Result<()> {
         let bad = |reason: String| Error::Checkpoint {
             path: path.to_path_buf(),
@@ -236,10 +319,90 @@ impl ShardedAdamW {
         self.steps = steps;
         Ok(())
     }
+
+    /// Reads this rank's block of every bucket from a sharded checkpoint (any number of ranks).
+    /// The bucket layout must be this run's: the same parameters and `grad_bucket_mb`.
+    pub fn load_shards(&mut self, saved: &SavedShards, steps: u64) -> Result<()> {
+        saved.check_params(
+            self.buckets
+                .iter()
+                .flat_map(|b| b.members.iter().map(|m| (m.name.as_str(), m.param.size()))),
+        )?;
+        let here = self.layout();
+        let same = here.buckets.len() == saved.layout.buckets.len()
+            && here
+                .buckets
+                .iter()
+                .zip(&saved.layout.buckets)
+                .all(|(a, b)| a.params == b.params);
+        if !same || here.bucket_elems != saved.layout.bucket_elems {
+            return Err(saved.bad(format!(
+                "its optimizer state is laid out in buckets of {} elements (grad_bucket_mb = \
+                 {}), this run's in {} (grad_bucket_mb = {}): resume with grad_bucket_mb = {}",
+                saved.layout.bucket_elems,
+                mib_of(saved.layout.bucket_elems),
+                self.bucket_elems,
+                mib_of(self.bucket_elems),
+                mib_of(saved.layout.bucket_elems)
+            )));
+        }
+        let low_precision = self.low_precision;
+        if saved.layout.master != low_precision {
+            return Err(saved.bad(format!(
+                "master weights {}, this run's dtype {} them (config key dtype)",
+                if saved.layout.master {
+                    "saved"
+                } else {
+                    "not saved"
+                },
+                if low_precision {
+                    "needs"
+                } else {
+                    "has no use for"
+                }
+            )));
+        }
+        tch::no_grad(|| {
+            for (j, b) in self.buckets.iter_mut().enumerate() {
+                let (kind, device, block) = (b.m.kind(), b.m.device(), b.block);
+                let (lo, hi) = (b.start.min(b.used), (b.start + block).min(b.used));
+                let pad = |t: Tensor| -> Result<Tensor> {
+                    if hi - lo == block {
+                        return Ok(t);
+                    }
+                    let zeros = Tensor::f_zeros([block - (hi - lo)], (kind, device))?;
+                    Ok(Tensor::f_cat(&[t, zeros], 0)?)
+                };
+                b.m.f_copy_(&pad(saved.range(j, "m", lo, hi, kind, device)?)?)?;
+                b.v.f_copy_(&pad(saved.range(j, "v", lo, hi, kind, device)?)?)?;
+                let master = if low_precision {
+                    pad(saved.range(j, "master", lo, hi, kind, device)?)?
+                } else {
+                    b.flat(|p| Ok(p.shallow_clone()))?
+                        .f_narrow(0, b.start, b.block)?
+                };
+                b.master.f_copy_(&master)?;
+            }
+            Ok::<(), Error>(())
+        })?;
+        self.steps = steps;
+        Ok(())
+    }
+}
+
+/// `elems` fp32 elements in whole MiB (what `grad_bucket_mb` was).
+fn mib_of(elems: usize) -> usize {
+    elems * std::mem::size_of::<f32>() >> 20
 }
 
 impl Bucket {
-    fn new(run: Vec<(String, Tensor)>, rank: i64, ranks: i64, kind: Kind) -> Result<Self> {
+    fn new(
+        part: GradsDone,
+        run: Vec<(String, Tensor)>,
+        rank: i64,
+        ranks: i64,
+        kind: Kind,
+    ) -> Result<Self> {
         let mut members = Vec::with_capacity(run.len());
         let mut offset = 0i64;
         for (name, param) in run {
@@ -269,6 +432,7 @@ impl Bucket {
         let device = members.first().map_or(Device::Cpu, |m| m.param.device());
         let zeros = || Tensor::f_zeros([block], (kind, device));
         let mut bucket = Bucket {
+            part,
             members,
             used,
             block,
@@ -279,12 +443,40 @@ impl Bucket {
             v: zeros()?,
             grad: zeros()?,
             decayed,
+            reduced: Cell::new(false),
         };
         let master = bucket
             .flat(|p| Ok(p.shallow_clone()))?
             .f_narrow(0, start, block)?;
         bucket.master.f_copy_(&master)?;
         Ok(bucket)
+    }
+
+    /// Reduce-scatters the members' gradients (zeros where a member has none) in the state's
+    /// dtype, adds this rank's block to the accumulator and frees the gradients.
+    fn reduce(&self, group: &ProcessGroup) -> Result<()> {
+        tch::no_grad(|| -> Result<()> {
+            let flat = self.flat(|p| {
+                let g = p.grad();
+                if g.defined() {
+                    Ok(g)
+                } else {
+                    Ok(p.f_zeros_like()?)
+                }
+            })?;
+            let block = group.reduce_scatter(&flat, ReduceOp::Sum)?;
+            drop(flat);
+            let _ = self
+                .grad
+                .shallow_clone()
+                .f_add_(&block.f_to_device(self.grad.device())?)?;
+            Ok(())
+        })?;
+        for m in &self.members {
+            free_grad(&m.param);
+        }
+        self.reduced.set(true);
+        Ok(())
     }
 
     /// `of(param)` of every member, in the state's dtype, laid out flat and zero-padded to
@@ -311,10 +503,7 @@ impl Bucket {
         let Some(first) = self.members.first() else {
             return Ok(());
         };
-        let block = self
-            .master
-            .f_to_kind(first.param.kind())?
-            .f_to_device(backend_device(group, first.param.device()))?;
+        let block = self.master.f_to_kind(first.param.kind())?;
         let full = group
             .all_gather(&block)?
             .f_to_device(first.param.device())?;
@@ -352,21 +541,11 @@ impl Bucket {
             if a >= b {
                 continue;
             }
-            let (file_kind, width) = match view.dtype() {
-                Dtype::F32 => (Kind::Float, 4),
-                Dtype::F64 => (Kind::Double, 8),
-                other => {
-                    return Err(bad(format!(
-                        "{key}: dtype {other}, expected F32 or F64 (optimizer state is fp32)"
-                    )))
-                }
-            };
-            let bytes =
-                &view.data()[((a - m.offset) * width) as usize..((b - m.offset) * width) as usize];
-            let t = Tensor::f_from_data_size(bytes, &[b - a], file_kind)?
-                .f_to_kind(kind)?
-                .f_to_device(self.m.device())?;
-            parts.push(t);
+            parts.push(
+                slice_of(&view, a - m.offset, b - m.offset, &key, bad)?
+                    .f_to_kind(kind)?
+                    .f_to_device(self.m.device())?,
+            );
         }
         let have: i64 = parts.iter().map(|t| t.size()[0]).sum();
         if have < self.block {
@@ -376,6 +555,205 @@ impl Bucket {
             )?);
         }
         Ok(Tensor::f_cat(&parts, 0)?)
+    }
+}
+
+/// Elements `[a, b)` of a flat view of a saved fp32/fp64 tensor, as a new CPU tensor.
+fn slice_of(
+    view: &safetensors::tensor::TensorView<'_>,
+    a: i64,
+    b: i64,
+    key: &str,
+    bad: &dyn Fn(String) -> Error,
+) -> Result<Tensor> {
+    let (file_kind, width) = match view.dtype() {
+        Dtype::F32 => (Kind::Float, 4),
+        Dtype::F64 => (Kind::Double, 8),
+        other => {
+            return Err(bad(format!(
+                "{key}: dtype {other}, expected F32 or F64 (optimizer state is fp32)"
+            )))
+        }
+    };
+    let numel: i64 = view.shape().iter().map(|&d| d as i64).product();
+    if a < 0 || b > numel || a > b {
+        return Err(bad(format!(
+            "{key}: elements {a}..{b} asked of a tensor of {numel}"
+        )));
+    }
+    let bytes = &view.data()[(a * width) as usize..(b * width) as usize];
+    Ok(Tensor::f_from_data_size(bytes, &[b - a], file_kind)?)
+}
+
+/// Drops a parameter's `.grad` (undefined, its memory freed), as `p.grad = None` in PyTorch.
+pub fn free_grad(p: &Tensor) {
+    extern "C" {
+        fn rsd_free_grad(t: *mut torch_sys::C_tensor);
+    }
+    // SAFETY: `p` is a live tensor for the call; the shim only resets its gradient field.
+    unsafe { rsd_free_grad(p.as_ptr() as *mut torch_sys::C_tensor) }
+}
+
+/// A sharded checkpoint's optimizer files, memory-mapped: any rank's byte ranges of any bucket,
+/// for re-sharding on load.
+pub struct SavedShards {
+    dir: PathBuf,
+    layout: ShardLayout,
+    /// The ranks' files, rank order.
+    files: Vec<(PathBuf, memmap2::Mmap)>,
+    /// Parameter name → (bucket, first element in its flat layout, elements).
+    index: HashMap<String, (usize, i64, i64)>,
+}
+
+/// The file rank `rank` of `ranks` writes its optimizer blocks to.
+pub fn shard_file_name(rank: usize, ranks: usize) -> String {
+    format!("optimizer-{rank:05}-of-{ranks:05}.safetensors")
+}
+
+impl SavedShards {
+    /// Maps the optimizer files of the checkpoint in `dir` whose layout is `layout`.
+    pub fn open(dir: &Path, layout: &ShardLayout) -> Result<Self> {
+        let mut files = Vec::with_capacity(layout.ranks);
+        for r in 0..layout.ranks {
+            let path = dir.join(shard_file_name(r, layout.ranks));
+            let file = std::fs::File::open(&path).map_err(io_err(&path))?;
+            // SAFETY: a checkpoint is read-only once published (written to a temporary
+            // directory and renamed into place, never modified in place).
+            let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err(&path))?;
+            files.push((path, map));
+        }
+        let mut index = HashMap::new();
+        for (j, b) in layout.buckets.iter().enumerate() {
+            let mut offset = 0i64;
+            for p in &b.params {
+                let numel: i64 = p.shape.iter().product();
+                index.insert(p.name.clone(), (j, offset, numel));
+                offset += numel;
+            }
+        }
+        Ok(SavedShards {
+            dir: dir.to_path_buf(),
+            layout: layout.clone(),
+            files,
+            index,
+        })
+    }
+
+    fn bad(&self, reason: String) -> Error {
+        Error::Checkpoint {
+            path: self.dir.clone(),
+            reason,
+        }
+    }
+
+    /// Refuses a checkpoint whose parameters (names and shapes, in order) are not `params`.
+    pub fn check_params<'a>(
+        &self,
+        params: impl Iterator<Item = (&'a str, Vec<i64>)>,
+    ) -> Result<()> {
+        let mut want: Vec<(String, Vec<i64>)> = params.map(|(n, s)| (n.to_string(), s)).collect();
+        want.sort();
+        let mut have: Vec<(String, Vec<i64>)> = self
+            .layout
+            .buckets
+            .iter()
+            .flat_map(|b| b.params.iter().map(|p| (p.name.clone(), p.shape.clone())))
+            .collect();
+        have.sort();
+        if want == have {
+            return Ok(());
+        }
+        let missing = want.iter().find(|w| !have.contains(w));
+        let extra = have.iter().find(|h| !want.contains(h));
+        let what = match (missing, extra) {
+            (Some((n, s)), _) if self.index.contains_key(n) => format!(
+                "parameter {n} has shape {} in the checkpoint, {} in this model",
+                shape_str(
+                    &have
+                        .iter()
+                        .find(|h| &h.0 == n)
+                        .map_or(vec![], |h| h.1.clone())
+                ),
+                shape_str(s)
+            ),
+            (Some((n, _)), _) => format!("this model's parameter {n} is not in the checkpoint"),
+            (None, Some((n, _))) => format!("the checkpoint's parameter {n} is not in this model"),
+            (None, None) => "the parameter lists differ".into(),
+        };
+        Err(self.bad(format!(
+            "the optimizer state is of another model: {what} (config keys model / init)"
+        )))
+    }
+
+    /// Elements `[lo, hi)` of bucket `j`'s flat `what` state (`m`, `v`, `master`), gathered from
+    /// the ranks' files that hold them, in `kind` on `device`.
+    pub fn range(
+        &self,
+        j: usize,
+        what: &str,
+        lo: i64,
+        hi: i64,
+        kind: Kind,
+        device: Device,
+    ) -> Result<Tensor> {
+        let block = self
+            .layout
+            .buckets
+            .get(j)
+            .ok_or_else(|| self.bad(format!("no bucket {j} in the layout")))?
+            .block;
+        if block < 1 {
+            return Err(self.bad(format!("bucket {j}: block of {block} elements")));
+        }
+        let mut parts = Vec::new();
+        let key = format!("{what}.{j}");
+        let mut at = lo;
+        while at < hi {
+            let r = (at / block) as usize;
+            let (path, map) = self
+                .files
+                .get(r)
+                .ok_or_else(|| self.bad(format!("no rank {r} file for bucket {j}")))?;
+            let bad = |reason: String| Error::Checkpoint {
+                path: path.clone(),
+                reason,
+            };
+            let st = SafeTensors::deserialize(map).map_err(|e| bad(e.to_string()))?;
+            let view = st
+                .tensor(&key)
+                .map_err(|_| bad(format!("missing optimizer tensor {key}")))?;
+            let end = hi.min((r as i64 + 1) * block);
+            let base = r as i64 * block;
+            parts.push(slice_of(&view, at - base, end - base, &key, &bad)?.f_to_kind(kind)?);
+            at = end;
+        }
+        if parts.is_empty() {
+            return Ok(Tensor::f_zeros([0], (kind, device))?);
+        }
+        Ok(Tensor::f_cat(&parts, 0)?.f_to_device(device)?)
+    }
+
+    /// The whole saved `what` state of parameter `name` (shape as saved), for a replicated
+    /// optimizer resuming from a sharded checkpoint.
+    pub fn param(&self, what: &str, name: &str, kind: Kind) -> Result<Tensor> {
+        let &(j, offset, numel) = self
+            .index
+            .get(name)
+            .ok_or_else(|| self.bad(format!("missing optimizer state of {name}")))?;
+        let shape = &self.layout.buckets[j]
+            .params
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| p.shape.clone())
+            .unwrap_or_default();
+        Ok(self
+            .range(j, what, offset, offset + numel, kind, Device::Cpu)?
+            .f_view(shape.as_slice())?)
+    }
+
+    /// Whether the saved state has master weights (bf16/fp16 runs).
+    pub fn has_master(&self) -> bool {
+        self.layout.master
     }
 }
 
@@ -412,7 +790,7 @@ mod tests {
             let mut joined = Vec::new();
             let mut decayed = Vec::new();
             for rank in 0..ranks {
-                let b = Bucket::new(run(), rank, ranks, Kind::Float).unwrap();
+                let b = Bucket::new(GradsDone::Top, run(), rank, ranks, Kind::Float).unwrap();
                 assert_eq!(b.block * ranks, (24 + ranks - 1) / ranks * ranks);
                 joined.extend(Vec::<f32>::try_from(&b.master).unwrap());
                 decayed.extend(b.decayed.iter().map(|&(s, n)| (b.start + s, n)));
@@ -443,7 +821,7 @@ mod tests {
         for ranks in [2, 5] {
             let mut joined = Vec::new();
             for rank in 0..ranks {
-                let b = Bucket::new(run(), rank, ranks, Kind::Float).unwrap();
+                let b = Bucket::new(GradsDone::Top, run(), rank, ranks, Kind::Float).unwrap();
                 let block = b.read_block(&st, "m", Kind::Float, &bad).unwrap();
                 assert_eq!(block.size(), [b.block]);
                 joined.extend(Vec::<f32>::try_from(&block).unwrap());
@@ -451,11 +829,151 @@ mod tests {
             assert_eq!(&joined[..24], &want[..]);
             assert!(joined[24..].iter().all(|&x| x == 0.0));
         }
-        let b = Bucket::new(run(), 0, 2, Kind::Float).unwrap();
+        let b = Bucket::new(GradsDone::Top, run(), 0, 2, Kind::Float).unwrap();
         let e = b.read_block(&st, "v", Kind::Float, &bad).unwrap_err();
         assert!(
             e.to_string().contains("missing optimizer tensor v.a"),
             "{e}"
         );
+    }
+
+    fn tiny(layers: usize, tied: bool) -> Model {
+        let config = serde_json::json!({"architectures": ["LlamaForCausalLM"], "vocab_size": 32,
+            "hidden_size": 8, "intermediate_size": 12, "num_hidden_layers": layers,
+            "num_attention_heads": 2, "num_key_value_heads": 1, "tie_word_embeddings": tied});
+        Model::random(
+            rsd_model::ModelConfig::from_hf_json(config).unwrap(),
+            rsd_model::ModelOptions::default(),
+            0,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn buckets_follow_the_backward_and_never_span_two_parts() {
+        // 12 layers: names sort 0, 1, 10, 11, 2, …; the buckets go top, 11, 10, …, 0, embedding.
+        let model = tiny(12, false);
+        for bucket_elems in [64usize, 300, 1 << 20] {
+            let runs = bucket_runs(model.named_parameters(), bucket_elems);
+            let parts: Vec<GradsDone> = runs.iter().map(|(p, _)| *p).collect();
+            let mut sorted = parts.clone();
+            sorted.sort();
+            assert_eq!(parts, sorted, "backward order");
+            assert_eq!(parts.first(), Some(&GradsDone::Top));
+            assert_eq!(parts.last(), Some(&GradsDone::Embedding));
+            let mut names = Vec::new();
+            for (part, run) in &runs {
+                let elems: usize = run.iter().map(|(_, t)| t.numel()).sum();
+                assert!(
+                    run.len() == 1 || elems <= bucket_elems,
+                    "{elems} > {bucket_elems}"
+                );
+                for (name, _) in run {
+                    assert_eq!(GradsDone::of(name), *part, "{name}");
+                    names.push(name.clone());
+                }
+            }
+            names.sort();
+            let all: Vec<String> = model
+                .named_parameters()
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect();
+            assert_eq!(names, all, "every parameter once");
+            if bucket_elems == 1 << 20 {
+                // Whole parts: top (norm + head), 12 layers, embedding.
+                assert_eq!(runs.len(), 14);
+                assert!(runs[0].1.iter().any(|(n, _)| n == "lm_head.weight"));
+                assert_eq!(runs[1].0, GradsDone::Layer(std::cmp::Reverse(11)));
+            } else {
+                assert!(runs.len() > 14, "large parts are cut");
+            }
+        }
+        // Tied: the LM head is the embedding, completed last.
+        let runs = bucket_runs(tiny(2, true).named_parameters(), 1 << 20);
+        assert_eq!(runs[0].1.len(), 1, "only the final norm on top");
+    }
+
+    #[test]
+    fn free_grad_leaves_the_gradient_undefined() {
+        let p = Tensor::ones([3], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+        (&p * 2.0).sum(Kind::Float).backward();
+        assert!(p.grad().defined());
+        free_grad(&p);
+        assert!(!p.grad().defined());
+        // The next backward allocates it afresh (not added to a stale one).
+        (&p * 3.0).sum(Kind::Float).backward();
+        assert_eq!(Vec::<f32>::try_from(p.grad()).unwrap(), vec![3.0; 3]);
+    }
+
+    /// Writes the blocks `ranks` ranks hold of `model`'s buckets as they would be saved, with `m`
+    /// = the parameters and `v` = 2 · the parameters, and the manifest's layout.
+    fn save_as(model: &Model, dir: &Path, ranks: i64, bucket_elems: usize) -> ShardLayout {
+        let cfg = AdamWConfig {
+            beta1: 0.9,
+            beta2: 0.95,
+            eps: 1e-8,
+            weight_decay: 0.0,
+        };
+        let mut layout = None;
+        for rank in 0..ranks {
+            let o = ShardedAdamW::with_ranks(model, cfg, rank, ranks, bucket_elems).unwrap();
+            for b in &o.buckets {
+                let _ = b.m.shallow_clone().copy_(&b.master);
+                let _ = b.v.shallow_clone().copy_(&(&b.master * 2.0));
+            }
+            o.save_shard(&dir.join(shard_file_name(rank as usize, ranks as usize)))
+                .unwrap();
+            layout = Some(o.layout());
+        }
+        layout.unwrap()
+    }
+
+    #[test]
+    fn a_sharded_state_reshards_to_any_number_of_ranks_and_to_whole_tensors() {
+        let model = tiny(2, false);
+        let dir = tempfile::tempdir().unwrap();
+        let layout = save_as(&model, dir.path(), 3, 100);
+        let saved = SavedShards::open(dir.path(), &layout).unwrap();
+        for ranks in [1i64, 2, 4] {
+            for rank in 0..ranks {
+                let mut o = ShardedAdamW::with_ranks(&model, cfg0(), rank, ranks, 100).unwrap();
+                o.load_shards(&saved, 7).unwrap();
+                assert_eq!(o.steps, 7);
+                for b in &o.buckets {
+                    // m is the master weights (this block of the parameters), v twice that; the
+                    // padding zero.
+                    let diff = (&b.m - &b.master).abs().max().double_value(&[]);
+                    assert_eq!(diff, 0.0, "{ranks} ranks");
+                    let diff = (&b.v - &b.master * 2.0).abs().max().double_value(&[]);
+                    assert_eq!(diff, 0.0, "{ranks} ranks");
+                }
+            }
+        }
+        for (name, p) in model.named_parameters() {
+            let v = saved.param("v", &name, Kind::Float).unwrap();
+            assert_eq!((&v - &p * 2.0).abs().max().double_value(&[]), 0.0, "{name}");
+        }
+        // Another bucket size: refused, naming the key.
+        let mut o = ShardedAdamW::with_ranks(&model, cfg0(), 0, 2, 1 << 18).unwrap();
+        let e = o.load_shards(&saved, 1).unwrap_err().to_string();
+        assert!(e.contains("grad_bucket_mb"), "{e}");
+        // Another model: refused, naming the parameter.
+        let other = tiny(3, false);
+        let mut o = ShardedAdamW::with_ranks(&other, cfg0(), 0, 2, 100).unwrap();
+        let e = o.load_shards(&saved, 1).unwrap_err().to_string();
+        assert!(
+            e.contains("model.layers.2.") && e.contains("not in the checkpoint"),
+            "{e}"
+        );
+    }
+
+    fn cfg0() -> AdamWConfig {
+        AdamWConfig {
+            beta1: 0.9,
+            beta2: 0.95,
+            eps: 1e-8,
+            weight_decay: 0.0,
+        }
     }
 }

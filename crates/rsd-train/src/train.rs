@@ -22,7 +22,7 @@ use serde::Serialize;
 use rsd_loader::Loader;
 use rsd_model::{Model, ModelConfig, ModelOptions};
 
-use crate::checkpoint::{self, TrainState, STATE_VERSION};
+use crate::checkpoint::{self, Manifest, TrainState, STATE_VERSION};
 use crate::config::{OnNonFinite, TrainConfig};
 use crate::context::ContextBatch;
 use crate::data;
@@ -33,7 +33,7 @@ use crate::perturb::{
     clip_docs, control_view, perturb_real, row_seed, KlNorm, RowView, Sampler, Scope,
 };
 use crate::step::{
-    step_micro_with, zero_grads, LossNormalizers, MicroBatch, Objective, SecondView, StepExtras,
+    step_micro_hooked, GradsDone, LossNormalizers, MicroBatch, Objective, SecondView, StepExtras,
     StepOptions, Sums,
 };
 use crate::tokenizer;
@@ -41,6 +41,7 @@ use crate::update::Optimizer;
 use crate::{io_err, Error, Result};
 use rsd_common::mem::Memory;
 use rsd_common::rng::SplitMix64;
+use tch::Tensor;
 
 /// One line of `metrics.jsonl`.
 #[derive(Debug, Serialize)]
@@ -125,7 +126,8 @@ pub struct Trainer {
     out: PathBuf,
     /// Where saved model directories get their tokenizer files from (`tokenizer::tokenizer_files`).
     tokenizer_dir: Option<PathBuf>,
-    /// The held-out slice and its perturbed views (main rank, `heldout_every > 0`).
+    /// This rank's share of the held-out slice and its perturbed views (`heldout_every > 0`):
+    /// micro-batches `rank, rank + world, …` of it, so all ranks evaluate it together.
     heldout: Vec<(MicroBatch, Vec<RowView>)>,
 }
 
@@ -403,10 +405,11 @@ impl Trainer {
         measure::mark(Phase::Optimizer);
         let state = match state {
             Some(st) => {
-                opt.load(
-                    &resume.unwrap_or(&out).join("optimizer.safetensors"),
-                    st.step - st.skipped,
-                )?;
+                let dir = resume.unwrap_or(&out);
+                let manifest = checkpoint::read_manifest(dir)?;
+                // Each rank verifies a share of the files against their checksums.
+                checkpoint::verify_checksums(dir, &manifest, dp.rank(), dp.world())?;
+                opt.load(dir, &manifest, st.step - st.skipped)?;
                 TrainState { schedule, ..st }
             }
             None => TrainState {
@@ -421,8 +424,14 @@ impl Trainer {
             },
         };
         let (step_opts, sampler) = objective_of(&cfg)?;
-        let heldout = if cfg.heldout_every > 0 && dp.is_main() {
+        let heldout = if cfg.heldout_every > 0 {
+            let (rank, world) = (dp.rank(), dp.world());
             heldout_slice(&cfg, &sampler, model.config().vocab_size, options.device)?
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| i % world == rank)
+                .map(|(_, b)| b)
+                .collect()
         } else {
             Vec::new()
         };
@@ -491,6 +500,8 @@ impl Trainer {
         )?;
         let mut run = RunProgress::default();
         while self.state.step < end {
+            // The step's traffic: from this decision to the update's (held-out evaluation apart).
+            let comm0 = self.dp.comm_stats();
             // Every rank stops at the same step, whichever saw the interrupt.
             if self.dp.any(stop.load(Ordering::SeqCst))? {
                 run.interrupted = true;
@@ -504,12 +515,7 @@ impl Trainer {
                 )));
             }
             let started = Instant::now();
-            let comm0 = self.dp.comm_stats();
-            let mbs = self.next_micro_batches()?;
-            let local_tokens: u64 = mbs
-                .iter()
-                .map(|(_, m)| (m.rows() as i64 * m.len()) as u64)
-                .sum();
+            let (mbs, local_tokens) = self.next_micro_batches()?;
             let mut local = LossNormalizers::of_iter(mbs.iter().map(|(_, m)| m));
             if self.dp.context().is_some_and(|cp| cp.rank() != 0) {
                 // The ranks of a context-parallel group hold the same samples: count them once.
@@ -523,7 +529,7 @@ impl Trainer {
             let grad_norm = self.grad_norm()?;
             let lr = self.state.schedule.lr(self.state.step);
             let skipped = !self.update_if_finite(&losses, grad_norm, lr, &mut run, &log)?;
-            zero_grads(&self.model);
+            self.opt.zero_grad(&self.model)?;
             measure::mark(Phase::Updated);
             self.advance(tokens);
             let step_s = started.elapsed().as_secs_f64();
@@ -561,21 +567,38 @@ impl Trainer {
     }
 
     /// `(heldout_clm, view_gap)` on the held-out slice when this step is one of every
-    /// `heldout_every` (main rank; the model is whole on every rank, so no collective).
+    /// `heldout_every`. Every rank evaluates its share of the slice (the model is whole on every
+    /// rank) and one all-reduce of four numbers combines them, so all ranks get the same values
+    /// and none waits for rank 0 alone.
     fn evaluate_heldout(&self) -> Result<(Option<f64>, Option<f64>)> {
         let every = self.cfg.heldout_every;
-        if every == 0 || self.heldout.is_empty() || !self.state.step.is_multiple_of(every) {
+        if every == 0 || !self.state.step.is_multiple_of(every) {
             return Ok((None, None));
         }
-        let (clm, gap) = crate::step::evaluate(&self.model, &self.heldout, &self.step_opts)?;
-        Ok((Some(clm), Some(gap)))
+        // The share's sums: its means times their normalisers (as `Sums::values` divides).
+        let mine = if self.heldout.is_empty() {
+            [0.0; 4]
+        } else {
+            let (clm, gap) = crate::step::evaluate(&self.model, &self.heldout, &self.step_opts)?;
+            let norm = LossNormalizers::of_iter(self.heldout.iter().map(|(mb, _)| mb));
+            let (tokens, samples) = (norm.label_tokens.max(1.0), norm.samples.max(1.0));
+            [clm * tokens, gap * samples, norm.label_tokens, norm.samples]
+        };
+        let all = self.dp.sum_values(&mine)?;
+        Ok((
+            Some(all[0] / all[2].max(1.0)),
+            Some(all[1] / all[3].max(1.0)),
+        ))
     }
 
     /// This rank's data of the step: its `accum / ranks` loader batches, as micro-batches on the
-    /// device, each with the indices of its rows in the step's global batch.
-    fn next_micro_batches(&mut self) -> Result<Vec<(Vec<usize>, MicroBatch)>> {
+    /// device, each with the indices of its rows in the step's global batch; and the tokens it
+    /// counts for the log ([`counted_tokens`]).
+    #[allow(clippy::type_complexity)]
+    fn next_micro_batches(&mut self) -> Result<(Vec<(Vec<usize>, MicroBatch)>, u64)> {
         let device = self.model.options().device;
         let mut mbs = Vec::new();
+        let mut tokens = 0u64;
         for k in 0..self.local_accum {
             let batch = self
                 .loader
@@ -583,6 +606,7 @@ impl Trainer {
                 .ok_or_else(|| Error::Input("the loader ran out of data".into()))??;
             let rows = batch.row_offsets.len().saturating_sub(1);
             let cp = self.dp.context().is_some();
+            tokens += counted_tokens(&batch, self.dp.context().map(|c| c.rank()));
             for (first, mb) in data::micro_batches(&batch, self.cfg.doc_mask, cp, device)? {
                 let global = (first..first + mb.rows())
                     .map(|j| self.dp.global_row(k, j, rows))
@@ -590,7 +614,7 @@ impl Trainer {
                 mbs.push((global, mb));
             }
         }
-        Ok(mbs)
+        Ok((mbs, tokens))
     }
 
     /// Forward and backward of every micro-batch with the step's (global) normalisers; the
@@ -603,6 +627,11 @@ impl Trainer {
     ) -> Result<StepLosses> {
         let mut sums = Sums::new(self.model.options().device);
         let cp = self.dp.context();
+        // Sharded, each micro-batch's gradients are reduce-scattered and freed part by part as
+        // the checkpointed backward completes them, the rest when its backward is over.
+        let on_grads = |part: GradsDone| self.opt.grads_done(&self.dp, part);
+        // Agreed before the first reduction, so every rank's collectives pair up.
+        let rounds = self.opt.rounds(&self.dp, mbs.len())?;
         for (rows, mb) in mbs {
             let views = if self.step_opts.objective.needs_perturbed() {
                 Some(self.views(rows, mb)?)
@@ -627,7 +656,7 @@ impl Trainer {
                 context: context.as_ref(),
                 draws: None,
             };
-            step_micro_with(
+            step_micro_hooked(
                 &self.model,
                 mb,
                 views.as_deref(),
@@ -635,7 +664,14 @@ impl Trainer {
                 norm,
                 &mut sums,
                 extras,
+                Some(&on_grads),
             )?;
+            self.opt.micro_batch_done(&self.dp)?;
+        }
+        // A rank with fewer micro-batches (rows of other lengths split differently) reduces
+        // zeros while the others reduce their last ones.
+        for _ in mbs.len()..rounds {
+            self.opt.micro_batch_done(&self.dp)?;
         }
         self.dp.reduce_sums(&mut sums)?;
         let (clm, kl, clm_pert) = sums.values(norm);
@@ -730,25 +766,68 @@ impl Trainer {
         self.state.loader = self.loader.state();
     }
 
-    /// Writes a checkpoint (rank 0; the others wait until it is complete, so none runs ahead and
-    /// a kill after this point finds it whole). Its path on rank 0.
+    /// Writes a checkpoint: every rank of a sharded run its optimizer blocks, rank 0 the model,
+    /// the state and, after a barrier, the manifest, then renames it into place; the others wait
+    /// until it is complete, so none runs ahead and a kill after this point finds it whole. Its
+    /// path on rank 0.
     fn save(&self) -> Result<Option<PathBuf>> {
-        // A sharded optimizer's state is gathered onto rank 0 first (every rank takes part).
-        let optimizer = self.opt.state_tensors(&self.dp)?;
-        let path = if self.dp.is_main() {
-            Some(checkpoint::save(
-                &self.out,
+        let step = self.state.step;
+        let rank = self.dp.rank();
+        // Every rank writes into rank 0's temporary directory (a filesystem all ranks share).
+        let pid = match self.dp.group() {
+            Some(g) => {
+                let mut t = Tensor::from_slice(&[if self.dp.is_main() {
+                    i64::from(std::process::id())
+                } else {
+                    0
+                }]);
+                g.all_reduce(&mut t, rsd_dist::ReduceOp::Max)?;
+                t.f_int64_value(&[0])? as u32
+            }
+            None => std::process::id(),
+        };
+        let tmp = checkpoint::temp_dir_for(&self.out, step, pid);
+        let mut cleanup = checkpoint::RemoveOnDrop(None);
+        if self.dp.is_main() {
+            checkpoint::create_temp(&tmp)?;
+            cleanup.0 = Some(tmp.clone());
+        }
+        self.dp.barrier()?;
+        let files = self.opt.save_shards(&self.dp, &tmp, step)?;
+        if self.dp.is_main() {
+            checkpoint::write_main(
+                &tmp,
                 &self.model,
-                &optimizer,
+                self.opt.replicated_state().as_deref(),
                 &self.state,
                 &self.cfg,
-                self.cfg.keep,
                 self.tokenizer_dir.as_deref(),
-            )?)
-        } else {
-            None
-        };
+            )?;
+            checkpoint::die_at("main", step, rank);
+        }
+        // Every rank's file is written and fsynced before the manifest names it.
         self.dp.barrier()?;
+        let mut path = None;
+        if self.dp.is_main() {
+            let manifest = Manifest {
+                version: checkpoint::MANIFEST_VERSION,
+                world: self.dp.world(),
+                dp: self.dp.size(),
+                cp: self.dp.cp_size(),
+                optimizer: self.opt.layout(),
+                files,
+            };
+            path = Some(checkpoint::publish(
+                &self.out,
+                &tmp,
+                step,
+                manifest,
+                self.cfg.keep,
+            )?);
+            cleanup.0 = None;
+        }
+        self.dp.barrier()?;
+        checkpoint::die_at("after", step, rank);
         Ok(path)
     }
 
@@ -813,6 +892,30 @@ impl Trainer {
         fs::write(&sp, text).map_err(io_err(&sp))?;
         self.dp.barrier()?;
         Ok(summary)
+    }
+}
+
+/// The tokens a rank counts of a loader batch for the log: every row's stored length (what one
+/// process holds). Under context parallelism (`cp_rank`: this rank's place in its group) the
+/// rows are counted once, by the group's rank 0, without the padding that makes them a multiple
+/// of 2·cp.
+fn counted_tokens(batch: &rsd_loader::Batch, cp_rank: Option<usize>) -> u64 {
+    let ro = &batch.row_offsets;
+    let local = || ro.windows(2).map(|w| u64::from(w[1] - w[0])).sum::<u64>();
+    match cp_rank {
+        None => local(),
+        Some(0) => {
+            let fro = &batch.full_row_offsets;
+            if batch.row_meta.len() + 1 == fro.len() {
+                fro.windows(2)
+                    .zip(&batch.row_meta)
+                    .map(|(w, m)| u64::from(w[1] - w[0]) - u64::from(m.cp_pad))
+                    .sum()
+            } else {
+                fro.windows(2).map(|w| u64::from(w[1] - w[0])).sum()
+            }
+        }
+        Some(_) => 0,
     }
 }
 

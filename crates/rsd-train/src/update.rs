@@ -1,19 +1,21 @@
 //! The optimizer update across data-parallel ranks: the gradient sum over ranks, its global norm,
 //! clipping and AdamW, with the optimizer state either replicated on every rank ([`AdamW`]) or
-//! sharded over them ([`ShardedAdamW`], config key `shard_optimizer`). The training loop calls
-//! the same four methods either way.
+//! sharded over them ([`ShardedAdamW`], config key `shard_optimizer`), and how each is
+//! checkpointed. The training loop calls the same methods either way.
 use std::path::Path;
 
-use tch::Tensor;
+use tch::{Kind, Tensor};
 
+use rsd_dist::ReduceOp;
 use rsd_model::Model;
 
+use crate::checkpoint::{self, FileEntry, Manifest, OptimizerLayout};
 use crate::config::TrainConfig;
 use crate::optim::{clip_coef, clip_grads, AdamW, AdamWConfig};
 use crate::parallel::DataParallel;
-use crate::sharded::ShardedAdamW;
-use crate::step::grad_norm;
-use crate::Result;
+use crate::sharded::{shard_file_name, SavedShards, ShardedAdamW};
+use crate::step::{grad_norm, zero_grads, GradsDone};
+use crate::{Error, Result};
 
 /// AdamW, replicated or sharded.
 pub enum Optimizer {
@@ -41,11 +43,44 @@ impl Optimizer {
         })
     }
 
-    /// Sums the model's gradients over the ranks (all of it, or each rank's block).
-    pub fn reduce_gradients(&mut self, dp: &DataParallel, model: &Model) -> Result<()> {
+    /// The micro-batches every rank runs this step when this one has `local`: sharded, the most
+    /// any rank has (each micro-batch is a round of reduce-scatters every rank takes part in; a
+    /// rank with fewer reduces zeros for the rest, [`Optimizer::micro_batch_done`]).
+    pub fn rounds(&self, dp: &DataParallel, local: usize) -> Result<usize> {
         match (self, dp.group()) {
-            (Optimizer::Sharded(o), Some(g)) => o.reduce_gradients(g),
-            _ => dp.reduce_gradients(model),
+            (Optimizer::Sharded(_), Some(g)) => {
+                let mut t = Tensor::from_slice(&[local as i64]);
+                g.all_reduce(&mut t, ReduceOp::Max)?;
+                Ok(t.f_int64_value(&[0])? as usize)
+            }
+            _ => Ok(local),
+        }
+    }
+
+    /// A part of the model has its micro-batch gradients complete (per-layer checkpointing):
+    /// sharded, they are reduce-scattered and freed now.
+    pub fn grads_done(&self, dp: &DataParallel, part: GradsDone) -> Result<()> {
+        match (self, dp.group()) {
+            (Optimizer::Sharded(o), Some(g)) => o.grads_done(g, part),
+            _ => Ok(()),
+        }
+    }
+
+    /// A micro-batch's backward is over (or, on a rank with fewer micro-batches, would be):
+    /// sharded, every gradient not reduced yet is reduce-scattered and freed.
+    pub fn micro_batch_done(&self, dp: &DataParallel) -> Result<()> {
+        match (self, dp.group()) {
+            (Optimizer::Sharded(o), Some(g)) => o.micro_batch_done(g),
+            _ => Ok(()),
+        }
+    }
+
+    /// After the step's last micro-batch: sums the model's gradients over the ranks (replicated;
+    /// sharded, they were reduced micro-batch by micro-batch already).
+    pub fn reduce_gradients(&mut self, dp: &DataParallel, model: &Model) -> Result<()> {
+        match self {
+            Optimizer::Sharded(_) => Ok(()),
+            Optimizer::Replicated(_) => dp.reduce_gradients(model),
         }
     }
 
@@ -72,33 +107,108 @@ impl Optimizer {
                 clip_grads(model, norm, max_norm)?;
                 o.step(lr)
             }
-            (Optimizer::Sharded(_), None) => unreachable_single(),
+            (Optimizer::Sharded(_), None) => Err(unreachable_single()),
         }
     }
 
-    /// The whole state as named tensors (what `optimizer.safetensors` holds) on rank 0; the
-    /// other ranks get an empty list. Sharded, a collective: every rank must call it.
-    pub fn state_tensors(&self, dp: &DataParallel) -> Result<Vec<(String, Tensor)>> {
-        match (self, dp.group()) {
-            (Optimizer::Sharded(o), Some(g)) => o.state_tensors(g),
-            (Optimizer::Replicated(o), _) if dp.is_main() => Ok(o.state_tensors()),
-            _ => Ok(Vec::new()),
+    /// Starts the next step's sum from zero (after an update or a skipped one).
+    pub fn zero_grad(&self, model: &Model) -> Result<()> {
+        if let Optimizer::Sharded(o) = self {
+            o.zero_grad()?;
         }
+        zero_grads(model);
+        Ok(())
     }
 
-    /// Restores the state from an `optimizer.safetensors` written by any run (any rank count,
-    /// sharded or not) after `steps` updates.
-    pub fn load(&mut self, path: &Path, steps: u64) -> Result<()> {
+    /// The whole state as named tensors, what a replicated run's `optimizer.safetensors` holds;
+    /// `None` for a sharded optimizer (its ranks write their own files:
+    /// [`Optimizer::save_shards`]).
+    pub fn replicated_state(&self) -> Option<Vec<(String, Tensor)>> {
         match self {
-            Optimizer::Replicated(o) => o.load(path, steps),
-            Optimizer::Sharded(o) => o.load(path, steps),
+            Optimizer::Replicated(o) => Some(o.state_tensors()),
+            Optimizer::Sharded(_) => None,
+        }
+    }
+
+    /// How a checkpoint of this optimizer stores it.
+    pub fn layout(&self) -> OptimizerLayout {
+        match self {
+            Optimizer::Replicated(_) => OptimizerLayout::Replicated,
+            Optimizer::Sharded(o) => OptimizerLayout::Sharded(o.layout()),
+        }
+    }
+
+    /// Sharded: every rank writes its blocks into the checkpoint's temporary directory `tmp`
+    /// and fsyncs them; rank 0 gets every rank's file with its size and sha256 (one all-gather
+    /// of 40 bytes a rank), the others an empty list. Replicated: nothing to do (rank 0 writes
+    /// `optimizer.safetensors`). A collective when sharded.
+    pub fn save_shards(&self, dp: &DataParallel, tmp: &Path, step: u64) -> Result<Vec<FileEntry>> {
+        let (Optimizer::Sharded(o), Some(g)) = (self, dp.group()) else {
+            return Ok(Vec::new());
+        };
+        let (rank, ranks) = (g.rank(), g.size());
+        let path = tmp.join(shard_file_name(rank, ranks));
+        o.save_shard(&path)?;
+        checkpoint::die_at("shard", step, rank);
+        let (bytes, digest) = checkpoint::file_digest(&path)?;
+        let mut words = vec![bytes as i64];
+        words.extend(
+            digest
+                .chunks(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap_or_default())),
+        );
+        let all = Vec::<i64>::try_from(&g.all_gather(&Tensor::from_slice(&words))?)?;
+        if rank != 0 {
+            return Ok(Vec::new());
+        }
+        Ok(all
+            .chunks(5)
+            .enumerate()
+            .map(|(r, w)| {
+                let digest: Vec<u8> = w[1..].iter().flat_map(|x| x.to_le_bytes()).collect();
+                FileEntry {
+                    path: shard_file_name(r, ranks),
+                    bytes: w[0] as u64,
+                    sha256: checkpoint::hex(&digest),
+                }
+            })
+            .collect())
+    }
+
+    /// Restores the state of the checkpoint in `dir` (written by any run: any number of ranks,
+    /// sharded or not; a sharded one is re-sharded on load) after `steps` updates.
+    pub fn load(&mut self, dir: &Path, manifest: &Manifest, steps: u64) -> Result<()> {
+        match (self, &manifest.optimizer) {
+            (Optimizer::Replicated(o), OptimizerLayout::Replicated) => {
+                o.load(&dir.join("optimizer.safetensors"), steps)
+            }
+            (Optimizer::Sharded(o), OptimizerLayout::Replicated) => {
+                o.load(&dir.join("optimizer.safetensors"), steps)
+            }
+            (Optimizer::Sharded(o), OptimizerLayout::Sharded(layout)) => {
+                o.load_shards(&SavedShards::open(dir, layout)?, steps)
+            }
+            (Optimizer::Replicated(o), OptimizerLayout::Sharded(layout)) => {
+                let saved = SavedShards::open(dir, layout)?;
+                saved.check_params(o.params())?;
+                let kind = if layout.state_dtype == "F64" {
+                    Kind::Double
+                } else {
+                    Kind::Float
+                };
+                o.load_from(dir, steps, |key| {
+                    let (what, name) = key.split_once('.').unwrap_or((key, ""));
+                    if what == "master" && !saved.has_master() {
+                        return Ok(None);
+                    }
+                    saved.param(what, name, kind).map(Some)
+                })
+            }
         }
     }
 }
 
 /// A sharded optimizer is only built with a process group ([`Optimizer::new`]).
-fn unreachable_single() -> Result<()> {
-    Err(crate::Error::Input(
-        "internal: a sharded optimizer without a process group".into(),
-    ))
+fn unreachable_single() -> Error {
+    Error::Input("internal: a sharded optimizer without a process group".into())
 }

@@ -110,7 +110,7 @@ fn rank_cp_model() {
     let Some(group) = world("rank_cp_model") else {
         return;
     };
-    let cp = ContextParallel::new(group);
+    let cp = ContextParallel::new(std::rc::Rc::new(group));
     // Documents crossing the chunk boundaries (chunks of 6 rows), different in each row.
     let documents = vec![vec![0, 5, 13, 24], vec![0, 16, 17, 24]];
     for (file, kind, tol, docs) in [

@@ -578,6 +578,40 @@ fn check_control(opts: &StepOptions, context: bool) -> Result<()> {
     Ok(())
 }
 
+/// A part of the model whose parameter gradients a step has completed, in the order the
+/// backward completes them: the top (final norm and an untied LM head), the layers from the last
+/// down, then the embedding (with tied embeddings also the LM head, so only at the very end).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum GradsDone {
+    /// `model.norm.*` and an untied `lm_head.weight`.
+    Top,
+    /// `model.layers.{i}.*`, counted from the last layer (`Layer(0)` comes first only for a
+    /// one-layer model): the backward order sorts these by descending index.
+    Layer(std::cmp::Reverse<usize>),
+    /// `model.embed_tokens.weight` (and the LM head it is tied to).
+    Embedding,
+}
+
+impl GradsDone {
+    /// The part parameter `name` (an HF name) belongs to.
+    pub fn of(name: &str) -> Self {
+        if let Some(rest) = name.strip_prefix("model.layers.") {
+            if let Some(i) = rest.split('.').next().and_then(|i| i.parse().ok()) {
+                return GradsDone::Layer(std::cmp::Reverse(i));
+            }
+        }
+        if name.starts_with("model.embed_tokens.") {
+            GradsDone::Embedding
+        } else {
+            GradsDone::Top
+        }
+    }
+}
+
+/// Called by a step as soon as a part's gradients are complete (with per-layer checkpointing
+/// only: the plain backward completes everything at once): the place to reduce and free them.
+pub type OnGrads<'a> = &'a dyn Fn(GradsDone) -> Result<()>;
+
 /// [`step_micro`] with [`StepExtras`]: context-parallel rows, recorded draws.
 pub fn step_micro_with(
     model: &Model,
@@ -587,6 +621,23 @@ pub fn step_micro_with(
     norm: LossNormalizers,
     sums: &mut Sums,
     extras: StepExtras<'_>,
+) -> Result<()> {
+    step_micro_hooked(model, mb, views, opts, norm, sums, extras, None)
+}
+
+/// [`step_micro_with`] that calls `on_grads` as each part's gradients become complete under
+/// per-layer checkpointing (top, each layer top-down, embedding). Without checkpointing it is
+/// never called: every gradient is complete when the step returns.
+#[allow(clippy::too_many_arguments)]
+pub fn step_micro_hooked(
+    model: &Model,
+    mb: &MicroBatch,
+    views: Option<&[RowView]>,
+    opts: &StepOptions,
+    norm: LossNormalizers,
+    sums: &mut Sums,
+    extras: StepExtras<'_>,
+    on_grads: Option<OnGrads<'_>>,
 ) -> Result<()> {
     let StepExtras { context, draws } = extras;
     check_control(opts, context.is_some())?;
@@ -615,7 +666,7 @@ pub fn step_micro_with(
         norm,
     };
     if opts.checkpoint_layers {
-        return checkpointed_forward_backward(&loss, sums);
+        return checkpointed_forward_backward(&loss, sums, on_grads);
     }
     let h = plan.forward()?;
     crate::memory_measure::mark(crate::memory_measure::Phase::Forward);
@@ -624,7 +675,12 @@ pub fn step_micro_with(
 
 /// Per-layer activation checkpointing: a forward without a graph that keeps each layer's input,
 /// the loss's backward, then each layer recomputed from its input and back-propagated, top-down.
-fn checkpointed_forward_backward(loss: &LossStage<'_>, sums: &mut Sums) -> Result<()> {
+fn checkpointed_forward_backward(
+    loss: &LossStage<'_>,
+    sums: &mut Sums,
+    on_grads: Option<OnGrads<'_>>,
+) -> Result<()> {
+    let done = |part| on_grads.map_or(Ok(()), |f| f(part));
     let (plan, layers) = (loss.plan, loss.plan.model.num_layers());
     let mut inputs: Vec<Stage> = Vec::with_capacity(layers + 1);
     tch::no_grad(|| -> Result<()> {
@@ -642,15 +698,18 @@ fn checkpointed_forward_backward(loss: &LossStage<'_>, sums: &mut Sums) -> Resul
     let leaf = top.leaves();
     let h = plan.final_norm(&leaf)?;
     loss.backward(&h, sums)?;
+    done(GradsDone::Top)?;
     let mut grads = leaf.grads();
     for i in (0..layers).rev() {
         let leaf = inputs.pop().expect("layer input").leaves();
         let y = plan.layer(i, &leaf)?;
         surrogate_backward(y.tensors().zip(&grads))?;
         grads = leaf.grads();
+        done(GradsDone::Layer(std::cmp::Reverse(i)))?;
     }
     let emb = plan.embed()?;
-    surrogate_backward(emb.tensors().zip(&grads))
+    surrogate_backward(emb.tensors().zip(&grads))?;
+    done(GradsDone::Embedding)
 }
 
 /// The loss at the top of the step, over the final hidden states of a planned micro-batch.

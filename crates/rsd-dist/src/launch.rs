@@ -1,0 +1,253 @@
+//! A local launcher: runs N copies of a program as the ranks of one run on this machine, as
+//! `torchrun --nproc-per-node N` would: torchrun's variables for each rank, a free port for rank
+//! 0's store, each rank's stderr lines prefixed `[rank K] `, Ctrl-C and SIGTERM passed on, and
+//! the first rank that fails named and the others stopped. `rsd-train --nproc N` is this.
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::env::Rendezvous;
+use crate::error::{DistError, Result};
+
+/// How long a rank whose collective failed waits to be named, for the rank that caused it.
+const PEER_GRACE: Duration = Duration::from_secs(2);
+
+/// The last SIGINT/SIGTERM received and not yet passed on (0: none).
+static SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    SIGNAL.store(sig, Ordering::SeqCst);
+}
+
+/// What to launch.
+#[derive(Clone, Debug)]
+pub struct Launch {
+    /// The program every rank runs.
+    pub program: PathBuf,
+    /// Its arguments (without the launcher's own `--nproc`).
+    pub args: Vec<OsString>,
+    /// Ranks to run (at least 1).
+    pub nproc: usize,
+    /// The exit status with which a rank says that a collective failed, usually because another
+    /// rank failed first: the launcher then waits briefly to name that other rank instead.
+    pub collective_failed_exit: Option<i32>,
+}
+
+/// How a launch ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every rank exited 0.
+    Done,
+    /// A signal (Ctrl-C, SIGTERM) was passed on and the ranks ended by it.
+    Interrupted {
+        /// The signal.
+        signal: i32,
+    },
+    /// This rank failed first; the others were stopped.
+    RankFailed {
+        /// The rank.
+        rank: usize,
+        /// Its exit status (code, or 128 + signal).
+        status: ExitStatus,
+    },
+}
+
+impl Outcome {
+    /// The exit status for the launching process: 0, 130 after Ctrl-C, 128 + SIGTERM, or the
+    /// failed rank's (at least 1).
+    pub fn exit_code(&self) -> i32 {
+        match *self {
+            Outcome::Done => 0,
+            Outcome::Interrupted { signal } if signal == libc::SIGTERM => 128 + signal,
+            Outcome::Interrupted { .. } => 130,
+            Outcome::RankFailed { status, .. } => status.code().filter(|&c| c != 0).unwrap_or(1),
+        }
+    }
+}
+
+fn launch_err(message: String) -> DistError {
+    DistError::Launch { message }
+}
+
+/// A port nobody listens on now (the OS picks it), for rank 0's store.
+fn free_port() -> Result<u16> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| launch_err(format!("finding a free port for the ranks: {e}")))
+}
+
+/// Runs the ranks and waits for them.
+pub fn run(launch: &Launch) -> Result<Outcome> {
+    let nproc = launch.nproc;
+    if nproc == 0 {
+        return Err(launch_err(
+            "--nproc 0: give the number of ranks to run (≥ 1)".into(),
+        ));
+    }
+    if std::env::var_os("WORLD_SIZE").is_some() {
+        return Err(launch_err(
+            "--nproc inside a launched run (WORLD_SIZE is set): let torchrun or srun start the \
+             ranks, or use --nproc alone"
+                .into(),
+        ));
+    }
+    let port = free_port()?;
+    // SAFETY: the handler only stores to an atomic (async-signal-safe).
+    unsafe {
+        libc::signal(
+            libc::SIGINT,
+            on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
+        libc::signal(
+            libc::SIGTERM,
+            on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
+    }
+    // One waiter thread per rank reports its exit at once, so the first rank to fail is the one
+    // named (the others then fail too, seeing its connections close).
+    let (exits, exited) = mpsc::channel();
+    let mut pids: Vec<Option<libc::pid_t>> = Vec::with_capacity(nproc);
+    let mut pipes = Vec::with_capacity(nproc);
+    for rank in 0..nproc {
+        let spawned = Command::new(&launch.program)
+            .args(&launch.args)
+            .envs(Rendezvous::local(port, rank, nproc).to_env())
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            // Their own process group: a terminal's Ctrl-C reaches them once, through us.
+            .process_group(0)
+            .spawn();
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                signal_all(&pids, libc::SIGKILL);
+                return Err(launch_err(format!(
+                    "starting rank {rank} ({}): {e}",
+                    launch.program.display()
+                )));
+            }
+        };
+        if let Some(err) = child.stderr.take() {
+            pipes.push(thread::spawn(move || prefix_lines(rank, err)));
+        }
+        pids.push(Some(child.id() as libc::pid_t));
+        let exits = exits.clone();
+        thread::spawn(move || {
+            let _ = exits.send((rank, child.wait()));
+        });
+    }
+    drop(exits);
+    let mut failed: Option<(usize, ExitStatus)> = None;
+    // A rank whose collective failed usually only saw another rank fail (its connections close
+    // before that rank's process is gone): wait briefly for the rank that failed first.
+    let mut lost_peer: Option<(usize, ExitStatus, Instant)> = None;
+    // The last signal passed on, if any.
+    let mut forwarded: Option<libc::c_int> = None;
+    while pids.iter().any(Option::is_some) {
+        let sig = SIGNAL.swap(0, Ordering::SeqCst);
+        if sig != 0 {
+            forwarded = Some(sig);
+            signal_all(&pids, sig);
+        }
+        if failed.is_none() {
+            if let Some((rank, status, at)) = lost_peer {
+                if at.elapsed() > PEER_GRACE {
+                    failed = Some((rank, status));
+                    signal_all(&pids, libc::SIGKILL);
+                }
+            }
+        }
+        let (rank, status) = match exited.recv_timeout(Duration::from_millis(20)) {
+            Ok(exit) => exit,
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        pids[rank] = None;
+        let status = status.map_err(|e| launch_err(format!("waiting for rank {rank}: {e}")))?;
+        // An interrupted rank exits 130 after its checkpoint, and SIGTERM ends it: not failures.
+        let ok = status.success()
+            || (forwarded.is_some() && status.code() == Some(130))
+            || (forwarded.is_some() && status.signal() == forwarded);
+        if ok || failed.is_some() {
+            continue;
+        }
+        if launch.collective_failed_exit.is_some() && status.code() == launch.collective_failed_exit
+        {
+            lost_peer.get_or_insert((rank, status, Instant::now()));
+        } else {
+            failed = Some((rank, status));
+            // The others would wait for it until their collectives time out.
+            signal_all(&pids, libc::SIGKILL);
+        }
+    }
+    let failed = failed.or(lost_peer.map(|(rank, status, _)| (rank, status)));
+    for p in pipes {
+        let _ = p.join();
+    }
+    Ok(match (failed, forwarded) {
+        (Some((rank, status)), _) => Outcome::RankFailed { rank, status },
+        (None, Some(signal)) => Outcome::Interrupted { signal },
+        (None, None) => Outcome::Done,
+    })
+}
+
+/// Sends `sig` to every rank still running.
+fn signal_all(pids: &[Option<libc::pid_t>], sig: libc::c_int) {
+    for &pid in pids.iter().flatten() {
+        // SAFETY: kill(2) on a child we started whose exit has not been reported yet.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+/// Copies a rank's stderr to ours, each line prefixed `[rank K] `.
+fn prefix_lines(rank: usize, from: impl std::io::Read) {
+    let mut reader = BufReader::new(from);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                let text = String::from_utf8_lossy(&line);
+                let mut err = std::io::stderr().lock();
+                let _ = write!(err, "[rank {rank}] {}", text.trim_end_matches('\n'));
+                let _ = writeln!(err);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_run_with_their_variables_and_a_failure_is_named() {
+        let sh = |script: &str, nproc| Launch {
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), script.into()],
+            nproc,
+            collective_failed_exit: Some(3),
+        };
+        let ok = run(&sh("test \"$WORLD_SIZE\" = 3 && test \"$RANK\" -lt 3", 3)).unwrap();
+        assert_eq!(ok, Outcome::Done);
+        let failed = run(&sh("test \"$RANK\" != 1 || exit 7; sleep 5", 2)).unwrap();
+        match failed {
+            Outcome::RankFailed { rank, status } => {
+                assert_eq!((rank, status.code()), (1, Some(7)));
+                assert_eq!(failed.exit_code(), 7);
+            }
+            other => panic!("{other:?}"),
+        }
+        let err = run(&sh("true", 0)).unwrap_err().to_string();
+        assert!(err.contains("--nproc 0"), "{err}");
+    }
+}
