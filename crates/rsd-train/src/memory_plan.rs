@@ -317,9 +317,9 @@ fn layer_saved_per_token(w: &Widths, b: u64) -> u64 {
     let x1 = if b == 4 { b * w.d } else { 0 };
     // input_layernorm: normalised value, output (read by q/k/v).
     let norm1 = norm(w.d) + b * w.d;
-    // q and k after RoPE, v as projected (the attention keeps them), today's K/V expanded to the
-    // query heads before the kernel: k and v kept at the query width.
-    let qkv = b * (w.q + 2 * w.q);
+    // q and k after RoPE, v as projected: the attention keeps them, K/V never expanded to the
+    // query heads.
+    let qkv = b * (w.q + 2 * w.kv);
     // Qwen3: q and k as projected (nothing else keeps them: fp32 keeps them, bf16 an fp32 copy)
     // and normalised.
     let qk = if w.qk_norm {
@@ -327,9 +327,9 @@ fn layer_saved_per_token(w: &Widths, b: u64) -> u64 {
     } else {
         0
     };
-    // Attention output (the kernel lays it out [B, T, H, D], so o_proj reads it without a
-    // copy) and its log-sum-exp (fp32 per head).
-    let attn = b * w.q + 4 * w.heads;
+    // Attention output, its log-sum-exp (fp32 per head), and o_proj's input: a copy (the
+    // output, [B, H, T, D], transposed back to [B, T, H·D]).
+    let attn = 2 * b * w.q + 4 * w.heads;
     // post_attention_layernorm, its output (read by gate/up), gate, silu(gate), up, product.
     let mlp = norm(w.d) + b * w.d + b * 4 * w.f;
     input + norm1 + qkv + qk + attn + x1 + mlp
@@ -371,17 +371,32 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
         params * b,
         format!("{params} parameters × {b} B"),
     );
-    add(
-        "gradients",
-        Category::Gradients,
-        params * b,
-        format!("{params} × {b} B (.grad, kept and zeroed between steps)"),
-    );
     let state_per_param = if b < 4 { 12 } else { 8 };
     let sharded = p.shard_optimizer && world > 1;
-    // The sharded optimizer pads each bucket to a multiple of the ranks; a parameter larger than
-    // a bucket is a bucket of its own.
-    let bucket_elems = (p.bucket_bytes / 4).max(w.largest.min(params));
+    if sharded {
+        // ZeRO-2: each part's gradients are reduce-scattered into the fp32 block (optimizer
+        // state) and freed as the backward completes them: none stays from step to step.
+        add(
+            "gradients",
+            Category::Gradients,
+            0,
+            "0 (each part's .grad freed once reduce-scattered into the fp32 block)".into(),
+        );
+    } else {
+        add(
+            "gradients",
+            Category::Gradients,
+            params * b,
+            format!("{params} × {b} B (.grad, kept and zeroed between steps)"),
+        );
+    }
+    // Replicated, one all-reduce bucket of at most grad_bucket_mb (a larger parameter is a bucket
+    // of its own); sharded, the buckets follow the model's parts (top, layers, embedding).
+    let bucket_elems = if sharded {
+        w.largest.min(params) + w.d
+    } else {
+        (p.bucket_bytes / 4).max(w.largest.min(params))
+    };
     if sharded {
         add(
             "AdamW state",
@@ -429,18 +444,12 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
     // gradients the chunked loss hands the backward.
     let head_grad = w.vocab * w.d * acc;
     let hidden_grad = view_rows * w.d * b;
-    // Context parallelism, per layer and view: each chunk attends to the gathered K/V of every
-    // row before it, which today's attention expands to the query heads (a copy at the query
-    // width: the two zigzag chunks of a rank see (2·cp − 1)/(2·cp) of the sequence before them;
-    // the gathered K/V themselves are not kept); the chunks' outputs are concatenated and
-    // o_proj reads a copy of them.
-    let prefix_rows = p.micro_batch * (2 * cp - 1) * p.seq_len / (2 * cp);
+    // Context parallelism, per layer and view: the chunks attend to views of the K/V gathered
+    // from the group (the whole sequence's, unexpanded; the perturbed suffix's pieces to the
+    // standard view's first P rows joined with the gathered suffix, again the whole row), and
+    // the attention keeps those views, so the gathered K/V stay.
     let context_per_layer = if cp > 1 {
-        views * (2 * prefix_rows * w.q * b + rows * w.q * b)
-    } else if p.doc_mask {
-        // Document-masked attention runs per document and concatenates the outputs: o_proj
-        // reads a copy of them.
-        views * rows * w.q * b
+        views * 2 * p.micro_batch * p.seq_len * w.kv * b
     } else {
         0
     };
@@ -470,9 +479,7 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
                  norm's input, normalised value and output){}",
                 w.layers,
                 if cp > 1 {
-                    " + per layer the expanded K/V prefixes of the context chunks and o_proj's copy"
-                } else if p.doc_mask {
-                    " + per layer o_proj's copy of the per-document outputs"
+                    " + per layer the gathered K/V"
                 } else {
                     ""
                 }
@@ -527,7 +534,7 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
     );
 
     // --- gradient reduction
-    if world > 1 {
+    if world > 1 && !sharded {
         let bucket = bucket_elems.min(params) * 4;
         let (bytes, how) = if sharded {
             (
