@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs the memory matrix (configs/memory-matrix.toml) through `rsd-train memory --measure`, and
+"""Runs the memory matrix (benches/memory-matrix.toml) through `rsd-train memory --measure`, and
 writes the plan-against-measured table: as JSON (benches/memory-matrix.json) and as the Markdown
 table between the `memory-matrix` markers of docs/MEMORY.md.
 
@@ -18,7 +18,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MATRIX = ROOT / "configs" / "memory-matrix.toml"
+MATRIX = ROOT / "benches" / "memory-matrix.toml"
 BASE = ROOT / "configs" / "memory-cpu.toml"
 CATEGORIES = ["weights", "gradients", "optimizer_state", "saved_activations", "transient",
               "communication", "optimizer_update", "peak"]

@@ -1,6 +1,6 @@
 """rsd-train memory: the plan per category against libtorch's CPU allocator.
 
-* the CI entries of configs/memory-matrix.toml (both architectures, standard and rsd, one and
+* the CI entries of benches/memory-matrix.toml (both architectures, standard and rsd, one and
   several ranks, checkpointing and sharding on and off) run one measured step each through
   `rsd-train memory --measure 1 --json`; every category the plan or the measurement puts above
   64 KiB, and the peak, must be within ±10% (scripts/memory_matrix.py runs the whole matrix);

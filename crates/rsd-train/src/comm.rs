@@ -16,6 +16,7 @@
 //! | the same gathers' backward (reduce-scatter, inside autograd) | cp | rows·kv·L × e |
 //! | loss sums | world | 3 × 8 B |
 //! | gradients, replicated: one all-reduce per bucket | world | Σ params × g |
+//! | sharded: the ranks' micro-batch count (max) | world | 8 B (i64) |
 //! | gradients, sharded: one reduce-scatter per bucket | world | Σ buckets ⌈n_b/W⌉·W × s |
 //! | sharded: the gradient norm | world | 8 B |
 //! | non-finite decision (`any`) | world | 4 B |
@@ -107,6 +108,8 @@ pub fn expected_step_bytes(s: &StepLayout) -> u64 {
         Some(sh) => {
             let blocks: Vec<u64> = bucket_sizes.iter().map(|n| n.div_ceil(w)).collect();
             let padded: u64 = blocks.iter().map(|b| b * w).sum();
+            // The micro-batch count agreed on (i64), then the reduce-scatters and the norm.
+            bytes += 8;
             bytes += sh.reduce_scatters as u64 * padded * sh.state_bytes as u64;
             bytes += f64_b;
             bytes += blocks.iter().sum::<u64>() * s.param_bytes as u64;
@@ -182,7 +185,7 @@ mod tests {
             ..layout()
         };
         // Buckets [100, 7] and [50]: blocks 54 and 25 over 2 ranks.
-        let want = 56 + (54 * 2 + 25 * 2) * 4 + 8 + (54 + 25) * 4;
+        let want = 56 + 8 + (54 * 2 + 25 * 2) * 4 + 8 + (54 + 25) * 4;
         assert_eq!(expected_step_bytes(&s), want);
     }
 

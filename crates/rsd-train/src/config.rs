@@ -558,11 +558,14 @@ mod tests {
             llama.steps * 16,
             "compute-matched: 1.6× the steps"
         );
-        // Apart from the objective, its steps and its run directory, it is the RSD run.
+        // Apart from the objective, its steps, its run directory and its layout (one view fits
+        // without context parallelism), it is the RSD run.
         let same = TrainConfig {
             objective: llama.objective,
             steps: llama.steps,
             out: llama.out.clone(),
+            dp: llama.dp,
+            cp: llama.cp,
             ..standard.clone()
         };
         assert_eq!(&same, llama);
