@@ -58,7 +58,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 v,
                 mask: Mask::Causal,
             });
-            loss = loss + attend(q, &blocks, scale)?.out.square().mean(Kind::Float);
+            loss += attend(q, &blocks, scale)?.out.square().mean(Kind::Float);
         }
         let fwd = t0.elapsed().as_secs_f64();
         loss.backward();

@@ -95,7 +95,7 @@ mod tests {
         assert_eq!(live_bytes(), before);
         // Storages resized in place are counted at their new size.
         let mut r = Tensor::zeros([10], (Kind::Float, tch::Device::Cpu));
-        let _ = r.resize_(&[1 << 20]);
+        let _ = r.resize_([1 << 20]);
         assert_eq!(live_bytes() - before, 4 << 20);
         drop(r);
         assert_eq!(live_bytes(), before);

@@ -392,7 +392,7 @@ impl ShardedAdamW {
 
 /// `elems` fp32 elements in whole MiB (what `grad_bucket_mb` was).
 fn mib_of(elems: usize) -> usize {
-    elems * std::mem::size_of::<f32>() >> 20
+    (elems * std::mem::size_of::<f32>()) >> 20
 }
 
 impl Bucket {
@@ -919,8 +919,8 @@ mod tests {
         for rank in 0..ranks {
             let o = ShardedAdamW::with_ranks(model, cfg, rank, ranks, bucket_elems).unwrap();
             for b in &o.buckets {
-                let _ = b.m.shallow_clone().copy_(&b.master);
-                let _ = b.v.shallow_clone().copy_(&(&b.master * 2.0));
+                b.m.shallow_clone().copy_(&b.master);
+                b.v.shallow_clone().copy_(&(&b.master * 2.0));
             }
             o.save_shard(&dir.join(shard_file_name(rank as usize, ranks as usize)))
                 .unwrap();
