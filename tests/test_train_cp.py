@@ -168,8 +168,9 @@ def test_training_with_cp_2_trains_what_one_process_trains(shards, tmp_path):
     for other in (pc, pd, ps):
         worst = max(float(np.abs(p1[k].astype(np.float64) - other[k]).max()) for k in p1)
         assert worst <= 1e-4, worst
-    # Sharding the optimizer over the 2 ranks changes nothing.
-    assert all(np.array_equal(pc[k], ps[k]) for k in pc)
+    # Sharding the optimizer (ZeRO-2) over the 2 ranks sums the same gradients in another order.
+    worst = max(float(np.abs(pc[k].astype(np.float64) - ps[k]).max()) for k in pc)
+    assert worst <= 1e-4, worst
 
 
 def test_cp_2_on_mixed_shards_with_documents_trains_what_one_process_trains(tmp_path):
@@ -214,6 +215,8 @@ def matrix_init(tmp_path_factory):
 
 
 def exact_step(shards, init, out, *extra, lr=1e6, tokens=512):
+    # lr 1e6 with eps 1e6: AdamW's first update is ≈ −gradient; lr 1e-300 (lr must be > 0):
+    # an update that rounds to nothing, i.e. the initial parameters.
     run("rsd-train", "--config", REPO / "configs" / "tiny-cpu.toml", "--shards", shards,
         "--init", init, "--out", out, "--progress", "false", "--threads", 1, "--steps", 1,
         "--save-every", 0, "--tokens-per-step", tokens, "--dtype", "fp64", "--lr", lr,
@@ -238,7 +241,7 @@ def assert_same_gradients(p0, a, b):
 @pytest.mark.parametrize("objective", ["standard", "rsd"])
 def test_dp_2_by_cp_2_computes_the_one_process_step_in_fp64(shards, matrix_init, tmp_path,
                                                               objective):
-    _, p0 = exact_step(shards, matrix_init, tmp_path / "init", lr=0)
+    _, p0 = exact_step(shards, matrix_init, tmp_path / "init", lr=1e-300)
     args = ["--objective", objective, "--heldout-every", 1, "--heldout-shards", shards,
             "--heldout-batches", 3]
     one, p1 = exact_step(shards, matrix_init, tmp_path / "one", *args)
@@ -259,7 +262,7 @@ def test_a_length_2cp_does_not_divide_is_padded_and_trains_the_one_process_step(
     # has no labels and comes after every real token, and the logged tokens leave it out.
     odd = tmp_path / "odd"
     run("rsd-data", "pack", "--len", "126", "--src", REPO / "corpus" / "books", "--out", odd)
-    _, p0 = exact_step(odd, matrix_init, tmp_path / "init", lr=0, tokens=504)
+    _, p0 = exact_step(odd, matrix_init, tmp_path / "init", lr=1e-300, tokens=504)
     one, p1 = exact_step(odd, matrix_init, tmp_path / "one", tokens=504)
     cp, pc = exact_step(odd, matrix_init, tmp_path / "cp", "--cp", 2, tokens=504)
     assert_same_gradients(p0, p1, pc)
