@@ -512,6 +512,7 @@ fn run_once(
             let extras = StepExtras {
                 context: None,
                 draws: Some(&draws),
+                on_grads: None,
             };
             step_micro_with(model, mb, views, opts, norm, &mut sums, extras)?;
             if let Some(path) = &req.dump {
@@ -524,6 +525,7 @@ fn run_once(
             let extras = StepExtras {
                 context: Some(&context),
                 draws: None,
+                on_grads: None,
             };
             step_micro_with(model, mb, views, opts, norm, &mut sums, extras)?;
             let mut t = Tensor::f_stack(&[&sums.clm, &sums.kl, &sums.clm_pert], 0)?;

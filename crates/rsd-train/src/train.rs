@@ -33,7 +33,7 @@ use crate::perturb::{
     clip_docs, control_view, perturb_real, row_seed, KlNorm, RowView, Sampler, Scope,
 };
 use crate::step::{
-    step_micro_hooked, GradsDone, LossNormalizers, MicroBatch, Objective, SecondView, StepExtras,
+    step_micro_with, GradsDone, LossNormalizers, MicroBatch, Objective, SecondView, StepExtras,
     StepOptions, Sums,
 };
 use crate::tokenizer;
@@ -655,8 +655,9 @@ impl Trainer {
             let extras = StepExtras {
                 context: context.as_ref(),
                 draws: None,
+                on_grads: Some(&on_grads),
             };
-            step_micro_hooked(
+            step_micro_with(
                 &self.model,
                 mb,
                 views.as_deref(),
@@ -664,7 +665,6 @@ impl Trainer {
                 norm,
                 &mut sums,
                 extras,
-                Some(&on_grads),
             )?;
             self.opt.micro_batch_done(&self.dp)?;
         }

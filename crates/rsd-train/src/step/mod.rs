@@ -543,6 +543,10 @@ pub struct StepExtras<'a> {
     /// Where to record the control views' random draws (checks against an independent
     /// implementation).
     pub draws: Option<&'a Draws>,
+    /// Called as each part's gradients become complete under per-layer checkpointing (top, each
+    /// layer top-down, embedding), where a sharded optimizer reduces and frees them. Without
+    /// checkpointing it is never called: every gradient is complete when the step returns.
+    pub on_grads: Option<OnGrads<'a>>,
 }
 
 /// Refuses a control view with options it does not combine with, naming the key.
@@ -612,7 +616,7 @@ impl GradsDone {
 /// only: the plain backward completes everything at once): the place to reduce and free them.
 pub type OnGrads<'a> = &'a dyn Fn(GradsDone) -> Result<()>;
 
-/// [`step_micro`] with [`StepExtras`]: context-parallel rows, recorded draws.
+/// [`step_micro`] with [`StepExtras`]: context-parallel rows, recorded draws, the gradients hook.
 pub fn step_micro_with(
     model: &Model,
     mb: &MicroBatch,
@@ -622,24 +626,11 @@ pub fn step_micro_with(
     sums: &mut Sums,
     extras: StepExtras<'_>,
 ) -> Result<()> {
-    step_micro_hooked(model, mb, views, opts, norm, sums, extras, None)
-}
-
-/// [`step_micro_with`] that calls `on_grads` as each part's gradients become complete under
-/// per-layer checkpointing (top, each layer top-down, embedding). Without checkpointing it is
-/// never called: every gradient is complete when the step returns.
-#[allow(clippy::too_many_arguments)]
-pub fn step_micro_hooked(
-    model: &Model,
-    mb: &MicroBatch,
-    views: Option<&[RowView]>,
-    opts: &StepOptions,
-    norm: LossNormalizers,
-    sums: &mut Sums,
-    extras: StepExtras<'_>,
-    on_grads: Option<OnGrads<'_>>,
-) -> Result<()> {
-    let StepExtras { context, draws } = extras;
+    let StepExtras {
+        context,
+        draws,
+        on_grads,
+    } = extras;
     check_control(opts, context.is_some())?;
     if context.is_some_and(|c| c.tokens().is_empty()) && opts.long_ce.is_some() {
         return Err(Error::Input(
