@@ -344,7 +344,18 @@ fn attend_context(
         outs.push(attend(&qc, &blocks, scale)?.out);
         off += n;
     }
-    Tensor::f_cat(&outs, 2).ctx("context chunks")
+    let out = Tensor::f_cat(&outs, 2).ctx("context chunks")?;
+    if cc.docs.is_none() {
+        return Ok(out);
+    }
+    // The gather's backward is a collective that every rank of the group must run. Under
+    // document masking, a rank whose chunks all begin documents never reads the gathered keys;
+    // autograd would then skip its gather's backward while the other ranks wait in theirs. An
+    // empty slice of each gathered tensor, summed (exactly 0) into the output, keeps both in
+    // every rank's graph.
+    let empty_sum = |t: &Tensor| t.f_narrow(2, 0, 0).and_then(|e| e.f_sum(t.kind()));
+    (|| out.f_add(&empty_sum(&k_all)?)?.f_add(&empty_sum(&v_all)?))()
+        .ctx("context: keeping the gathers in the graph")
 }
 
 #[derive(Debug)]
@@ -806,6 +817,42 @@ mod tests {
 
     /// Seeded initial weights are part of what a run reproduces: these values were computed by
     /// the original generator and must not change.
+    /// Under document masking, the gathered K/V stay in the graph even on a rank whose chunks
+    /// all begin documents, so the gather's backward collective runs on every rank.
+    #[test]
+    fn context_gather_gets_a_gradient_when_no_document_crosses_a_chunk() {
+        let (b, h, hkv, d, len) = (1, 4, 2, 8, 16);
+        let opts = (Kind::Double, Device::Cpu);
+        let q = Tensor::randn([b, h, 8, d], opts);
+        let k = Tensor::randn([b, hkv, 8, d], opts);
+        let v = Tensor::randn([b, hkv, 8, d], opts);
+        // The "gathered" rows are a leaf of their own: its gradient is what the gather's
+        // backward would reduce-scatter.
+        let gathered_k = Tensor::randn([b, hkv, len, d], opts).set_requires_grad(true);
+        let gathered_v = Tensor::randn([b, hkv, len, d], opts).set_requires_grad(true);
+        let gather = |t: &Tensor| -> Result<Tensor> {
+            Ok(if t.data_ptr() == k.data_ptr() {
+                gathered_k.shallow_clone()
+            } else {
+                gathered_v.shallow_clone()
+            })
+        };
+        // Chunks [0, 4) and [12, 16) of 16 rows; documents start at 0, 4, 12: neither chunk
+        // reads a key before its own start.
+        let cc = ContextChunks {
+            chunks: vec![(0, 4), (12, 4)],
+            docs: Some(vec![vec![0, 4, 12, 16]]),
+            gather: &gather,
+        };
+        let out = attend_context(&q, &k, &v, &cc, 0.3).unwrap();
+        out.sum(Kind::Double).backward();
+        for (name, t) in [("k", &gathered_k), ("v", &gathered_v)] {
+            let g = t.grad();
+            assert!(g.defined(), "the gathered {name} left the graph");
+            assert_eq!(g.abs().sum(Kind::Double).double_value(&[]), 0.0);
+        }
+    }
+
     #[test]
     fn init_values_are_pinned() {
         let bits = |seed, name, n, std| -> Vec<u32> {

@@ -103,13 +103,15 @@ fn logged_step_traffic_is_the_formula() {
         .iter()
         .map(|(_, p)| p.numel())
         .collect();
-    // Data-parallel layouts only: under context parallelism the measured traffic is below the
-    // formula and differs between the ranks of a group (docs/DIST.md, "Not yet matched").
     let cases = [
         (2, 1, "standard", false),
         (2, 1, "rsd", false),
         (2, 1, "rsd", true),
         (2, 1, "standard", true),
+        (1, 2, "standard", false),
+        (1, 2, "rsd", false),
+        (1, 2, "rsd", true),
+        (2, 2, "rsd", true),
     ];
     for (dp, cp, objective, sharded) in cases {
         let case = Case {
