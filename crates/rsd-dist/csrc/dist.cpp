@@ -18,6 +18,8 @@
 #include <cstdlib>
 #include <sstream>
 #include <string>
+#include <memory>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -43,8 +45,15 @@ c10d::ReduceOp to_c10d(int op) {
 
 using BackendPtr = c10::intrusive_ptr<c10d::Backend>;
 
+// Gloo runs a collective on a worker thread that holds the work, and with it the collective's
+// tensors, for a moment after wait() returns. Waiting for it to let go makes "the collective
+// returned" mean "its buffers are the caller's alone": freeing them then frees them, and memory
+// counted on CPU does not depend on that thread's timing. Bounded: a worker slow to let go only
+// delays the free.
 void finish(const c10::intrusive_ptr<c10d::Work>& work, int64_t timeout_ms) {
   work->wait(Ms(timeout_ms));
+  if (dynamic_cast<c10d::ProcessGroupGloo::AsyncWork*>(work.get()) == nullptr) return;
+  for (int i = 0; i < 100000 && work.use_count() > 1; ++i) std::this_thread::yield();
 }
 
 // AVG is SUM then a division where the backend has no AVG (Gloo).
@@ -322,6 +331,48 @@ int rsd_reduce_scatter(const RsdGroup* g, const Tensor* t, int op, int64_t timeo
     *out = new Tensor(reduce_scatter_dim0(g->backend, g->native_avg, *t, op, timeout_ms));
   });
 }
+
+// ---- a collective in flight ----
+
+// Starts the reduce-scatter of rsd_reduce_scatter and returns at once: the backend (Gloo's worker
+// thread, NCCL's stream) runs it while the caller goes on. rsd_pending_wait returns its result.
+int rsd_reduce_scatter_start(const RsdGroup* g, const Tensor* t, int op, int64_t timeout_ms,
+                             RsdPending** out, char* err, size_t err_len) {
+  return rsd::guard(err, err_len, [&] {
+    at::NoGradGuard no_grad;
+    int size = g->backend->getSize();
+    check_divisible(*t, size, "reduce_scatter");
+    auto p = std::make_unique<RsdPending>();
+    p->input = t->contiguous();
+    std::vector<int64_t> sizes = p->input.sizes().vec();
+    sizes[0] /= size;
+    p->output = at::empty(sizes, p->input.options());
+    p->op = op;
+    p->native_avg = g->native_avg;
+    p->size = size;
+    c10d::ReduceScatterOptions o;
+    o.reduceOp = backend_op(op, g->native_avg);
+    o.timeout = Ms(timeout_ms);
+    p->work = g->backend->_reduce_scatter_base(p->output, p->input, o);
+    *out = p.release();
+  });
+}
+
+// Waits for `p` and returns its result (once: the pending handle gives its output away).
+int rsd_pending_wait(RsdPending* p, int64_t timeout_ms, Tensor** out, char* err, size_t err_len) {
+  return rsd::guard(err, err_len, [&] {
+    TORCH_CHECK(p->work, "the collective was already waited for");
+    finish(p->work, timeout_ms);
+    p->work.reset();
+    p->input = Tensor();
+    finish_avg(p->output, p->op, p->native_avg, p->size);
+    *out = new Tensor(std::move(p->output));
+  });
+}
+
+// Frees the handle; a collective never waited for goes on in the backend, which keeps its
+// tensors alive until it ends.
+void rsd_pending_free(RsdPending* p) { delete p; }
 
 int rsd_broadcast(const RsdGroup* g, Tensor* t, int root, int64_t timeout_ms, char* err,
                   size_t err_len) {

@@ -34,6 +34,17 @@ struct RsdGroup {
   c10::intrusive_ptr<RsdCounter> backward = c10::make_intrusive<RsdCounter>();
 };
 
+// A reduce-scatter in flight (rsd_reduce_scatter_start): the work, the input it reads and the
+// output it writes, both kept alive here until it has been waited for.
+struct RsdPending {
+  c10::intrusive_ptr<c10d::Work> work;
+  at::Tensor input;
+  at::Tensor output;
+  int op;
+  bool native_avg;
+  int size;
+};
+
 namespace rsd {
 
 inline void write_error(const char* what, char* err, size_t err_len) {

@@ -15,6 +15,12 @@ pub struct RawGroup {
     _private: [u8; 0],
 }
 
+/// Opaque `RsdPending` (a collective in flight).
+#[repr(C)]
+pub struct RawPending {
+    _private: [u8; 0],
+}
+
 extern "C" {
     pub fn rsd_store_tcp(
         host: *const c_char,
@@ -124,6 +130,23 @@ extern "C" {
         err: *mut c_char,
         err_len: usize,
     ) -> c_int;
+    pub fn rsd_reduce_scatter_start(
+        g: *const RawGroup,
+        t: *const C_tensor,
+        op: c_int,
+        timeout_ms: i64,
+        out: *mut *mut RawPending,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> c_int;
+    pub fn rsd_pending_wait(
+        p: *mut RawPending,
+        timeout_ms: i64,
+        out: *mut *mut C_tensor,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> c_int;
+    pub fn rsd_pending_free(p: *mut RawPending);
     pub fn rsd_broadcast(
         g: *const RawGroup,
         t: *mut C_tensor,

@@ -485,6 +485,38 @@ impl ProcessGroup {
         Self::returned(name, y, t.device())
     }
 
+    /// [`reduce_scatter`](Self::reduce_scatter), started and not waited for: the backend runs
+    /// it (Gloo on its worker thread, NCCL on its stream) while this rank goes on computing, and
+    /// [`PendingReduceScatter::wait`] returns the result. Collectives still start in the same
+    /// order on every rank; each one in flight holds its input and its output.
+    pub fn reduce_scatter_start(&self, t: &Tensor, op: ReduceOp) -> Result<PendingReduceScatter> {
+        let name = "reduce_scatter";
+        let x = self.placed(name, t)?;
+        let ms = self.ms();
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: the group and tensor are live for the call; the shim keeps its own reference
+        // to the tensor until the collective has been waited for.
+        self.run(name, nbytes(&x), |err, len| unsafe {
+            ffi::rsd_reduce_scatter_start(self.raw(), x.as_ptr(), op.code(), ms, &mut raw, err, len)
+        })?;
+        let raw = NonNull::new(raw).ok_or_else(|| self.collective_error(name, "no handle"))?;
+        Ok(PendingReduceScatter {
+            raw,
+            group: self.raw,
+            device: t.device(),
+        })
+    }
+
+    fn collective_error(&self, op: &'static str, message: &str) -> DistError {
+        DistError::Collective {
+            op,
+            group: self.name.clone(),
+            rank: self.rank,
+            size: self.size,
+            message: message.into(),
+        }
+    }
+
     /// Copies `root`'s `t` into every other rank's `t` (same shape and dtype everywhere).
     pub fn broadcast(&self, t: &mut Tensor, root: usize) -> Result<()> {
         let root = self.peer("broadcast", "root", root)?;
@@ -612,6 +644,55 @@ impl std::fmt::Debug for ProcessGroup {
             .field("device", &self.device)
             .field("timeout", &self.timeout)
             .finish()
+    }
+}
+
+/// A reduce-scatter in flight ([`ProcessGroup::reduce_scatter_start`]).
+pub struct PendingReduceScatter {
+    raw: NonNull<ffi::RawPending>,
+    /// The group that started it: only that group may wait for it.
+    group: NonNull<ffi::RawGroup>,
+    /// The caller's input's device, where the result goes.
+    device: Device,
+}
+
+impl PendingReduceScatter {
+    /// Blocks until the reduce-scatter is complete on this rank (or the group's timeout) and
+    /// returns block `rank` of the sum, on the input's device. `group` is the group that started
+    /// it; the time blocked here counts in its [`CommStats::seconds`].
+    pub fn wait(self, group: &ProcessGroup) -> Result<Tensor> {
+        let op = "reduce_scatter";
+        if group.raw != self.group {
+            return Err(DistError::Input {
+                op,
+                message: format!("waited for on group {}, which did not start it", group.name),
+            });
+        }
+        let started = Instant::now();
+        let mut out = std::ptr::null_mut();
+        let ms = group.ms();
+        // SAFETY: the pending handle is live until Drop; the shim hands its output over once.
+        let r = ffi::call(|err, len| unsafe {
+            ffi::rsd_pending_wait(self.raw.as_ptr(), ms, &mut out, err, len)
+        });
+        let mut st = group.stats.get();
+        st.seconds += started.elapsed().as_secs_f64();
+        group.stats.set(st);
+        r.map_err(|message| group.collective_error(op, &message))?;
+        if out.is_null() {
+            return Err(group.collective_error(op, "the shim returned no tensor"));
+        }
+        // SAFETY: the shim created this `at::Tensor*` for us; `Tensor` owns it from here on.
+        let y = unsafe { Tensor::from_ptr(out) };
+        ProcessGroup::returned(op, y, self.device)
+    }
+}
+
+impl Drop for PendingReduceScatter {
+    fn drop(&mut self) {
+        // SAFETY: created by the shim, freed once. A collective never waited for goes on in the
+        // backend, which holds its tensors until it ends.
+        unsafe { ffi::rsd_pending_free(self.raw.as_ptr()) }
     }
 }
 

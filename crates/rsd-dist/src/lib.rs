@@ -30,6 +30,6 @@ mod store;
 
 pub use env::Rendezvous;
 pub use error::{DistError, Result};
-pub use group::{Backend, CommStats, ProcessGroup, ReduceOp};
+pub use group::{Backend, CommStats, PendingReduceScatter, ProcessGroup, ReduceOp};
 pub use mesh::{layout, Mesh, MeshShape};
 pub use store::Store;

@@ -118,6 +118,29 @@ fn rank_collectives() {
             "reduce_scatter {op:?}"
         );
     }
+
+    // Reduce-scatters in flight: two started before either is waited for, a blocking
+    // collective between them, waited for in the other order; the inputs are dropped at once
+    // (the pending collective holds its own). The calls and bytes count at the start.
+    let before = pg.stats();
+    let first = pg
+        .reduce_scatter_start(&input(rank, Kind::Float), ReduceOp::Sum)
+        .unwrap();
+    let second = pg
+        .reduce_scatter_start(&(input(rank, Kind::Double) * 2.0), ReduceOp::Avg)
+        .unwrap();
+    let mut between = Tensor::from_slice(&[rank as i64 + 1]);
+    pg.all_reduce(&mut between, ReduceOp::Sum).unwrap();
+    assert_eq!(i64::try_from(&between).unwrap(), (n * (n + 1) / 2) as i64);
+    let sum = stacked.sum_dim_intlist(0, false, Kind::Float);
+    let got_second = second.wait(&pg).unwrap();
+    let got_first = first.wait(&pg).unwrap();
+    assert!(same(&got_first, &sum.chunk(n as i64, 0)[rank]), "reduce_scatter_start sum");
+    let avg2 = (stacked.to_kind(Kind::Double) * 2.0).mean_dim(0, false, Kind::Double);
+    assert!(same(&got_second, &avg2.chunk(n as i64, 0)[rank]), "reduce_scatter_start avg");
+    let after = pg.stats();
+    assert_eq!(after.calls - before.calls, 3);
+    assert_eq!(after.bytes - before.bytes, (12 * 4 + 12 * 8 + 8) as u64);
     let mut ints = input(rank, Kind::Int64);
     pg.all_reduce(&mut ints, ReduceOp::Sum).unwrap();
     assert!(same(
