@@ -7,7 +7,8 @@ table between the `memory-matrix` markers of docs/MEMORY.md.
                              [--steps 1] [--no-write]
 
 Every entry must be within ±10% of the measured bytes per category and at the peak; the script
-exits 1 when one is not (and names it).
+exits 1 when one is not (and names it). With --only, the named entries' results replace their
+earlier ones in the JSON and the table; --ci and --no-write write nothing.
 """
 import argparse
 import json
@@ -128,13 +129,17 @@ def main():
         print(f"{e['name']}: {status} ({r['wall_s']:.0f} s)", file=sys.stderr, flush=True)
         if m:
             bad.append(e["name"])
-    text = table(rows)
-    print(text)
-    if not a.no_write:
+    print(table(rows))
+    if not a.no_write and not a.ci:
+        # Entries run now replace their earlier results; the others keep theirs.
         out = ROOT / "benches" / "memory-matrix.json"
-        out.write_text(json.dumps([{"entry": e, "report": r} for e, r in rows], indent=1) + "\n")
-        if not a.only and not a.ci:
-            write_doc(text)
+        done = {e["name"]: (e, r) for e, r in rows}
+        kept = json.loads(out.read_text()) if out.exists() else []
+        kept = {k["entry"]["name"]: (k["entry"], k["report"]) for k in kept}
+        merged = [done.get(e["name"]) or kept.get(e["name"]) for e in entries()]
+        merged = [m for m in merged if m is not None]
+        out.write_text(json.dumps([{"entry": e, "report": r} for e, r in merged], indent=1) + "\n")
+        write_doc(table(merged))
     if bad:
         print(f"outside ±{TOLERANCE:.0%}: {', '.join(bad)}", file=sys.stderr)
         sys.exit(1)

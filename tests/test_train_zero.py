@@ -86,6 +86,15 @@ def test_zero2_with_two_micro_batches_per_rank_trains_what_one_process_trains(
     # reduce-scatters + Σ blocks × 8 B of all-gathers + small scalars, on every step alike.
     comm = [r["comm_bytes"] for r in metrics(tmp_path / "zero")]
     assert len(set(comm)) == 1 and comm[0] > 0, comm
+    if checkpointed:
+        # Each layer's reduce-scatter in flight during the next layer's backward (the default)
+        # or blocking: the same sums in the same order, bit for bit.
+        run("rsd-train", *train_args(shards, tmp_path / "blocking", *extra,
+                                     "--shard-optimizer", "true", "--overlap-grad-reduce", "false"),
+            "--nproc", 2)
+        overlapped, blocking = params(tmp_path / "zero"), params(tmp_path / "blocking")
+        assert all(np.array_equal(overlapped[k], blocking[k]) for k in overlapped)
+        assert [r["comm_bytes"] for r in metrics(tmp_path / "blocking")] == comm
 
 
 def sharded_state(ckpt):

@@ -210,6 +210,10 @@ config! {
     dist_timeout: u64 = 300;
     /// Largest gradient all-reduce bucket, MiB (fp32).
     grad_bucket_mb: usize = 25;
+    /// With `shard_optimizer`: a bucket's gradient reduce-scatter runs while the backward
+    /// computes the next layer's gradients (per layer with `checkpoint_layers`, else after the
+    /// backward, one bucket ahead). The same sums; one more bucket's gradient is live.
+    overlap_grad_reduce: bool = true;
 }
 
 /// Serde default of keys that default to on (the resolved config's `bool`; in a file's

@@ -44,6 +44,8 @@ pub struct PlanInput {
     pub shard_optimizer: bool,
     /// Per-layer activation checkpointing.
     pub checkpoint_layers: bool,
+    /// Sharded: a bucket's reduce-scatter stays in flight during the next part's backward.
+    pub overlap_grad_reduce: bool,
     /// The objective (which views run, which loss terms a chunk forms).
     pub objective: Objective,
     /// The perturbed view starts from the shared prefix.
@@ -214,6 +216,7 @@ pub fn input_for(
         cp,
         shard_optimizer: cfg.shard_optimizer,
         checkpoint_layers: cfg.checkpoint_layers,
+        overlap_grad_reduce: cfg.overlap_grad_reduce,
         objective: cfg.objective,
         prefix_reuse: cfg.prefix_reuse,
         loss_chunk: cfg.loss_chunk.max(1) as u64,
@@ -510,6 +513,17 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
         } else {
             gathered + 3 * hidden_grad
         };
+    // Sharded and overlapped, each part's gradients are reduce-scattered during the next
+    // part's backward: with per-layer hooks, the largest bucket (the LM head's) is still in
+    // flight — flat in fp32, Gloo's copy of it, the reduced block — while a layer's backward
+    // runs. Without the hooks every bucket is reduced after the backward, when nothing else is.
+    let in_flight = if sharded && p.overlap_grad_reduce && p.checkpoint_layers {
+        let bucket = bucket_elems.min(params) * 4;
+        bucket * if p.gloo { 2 } else { 1 } + bucket.div_ceil(world)
+    } else {
+        0
+    };
+    let layer_phase = layer_phase + in_flight;
     let final_norm = if p.checkpoint_layers {
         2 * view_rows * w.d * b
     } else {
@@ -521,12 +535,17 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
         (loss_phase + final_norm).max(layer_phase),
         format!(
             "the larger of the loss (LM-head gradient {}×{} fp32, hidden gradients, \
-             {chunk_tensors} × {chunk} rows × {} vocab fp32) and one layer's backward{}",
+             {chunk_tensors} × {chunk} rows × {} vocab fp32) and one layer's backward{}{}",
             w.vocab,
             w.d,
             w.vocab,
             if p.checkpoint_layers {
                 " (recomputed)"
+            } else {
+                ""
+            },
+            if in_flight > 0 {
+                " with a gradient bucket's reduce-scatter in flight"
             } else {
                 ""
             }
@@ -784,6 +803,7 @@ mod tests {
             cp,
             shard_optimizer: shard,
             checkpoint_layers: true,
+            overlap_grad_reduce: true,
             objective: Objective::Rsd,
             prefix_reuse: true,
             loss_chunk: 4096,

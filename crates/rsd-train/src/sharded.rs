@@ -28,14 +28,14 @@
 //! Checkpoints are sharded too ([`ShardedAdamW::save_shard`]): each rank writes its own blocks;
 //! nothing is gathered. [`SavedShards`] reads any rank's byte ranges of such a checkpoint from
 //! memory maps, so a run resumes at another number of ranks (re-sharded on load), or replicated.
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use safetensors::{Dtype, SafeTensors};
 use tch::{Device, Kind, Tensor};
 
-use rsd_dist::{ProcessGroup, ReduceOp};
+use rsd_dist::{PendingReduceScatter, ProcessGroup, ReduceOp};
 use rsd_model::Model;
 
 use crate::checkpoint::{SavedBucket, SavedParam, ShardLayout};
@@ -87,6 +87,11 @@ pub struct ShardedAdamW {
     bucket_elems: usize,
     /// Updates applied so far (for the bias corrections).
     pub steps: u64,
+    /// Whether a bucket's reduce-scatter may stay in flight while the backward goes on.
+    overlap: bool,
+    /// The bucket whose reduce-scatter is in flight, if any (at most one: its flat gradient is
+    /// the only one waiting).
+    in_flight: RefCell<Option<(usize, PendingReduceScatter)>>,
 }
 
 /// The buckets' members: the parameters grouped by part in backward order, each part cut into
@@ -163,28 +168,64 @@ impl ShardedAdamW {
             low_precision,
             bucket_elems,
             steps: 0,
+            overlap: true,
+            in_flight: RefCell::new(None),
         })
+    }
+
+    /// Whether a bucket's reduce-scatter runs while the backward computes the next part's
+    /// gradients (`true`, the default) or blocks until done (`false`). The same sums either
+    /// way; overlapped, one more bucket's flat gradient is live during the next part's backward.
+    pub fn overlapped(mut self, on: bool) -> Self {
+        self.overlap = on;
+        self
     }
 
     /// `part`'s gradients of this micro-batch are complete: reduce-scatters its buckets into the
     /// accumulators and frees the gradients. A collective: every rank calls it for the same
     /// parts in the same order.
     pub fn grads_done(&self, group: &ProcessGroup, part: GradsDone) -> Result<()> {
-        for b in self.buckets.iter().filter(|b| b.part == part) {
-            b.reduce(group)?;
+        for (i, b) in self.buckets.iter().enumerate() {
+            if b.part == part {
+                self.reduce(group, i)?;
+            }
         }
         Ok(())
+    }
+
+    /// Starts bucket `i`'s reduce-scatter and finishes the one in flight before it; without
+    /// overlap, finishes it at once. Overlapped, the last bucket of a part is on the wire while
+    /// the backward computes the next part's gradients.
+    fn reduce(&self, group: &ProcessGroup, i: usize) -> Result<()> {
+        let pending = self.buckets[i].start_reduce(group)?;
+        let previous = self.in_flight.replace(Some((i, pending)));
+        if let Some((j, p)) = previous {
+            self.buckets[j].finish_reduce(group, p)?;
+        }
+        if !self.overlap {
+            self.finish_in_flight(group)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the reduce-scatter in flight, if any, and adds its block to the accumulator.
+    fn finish_in_flight(&self, group: &ProcessGroup) -> Result<()> {
+        match self.in_flight.take() {
+            Some((j, p)) => self.buckets[j].finish_reduce(group, p),
+            None => Ok(()),
+        }
     }
 
     /// The micro-batch's backward is over: reduce-scatters every bucket not reduced yet (all of
     /// them without per-layer hooks; a rank with fewer micro-batches than the others reduces
     /// zeros), and starts the next micro-batch.
     pub fn micro_batch_done(&self, group: &ProcessGroup) -> Result<()> {
-        for b in &self.buckets {
-            if !b.reduced.get() {
-                b.reduce(group)?;
+        for i in 0..self.buckets.len() {
+            if !self.buckets[i].reduced.get() {
+                self.reduce(group, i)?;
             }
         }
+        self.finish_in_flight(group)?;
         for b in &self.buckets {
             b.reduced.set(false);
         }
@@ -452,10 +493,10 @@ impl Bucket {
         Ok(bucket)
     }
 
-    /// Reduce-scatters the members' gradients (zeros where a member has none) in the state's
-    /// dtype, adds this rank's block to the accumulator and frees the gradients.
-    fn reduce(&self, group: &ProcessGroup) -> Result<()> {
-        tch::no_grad(|| -> Result<()> {
+    /// Starts the reduce-scatter of the members' gradients (zeros where a member has none) in
+    /// the state's dtype and frees the gradients (the collective holds their flat copy).
+    fn start_reduce(&self, group: &ProcessGroup) -> Result<PendingReduceScatter> {
+        let pending = tch::no_grad(|| -> Result<PendingReduceScatter> {
             let flat = self.flat(|p| {
                 let g = p.grad();
                 if g.defined() {
@@ -464,19 +505,25 @@ impl Bucket {
                     Ok(p.f_zeros_like()?)
                 }
             })?;
-            let block = group.reduce_scatter(&flat, ReduceOp::Sum)?;
-            drop(flat);
-            let _ = self
-                .grad
-                .shallow_clone()
-                .f_add_(&block.f_to_device(self.grad.device())?)?;
-            Ok(())
+            Ok(group.reduce_scatter_start(&flat, ReduceOp::Sum)?)
         })?;
         for m in &self.members {
             free_grad(&m.param);
         }
         self.reduced.set(true);
-        Ok(())
+        Ok(pending)
+    }
+
+    /// Waits for this bucket's reduce-scatter and adds this rank's block to the accumulator.
+    fn finish_reduce(&self, group: &ProcessGroup, pending: PendingReduceScatter) -> Result<()> {
+        let block = pending.wait(group)?;
+        tch::no_grad(|| {
+            let _ = self
+                .grad
+                .shallow_clone()
+                .f_add_(&block.f_to_device(self.grad.device())?)?;
+            Ok(())
+        })
     }
 
     /// `of(param)` of every member, in the state's dtype, laid out flat and zero-padded to

@@ -37,7 +37,10 @@ impl Optimizer {
         };
         Ok(match dp.group() {
             Some(g) if cfg.shard_optimizer => {
-                Optimizer::Sharded(ShardedAdamW::new(model, adamw, g, dp.bucket_elems())?)
+                Optimizer::Sharded(
+                    ShardedAdamW::new(model, adamw, g, dp.bucket_elems())?
+                        .overlapped(cfg.overlap_grad_reduce),
+                )
             }
             _ => Optimizer::Replicated(AdamW::new(model, adamw)?),
         })
