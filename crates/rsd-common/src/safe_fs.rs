@@ -51,23 +51,40 @@ impl std::fmt::Display for NamedBy {
     }
 }
 
-/// What can go wrong opening a file named by data, or writing a file atomically.
+/// A name read from a data file that is refused: where it came from, what it is, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedName {
+    /// The data file and field that hold the name.
+    pub named_by: NamedBy,
+    /// The name as found.
+    pub name: String,
+    /// The directory it must stay in.
+    pub dir: PathBuf,
+    /// What is wrong with it.
+    pub why: String,
+}
+
+impl std::fmt::Display for RefusedName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: field {}: the name {:?} {}; only a file name or a relative path inside {} is accepted",
+            self.named_by.file.display(),
+            self.named_by.field,
+            self.name,
+            self.why,
+            self.dir.display()
+        )
+    }
+}
+
+/// What can go wrong opening a file named by data, or writing a file atomically. Large details
+/// are boxed so that the error stays small in every `Result` that carries it.
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
     /// A name read from a data file is not a plain relative path inside the data's directory.
-    #[error("{}: field {field}: the name {name:?} {why}; only a file name or a relative path inside {} is accepted", file.display(), dir.display())]
-    UnsafeName {
-        /// The data file that holds the name.
-        file: PathBuf,
-        /// The field of that file.
-        field: String,
-        /// The name as found.
-        name: String,
-        /// The directory it must stay in.
-        dir: PathBuf,
-        /// What is wrong with it.
-        why: String,
-    },
+    #[error("{0}")]
+    UnsafeName(Box<RefusedName>),
     /// A file that is read as data is not a regular file.
     #[error("{}: {kind}, not a regular file{}; rsd reads data only from regular files", path.display(), named_by_suffix(named_by))]
     NotRegularFile {
@@ -76,7 +93,7 @@ pub enum FsError {
         /// What it is instead (`a FIFO`, `a directory`, …).
         kind: &'static str,
         /// Where its name came from, if a data file named it.
-        named_by: Option<NamedBy>,
+        named_by: Option<Box<NamedBy>>,
     },
     /// A file is larger than it may be.
     #[error("{}: more than {limit} bytes, the most a {what} may have", path.display())]
@@ -106,7 +123,7 @@ pub enum FsError {
     },
 }
 
-fn named_by_suffix(named_by: &Option<NamedBy>) -> String {
+fn named_by_suffix(named_by: &Option<Box<NamedBy>>) -> String {
     match named_by {
         Some(n) => format!(" (named by {n})"),
         None => String::new(),
@@ -117,7 +134,7 @@ impl FsError {
     /// The file the error is about: the data file holding a refused name, else the file itself.
     pub fn path(&self) -> &Path {
         match self {
-            FsError::UnsafeName { file, .. } => file,
+            FsError::UnsafeName(refused) => &refused.named_by.file,
             FsError::NotRegularFile { path, .. }
             | FsError::TooLarge { path, .. }
             | FsError::TemporaryInTheWay { path, .. }
@@ -163,6 +180,21 @@ pub fn check_relative_name(name: &str) -> std::result::Result<(), &'static str> 
     Ok(())
 }
 
+fn refused(dir: &Path, name: &str, named_by: &NamedBy, why: String) -> FsError {
+    FsError::UnsafeName(Box::new(RefusedName {
+        named_by: named_by.clone(),
+        name: name.to_string(),
+        dir: dir.to_path_buf(),
+        why,
+    }))
+}
+
+/// [`check_relative_name`] as an error naming the data file and field `named_by` and the
+/// directory `dir` the name must stay in.
+pub fn check_name(dir: &Path, name: &str, named_by: &NamedBy) -> Result<()> {
+    check_relative_name(name).map_err(|why| refused(dir, name, named_by, why.to_string()))
+}
+
 /// What a file is, in words, for messages.
 fn kind_of(meta: &Metadata) -> &'static str {
     let t = meta.file_type();
@@ -192,7 +224,7 @@ fn require_regular(path: &Path, meta: &Metadata, named_by: Option<&NamedBy>) -> 
     Err(FsError::NotRegularFile {
         path: path.to_path_buf(),
         kind: kind_of(meta),
-        named_by: named_by.cloned(),
+        named_by: named_by.map(|n| Box::new(n.clone())),
     })
 }
 
@@ -204,22 +236,20 @@ fn require_regular(path: &Path, meta: &Metadata, named_by: Option<&NamedBy>) -> 
 /// The check is made when called: someone who can change `dir` while rsd reads it can still swap
 /// a file for a link in between. That is outside what rsd defends against (see docs/UNTRUSTED.md).
 pub fn confined_file(dir: &Path, name: &str, named_by: &NamedBy) -> Result<PathBuf> {
-    let refuse = |why: String| FsError::UnsafeName {
-        file: named_by.file.clone(),
-        field: named_by.field.clone(),
-        name: name.to_string(),
-        dir: dir.to_path_buf(),
-        why,
-    };
-    check_relative_name(name).map_err(|why| refuse(why.to_string()))?;
+    check_name(dir, name, named_by)?;
     let path = dir.join(name);
     let real_dir = dir.canonicalize().map_err(io_error(dir))?;
     let real = path.canonicalize().map_err(io_error(&path))?;
     if !real.starts_with(&real_dir) {
-        return Err(refuse(format!(
-            "leads through a link to {}, outside the directory",
-            real.display()
-        )));
+        return Err(refused(
+            dir,
+            name,
+            named_by,
+            format!(
+                "leads through a link to {}, outside the directory",
+                real.display()
+            ),
+        ));
     }
     let meta = std::fs::metadata(&real).map_err(io_error(&path))?;
     require_regular(&path, &meta, Some(named_by))?;
@@ -232,13 +262,7 @@ pub fn confined_file(dir: &Path, name: &str, named_by: &NamedBy) -> Result<PathB
 /// it later reports it missing in the usual way (one missing shard of many is then one bad input,
 /// not a bad index).
 pub fn confined_name(dir: &Path, name: &str, named_by: &NamedBy) -> Result<PathBuf> {
-    check_relative_name(name).map_err(|why| FsError::UnsafeName {
-        file: named_by.file.clone(),
-        field: named_by.field.clone(),
-        name: name.to_string(),
-        dir: dir.to_path_buf(),
-        why: why.to_string(),
-    })?;
+    check_name(dir, name, named_by)?;
     let path = dir.join(name);
     match std::fs::symlink_metadata(&path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(path),
@@ -455,7 +479,7 @@ mod tests {
         for name in ["../outside.bin", outside.to_str().unwrap(), "link-out.bin"] {
             let err = confined_file(&dir, name, &named()).unwrap_err();
             let text = err.to_string();
-            assert!(matches!(err, FsError::UnsafeName { .. }), "{text}");
+            assert!(matches!(err, FsError::UnsafeName(_)), "{text}");
             assert!(
                 text.contains("/data/index.json") && text.contains("shards[0].prefix"),
                 "{text}"
@@ -517,7 +541,10 @@ mod tests {
         write_file_atomic(&dest2, b"other").unwrap();
         assert_eq!(std::fs::read(&victim).unwrap(), b"keep me");
         assert_eq!(std::fs::read(&dest2).unwrap(), b"other");
-        assert!(!std::fs::symlink_metadata(&dest2).unwrap().file_type().is_symlink());
+        assert!(!std::fs::symlink_metadata(&dest2)
+            .unwrap()
+            .file_type()
+            .is_symlink());
     }
 
     #[test]

@@ -114,7 +114,7 @@ impl DataError {
             DataError::File(e) => {
                 let cause = match e {
                     // A name that leaves its directory is a damaged (or hostile) index.
-                    FsError::UnsafeName { .. } | FsError::TooLarge { .. } => Cause::Corrupt,
+                    FsError::UnsafeName(_) | FsError::TooLarge { .. } => Cause::Corrupt,
                     FsError::NotRegularFile { .. } | FsError::Io { .. } => Cause::Unreadable,
                     // About the output, never an input.
                     FsError::TemporaryInTheWay { .. } => return None,

@@ -22,6 +22,8 @@ struct Finished {
 /// Run `rsd-data args`, failing the test if it runs longer than `timeout` (a read that blocks on
 /// a FIFO would never end); the peak RSS comes from the child's own rusage (`wait4`), so other
 /// tests' children running at the same time do not count.
+// `wait4` reaps the child (and `kill` + `wait` on a timeout); clippy sees no `wait()` call.
+#[allow(clippy::zombie_processes)]
 fn run_bounded(args: &[&str], timeout: Duration) -> Finished {
     let mut child = Command::new(env!("CARGO_BIN_EXE_rsd-data"))
         .args(args)
@@ -224,7 +226,8 @@ fn mds_index_names_that_leave_the_directory_are_refused_naming_file_and_field() 
         let out = tmp.path().join(format!("o{k}"));
         let f = fails(&pack_mds_args(p(&ds), p(&out)));
         assert!(
-            f.stderr.contains(&ds.join("index.json").display().to_string())
+            f.stderr
+                .contains(&ds.join("index.json").display().to_string())
                 && f.stderr.contains("shards[0].raw_data.basename")
                 && f.stderr.contains(name),
             "{}",
@@ -279,7 +282,12 @@ fn a_planted_link_at_a_temporary_name_in_out_is_never_written_through() {
     // not its target) before the pack starts; the pack then succeeds.
     let out = tmp.path().join("o2");
     std::fs::create_dir_all(&out).unwrap();
-    for name in ["shard-00000.bin.tmp", "shard-00000.idx.tmp", "tokenizer.json.tmp", "index.json.tmp"] {
+    for name in [
+        "shard-00000.bin.tmp",
+        "shard-00000.idx.tmp",
+        "tokenizer.json.tmp",
+        "index.json.tmp",
+    ] {
         std::os::unix::fs::symlink(&victim, out.join(name)).unwrap();
     }
     let args = pack(&out);
@@ -313,10 +321,30 @@ fn fifos_in_place_of_inputs_are_clear_errors_not_hangs() {
     write_jsonl(&src, 20);
     let tok = tmp.path().join("tokenizer.json");
     mkfifo(&tok);
-    let f = fails(&["pack", "--len", "8", "--tokenizer", p(&tok), "--src", p(&src), "--out", p(&out)]);
+    let f = fails(&[
+        "pack",
+        "--len",
+        "8",
+        "--tokenizer",
+        p(&tok),
+        "--src",
+        p(&src),
+        "--out",
+        p(&out),
+    ]);
     assert!(f.stderr.contains("FIFO"), "{}", f.stderr);
     // A shard of a finished directory, for verify and inspect.
-    ok(&["pack", "--len", "8", "--src", p(&src), "--out", p(&out), "--progress", "none"]);
+    ok(&[
+        "pack",
+        "--len",
+        "8",
+        "--src",
+        p(&src),
+        "--out",
+        p(&out),
+        "--progress",
+        "none",
+    ]);
     std::fs::remove_file(out.join("shard-00000.bin")).unwrap();
     mkfifo(&out.join("shard-00000.bin"));
     for command in ["verify", "inspect"] {
@@ -334,14 +362,27 @@ fn a_zstd_bomb_line_is_a_clear_error_or_a_counted_skip_in_bounded_memory() {
     let tmp = tempfile::tempdir().unwrap();
     let good = |i: usize| json!({ "text": format!("good document {i}") }).to_string() + "\n";
     let head = good(1) + "{\"text\": \"";
-    let bomb = zstd_bomb(head.as_bytes(), b'a', ("\"}\n".to_string() + &good(3)).as_bytes());
+    let bomb = zstd_bomb(
+        head.as_bytes(),
+        b'a',
+        ("\"}\n".to_string() + &good(3)).as_bytes(),
+    );
     let src = tmp.path().join("bomb.jsonl.zst");
     std::fs::write(&src, &bomb).unwrap();
 
     let out = tmp.path().join("o1");
     let f = fails(&[
-        "pack", "--len", "4", "--tail", "keep", "--max-doc-bytes", "1MiB", "--src", p(&src),
-        "--out", p(&out),
+        "pack",
+        "--len",
+        "4",
+        "--tail",
+        "keep",
+        "--max-doc-bytes",
+        "1MiB",
+        "--src",
+        p(&src),
+        "--out",
+        p(&out),
     ]);
     assert!(
         f.stderr.contains("bomb.jsonl.zst:line 2") && f.stderr.contains("--max-doc-bytes"),
@@ -357,14 +398,34 @@ fn a_zstd_bomb_line_is_a_clear_error_or_a_counted_skip_in_bounded_memory() {
 
     let out = tmp.path().join("o2");
     let f = ok(&[
-        "pack", "--len", "4", "--tail", "keep", "--max-doc-bytes", "1MiB", "--skip-bad", "--src",
-        p(&src), "--out", p(&out), "--progress", "none",
+        "pack",
+        "--len",
+        "4",
+        "--tail",
+        "keep",
+        "--max-doc-bytes",
+        "1MiB",
+        "--skip-bad",
+        "--src",
+        p(&src),
+        "--out",
+        p(&out),
+        "--progress",
+        "none",
     ]);
-    assert!(f.max_rss_mib < BOMB_RSS_LIMIT_MIB, "peak RSS {:.0} MiB", f.max_rss_mib);
+    assert!(
+        f.max_rss_mib < BOMB_RSS_LIMIT_MIB,
+        "peak RSS {:.0} MiB",
+        f.max_rss_mib
+    );
     let m = ShardSet::open(&out).unwrap().manifest().clone();
     assert_eq!((m.totals.documents, m.totals.skipped_documents), (2, 1));
     assert_eq!(m.totals.bad_inputs.len(), 1);
-    assert!(m.totals.bad_inputs[0].first.contains("line 2"), "{:?}", m.totals.bad_inputs);
+    assert!(
+        m.totals.bad_inputs[0].first.contains("line 2"),
+        "{:?}",
+        m.totals.bad_inputs
+    );
 }
 
 #[test]
@@ -385,7 +446,8 @@ fn an_mds_zstd_bomb_is_refused_naming_the_shard_in_bounded_memory() {
     let f = fails(&pack_mds_args(p(&ds), p(&out)));
     assert!(
         f.stderr.contains("shard.00000.mds.zstd")
-            && f.stderr.contains(&format!("more than {} bytes", shard.len())),
+            && f.stderr
+                .contains(&format!("more than {} bytes", shard.len())),
         "{}",
         f.stderr
     );
@@ -397,8 +459,11 @@ fn an_mds_zstd_bomb_is_refused_naming_the_shard_in_bounded_memory() {
     );
 
     // The same shard compressed honestly packs.
-    std::fs::write(ds.join("shard.00000.mds.zstd"), zstd::encode_all(&shard[..], 3).unwrap())
-        .unwrap();
+    std::fs::write(
+        ds.join("shard.00000.mds.zstd"),
+        zstd::encode_all(&shard[..], 3).unwrap(),
+    )
+    .unwrap();
     let out = tmp.path().join("o2");
     ok(&pack_mds_args(p(&ds), p(&out)));
     assert_eq!(ShardSet::open(&out).unwrap().num_samples(), 2);
@@ -430,7 +495,17 @@ fn a_manifest_tokenizer_name_outside_the_directory_is_not_opened() {
     let src = tmp.path().join("c.jsonl");
     write_jsonl(&src, 20);
     let out = tmp.path().join("o");
-    ok(&["pack", "--len", "8", "--src", p(&src), "--out", p(&out), "--progress", "none"]);
+    ok(&[
+        "pack",
+        "--len",
+        "8",
+        "--src",
+        p(&src),
+        "--out",
+        p(&out),
+        "--progress",
+        "none",
+    ]);
     // The right tokenizer, outside the directory: following the manifest's name would find it.
     let outside: PathBuf = tmp.path().join("tokenizer.json");
     std::fs::rename(out.join("tokenizer.json"), &outside).unwrap();

@@ -27,16 +27,7 @@ pub fn fsync_dir(dir: &Path) -> Result<()> {
 pub(crate) fn shard_files(dir: &Path, k: usize, info: &ShardInfo) -> Result<(PathBuf, PathBuf)> {
     let named_by = NamedBy::new(dir.join(MANIFEST_FILE), format!("shards[{k}].prefix"));
     // The prefix itself first, so a refused prefix is reported as written.
-    if let Err(why) = safe_fs::check_relative_name(&info.prefix) {
-        return Err(safe_fs::FsError::UnsafeName {
-            file: named_by.file,
-            field: named_by.field,
-            name: info.prefix.clone(),
-            dir: dir.to_path_buf(),
-            why: why.to_string(),
-        }
-        .into());
-    }
+    safe_fs::check_name(dir, &info.prefix, &named_by)?;
     let bin = safe_fs::confined_file(dir, &format!("{}.bin", info.prefix), &named_by)?;
     let idx = safe_fs::confined_file(dir, &format!("{}.idx", info.prefix), &named_by)?;
     Ok((bin, idx))

@@ -202,14 +202,15 @@ impl Manifest {
     /// reader and [`crate::verify`] check those.
     pub fn parse(bytes: &[u8], path: &Path) -> Result<Manifest> {
         let path = path.to_path_buf();
-        let manifest: Manifest = serde_json::from_slice(bytes).map_err(|e| ShardError::Manifest {
-            path: path.clone(),
-            what: format!(
-                "not a valid rsd manifest at line {} column {}: {e}",
-                e.line(),
-                e.column()
-            ),
-        })?;
+        let manifest: Manifest =
+            serde_json::from_slice(bytes).map_err(|e| ShardError::Manifest {
+                path: path.clone(),
+                what: format!(
+                    "not a valid rsd manifest at line {} column {}: {e}",
+                    e.line(),
+                    e.column()
+                ),
+            })?;
         if manifest.format != FORMAT_NAME {
             return Err(ShardError::Manifest {
                 path,

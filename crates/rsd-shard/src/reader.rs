@@ -12,8 +12,8 @@ use memmap2::Mmap;
 
 use crate::dtype::TokenDtype;
 use crate::error::{Result, ShardError};
-use crate::idx::{i32_at, i64_at, IdxHeader};
 use crate::fsutil::shard_files;
+use crate::idx::{i32_at, i64_at, IdxHeader};
 use crate::manifest::Manifest;
 use rsd_common::safe_fs::open_regular;
 

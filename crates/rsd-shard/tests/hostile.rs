@@ -86,14 +86,12 @@ fn a_manifest_prefix_that_leaves_the_directory_is_refused_naming_file_and_field(
         m.write(&dir).unwrap();
         let errors = [
             ShardSet::open(&dir).err().expect("open must refuse"),
-            verify(&dir, VerifyOptions::default())
-                .err()
-                .expect("verify must refuse"),
+            verify(&dir, VerifyOptions::default()).expect_err("verify must refuse"),
         ];
         for err in errors {
             let text = err.to_string();
             assert!(
-                matches!(err, ShardError::File(FsError::UnsafeName { .. })),
+                matches!(err, ShardError::File(FsError::UnsafeName(_))),
                 "{text}"
             );
             assert!(
@@ -104,14 +102,19 @@ fn a_manifest_prefix_that_leaves_the_directory_is_refused_naming_file_and_field(
             );
         }
     }
-    assert_eq!(std::fs::read(outside.join("shard-00000.bin")).unwrap(), before);
+    assert_eq!(
+        std::fs::read(outside.join("shard-00000.bin")).unwrap(),
+        before
+    );
 
     // A link inside the directory that leads out is refused the same way.
     m.shards[0].prefix = "escape".into();
     m.write(&dir).unwrap();
     std::os::unix::fs::symlink(outside.join("shard-00000.bin"), dir.join("escape.bin")).unwrap();
     std::os::unix::fs::symlink(outside.join("shard-00000.idx"), dir.join("escape.idx")).unwrap();
-    let err = ShardSet::open(&dir).err().expect("a link out must be refused");
+    let err = ShardSet::open(&dir)
+        .err()
+        .expect("a link out must be refused");
     assert!(err.to_string().contains("outside the directory"), "{err}");
 }
 
@@ -125,7 +128,10 @@ fn a_fifo_in_place_of_a_shard_is_a_clear_error_not_a_hang() {
     let d = dir.clone();
     let err = within(10, move || ShardSet::open(&d).err().map(|e| e.to_string()))
         .expect("a FIFO must be refused");
-    assert!(err.contains("FIFO") && err.contains("shard-00000.bin"), "{err}");
+    assert!(
+        err.contains("FIFO") && err.contains("shard-00000.bin"),
+        "{err}"
+    );
     let d = dir.clone();
     let err = within(10, move || {
         verify(&d, VerifyOptions::default())
@@ -226,8 +232,8 @@ proptest! {
         let plain = rsd_common::safe_fs::check_relative_name(&prefix).is_ok();
         match ShardSet::open(dir) {
             Ok(set) => prop_assert!(plain && set.num_samples() == 1),
-            Err(ShardError::File(FsError::UnsafeName { field, .. })) => {
-                prop_assert_eq!(field, "shards[0].prefix".to_string());
+            Err(ShardError::File(FsError::UnsafeName(refused))) => {
+                prop_assert_eq!(&refused.named_by.field, "shards[0].prefix");
             }
             Err(_) => prop_assert!(plain, "{prefix:?} must be refused by name"),
         }

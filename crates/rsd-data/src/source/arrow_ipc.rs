@@ -229,11 +229,7 @@ fn reader(path: &Path, projection: Option<Vec<usize>>) -> Result<IpcReader> {
     })
 }
 
-pub(super) fn open(
-    path: &Path,
-    field: &str,
-    max_doc_bytes: u64,
-) -> Result<TextBatches<IpcReader>> {
+pub(super) fn open(path: &Path, field: &str, max_doc_bytes: u64) -> Result<TextBatches<IpcReader>> {
     // Open once for the schema, then again with the text column projected.
     let schema = match reader(path, None)? {
         IpcReader::File(r) => r.schema(),

@@ -395,7 +395,10 @@ impl ShardDocs {
         let bytes = if entry.zstd {
             // Decoded no further than the size the index declares (or the most an MDS shard can
             // have): a small file that decompresses to gigabytes is refused, not held in memory.
-            let cap = entry.raw_bytes.unwrap_or(MAX_SHARD_BYTES).min(MAX_SHARD_BYTES);
+            let cap = entry
+                .raw_bytes
+                .unwrap_or(MAX_SHARD_BYTES)
+                .min(MAX_SHARD_BYTES);
             let mut raw = vec![];
             let decoded = zstd::stream::read::Decoder::new(file)
                 .and_then(|d| d.take(cap.saturating_add(1)).read_to_end(&mut raw));
@@ -805,9 +808,12 @@ mod tests {
         out
     }
 
-    /// An MDS shard (no writer config) of samples `(input_ids, [(start, end)])`, with columns
-    /// `indices` and `input_ids`, both `ndarray:uint32` of variable size.
-    fn shard_bytes(samples: &[(Vec<u32>, Vec<(u32, u32)>)]) -> Vec<u8> {
+    /// One sample: its `input_ids` and the `(start, end)` of each document in them.
+    type Sample = (Vec<u32>, Vec<(u32, u32)>);
+
+    /// An MDS shard (no writer config) of `samples`, with columns `indices` and `input_ids`,
+    /// both `ndarray:uint32` of variable size.
+    fn shard_bytes(samples: &[Sample]) -> Vec<u8> {
         let encoded: Vec<Vec<u8>> = samples
             .iter()
             .map(|(ids, spans)| {
@@ -848,7 +854,7 @@ mod tests {
         }]})
     }
 
-    fn samples() -> Vec<(Vec<u32>, Vec<(u32, u32)>)> {
+    fn samples() -> Vec<Sample> {
         vec![
             ((1..=10).collect(), vec![(0, 4), (4, 10)]),
             ((11..=16).collect(), vec![(0, 6)]),
@@ -900,7 +906,9 @@ mod tests {
         for size in [u64::MAX, u64::MAX - 3, 1 << 40] {
             let mut index = index_json(2, bytes.len() as u64);
             index["shards"][0]["column_sizes"][1] = json!(size);
-            let err = read_all(tmp.path(), &index, u64::MAX).unwrap_err().to_string();
+            let err = read_all(tmp.path(), &index, u64::MAX)
+                .unwrap_err()
+                .to_string();
             assert!(
                 err.contains("index.json")
                     && err.contains("shards[0].column_sizes[1]")
@@ -969,7 +977,8 @@ mod tests {
             }
             match read_all(tmp.path(), &index, u64::MAX) {
                 Ok(docs) => drop(docs),
-                Err(DataError::File(FsError::UnsafeName { field, .. })) => {
+                Err(DataError::File(FsError::UnsafeName(refused))) => {
+                    let field = &refused.named_by.field;
                     prop_assert!(field.ends_with(".basename"), "{field}");
                     prop_assert!(rsd_common::safe_fs::check_relative_name(&basename).is_err());
                 }
