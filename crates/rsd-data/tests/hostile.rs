@@ -550,4 +550,18 @@ fn a_manifest_tokenizer_name_outside_the_directory_is_not_opened() {
     // Given explicitly, the same file is used.
     let f = ok(&["inspect", p(&out), "--tokenizer", p(&outside)]);
     assert!(f.stdout.contains("document"), "{}", f.stdout);
+
+    // Values the reader does not check (they only describe) are printed, never trusted: a
+    // digest of multi-byte characters, counts whose product overflows.
+    // ("a" then two-byte characters: byte 12 falls inside one.)
+    m["tokenizer"]["sha256"] = json!(format!("a{}", "é".repeat(20)));
+    m["totals"]["samples"] = json!(u64::MAX);
+    m["seq_len"] = json!(u64::MAX / 2);
+    write_json(&manifest_path, &m);
+    let f = ok(&["inspect", p(&out), "--tokenizer", p(&outside)]);
+    assert!(
+        f.stdout.contains(&format!("sha256 a{}…", "é".repeat(11))),
+        "{}",
+        f.stdout
+    );
 }
