@@ -213,6 +213,38 @@ proptest! {
         let _ = Manifest::parse(&bytes, Path::new("index.json"));
     }
 
+    /// A valid manifest whose counts, sizes and length are replaced by any values: opening and
+    /// verifying answer with an error or a correct value, never a panic (no sum or product of
+    /// these values is trusted to fit).
+    #[test]
+    fn any_manifest_counts_never_panic(
+        samples in any::<u64>(),
+        pieces in any::<u64>(),
+        tokens in any::<u64>(),
+        bin_bytes in prop_oneof![any::<u64>(), Just(32u64)],
+        idx_bytes in any::<u64>(),
+        seq_len in prop_oneof![any::<u64>(), 0u64..16],
+        total_samples in any::<u64>(),
+        vocab_size in prop_oneof![any::<u64>(), 0u64..64],
+    ) {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let mut m = write_set(dir, 2);
+        let s = &mut m.shards[0];
+        (s.samples, s.pieces, s.tokens, s.bin_bytes, s.idx_bytes) =
+            (samples, pieces, tokens, bin_bytes, idx_bytes);
+        m.seq_len = seq_len;
+        m.totals.samples = total_samples;
+        m.tokenizer.vocab_size = vocab_size;
+        m.write(dir).unwrap();
+        if let Ok(set) = ShardSet::open(dir) {
+            prop_assert_eq!(set.num_samples(), samples);
+        }
+        if let Ok(report) = verify(dir, VerifyOptions::default()) {
+            prop_assert_eq!(report.samples, total_samples);
+        }
+    }
+
     /// A valid manifest with a random shard prefix (from a set that includes traversal, absolute
     /// paths, NUL, backslashes and Windows prefixes): a name that is not a plain relative path
     /// is refused by name, before any file is opened.
