@@ -1,10 +1,13 @@
 //! Small leaf helpers that several rsd crates need and none of them owns: one deterministic
 //! generator (the loader's shuffle keys, the model's initial weights and the trainer's
 //! perturbation draws all derive from it), the process's memory counters (progress lines and
-//! benchmarks), a median (benchmark reports), and error text without libtorch's C++ backtraces
-//! (binaries). No dependencies, nothing rsd-specific.
+//! benchmarks), a median (benchmark reports), error text without libtorch's C++ backtraces
+//! (binaries), and safe file access for data written by strangers (`safe_fs`: names confined to
+//! their directory, regular files only, bounded reads, atomic writes that follow no planted link).
+//! Nothing rsd-specific.
 
 pub mod mem;
 pub mod report;
 pub mod rng;
+pub mod safe_fs;
 pub mod stats;

@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use rsd_common::safe_fs::FsError;
+
 /// Everything that can go wrong turning a corpus into shards. Messages name the file, and the line,
 /// row or byte offset where it applies, and what was expected.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +37,10 @@ pub enum DataError {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// A file named by a data file leaves its directory, or a file read as data is not a regular
+    /// file or is too large; on an input `--skip-bad` skips and counts it.
+    #[error(transparent)]
+    File(#[from] rsd_common::safe_fs::FsError),
     /// The tokenizer cannot be loaded or used.
     #[error("tokenizer {name}: {what}")]
     Tokenizer {
@@ -105,6 +111,16 @@ impl DataError {
             DataError::BadRecord { path, .. } => Some((path, Cause::BadRecord)),
             DataError::BadFile { path, cause, .. } => Some((path, *cause)),
             DataError::Io { path, .. } => Some((path, Cause::Unreadable)),
+            DataError::File(e) => {
+                let cause = match e {
+                    // A name that leaves its directory is a damaged (or hostile) index.
+                    FsError::UnsafeName(_) | FsError::TooLarge { .. } => Cause::Corrupt,
+                    FsError::NotRegularFile { .. } | FsError::Io { .. } => Cause::Unreadable,
+                    // About the output, never an input.
+                    FsError::TemporaryInTheWay { .. } => return None,
+                };
+                Some((e.path(), cause))
+            }
             _ => None,
         }
     }
@@ -127,12 +143,14 @@ pub(crate) fn json_error(e: &serde_json::Error) -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Cause {
     /// The operating system would not read it: missing, a dangling link, a loop of links, no
-    /// permission, an I/O error.
+    /// permission, an I/O error; or it is not a regular file (a FIFO, a device).
     Unreadable,
     /// The file ends early: a zstd frame, a Parquet footer, an Arrow message or an MDS sample cut off.
     Truncated,
     /// Damaged bytes inside a file of the right format (a bad zstd block or checksum, bytes after
-    /// the last zstd frame, a bad Parquet page, MDS offsets out of range).
+    /// the last zstd frame, a bad Parquet page, MDS offsets out of range), or an index that names
+    /// a file outside its directory, declares impossible sizes, or a zstd shard that decodes to
+    /// more than its index declares.
     Corrupt,
     /// Not the format its name says (a `.zst` that is not zstd, a `.parquet` that is not Parquet).
     WrongFormat,

@@ -65,12 +65,13 @@ fn summary(out: &mut String, set: &ShardSet) {
         m.created_by,
         m.command.join(" ")
     );
+    // The manifest may come from anyone: its digest need not be 12 ASCII hex digits.
+    let sha_start: String = m.tokenizer.sha256.chars().take(12).collect();
     let _ = writeln!(
         out,
-        "  tokenizer    {} (vocab {}, sha256 {}…, BOS {}, EOS {})",
+        "  tokenizer    {} (vocab {}, sha256 {sha_start}…, BOS {}, EOS {})",
         m.tokenizer.name,
         m.tokenizer.vocab_size,
-        &m.tokenizer.sha256[..12.min(m.tokenizer.sha256.len())],
         id_or_none(m.tokenizer.bos_id),
         id_or_none(m.tokenizer.eos_id)
     );
@@ -89,7 +90,8 @@ fn summary(out: &mut String, set: &ShardSet) {
         "  documents    {} ({} pieces; {} skipped)",
         t.documents, t.pieces, t.skipped_documents
     );
-    let slots = t.samples * m.seq_len;
+    // Counts from the manifest, unchecked by the reader: saturate rather than overflow.
+    let slots = t.samples.saturating_mul(m.seq_len);
     let pct = |x: u64| {
         if slots == 0 {
             0.0

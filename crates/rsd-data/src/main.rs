@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use rsd_common::mem::{mib, Memory};
+use rsd_common::safe_fs::{self, NamedBy};
 use rsd_data::bench::tokenizer::TokenizeBenchRequest;
 use rsd_data::pack::{self, Event, Mode, PackReport, PackRequest, PackSettings, Progress, Tail};
 use rsd_data::source::Format;
-use rsd_data::tokenizer::{id_or_none, Delimiter, Tokenizer};
+use rsd_data::tokenizer::{id_or_none, Delimiter, Tokenizer, BUNDLED_NAME};
 use rsd_shard::{ShardSet, VerifyOptions};
 
 mod stream_cmd;
@@ -134,6 +135,13 @@ struct PackArgs {
     /// (the output, the tokenizer, a full disk) still stop the pack.
     #[arg(long)]
     skip_bad: bool,
+    /// The most bytes one document may have: a JSONL line, a text file, a code repository, a
+    /// Parquet/Arrow text value, an MDS document's token ids. A larger one is a bad record (an
+    /// error naming the file and line, or skipped and counted with --skip-bad), read through
+    /// without being held in memory where the format allows (JSONL lines, zstd included). The
+    /// default, 256MiB, is far above any real document. Takes 64MiB, 1GiB, or bytes.
+    #[arg(long, default_value = "256MiB", value_parser = parse_size)]
+    max_doc_bytes: u64,
     /// Overwrite a complete output, or discard an interrupted one made with other settings.
     #[arg(long)]
     force: bool,
@@ -298,6 +306,7 @@ fn pack(a: PackArgs) -> Result<()> {
         eos: Delimiter::parse(&a.eos),
         text_field: a.text_field,
         read_threads: a.read_threads,
+        max_doc_bytes: a.max_doc_bytes,
         settings: PackSettings {
             out: a.out,
             seq_len: a.seq_len,
@@ -556,12 +565,23 @@ fn print_bad_inputs(bad: &[rsd_shard::BadInput]) {
 fn matching_tokenizer(set: &ShardSet, given: Option<String>) -> Result<Option<Tokenizer>> {
     let info = &set.manifest().tokenizer;
     // The directory's own copy of its tokenizer first (written by every pack since it carried
-    // one), else the file the manifest names.
+    // one), else the file the manifest names — but only a file inside the shard directory: the
+    // manifest may come from anyone, and its name must not make us read elsewhere.
     let own = set.dir().join(rsd_shard::TOKENIZER_FILE);
     let spec = match given {
         Some(g) => g,
         None if own.is_file() => own.display().to_string(),
-        None => info.name.clone(),
+        None if info.name == BUNDLED_NAME => info.name.clone(),
+        None => {
+            let named_by = NamedBy::new(set.dir().join(rsd_shard::MANIFEST_FILE), "tokenizer.name");
+            match safe_fs::confined_file(set.dir(), &info.name, &named_by) {
+                Ok(path) => path.display().to_string(),
+                Err(e) => {
+                    eprintln!("note: not decoding: {e}; pass --tokenizer FILE");
+                    return Ok(None);
+                }
+            }
+        }
     };
     let tok = match Tokenizer::load(&spec, &Delimiter::None, &Delimiter::None) {
         Ok(t) => t,

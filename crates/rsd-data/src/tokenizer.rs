@@ -7,6 +7,7 @@
 
 use std::path::Path;
 
+use rsd_common::safe_fs::{read_regular, MAX_METADATA_BYTES};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokenizers::pipeline::{EncodeOptions, PipelineToken, PipelineTokenizer};
@@ -92,7 +93,8 @@ impl Tokenizer {
             } else {
                 path.to_path_buf()
             };
-            let bytes = std::fs::read(&path).map_err(|e| DataError::io(&path, e))?;
+            // A regular file of bounded size: a FIFO or a device named as a tokenizer is refused.
+            let bytes = read_regular(&path, MAX_METADATA_BYTES, "tokenizer.json")?;
             (path.display().to_string(), bytes)
         };
         Self::from_bytes(&name, &bytes, bos, eos)

@@ -30,6 +30,10 @@ pub enum ShardError {
         /// What is wrong and what was expected.
         what: String,
     },
+    /// A file named by the manifest is not a plain name inside the directory, or not a regular
+    /// file; or an atomic write met something other than its own stale temporary file.
+    #[error(transparent)]
+    File(#[from] rsd_common::safe_fs::FsError),
     /// A caller asked for something the format cannot hold.
     #[error("{0}")]
     Invalid(String),

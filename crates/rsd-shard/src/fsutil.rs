@@ -1,34 +1,34 @@
-use std::fs::File;
-use std::io::Write;
-use std::path::Path;
+//! File helpers of the shard format, on top of `rsd_common::safe_fs` (the one place that opens
+//! files named by data and writes files atomically): the shard files a manifest names, confined
+//! to its directory.
 
-use crate::error::{Result, ShardError};
+use std::path::{Path, PathBuf};
 
-/// Write `bytes` to `path` atomically: a temporary file beside it, fsync, rename, fsync the
-/// directory. Readers see the old file or the new one, never a torn one.
+use rsd_common::safe_fs::{self, NamedBy};
+
+use crate::error::Result;
+use crate::manifest::{ShardInfo, MANIFEST_FILE};
+
+/// Write `bytes` to `path` atomically: a temporary file beside it created new (never following a
+/// planted link), fsync, rename, fsync the directory. Readers see the old file or the new one,
+/// never a torn one.
 pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension(match path.extension() {
-        Some(ext) => format!("{}.tmp", ext.to_string_lossy()),
-        None => "tmp".to_string(),
-    });
-    let mut file = File::create(&tmp).map_err(|e| ShardError::io(&tmp, e))?;
-    file.write_all(bytes).map_err(|e| ShardError::io(&tmp, e))?;
-    file.sync_all().map_err(|e| ShardError::io(&tmp, e))?;
-    drop(file);
-    std::fs::rename(&tmp, path).map_err(|e| ShardError::io(path, e))?;
-    if let Some(dir) = path.parent() {
-        fsync_dir(dir)?;
-    }
-    Ok(())
+    Ok(safe_fs::write_file_atomic(path, bytes)?)
 }
 
 /// fsync a directory so that renames inside it survive a crash.
 pub fn fsync_dir(dir: &Path) -> Result<()> {
-    let dir = if dir.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        dir
-    };
-    let handle = File::open(dir).map_err(|e| ShardError::io(dir, e))?;
-    handle.sync_all().map_err(|e| ShardError::io(dir, e))
+    Ok(safe_fs::fsync_dir(dir)?)
+}
+
+/// The `.bin` and `.idx` of the manifest's shard `k` (`info`) inside `dir`: its prefix must be a
+/// plain relative name that stays inside `dir`, and both files regular files; else the error
+/// names the manifest and the field `shards[k].prefix`.
+pub(crate) fn shard_files(dir: &Path, k: usize, info: &ShardInfo) -> Result<(PathBuf, PathBuf)> {
+    let named_by = NamedBy::new(dir.join(MANIFEST_FILE), format!("shards[{k}].prefix"));
+    // The prefix itself first, so a refused prefix is reported as written.
+    safe_fs::check_name(dir, &info.prefix, &named_by)?;
+    let bin = safe_fs::confined_file(dir, &format!("{}.bin", info.prefix), &named_by)?;
+    let idx = safe_fs::confined_file(dir, &format!("{}.idx", info.prefix), &named_by)?;
+    Ok((bin, idx))
 }

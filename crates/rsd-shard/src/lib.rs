@@ -9,6 +9,8 @@
 //!   [`ShardSetWriter`] rolls shards at a size target.
 //! * [`ShardSet`] memory-maps a directory and hands out [`Sample`]s that borrow the mapped bytes.
 //! * [`verify`] checks structure and checksums, naming the file and byte offset of any damage.
+//! * Both open only the files the manifest names inside its directory, and only regular files
+//!   (`rsd_common::safe_fs`; docs/UNTRUSTED.md).
 //! * [`Manifest`] is the `index.json` schema.
 //!
 //! The full byte layout is in `docs/FORMAT.md`.

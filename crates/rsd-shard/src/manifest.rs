@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::dtype::TokenDtype;
 use crate::error::{Result, ShardError};
 use crate::fsutil::write_file_atomic;
+use rsd_common::safe_fs::{read_regular, FsError, MAX_METADATA_BYTES};
 
 /// Name of the manifest inside a shard directory. It is written last: its presence means the
 /// directory is complete.
@@ -181,26 +182,35 @@ impl Manifest {
     /// Read and check `dir/index.json`.
     pub fn read(dir: &Path) -> Result<Manifest> {
         let path = dir.join(MANIFEST_FILE);
-        let text = std::fs::read_to_string(&path).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
+        // A regular file of bounded size: a FIFO or a device in its place is refused, not read.
+        let bytes = read_regular(&path, MAX_METADATA_BYTES, "manifest").map_err(|e| match e {
+            FsError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
                 ShardError::Manifest {
                     path: path.clone(),
                     what: "no manifest: this is not a finished shard directory (an interrupted \
                            `rsd-data pack` leaves none; run it again to resume)"
                         .into(),
                 }
-            } else {
-                ShardError::io(&path, e)
             }
+            other => other.into(),
         })?;
-        let manifest: Manifest = serde_json::from_str(&text).map_err(|e| ShardError::Manifest {
-            path: path.clone(),
-            what: format!(
-                "not a valid rsd manifest at line {} column {}: {e}",
-                e.line(),
-                e.column()
-            ),
-        })?;
+        Manifest::parse(&bytes, &path)
+    }
+
+    /// Decode and check the bytes of a manifest (`path` names it in errors): valid JSON of the
+    /// schema, the right format name and version. Says nothing about the files it names; the
+    /// reader and [`crate::verify`] check those.
+    pub fn parse(bytes: &[u8], path: &Path) -> Result<Manifest> {
+        let path = path.to_path_buf();
+        let manifest: Manifest =
+            serde_json::from_slice(bytes).map_err(|e| ShardError::Manifest {
+                path: path.clone(),
+                what: format!(
+                    "not a valid rsd manifest at line {} column {}: {e}",
+                    e.line(),
+                    e.column()
+                ),
+            })?;
         if manifest.format != FORMAT_NAME {
             return Err(ShardError::Manifest {
                 path,

@@ -12,8 +12,10 @@ use memmap2::Mmap;
 
 use crate::dtype::TokenDtype;
 use crate::error::{Result, ShardError};
+use crate::fsutil::shard_files;
 use crate::idx::{i32_at, i64_at, IdxHeader};
 use crate::manifest::Manifest;
+use rsd_common::safe_fs::open_regular;
 
 /// A sample's token ids, borrowed from the mapped `.bin` in its stored width.
 #[derive(Debug, Clone, Copy)]
@@ -110,7 +112,8 @@ pub struct Shard {
 }
 
 fn map(path: &Path) -> Result<(Mmap, File)> {
-    let file = File::open(path).map_err(|e| ShardError::io(path, e))?;
+    // Regular files only: a FIFO named as a shard is refused instead of blocking the open.
+    let file = open_regular(path)?;
     // SAFETY: shards are written once and renamed into place; nothing rewrites them in place.
     // A file truncated under us would fault, which is the documented mmap caveat.
     let map = unsafe { Mmap::map(&file) }.map_err(|e| ShardError::io(path, e))?;
@@ -120,8 +123,12 @@ fn map(path: &Path) -> Result<(Mmap, File)> {
 impl Shard {
     /// Map `<prefix>.bin` and `<prefix>.idx` and check the header and both files' sizes.
     pub fn open(prefix: &Path) -> Result<Shard> {
-        let bin_path = prefix.with_extension("bin");
-        let idx_path = prefix.with_extension("idx");
+        Shard::open_files(&prefix.with_extension("bin"), &prefix.with_extension("idx"))
+    }
+
+    /// Map the pair `bin_path` and `idx_path` and check the header and both files' sizes.
+    pub fn open_files(bin_path: &Path, idx_path: &Path) -> Result<Shard> {
+        let (bin_path, idx_path) = (bin_path.to_path_buf(), idx_path.to_path_buf());
         let (idx, _) = map(&idx_path)?;
         let header = IdxHeader::parse(&idx, &idx_path)?;
         let (bin, bin_file) = map(&bin_path)?;
@@ -247,6 +254,7 @@ impl Shard {
         }
         let (first, end) = (first as usize, end as usize);
         let start = self.pointer(first);
+        // Checked sums: a damaged .idx can hold counts and lengths whose sum overflows.
         let mut tokens: i64 = 0;
         for s in first..end {
             let len = self.length(s);
@@ -258,10 +266,13 @@ impl Shard {
                     format!("sequence {s} has length {len}"),
                 ));
             }
-            tokens += len as i64;
+            tokens = tokens.saturating_add(len as i64);
         }
         let size = self.header.dtype.size() as i64;
-        let byte_end = start.checked_add(tokens * size).unwrap_or(i64::MAX);
+        let byte_end = tokens
+            .checked_mul(size)
+            .and_then(|bytes| start.checked_add(bytes))
+            .unwrap_or(i64::MAX);
         if start < 0 || start % size != 0 || byte_end as u64 > self.bin.len() as u64 {
             let at = self.header.pointers_offset() as u64 + 8 * first as u64;
             return Err(ShardError::corrupt(
@@ -426,8 +437,9 @@ impl ShardSet {
         let manifest = Manifest::read(dir)?;
         let mut shards = Vec::with_capacity(manifest.shards.len());
         let mut starts = vec![0u64];
-        for info in &manifest.shards {
-            let shard = Shard::open(&dir.join(&info.prefix))?;
+        for (k, info) in manifest.shards.iter().enumerate() {
+            let (bin, idx) = shard_files(dir, k, info)?;
+            let shard = Shard::open_files(&bin, &idx)?;
             if shard.num_samples() as u64 != info.samples || shard.dtype() != manifest.dtype {
                 return Err(ShardError::Manifest {
                     path: dir.join(crate::MANIFEST_FILE),

@@ -2,6 +2,7 @@ use std::path::Path;
 
 use crate::dtype::TokenDtype;
 use crate::error::{Result, ShardError};
+use crate::fsutil::shard_files;
 use crate::manifest::{Manifest, PackMode, MANIFEST_FILE};
 use crate::reader::Shard;
 
@@ -46,21 +47,36 @@ pub fn verify(dir: &Path, options: VerifyOptions) -> Result<VerifyReport> {
     let manifest_path = dir.join(MANIFEST_FILE);
     let mut report = VerifyReport::default();
     let (mut samples, mut tokens, mut pieces) = (0u64, 0u64, 0u64);
-    for info in &manifest.shards {
-        for (ext, bytes_expected) in [("bin", info.bin_bytes), ("idx", info.idx_bytes)] {
-            let path = dir.join(format!("{}.{ext}", info.prefix));
-            let len = std::fs::metadata(&path)
-                .map_err(|e| ShardError::io(&path, e))?
+    for (k, info) in manifest.shards.iter().enumerate() {
+        // The manifest names the files: only plain names inside `dir`, only regular files.
+        let (bin_path, idx_path) = shard_files(dir, k, info)?;
+        for (path, bytes_expected) in [(&bin_path, info.bin_bytes), (&idx_path, info.idx_bytes)] {
+            let len = std::fs::metadata(path)
+                .map_err(|e| ShardError::io(path, e))?
                 .len();
             if len != bytes_expected {
                 return Err(ShardError::corrupt(
-                    &path,
+                    path,
                     len.min(bytes_expected),
                     format!("file is {len} bytes, the manifest says {bytes_expected}"),
                 ));
             }
         }
-        let shard = Shard::open(&dir.join(&info.prefix))?;
+        let shard = Shard::open_files(&bin_path, &idx_path)?;
+        // The .idx header's dtype decides how the .bin is read; the manifest's is what readers
+        // and the token-range check assume. They must agree.
+        if shard.dtype() != manifest.dtype {
+            return Err(ShardError::corrupt(
+                shard.idx_path(),
+                17,
+                format!(
+                    "dtype {} (code {}), but the manifest says {}",
+                    shard.dtype().name(),
+                    shard.dtype().megatron_code(),
+                    manifest.dtype.name()
+                ),
+            ));
+        }
         if options.checksums {
             for (path, bytes, expected) in [
                 (shard.bin_path(), shard.bin_bytes(), &info.bin_xxh3),

@@ -2,11 +2,12 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
+use rsd_common::safe_fs::AtomicFile;
+
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::dtype::TokenDtype;
 use crate::error::{Result, ShardError};
-use crate::fsutil::fsync_dir;
 use crate::idx;
 use crate::manifest::ShardInfo;
 
@@ -31,14 +32,15 @@ fn start_writeback(file: &File, from: u64, to: u64) {
     let _ = (file, from, to);
 }
 
-/// Writes one `.bin`/`.idx` pair. Both are written under `<name>.tmp` and renamed into place by
-/// [`ShardWriter::finish`] after an fsync; a writer dropped unfinished removes its temporary files.
+/// Writes one `.bin`/`.idx` pair. Both are written under `<name>.tmp` (created new, never through
+/// a planted link: [`AtomicFile`]) and renamed into place by [`ShardWriter::finish`] after an
+/// fsync; a writer dropped unfinished removes its temporary files.
 pub struct ShardWriter {
     dir: PathBuf,
     prefix: String,
     dtype: TokenDtype,
     bin_tmp: PathBuf,
-    bin: Option<BufWriter<File>>,
+    bin: Option<BufWriter<AtomicFile>>,
     hasher: Xxh3,
     bin_bytes: u64,
     lengths: Vec<i32>,
@@ -55,8 +57,8 @@ const WRITEBACK_EVERY: u64 = 32 << 20;
 impl ShardWriter {
     /// Start `dir/<prefix>.bin` and `.idx` (under temporary names).
     pub fn create(dir: &Path, prefix: &str, dtype: TokenDtype) -> Result<ShardWriter> {
-        let bin_tmp = dir.join(format!("{prefix}.bin.tmp"));
-        let file = File::create(&bin_tmp).map_err(|e| ShardError::io(&bin_tmp, e))?;
+        let file = AtomicFile::create(&dir.join(format!("{prefix}.bin")))?;
+        let bin_tmp = file.temporary_path().to_path_buf();
         Ok(ShardWriter {
             dir: dir.to_path_buf(),
             prefix: prefix.to_string(),
@@ -131,7 +133,7 @@ impl ShardWriter {
         self.bin_bytes += bytes.len() as u64;
         if self.bin_bytes - self.writeback_from >= WRITEBACK_EVERY {
             bin.flush().map_err(|e| ShardError::io(&self.bin_tmp, e))?;
-            start_writeback(bin.get_ref(), self.writeback_from, self.bin_bytes);
+            start_writeback(bin.get_ref().file(), self.writeback_from, self.bin_bytes);
             self.writeback_from = self.bin_bytes;
         }
         self.lengths.extend(pieces.iter().map(|&p| p as i32));
@@ -155,29 +157,17 @@ impl ShardWriter {
             .bin
             .take()
             .ok_or_else(|| ShardError::Invalid("shard already finished".into()))?;
-        let file = bin
+        let bin = bin
             .into_inner()
             .map_err(|e| ShardError::io(&self.bin_tmp, e.into_error()))?;
-        file.sync_all()
-            .map_err(|e| ShardError::io(&self.bin_tmp, e))?;
-        drop(file);
-
         let idx_bytes = idx::encode(self.dtype, &self.lengths, &self.doc_indices);
-        let idx_tmp = self.dir.join(format!("{}.idx.tmp", self.prefix));
-        let write_idx = || -> std::io::Result<()> {
-            let mut f = File::create(&idx_tmp)?;
-            f.write_all(&idx_bytes)?;
-            f.sync_all()
-        };
-        if let Err(e) = write_idx() {
-            let _ = std::fs::remove_file(&idx_tmp);
-            return Err(ShardError::io(&idx_tmp, e));
-        }
-        let bin_path = self.dir.join(format!("{}.bin", self.prefix));
-        let idx_path = self.dir.join(format!("{}.idx", self.prefix));
-        std::fs::rename(&self.bin_tmp, &bin_path).map_err(|e| ShardError::io(&bin_path, e))?;
-        std::fs::rename(&idx_tmp, &idx_path).map_err(|e| ShardError::io(&idx_path, e))?;
-        fsync_dir(&self.dir)?;
+        let mut idx = AtomicFile::create(&self.dir.join(format!("{}.idx", self.prefix)))?;
+        idx.write_all(&idx_bytes)
+            .map_err(|e| ShardError::io(idx.temporary_path(), e))?;
+        // The .bin goes into place first: a crash in between leaves a .bin without its .idx,
+        // which no reader opens (the manifest is written last) and a resume rewrites.
+        bin.commit()?;
+        idx.commit()?;
         Ok(ShardInfo {
             prefix: self.prefix.clone(),
             samples: self.doc_indices.len() as u64 - 1,
@@ -188,14 +178,6 @@ impl ShardWriter {
             bin_xxh3: format!("{:016x}", self.hasher.digest()),
             idx_xxh3: format!("{:016x}", crate::checksum(&idx_bytes)),
         })
-    }
-}
-
-impl Drop for ShardWriter {
-    fn drop(&mut self) {
-        if self.bin.take().is_some() {
-            let _ = std::fs::remove_file(&self.bin_tmp);
-        }
     }
 }
 

@@ -10,6 +10,7 @@
 
 use std::path::Path;
 
+use rsd_common::safe_fs::{read_regular, FsError, MAX_METADATA_BYTES};
 use rsd_shard::{ShardInfo, Totals};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -86,6 +87,9 @@ pub(super) fn fingerprint(inputs: &Inputs, settings: &PackSettings) -> String {
     if settings.truncate {
         key["truncate"] = true.into();
     }
+    if inputs.read.max_doc_bytes != crate::source::DEFAULT_MAX_DOC_BYTES {
+        key["max_doc_bytes"] = inputs.read.max_doc_bytes.into();
+    }
     format!("{:x}", Sha256::digest(key.to_string().as_bytes()))
 }
 
@@ -129,8 +133,8 @@ pub(super) fn remove(out: &Path) -> Result<()> {
 
 fn read(out: &Path) -> Result<Resume> {
     let path = out.join(JOURNAL);
-    let text = std::fs::read_to_string(&path).map_err(|e| DataError::io(&path, e))?;
-    let journal: Journal = serde_json::from_str(&text).map_err(|e| {
+    let text = read_regular(&path, MAX_METADATA_BYTES, "resume journal")?;
+    let journal: Journal = serde_json::from_slice(&text).map_err(|e| {
         DataError::bad_file(
             &path,
             Cause::Corrupt,
@@ -138,14 +142,22 @@ fn read(out: &Path) -> Result<Resume> {
         )
     })?;
     let tpath = out.join(JOURNAL_TOKENS);
-    let bytes = std::fs::read(&tpath).map_err(|e| DataError::io(&tpath, e))?;
     let need: u64 = journal
         .queued
         .iter()
         .chain(&journal.open)
         .flatten()
         .map(|&p| p as u64 * 4)
-        .sum();
+        .fold(0u64, u64::saturating_add);
+    // Read no more than the journal accounts for.
+    let bytes = read_regular(&tpath, need, "resume journal's token file").map_err(|e| match e {
+        FsError::TooLarge { .. } => DataError::bad_file(
+            &tpath,
+            Cause::Corrupt,
+            format!("more than the {need} bytes the journal needs; pass --force to start over"),
+        ),
+        other => other.into(),
+    })?;
     if bytes.len() as u64 != need {
         return Err(DataError::bad_file(
             &tpath,
@@ -209,7 +221,14 @@ fn check_shards(out: &Path, shards: &[ShardInfo]) -> Result<()> {
             ("idx", s.idx_bytes, &s.idx_xxh3),
         ] {
             let path = out.join(format!("{}.{ext}", s.prefix));
-            let bytes = std::fs::read(&path).map_err(|e| DataError::io(&path, e))?;
+            let bytes = read_regular(&path, len, "shard").map_err(|e| match e {
+                FsError::TooLarge { .. } => DataError::bad_file(
+                    &path,
+                    Cause::Corrupt,
+                    "a completed shard changed since it was written; pass --force to start over",
+                ),
+                other => other.into(),
+            })?;
             let got = format!("{:016x}", rsd_shard::checksum(&bytes));
             if bytes.len() as u64 != len || &got != sum {
                 return Err(DataError::bad_file(

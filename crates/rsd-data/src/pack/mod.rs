@@ -54,6 +54,9 @@ pub struct PackRequest {
     pub text_field: String,
     /// Input files read at once (at least 1), each by its own thread.
     pub read_threads: usize,
+    /// The most bytes one document may have; a larger one is a bad record
+    /// ([`source::DEFAULT_MAX_DOC_BYTES`]).
+    pub max_doc_bytes: u64,
     /// How the documents are packed and written.
     pub settings: PackSettings,
 }
@@ -184,6 +187,7 @@ fn resolve(request: &PackRequest, on_event: &mut dyn FnMut(Event<'_>)) -> Result
         read: ReadOptions {
             text_field: request.text_field.clone(),
             read_threads: request.read_threads.max(1),
+            max_doc_bytes: request.max_doc_bytes,
         },
         tokenizer,
         retokenize,

@@ -12,6 +12,8 @@ use arrow::error::ArrowError;
 use arrow::ipc::reader::{FileReader, StreamReader};
 use serde_json::Value;
 
+use rsd_common::safe_fs::{confined_name, open_regular, read_regular, NamedBy, MAX_METADATA_BYTES};
+
 use super::{Content, RawDoc};
 use crate::error::{json_error, Cause, DataError, Result};
 
@@ -43,10 +45,12 @@ pub(super) struct TextBatches<R> {
     row_in_batch: usize,
     row: u64,
     failed: bool,
+    /// Values longer than this many bytes are bad records.
+    max_doc_bytes: u64,
 }
 
 impl<R> TextBatches<R> {
-    pub(super) fn new(path: &Path, reader: R, field: &str) -> Self {
+    pub(super) fn new(path: &Path, reader: R, field: &str, max_doc_bytes: u64) -> Self {
         TextBatches {
             path: Arc::from(path),
             reader,
@@ -55,6 +59,7 @@ impl<R> TextBatches<R> {
             row_in_batch: 0,
             row: 0,
             failed: false,
+            max_doc_bytes,
         }
     }
 }
@@ -87,6 +92,19 @@ impl<R: Iterator<Item = std::result::Result<RecordBatch, ArrowError>>> Iterator 
                     let row = self.row - 1;
                     let column = batch.column(0);
                     return match string_at(column.as_ref(), i)? {
+                        // Checked once the batch is decoded: the batch itself is bounded by the
+                        // format's page and message sizes, not by this limit.
+                        Ok(Some(s)) if s.len() as u64 > self.max_doc_bytes => {
+                            Some(Err(DataError::bad_record(
+                                &*self.path,
+                                format!("row {row}"),
+                                format!(
+                                    "{} bytes of text, more than --max-doc-bytes ({} bytes)",
+                                    s.len(),
+                                    self.max_doc_bytes
+                                ),
+                            )))
+                        }
                         Ok(Some(s)) => Some(Ok(RawDoc {
                             path: self.path.clone(),
                             location: format!("row {row}"),
@@ -168,7 +186,7 @@ impl Iterator for IpcReader {
 /// one of another format by its magic bytes.
 pub(super) fn head_and_tail<const N: usize>(path: &Path) -> Result<(Vec<u8>, Vec<u8>)> {
     let io = |e| DataError::io(path, e);
-    let mut f = File::open(path).map_err(io)?;
+    let mut f = open_regular(path)?;
     let len = f.metadata().map_err(io)?.len();
     let mut head = vec![0u8; (len as usize).min(N)];
     f.read_exact(&mut head).map_err(io)?;
@@ -180,7 +198,7 @@ pub(super) fn head_and_tail<const N: usize>(path: &Path) -> Result<(Vec<u8>, Vec
 }
 
 fn reader(path: &Path, projection: Option<Vec<usize>>) -> Result<IpcReader> {
-    let file = File::open(path).map_err(|e| DataError::io(path, e))?;
+    let file = open_regular(path)?;
     let buffered = BufReader::with_capacity(1 << 20, file);
     let (head, tail) = head_and_tail::<6>(path)?;
     // An IPC file starts and ends with ARROW1; a stream starts with a message (the continuation
@@ -211,7 +229,7 @@ fn reader(path: &Path, projection: Option<Vec<usize>>) -> Result<IpcReader> {
     })
 }
 
-pub(super) fn open(path: &Path, field: &str) -> Result<TextBatches<IpcReader>> {
+pub(super) fn open(path: &Path, field: &str, max_doc_bytes: u64) -> Result<TextBatches<IpcReader>> {
     // Open once for the schema, then again with the text column projected.
     let schema = match reader(path, None)? {
         IpcReader::File(r) => r.schema(),
@@ -222,6 +240,7 @@ pub(super) fn open(path: &Path, field: &str) -> Result<TextBatches<IpcReader>> {
         path,
         reader(path, Some(vec![index]))?,
         field,
+        max_doc_bytes,
     ))
 }
 
@@ -238,8 +257,8 @@ pub(super) fn saved_dataset_files(dir: &Path) -> Result<Option<Vec<PathBuf>>> {
     if !state.is_file() {
         return Ok(None);
     }
-    let text = std::fs::read_to_string(&state).map_err(|e| DataError::io(&state, e))?;
-    let json: Value = serde_json::from_str(&text).map_err(|e| {
+    let text = read_regular(&state, MAX_METADATA_BYTES, "datasets state.json")?;
+    let json: Value = serde_json::from_slice(&text).map_err(|e| {
         DataError::bad_file(
             &state,
             Cause::Corrupt,
@@ -257,7 +276,7 @@ pub(super) fn saved_dataset_files(dir: &Path) -> Result<Option<Vec<PathBuf>>> {
             )
         })?;
     let mut out = vec![];
-    for f in files {
+    for (k, f) in files.iter().enumerate() {
         let name = f.get("filename").and_then(Value::as_str).ok_or_else(|| {
             DataError::bad_file(
                 &state,
@@ -265,7 +284,9 @@ pub(super) fn saved_dataset_files(dir: &Path) -> Result<Option<Vec<PathBuf>>> {
                 "an entry of \"_data_files\" has no \"filename\"",
             )
         })?;
-        out.push(dir.join(name));
+        // The name comes from a file anyone may have written: it must stay inside `dir`.
+        let named_by = NamedBy::new(&state, format!("_data_files[{k}].filename"));
+        out.push(confined_name(dir, name, &named_by)?);
     }
     Ok(Some(out))
 }

@@ -6,6 +6,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use rsd_common::safe_fs::read_regular;
+
 use super::{Content, RawDoc, ResolvedSource};
 use crate::error::{DataError, Result};
 
@@ -123,14 +125,16 @@ fn code_text(path: &Path, len: u64) -> Option<String> {
     if len > MAX_FILE_BYTES || len == 0 || SKIP_FILES.contains(&name) || name.ends_with(".min.js") {
         return None;
     }
-    let bytes = std::fs::read(path).ok()?;
+    // Bounded even if the file grew since it was measured.
+    let bytes = read_regular(path, MAX_FILE_BYTES, "source file").ok()?;
     if bytes.iter().take(8192).any(|&b| b == 0) {
         return None;
     }
     String::from_utf8(bytes).ok()
 }
 
-pub(super) fn read_repo(repo: &Path) -> Result<RawDoc> {
+/// A repository as one document; one whose text grows past `max_doc_bytes` is a bad record.
+pub(super) fn read_repo(repo: &Path, max_doc_bytes: u64) -> Result<RawDoc> {
     let mut doc = String::new();
     let mut bytes = 0u64;
     let walker = walkdir::WalkDir::new(repo)
@@ -160,6 +164,15 @@ pub(super) fn read_repo(repo: &Path) -> Result<RawDoc> {
         doc.push_str(&text);
         if !text.ends_with('\n') {
             doc.push('\n');
+        }
+        if doc.len() as u64 > max_doc_bytes {
+            return Err(DataError::bad_record(
+                repo,
+                format!("file {}", rel.display()),
+                format!(
+                    "the repository's text grows past --max-doc-bytes ({max_doc_bytes} bytes) here"
+                ),
+            ));
         }
     }
     Ok(RawDoc {

@@ -8,6 +8,8 @@ use std::sync::Arc;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 
+use rsd_common::safe_fs::open_regular;
+
 use super::{Content, RawDoc};
 use crate::error::{Cause, DataError, Result};
 
@@ -19,6 +21,8 @@ pub(super) struct JsonlDocs {
     done: bool,
     /// Whether the file is zstd-compressed (a read error is then a decoding error).
     zstd: bool,
+    /// Lines longer than this many bytes (newline not counted) are bad records.
+    max_line_bytes: u64,
 }
 
 /// The first bytes of a zstd frame, and of a skippable frame (low nibble of the first byte free).
@@ -57,8 +61,8 @@ fn read_up_to(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(n)
 }
 
-pub(super) fn open(path: &Path, field: &str) -> Result<JsonlDocs> {
-    let mut file = File::open(path).map_err(|e| DataError::io(path, e))?;
+pub(super) fn open(path: &Path, field: &str, max_line_bytes: u64) -> Result<JsonlDocs> {
+    let mut file = open_regular(path)?;
     let name = path.to_string_lossy().to_ascii_lowercase();
     let zstd = name.ends_with(".zst") || name.ends_with(".zstd");
     let empty = file.metadata().map_err(|e| DataError::io(path, e))?.len() == 0;
@@ -91,6 +95,7 @@ pub(super) fn open(path: &Path, field: &str) -> Result<JsonlDocs> {
         line: 0,
         done: false,
         zstd,
+        max_line_bytes,
     })
 }
 
@@ -259,8 +264,29 @@ impl Iterator for JsonlDocs {
         while !self.done {
             buf.clear();
             self.line += 1;
-            match self.reader.read_until(b'\n', &mut buf) {
+            // At most the longest allowed line and its newline are kept: a longer line (a zstd
+            // bomb of one endless line, say) is read through without being held in memory.
+            let limit = self.max_line_bytes.saturating_add(1);
+            match Read::take(&mut self.reader, limit).read_until(b'\n', &mut buf) {
                 Ok(0) => self.done = true,
+                Ok(n) if n as u64 == limit && buf.last() != Some(&b'\n') => {
+                    let rest = match self.reader.skip_until(b'\n') {
+                        Ok(rest) => rest,
+                        Err(e) => {
+                            self.done = true;
+                            return Some(Err(self.read_error(e)));
+                        }
+                    };
+                    return Some(Err(DataError::bad_record(
+                        &*self.path,
+                        format!("line {}", self.line),
+                        format!(
+                            "{} bytes, longer than --max-doc-bytes ({} bytes)",
+                            n + rest,
+                            self.max_line_bytes
+                        ),
+                    )));
+                }
                 Ok(_) => {
                     if buf.iter().all(|b| b.is_ascii_whitespace()) {
                         continue;

@@ -15,6 +15,8 @@ use std::sync::Arc;
 use memmap2::Mmap;
 use serde_json::Value;
 
+use rsd_common::safe_fs::{confined_name, open_regular, read_regular, NamedBy, MAX_METADATA_BYTES};
+
 use super::{Content, RawDoc};
 use crate::error::{json_error, Cause, DataError, Result};
 
@@ -40,10 +42,11 @@ pub fn find_datasets(root: &Path) -> Result<Vec<PathBuf>> {
 /// JSON but sits beside `.mds` shards (a damaged index, which reading then reports with the line
 /// and column of the JSON error; other tools write `index.json` files too).
 fn is_mds_index(dir: &Path) -> bool {
-    let Ok(text) = std::fs::read_to_string(dir.join("index.json")) else {
+    // Regular files only (a FIFO named index.json must not block the search), of bounded size.
+    let Ok(bytes) = read_regular(&dir.join("index.json"), MAX_METADATA_BYTES, "MDS index") else {
         return false;
     };
-    match serde_json::from_str::<Value>(&text) {
+    match serde_json::from_slice::<Value>(&bytes) {
         Ok(json) => {
             json.get("shards").is_some_and(Value::is_array) && json.get("version").is_some()
         }
@@ -150,8 +153,17 @@ struct ShardEntry {
     zstd: bool,
     samples: u64,
     bytes: u64,
+    /// The decompressed size the index declares (`raw_data.bytes`): a zstd shard may not decode
+    /// to more.
+    raw_bytes: Option<u64>,
     columns: Vec<(String, Column, Option<u64>)>,
+    /// Documents with more token bytes than this are bad records.
+    max_doc_bytes: u64,
 }
+
+/// The most bytes an MDS shard can have: its sample offsets are u32s. The cap on a zstd shard's
+/// decoded size when its index declares none.
+const MAX_SHARD_BYTES: u64 = 1 << 32;
 
 /// One MDS dataset directory.
 #[derive(Debug, Clone)]
@@ -164,15 +176,22 @@ impl MdsDataset {
     /// Read and check `dir/index.json`.
     pub fn open(dir: &Path) -> Result<MdsDataset> {
         let index = dir.join("index.json");
-        let text = std::fs::read_to_string(&index).map_err(|e| DataError::io(&index, e))?;
-        let json: Value = serde_json::from_str(&text).map_err(|e| {
+        let text = read_regular(&index, MAX_METADATA_BYTES, "MDS index")?;
+        MdsDataset::parse(dir, &index, &text)
+    }
+
+    /// Decode and check the bytes of `index` (the `index.json` of `dir`): every shard's format,
+    /// columns, sizes and compression, and its file name (a plain name inside `dir`). Reads no
+    /// shard.
+    pub fn parse(dir: &Path, index: &Path, text: &[u8]) -> Result<MdsDataset> {
+        let json: Value = serde_json::from_slice(text).map_err(|e| {
             DataError::bad_file(
-                &index,
+                index,
                 Cause::Corrupt,
                 format!("not valid JSON {}", json_error(&e)),
             )
         })?;
-        let bad = |what: String| DataError::bad_file(&index, Cause::Schema, what);
+        let bad = |what: String| DataError::bad_file(index, Cause::Schema, what);
         let shards = json
             .get("shards")
             .and_then(Value::as_array)
@@ -199,6 +218,22 @@ impl MdsDataset {
                     "shard {k}: column_names, column_encodings and column_sizes differ in length"
                 )));
             }
+            // A fixed column size is part of every sample, whose size is a u32 in the shard.
+            if let Some((c, size)) = sizes
+                .iter()
+                .enumerate()
+                .find_map(|(c, s)| s.filter(|&s| s > u32::MAX as u64).map(|s| (c, s)))
+            {
+                return Err(DataError::bad_file(
+                    index,
+                    Cause::Corrupt,
+                    format!(
+                        "field shards[{k}].column_sizes[{c}]: {size} bytes, more than an MDS \
+                         sample can hold ({})",
+                        u32::MAX
+                    ),
+                ));
+            }
             for want in ["input_ids", "indices"] {
                 match names.iter().position(|n| n == want) {
                     None => {
@@ -223,11 +258,8 @@ impl MdsDataset {
                 Some(c) if c == "zstd" || c.starts_with("zstd:") => true,
                 Some(other) => return Err(bad(format!("shard {k} is compressed with \"{other}\"; only uncompressed or zstd MDS is supported"))),
             };
-            let data = if zstd {
-                shard.get("zip_data")
-            } else {
-                shard.get("raw_data")
-            };
+            let data_field = if zstd { "zip_data" } else { "raw_data" };
+            let data = shard.get(data_field);
             let basename = data
                 .and_then(|d| d.get("basename"))
                 .and_then(Value::as_str)
@@ -241,16 +273,25 @@ impl MdsDataset {
                 .and_then(|d| d.get("bytes"))
                 .and_then(Value::as_u64)
                 .unwrap_or(0);
+            let raw_bytes = shard
+                .get("raw_data")
+                .and_then(|d| d.get("bytes"))
+                .and_then(Value::as_u64);
+            // The name comes from a file anyone may have written: it must stay inside `dir`.
+            let named_by = NamedBy::new(index, format!("shards[{k}].{data_field}.basename"));
+            let file = confined_name(dir, basename, &named_by)?;
             let samples = shard
                 .get("samples")
                 .and_then(Value::as_u64)
                 .ok_or_else(|| bad(format!("shard {k}: no samples count")))?;
             entries.push(ShardEntry {
-                file: dir.join(basename),
+                file,
                 zstd,
                 samples,
                 bytes,
+                raw_bytes,
                 columns,
+                max_doc_bytes: u64::MAX,
             });
         }
         Ok(MdsDataset {
@@ -264,10 +305,15 @@ impl MdsDataset {
         &self.dir
     }
 
-    /// Every document of every shard, in order.
-    pub fn documents(self) -> impl Iterator<Item = Result<RawDoc>> + Send {
+    /// Every document of every shard, in order; a document of more than `max_doc_bytes` bytes of
+    /// token ids is a bad record.
+    pub fn documents(self, max_doc_bytes: u64) -> impl Iterator<Item = Result<RawDoc>> + Send {
         self.shards
             .into_iter()
+            .map(move |shard| ShardEntry {
+                max_doc_bytes,
+                ..shard
+            })
             .flat_map(|shard| match ShardDocs::open(shard) {
                 Ok(docs) => Box::new(docs) as Box<dyn Iterator<Item = Result<RawDoc>> + Send>,
                 Err(e) => Box::new(std::iter::once(Err(e))),
@@ -342,14 +388,35 @@ struct ShardDocs {
 impl ShardDocs {
     fn open(entry: ShardEntry) -> Result<ShardDocs> {
         let path = &entry.file;
-        let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
+        let file = open_regular(path)?;
         // A zstd shard that does not decode to the end keeps what did decode: the samples before
         // the damage are read, then the damage is reported.
         let mut damage = None;
         let bytes = if entry.zstd {
+            // Decoded no further than the size the index declares (or the most an MDS shard can
+            // have): a small file that decompresses to gigabytes is refused, not held in memory.
+            let cap = entry
+                .raw_bytes
+                .unwrap_or(MAX_SHARD_BYTES)
+                .min(MAX_SHARD_BYTES);
             let mut raw = vec![];
-            let decoded =
-                zstd::stream::read::Decoder::new(file).and_then(|mut d| d.read_to_end(&mut raw));
+            let decoded = zstd::stream::read::Decoder::new(file)
+                .and_then(|d| d.take(cap.saturating_add(1)).read_to_end(&mut raw));
+            if raw.len() as u64 > cap {
+                return Err(DataError::bad_file(
+                    path,
+                    Cause::Corrupt,
+                    format!(
+                        "decompresses to more than {cap} bytes, the size {} declares for it \
+                         (raw_data.bytes); a zstd bomb or a damaged index",
+                        if entry.raw_bytes.is_some() {
+                            "index.json"
+                        } else {
+                            "the MDS format allows"
+                        }
+                    ),
+                ));
+            }
             if let Err(e) = decoded {
                 let cause = if e.kind() == std::io::ErrorKind::UnexpectedEof {
                     Cause::Truncated
@@ -473,27 +540,28 @@ impl ShardDocs {
                 "sample shorter than its column size table",
             ));
         }
-        let mut var_sizes = (0..variable).map(|k| u32_at(sample, 4 * k) as usize);
+        let mut var_sizes = (0..variable).map(|k| u32_at(sample, 4 * k));
         let mut at = 4 * variable;
         let (mut ids, mut indices) = (None, None);
         for (name, column, fixed) in &self.entry.columns {
+            // Sizes come from the index and the sample: checked sums, never trusted to fit.
             let size = match fixed {
-                Some(s) => *s as usize,
-                None => var_sizes.next().unwrap_or(0),
+                Some(s) => *s,
+                None => var_sizes.next().unwrap_or(0) as u64,
             };
-            if at + size > sample.len() {
+            let end = (at as u64).checked_add(size);
+            let Some(end) = end.filter(|&e| e <= sample.len() as u64) else {
                 return Err(DataError::bad_record(
                     path,
                     loc,
                     format!(
-                        "column \"{name}\" needs bytes {at}..{} of a {}-byte sample",
-                        at + size,
+                        "column \"{name}\" needs {size} bytes from byte {at} of a {}-byte sample",
                         sample.len()
                     ),
                 ));
-            }
-            let data = &sample[at..at + size];
-            at += size;
+            };
+            let data = &sample[at..end as usize];
+            at = end as usize;
             if name == "input_ids" || name == "indices" {
                 let array = decode_ndarray(column, data).map_err(|what| {
                     DataError::bad_record(path, loc, format!("column \"{name}\": {what}"))
@@ -558,6 +626,18 @@ impl ShardDocs {
             if e == s {
                 continue;
             }
+            let doc_bytes = (e - s) as u64 * id_dtype.size() as u64;
+            if doc_bytes > self.entry.max_doc_bytes {
+                docs.push(Err(DataError::bad_record(
+                    path,
+                    format!("sample {i} document {d}"),
+                    format!(
+                        "{doc_bytes} bytes of token ids, more than --max-doc-bytes ({})",
+                        self.entry.max_doc_bytes
+                    ),
+                )));
+                continue;
+            }
             let tokens = span_tokens(id_dtype, id_bytes, s as usize, e as usize)
                 .map_err(|what| DataError::bad_record(path, &loc, what))?;
             docs.push(Ok(RawDoc {
@@ -611,12 +691,15 @@ fn decode_ndarray<'a>(column: &Column, data: &'a [u8]) -> std::result::Result<Nd
         }
     };
     let values = &data[at..];
-    let count: u64 = shape.iter().product();
-    if count * dtype.size() as u64 != values.len() as u64 {
+    let need = shape
+        .iter()
+        .try_fold(1u64, |n, &d| n.checked_mul(d))
+        .and_then(|n| n.checked_mul(dtype.size() as u64));
+    if need != Some(values.len() as u64) {
         return Err(format!(
             "shape {} needs {} value bytes, found {}",
             shape_text(&shape),
-            count * dtype.size() as u64,
+            need.map_or("more than 2^64".to_string(), |n| n.to_string()),
             values.len()
         ));
     }
@@ -698,6 +781,223 @@ impl Iterator for ShardDocs {
             match self.sample_docs(i) {
                 Ok(docs) => self.pending = docs.into_iter(),
                 Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! MDS written by a stranger: indexes with hostile sizes and names, shards with random
+    //! damage. The answer is a clear error or correct documents, never a panic.
+
+    use super::*;
+    use proptest::prelude::*;
+    use rsd_common::safe_fs::FsError;
+    use serde_json::json;
+
+    /// One ndarray column value: shape byte (u32 dims), shape, uint32 values.
+    fn ndarray_u32(shape: &[u32], values: &[u32]) -> Vec<u8> {
+        let mut out = vec![((shape.len() as u8) << 2) | 2];
+        for d in shape {
+            out.extend_from_slice(&d.to_le_bytes());
+        }
+        for v in values {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out
+    }
+
+    /// One sample: its `input_ids` and the `(start, end)` of each document in them.
+    type Sample = (Vec<u32>, Vec<(u32, u32)>);
+
+    /// An MDS shard (no writer config) of `samples`, with columns `indices` and `input_ids`,
+    /// both `ndarray:uint32` of variable size.
+    fn shard_bytes(samples: &[Sample]) -> Vec<u8> {
+        let encoded: Vec<Vec<u8>> = samples
+            .iter()
+            .map(|(ids, spans)| {
+                let flat: Vec<u32> = spans.iter().flat_map(|&(s, e)| [s, e]).collect();
+                let indices = ndarray_u32(&[spans.len() as u32, 2], &flat);
+                let ids = ndarray_u32(&[ids.len() as u32], ids);
+                let mut out = vec![];
+                out.extend_from_slice(&(indices.len() as u32).to_le_bytes());
+                out.extend_from_slice(&(ids.len() as u32).to_le_bytes());
+                out.extend(indices);
+                out.extend(ids);
+                out
+            })
+            .collect();
+        let n = samples.len();
+        let mut out = (n as u32).to_le_bytes().to_vec();
+        let mut offset = (4 + 4 * (n + 1)) as u32;
+        out.extend_from_slice(&offset.to_le_bytes());
+        for s in &encoded {
+            offset += s.len() as u32;
+            out.extend_from_slice(&offset.to_le_bytes());
+        }
+        for s in encoded {
+            out.extend(s);
+        }
+        out
+    }
+
+    fn index_json(samples: u64, raw_bytes: u64) -> Value {
+        json!({"version": 2, "shards": [{
+            "format": "mds", "version": 2,
+            "column_names": ["indices", "input_ids"],
+            "column_encodings": ["ndarray:uint32", "ndarray:uint32"],
+            "column_sizes": [null, null],
+            "compression": null, "hashes": [], "size_limit": 1 << 26, "zip_data": null,
+            "raw_data": {"basename": "shard.00000.mds", "bytes": raw_bytes, "hashes": {}},
+            "samples": samples,
+        }]})
+    }
+
+    fn samples() -> Vec<Sample> {
+        vec![
+            ((1..=10).collect(), vec![(0, 4), (4, 10)]),
+            ((11..=16).collect(), vec![(0, 6)]),
+        ]
+    }
+
+    /// Every document (or error) of the dataset `index` describes in `dir`.
+    fn read_all(dir: &Path, index: &Value, max_doc_bytes: u64) -> Result<Vec<Result<RawDoc>>> {
+        let text = serde_json::to_vec(index).unwrap();
+        let dataset = MdsDataset::parse(dir, &dir.join("index.json"), &text)?;
+        Ok(dataset.documents(max_doc_bytes).collect())
+    }
+
+    fn ids(docs: &[Result<RawDoc>]) -> Vec<Vec<u32>> {
+        docs.iter()
+            .map(|d| match &d.as_ref().unwrap().content {
+                Content::Tokens { ids, .. } => ids.clone(),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_valid_shard_reads_back_its_documents() {
+        let tmp = tempfile::tempdir().unwrap();
+        let bytes = shard_bytes(&samples());
+        std::fs::write(tmp.path().join("shard.00000.mds"), &bytes).unwrap();
+        let docs = read_all(tmp.path(), &index_json(2, bytes.len() as u64), u64::MAX).unwrap();
+        assert_eq!(
+            ids(&docs),
+            vec![vec![1, 2, 3, 4], (5..=10).collect(), (11..=16).collect()]
+        );
+        // A document above the size limit (20 bytes: 5 ids) is a bad record; the others are read.
+        let docs = read_all(tmp.path(), &index_json(2, bytes.len() as u64), 20).unwrap();
+        let text = docs[1].as_ref().unwrap_err().to_string();
+        assert!(
+            text.contains("sample 0 document 1") && text.contains("--max-doc-bytes (20)"),
+            "{text}"
+        );
+        assert_eq!(ids(&docs[..1]), vec![vec![1, 2, 3, 4]]);
+        assert!(docs[2].is_err());
+    }
+
+    #[test]
+    fn a_column_size_near_u64_max_is_an_error_naming_the_field() {
+        let tmp = tempfile::tempdir().unwrap();
+        let bytes = shard_bytes(&samples());
+        std::fs::write(tmp.path().join("shard.00000.mds"), &bytes).unwrap();
+        for size in [u64::MAX, u64::MAX - 3, 1 << 40] {
+            let mut index = index_json(2, bytes.len() as u64);
+            index["shards"][0]["column_sizes"][1] = json!(size);
+            let err = read_all(tmp.path(), &index, u64::MAX)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("index.json")
+                    && err.contains("shards[0].column_sizes[1]")
+                    && err.contains(&size.to_string()),
+                "{err}"
+            );
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// A valid shard with bytes overwritten anywhere (header, offset table, size table,
+        /// shapes, values): errors or documents, never a panic.
+        #[test]
+        fn damaged_shard_never_panics(
+            edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
+            cut in proptest::option::of(any::<prop::sample::Index>()),
+        ) {
+            let tmp = tempfile::tempdir().unwrap();
+            let mut bytes = shard_bytes(&samples());
+            let declared = bytes.len() as u64;
+            for (at, byte) in &edits {
+                let i = at.index(bytes.len());
+                bytes[i] = *byte;
+            }
+            if let Some(cut) = cut {
+                bytes.truncate(cut.index(bytes.len()));
+            }
+            std::fs::write(tmp.path().join("shard.00000.mds"), &bytes).unwrap();
+            if let Ok(docs) = read_all(tmp.path(), &index_json(2, declared), u64::MAX) {
+                for doc in docs.into_iter().flatten() {
+                    let Content::Tokens { ids, .. } = doc.content else {
+                        return Err(TestCaseError::fail("MDS yields token ids"));
+                    };
+                    prop_assert!(ids.len() <= bytes.len() / 4);
+                }
+            }
+        }
+
+        /// Any values in the index's size, count and name fields: an error or documents, never a
+        /// panic; a name that is not a plain relative path is refused naming its field.
+        #[test]
+        fn any_index_fields_never_panic(
+            size0 in proptest::option::of(any::<u64>()),
+            size1 in proptest::option::of(prop_oneof![any::<u64>(), (u64::MAX - 16)..=u64::MAX]),
+            samples_count in prop_oneof![any::<u64>(), 0u64..4],
+            basename in prop_oneof![
+                Just("shard.00000.mds".to_string()),
+                "[a-z./\\\\:-]{0,12}",
+                Just("../shard.00000.mds".to_string()),
+                Just("/etc/passwd".to_string()),
+            ],
+            zstd in any::<bool>(),
+        ) {
+            let tmp = tempfile::tempdir().unwrap();
+            let bytes = shard_bytes(&samples());
+            std::fs::write(tmp.path().join("shard.00000.mds"), &bytes).unwrap();
+            let mut index = index_json(samples_count, bytes.len() as u64);
+            let shard = &mut index["shards"][0];
+            shard["column_sizes"] = json!([size0, size1]);
+            shard["raw_data"]["basename"] = json!(basename);
+            if zstd {
+                shard["compression"] = json!("zstd");
+                shard["zip_data"] = json!({"basename": basename, "bytes": 10});
+            }
+            match read_all(tmp.path(), &index, u64::MAX) {
+                Ok(docs) => drop(docs),
+                Err(DataError::File(FsError::UnsafeName(refused))) => {
+                    let field = &refused.named_by.field;
+                    prop_assert!(field.ends_with(".basename"), "{field}");
+                    prop_assert!(rsd_common::safe_fs::check_relative_name(&basename).is_err());
+                }
+                Err(_) => {}
+            }
+        }
+
+        /// Any bytes as an ndarray column, under any encoding: an error or an array whose values
+        /// fill the bytes, never a panic.
+        #[test]
+        fn decode_ndarray_never_panics(
+            data in proptest::collection::vec(any::<u8>(), 0..64),
+            dtype in proptest::option::of(prop_oneof![Just(Dtype::U8), Just(Dtype::U32), Just(Dtype::I64)]),
+            fixed_shape in proptest::option::of(proptest::collection::vec(any::<u64>(), 0..3)),
+        ) {
+            let column = Column::NdArray { dtype, fixed_shape };
+            if let Ok((dtype, shape, values)) = decode_ndarray(&column, &data) {
+                let count: u64 = shape.iter().product();
+                prop_assert_eq!(count * dtype.size() as u64, values.len() as u64);
             }
         }
     }

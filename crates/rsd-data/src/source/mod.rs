@@ -96,6 +96,12 @@ pub use jsonl::JsonLine;
 
 type DocIter = Box<dyn Iterator<Item = Result<RawDoc>> + Send>;
 
+/// The default of `rsd-data pack --max-doc-bytes`: the most bytes one document may have (a JSONL
+/// line, a text file, a repository, a Parquet/Arrow value, an MDS document's token ids). Far above
+/// any real document (a 512K-token sample is 2 MiB of ids, a long book a few MB of text), low
+/// enough that one hostile record cannot exhaust memory.
+pub const DEFAULT_MAX_DOC_BYTES: u64 = 256 << 20;
+
 /// Options that shape how sources are read.
 #[derive(Debug, Clone)]
 pub struct ReadOptions {
@@ -104,14 +110,17 @@ pub struct ReadOptions {
     /// Input files read at once, each by its own thread (documents still come out in file order).
     /// 1 reads them one after another on the caller's thread.
     pub read_threads: usize,
+    /// Documents larger than this many bytes are bad records ([`DEFAULT_MAX_DOC_BYTES`]).
+    pub max_doc_bytes: u64,
 }
 
 impl ReadOptions {
-    /// Read `text_field`, one file at a time.
+    /// Read `text_field`, one file at a time, documents up to [`DEFAULT_MAX_DOC_BYTES`].
     pub fn new(text_field: &str) -> ReadOptions {
         ReadOptions {
             text_field: text_field.to_string(),
             read_threads: 1,
+            max_doc_bytes: DEFAULT_MAX_DOC_BYTES,
         }
     }
 }
@@ -292,9 +301,14 @@ pub fn resolve(
         Some(subset) if !Path::new(spec).exists() => resolve_prolong(subset, data_root, seq_len)?,
         _ => PathBuf::from(spec),
     };
-    if !path.exists() {
+    let meta = std::fs::metadata(&path).map_err(|_| {
+        DataError::Config(format!("--src {spec}: {} does not exist", path.display()))
+    })?;
+    // A FIFO, socket or device is refused here: reading one would block or never end.
+    if !meta.is_file() && !meta.is_dir() {
         return Err(DataError::Config(format!(
-            "--src {spec}: {} does not exist",
+            "--src {spec}: {} is neither a regular file nor a directory (a FIFO, a socket or a \
+             device); rsd reads corpora only from regular files",
             path.display()
         )));
     }
@@ -306,7 +320,7 @@ pub fn resolve(
         bytes: 0,
         warnings: vec![],
     };
-    if path.is_file() {
+    if meta.is_file() {
         resolve_file(resolved, forced)
     } else {
         resolve_dir(resolved, forced)
@@ -482,15 +496,14 @@ const READ_MSG_DOCS: usize = 256;
 const READ_MSG_BYTES: u64 = 1 << 20;
 
 fn open_input(path: &Path, format: Format, opts: &ReadOptions) -> Result<DocIter> {
+    let (field, max) = (&opts.text_field, opts.max_doc_bytes);
     match format {
-        Format::Text => Ok(Box::new(std::iter::once(text::read(path)))),
-        Format::Code => Ok(Box::new(std::iter::once(code::read_repo(path)))),
-        Format::Jsonl => jsonl::open(path, &opts.text_field).map(|i| Box::new(i) as DocIter),
-        Format::Parquet => {
-            parquet_file::open(path, &opts.text_field).map(|i| Box::new(i) as DocIter)
-        }
-        Format::Arrow => arrow_ipc::open(path, &opts.text_field).map(|i| Box::new(i) as DocIter),
-        Format::Mds => mds::MdsDataset::open(path).map(|d| Box::new(d.documents()) as DocIter),
+        Format::Text => Ok(Box::new(std::iter::once(text::read(path, max)))),
+        Format::Code => Ok(Box::new(std::iter::once(code::read_repo(path, max)))),
+        Format::Jsonl => jsonl::open(path, field, max).map(|i| Box::new(i) as DocIter),
+        Format::Parquet => parquet_file::open(path, field, max).map(|i| Box::new(i) as DocIter),
+        Format::Arrow => arrow_ipc::open(path, field, max).map(|i| Box::new(i) as DocIter),
+        Format::Mds => mds::MdsDataset::open(path).map(|d| Box::new(d.documents(max)) as DocIter),
     }
 }
 

@@ -1,19 +1,24 @@
 //! Parquet: the text column is read row group by row group with a projection, so only that column
 //! is decoded and memory stays at one batch.
 
-use std::fs::File;
 use std::path::Path;
 
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::ProjectionMask;
+
+use rsd_common::safe_fs::open_regular;
 
 use super::arrow_ipc::{column_index, head_and_tail, TextBatches};
 use crate::error::{Cause, DataError, Result};
 
 const BATCH_ROWS: usize = 256;
 
-pub(super) fn open(path: &Path, field: &str) -> Result<TextBatches<ParquetRecordBatchReader>> {
-    let file = File::open(path).map_err(|e| DataError::io(path, e))?;
+pub(super) fn open(
+    path: &Path,
+    field: &str,
+    max_doc_bytes: u64,
+) -> Result<TextBatches<ParquetRecordBatchReader>> {
+    let file = open_regular(path)?;
     let builder = match ParquetRecordBatchReaderBuilder::try_new(file) {
         Ok(b) => b,
         Err(e) => return Err(open_error(path, e)),
@@ -31,7 +36,7 @@ pub(super) fn open(path: &Path, field: &str) -> Result<TextBatches<ParquetRecord
                 format!("cannot read column \"{field}\": {e}"),
             )
         })?;
-    Ok(TextBatches::new(path, reader, field))
+    Ok(TextBatches::new(path, reader, field, max_doc_bytes))
 }
 
 /// Why the footer could not be read: a Parquet file starts and ends with `PAR1`.

@@ -1,0 +1,567 @@
+//! Inputs written by a stranger, through the `rsd-data` binary: indexes and manifests that name
+//! files outside their directory, links planted where pack writes its temporary files, FIFOs in
+//! place of inputs, zstd bombs, sizes near u64::MAX. Every answer is a clear error or a counted
+//! skip, in bounded time and memory, with nothing outside the data touched.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rsd_shard::ShardSet;
+use serde_json::{json, Value};
+
+/// What a finished child run left: its exit code, output, and peak resident memory.
+struct Finished {
+    success: bool,
+    stdout: String,
+    stderr: String,
+    max_rss_mib: f64,
+}
+
+/// Run `rsd-data args`, failing the test if it runs longer than `timeout` (a read that blocks on
+/// a FIFO would never end); the peak RSS comes from the child's own rusage (`wait4`), so other
+/// tests' children running at the same time do not count.
+// `wait4` reaps the child (and `kill` + `wait` on a timeout); clippy sees no `wait()` call.
+#[allow(clippy::zombie_processes)]
+fn run_bounded(args: &[&str], timeout: Duration) -> Finished {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rsd-data"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start rsd-data");
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            text
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
+    let pid = child.id() as libc::pid_t;
+    let deadline = Instant::now() + timeout;
+    let (status, usage) = loop {
+        let mut status = 0;
+        // SAFETY: rusage is plain data; zeroed is a valid value for wait4 to overwrite.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: waits for our own child; both pointers are valid for the call.
+        let got = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        if got == pid {
+            break (status, usage);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("rsd-data {args:?} did not finish within {timeout:?}: it hangs");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let finished = Finished {
+        success: libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+        // ru_maxrss is in KiB on Linux.
+        max_rss_mib: usage.ru_maxrss as f64 / 1024.0,
+    };
+    eprintln!(
+        "rsd-data {}: peak RSS {:.0} MiB",
+        args[0], finished.max_rss_mib
+    );
+    assert!(
+        !finished.stderr.contains("panicked"),
+        "a panic is never an answer: {}",
+        finished.stderr
+    );
+    finished
+}
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+fn ok(args: &[&str]) -> Finished {
+    let f = run_bounded(args, TIMEOUT);
+    assert!(f.success, "rsd-data {args:?} failed:\n{}", f.stderr);
+    f
+}
+
+fn fails(args: &[&str]) -> Finished {
+    let f = run_bounded(args, TIMEOUT);
+    assert!(!f.success, "rsd-data {args:?} should fail:\n{}", f.stdout);
+    f
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+fn mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(p(path)).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+}
+
+fn write_jsonl(path: &Path, n: usize) {
+    let lines: String = (0..n)
+        .map(|i| json!({ "text": format!("document {i}: the quick brown fox") }).to_string() + "\n")
+        .collect();
+    std::fs::write(path, lines).unwrap();
+}
+
+/// Content and modification time: what a write through a link would change.
+fn fingerprint(path: &Path) -> (Vec<u8>, std::time::SystemTime) {
+    (
+        std::fs::read(path).unwrap(),
+        std::fs::metadata(path).unwrap().modified().unwrap(),
+    )
+}
+
+// ---- MDS, written by hand (the layout is in src/source/mds.rs) ----
+
+/// An ndarray column value: shape byte (u32 dims), shape, uint32 values.
+fn ndarray_u32(shape: &[u32], values: &[u32]) -> Vec<u8> {
+    let mut out = vec![((shape.len() as u8) << 2) | 2];
+    shape.iter().for_each(|d| out.extend(d.to_le_bytes()));
+    values.iter().for_each(|v| out.extend(v.to_le_bytes()));
+    out
+}
+
+/// A shard of `n` samples of 8 ids, each one document; columns `indices`, `input_ids`.
+fn mds_shard(n: u32) -> Vec<u8> {
+    let samples: Vec<Vec<u8>> = (0..n)
+        .map(|i| {
+            let ids: Vec<u32> = (0..8).map(|j| 100 + i * 8 + j).collect();
+            let indices = ndarray_u32(&[1, 2], &[0, 8]);
+            let ids = ndarray_u32(&[8], &ids);
+            let mut out = vec![];
+            out.extend((indices.len() as u32).to_le_bytes());
+            out.extend((ids.len() as u32).to_le_bytes());
+            out.extend(indices);
+            out.extend(ids);
+            out
+        })
+        .collect();
+    let mut out = n.to_le_bytes().to_vec();
+    let mut offset = 4 + 4 * (n + 1);
+    out.extend(offset.to_le_bytes());
+    for s in &samples {
+        offset += s.len() as u32;
+        out.extend(offset.to_le_bytes());
+    }
+    samples.into_iter().for_each(|s| out.extend(s));
+    out
+}
+
+fn mds_index(samples: u32, basename: &str, raw_bytes: usize) -> Value {
+    json!({"version": 2, "shards": [{
+        "format": "mds", "version": 2,
+        "column_names": ["indices", "input_ids"],
+        "column_encodings": ["ndarray:uint32", "ndarray:uint32"],
+        "column_sizes": [null, null],
+        "compression": null, "hashes": [], "size_limit": 1 << 26, "zip_data": null,
+        "raw_data": {"basename": basename, "bytes": raw_bytes, "hashes": {}},
+        "samples": samples,
+    }]})
+}
+
+fn write_json(path: &Path, value: &Value) {
+    std::fs::write(path, serde_json::to_string_pretty(value).unwrap()).unwrap();
+}
+
+/// `rsd-data pack` of MDS `src` into `out`, keeping the ids (the bundled tokenizer as the source
+/// tokenizer, so no download is needed).
+fn pack_mds_args<'a>(src: &'a str, out: &'a str) -> Vec<&'a str> {
+    vec![
+        "pack",
+        "--len",
+        "8",
+        "--source-tokenizer",
+        "bundled:qwen3",
+        "--src",
+        src,
+        "--out",
+        out,
+        "--progress",
+        "none",
+    ]
+}
+
+/// How much more than the same pack of a small honest input a pack of a zstd bomb may use at its
+/// peak (the baseline, mostly the tokenizer, is measured in each test: about 180 MiB in a debug
+/// build). The bombs decompress to `BOMB_BYTES`, eight times this: a reader that held the decoded
+/// data would exceed it many times over.
+const BOMB_RSS_HEADROOM_MIB: f64 = 64.0;
+const BOMB_BYTES: usize = 512 << 20;
+
+/// zstd frames of `head`, then `BOMB_BYTES` of `fill`, then `tail`: a few KB on disk.
+fn zstd_bomb(head: &[u8], fill: u8, tail: &[u8]) -> Vec<u8> {
+    let mut enc = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+    enc.write_all(head).unwrap();
+    let chunk = vec![fill; 1 << 20];
+    for _ in 0..BOMB_BYTES / chunk.len() {
+        enc.write_all(&chunk).unwrap();
+    }
+    enc.write_all(tail).unwrap();
+    let bytes = enc.finish().unwrap();
+    assert!(bytes.len() < 64 << 10, "{} bytes is no bomb", bytes.len());
+    bytes
+}
+
+#[test]
+fn mds_index_names_that_leave_the_directory_are_refused_naming_file_and_field() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shard = mds_shard(2);
+    let outside = tmp.path().join("outside.mds");
+    std::fs::write(&outside, &shard).unwrap();
+    let before = fingerprint(&outside);
+    let ds = tmp.path().join("ds");
+    std::fs::create_dir_all(&ds).unwrap();
+    std::fs::write(ds.join("shard.00000.mds"), &shard).unwrap();
+
+    // The same dataset with an honest name packs: the refusals below are about the names.
+    write_json(
+        &ds.join("index.json"),
+        &mds_index(2, "shard.00000.mds", shard.len()),
+    );
+    let out = tmp.path().join("ok");
+    ok(&pack_mds_args(p(&ds), p(&out)));
+    assert_eq!(ShardSet::open(&out).unwrap().num_samples(), 2);
+
+    for (k, name) in ["../outside.mds", p(&outside)].into_iter().enumerate() {
+        write_json(&ds.join("index.json"), &mds_index(2, name, shard.len()));
+        let out = tmp.path().join(format!("o{k}"));
+        let f = fails(&pack_mds_args(p(&ds), p(&out)));
+        assert!(
+            f.stderr
+                .contains(&ds.join("index.json").display().to_string())
+                && f.stderr.contains("shards[0].raw_data.basename")
+                && f.stderr.contains(name),
+            "{}",
+            f.stderr
+        );
+        assert!(!out.join("index.json").exists());
+    }
+    assert_eq!(fingerprint(&outside), before);
+}
+
+#[test]
+fn a_planted_link_at_a_temporary_name_in_out_is_never_written_through() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("c.jsonl");
+    write_jsonl(&src, 40);
+    let victim = tmp.path().join("victim.txt");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let before = fingerprint(&victim);
+    let pack = |out: &Path| {
+        vec![
+            "pack".to_string(),
+            "--len".into(),
+            "16".into(),
+            "--tail".into(),
+            "keep".into(),
+            "--shard-size".into(),
+            "64".into(),
+            "--src".into(),
+            p(&src).into(),
+            "--out".into(),
+            p(out).into(),
+            "--progress".into(),
+            "none".into(),
+        ]
+    };
+
+    // The journal's temporary name: pack keeps journal files between runs, so a link there
+    // survives until the first journal write, which refuses it.
+    let out = tmp.path().join("o1");
+    std::fs::create_dir_all(&out).unwrap();
+    std::os::unix::fs::symlink(&victim, out.join("pack.journal.json.tmp")).unwrap();
+    let args = pack(&out);
+    let f = fails(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(
+        f.stderr.contains("pack.journal.json.tmp") && f.stderr.contains("symbolic link"),
+        "{}",
+        f.stderr
+    );
+    assert_eq!(fingerprint(&victim), before);
+
+    // The shard, tokenizer and manifest temporaries: stale names of ours, removed (the link,
+    // not its target) before the pack starts; the pack then succeeds.
+    let out = tmp.path().join("o2");
+    std::fs::create_dir_all(&out).unwrap();
+    for name in [
+        "shard-00000.bin.tmp",
+        "shard-00000.idx.tmp",
+        "tokenizer.json.tmp",
+        "index.json.tmp",
+    ] {
+        std::os::unix::fs::symlink(&victim, out.join(name)).unwrap();
+    }
+    let args = pack(&out);
+    ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(fingerprint(&victim), before);
+    assert!(ShardSet::open(&out).unwrap().num_samples() > 1);
+    for entry in std::fs::read_dir(&out).unwrap().flatten() {
+        assert!(
+            !entry.file_type().unwrap().is_symlink(),
+            "{:?} is still a link",
+            entry.path()
+        );
+    }
+}
+
+#[test]
+fn fifos_in_place_of_inputs_are_clear_errors_not_hangs() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A corpus file.
+    let fifo = tmp.path().join("corpus.jsonl");
+    mkfifo(&fifo);
+    let out = tmp.path().join("o");
+    let f = fails(&["pack", "--len", "8", "--src", p(&fifo), "--out", p(&out)]);
+    assert!(
+        f.stderr.contains("corpus.jsonl") && f.stderr.contains("FIFO"),
+        "{}",
+        f.stderr
+    );
+    // A tokenizer.
+    let src = tmp.path().join("c.jsonl");
+    write_jsonl(&src, 20);
+    let tok = tmp.path().join("tokenizer.json");
+    mkfifo(&tok);
+    let f = fails(&[
+        "pack",
+        "--len",
+        "8",
+        "--tokenizer",
+        p(&tok),
+        "--src",
+        p(&src),
+        "--out",
+        p(&out),
+    ]);
+    assert!(f.stderr.contains("FIFO"), "{}", f.stderr);
+    // A shard of a finished directory, for verify and inspect.
+    ok(&[
+        "pack",
+        "--len",
+        "8",
+        "--src",
+        p(&src),
+        "--out",
+        p(&out),
+        "--progress",
+        "none",
+    ]);
+    std::fs::remove_file(out.join("shard-00000.bin")).unwrap();
+    mkfifo(&out.join("shard-00000.bin"));
+    for command in ["verify", "inspect"] {
+        let f = fails(&[command, p(&out)]);
+        assert!(
+            f.stderr.contains("shard-00000.bin") && f.stderr.contains("FIFO"),
+            "{command}: {}",
+            f.stderr
+        );
+    }
+}
+
+#[test]
+fn a_zstd_bomb_line_is_a_clear_error_or_a_counted_skip_in_bounded_memory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = |i: usize| json!({ "text": format!("good document {i}") }).to_string() + "\n";
+    let head = good(1) + "{\"text\": \"";
+    let bomb = zstd_bomb(
+        head.as_bytes(),
+        b'a',
+        ("\"}\n".to_string() + &good(3)).as_bytes(),
+    );
+    let src = tmp.path().join("bomb.jsonl.zst");
+    std::fs::write(&src, &bomb).unwrap();
+    let honest = tmp.path().join("honest.jsonl.zst");
+    let lines = good(1) + &good(2) + &good(3);
+    std::fs::write(&honest, zstd::encode_all(lines.as_bytes(), 3).unwrap()).unwrap();
+    let baseline = ok(&[
+        "pack",
+        "--len",
+        "4",
+        "--tail",
+        "keep",
+        "--max-doc-bytes",
+        "1MiB",
+        "--src",
+        p(&honest),
+        "--out",
+        p(&tmp.path().join("o0")),
+        "--progress",
+        "none",
+    ])
+    .max_rss_mib;
+    let limit = baseline + BOMB_RSS_HEADROOM_MIB;
+
+    let out = tmp.path().join("o1");
+    let f = fails(&[
+        "pack",
+        "--len",
+        "4",
+        "--tail",
+        "keep",
+        "--max-doc-bytes",
+        "1MiB",
+        "--src",
+        p(&src),
+        "--out",
+        p(&out),
+    ]);
+    assert!(
+        f.stderr.contains("bomb.jsonl.zst:line 2") && f.stderr.contains("--max-doc-bytes"),
+        "{}",
+        f.stderr
+    );
+    assert!(
+        f.max_rss_mib < limit,
+        "peak RSS {:.0} MiB on a {} MiB line (an honest pack: {baseline:.0} MiB)",
+        f.max_rss_mib,
+        BOMB_BYTES >> 20
+    );
+
+    let out = tmp.path().join("o2");
+    let f = ok(&[
+        "pack",
+        "--len",
+        "4",
+        "--tail",
+        "keep",
+        "--max-doc-bytes",
+        "1MiB",
+        "--skip-bad",
+        "--src",
+        p(&src),
+        "--out",
+        p(&out),
+        "--progress",
+        "none",
+    ]);
+    assert!(
+        f.max_rss_mib < limit,
+        "peak RSS {:.0} MiB (an honest pack: {baseline:.0} MiB)",
+        f.max_rss_mib
+    );
+    let m = ShardSet::open(&out).unwrap().manifest().clone();
+    assert_eq!((m.totals.documents, m.totals.skipped_documents), (2, 1));
+    assert_eq!(m.totals.bad_inputs.len(), 1);
+    assert!(
+        m.totals.bad_inputs[0].first.contains("line 2"),
+        "{:?}",
+        m.totals.bad_inputs
+    );
+}
+
+#[test]
+fn an_mds_zstd_bomb_is_refused_naming_the_shard_in_bounded_memory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shard = mds_shard(2);
+    // The honest shard, then half a GiB of zeros the index does not declare.
+    let bomb = zstd_bomb(&shard, 0, &[]);
+    let ds = tmp.path().join("ds");
+    std::fs::create_dir_all(&ds).unwrap();
+    // The index declares the honest size (raw_data.bytes) for both shard files below.
+    let mut index = mds_index(2, "shard.00000.mds", shard.len());
+    index["shards"][0]["compression"] = json!("zstd");
+    index["shards"][0]["zip_data"] =
+        json!({"basename": "shard.00000.mds.zstd", "bytes": bomb.len(), "hashes": {}});
+    write_json(&ds.join("index.json"), &index);
+    // The same shard compressed honestly packs: the baseline.
+    std::fs::write(
+        ds.join("shard.00000.mds.zstd"),
+        zstd::encode_all(&shard[..], 3).unwrap(),
+    )
+    .unwrap();
+    let out = tmp.path().join("o0");
+    let baseline = ok(&pack_mds_args(p(&ds), p(&out))).max_rss_mib;
+    assert_eq!(ShardSet::open(&out).unwrap().num_samples(), 2);
+
+    std::fs::write(ds.join("shard.00000.mds.zstd"), &bomb).unwrap();
+    let f = fails(&pack_mds_args(p(&ds), p(&tmp.path().join("o"))));
+    assert!(
+        f.stderr.contains("shard.00000.mds.zstd")
+            && f.stderr
+                .contains(&format!("more than {} bytes", shard.len())),
+        "{}",
+        f.stderr
+    );
+    assert!(
+        f.max_rss_mib < baseline + BOMB_RSS_HEADROOM_MIB,
+        "peak RSS {:.0} MiB on a {} MiB shard (an honest pack: {baseline:.0} MiB)",
+        f.max_rss_mib,
+        BOMB_BYTES >> 20
+    );
+}
+
+#[test]
+fn an_mds_column_size_near_u64_max_is_a_clear_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shard = mds_shard(2);
+    let ds = tmp.path().join("ds");
+    std::fs::create_dir_all(&ds).unwrap();
+    std::fs::write(ds.join("shard.00000.mds"), &shard).unwrap();
+    let mut index = mds_index(2, "shard.00000.mds", shard.len());
+    index["shards"][0]["column_sizes"] = json!([null, u64::MAX - 1]);
+    write_json(&ds.join("index.json"), &index);
+    let f = fails(&pack_mds_args(p(&ds), p(&tmp.path().join("o"))));
+    assert!(
+        f.stderr.contains("index.json")
+            && f.stderr.contains("shards[0].column_sizes[1]")
+            && f.stderr.contains(&(u64::MAX - 1).to_string()),
+        "{}",
+        f.stderr
+    );
+}
+
+#[test]
+fn a_manifest_tokenizer_name_outside_the_directory_is_not_opened() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("c.jsonl");
+    write_jsonl(&src, 20);
+    let out = tmp.path().join("o");
+    ok(&[
+        "pack",
+        "--len",
+        "8",
+        "--src",
+        p(&src),
+        "--out",
+        p(&out),
+        "--progress",
+        "none",
+    ]);
+    // The right tokenizer, outside the directory: following the manifest's name would find it.
+    let outside: PathBuf = tmp.path().join("tokenizer.json");
+    std::fs::rename(out.join("tokenizer.json"), &outside).unwrap();
+    let manifest_path = out.join("index.json");
+    let mut m: Value = serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
+    for name in ["../tokenizer.json", p(&outside)] {
+        m["tokenizer"]["name"] = json!(name);
+        write_json(&manifest_path, &m);
+        let f = ok(&["inspect", p(&out)]);
+        assert!(
+            f.stderr.contains("not decoding") && f.stderr.contains("tokenizer.name"),
+            "{}",
+            f.stderr
+        );
+    }
+    // Given explicitly, the same file is used.
+    let f = ok(&["inspect", p(&out), "--tokenizer", p(&outside)]);
+    assert!(f.stdout.contains("document"), "{}", f.stdout);
+
+    // Values the reader does not check (they only describe) are printed, never trusted: a
+    // digest of multi-byte characters, counts whose product overflows.
+    // ("a" then two-byte characters: byte 12 falls inside one.)
+    m["tokenizer"]["sha256"] = json!(format!("a{}", "é".repeat(20)));
+    m["totals"]["samples"] = json!(u64::MAX);
+    m["seq_len"] = json!(u64::MAX / 2);
+    write_json(&manifest_path, &m);
+    let f = ok(&["inspect", p(&out), "--tokenizer", p(&outside)]);
+    assert!(
+        f.stdout.contains(&format!("sha256 a{}…", "é".repeat(11))),
+        "{}",
+        f.stdout
+    );
+}
