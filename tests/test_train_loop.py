@@ -86,6 +86,39 @@ def test_resume_is_exact(shards, tmp_path):
     assert ma[0]["tokens"] == 256  # two micro-batches of one 128-token row
 
 
+def test_a_used_out_is_refused_overwritten_or_continued_never_mixed(shards, tmp_path):
+    out, other = tmp_path / "run", tmp_path / "other"
+    common = ("--steps", 3, "--lr", 5e-3, "--save-every", 1, "--keep", 5)
+    train(shards, out, *common)
+    before = {p.name: p.stat().st_mtime_ns for p in (out / "checkpoints").iterdir()}
+    # A new run into it, or another run's checkpoint branched into it: refused, nothing touched.
+    train(shards, other, *common)
+    for extra in [(), ("--resume", other / "checkpoints" / "step-00000002")]:
+        p = train(shards, out, *common, *extra, check=False)
+        assert p.returncode != 0 and "already holds a run" in p.stderr, p.stderr
+        assert "--overwrite" in p.stderr and "--resume auto" in p.stderr, p.stderr
+        assert {p.name: p.stat().st_mtime_ns for p in (out / "checkpoints").iterdir()} == before
+        assert [r["step"] for r in metrics(out)] == [1, 2, 3]
+    # --overwrite: a new run with its own log and checkpoints only.
+    train(shards, out, "--steps", 2, "--lr", 5e-3, "--save-every", 1, "--overwrite")
+    assert [r["step"] for r in metrics(out)] == [1, 2]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000001", "step-00000002"]
+    # Continued from its own checkpoint (step 2) with a log that ran ahead of it (a run killed
+    # after logging steps 3 and 4): every step is logged once.
+    with open(out / "metrics.jsonl", "a") as f:
+        f.write('{"step": 3}\n{"step": 4}\n')
+    train(shards, out, "--steps", 4, "--lr", 5e-3, "--save-every", 1, "--resume", "auto")
+    steps = [r["step"] for r in metrics(out)]
+    assert steps == [1, 2, 3, 4] and "loss" in metrics(out)[2], steps
+    # `--resume auto` with no checkpoint and only a partial log (a job restarted before its first
+    # checkpoint): a fresh start whose log holds only its own steps.
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "metrics.jsonl").write_text('{"step": 1}\n')
+    train(shards, fresh, "--steps", 2, "--lr", 5e-3, "--resume", "auto")
+    assert [r["step"] for r in metrics(fresh)] == [1, 2] and "loss" in metrics(fresh)[0]
+
+
 def test_ctrl_c_checkpoints_and_resumes(shards, tmp_path):
     out = tmp_path / "run"
     p = subprocess.Popen([exe("rsd-train"), *map(str, train_args(shards, out, "--steps", 1000))],

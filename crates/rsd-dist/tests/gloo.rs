@@ -135,9 +135,15 @@ fn rank_collectives() {
     let sum = stacked.sum_dim_intlist(0, false, Kind::Float);
     let got_second = second.wait(&pg).unwrap();
     let got_first = first.wait(&pg).unwrap();
-    assert!(same(&got_first, &sum.chunk(n as i64, 0)[rank]), "reduce_scatter_start sum");
+    assert!(
+        same(&got_first, &sum.chunk(n as i64, 0)[rank]),
+        "reduce_scatter_start sum"
+    );
     let avg2 = (stacked.to_kind(Kind::Double) * 2.0).mean_dim(0, false, Kind::Double);
-    assert!(same(&got_second, &avg2.chunk(n as i64, 0)[rank]), "reduce_scatter_start avg");
+    assert!(
+        same(&got_second, &avg2.chunk(n as i64, 0)[rank]),
+        "reduce_scatter_start avg"
+    );
     let after = pg.stats();
     assert_eq!(after.calls - before.calls, 3);
     assert_eq!(after.bytes - before.bytes, (12 * 4 + 12 * 8 + 8) as u64);

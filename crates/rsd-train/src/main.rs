@@ -82,6 +82,11 @@ struct TrainArgs {
     /// same command line).
     #[arg(long, num_args = 0..=1, default_missing_value = "", value_name = "DIR|auto")]
     resume: Option<String>,
+    /// Start a new run in an --out that holds an earlier run: removes its metrics.jsonl,
+    /// checkpoints/, model/ and summary.json first. Without it such an --out is refused (continue
+    /// the earlier run with --resume auto instead).
+    #[arg(long)]
+    overwrite: bool,
     /// Print the resolved config and exit.
     #[arg(long)]
     print_config: bool,
@@ -389,6 +394,53 @@ fn resume_from(arg: Option<&str>, cfg: &TrainConfig, out: &Path) -> Result<Optio
     Ok(Some(dir))
 }
 
+/// Keeps runs apart: a new run (or one branched from another run's checkpoint) never writes
+/// into a directory that holds an earlier run, unless `--overwrite` removes it first; a run
+/// continued from its own checkpoint keeps its log up to that checkpoint's step. Every rank
+/// checks, rank 0 alone removes or rewrites (the others take the same branch either way).
+fn prepare_run_dir(
+    out: &Path,
+    resume: Option<&Path>,
+    resume_arg: Option<&str>,
+    overwrite: bool,
+) -> Result<()> {
+    use rsd_train::{checkpoint, run_dir};
+    let continuing = resume.is_some_and(|ck| {
+        run_dir::run_of_checkpoint(ck).is_some_and(|run| run_dir::same_dir(&run, out))
+    });
+    if let (true, Some(ck)) = (continuing, resume) {
+        if is_rank0() {
+            let step = checkpoint::read_state(ck)?.step;
+            run_dir::keep_metrics_through(out, step)?;
+        }
+        return Ok(());
+    }
+    let earlier = run_dir::earlier_run(out);
+    if earlier.is_empty() {
+        return Ok(());
+    }
+    // `--resume auto` that found no checkpoint: the same job restarted before its first one,
+    // which left only a partial log.
+    let restarted =
+        resume_arg == Some("auto") && resume.is_none() && earlier == [out.join("metrics.jsonl")];
+    if overwrite || restarted {
+        if is_rank0() {
+            run_dir::remove_earlier_run(out)?;
+        }
+        return Ok(());
+    }
+    let names: Vec<String> = earlier
+        .iter()
+        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .collect();
+    bail!(
+        "{} already holds a run ({}): continue it with --resume auto, start a new run there \
+         with --overwrite (removes those), or choose another --out",
+        out.display(),
+        names.join(", ")
+    )
+}
+
 /// A hint for errors whose cause is a full disk: what was kept, and how to go on.
 fn disk_full_hint(e: &anyhow::Error, out: &Path) -> Option<String> {
     let full = e.chain().any(|c| {
@@ -455,6 +507,7 @@ fn train(a: TrainArgs) -> Result<()> {
     }
     let out = PathBuf::from(&cfg.out);
     let resume = resume_from(a.resume.as_deref(), &cfg, &out)?;
+    prepare_run_dir(&out, resume.as_deref(), a.resume.as_deref(), a.overwrite)?;
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();

@@ -341,24 +341,9 @@ impl ShardedAdamW {
         // written to a temporary directory and renamed into place, never modified in place).
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err(path))?;
         let st = SafeTensors::deserialize(&map).map_err(|e| bad(e.to_string()))?;
-        let low_precision = self.low_precision;
-        tch::no_grad(|| {
-            for b in &mut self.buckets {
-                let kind = b.m.kind();
-                b.m.f_copy_(&b.read_block(&st, "m", kind, &bad)?)?;
-                b.v.f_copy_(&b.read_block(&st, "v", kind, &bad)?)?;
-                let master = if low_precision {
-                    b.read_block(&st, "master", kind, &bad)?
-                } else {
-                    b.flat(|p| Ok(p.shallow_clone()))?
-                        .f_narrow(0, b.start, b.block)?
-                };
-                b.master.f_copy_(&master)?;
-            }
-            Ok::<(), Error>(())
-        })?;
-        self.steps = steps;
-        Ok(())
+        self.fill_blocks(steps, |_, b, what| {
+            b.read_block(&st, what, b.m.kind(), &bad)
+        })
     }
 
     /// Reads this rank's block of every bucket from a sharded checkpoint (any number of ranks).
@@ -403,25 +388,38 @@ impl ShardedAdamW {
                 }
             )));
         }
+        self.fill_blocks(steps, |j, b, what| {
+            let (kind, device, block) = (b.m.kind(), b.m.device(), b.block);
+            let (lo, hi) = (b.start.min(b.used), (b.start + block).min(b.used));
+            let t = saved.range(j, what, lo, hi, kind, device)?;
+            if hi - lo == block {
+                return Ok(t);
+            }
+            let zeros = Tensor::f_zeros([block - (hi - lo)], (kind, device))?;
+            Ok(Tensor::f_cat(&[t, zeros], 0)?)
+        })
+    }
+
+    /// Sets every bucket's moments (and, below fp32, master weights) to this rank's block as
+    /// `read(bucket index, bucket, "m" | "v" | "master")` gives it; fp32 models take the master
+    /// from their own parameters. Then `steps` updates count as done.
+    fn fill_blocks(
+        &mut self,
+        steps: u64,
+        read: impl Fn(usize, &Bucket, &str) -> Result<Tensor>,
+    ) -> Result<()> {
+        let low_precision = self.low_precision;
         tch::no_grad(|| {
             for (j, b) in self.buckets.iter_mut().enumerate() {
-                let (kind, device, block) = (b.m.kind(), b.m.device(), b.block);
-                let (lo, hi) = (b.start.min(b.used), (b.start + block).min(b.used));
-                let pad = |t: Tensor| -> Result<Tensor> {
-                    if hi - lo == block {
-                        return Ok(t);
-                    }
-                    let zeros = Tensor::f_zeros([block - (hi - lo)], (kind, device))?;
-                    Ok(Tensor::f_cat(&[t, zeros], 0)?)
-                };
-                b.m.f_copy_(&pad(saved.range(j, "m", lo, hi, kind, device)?)?)?;
-                b.v.f_copy_(&pad(saved.range(j, "v", lo, hi, kind, device)?)?)?;
+                let (m, v) = (read(j, b, "m")?, read(j, b, "v")?);
                 let master = if low_precision {
-                    pad(saved.range(j, "master", lo, hi, kind, device)?)?
+                    read(j, b, "master")?
                 } else {
                     b.flat(|p| Ok(p.shallow_clone()))?
                         .f_narrow(0, b.start, b.block)?
                 };
+                b.m.f_copy_(&m)?;
+                b.v.f_copy_(&v)?;
                 b.master.f_copy_(&master)?;
             }
             Ok::<(), Error>(())

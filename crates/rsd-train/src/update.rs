@@ -36,12 +36,10 @@ impl Optimizer {
             weight_decay: cfg.weight_decay,
         };
         Ok(match dp.group() {
-            Some(g) if cfg.shard_optimizer => {
-                Optimizer::Sharded(
-                    ShardedAdamW::new(model, adamw, g, dp.bucket_elems())?
-                        .overlapped(cfg.overlap_grad_reduce),
-                )
-            }
+            Some(g) if cfg.shard_optimizer => Optimizer::Sharded(
+                ShardedAdamW::new(model, adamw, g, dp.bucket_elems())?
+                    .overlapped(cfg.overlap_grad_reduce),
+            ),
             _ => Optimizer::Replicated(AdamW::new(model, adamw)?),
         })
     }

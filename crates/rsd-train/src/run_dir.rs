@@ -1,0 +1,159 @@
+//! The run directory (`out`): what a run writes there, so that a new run never mixes its
+//! metrics and checkpoints with an earlier run's (checkpoints are pruned by step number: an
+//! earlier run's later steps would make a new run delete the checkpoint it just wrote), and a
+//! resumed run's log holds every step once.
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use crate::{io_err, Error, Result};
+
+/// What a run writes into its directory, besides the tokenizer copy it rewrites every time.
+const RUN_OUTPUTS: [&str; 4] = ["metrics.jsonl", "checkpoints", "model", "summary.json"];
+
+/// The outputs of an earlier run present in `out` (an empty `checkpoints/` does not count).
+pub fn earlier_run(out: &Path) -> Vec<PathBuf> {
+    RUN_OUTPUTS
+        .iter()
+        .map(|name| out.join(name))
+        .filter(|p| match fs::symlink_metadata(p) {
+            Ok(m) if m.is_dir() => fs::read_dir(p).is_ok_and(|mut d| d.next().is_some()),
+            Ok(_) => true,
+            Err(_) => false,
+        })
+        .collect()
+}
+
+/// Removes an earlier run's outputs from `out` (`--overwrite`); nothing else there is touched.
+pub fn remove_earlier_run(out: &Path) -> Result<()> {
+    for p in earlier_run(out) {
+        let meta = fs::symlink_metadata(&p).map_err(io_err(&p))?;
+        if meta.is_dir() {
+            fs::remove_dir_all(&p).map_err(io_err(&p))?;
+        } else {
+            fs::remove_file(&p).map_err(io_err(&p))?;
+        }
+    }
+    Ok(())
+}
+
+/// The run directory a checkpoint belongs to (`<run>/checkpoints/step-N` → `<run>`), if it lies
+/// in one.
+pub fn run_of_checkpoint(checkpoint: &Path) -> Option<PathBuf> {
+    let parent = checkpoint.parent()?;
+    (parent.file_name()? == "checkpoints").then(|| parent.parent().map(Path::to_path_buf))?
+}
+
+/// Whether `a` and `b` name the same directory (both must exist to compare equal).
+pub fn same_dir(a: &Path, b: &Path) -> bool {
+    match (fs::canonicalize(a), fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// Drops the lines of `out/metrics.jsonl` logged after `step` (a run resumed from a checkpoint
+/// of `step` logs the later steps again). Written through a temporary file and a rename; lines
+/// that are not a JSON object with a `step` stop the rewrite with an error naming the line.
+pub fn keep_metrics_through(out: &Path, step: u64) -> Result<()> {
+    let path = out.join("metrics.jsonl");
+    let file = match fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err(&path)(e)),
+    };
+    let mut kept = Vec::new();
+    let mut dropped = 0usize;
+    for (i, line) in BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(io_err(&path))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let logged = serde_json::from_str::<serde_json::Value>(&line)
+            .ok()
+            .and_then(|v| v.get("step").and_then(serde_json::Value::as_u64))
+            .ok_or_else(|| {
+                Error::Input(format!(
+                    "{} line {}: not a metrics record with a \"step\"",
+                    path.display(),
+                    i + 1
+                ))
+            })?;
+        if logged <= step {
+            kept.push(line);
+        } else {
+            dropped += 1;
+        }
+    }
+    if dropped == 0 {
+        return Ok(());
+    }
+    let tmp = out.join("metrics.jsonl.tmp");
+    let _ = fs::remove_file(&tmp);
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(io_err(&tmp))?;
+    for line in &kept {
+        writeln!(f, "{line}").map_err(io_err(&tmp))?;
+    }
+    f.sync_all().map_err(io_err(&tmp))?;
+    fs::rename(&tmp, &path).map_err(io_err(&path))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_earlier_run_is_found_and_removed_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        assert!(earlier_run(out).is_empty());
+        fs::create_dir(out.join("checkpoints")).unwrap();
+        fs::create_dir(out.join("tokenizer")).unwrap();
+        fs::write(out.join("notes.txt"), "mine").unwrap();
+        assert!(
+            earlier_run(out).is_empty(),
+            "an empty checkpoints/ is no run"
+        );
+        fs::create_dir(out.join("checkpoints/step-00000002")).unwrap();
+        fs::write(out.join("metrics.jsonl"), "{\"step\":1}\n").unwrap();
+        assert_eq!(
+            earlier_run(out),
+            vec![out.join("metrics.jsonl"), out.join("checkpoints")]
+        );
+        remove_earlier_run(out).unwrap();
+        assert!(earlier_run(out).is_empty());
+        assert_eq!(fs::read_to_string(out.join("notes.txt")).unwrap(), "mine");
+        assert!(out.join("tokenizer").is_dir());
+    }
+
+    #[test]
+    fn a_resumed_log_keeps_the_steps_up_to_the_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        let lines: String = (1..=5).map(|s| format!("{{\"step\":{s}}}\n")).collect();
+        fs::write(out.join("metrics.jsonl"), &lines).unwrap();
+        keep_metrics_through(out, 3).unwrap();
+        assert_eq!(
+            fs::read_to_string(out.join("metrics.jsonl")).unwrap(),
+            "{\"step\":1}\n{\"step\":2}\n{\"step\":3}\n"
+        );
+        fs::write(out.join("metrics.jsonl"), "{\"step\":1}\nnot json\n").unwrap();
+        let e = keep_metrics_through(out, 0).unwrap_err().to_string();
+        assert!(e.contains("metrics.jsonl line 2"), "{e}");
+        keep_metrics_through(&out.join("absent"), 1).unwrap();
+    }
+
+    #[test]
+    fn a_checkpoint_names_its_run() {
+        assert_eq!(
+            run_of_checkpoint(Path::new("/r/run/checkpoints/step-00000004")),
+            Some(PathBuf::from("/r/run"))
+        );
+        assert_eq!(run_of_checkpoint(Path::new("/r/elsewhere/step-4")), None);
+    }
+}
