@@ -9,8 +9,9 @@ without): the step time (fastest of `--repeat 3`, forward + backward, fp32), ran
 and the payload rank 0 hands to the gathers against the analytic volume — per layer the
 standard view's K and V of this rank's L/N rows (2 · L/N · kv_heads · head_dim · 4 bytes); the
 perturbed view's the same whole (no reuse) or for its share of the re-sharded suffix (reuse),
-plus one all-to-all of the suffix's d-wide final hidden states; backward reduce-scatters move as much again
-inside autograd (not counted). One process gets `--threads 2`, each rank `--threads 1`.
+plus one all-to-all of the suffix's d-wide final hidden states; and the backward's collectives,
+counted inside autograd: per layer the reduce-scatter of the whole rows' K and V gradient of each
+gather, and the all-to-all's inverse. One process gets `--threads 2`, each rank `--threads 1`.
 
 Then the balance of the perturbed pass under context parallelism: the ranks' planned matmul
 FLOPs (`perturbed_flops_per_rank` of the probe: the real plan) for splits s over the whole row at
@@ -84,7 +85,13 @@ def main():
                 # block holds a quarter of the suffix).
                 suffix = ((a.len - a.len // 2 + 2 * cp - 1) // (2 * cp)) * 2
                 pert = 2 * suffix * kv * 4 + cp * (suffix // 2) * d * 4 / (2 * layers)
-            analytic = 2 * layers * (std + pert) if cp > 1 else 0
+            # The backward, once: each gather's reduce-scatter of the whole rows' K and V
+            # gradient (and, with reuse, the all-to-all's own inverse), counted inside autograd.
+            whole = 0 if objective == "standard" else (a.len if not reuse else cp * suffix)
+            back = layers * 2 * (a.len + whole) * kv * 4
+            if reuse:
+                back += cp * (suffix // 2) * d * 4
+            analytic = 2 * layers * (std + pert) + back if cp > 1 else 0
             measured = r["comm_bytes_per_run"] if cp > 1 else 0
             comm = f"{r['comm_s_per_run'] / r['seconds']:.0%}" if cp > 1 else "–"
             print(f"| {name} | {'1 process' if cp == 1 else 'cp 2'} | {r['seconds']:.2f} s | "
