@@ -408,9 +408,15 @@ impl ModelConfig {
     /// Reads and resolves `<dir>/config.json`.
     pub fn from_dir(dir: &std::path::Path) -> Result<Self> {
         let path = dir.join("config.json");
-        let text = std::fs::read_to_string(&path).map_err(crate::error::io_err(&path))?;
+        // A regular file of bounded size: a FIFO or a device in its place must not block or
+        // exhaust memory (the directory may come from anyone).
+        let bytes = rsd_common::safe_fs::read_regular(
+            &path,
+            rsd_common::safe_fs::MAX_METADATA_BYTES,
+            "config.json",
+        )?;
         let value: Value =
-            serde_json::from_str(&text).map_err(|source| ModelError::Json { path, source })?;
+            serde_json::from_slice(&bytes).map_err(|source| ModelError::Json { path, source })?;
         Self::from_hf_json(value)
     }
 
