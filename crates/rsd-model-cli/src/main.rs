@@ -213,7 +213,8 @@ struct InitArgs {
 }
 
 fn read_ids(path: &Path, what: &str) -> Result<Tensor> {
-    let t = Tensor::read_npy(path).with_context(|| format!("reading {what} {}", path.display()))?;
+    // rsd's own reader: the header is checked against the file before anything is read.
+    let t = rsd_model::npy::read(path).with_context(|| format!("reading {what}"))?;
     if t.dim() != 2 {
         bail!(
             "{what} {}: expected shape [B, T], got {}",
@@ -499,7 +500,7 @@ fn init(a: InitArgs) -> Result<()> {
 
 /// The prompts of a .npy token file: a [T] array is one prompt, a [B, T] array one per row.
 fn read_prompt_ids(path: &Path) -> Result<Vec<Vec<i64>>> {
-    let t = Tensor::read_npy(path).with_context(|| format!("reading tokens {}", path.display()))?;
+    let t = rsd_model::npy::read(path).context("reading tokens")?;
     let t = match t.dim() {
         1 => t.unsqueeze(0),
         2 => t,

@@ -20,6 +20,9 @@ pub enum ModelError {
     /// large. The message names the file and, for a name, the field it came from.
     #[error(transparent)]
     File(#[from] rsd_common::safe_fs::FsError),
+    /// A `.npy` file is malformed or does not hold what its header declares.
+    #[error(transparent)]
+    Npy(#[from] crate::npy::NpyError),
     /// `config.json` (or an index file) is not valid JSON or misses a required field.
     #[error("{path}: invalid JSON: {source}")]
     Json {

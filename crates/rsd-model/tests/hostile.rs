@@ -175,3 +175,155 @@ fn fifos_in_a_checkpoint_are_refused_not_waited_on() {
         }
     }
 }
+
+// ---- .npy files ----
+
+/// The bytes `np.save` writes for an array with header dict `dict` and raw `data`: format
+/// `version` (1 → 2-byte header length, 2 or 3 → 4-byte), header padded to a multiple of 64.
+fn npy_bytes(version: u8, dict: &str, data: &[u8]) -> Vec<u8> {
+    let len_bytes = if version == 1 { 2 } else { 4 };
+    let mut header = dict.as_bytes().to_vec();
+    let total = 8 + len_bytes + header.len() + 1;
+    header.resize(header.len() + (64 - total % 64) % 64, b' ');
+    header.push(b'\n');
+    let mut out = b"\x93NUMPY".to_vec();
+    out.extend([version, 0]);
+    if version == 1 {
+        out.extend((header.len() as u16).to_le_bytes());
+    } else {
+        out.extend((header.len() as u32).to_le_bytes());
+    }
+    out.extend(header);
+    out.extend(data);
+    out
+}
+
+fn dict(descr: &str, shape: &str) -> String {
+    format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}")
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+#[test]
+fn npy_files_as_numpy_writes_them_read_back_exactly() {
+    use tch::Kind;
+    let tmp = tempfile::tempdir().unwrap();
+    let ids: Vec<i64> = vec![0, 1, -2, 1 << 40, i64::MAX, 7];
+    let data: Vec<u8> = ids.iter().flat_map(|v| v.to_le_bytes()).collect();
+    for version in [1, 2, 3] {
+        let path = write(
+            tmp.path(),
+            "ids.npy",
+            &npy_bytes(version, &dict("<i8", "(2, 3)"), &data),
+        );
+        let t = rsd_model::npy::read(&path).unwrap();
+        assert_eq!((t.kind(), t.size()), (Kind::Int64, vec![2, 3]));
+        assert_eq!(Vec::<i64>::try_from(t.reshape([-1])).unwrap(), ids);
+    }
+    let small: Vec<i32> = vec![5, -6, 7];
+    let data: Vec<u8> = small.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let path = write(tmp.path(), "i4.npy", &npy_bytes(1, &dict("<i4", "(3,)"), &data));
+    let t = rsd_model::npy::read(&path).unwrap();
+    assert_eq!((t.kind(), t.size()), (Kind::Int, vec![3]));
+    assert_eq!(Vec::<i32>::try_from(t).unwrap(), small);
+    let floats: Vec<f32> = vec![0.5, -1.25];
+    let data: Vec<u8> = floats.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let path = write(tmp.path(), "f4.npy", &npy_bytes(1, &dict("<f4", "(1, 2)"), &data));
+    let t = rsd_model::npy::read(&path).unwrap();
+    assert_eq!((t.kind(), t.size()), (Kind::Float, vec![1, 2]));
+    assert_eq!(Vec::<f32>::try_from(t.reshape([-1])).unwrap(), floats);
+    let path = write(tmp.path(), "u1.npy", &npy_bytes(1, &dict("|u1", "(0, 4)"), &[]));
+    let t = rsd_model::npy::read(&path).unwrap();
+    assert_eq!((t.kind(), t.size()), (Kind::Uint8, vec![0, 4]));
+}
+
+#[test]
+fn npy_files_that_do_not_hold_what_they_declare_are_refused_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Short: 2×3 int64 declared, 5 elements present.
+    let path = write(
+        tmp.path(),
+        "short.npy",
+        &npy_bytes(1, &dict("<i8", "(2, 3)"), &[0; 40]),
+    );
+    let e = rsd_model::npy::read(&path).unwrap_err().to_string();
+    assert!(
+        e.contains(&path.display().to_string()) && e.contains("48 bytes") && e.contains("holds 40"),
+        "{e}"
+    );
+    // Huge: 2^40 int64 declared over 8 bytes of data. Allocating what the header asks (8 TiB)
+    // would abort the test; the reader answers from the header and the file size alone.
+    let path = write(
+        tmp.path(),
+        "huge.npy",
+        &npy_bytes(1, &dict("<i8", "(1099511627776,)"), &[0; 8]),
+    );
+    let e = rsd_model::npy::read(&path).unwrap_err().to_string();
+    assert!(e.contains("huge.npy") && e.contains("8796093022208 bytes"), "{e}");
+    // Fortran order.
+    let fortran = "{'descr': '<i8', 'fortran_order': True, 'shape': (2, 1), }";
+    let path = write(tmp.path(), "f.npy", &npy_bytes(1, fortran, &[0; 16]));
+    let e = rsd_model::npy::read(&path).unwrap_err().to_string();
+    assert!(e.contains("f.npy") && e.contains("Fortran order"), "{e}");
+    // Big-endian.
+    let path = write(tmp.path(), "be.npy", &npy_bytes(1, &dict(">i8", "(1,)"), &[0; 8]));
+    let e = rsd_model::npy::read(&path).unwrap_err().to_string();
+    assert!(e.contains("be.npy") && e.contains("\">i8\" is not supported"), "{e}");
+    // A FIFO is refused, not waited on.
+    let fifo = tmp.path().join("fifo.npy");
+    mkfifo(&fifo);
+    let f = fifo.clone();
+    let e = within(20, move || rsd_model::npy::read(&f).err().map(|e| e.to_string()))
+        .expect("a FIFO must be refused");
+    assert!(e.contains("FIFO") && e.contains("fifo.npy"), "{e}");
+}
+
+mod npy_properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Reads `bytes` as a file: an error or a tensor exactly the size of the data, never a panic.
+    fn read_bytes(bytes: &[u8]) {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = write(tmp.path(), "p.npy", bytes);
+        if let Ok(t) = rsd_model::npy::read(&path) {
+            let data = t.numel() * t.kind().elt_size_in_bytes();
+            assert!(data <= bytes.len(), "a tensor larger than the file");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn any_bytes_are_an_error_or_a_tensor(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            read_bytes(&bytes);
+        }
+
+        #[test]
+        fn any_header_text_is_an_error_or_a_tensor(text in "[{}()',: a-z_0-9<|TrueFals]{0,120}", data in proptest::collection::vec(any::<u8>(), 0..64)) {
+            read_bytes(&npy_bytes(1, &text, &data));
+        }
+
+        #[test]
+        fn damaged_files_are_an_error_or_a_tensor(
+            edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
+            cut in any::<prop::sample::Index>(),
+            truncate in any::<bool>(),
+        ) {
+            let mut bytes = npy_bytes(1, &dict("<i4", "(2, 3)"), &[1; 24]);
+            for (at, b) in edits {
+                let i = at.index(bytes.len());
+                bytes[i] = b;
+            }
+            if truncate {
+                bytes.truncate(cut.index(bytes.len() + 1));
+            }
+            read_bytes(&bytes);
+        }
+    }
+}
