@@ -255,7 +255,11 @@ fn parse_rope_scaling(v: Option<&Value>, max_pos: i64) -> Result<RopeScaling> {
 /// zero or negative factor divides frequencies by zero or flips them, NaN poisons every logit.
 fn finite_positive(key: &str, value: f64, zero_ok: bool) -> Result<()> {
     if !value.is_finite() || value < 0.0 || (value == 0.0 && !zero_ok) {
-        let want = if zero_ok { "finite and ≥ 0" } else { "finite and > 0" };
+        let want = if zero_ok {
+            "finite and ≥ 0"
+        } else {
+            "finite and > 0"
+        };
         return Err(ModelError::InvalidConfig(format!(
             "config.json: {key} = {value}: must be {want}"
         )));

@@ -149,7 +149,10 @@ impl<'a> Lexer<'a> {
                 self.at += c.len_utf8();
                 Ok(())
             }
-            found => Err(format!("expected {c:?} at byte {}, found {found:?}", self.at)),
+            found => Err(format!(
+                "expected {c:?} at byte {}, found {found:?}",
+                self.at
+            )),
         }
     }
 
@@ -195,9 +198,9 @@ impl<'a> Lexer<'a> {
                     }
                     let at = self.at;
                     let word = self.word();
-                    let dim = word
-                        .parse::<u64>()
-                        .map_err(|_| format!("expected a dimension at byte {at}, found {word:?}"))?;
+                    let dim = word.parse::<u64>().map_err(|_| {
+                        format!("expected a dimension at byte {at}, found {word:?}")
+                    })?;
                     dims.push(dim);
                     match self.peek() {
                         Some(',') => self.at += 1,
@@ -248,7 +251,10 @@ impl<'a> Lexer<'a> {
             }
         }
         if self.peek().is_some() {
-            return Err(format!("unexpected text after the dict at byte {}", self.at));
+            return Err(format!(
+                "unexpected text after the dict at byte {}",
+                self.at
+            ));
         }
         Ok(items)
     }
@@ -314,7 +320,9 @@ pub fn parse_header(path: &Path, bytes: &[u8], file_len: u64) -> Result<Header, 
             ("fortran_order", Value::Bool(b)) => fortran.replace(b).is_some(),
             ("shape", Value::Tuple(t)) => shape.replace(t).is_some(),
             ("descr" | "fortran_order" | "shape", value) => {
-                return Err(header_err(format!("field {key:?} has the wrong type: {value:?}")))
+                return Err(header_err(format!(
+                    "field {key:?} has the wrong type: {value:?}"
+                )))
             }
             _ => {
                 return Err(header_err(format!(
@@ -446,23 +454,53 @@ mod tests {
         let h = parse(&b).unwrap();
         assert_eq!((h.kind, h.shape.clone()), (Kind::Int64, vec![2, 3]));
         assert_eq!((h.data_offset % 64, h.data_bytes), (0, 48));
-        let b = npy("{'descr': '<f4', 'fortran_order': False, 'shape': (5,), }", &[0; 20]);
+        let b = npy(
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (5,), }",
+            &[0; 20],
+        );
         assert_eq!(parse(&b).unwrap().shape, vec![5]);
-        let b = npy("{'descr': '|u1', 'fortran_order': False, 'shape': (), }", &[7]);
+        let b = npy(
+            "{'descr': '|u1', 'fortran_order': False, 'shape': (), }",
+            &[7],
+        );
         assert_eq!(parse(&b).unwrap().shape, Vec::<u64>::new());
     }
 
     #[test]
     fn bad_headers_say_what_is_wrong() {
         let cases = [
-            ("{'descr': '>i8', 'fortran_order': False, 'shape': (1,), }", "dtype \">i8\""),
-            ("{'descr': '<i8', 'fortran_order': True, 'shape': (1,), }", "Fortran order"),
-            ("{'descr': '<i8', 'shape': (1,), }", "no field \"fortran_order\""),
-            ("{'descr': '<i8', 'fortran_order': False, 'shape': (1,), 'x': 'y'}", "unexpected field \"x\""),
-            ("{'descr': '<i8', 'descr': '<i8', 'fortran_order': False, 'shape': (1,)}", "appears twice"),
-            ("{'descr': '<i8', 'fortran_order': False, 'shape': (-1,), }", "expected a dimension"),
-            ("{'descr': 8, 'fortran_order': False, 'shape': (1,), }", "expected a string"),
-            ("{'descr': '<i8', 'fortran_order': 0, 'shape': (1,), }", "expected a string, True"),
+            (
+                "{'descr': '>i8', 'fortran_order': False, 'shape': (1,), }",
+                "dtype \">i8\"",
+            ),
+            (
+                "{'descr': '<i8', 'fortran_order': True, 'shape': (1,), }",
+                "Fortran order",
+            ),
+            (
+                "{'descr': '<i8', 'shape': (1,), }",
+                "no field \"fortran_order\"",
+            ),
+            (
+                "{'descr': '<i8', 'fortran_order': False, 'shape': (1,), 'x': 'y'}",
+                "unexpected field \"x\"",
+            ),
+            (
+                "{'descr': '<i8', 'descr': '<i8', 'fortran_order': False, 'shape': (1,)}",
+                "appears twice",
+            ),
+            (
+                "{'descr': '<i8', 'fortran_order': False, 'shape': (-1,), }",
+                "expected a dimension",
+            ),
+            (
+                "{'descr': 8, 'fortran_order': False, 'shape': (1,), }",
+                "expected a string",
+            ),
+            (
+                "{'descr': '<i8', 'fortran_order': 0, 'shape': (1,), }",
+                "expected a string, True",
+            ),
         ];
         for (dict, want) in cases {
             let e = parse(&npy(dict, &[0; 8])).unwrap_err().to_string();
@@ -492,6 +530,9 @@ mod tests {
         // A header length past the end of the file.
         let mut b = npy(dict, &[0; 24]);
         b[8] = 0xff;
-        assert!(parse(&b[..100]).unwrap_err().to_string().contains("ends before"));
+        assert!(parse(&b[..100])
+            .unwrap_err()
+            .to_string()
+            .contains("ends before"));
     }
 }

@@ -29,9 +29,11 @@ fn mkfifo(path: &Path) {
 }
 
 fn tiny_config() -> ModelConfig {
-    ModelConfig::from_hf_json(json!({"architectures": ["LlamaForCausalLM"], "vocab_size": 40,
+    ModelConfig::from_hf_json(
+        json!({"architectures": ["LlamaForCausalLM"], "vocab_size": 40,
         "hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 2,
-        "num_attention_heads": 2}))
+        "num_attention_heads": 2}),
+    )
     .unwrap()
 }
 
@@ -99,7 +101,11 @@ fn a_weight_map_name_that_leaves_the_directory_is_refused_naming_index_and_field
             );
         }
     }
-    assert_eq!(std::fs::read(&outside).unwrap(), before, "outside untouched");
+    assert_eq!(
+        std::fs::read(&outside).unwrap(),
+        before,
+        "outside untouched"
+    );
 }
 
 #[test]
@@ -226,17 +232,29 @@ fn npy_files_as_numpy_writes_them_read_back_exactly() {
     }
     let small: Vec<i32> = vec![5, -6, 7];
     let data: Vec<u8> = small.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let path = write(tmp.path(), "i4.npy", &npy_bytes(1, &dict("<i4", "(3,)"), &data));
+    let path = write(
+        tmp.path(),
+        "i4.npy",
+        &npy_bytes(1, &dict("<i4", "(3,)"), &data),
+    );
     let t = rsd_model::npy::read(&path).unwrap();
     assert_eq!((t.kind(), t.size()), (Kind::Int, vec![3]));
     assert_eq!(Vec::<i32>::try_from(t).unwrap(), small);
     let floats: Vec<f32> = vec![0.5, -1.25];
     let data: Vec<u8> = floats.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let path = write(tmp.path(), "f4.npy", &npy_bytes(1, &dict("<f4", "(1, 2)"), &data));
+    let path = write(
+        tmp.path(),
+        "f4.npy",
+        &npy_bytes(1, &dict("<f4", "(1, 2)"), &data),
+    );
     let t = rsd_model::npy::read(&path).unwrap();
     assert_eq!((t.kind(), t.size()), (Kind::Float, vec![1, 2]));
     assert_eq!(Vec::<f32>::try_from(t.reshape([-1])).unwrap(), floats);
-    let path = write(tmp.path(), "u1.npy", &npy_bytes(1, &dict("|u1", "(0, 4)"), &[]));
+    let path = write(
+        tmp.path(),
+        "u1.npy",
+        &npy_bytes(1, &dict("|u1", "(0, 4)"), &[]),
+    );
     let t = rsd_model::npy::read(&path).unwrap();
     assert_eq!((t.kind(), t.size()), (Kind::Uint8, vec![0, 4]));
 }
@@ -263,22 +281,34 @@ fn npy_files_that_do_not_hold_what_they_declare_are_refused_naming_the_file() {
         &npy_bytes(1, &dict("<i8", "(1099511627776,)"), &[0; 8]),
     );
     let e = rsd_model::npy::read(&path).unwrap_err().to_string();
-    assert!(e.contains("huge.npy") && e.contains("8796093022208 bytes"), "{e}");
+    assert!(
+        e.contains("huge.npy") && e.contains("8796093022208 bytes"),
+        "{e}"
+    );
     // Fortran order.
     let fortran = "{'descr': '<i8', 'fortran_order': True, 'shape': (2, 1), }";
     let path = write(tmp.path(), "f.npy", &npy_bytes(1, fortran, &[0; 16]));
     let e = rsd_model::npy::read(&path).unwrap_err().to_string();
     assert!(e.contains("f.npy") && e.contains("Fortran order"), "{e}");
     // Big-endian.
-    let path = write(tmp.path(), "be.npy", &npy_bytes(1, &dict(">i8", "(1,)"), &[0; 8]));
+    let path = write(
+        tmp.path(),
+        "be.npy",
+        &npy_bytes(1, &dict(">i8", "(1,)"), &[0; 8]),
+    );
     let e = rsd_model::npy::read(&path).unwrap_err().to_string();
-    assert!(e.contains("be.npy") && e.contains("\">i8\" is not supported"), "{e}");
+    assert!(
+        e.contains("be.npy") && e.contains("\">i8\" is not supported"),
+        "{e}"
+    );
     // A FIFO is refused, not waited on.
     let fifo = tmp.path().join("fifo.npy");
     mkfifo(&fifo);
     let f = fifo.clone();
-    let e = within(20, move || rsd_model::npy::read(&f).err().map(|e| e.to_string()))
-        .expect("a FIFO must be refused");
+    let e = within(20, move || {
+        rsd_model::npy::read(&f).err().map(|e| e.to_string())
+    })
+    .expect("a FIFO must be refused");
     assert!(e.contains("FIFO") && e.contains("fifo.npy"), "{e}");
 }
 

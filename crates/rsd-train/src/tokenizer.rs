@@ -155,8 +155,8 @@ pub fn check(cfg: &TrainConfig) -> Result<Vec<String>> {
         }
         if let Some((file, sha)) = &model.tokenizer {
             let (ours, note) = shard.tokenizer_file();
-            let same = *sha == shard.info.sha256
-                || ours.is_some_and(|ours| same_tokenizer(&ours, file));
+            let same =
+                *sha == shard.info.sha256 || ours.is_some_and(|ours| same_tokenizer(&ours, file));
             if !same {
                 let note = note.map(|n| format!(" ({n})")).unwrap_or_default();
                 problems.push(format!(
