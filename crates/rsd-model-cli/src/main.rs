@@ -269,13 +269,12 @@ fn inspect(dir: &Path) -> Result<()> {
     let mut bytes = 0u64;
     let files = safetensors_files(dir)?;
     for f in &files {
-        let data = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
-        let (_, meta) = safetensors::SafeTensors::read_metadata(&data)
-            .map_err(|e| anyhow::anyhow!("{}: not a valid safetensors file: {e}", f.display()))?;
-        for (_, info) in meta.tensors() {
-            *dtypes.entry(info.dtype.to_string()).or_default() += 1;
+        // The header only: the weights are not read into memory.
+        let summary = rsd_model::checkpoint::summarize(f)?;
+        for dtype in summary.dtypes {
+            *dtypes.entry(dtype).or_default() += 1;
         }
-        bytes += data.len() as u64;
+        bytes += summary.bytes;
     }
     let dtypes: Vec<String> = dtypes
         .iter()

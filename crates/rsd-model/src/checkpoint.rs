@@ -137,6 +137,34 @@ fn map_file(path: &Path) -> Result<Mapped> {
     })
 }
 
+/// What a safetensors file holds, from its header alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileSummary {
+    /// The dtype of each tensor (safetensors' names: `F32`, `BF16`, …), in no particular order.
+    pub dtypes: Vec<String>,
+    /// The file's size in bytes.
+    pub bytes: u64,
+}
+
+/// The header of the safetensors file `path`, checked by the `safetensors` crate (header size,
+/// tensor offsets against the file size). The file is memory-mapped, not read: only the header's
+/// pages are touched, so summarizing a checkpoint costs no memory for its weights.
+pub fn summarize(path: &Path) -> Result<FileSummary> {
+    let m = map_file(path)?;
+    let (_, meta) = SafeTensors::read_metadata(&m.mmap).map_err(|e| ModelError::Safetensors {
+        file: m.path.clone(),
+        reason: e.to_string(),
+    })?;
+    Ok(FileSummary {
+        dtypes: meta
+            .tensors()
+            .values()
+            .map(|info| info.dtype.to_string())
+            .collect(),
+        bytes: m.mmap.len() as u64,
+    })
+}
+
 fn parse(m: &Mapped) -> Result<SafeTensors<'_>> {
     SafeTensors::deserialize(&m.mmap).map_err(|e| ModelError::Safetensors {
         file: m.path.clone(),

@@ -182,6 +182,29 @@ fn fifos_in_a_checkpoint_are_refused_not_waited_on() {
     }
 }
 
+#[test]
+fn summarize_reads_the_header_of_a_regular_file_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = saved(tmp.path(), "ckpt", false);
+    let file = dir.join("model.safetensors");
+    let summary = rsd_model::checkpoint::summarize(&file).unwrap();
+    let params = Model::random(tiny_config(), ModelOptions::default(), 0)
+        .unwrap()
+        .named_parameters()
+        .len();
+    assert_eq!(summary.dtypes, vec!["F32".to_string(); params]);
+    assert_eq!(summary.bytes, std::fs::metadata(&file).unwrap().len());
+    std::fs::remove_file(&file).unwrap();
+    mkfifo(&file);
+    let err = within(20, move || {
+        rsd_model::checkpoint::summarize(&file)
+            .err()
+            .map(|e| e.to_string())
+    })
+    .expect("a FIFO must be refused");
+    assert!(err.contains("FIFO"), "{err}");
+}
+
 // ---- .npy files ----
 
 /// The bytes `np.save` writes for an array with header dict `dict` and raw `data`: format
