@@ -213,7 +213,8 @@ struct InitArgs {
 }
 
 fn read_ids(path: &Path, what: &str) -> Result<Tensor> {
-    let t = Tensor::read_npy(path).with_context(|| format!("reading {what} {}", path.display()))?;
+    // rsd's own reader: the header is checked against the file before anything is read.
+    let t = rsd_model::npy::read(path).with_context(|| format!("reading {what}"))?;
     if t.dim() != 2 {
         bail!(
             "{what} {}: expected shape [B, T], got {}",
@@ -268,13 +269,12 @@ fn inspect(dir: &Path) -> Result<()> {
     let mut bytes = 0u64;
     let files = safetensors_files(dir)?;
     for f in &files {
-        let data = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
-        let (_, meta) = safetensors::SafeTensors::read_metadata(&data)
-            .map_err(|e| anyhow::anyhow!("{}: not a valid safetensors file: {e}", f.display()))?;
-        for (_, info) in meta.tensors() {
-            *dtypes.entry(info.dtype.to_string()).or_default() += 1;
+        // The header only: the weights are not read into memory.
+        let summary = rsd_model::checkpoint::summarize(f)?;
+        for dtype in summary.dtypes {
+            *dtypes.entry(dtype).or_default() += 1;
         }
-        bytes += data.len() as u64;
+        bytes += summary.bytes;
     }
     let dtypes: Vec<String> = dtypes
         .iter()
@@ -499,7 +499,7 @@ fn init(a: InitArgs) -> Result<()> {
 
 /// The prompts of a .npy token file: a [T] array is one prompt, a [B, T] array one per row.
 fn read_prompt_ids(path: &Path) -> Result<Vec<Vec<i64>>> {
-    let t = Tensor::read_npy(path).with_context(|| format!("reading tokens {}", path.display()))?;
+    let t = rsd_model::npy::read(path).context("reading tokens")?;
     let t = match t.dim() {
         1 => t.unsqueeze(0),
         2 => t,

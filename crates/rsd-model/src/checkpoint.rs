@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
+use rsd_common::safe_fs::{self, NamedBy};
 use safetensors::tensor::{Dtype, SafeTensors};
 use tch::{Kind, Tensor};
 
@@ -58,13 +59,23 @@ fn ignorable(name: &str, cfg: &ModelConfig) -> bool {
     name.ends_with("rotary_emb.inv_freq") || (cfg.tie_word_embeddings && name == "lm_head.weight")
 }
 
+/// The index of a sharded checkpoint.
+pub const INDEX_FILE: &str = "model.safetensors.index.json";
+
 /// The safetensors files of a checkpoint directory, in a stable order.
+///
+/// The index's `weight_map` names files that are opened; the index may come from anyone, so each
+/// name must be a plain relative name that stays inside `dir` (links included) and names a
+/// regular file, checked before anything is opened. A refused name is an error naming the index
+/// and the field (`weight_map["<tensor>"]`).
 pub fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>> {
-    let index = dir.join("model.safetensors.index.json");
-    if index.exists() {
-        let text = std::fs::read_to_string(&index).map_err(io_err(&index))?;
+    let index = dir.join(INDEX_FILE);
+    // `symlink_metadata`: anything at the name (a FIFO, a dangling link) is the index and is
+    // refused or reported by the read below, never silently passed over for `model.safetensors`.
+    if index.symlink_metadata().is_ok() {
+        let bytes = safe_fs::read_regular(&index, safe_fs::MAX_METADATA_BYTES, INDEX_FILE)?;
         let v: serde_json::Value =
-            serde_json::from_str(&text).map_err(|source| ModelError::Json {
+            serde_json::from_slice(&bytes).map_err(|source| ModelError::Json {
                 path: index.clone(),
                 source,
             })?;
@@ -74,16 +85,30 @@ pub fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>> {
             .ok_or_else(|| {
                 ModelError::InvalidConfig(format!("{}: no weight_map object", index.display()))
             })?;
-        let mut files: Vec<String> = map
-            .values()
-            .filter_map(|f| f.as_str().map(str::to_string))
+        // Each file once, with the first tensor that names it (for the error message).
+        let mut files: BTreeMap<&str, &str> = BTreeMap::new();
+        for (tensor, file) in map {
+            let file = file.as_str().ok_or_else(|| {
+                ModelError::InvalidConfig(format!(
+                    "{}: field weight_map[{tensor:?}]: expected a file name (a string), found {file}",
+                    index.display()
+                ))
+            })?;
+            files.entry(file).or_insert(tensor);
+        }
+        return files
+            .into_iter()
+            .map(|(file, tensor)| {
+                let named_by = NamedBy::new(&index, format!("weight_map[{tensor:?}]"));
+                Ok(safe_fs::confined_file(dir, file, &named_by)?)
+            })
             .collect();
-        files.sort();
-        files.dedup();
-        return Ok(files.into_iter().map(|f| dir.join(f)).collect());
     }
     let single = dir.join("model.safetensors");
-    if single.exists() {
+    if single.symlink_metadata().is_ok() {
+        // Checked here too, not only when mapped: callers that read the file otherwise (inspect)
+        // must not block on a FIFO either.
+        safe_fs::open_regular(&single)?;
         return Ok(vec![single]);
     }
     Err(ModelError::Io {
@@ -101,13 +126,42 @@ struct Mapped {
 }
 
 fn map_file(path: &Path) -> Result<Mapped> {
-    let file = std::fs::File::open(path).map_err(io_err(path))?;
+    // Only a regular file: a FIFO would block the open, a device cannot be mapped sensibly.
+    let file = safe_fs::open_regular(path)?;
     // SAFETY: the mapping is read-only and lives only for the load; a concurrent writer truncating
     // the file is outside what any checkpoint reader can defend against.
     let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err(path))?;
     Ok(Mapped {
         path: path.to_path_buf(),
         mmap,
+    })
+}
+
+/// What a safetensors file holds, from its header alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileSummary {
+    /// The dtype of each tensor (safetensors' names: `F32`, `BF16`, …), in no particular order.
+    pub dtypes: Vec<String>,
+    /// The file's size in bytes.
+    pub bytes: u64,
+}
+
+/// The header of the safetensors file `path`, checked by the `safetensors` crate (header size,
+/// tensor offsets against the file size). The file is memory-mapped, not read: only the header's
+/// pages are touched, so summarizing a checkpoint costs no memory for its weights.
+pub fn summarize(path: &Path) -> Result<FileSummary> {
+    let m = map_file(path)?;
+    let (_, meta) = SafeTensors::read_metadata(&m.mmap).map_err(|e| ModelError::Safetensors {
+        file: m.path.clone(),
+        reason: e.to_string(),
+    })?;
+    Ok(FileSummary {
+        dtypes: meta
+            .tensors()
+            .values()
+            .map(|info| info.dtype.to_string())
+            .collect(),
+        bytes: m.mmap.len() as u64,
     })
 }
 
@@ -379,7 +433,7 @@ impl Model {
         if n > 1 {
             let index =
                 serde_json::json!({"metadata": {"total_size": total}, "weight_map": weight_map});
-            write_json(&tmp.join("model.safetensors.index.json"), &index)?;
+            write_json(&tmp.join(INDEX_FILE), &index)?;
         }
         // 2. Config with our changes, then tokenizer files.
         let mut cfg = self.config().clone();

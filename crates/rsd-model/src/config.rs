@@ -224,6 +224,14 @@ pub struct ModelConfig {
     raw: Value,
 }
 
+/// The most layers a config may have (real models have at most a few hundred).
+pub const MAX_LAYERS: i64 = 1024;
+/// The most any width (vocabulary, hidden, MLP, heads, head size) may be: 2^20, above every real
+/// model's.
+pub const MAX_WIDTH: i64 = 1 << 20;
+/// The most parameters a config may imply: 2^41 (2.2 trillion), above every dense model.
+pub const MAX_PARAMETERS: i64 = 1 << 41;
+
 fn need<T>(v: Option<T>, field: &str) -> Result<T> {
     v.ok_or_else(|| ModelError::InvalidConfig(format!("missing required field {field}")))
 }
@@ -238,6 +246,80 @@ fn num(v: &Value, key: &str) -> Result<Option<f64>> {
 }
 
 fn parse_rope_scaling(v: Option<&Value>, max_pos: i64) -> Result<RopeScaling> {
+    let scaling = parse_rope_scaling_fields(v, max_pos)?;
+    check_rope_scaling(&scaling)?;
+    Ok(scaling)
+}
+
+/// `value` of `config.json`'s `key` must be finite and positive (or, with `zero_ok`, ≥ 0): a
+/// zero or negative factor divides frequencies by zero or flips them, NaN poisons every logit.
+fn finite_positive(key: &str, value: f64, zero_ok: bool) -> Result<()> {
+    if !value.is_finite() || value < 0.0 || (value == 0.0 && !zero_ok) {
+        let want = if zero_ok {
+            "finite and ≥ 0"
+        } else {
+            "finite and > 0"
+        };
+        return Err(ModelError::InvalidConfig(format!(
+            "config.json: {key} = {value}: must be {want}"
+        )));
+    }
+    Ok(())
+}
+
+/// The RoPE scaling parameters are usable numbers (see [`finite_positive`]).
+fn check_rope_scaling(scaling: &RopeScaling) -> Result<()> {
+    match *scaling {
+        RopeScaling::None => Ok(()),
+        RopeScaling::Linear { factor } => finite_positive("rope_scaling.factor", factor, false),
+        RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings,
+        } => {
+            finite_positive("rope_scaling.factor", factor, false)?;
+            finite_positive("rope_scaling.low_freq_factor", low_freq_factor, false)?;
+            finite_positive("rope_scaling.high_freq_factor", high_freq_factor, false)?;
+            finite_positive(
+                "rope_scaling.original_max_position_embeddings",
+                original_max_position_embeddings,
+                false,
+            )
+        }
+        RopeScaling::Yarn {
+            factor,
+            original_max_position_embeddings,
+            attention_factor,
+            beta_fast,
+            beta_slow,
+            mscale,
+            mscale_all_dim,
+            ..
+        } => {
+            finite_positive("rope_scaling.factor", factor, false)?;
+            finite_positive(
+                "rope_scaling.original_max_position_embeddings",
+                original_max_position_embeddings,
+                false,
+            )?;
+            finite_positive("rope_scaling.beta_fast", beta_fast, false)?;
+            finite_positive("rope_scaling.beta_slow", beta_slow, false)?;
+            if let Some(a) = attention_factor {
+                finite_positive("rope_scaling.attention_factor", a, false)?;
+            }
+            if let Some(m) = mscale {
+                finite_positive("rope_scaling.mscale", m, true)?;
+            }
+            if let Some(m) = mscale_all_dim {
+                finite_positive("rope_scaling.mscale_all_dim", m, true)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+fn parse_rope_scaling_fields(v: Option<&Value>, max_pos: i64) -> Result<RopeScaling> {
     let Some(v) = v.filter(|v| !v.is_null()) else {
         return Ok(RopeScaling::None);
     };
@@ -408,9 +490,15 @@ impl ModelConfig {
     /// Reads and resolves `<dir>/config.json`.
     pub fn from_dir(dir: &std::path::Path) -> Result<Self> {
         let path = dir.join("config.json");
-        let text = std::fs::read_to_string(&path).map_err(crate::error::io_err(&path))?;
+        // A regular file of bounded size: a FIFO or a device in its place must not block or
+        // exhaust memory (the directory may come from anyone).
+        let bytes = rsd_common::safe_fs::read_regular(
+            &path,
+            rsd_common::safe_fs::MAX_METADATA_BYTES,
+            "config.json",
+        )?;
         let value: Value =
-            serde_json::from_str(&text).map_err(|source| ModelError::Json { path, source })?;
+            serde_json::from_slice(&bytes).map_err(|source| ModelError::Json { path, source })?;
         Self::from_hf_json(value)
     }
 
@@ -429,6 +517,41 @@ impl ModelConfig {
                 "{name} must be positive, got {v}"
             )));
         }
+        // Sizes come from a file anyone may have written, and the model allocates what they say:
+        // bound each, and the parameter count they imply, before anything is allocated.
+        let bounded = [
+            ("num_hidden_layers", self.num_hidden_layers, MAX_LAYERS),
+            ("vocab_size", self.vocab_size, MAX_WIDTH),
+            ("hidden_size", self.hidden_size, MAX_WIDTH),
+            ("intermediate_size", self.intermediate_size, MAX_WIDTH),
+            ("num_attention_heads", self.num_attention_heads, MAX_WIDTH),
+            ("num_key_value_heads", self.num_key_value_heads, MAX_WIDTH),
+            ("head_dim", self.head_dim, MAX_WIDTH),
+        ];
+        if let Some((name, v, max)) = bounded.iter().find(|(_, v, max)| v > max) {
+            return Err(ModelError::InvalidConfig(format!(
+                "config.json: {name} = {v}: more than {max}, the most rsd accepts"
+            )));
+        }
+        if self.max_position_embeddings <= 0 {
+            return Err(ModelError::InvalidConfig(format!(
+                "config.json: max_position_embeddings = {}: must be positive",
+                self.max_position_embeddings
+            )));
+        }
+        match self.checked_num_parameters() {
+            Some(n) if n <= MAX_PARAMETERS => {}
+            n => {
+                return Err(ModelError::InvalidConfig(format!(
+                    "config.json: num_hidden_layers, hidden_size, intermediate_size, vocab_size \
+                     and the heads imply {} parameters, more than {MAX_PARAMETERS}, the most rsd \
+                     accepts",
+                    n.map_or("more than 2^63".to_string(), |n| n.to_string())
+                )))
+            }
+        }
+        finite_positive("rms_norm_eps", self.rms_norm_eps, false)?;
+        finite_positive("initializer_range", self.initializer_range, true)?;
         if self.num_attention_heads % self.num_key_value_heads != 0 {
             return Err(ModelError::InvalidConfig(format!(
                 "num_attention_heads {} is not a multiple of num_key_value_heads {}",
@@ -452,38 +575,54 @@ impl ModelConfig {
 
     /// Number of parameters (tied embeddings counted once).
     pub fn num_parameters(&self) -> i64 {
+        // A config that passed `validate` (every constructor's) has a count that fits.
+        self.checked_num_parameters().unwrap_or(i64::MAX)
+    }
+
+    /// Number of parameters, `None` if it overflows i64 (a hostile config.json).
+    fn checked_num_parameters(&self) -> Option<i64> {
         let (d, hd) = (self.hidden_size, self.head_dim);
-        let q = self.num_attention_heads * hd;
-        let kv = self.num_key_value_heads * hd;
+        let i = self.intermediate_size;
+        let mul = |a: i64, b: i64| a.checked_mul(b);
+        let sum = |xs: &[Option<i64>]| {
+            xs.iter()
+                .try_fold(0i64, |acc, x| x.and_then(|x| acc.checked_add(x)))
+        };
+        let q = mul(self.num_attention_heads, hd)?;
+        let kv = mul(self.num_key_value_heads, hd)?;
         let attn_bias = if self.attention_bias {
-            q + 2 * kv + d
+            sum(&[Some(q), mul(2, kv), Some(d)])?
         } else {
             0
         };
         let qk_norm = if self.family == Family::Qwen3 {
-            2 * hd
+            mul(2, hd)?
         } else {
             0
         };
         let mlp_bias = if self.mlp_bias {
-            2 * self.intermediate_size + d
+            sum(&[mul(2, i), Some(d)])?
         } else {
             0
         };
-        let layer = d * q
-            + 2 * d * kv
-            + q * d
-            + attn_bias
-            + qk_norm
-            + 3 * d * self.intermediate_size
-            + mlp_bias
-            + 2 * d;
-        let head = if self.tie_word_embeddings {
-            0
-        } else {
-            self.vocab_size * d
-        };
-        self.vocab_size * d + self.num_hidden_layers * layer + d + head
+        let layer = sum(&[
+            mul(d, q),
+            mul(2, d).and_then(|x| mul(x, kv)),
+            mul(q, d),
+            Some(attn_bias),
+            Some(qk_norm),
+            mul(3, d).and_then(|x| mul(x, i)),
+            Some(mlp_bias),
+            mul(2, d),
+        ])?;
+        let embed = mul(self.vocab_size, d)?;
+        let head = if self.tie_word_embeddings { 0 } else { embed };
+        sum(&[
+            Some(embed),
+            mul(self.num_hidden_layers, layer),
+            Some(d),
+            Some(head),
+        ])
     }
 
     /// Sets a new RoPE base (ABF), e.g. 8e6 before training Llama-3 at 64K.
@@ -542,6 +681,59 @@ mod tests {
     fn tiny(arch: &str) -> Value {
         json!({"architectures": [arch], "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48,
                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2})
+    }
+
+    #[test]
+    fn hostile_sizes_and_numbers_are_refused_naming_config_json_and_the_key() {
+        let cases = [
+            ("num_hidden_layers", json!(1025), "more than 1024"),
+            ("vocab_size", json!(1_048_577), "more than 1048576"),
+            ("hidden_size", json!(1_i64 << 40), "more than 1048576"),
+            ("intermediate_size", json!(1_048_577), "more than 1048576"),
+            ("head_dim", json!(1_i64 << 21), "more than 1048576"),
+            ("rms_norm_eps", json!(0.0), "must be finite and > 0"),
+            ("rms_norm_eps", json!(-1e-6), "must be finite and > 0"),
+            ("max_position_embeddings", json!(0), "must be positive"),
+        ];
+        for (key, value, want) in cases {
+            let mut v = tiny("LlamaForCausalLM");
+            v[key] = value.clone();
+            let e = ModelConfig::from_hf_json(v).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("config.json: {key} = ")) && e.contains(want),
+                "{key} = {value}: {e}"
+            );
+        }
+        // Each width within bounds, their product far too large: refused before any allocation,
+        // with checked arithmetic (the unchecked count overflows i64).
+        let mut v = tiny("LlamaForCausalLM");
+        for key in ["vocab_size", "hidden_size", "intermediate_size"] {
+            v[key] = json!(1 << 20);
+        }
+        v["num_attention_heads"] = json!(1 << 10);
+        v["num_key_value_heads"] = json!(1 << 10);
+        v["num_hidden_layers"] = json!(1024);
+        let e = ModelConfig::from_hf_json(v).unwrap_err().to_string();
+        assert!(
+            e.contains("config.json") && e.contains("parameters, more than"),
+            "{e}"
+        );
+        // RoPE factors.
+        for scaling in [
+            json!({"rope_type": "linear", "factor": 0.0}),
+            json!({"rope_type": "linear", "factor": -2.0}),
+            json!({"rope_type": "yarn", "factor": 4.0, "beta_fast": 0.0}),
+            json!({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": -1.0,
+                   "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
+        ] {
+            let mut v = tiny("LlamaForCausalLM");
+            v["rope_scaling"] = scaling.clone();
+            let e = ModelConfig::from_hf_json(v).unwrap_err().to_string();
+            assert!(
+                e.contains("config.json: rope_scaling.") && e.contains("must be finite and > 0"),
+                "{scaling}: {e}"
+            );
+        }
     }
 
     #[test]

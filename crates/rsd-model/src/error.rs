@@ -15,6 +15,14 @@ pub enum ModelError {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// A file is refused before it is read: a name from a data file (a weight map) that leaves
+    /// its directory, a file that is not a regular file (a FIFO would block forever), one too
+    /// large. The message names the file and, for a name, the field it came from.
+    #[error(transparent)]
+    File(#[from] rsd_common::safe_fs::FsError),
+    /// A `.npy` file is malformed or does not hold what its header declares.
+    #[error(transparent)]
+    Npy(#[from] crate::npy::NpyError),
     /// `config.json` (or an index file) is not valid JSON or misses a required field.
     #[error("{path}: invalid JSON: {source}")]
     Json {

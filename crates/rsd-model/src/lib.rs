@@ -20,6 +20,7 @@ pub mod config;
 pub mod error;
 pub mod generate;
 pub mod model;
+pub mod npy;
 pub mod rope;
 
 pub use attention::{attend, Attended, DocBoundaries, KvBlock, Mask, ScoreChanges};

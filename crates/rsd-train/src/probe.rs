@@ -411,8 +411,8 @@ fn load_model(source: &ProbeModel, kind: Kind) -> Result<Model> {
 
 /// The rows of an integer `.npy` of shape `[B, L]`.
 fn read_tokens(path: &std::path::Path) -> Result<Vec<Vec<i64>>> {
-    let t = Tensor::read_npy(path)
-        .map_err(|e| Error::Input(format!("reading {}: {e}", path.display())))?;
+    // rsd's own reader: the header is checked against the file before anything is read.
+    let t = rsd_model::npy::read(path)?;
     let [b, l] = t.size()[..] else {
         return Err(Error::Input(format!(
             "--tokens must be [B, L], got {}",

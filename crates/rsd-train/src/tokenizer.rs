@@ -14,6 +14,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use rsd_common::safe_fs::{self, FsError, NamedBy};
 use rsd_shard::{Manifest, TokenizerInfo, MANIFEST_FILE, TOKENIZER_FILE};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -46,14 +47,30 @@ impl ShardSide {
     }
 
     /// The `tokenizer.json` these ids were made with, if one is at hand: the copy in the shard
-    /// directory, else the file the manifest names, whichever has the recorded sha256.
-    fn tokenizer_file(&self) -> Option<PathBuf> {
-        [
-            self.dir.join(TOKENIZER_FILE),
-            PathBuf::from(&self.info.name),
-        ]
-        .into_iter()
-        .find(|p| p.is_file() && fs::read(p).is_ok_and(|bytes| sha256(&bytes) == self.info.sha256))
+    /// directory, else the file the manifest's `tokenizer.name` names, whichever has the recorded
+    /// sha256. The manifest may come from anyone, so its name is looked for only inside the shard
+    /// directory (a plain relative name, no link out, a regular file): a name that leaves it is
+    /// not opened, and the second value says why (for the caller's warning or error). A name
+    /// that is simply not there (a hub name, a path on the packing machine) is no note.
+    fn tokenizer_file(&self) -> (Option<PathBuf>, Option<String>) {
+        let matches = |p: &Path| {
+            p.is_file()
+                && safe_fs::read_regular(p, safe_fs::MAX_METADATA_BYTES, "tokenizer.json")
+                    .is_ok_and(|bytes| sha256(&bytes) == self.info.sha256)
+        };
+        let own = self.dir.join(TOKENIZER_FILE);
+        if matches(&own) {
+            return (Some(own), None);
+        }
+        let named_by = NamedBy::new(self.manifest_path(), "tokenizer.name");
+        match safe_fs::confined_file(&self.dir, &self.info.name, &named_by) {
+            Ok(path) if matches(&path) => (Some(path), None),
+            Ok(_) => (None, None),
+            Err(FsError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                (None, None)
+            }
+            Err(e) => (None, Some(format!("not looked for: {e}"))),
+        }
     }
 }
 
@@ -137,15 +154,15 @@ pub fn check(cfg: &TrainConfig) -> Result<Vec<String>> {
             }
         }
         if let Some((file, sha)) = &model.tokenizer {
-            let same = *sha == shard.info.sha256
-                || shard
-                    .tokenizer_file()
-                    .is_some_and(|ours| same_tokenizer(&ours, file));
+            let (ours, note) = shard.tokenizer_file();
+            let same =
+                *sha == shard.info.sha256 || ours.is_some_and(|ours| same_tokenizer(&ours, file));
             if !same {
+                let note = note.map(|n| format!(" ({n})")).unwrap_or_default();
                 problems.push(format!(
                     "{}: tokenizer.sha256 is {} ({}, vocab {}) but {} has sha256 {}: the shards \
                      hold another tokenizer's ids; repack them for this model (rsd-data pack \
-                     --tokenizer {} re-tokenizes MDS sources)",
+                     --tokenizer {} re-tokenizes MDS sources){note}",
                     shard.manifest_path().display(),
                     shard.info.sha256,
                     shard.info.name,
@@ -186,6 +203,7 @@ pub fn tokenizer_files(cfg: &TrainConfig, out: &Path) -> Result<(Option<PathBuf>
         }
     }
     let dirs = shard_dirs(cfg);
+    let mut notes = Vec::new();
     for dir in &dirs {
         let Ok(manifest) = Manifest::read(dir) else {
             continue;
@@ -194,10 +212,14 @@ pub fn tokenizer_files(cfg: &TrainConfig, out: &Path) -> Result<(Option<PathBuf>
             dir: dir.clone(),
             info: manifest.tokenizer,
         };
-        if let Some(file) = shard.tokenizer_file() {
-            let target = out.join(RUN_TOKENIZER_DIR);
-            write_tokenizer_dir(&file, &shard.info, &target)?;
-            return Ok((Some(target), None));
+        match shard.tokenizer_file() {
+            (Some(file), _) => {
+                let target = out.join(RUN_TOKENIZER_DIR);
+                write_tokenizer_dir(&file, &shard.info, &target)?;
+                return Ok((Some(target), None));
+            }
+            (None, Some(note)) => notes.push(note),
+            (None, None) => {}
         }
     }
     let from = if cfg.model.is_some() {
@@ -210,11 +232,12 @@ pub fn tokenizer_files(cfg: &TrainConfig, out: &Path) -> Result<(Option<PathBuf>
         Some(format!(
             "the saved model will have no tokenizer: {from}no shard directory ({}) holds the \
              tokenizer.json its manifest records (packed by an older rsd-data?); copy it into the \
-             model directory yourself",
+             model directory yourself{}",
             dirs.iter()
                 .map(|d| d.display().to_string())
                 .collect::<Vec<_>>()
-                .join(", ")
+                .join(", "),
+            notes.iter().map(|n| format!(" ({n})")).collect::<String>()
         )),
     ))
 }
@@ -250,4 +273,76 @@ fn write_tokenizer_dir(file: &Path, info: &TokenizerInfo, dir: &Path) -> Result<
     };
     put(TOKENIZER_FILE, &fs::read(file).map_err(io_err(file))?)?;
     put("tokenizer_config.json", text.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    const TOKENIZER: &[u8] = br#"{"model": {"type": "BPE"}, "added_tokens": []}"#;
+
+    fn shard(dir: &Path, name: &str) -> ShardSide {
+        ShardSide {
+            dir: dir.to_path_buf(),
+            info: TokenizerInfo {
+                name: name.to_string(),
+                sha256: sha256(TOKENIZER),
+                vocab_size: 10,
+                bos_id: None,
+                eos_id: None,
+            },
+        }
+    }
+
+    #[test]
+    fn the_manifest_tokenizer_name_is_looked_for_only_inside_the_shard_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("shards");
+        fs::create_dir(&dir).unwrap();
+        // The right tokenizer, outside the shard directory: following the name would find it.
+        let outside = tmp.path().join("tok.json");
+        fs::write(&outside, TOKENIZER).unwrap();
+        std::os::unix::fs::symlink(&outside, dir.join("link.json")).unwrap();
+        let absolute = outside.display().to_string();
+        for name in ["../tok.json", absolute.as_str(), "link.json"] {
+            let (file, note) = shard(&dir, name).tokenizer_file();
+            assert_eq!(file, None, "{name}");
+            let note = note.expect("a refused name is noted");
+            assert!(
+                note.contains(&dir.join(MANIFEST_FILE).display().to_string())
+                    && note.contains("tokenizer.name")
+                    && note.contains(name),
+                "{note}"
+            );
+        }
+        assert_eq!(fs::read(&outside).unwrap(), TOKENIZER, "outside untouched");
+        // A name that is simply absent (a hub name) is no note; one inside is used.
+        assert_eq!(shard(&dir, "org/model").tokenizer_file(), (None, None));
+        fs::write(dir.join("tok.json"), TOKENIZER).unwrap();
+        assert_eq!(
+            shard(&dir, "tok.json").tokenizer_file(),
+            (Some(dir.join("tok.json")), None)
+        );
+    }
+
+    #[test]
+    fn a_fifo_named_by_the_manifest_is_refused_not_waited_on() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fifo = tmp.path().join("tok.json");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+        let side = shard(tmp.path(), "tok.json");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(side.tokenizer_file());
+        });
+        let (file, note) = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("no answer in time: the read blocked");
+        assert_eq!(file, None);
+        assert!(note.is_some_and(|n| n.contains("FIFO")));
+    }
 }
