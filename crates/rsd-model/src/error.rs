@@ -20,9 +20,10 @@ pub enum ModelError {
     /// large. The message names the file and, for a name, the field it came from.
     #[error(transparent)]
     File(#[from] rsd_common::safe_fs::FsError),
-    /// A `.npy` file is malformed or does not hold what its header declares.
+    /// A `.npy` file is malformed or does not hold what its header declares (boxed: it is
+    /// rare, and every error of the model would otherwise carry its size).
     #[error(transparent)]
-    Npy(#[from] crate::npy::NpyError),
+    Npy(Box<crate::npy::NpyError>),
     /// `config.json` (or an index file) is not valid JSON or misses a required field.
     #[error("{path}: invalid JSON: {source}")]
     Json {
@@ -163,4 +164,10 @@ impl<T> TchContext<T> for std::result::Result<T, tch::TchError> {
 pub(crate) fn io_err(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> ModelError {
     let path = path.into();
     move |source| ModelError::Io { path, source }
+}
+
+impl From<crate::npy::NpyError> for ModelError {
+    fn from(e: crate::npy::NpyError) -> Self {
+        ModelError::Npy(Box::new(e))
+    }
 }

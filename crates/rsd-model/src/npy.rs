@@ -410,7 +410,7 @@ pub fn read(path: &Path) -> Result<Tensor> {
     }
     if data.len() != want {
         // The file changed size while read.
-        return Err(ModelError::Npy(NpyError::Size {
+        return Err(ModelError::from(NpyError::Size {
             path: path.to_path_buf(),
             shape: header.shape,
             descr: header.descr,
