@@ -170,7 +170,8 @@ fn sample(
     let ids = s.tokens.to_vec();
     match tokenizer {
         Some(tok) => {
-            let text = tok.decode(&ids[..ids.len().min(chars * 2)])?;
+            let shown = &ids[..ids.len().min(chars * 2)];
+            let text = tok.decode(shown)?;
             let clipped: String = text.chars().take(chars).collect();
             let _ = writeln!(
                 out,
@@ -181,6 +182,22 @@ fn sample(
                     ""
                 }
             );
+            // The decoder drops ids it does not know without a word: say so.
+            let vocab = tok.vocab_size();
+            let unknown: Vec<u32> = shown
+                .iter()
+                .copied()
+                .filter(|&id| u64::from(id) >= vocab)
+                .collect();
+            if let Some(first) = unknown.first() {
+                let _ = writeln!(
+                    out,
+                    "({} of these {} ids are outside the tokenizer's {vocab}-id vocabulary and \
+                     are not in the text, e.g. {first}: shards of another tokenizer?)",
+                    unknown.len(),
+                    shown.len()
+                );
+            }
         }
         None => {
             let _ = writeln!(

@@ -148,9 +148,17 @@ struct PackArgs {
     /// Progress display: a bar on a terminal, plain lines otherwise.
     #[arg(long, value_enum, default_value_t = ProgressMode::Auto)]
     progress: ProgressMode,
-    /// Seconds between plain progress lines.
-    #[arg(long, default_value_t = 10.0)]
+    /// Seconds between plain progress lines (0.1 to 86400).
+    #[arg(long, default_value_t = 10.0, value_parser = interval_seconds)]
     progress_interval: f64,
+}
+
+/// `--progress-interval`: a finite number of seconds from 0.1 to a day.
+fn interval_seconds(s: &str) -> std::result::Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.1..=86_400.0).contains(&v) => Ok(v),
+        _ => Err(format!("expected seconds from 0.1 to 86400, got '{s}'")),
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -870,3 +870,69 @@ fn an_unloadable_tokenizer_says_what_both_engines_found() {
         "{err}"
     );
 }
+
+#[test]
+fn a_progress_interval_that_is_not_a_duration_is_refused_naming_the_flag() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("books");
+    write_text_dir(&src, &sample_docs());
+    for bad in ["inf", "NaN", "-1", "0", "1e9", "soon"] {
+        let out = tmp.path().join(format!("out-{bad}"));
+        let err = fails(&[
+            "pack",
+            "--len",
+            "64",
+            "--src",
+            p(&src),
+            "--out",
+            p(&out),
+            &format!("--progress-interval={bad}"),
+        ]);
+        assert!(
+            err.contains("--progress-interval") && err.contains("0.1 to 86400"),
+            "{bad}: {err}"
+        );
+        assert!(!out.exists(), "{bad}: nothing is written");
+    }
+}
+
+#[test]
+fn inspect_says_when_ids_are_outside_the_tokenizer_it_decodes_with() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A two-id tokenizer, and shards packed with it.
+    let tok = tmp.path().join("tokenizer.json");
+    let json = serde_json::json!({
+        "version": "1.0", "added_tokens": [], "normalizer": null,
+        "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null, "decoder": null,
+        "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "a": 1}, "unk_token": "[UNK]"}
+    });
+    std::fs::write(&tok, json.to_string()).unwrap();
+    let src = tmp.path().join("d.jsonl");
+    std::fs::write(&src, "{\"text\": \"a a a a a a a a a a\"}\n").unwrap();
+    let out = tmp.path().join("out");
+    ok(&[
+        "pack",
+        "--len",
+        "4",
+        "--tokenizer",
+        p(&tok),
+        "--src",
+        p(&src),
+        "--out",
+        p(&out),
+        "--progress",
+        "none",
+    ]);
+    let clean = ok(&["inspect", p(&out), "--sample", "0"]);
+    assert!(!clean.contains("outside the tokenizer"), "{clean}");
+    // A damaged (or hostile) shard: its first id is one the tokenizer does not have.
+    let bin = out.join("shard-00000.bin");
+    let mut bytes = std::fs::read(&bin).unwrap();
+    bytes[0] = 7;
+    std::fs::write(&bin, bytes).unwrap();
+    let text = ok(&["inspect", p(&out), "--sample", "0"]);
+    assert!(
+        text.contains("outside the tokenizer's 2-id vocabulary") && text.contains("e.g. 7"),
+        "{text}"
+    );
+}

@@ -59,6 +59,16 @@ pub type Result<T, E = ChatError> = std::result::Result<T, E>;
 
 const NAME: &str = "chat_template";
 
+/// Steps of the template engine one rendering may take. A real chat template spends a few
+/// thousand on a conversation; a runaway one (nested loops of 100,000) stops here instead of
+/// running for hours.
+const FUEL: u64 = 5_000_000;
+
+/// Rendered bytes allowed beyond the message itself (a template's own text around it, several
+/// times over for templates that repeat the system prompt): past that the template is producing
+/// output, not formatting a prompt, and rendering stops before it holds gigabytes.
+const RENDER_SLACK: usize = 1 << 20;
+
 /// A compiled chat template with the special tokens it may use.
 pub struct ChatTemplate {
     env: Environment<'static>,
@@ -176,6 +186,7 @@ impl ChatTemplate {
             .map_err(|e| template_err(source_name, &e))?;
         env.set_syntax(syntax);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_fuel(Some(FUEL));
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_template_owned(NAME, text.to_string())
@@ -228,8 +239,56 @@ impl ChatTemplate {
             .env
             .get_template(NAME)
             .map_err(|e| template_err(&self.source_name, &e))?;
-        tmpl.render(Value::from_pairs(ctx))
-            .map_err(|e| template_err(&self.source_name, &e))
+        let limit = 4 * content.len() + RENDER_SLACK;
+        let mut out = CappedOutput {
+            bytes: Vec::new(),
+            limit,
+        };
+        match tmpl.render_captured_to(Value::from_pairs(ctx), &mut out) {
+            Ok(_) => String::from_utf8(out.bytes).map_err(|_| ChatError::Template {
+                source_name: self.source_name.clone(),
+                message: "the rendered prompt is not UTF-8".into(),
+            }),
+            Err(e) if out.bytes.len() >= limit => Err(ChatError::Template {
+                source_name: self.source_name.clone(),
+                message: format!(
+                    "rendering stopped at {limit} bytes (4 × the message's {} + 1 MiB): the \
+                     template writes far more than a prompt ({e})",
+                    content.len()
+                ),
+            }),
+            Err(e) if e.kind() == ErrorKind::OutOfFuel => Err(ChatError::Template {
+                source_name: self.source_name.clone(),
+                message: format!(
+                    "rendering stopped after {FUEL} template steps: the template runs far \
+                     longer than formatting one message takes (a runaway loop?)"
+                ),
+            }),
+            Err(e) => Err(template_err(&self.source_name, &e)),
+        }
+    }
+}
+
+/// The rendered prompt, refusing to grow past `limit` bytes (the write fails, and with it the
+/// rendering).
+struct CappedOutput {
+    bytes: Vec<u8>,
+    limit: usize,
+}
+
+impl std::io::Write for CappedOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > self.limit {
+            self.bytes
+                .extend_from_slice(&buf[..self.limit - self.bytes.len()]);
+            return Err(std::io::Error::other("the rendered prompt is too long"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -301,6 +360,29 @@ mod tests {
             .to_string();
         assert!(e.starts_with("chat template broken.jinja:"), "{e}");
         assert!(!e.contains(NAME), "{e}");
+    }
+
+    #[test]
+    fn runaway_templates_stop_with_an_error_naming_the_file() {
+        // Nested loops of 100,000: out of fuel, in well under a second.
+        let src =
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}";
+        let t = ChatTemplate::new(src, "loops.jinja", None).unwrap();
+        let started = std::time::Instant::now();
+        let e = t.render_user("hi").unwrap_err().to_string();
+        assert!(e.starts_with("chat template loops.jinja:"), "{e}");
+        assert!(e.contains("template steps"), "{e}");
+        assert!(started.elapsed().as_secs() < 30);
+        // Output that grows without end: stopped at the cap, before it is held whole.
+        let src = "{% for i in range(1000) %}{% for j in range(1000) %}{{ messages[0].content * 1000 }}{% endfor %}{% endfor %}";
+        let t = ChatTemplate::new(src, "big.jinja", None).unwrap();
+        let e = t.render_user("0123456789").unwrap_err().to_string();
+        assert!(e.starts_with("chat template big.jinja:"), "{e}");
+        assert!(e.contains("rendering stopped at 1048616 bytes"), "{e}");
+        // An honest template with a long message is not limited.
+        let long = "x".repeat(3 << 20);
+        let t = ChatTemplate::new(LLAMA3, "llama3.jinja", None).unwrap();
+        assert!(t.render_user(&long).unwrap().len() > long.len());
     }
 
     #[test]
