@@ -18,7 +18,6 @@
 #include <cstdlib>
 #include <sstream>
 #include <string>
-#include <memory>
 #include <thread>
 #include <vector>
 
@@ -82,19 +81,40 @@ void check_divisible(const Tensor& x, int size, const char* op) {
               x.sizes(), ") must be a multiple of the group size ", size);
 }
 
-Tensor reduce_scatter_dim0(const BackendPtr& b, bool native_avg, const Tensor& input, int op,
-                           int64_t timeout_ms) {
-  check_divisible(input, b->getSize(), "reduce_scatter");
-  Tensor x = input.contiguous();
-  std::vector<int64_t> sizes = x.sizes().vec();
-  sizes[0] /= b->getSize();
-  Tensor out = at::empty(sizes, x.options());
+// Starts a reduce-scatter of `input` along dim 0; wait_reduce_scatter returns its result. The
+// blocking one, the autograd one and rsd_reduce_scatter_start are all this pair.
+RsdPending start_reduce_scatter(const BackendPtr& b, bool native_avg, const Tensor& input, int op,
+                                int64_t timeout_ms) {
+  int size = b->getSize();
+  check_divisible(input, size, "reduce_scatter");
+  RsdPending p;
+  p.input = input.contiguous();
+  std::vector<int64_t> sizes = p.input.sizes().vec();
+  sizes[0] /= size;
+  p.output = at::empty(sizes, p.input.options());
+  p.op = op;
+  p.native_avg = native_avg;
+  p.size = size;
   c10d::ReduceScatterOptions o;
   o.reduceOp = backend_op(op, native_avg);
   o.timeout = Ms(timeout_ms);
-  finish(b->_reduce_scatter_base(out, x, o), timeout_ms);
-  finish_avg(out, op, native_avg, b->getSize());
-  return out;
+  p.work = b->_reduce_scatter_base(p.output, p.input, o);
+  return p;
+}
+
+Tensor wait_reduce_scatter(RsdPending& p, int64_t timeout_ms) {
+  TORCH_CHECK(p.work, "the collective was already waited for");
+  finish(p.work, timeout_ms);
+  p.work.reset();
+  p.input = Tensor();
+  finish_avg(p.output, p.op, p.native_avg, p.size);
+  return std::move(p.output);
+}
+
+Tensor reduce_scatter_dim0(const BackendPtr& b, bool native_avg, const Tensor& input, int op,
+                           int64_t timeout_ms) {
+  RsdPending p = start_reduce_scatter(b, native_avg, input, op, timeout_ms);
+  return wait_reduce_scatter(p, timeout_ms);
 }
 
 // Differentiable collectives for context parallelism: the gradient of an all-gather is the
@@ -340,34 +360,13 @@ int rsd_reduce_scatter_start(const RsdGroup* g, const Tensor* t, int op, int64_t
                              RsdPending** out, char* err, size_t err_len) {
   return rsd::guard(err, err_len, [&] {
     at::NoGradGuard no_grad;
-    int size = g->backend->getSize();
-    check_divisible(*t, size, "reduce_scatter");
-    auto p = std::make_unique<RsdPending>();
-    p->input = t->contiguous();
-    std::vector<int64_t> sizes = p->input.sizes().vec();
-    sizes[0] /= size;
-    p->output = at::empty(sizes, p->input.options());
-    p->op = op;
-    p->native_avg = g->native_avg;
-    p->size = size;
-    c10d::ReduceScatterOptions o;
-    o.reduceOp = backend_op(op, g->native_avg);
-    o.timeout = Ms(timeout_ms);
-    p->work = g->backend->_reduce_scatter_base(p->output, p->input, o);
-    *out = p.release();
+    *out = new RsdPending(start_reduce_scatter(g->backend, g->native_avg, *t, op, timeout_ms));
   });
 }
 
 // Waits for `p` and returns its result (once: the pending handle gives its output away).
 int rsd_pending_wait(RsdPending* p, int64_t timeout_ms, Tensor** out, char* err, size_t err_len) {
-  return rsd::guard(err, err_len, [&] {
-    TORCH_CHECK(p->work, "the collective was already waited for");
-    finish(p->work, timeout_ms);
-    p->work.reset();
-    p->input = Tensor();
-    finish_avg(p->output, p->op, p->native_avg, p->size);
-    *out = new Tensor(std::move(p->output));
-  });
+  return rsd::guard(err, err_len, [&] { *out = new Tensor(wait_reduce_scatter(*p, timeout_ms)); });
 }
 
 // Frees the handle; a collective never waited for goes on in the backend, which keeps its

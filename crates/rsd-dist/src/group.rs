@@ -366,13 +366,7 @@ impl ProcessGroup {
         st.bytes += bytes as u64;
         st.seconds += started.elapsed().as_secs_f64();
         self.stats.set(st);
-        r.map_err(|message| DistError::Collective {
-            op,
-            group: self.name.clone(),
-            rank: self.rank,
-            size: self.size,
-            message,
-        })
+        r.map_err(|message| self.collective_error(op, &message))
     }
 
     /// Runs one collective that returns a new tensor.
@@ -385,13 +379,7 @@ impl ProcessGroup {
         let mut out = std::ptr::null_mut();
         self.run(op, bytes, |err, len| f(&mut out, err, len))?;
         if out.is_null() {
-            return Err(DistError::Collective {
-                op,
-                group: self.name.clone(),
-                rank: self.rank,
-                size: self.size,
-                message: "the shim returned no tensor".into(),
-            });
+            return Err(self.collective_error(op, "the shim returned no tensor"));
         }
         // SAFETY: the shim created this `at::Tensor*` for us; `Tensor` owns it from here on.
         Ok(unsafe { Tensor::from_ptr(out) })
