@@ -115,8 +115,16 @@ def test_run_writes_every_file_and_resumes(tiny, tmp_path):
     # does the other three items again and ends with the same results.
     text = (out / "results.jsonl").read_text().splitlines(keepends=True)
     (out / "results.jsonl").write_text("".join(text[:3]) + text[3][:20])
-    p = rsd_eval("run", "--model", tiny, "--out", out, *BASE)
+    # Without --quiet and with stderr not a terminal (a pipe here, a log file on a cluster), the
+    # progress comes as lines: the first at the start, the last at the end, with the time left.
+    loud = [a for a in BASE if a != "--quiet"]
+    p = rsd_eval("run", "--model", tiny, "--out", out, *loud)
     assert "6 items: 3 generated, 3 already done" in p.stdout
+    progress = [l for l in p.stderr.splitlines() if l.startswith("rsd-eval: ")]
+    assert progress[0].startswith("rsd-eval: 3/6 items (50%)"), p.stderr
+    assert "time left unknown yet" in progress[0], p.stderr
+    assert progress[-1].startswith("rsd-eval: 6/6 items (100%)") and progress[-1].endswith(
+        "done"), p.stderr
     again = lines(out / "results.jsonl")
     assert len(again) == 6 and len({key(r) for r in again}) == 6
     assert sorted(again, key=str) == sorted(results, key=str)

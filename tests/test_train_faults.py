@@ -114,7 +114,7 @@ def test_resume_without_checkpoint_is_an_error_and_auto_starts_fresh(shards, tmp
     (stale / "model").mkdir(parents=True)
     # The same command line again (a restarted job) resumes.
     p = train(shards, out, "--steps", 4, "--resume", "auto")
-    assert re.search(r"resuming from \S*step-00000002 \(step 2\)", p.stderr), p.stderr
+    assert re.search(r"resuming from \S*step-00000002 \(step 2 of", p.stderr), p.stderr
     assert f"removed unfinished checkpoint {stale}" in p.stderr and not stale.exists(), p.stderr
     assert steps_logged(out) == [1, 2, 3, 4]
 
@@ -146,7 +146,7 @@ def test_damaged_checkpoints_are_skipped_by_auto_and_refused_by_name(shards, tmp
                        (2, "state.json")):
         assert re.search(rf"warning: skipping damaged checkpoint \S*step-0000000{step}: "
                          rf".*step-0000000{step}/{re.escape(file)}", p.stderr), p.stderr
-    assert re.search(r"resuming from \S*step-00000001 \(step 1\)", p.stderr), p.stderr
+    assert re.search(r"resuming from \S*step-00000001 \(step 1 of", p.stderr), p.stderr
     assert steps_logged(out)[-5:] == [2, 3, 4, 5, 6]
     assert json.loads((out / "summary.json").read_text())["steps"] == 6
 
@@ -169,6 +169,6 @@ def test_disk_full_while_checkpointing_stops_cleanly_and_resumes(shards, tmp_pat
     # Only the complete checkpoint is there: no step-4 directory, no temporary leftovers.
     assert checkpoints(out) == ["step-00000002"]
     p = train(shards, out, *common, "--resume", "auto")
-    assert re.search(r"resuming from \S*step-00000002 \(step 2\)", p.stderr), p.stderr
+    assert re.search(r"resuming from \S*step-00000002 \(step 2 of", p.stderr), p.stderr
     assert json.loads((out / "summary.json").read_text())["steps"] == 6
     assert checkpoints(out) == ["step-00000002", "step-00000004", "step-00000006"]

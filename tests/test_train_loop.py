@@ -14,6 +14,7 @@ Binaries: $RSD_BIN_DIR (default <repo>/target/debug): rsd-data and rsd-train.
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -86,6 +87,42 @@ def test_resume_is_exact(shards, tmp_path):
     assert ma[0]["tokens"] == 256  # two micro-batches of one 128-token row
 
 
+def test_resume_restores_the_runs_config_and_refuses_changes_it_is_not_told_of(shards, tmp_path):
+    import tomllib
+
+    out = tmp_path / "run"
+    train(shards, out, "--steps", 3, "--lambda", 0.5, "--lr", 5e-3, "--stop-at", 1)
+    # Only the run directory: λ, the steps and the data come from the checkpoint (a config file
+    # or the defaults would say λ 1, 200 steps); stop_at belongs to the first invocation.
+    p = run("rsd-train", "--out", out, "--resume")
+    assert re.search(r"resuming from \S*step-00000001 \(step 1 of 3\) with the run's config "
+                     r"\(\S*config.toml\), unchanged", p.stderr), p.stderr
+    assert [r["step"] for r in metrics(out)] == [1, 2, 3]
+    last = sorted((out / "checkpoints").iterdir())[-1]
+    saved = tomllib.loads((last / "config.toml").read_text())
+    assert (saved["lambda"], saved["steps"], saved["shards"]) == (0.5, 3, str(shards)), saved
+    # A change of what the run computes is refused, naming each key, its source and the flag...
+    config = REPO / "configs" / "tiny-cpu.toml"
+    p = run("rsd-train", "--config", config, "--out", out, "--resume", "--objective", "standard",
+            check=False)
+    assert p.returncode == 1 and "the command changes the run" in p.stderr, p.stderr
+    assert 'objective: "rsd" → "standard" (--objective)' in p.stderr, p.stderr
+    assert f"lambda: 0.5 → 1.0 ({config})" in p.stderr and f"steps: 3 → 200 ({config})" in p.stderr
+    assert "--allow-change objective,lambda,steps" in p.stderr, p.stderr
+    assert "seed" not in p.stderr and len(metrics(out)) == 3
+    # ... the seed never changes, and what is named changes, reported.
+    p = run("rsd-train", "--out", out, "--resume", "--seed", 5, "--allow-change", "seed",
+            check=False)
+    assert p.returncode == 1 and "seed: 0 → 5 (--seed): cannot change on resume" in p.stderr
+    p = run("rsd-train", "--out", out, "--resume", "--objective", "standard", "--steps", 4,
+            "--save-every", 2, "--allow-change", "objective,steps")
+    for line in ['objective: "rsd" → "standard" (--objective)', "steps: 3 → 4 (--steps)",
+                 "save_every: 50 → 2 (--save-every)"]:
+        assert line in p.stderr, p.stderr
+    assert [r["step"] for r in metrics(out)] == [1, 2, 3, 4]
+    assert metrics(out)[-1]["lr"] != metrics(out)[-2]["lr"]
+
+
 def test_a_used_out_is_refused_overwritten_or_continued_never_mixed(shards, tmp_path):
     out, other = tmp_path / "run", tmp_path / "other"
     common = ("--steps", 3, "--lr", 5e-3, "--save-every", 1, "--keep", 5)
@@ -93,7 +130,8 @@ def test_a_used_out_is_refused_overwritten_or_continued_never_mixed(shards, tmp_
     before = {p.name: p.stat().st_mtime_ns for p in (out / "checkpoints").iterdir()}
     # A new run into it, or another run's checkpoint branched into it: refused, nothing touched.
     train(shards, other, *common)
-    for extra in [(), ("--resume", other / "checkpoints" / "step-00000002")]:
+    branch = ("--resume", other / "checkpoints" / "step-00000002", "--allow-change", "out")
+    for extra in [(), branch]:
         p = train(shards, out, *common, *extra, check=False)
         assert p.returncode != 0 and "already holds a run" in p.stderr, p.stderr
         assert "--overwrite" in p.stderr and "--resume auto" in p.stderr, p.stderr
@@ -107,7 +145,8 @@ def test_a_used_out_is_refused_overwritten_or_continued_never_mixed(shards, tmp_
     # after logging steps 3 and 4): every step is logged once.
     with open(out / "metrics.jsonl", "a") as f:
         f.write('{"step": 3}\n{"step": 4}\n')
-    train(shards, out, "--steps", 4, "--lr", 5e-3, "--save-every", 1, "--resume", "auto")
+    train(shards, out, "--steps", 4, "--lr", 5e-3, "--save-every", 1, "--resume", "auto",
+          "--allow-change", "steps")
     steps = [r["step"] for r in metrics(out)]
     assert steps == [1, 2, 3, 4] and "loss" in metrics(out)[2], steps
     # `--resume auto` with no checkpoint and only a partial log (a job restarted before its first
@@ -135,7 +174,7 @@ def test_ctrl_c_checkpoints_and_resumes(shards, tmp_path):
     ck = sorted((out / "checkpoints").iterdir())
     assert ck and ck[-1].name == f"step-{done:08d}", (ck, done)
     assert json.loads((ck[-1] / "state.json").read_text())["step"] == done
-    train(shards, out, "--steps", done + 1, "--resume")
+    train(shards, out, "--steps", done + 1, "--allow-change", "steps", "--resume")
     assert len(metrics(out)) == done + 1
 
 
@@ -259,6 +298,25 @@ def test_shards_of_another_tokenizer_are_refused_before_anything_is_written(shar
     (other / "tokenizer.json").write_text(json.dumps(tok, indent=1, ensure_ascii=False))
     assert sha256(other / "tokenizer.json") != sha256(shards / "tokenizer.json")
     train_from(other, shards, tmp_path / "same", "--steps", 1)
+
+    # Everywhere else shards meet the model, the same check and the same override: held-out
+    # shards in training, rsd-eval ppl, and a haystack of shards in rsd-eval run.
+    out = tmp_path / "heldout"
+    p = train_from(model, shards, out, "--steps", 1, "--heldout-every", 1, "--heldout-shards",
+                   llama, check=False)
+    assert p.returncode == 1 and str(llama / "index.json") in p.stderr, p.stderr
+    assert "tokenizer.sha256" in p.stderr and not out.exists(), p.stderr
+    ppl = ["ppl", "--model", model, "--shards", llama, "--batches", 1, "--out", tmp_path / "ppl"]
+    p = run("rsd-eval", *ppl, check=False)
+    assert p.returncode == 1 and str(llama / "index.json") in p.stderr, p.stderr
+    assert "--allow-tokenizer-mismatch" in p.stderr and not (tmp_path / "ppl").exists(), p.stderr
+    p = run("rsd-eval", *ppl, "--allow-tokenizer-mismatch")
+    assert "warning" in p.stderr and sha256(LLAMA3) in p.stderr, p.stderr
+    hay = ["run", "--model", model, "--haystack", llama, "--tasks", "niah_single_1", "--lengths",
+           256, "--depths", 1, "--samples", 1, "--max-new-tokens", 4, "--out", tmp_path / "eval"]
+    p = run("rsd-eval", *hay, check=False)
+    assert p.returncode == 1 and str(llama / "index.json") in p.stderr, p.stderr
+    assert "--allow-tokenizer-mismatch" in p.stderr and not (tmp_path / "eval").exists(), p.stderr
 
 
 def test_heldout_clm_and_view_gap_equal_the_probe_on_the_saved_model(shards, tmp_path):

@@ -160,9 +160,10 @@ def test_checkpoints_resume_at_another_dp_size_sharded_or_not(shards, tmp_path):
     shutil.copytree(tmp_path / "from2", tmp_path / "from2to3")
     run("rsd-train", *args("from1", "--stop-at", 2))
     # Sharded at 2 → replicated in one process; → sharded at 3; replicated 1 → sharded 2.
-    run("rsd-train", *args("from2"), "--resume")
+    change = ("--allow-change", "shard_optimizer")
+    run("rsd-train", *args("from2", "--shard-optimizer", "false", *change), "--resume")
     run("rsd-train", *args("from2to3", *zero), "--nproc", 3, "--resume")
-    run("rsd-train", *args("from1", *zero), "--nproc", 2, "--resume")
+    run("rsd-train", *args("from1", *zero, *change), "--nproc", 2, "--resume")
     for out in ("from2", "from2to3", "from1"):
         assert [r["step"] for r in metrics(tmp_path / out)] == [1, 2, 3, 4]
         assert_close_runs(tmp_path / "ref", tmp_path / out)
@@ -213,7 +214,14 @@ def test_a_checkpoint_of_another_bucket_layout_is_refused_naming_the_key(shards,
     zero = ("--shard-optimizer", "true")
     out = tmp_path / "run"
     run("rsd-train", *train_args(shards, out, *BATCH, *zero, "--stop-at", 1, steps=2), "--nproc", 2)
+    # A resume keeps the run's buckets unless the command names the change...
     p = run("rsd-train", *train_args(shards, out, *BATCH, *zero, steps=2, bucket_mb=2), "--nproc",
             2, "--resume", check=False)
+    assert p.returncode != 0
+    assert "grad_bucket_mb: 1 → 2 (--grad-bucket-mb)" in p.stderr, p.stderr
+    assert "--allow-change grad_bucket_mb" in p.stderr, p.stderr
+    # ...and a named change meets the sharded optimizer's own check, which names the key.
+    p = run("rsd-train", *train_args(shards, out, *BATCH, *zero, steps=2, bucket_mb=2), "--nproc",
+            2, "--resume", "--allow-change", "grad_bucket_mb", check=False)
     assert p.returncode != 0
     assert "grad_bucket_mb = 1" in p.stderr and "grad_bucket_mb = 2" in p.stderr, p.stderr

@@ -7,6 +7,7 @@
 //! Nothing rsd-specific.
 
 pub mod mem;
+pub mod progress;
 pub mod report;
 pub mod rng;
 pub mod safe_fs;

@@ -314,6 +314,19 @@ pub fn read_regular(path: &Path, limit: u64, what: &'static str) -> Result<Vec<u
     Ok(bytes)
 }
 
+/// The regular file `path` as UTF-8 text, refused if larger than `limit` bytes (see
+/// [`read_regular`]).
+pub fn read_text(path: &Path, limit: u64, what: &'static str) -> Result<String> {
+    let bytes = read_regular(path, limit, what)?;
+    String::from_utf8(bytes).map_err(|e| FsError::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("not UTF-8 text ({e})"),
+        ),
+    })
+}
+
 /// The temporary name [`AtomicFile`] writes `dest` under: `<dest>.tmp`.
 pub fn temporary_name(dest: &Path) -> PathBuf {
     let mut name = dest.as_os_str().to_owned();

@@ -36,6 +36,9 @@ pub enum ChatError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// A file that is not a regular file, or larger than it may be.
+    #[error(transparent)]
+    File(#[from] rsd_common::safe_fs::FsError),
     /// tokenizer_config.json is not what it should be.
     #[error("{path}: {reason}")]
     Config {
@@ -95,14 +98,15 @@ fn token_text(v: &Json) -> Option<String> {
     }
 }
 
+/// The most bytes a chat template or `tokenizer_config.json` may have (real ones hold a few
+/// KB; a tokenizer_config.json with every added token, a few MB).
+const TEXT_LIMIT: u64 = 64 << 20;
+
 fn read_config(path: &Path) -> Result<Option<Json>> {
     if !path.is_file() {
         return Ok(None);
     }
-    let text = std::fs::read_to_string(path).map_err(|source| ChatError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = rsd_common::safe_fs::read_text(path, TEXT_LIMIT, "tokenizer_config.json")?;
     serde_json::from_str(&text)
         .map(Some)
         .map_err(|e| ChatError::Config {
@@ -167,10 +171,7 @@ impl ChatTemplate {
     }
 
     fn from_file(path: &Path, config: Option<&Json>) -> Result<ChatTemplate> {
-        let text = std::fs::read_to_string(path).map_err(|source| ChatError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = rsd_common::safe_fs::read_text(path, TEXT_LIMIT, "chat template")?;
         Self::new(&text, &path.display().to_string(), config)
     }
 

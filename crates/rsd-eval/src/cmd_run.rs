@@ -34,8 +34,9 @@ pub struct RunArgs {
     /// Seed of every random choice in the items.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Run directory (run.json, results.jsonl, summary.json, summary.md).
-    #[arg(long)]
+    /// Run directory (run.json, results.jsonl, summary.json, summary.md). Required with --model;
+    /// only --dump-prompts without --model runs without one.
+    #[arg(long, required_unless_present = "dump_prompts")]
     out: Option<PathBuf>,
     /// Tokens to generate for every task (default: RULER's per task: niah 128, vt 30, cwe 120,
     /// fwe 50).
@@ -61,6 +62,10 @@ pub struct RunArgs {
     /// model's tokenizer). Default: the bundled books (corpus/books).
     #[arg(long)]
     haystack: Option<PathBuf>,
+    /// Decode a --haystack of shards whose manifest records another tokenizer than the model's
+    /// anyway (a warning instead of the error).
+    #[arg(long)]
+    allow_tokenizer_mismatch: bool,
     /// Write every prompt and its expected answers as JSONL (and exit when no --model is given).
     #[arg(long)]
     dump_prompts: Option<PathBuf>,
@@ -105,6 +110,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         rope_scaling: a.rope_scaling,
         rope_theta: a.rope_theta,
         haystack: a.haystack,
+        allow_tokenizer_mismatch: a.allow_tokenizer_mismatch,
         out: a.out.clone(),
         dump_prompts: a.dump_prompts.clone(),
         progress: !a.quiet,

@@ -255,10 +255,8 @@ pub struct PlotArgs {
 
 /// Reads `RUN/ppl.json`.
 pub fn read_ppl(path: &Path) -> Result<PplReport, PlotError> {
-    let text = std::fs::read_to_string(path).map_err(|source| PlotError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = rsd_common::safe_fs::read_text(path, 1 << 30, "ppl.json")
+        .map_err(|e| PlotError::Input(e.to_string()))?;
     serde_json::from_str(&text).map_err(|e| PlotError::Json {
         path: path.to_path_buf(),
         message: e.to_string(),

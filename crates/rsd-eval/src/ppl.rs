@@ -134,6 +134,10 @@ pub struct PplArgs {
     /// Directory for ppl.json and plots/ (created if needed).
     #[arg(long, default_value = ".")]
     pub out: PathBuf,
+    /// Evaluate shards whose manifest records another tokenizer than the model's anyway (a
+    /// warning instead of the error).
+    #[arg(long)]
+    pub allow_tokenizer_mismatch: bool,
 }
 
 /// One position bucket.
@@ -318,6 +322,27 @@ fn batch_terms(
     Ok((nll, kl))
 }
 
+/// The shards' ids must be the model's tokenizer's: another tokenizer's ids give a perplexity of
+/// nothing in particular. Refused as `rsd-train` refuses them, unless
+/// `--allow-tokenizer-mismatch` (then a warning).
+fn check_tokenizer(args: &PplArgs) -> Result<(), PplError> {
+    use rsd_shard::tokenizer_match::{mismatches, ModelTokenizer};
+    let problems = mismatches(&args.shards, &ModelTokenizer::of_dir(&args.model)?)?;
+    if problems.is_empty() {
+        return Ok(());
+    }
+    if args.allow_tokenizer_mismatch {
+        for p in &problems {
+            eprintln!("rsd-eval: warning: {p} (allowed by --allow-tokenizer-mismatch)");
+        }
+        return Ok(());
+    }
+    Err(PplError::Input(format!(
+        "{}\n(pass --allow-tokenizer-mismatch to evaluate anyway)",
+        problems.join("\n")
+    )))
+}
+
 /// Evaluates `args` and returns the report (nothing written).
 pub fn evaluate(args: &PplArgs) -> Result<PplReport, PplError> {
     // Phase 1: plain values, no I/O.
@@ -343,6 +368,7 @@ pub fn evaluate(args: &PplArgs) -> Result<PplReport, PplError> {
     }
     // Phase 2: read and build.
     let set = ShardSet::open(&args.shards)?;
+    check_tokenizer(args)?;
     let manifest = set.manifest();
     if manifest.mode != PackMode::Fixed {
         return Err(PplError::Input(format!(
@@ -472,10 +498,8 @@ pub fn write(report: &PplReport, dir: &Path) -> Result<Vec<PathBuf>, PplError> {
     let path = dir.join("ppl.json");
     let text = serde_json::to_string_pretty(report)
         .map_err(|e| PplError::Input(format!("serializing ppl.json: {e}")))?;
-    std::fs::write(&path, text + "\n").map_err(|source| PplError::Io {
-        path: path.clone(),
-        source,
-    })?;
+    rsd_common::safe_fs::write_file_atomic(&path, (text + "\n").as_bytes())
+        .map_err(|e| PplError::Input(e.to_string()))?;
     let mut out = vec![path];
     out.extend(crate::plot::write_ppl_figures(report, &dir.join("plots"))?);
     Ok(out)
@@ -484,7 +508,7 @@ pub fn write(report: &PplReport, dir: &Path) -> Result<Vec<PathBuf>, PplError> {
 /// `rsd-eval ppl`: evaluates, writes, and returns a table for the user.
 pub fn command(args: &PplArgs) -> Result<String, PplError> {
     let report = evaluate(args)?;
-    write(&report, &args.out)?;
+    let written = write(&report, &args.out)?;
     let mut s = format!(
         "{} rows of {} tokens: ppl {:.4} (nll {:.5})",
         report.rows, report.seq_len, report.ppl, report.nll
@@ -503,7 +527,8 @@ pub fn command(args: &PplArgs) -> Result<String, PplError> {
             num(b.view_gap)
         );
     }
-    s += &format!("wrote {}", args.out.join("ppl.json").display());
+    let names: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
+    s += &format!("wrote {}", names.join(", "));
     Ok(s)
 }
 

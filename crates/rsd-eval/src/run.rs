@@ -12,10 +12,12 @@
 //! setting, because the results would mix two experiments.
 use std::collections::{BTreeMap, HashSet};
 use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{BufWriter, IsTerminal, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
+use rsd_common::progress::ProgressLines;
 use rsd_model::generate::{self as gen, GenerateOptions, TextTokenizer};
 use rsd_model::{Model, ModelConfig, ModelOptions, RopeScaling};
 use serde::{Deserialize, Serialize};
@@ -26,6 +28,9 @@ use crate::chat::{ChatError, ChatTemplate};
 use crate::results::{read_results, ItemResult, ResultsError};
 use crate::score::score;
 use crate::tasks::{depths, hex, Generator, Haystack, Item, Task, TaskError};
+
+/// How run.json names the bundled haystack.
+const BUNDLED_HAYSTACK_NAME: &str = "corpus/books (bundled)";
 
 /// What a run can go wrong with.
 #[derive(Debug, thiserror::Error)]
@@ -116,6 +121,8 @@ pub struct RunOptions {
     pub rope_theta: Option<f64>,
     /// Haystack directory (text files or rsd shards); `None`: the bundled books.
     pub haystack: Option<PathBuf>,
+    /// Decode a haystack of shards made with another tokenizer anyway (a warning, not an error).
+    pub allow_tokenizer_mismatch: bool,
     /// Run directory.
     pub out: Option<PathBuf>,
     /// Write the prompts and expected answers here.
@@ -347,6 +354,44 @@ fn check_model(dir: &Path, tok: &TextTokenizer, opts: &RunOptions) -> Result<Mod
     Ok(cfg)
 }
 
+/// A haystack of shards is decoded with the evaluated tokenizer: shards of another tokenizer
+/// would decode to other text (mojibake), so they are refused as `rsd-train` refuses them,
+/// unless `allow_tokenizer_mismatch` (then a warning).
+fn check_haystack_tokenizer(dir: &Path, tok_path: &Path, opts: &RunOptions) -> Result<()> {
+    use rsd_shard::tokenizer_match::{self, ModelTokenizer};
+    let shard_err = |e: rsd_shard::ShardError| RunError::Input(format!("haystack {e}"));
+    let bytes = std::fs::read(tok_path).map_err(|source| RunError::Io {
+        path: tok_path.to_path_buf(),
+        source,
+    })?;
+    let model = match &opts.model {
+        Some(m) => ModelTokenizer::of_config(&m.join("config.json")).map_err(shard_err)?,
+        None => ModelTokenizer {
+            config: tok_path.to_path_buf(),
+            vocab: None,
+            tokenizer: None,
+        },
+    };
+    let model = ModelTokenizer {
+        tokenizer: Some((tok_path.to_path_buf(), tokenizer_match::sha256(&bytes))),
+        ..model
+    };
+    let problems = tokenizer_match::mismatches(dir, &model).map_err(shard_err)?;
+    if problems.is_empty() {
+        return Ok(());
+    }
+    if opts.allow_tokenizer_mismatch {
+        for p in &problems {
+            eprintln!("rsd-eval: warning: {p} (allowed by --allow-tokenizer-mismatch)");
+        }
+        return Ok(());
+    }
+    Err(RunError::Input(format!(
+        "--haystack {}\n(pass --allow-tokenizer-mismatch to decode it anyway)",
+        problems.join("\n")
+    )))
+}
+
 /// The chat template asked for, if any: `--chat-template-file`, else the one of the model's
 /// directory (or the tokenizer's, without a model).
 fn load_chat_template(opts: &RunOptions, tok_path: &Path) -> Result<Option<ChatTemplate>> {
@@ -386,7 +431,13 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         Some(m) => Some(check_model(m, &tok, opts)?),
         None => None,
     };
-    let hay_dir = opts.haystack.clone().unwrap_or_else(Haystack::bundled_dir);
+    let hay_dir = match &opts.haystack {
+        Some(dir) => dir.clone(),
+        None => Haystack::bundled_dir()?,
+    };
+    if hay_dir.join(rsd_shard::MANIFEST_FILE).is_file() {
+        check_haystack_tokenizer(&hay_dir, &tok_path, opts)?;
+    }
     let haystack = Haystack::from_dir(&hay_dir, &tok)?;
     let chat = load_chat_template(opts, &tok_path)?;
     let mut generator = Generator::new(&tok, &haystack, opts.seed);
@@ -435,17 +486,30 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         dtype: opts.dtype.clone(),
         rope_scaling: rope_scaling.clone(),
         rope_theta: opts.rope_theta,
-        haystack: haystack.source().to_string(),
+        // The bundled books by name, not by where this checkout lies: run.json is compared on
+        // resume, and the words' sha256 is what identifies them.
+        haystack: match &opts.haystack {
+            Some(_) => haystack.source().to_string(),
+            None => BUNDLED_HAYSTACK_NAME.to_string(),
+        },
         haystack_sha256: haystack.sha256().to_string(),
         chat_template: chat.as_ref().map(|c| ChatSetting {
             source: c.source_name().to_string(),
             sha256: c.sha256().to_string(),
         }),
     };
+    // An unusable device fails here, before run.json exists: a run.json left by a run that
+    // never started would hold the next run to the failed one's settings.
+    let options = ModelOptions {
+        device: rsd_model::parse_device(&opts.device)?,
+        kind: rsd_model::parse_kind(&opts.dtype)?,
+    };
+    rsd_model::check_device(options.device)?;
     std::fs::create_dir_all(out).map_err(io_err(out))?;
     let run_json = out.join("run.json");
     if run_json.is_file() {
-        let text = std::fs::read_to_string(&run_json).map_err(io_err(&run_json))?;
+        let text = rsd_common::safe_fs::read_text(&run_json, 64 << 20, "run.json")
+            .map_err(|e| RunError::Input(e.to_string()))?;
         let old: Value = serde_json::from_str(&text).map_err(|e| RunError::Json {
             path: run_json.clone(),
             reason: e.to_string(),
@@ -485,11 +549,6 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
 
     let mut done = 0;
     if !pending.is_empty() {
-        let options = ModelOptions {
-            device: rsd_model::parse_device(&opts.device)?,
-            kind: rsd_model::parse_kind(&opts.dtype)?,
-        };
-        rsd_model::check_device(options.device)?;
         let mut model = Model::load(model_dir, options)?;
         if let Some(theta) = opts.rope_theta {
             model.set_rope_theta(theta)?;
@@ -499,6 +558,24 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         }
         let eos = gen::eos_token_ids(model_dir)?;
         let bar = progress_bar(opts.progress, plan.len() as u64, skipped as u64);
+        // Without a terminal the bar draws nothing: lines instead, every 30 s.
+        let mut lines = (opts.progress && !std::io::stderr().is_terminal()).then(|| {
+            ProgressLines::new(
+                "items",
+                plan.len() as u64,
+                skipped as u64,
+                Duration::from_secs(30),
+            )
+        });
+        let mut report_progress = |done: usize| {
+            if let Some(line) = lines
+                .as_mut()
+                .and_then(|p| p.update((skipped + done) as u64))
+            {
+                eprintln!("rsd-eval: {line}");
+            }
+        };
+        report_progress(0);
         // Batches never mix (task, length): their prompts have about the same length and the
         // same number of new tokens.
         let mut i = 0;
@@ -546,6 +623,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
                 done += 1;
                 bar.inc(1);
             }
+            report_progress(done);
             i = j;
         }
         bar.finish_and_clear();

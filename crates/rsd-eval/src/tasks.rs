@@ -317,10 +317,29 @@ pub struct Haystack {
 /// Tokens read from a shard directory used as a haystack (plenty for 1M-token contexts).
 const SHARD_HAYSTACK_TOKENS: usize = 4 << 20;
 
+/// The largest haystack text file read (a haystack needs a few MB of words).
+const HAYSTACK_FILE_LIMIT: u64 = 1 << 30;
+
+/// Where the bundled haystack lies in an rsd checkout.
+const BUNDLED_HAYSTACK: &str = "corpus/books";
+
 impl Haystack {
-    /// The bundled books (`corpus/books` of the repository).
-    pub fn bundled_dir() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../corpus/books")
+    /// The bundled books: `corpus/books` of the rsd checkout the binary was built in (found
+    /// above the binary, wherever the checkout has moved), else of the current directory.
+    pub fn bundled_dir() -> Result<PathBuf> {
+        let exe = std::env::current_exe().and_then(std::fs::canonicalize).ok();
+        let above_exe = exe.iter().flat_map(|e| e.ancestors().skip(1));
+        let cwd = std::env::current_dir().ok();
+        above_exe
+            .chain(cwd.as_deref())
+            .map(|d| d.join(BUNDLED_HAYSTACK))
+            .find(|d| d.join("moby-dick.txt").is_file())
+            .ok_or_else(|| TaskError::Haystack {
+                path: PathBuf::from(BUNDLED_HAYSTACK),
+                reason: "the bundled books were not found above the rsd-eval binary or in the \
+                         current directory (run from the rsd checkout, or pass --haystack DIR)"
+                    .into(),
+            })
     }
 
     /// Reads a directory of text files (`*.txt`, `*.md`, in name order) or of rsd shards
@@ -357,10 +376,8 @@ impl Haystack {
             files.sort();
             let mut text = String::new();
             for f in &files {
-                let t = std::fs::read_to_string(f).map_err(|e| TaskError::Haystack {
-                    path: f.clone(),
-                    reason: e.to_string(),
-                })?;
+                let t = rsd_common::safe_fs::read_text(f, HAYSTACK_FILE_LIMIT, "haystack file")
+                    .map_err(|e| bad(e.to_string()))?;
                 text.push_str(&t);
                 text.push(' ');
             }
@@ -1745,7 +1762,9 @@ mod tests {
 
     fn haystack() -> &'static Haystack {
         static H: OnceLock<Haystack> = OnceLock::new();
-        H.get_or_init(|| Haystack::from_dir(&Haystack::bundled_dir(), tokenizer()).unwrap())
+        H.get_or_init(|| {
+            Haystack::from_dir(&Haystack::bundled_dir().unwrap(), tokenizer()).unwrap()
+        })
     }
 
     fn count(text: &str) -> usize {

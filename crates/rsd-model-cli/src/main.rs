@@ -163,9 +163,10 @@ struct ConvertArgs {
     /// Output directory (written atomically).
     #[arg(long)]
     out: PathBuf,
-    /// Storage dtype of the output (default: as loaded).
-    #[arg(long, default_value = "fp32")]
-    dtype: String,
+    /// Storage dtype of the output: fp32, bf16 or fp16 (default: the source's, when all its
+    /// floating-point tensors share one; else fp32).
+    #[arg(long)]
+    dtype: Option<String>,
     /// New RoPE base.
     #[arg(long)]
     rope_theta: Option<f64>,
@@ -399,11 +400,7 @@ fn bench(a: BenchArgs) -> Result<()> {
 
 /// An HF config.json file, resolved.
 fn read_config(path: &Path) -> Result<ModelConfig> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let value =
-        serde_json::from_str(&text).with_context(|| format!("{}: invalid JSON", path.display()))?;
-    Ok(ModelConfig::from_hf_json(value)?)
+    Ok(ModelConfig::from_file(path)?)
 }
 
 fn logits(a: LogitsArgs) -> Result<()> {
@@ -450,11 +447,51 @@ fn logits(a: LogitsArgs) -> Result<()> {
     logits
         .write_npy(&a.out)
         .with_context(|| format!("writing {}", a.out.display()))?;
+    eprintln!(
+        "rsd-model: wrote {} (fp32 logits, shape {:?})",
+        a.out.display(),
+        logits.size()
+    );
     Ok(())
 }
 
+/// The one floating-point dtype every tensor of checkpoint `dir` is stored in, as `--dtype`
+/// spells it; `None` when they differ (or are of another type).
+fn stored_float_dtype(dir: &Path) -> Result<Option<&'static str>> {
+    let mut seen = std::collections::BTreeSet::new();
+    for f in safetensors_files(dir)? {
+        seen.extend(rsd_model::checkpoint::summarize(&f)?.dtypes);
+    }
+    let spelled = |d: &str| match d {
+        "F32" => Some("fp32"),
+        "BF16" => Some("bf16"),
+        "F16" => Some("fp16"),
+        _ => None,
+    };
+    Ok(match seen.iter().collect::<Vec<_>>()[..] {
+        [one] => spelled(one),
+        _ => None,
+    })
+}
+
 fn convert(a: ConvertArgs) -> Result<()> {
-    let kind = parse_kind(&a.dtype)?;
+    let dtype = match &a.dtype {
+        Some(d) => d.clone(),
+        None => {
+            let stored = stored_float_dtype(&a.model)?;
+            let d = stored.unwrap_or("fp32");
+            eprintln!(
+                "rsd-model: writing {d} ({}; --dtype chooses another)",
+                if stored.is_some() {
+                    "the dtype the source is stored in"
+                } else {
+                    "the source mixes dtypes"
+                }
+            );
+            d.to_string()
+        }
+    };
+    let kind = parse_kind(&dtype)?;
     let mut m = Model::load(
         &a.model,
         ModelOptions {
@@ -605,7 +642,15 @@ fn generate(a: GenerateArgs) -> Result<()> {
         out.push('\n');
     }
     match &a.out {
-        Some(p) => std::fs::write(p, out).with_context(|| format!("writing {}", p.display()))?,
+        Some(p) => {
+            rsd_common::safe_fs::write_file_atomic(p, out.as_bytes())
+                .with_context(|| format!("writing {}", p.display()))?;
+            eprintln!(
+                "rsd-model: wrote {} ({} generation(s), one JSON line each)",
+                p.display(),
+                results.len()
+            );
+        }
         None => print!("{out}"),
     }
     Ok(())

@@ -489,16 +489,22 @@ impl ModelConfig {
 
     /// Reads and resolves `<dir>/config.json`.
     pub fn from_dir(dir: &std::path::Path) -> Result<Self> {
-        let path = dir.join("config.json");
+        Self::from_file(&dir.join("config.json"))
+    }
+
+    /// An HF `config.json` file (a model directory's, or one to initialise a model from).
+    pub fn from_file(path: &std::path::Path) -> Result<Self> {
         // A regular file of bounded size: a FIFO or a device in its place must not block or
         // exhaust memory (the directory may come from anyone).
         let bytes = rsd_common::safe_fs::read_regular(
-            &path,
+            path,
             rsd_common::safe_fs::MAX_METADATA_BYTES,
             "config.json",
         )?;
-        let value: Value =
-            serde_json::from_slice(&bytes).map_err(|source| ModelError::Json { path, source })?;
+        let value: Value = serde_json::from_slice(&bytes).map_err(|source| ModelError::Json {
+            path: path.to_path_buf(),
+            source,
+        })?;
         Self::from_hf_json(value)
     }
 

@@ -116,7 +116,7 @@ pub enum ModelError {
     #[error("invalid input: {0}")]
     Input(String),
     /// The output directory exists and overwriting was not asked for.
-    #[error("{0}: already exists (pass overwrite to replace it)")]
+    #[error("{0}: already exists (pass --overwrite to replace it)")]
     Exists(PathBuf),
     /// A `tokenizer.json` is missing or cannot be used.
     #[error("{path}: {reason}")]

@@ -23,7 +23,7 @@ use rsd_common::rng::SplitMix64;
 use serde_json::Value;
 use tch::{Device, Kind, Tensor};
 
-use crate::error::{io_err, TchContext};
+use crate::error::TchContext;
 use crate::{DocBoundaries, ForwardArgs, LayerKv, Model, ModelError, Result};
 
 /// Default prompt tokens per prefill chunk.
@@ -136,7 +136,13 @@ impl TextTokenizer {
                     .into(),
             ));
         }
-        let inner = tokenizers_v0::Tokenizer::from_file(path)
+        // Checked as a bounded regular file first: the tokenizers crate reads whatever it is given.
+        let bytes = rsd_common::safe_fs::read_regular(
+            path,
+            rsd_common::safe_fs::MAX_METADATA_BYTES,
+            "tokenizer",
+        )?;
+        let inner = tokenizers_v0::Tokenizer::from_bytes(bytes)
             .map_err(|e| err(format!("not a usable tokenizer.json: {e}")))?;
         Ok(TextTokenizer {
             inner,
@@ -181,6 +187,9 @@ impl TextTokenizer {
     }
 }
 
+/// The most bytes a model directory's JSON config files may have (real ones hold a few KB).
+const JSON_LIMIT: u64 = 64 << 20;
+
 /// The EOS ids of a model directory: `eos_token_id` (a number or a list) of
 /// `generation_config.json`, else of `config.json` (transformers' precedence); empty if neither
 /// sets one.
@@ -190,7 +199,7 @@ pub fn eos_token_ids(dir: &Path) -> Result<Vec<i64>> {
         if !path.is_file() {
             continue;
         }
-        let text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
+        let text = rsd_common::safe_fs::read_text(&path, JSON_LIMIT, "model config file")?;
         let value: Value = serde_json::from_str(&text).map_err(|source| ModelError::Json {
             path: path.clone(),
             source,
@@ -214,7 +223,11 @@ pub fn eos_token_ids(dir: &Path) -> Result<Vec<i64>> {
 
 /// The `prompt` field of every non-blank line of a JSONL file.
 pub fn read_prompts_jsonl(path: &Path) -> Result<Vec<String>> {
-    let text = std::fs::read_to_string(path).map_err(io_err(path))?;
+    let text = rsd_common::safe_fs::read_text(
+        path,
+        rsd_common::safe_fs::MAX_METADATA_BYTES,
+        "prompt file",
+    )?;
     let mut prompts = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {

@@ -21,6 +21,7 @@ mod fsutil;
 mod idx;
 mod manifest;
 mod reader;
+pub mod tokenizer_match;
 mod verify;
 mod writer;
 

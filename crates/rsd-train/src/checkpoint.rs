@@ -21,7 +21,8 @@
 //!
 //! Before a resume, [`validate`] checks a directory without loading a tensor: the manifest
 //! present, every file it lists there with its size, every safetensors file exactly as long as
-//! its header says, `state.json` of this step and this run's seed. `--resume auto` takes the
+//! its header says, `state.json` of this step with the seed and data of the checkpoint's
+//! `config.toml` (the run's config, which a resume restores: [`crate::resume`]). `--resume auto` takes the
 //! newest checkpoint that passes ([`auto_resume`]). The checksums are verified when the files are
 //! read ([`verify_checksums`], each rank a share of the files).
 use std::fs;
@@ -173,10 +174,13 @@ pub fn entries_under(dir: &Path, skip: &[String]) -> Result<Vec<FileEntry>> {
 /// Reads `manifest.json` of a checkpoint directory.
 pub fn read_manifest(dir: &Path) -> Result<Manifest> {
     let p = dir.join(MANIFEST);
-    let text = fs::read_to_string(&p).map_err(|e| Error::Checkpoint {
-        path: p.clone(),
-        reason: format!("missing or unreadable ({e}): not a complete checkpoint"),
-    })?;
+    if !p.exists() {
+        return Err(Error::Checkpoint {
+            path: p,
+            reason: "missing: not a complete checkpoint".into(),
+        });
+    }
+    let text = read_text(&p)?;
     let m: Manifest = serde_json::from_str(&text).map_err(|e| Error::Checkpoint {
         path: p.clone(),
         reason: e.to_string(),
@@ -404,24 +408,70 @@ pub fn save(
     Ok(target)
 }
 
-/// Reads `state.json` of a checkpoint directory.
+/// The most bytes a checkpoint's `state.json` or `config.toml` may have (real ones hold a few
+/// KB; the loader state grows by a few numbers per dataset).
+const MAX_CHECKPOINT_TEXT: u64 = 64 << 20;
+
+/// A small text file of a checkpoint: a regular file, bounded, UTF-8.
+fn read_text(p: &Path) -> Result<String> {
+    let bytes = rsd_common::safe_fs::read_regular(p, MAX_CHECKPOINT_TEXT, "checkpoint text file")
+        .map_err(|e| Error::Input(format!("checkpoint {e}")))?;
+    String::from_utf8(bytes).map_err(|e| Error::Checkpoint {
+        path: p.to_path_buf(),
+        reason: format!("not UTF-8 text: {e}"),
+    })
+}
+
+/// Reads `state.json` of a checkpoint directory, with its counters checked (a state whose
+/// counters contradict each other is damaged or forged, and would wrap later).
 pub fn read_state(dir: &Path) -> Result<TrainState> {
     let p = dir.join("state.json");
-    let text = fs::read_to_string(&p).map_err(io_err(&p))?;
+    let text = read_text(&p)?;
     let st: TrainState = serde_json::from_str(&text).map_err(|e| Error::Checkpoint {
         path: p.clone(),
         reason: e.to_string(),
     })?;
+    let bad = |reason: String| {
+        Err(Error::Checkpoint {
+            path: p.clone(),
+            reason,
+        })
+    };
     if st.version != STATE_VERSION {
-        return Err(Error::Checkpoint {
-            path: p,
-            reason: format!(
-                "state version {} (this build reads {STATE_VERSION})",
-                st.version
-            ),
-        });
+        return bad(format!(
+            "state version {} (this build reads {STATE_VERSION})",
+            st.version
+        ));
+    }
+    if st.skipped > st.step {
+        return bad(format!(
+            "field skipped: {} skipped steps of {} steps",
+            st.skipped, st.step
+        ));
+    }
+    if !(st.elapsed_s.is_finite() && st.elapsed_s >= 0.0) {
+        return bad(format!(
+            "field elapsed_s: {}, expected a number of seconds ≥ 0",
+            st.elapsed_s
+        ));
     }
     Ok(st)
+}
+
+/// Reads the run's config (`config.toml`) of a checkpoint directory.
+pub fn read_config(dir: &Path) -> Result<TrainConfig> {
+    let p = dir.join("config.toml");
+    if !p.exists() {
+        return Err(Error::Checkpoint {
+            path: p,
+            reason: "missing (the run's config)".into(),
+        });
+    }
+    let text = read_text(&p)?;
+    toml::from_str(&text).map_err(|e| Error::Checkpoint {
+        path: p,
+        reason: format!("not a training config: {e}"),
+    })
 }
 
 /// Checks that the safetensors file at `path` is whole: its header parses and the file is exactly
@@ -484,12 +534,22 @@ fn safetensors_under(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// Checks that checkpoint `dir` is complete and belongs to this run, without loading a tensor,
-/// and returns its state. The error names the file at fault: no manifest (an unfinished
+/// A checkpoint that passed [`validate`]: its state and its run's config.
+#[derive(Debug, Clone)]
+pub struct Valid {
+    /// `state.json`.
+    pub state: TrainState,
+    /// `config.toml`: the config of the run that wrote it.
+    pub config: TrainConfig,
+}
+
+/// Checks that checkpoint `dir` is complete and consistent, without loading a tensor, and
+/// returns its state and config. The error names the file at fault: no manifest (an unfinished
 /// checkpoint), a file of another length than the manifest lists, a safetensors file shorter (or
 /// longer) than its header says, a missing model or optimizer file, a `state.json` that is not
-/// this step's (a file copied from elsewhere) or has another seed than `cfg`.
-pub fn validate(dir: &Path, cfg: &TrainConfig) -> Result<TrainState> {
+/// this step's or has another seed or data than the checkpoint's `config.toml` (a file copied
+/// from another run). Whether the command may resume it as it stands is [`crate::resume`]'s.
+pub fn validate(dir: &Path) -> Result<Valid> {
     let bad = |path: PathBuf, reason: String| Error::Checkpoint { path, reason };
     if !dir.is_dir() {
         return Err(bad(dir.to_path_buf(), "no such directory".into()));
@@ -507,11 +567,12 @@ pub fn validate(dir: &Path, cfg: &TrainConfig) -> Result<TrainState> {
             format!("holds step {}, the directory is step {k}", st.step),
         ));
     }
+    let cfg = read_config(dir)?;
     if st.rng_seed != cfg.seed || st.loader.seed != cfg.seed {
         return Err(bad(
             sp,
             format!(
-                "seed {} (another run's state?), the config has seed {}",
+                "seed {} (another run's state?), the checkpoint's config.toml has seed {}",
                 st.rng_seed, cfg.seed
             ),
         ));
@@ -525,16 +586,14 @@ pub fn validate(dir: &Path, cfg: &TrainConfig) -> Result<TrainState> {
         return Err(bad(
             sp,
             format!(
-                "the loader state has {} dataset(s), the config's shards {datasets}",
+                "the loader state has {} dataset(s), the checkpoint's config.toml {datasets}",
                 st.loader.datasets.len()
             ),
         ));
     }
     let model = dir.join("model");
     let mc = model.join("config.json");
-    let text = fs::read_to_string(&mc).map_err(|e| bad(mc.clone(), e.to_string()))?;
-    serde_json::from_str::<serde_json::Value>(&text)
-        .map_err(|e| bad(mc.clone(), format!("not JSON: {e}")))?;
+    rsd_model::ModelConfig::from_file(&mc)?;
     let manifest = read_manifest(dir)?;
     let files = safetensors_under(dir)?;
     if !files.iter().any(|p| p.starts_with(&model)) {
@@ -563,29 +622,28 @@ pub fn validate(dir: &Path, cfg: &TrainConfig) -> Result<TrainState> {
             return Err(bad(p, format!("{len} bytes, {MANIFEST} lists {}", f.bytes)));
         }
     }
-    let cp = dir.join("config.toml");
-    if !cp.is_file() {
-        return Err(bad(cp, "missing (the run's config)".into()));
-    }
-    Ok(st)
+    Ok(Valid {
+        state: st,
+        config: cfg,
+    })
 }
 
 /// What `--resume auto` found under a run directory.
 #[derive(Debug, Default)]
 pub struct AutoResume {
-    /// The newest checkpoint that passed [`validate`], and its state; `None`: start fresh.
-    pub chosen: Option<(PathBuf, TrainState)>,
+    /// The newest checkpoint that passed [`validate`], and what it holds; `None`: start fresh.
+    pub chosen: Option<(PathBuf, Valid)>,
     /// Newer checkpoints that failed it, newest first, with why.
     pub skipped: Vec<(PathBuf, Error)>,
 }
 
 /// The newest checkpoint under `out` that [`validate`] accepts, and those skipped on the way.
-pub fn auto_resume(out: &Path, cfg: &TrainConfig) -> AutoResume {
+pub fn auto_resume(out: &Path) -> AutoResume {
     let mut found = AutoResume::default();
     for (_, dir) in list(out).into_iter().rev() {
-        match validate(&dir, cfg) {
-            Ok(st) => {
-                found.chosen = Some((dir, st));
+        match validate(&dir) {
+            Ok(valid) => {
+                found.chosen = Some((dir, valid));
                 break;
             }
             Err(e) => found.skipped.push((dir, e)),
@@ -786,43 +844,56 @@ mod tests {
         let (out, cfg) = run_with_checkpoints(root.path());
         let [one, two, three] = [1, 2, 3].map(|k| dir_for(&out, k));
         for d in [&one, &two, &three] {
-            validate(d, &cfg).expect("a complete checkpoint");
+            validate(d).expect("a complete checkpoint");
         }
-        let auto = auto_resume(&out, &cfg);
+        let auto = auto_resume(&out);
         assert_eq!(
-            auto.chosen.map(|(d, st)| (d, st.step)),
+            auto.chosen.map(|(d, v)| (d, v.state.step)),
             Some((three.clone(), 3))
         );
 
         truncate(&three.join("model").join("model.safetensors"));
         fs::remove_file(two.join("optimizer.safetensors")).expect("remove");
-        let e = validate(&three, &cfg)
-            .expect_err("truncated weights")
-            .to_string();
+        let e = validate(&three).expect_err("truncated weights").to_string();
         assert!(
             e.contains("model.safetensors") && e.contains("truncated"),
             "{e}"
         );
-        let e = validate(&two, &cfg).expect_err("no optimizer").to_string();
+        let e = validate(&two).expect_err("no optimizer").to_string();
         assert!(e.contains("optimizer.safetensors: missing"), "{e}");
 
-        let auto = auto_resume(&out, &cfg);
+        let auto = auto_resume(&out);
         assert_eq!(auto.chosen.map(|(d, _)| d), Some(one.clone()));
         let skipped: Vec<_> = auto.skipped.iter().map(|(d, _)| d.clone()).collect();
         assert_eq!(skipped, vec![three, two]);
 
-        // Another run's state: a different seed, or another step than the directory's.
+        // Another run's state: a different seed than its config.toml's, or another step than
+        // the directory's; impossible counters.
         let other = TrainConfig {
             seed: 5,
             ..cfg.clone()
         };
-        let e = validate(&one, &other).expect_err("seed").to_string();
-        assert!(e.contains("state.json") && e.contains("seed 0"), "{e}");
+        let config = one.join("config.toml");
+        let saved = fs::read(&config).expect("read");
+        fs::write(&config, other.to_toml()).expect("write");
+        let e = validate(&one).expect_err("seed").to_string();
+        assert!(
+            e.contains("state.json") && e.contains("seed 0") && e.contains("has seed 5"),
+            "{e}"
+        );
+        fs::write(&config, saved).expect("write");
+        assert_eq!(validate(&one).expect("restored").config, cfg);
         fs::copy(one.join("state.json"), dir_for(&out, 3).join("state.json")).expect("copy");
-        let e = validate(&dir_for(&out, 3), &cfg)
-            .expect_err("step")
-            .to_string();
+        let e = validate(&dir_for(&out, 3)).expect_err("step").to_string();
         assert!(e.contains("holds step 1, the directory is step 3"), "{e}");
+        let state = one.join("state.json");
+        let text = fs::read_to_string(&state).expect("read");
+        fs::write(&state, text.replace("\"skipped\": 0", "\"skipped\": 9")).expect("write");
+        let e = validate(&one).expect_err("skipped").to_string();
+        assert!(
+            e.contains("field skipped: 9 skipped steps of 1 steps"),
+            "{e}"
+        );
     }
 
     #[test]

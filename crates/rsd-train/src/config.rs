@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::perturb::{KlNorm, PerturbKind, Scope};
 use crate::step::{KlDirection, Objective};
-use crate::{io_err, Error, Result};
+use crate::{Error, Result};
 
 macro_rules! config {
     // How a key is spelled in a TOML file and on the command line: as its own type, or as the
@@ -41,6 +41,11 @@ macro_rules! config {
             }
         }
 
+        impl TrainConfig {
+            /// Every key, in the order of this list.
+            pub const KEYS: &'static [&'static str] = &[$( stringify!($name), )*];
+        }
+
         /// Every key optional: a TOML file, or the command line.
         #[derive(Debug, Clone, Default, Deserialize, clap::Args)]
         #[serde(deny_unknown_fields)]
@@ -58,6 +63,14 @@ macro_rules! config {
             pub fn apply(self, c: &mut TrainConfig) -> Result<()> {
                 $( if let Some(v) = self.$name { c.$name = config!(@resolve $name, v $(, $spelled)?); } )*
                 Ok(())
+            }
+
+            /// Whether `key` is set here.
+            pub fn has(&self, key: &str) -> bool {
+                match key {
+                    $( stringify!($name) => self.$name.is_some(), )*
+                    _ => false,
+                }
             }
         }
     };
@@ -315,19 +328,114 @@ where
     Ok(Option::<T>::deserialize(d)?.and_then(Optional::present))
 }
 
-impl TrainConfig {
-    /// Defaults ← `file` (TOML, optional) ← `cli`.
-    pub fn resolve(file: Option<&Path>, cli: ConfigOverrides) -> Result<Self> {
-        let mut c = TrainConfig::default();
-        if let Some(path) = file {
-            let text = std::fs::read_to_string(path).map_err(io_err(path))?;
-            let o: ConfigOverrides = toml::from_str(&text)
-                .map_err(|e| Error::Input(format!("{}: {e}", path.display())))?;
-            o.apply(&mut c)?;
+/// What a command says about its config: the `--config` file's keys and the command line's
+/// flags, before they are laid over a base (the defaults, or a resumed checkpoint's config).
+#[derive(Debug, Clone, Default)]
+pub struct Stated {
+    file: Option<(std::path::PathBuf, ConfigOverrides)>,
+    cli: ConfigOverrides,
+}
+
+impl Stated {
+    /// Reads `file` (TOML, optional; unknown keys refused) beside the command line's `cli`.
+    pub fn read(file: Option<&Path>, cli: ConfigOverrides) -> Result<Self> {
+        let file = match file {
+            Some(path) => {
+                let bytes =
+                    rsd_common::safe_fs::read_regular(path, MAX_CONFIG_BYTES, "training config")
+                        .map_err(|e| Error::Input(e.to_string()))?;
+                let text = String::from_utf8(bytes).map_err(|e| {
+                    Error::Input(format!("{}: not UTF-8 text: {e}", path.display()))
+                })?;
+                let o: ConfigOverrides = toml::from_str(&text)
+                    .map_err(|e| Error::Input(format!("{}: {e}", path.display())))?;
+                Some((path.to_path_buf(), o))
+            }
+            None => None,
+        };
+        Ok(Stated { file, cli })
+    }
+
+    /// Whether the file or the command line sets `key`.
+    pub fn has(&self, key: &str) -> bool {
+        self.cli.has(key) || self.file.as_ref().is_some_and(|(_, o)| o.has(key))
+    }
+
+    /// Where `key`'s value comes from: `--key` or the config file (`None`: not stated).
+    pub fn source(&self, key: &str) -> Option<String> {
+        if self.cli.has(key) {
+            return Some(format!("--{}", key.replace('_', "-")));
         }
-        cli.apply(&mut c)?;
+        match &self.file {
+            Some((path, o)) if o.has(key) => Some(path.display().to_string()),
+            _ => None,
+        }
+    }
+
+    /// `out` as stated (the command line's, else the file's).
+    pub fn out(&self) -> Option<String> {
+        let file = self.file.as_ref().and_then(|(_, o)| o.out.clone());
+        self.cli.out.clone().or(file)
+    }
+
+    /// `base` with the stated keys set, the file's first, then the command line's; not checked.
+    /// A model source stated (`model` or `init`, in the file or on the command line) replaces
+    /// the other one of the lower layers, so `--model DIR` over a config that sets `init` needs
+    /// no `--init ""`.
+    pub fn over(self, mut base: TrainConfig) -> Result<TrainConfig> {
+        let names_model = |o: &ConfigOverrides| o.model.is_some() || o.init.is_some();
+        if let Some((_, file)) = self.file {
+            if names_model(&file) {
+                (base.model, base.init) = (None, None);
+            }
+            file.apply(&mut base)?;
+        }
+        if names_model(&self.cli) {
+            (base.model, base.init) = (None, None);
+        }
+        self.cli.apply(&mut base)?;
+        for path in [&mut base.shards, &mut base.heldout_shards, &mut base.out] {
+            *path = expand_home(path);
+        }
+        for path in [&mut base.model, &mut base.init].into_iter().flatten() {
+            *path = expand_home(path);
+        }
+        Ok(base)
+    }
+
+    /// The defaults with the stated keys set, checked.
+    pub fn resolve(self) -> Result<TrainConfig> {
+        let c = self.over(TrainConfig::default())?;
         c.check()?;
         Ok(c)
+    }
+}
+
+/// Largest config file read (a config is a few KB).
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// `~/x` as `$HOME/x` in each comma-separated path, as a shell would expand it (configs are
+/// shared between users, so they name `~/.cache/…`); other paths as they are.
+fn expand_home(paths: &str) -> String {
+    let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) else {
+        return paths.to_string();
+    };
+    let home = home.to_string_lossy();
+    paths
+        .split(',')
+        .map(|p| match p.trim_start().strip_prefix("~/") {
+            Some(rest) => format!("{}/{rest}", home.trim_end_matches('/')),
+            None if p.trim() == "~" => home.to_string(),
+            None => p.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+impl TrainConfig {
+    /// Defaults ← `file` (TOML, optional) ← `cli`, checked.
+    pub fn resolve(file: Option<&Path>, cli: ConfigOverrides) -> Result<Self> {
+        Stated::read(file, cli)?.resolve()
     }
 
     /// Refuses inconsistent values with a message naming the key.
@@ -342,8 +450,7 @@ impl TrainConfig {
         if let Some(init) = self.init.as_deref().filter(|i| Path::new(i).is_dir()) {
             return Err(Error::Input(format!(
                 "init {init}: a directory; init is a model config.json to initialise randomly, \
-                 to start from a checkpoint's weights give --model {init} (and --init \"\" where \
-                 a config file sets init)"
+                 to start from a checkpoint's weights give --model {init}"
             )));
         }
         if self.steps == 0 {
@@ -459,6 +566,14 @@ impl TrainConfig {
     /// As TOML.
     pub fn to_toml(&self) -> String {
         toml::to_string(self).unwrap_or_default()
+    }
+
+    /// As a TOML table, key by key (absent optional keys are missing).
+    pub fn to_toml_table(&self) -> toml::Table {
+        match toml::Value::try_from(self) {
+            Ok(toml::Value::Table(t)) => t,
+            _ => toml::Table::new(),
+        }
     }
 }
 

@@ -30,6 +30,7 @@ pub mod optim;
 pub mod parallel;
 pub mod perturb;
 pub mod probe;
+pub mod resume;
 pub mod run_dir;
 pub mod sharded;
 pub mod step;

@@ -14,9 +14,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use rsd_train::config::{ConfigOverrides, TrainConfig};
+use rsd_train::checkpoint::Valid;
+use rsd_train::config::{ConfigOverrides, Stated, TrainConfig};
 use rsd_train::perturb::{KlNorm, PerturbKind};
 use rsd_train::probe::{PerturbParams, ProbeModel, ProbeRequest};
 use rsd_train::step::{
@@ -80,8 +81,23 @@ struct TrainArgs {
     /// there is none or it is damaged); `auto`: the newest complete one, skipping damaged ones
     /// with a warning, or a fresh start when there is none (for jobs that are restarted with the
     /// same command line).
+    /// A resumed run keeps the checkpoint's config (its config.toml): keys the command does not
+    /// give keep the run's values.
     #[arg(long, num_args = 0..=1, default_missing_value = "", value_name = "DIR|auto")]
     resume: Option<String>,
+    /// With --resume: the config keys this command may change from the checkpoint's run
+    /// (comma-separated, e.g. `steps,lr`). A changed key that alters what the run computes
+    /// (objective, lambda, data, model, layout, schedule, out) is refused unless named here;
+    /// operational keys (progress, threads, loader_workers, save_every, keep, stop_at,
+    /// dist_timeout, heldout_*, device) change freely; the seed never changes. Every change is
+    /// printed.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "KEY,...",
+        requires = "resume"
+    )]
+    allow_change: Vec<String>,
     /// Start a new run in an --out that holds an earlier run: removes its metrics.jsonl,
     /// checkpoints/, model/ and summary.json first. Without it such an --out is refused (continue
     /// the earlier run with --resume auto instead).
@@ -326,72 +342,133 @@ fn is_rank0() -> bool {
     std::env::var("RANK").map_or(true, |r| r.trim() == "0")
 }
 
+/// What a run is: its config, the checkpoint it resumes (if any), and the notes to print about
+/// how both were found.
+struct Run {
+    cfg: TrainConfig,
+    resume: Option<PathBuf>,
+    notes: Vec<String>,
+}
+
+/// The run the command asks for: a fresh one (defaults ← `--config` ← flags), or a resumed one
+/// (the checkpoint's config ← the changes the command states, see `rsd_train::resume`).
+fn resolve_run(a: &TrainArgs) -> Result<Run> {
+    let stated = Stated::read(a.config.as_deref(), a.overrides.clone())?;
+    let mut notes = Vec::new();
+    let found = match a.resume.as_deref() {
+        None => None,
+        Some(arg) => find_checkpoint(arg, &stated, &mut notes)?,
+    };
+    let Some((dir, valid)) = found else {
+        return Ok(Run {
+            cfg: stated.resolve()?,
+            resume: None,
+            notes,
+        });
+    };
+    let step = valid.state.step;
+    let resumed = rsd_train::resume::config(&dir, valid.config, stated, &a.allow_change)?;
+    notes.push(format!(
+        "rsd-train: {}resuming from {} (step {step} of {}) with the run's config ({}){}",
+        if a.resume.as_deref() == Some("auto") {
+            "--resume auto: "
+        } else {
+            ""
+        },
+        dir.display(),
+        resumed.config.steps,
+        dir.join("config.toml").display(),
+        if resumed.changes.is_empty() {
+            ", unchanged"
+        } else {
+            ", changed:"
+        }
+    ));
+    for c in &resumed.changes {
+        notes.push(format!("rsd-train:   {c}"));
+    }
+    Ok(Run {
+        cfg: resumed.config,
+        resume: Some(dir),
+        notes,
+    })
+}
+
 /// The checkpoint `--resume` names, checked with `checkpoint::validate` (the error names the
-/// damaged file): `None` (flag absent) is a fresh start, `""` the newest checkpoint, `auto` the
-/// newest that is complete (or a fresh start when there is none), anything else a directory.
-fn resume_from(arg: Option<&str>, cfg: &TrainConfig, out: &Path) -> Result<Option<PathBuf>> {
+/// damaged file): `""` the newest checkpoint, `auto` the newest that is complete (or a fresh
+/// start, `None`, when there is none), anything else a directory.
+fn find_checkpoint(
+    arg: &str,
+    stated: &Stated,
+    notes: &mut Vec<String>,
+) -> Result<Option<(PathBuf, Valid)>> {
     use rsd_train::checkpoint;
+    let out = || match stated.out() {
+        Some(out) => Ok(PathBuf::from(out)),
+        None => Err(anyhow::anyhow!(
+            "--resume{}: which run? give its directory with --out DIR (or `out` in --config), \
+             or name a checkpoint: --resume DIR/checkpoints/step-N",
+            if arg.is_empty() { "" } else { " auto" }
+        )),
+    };
     let dir = match arg {
-        None => return Ok(None),
-        Some("auto") => {
-            let note = is_rank0();
-            if note {
+        "auto" => {
+            let out = out()?;
+            if is_rank0() {
                 // Left by a writer killed mid-checkpoint (a preempted job); only rank 0 writes.
-                for dir in checkpoint::remove_stale_temporaries(out) {
-                    eprintln!("rsd-train: removed unfinished checkpoint {}", dir.display());
+                for dir in checkpoint::remove_stale_temporaries(&out) {
+                    notes.push(format!(
+                        "rsd-train: removed unfinished checkpoint {}",
+                        dir.display()
+                    ));
                 }
             }
-            let found = checkpoint::auto_resume(out, cfg);
+            let found = checkpoint::auto_resume(&out);
             for (dir, why) in &found.skipped {
-                if note {
-                    eprintln!(
-                        "rsd-train: warning: skipping damaged checkpoint {}: {}",
-                        dir.display(),
-                        rsd_common::report::for_user_from_env(&why.to_string())
-                    );
-                }
+                notes.push(format!(
+                    "rsd-train: warning: skipping damaged checkpoint {}: {}",
+                    dir.display(),
+                    rsd_common::report::for_user_from_env(&why.to_string())
+                ));
             }
             return match found.chosen {
-                Some((dir, st)) => {
-                    if note {
-                        eprintln!(
-                            "rsd-train: --resume auto: resuming from {} (step {})",
-                            dir.display(),
-                            st.step
-                        );
-                    }
-                    Ok(Some(dir))
-                }
+                Some(chosen) => Ok(Some(chosen)),
                 // Damaged checkpoints and nothing to fall back to: starting over would discard
                 // the run's progress without anyone looking at why.
-                None if !found.skipped.is_empty() => bail!(
-                    "--resume auto: no complete checkpoint under {} ({} damaged, see the \
-                     warnings); remove them to start over, or resume one with --resume DIR",
-                    out.join("checkpoints").display(),
-                    found.skipped.len()
-                ),
-                None => {
-                    if note {
-                        eprintln!(
-                            "rsd-train: --resume auto: no checkpoint under {}; starting fresh",
-                            out.join("checkpoints").display()
-                        );
+                None if !found.skipped.is_empty() => {
+                    for n in notes.iter() {
+                        eprintln!("{n}");
                     }
+                    bail!(
+                        "--resume auto: no complete checkpoint under {} ({} damaged, see the \
+                         warnings); remove them to start over, or resume one with --resume DIR",
+                        out.join("checkpoints").display(),
+                        found.skipped.len()
+                    )
+                }
+                None => {
+                    notes.push(format!(
+                        "rsd-train: --resume auto: no checkpoint under {}; starting fresh",
+                        out.join("checkpoints").display()
+                    ));
                     Ok(None)
                 }
             };
         }
-        Some("") => match checkpoint::list(out).pop() {
-            Some((_, p)) => p,
-            None => bail!(
-                "--resume: no checkpoint under {} (--resume auto starts fresh instead)",
-                out.join("checkpoints").display()
-            ),
-        },
-        Some(p) => PathBuf::from(p),
+        "" => {
+            let out = out()?;
+            match checkpoint::list(&out).pop() {
+                Some((_, p)) => p,
+                None => bail!(
+                    "--resume: no checkpoint under {} (--resume auto starts fresh instead)",
+                    out.join("checkpoints").display()
+                ),
+            }
+        }
+        p => PathBuf::from(p),
     };
-    checkpoint::validate(&dir, cfg)?;
-    Ok(Some(dir))
+    let valid = checkpoint::validate(&dir)?;
+    Ok(Some((dir, valid)))
 }
 
 /// Keeps runs apart: a new run (or one branched from another run's checkpoint) never writes
@@ -469,9 +546,16 @@ fn loss_str(loss: Option<f64>) -> String {
     loss.map_or_else(|| "n/a".to_string(), |l| format!("{l:.4}"))
 }
 
+/// Set for the ranks `--nproc` starts: the launching process has printed how the run was
+/// resolved, so they do not print it again.
+const NOTES_SHOWN: &str = "RSD_TRAIN_NOTES_SHOWN";
+
 fn train(a: TrainArgs) -> Result<()> {
-    let cfg = TrainConfig::resolve(a.config.as_deref(), a.overrides)?;
+    let Run { cfg, resume, notes } = resolve_run(&a)?;
     if a.print_config {
+        for n in &notes {
+            eprintln!("{n}");
+        }
         print!("{}", cfg.to_toml());
         return Ok(());
     }
@@ -499,14 +583,20 @@ fn train(a: TrainArgs) -> Result<()> {
         .filter(|&w| w > 1),
         None => None,
     };
+    if is_rank0() && std::env::var_os(NOTES_SHOWN).is_none() {
+        for n in &notes {
+            eprintln!("{n}");
+        }
+    }
     if let Some(n) = nproc {
+        // SAFETY (set_var): no other thread runs yet; the ranks inherit the environment.
+        std::env::set_var(NOTES_SHOWN, "1");
         match launch::run(n)? {
             0 => return Ok(()),
             code => std::process::exit(code),
         }
     }
     let out = PathBuf::from(&cfg.out);
-    let resume = resume_from(a.resume.as_deref(), &cfg, &out)?;
     prepare_run_dir(&out, resume.as_deref(), a.resume.as_deref(), a.overwrite)?;
     let stop = Arc::new(AtomicBool::new(false));
     {
@@ -554,7 +644,8 @@ fn train(a: TrainArgs) -> Result<()> {
     if main && cfg.objective == Objective::Rsd {
         eprintln!(
             "rsd-train: FLOP floor of the rsd skip step with prefix reuse: {:.2}× a standard step \
-             (s uniform; `rsd-train probe --repeat 3` measures the real ratio)",
+             (s uniform; `python benches/train_bench.py --config CONFIG.json --len L` measures the real \
+             ratio)",
             prefix_reuse_floor(trainer.model().config(), trainer.seq_len() as i64)
         );
     }
@@ -593,6 +684,27 @@ fn train(a: TrainArgs) -> Result<()> {
     Ok(())
 }
 
+/// The command line, with each config key's default in its help: the keys are optional flags
+/// (a flag left out keeps the config file's value), so clap has no default of its own to show.
+fn command() -> clap::Command {
+    let defaults = TrainConfig::default().to_toml_table();
+    let with_defaults = |mut cmd: clap::Command| {
+        for key in TrainConfig::KEYS {
+            let Some(value) = defaults.get(*key).filter(|v| v.as_str() != Some("")) else {
+                continue;
+            };
+            cmd = cmd.mut_arg(*key, |arg| {
+                let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+                arg.help(format!("{help} [default: {value}]"))
+            });
+        }
+        cmd
+    };
+    let cmd = with_defaults(Cli::command());
+    cmd.mut_subcommand("train", with_defaults)
+        .mut_subcommand("memory", with_defaults)
+}
+
 /// Keeps libtorch's large CPU buffers (logit chunks, activations) on the heap between steps.
 ///
 /// glibc serves every allocation above 32 MiB with a fresh `mmap` and returns it on free, so each
@@ -611,7 +723,7 @@ fn keep_large_allocations_on_heap() {
 
 fn main() {
     keep_large_allocations_on_heap();
-    let cli = Cli::parse();
+    let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
     let r = match cli.cmd {
         Some(Cmd::Probe(p)) => probe(*p),
         Some(Cmd::Memory(m)) => memory_cmd::run(*m),

@@ -253,10 +253,7 @@ pub fn arch_file(cfg: &TrainConfig, arch: Option<&Path>) -> Result<std::path::Pa
 }
 
 fn read_arch(file: &Path) -> Result<ModelConfig> {
-    let text = std::fs::read_to_string(file).map_err(crate::io_err(file))?;
-    let v: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| Error::Input(format!("{}: {e}", file.display())))?;
-    Ok(ModelConfig::from_hf_json(v)?)
+    Ok(ModelConfig::from_file(file)?)
 }
 
 /// The widths the formulas use.

@@ -25,7 +25,7 @@ use crate::step::{
     reference_loss, step_micro, step_micro_with, zero_grads, Draws, LossNormalizers, MicroBatch,
     Objective, SecondView, StepExtras, StepOptions, Sums,
 };
-use crate::{io_err, Error, Result};
+use crate::{Error, Result};
 
 /// Where the probed model comes from.
 #[derive(Debug, Clone)]
@@ -244,7 +244,7 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
         )));
     }
     let perts = if objective.needs_perturbed() && !control {
-        perturbations(req.perturb, &req.params, b)?
+        perturbations(req.perturb, &req.params, &real)?
     } else {
         vec![Perturbation::None; b]
     };
@@ -401,10 +401,7 @@ fn load_model(source: &ProbeModel, kind: Kind) -> Result<Model> {
     Ok(match source {
         ProbeModel::Dir(dir) => Model::load(dir, options)?,
         ProbeModel::Init { config, seed } => {
-            let text = std::fs::read_to_string(config).map_err(io_err(config))?;
-            let value: serde_json::Value = serde_json::from_str(&text)
-                .map_err(|e| Error::Input(format!("{}: invalid JSON: {e}", config.display())))?;
-            Model::random(ModelConfig::from_hf_json(value)?, options, *seed)?
+            Model::random(ModelConfig::from_file(config)?, options, *seed)?
         }
     })
 }
@@ -431,14 +428,26 @@ fn read_tokens(path: &std::path::Path) -> Result<Vec<Vec<i64>>> {
         .collect()
 }
 
-/// One perturbation per row from the parameters `kind` needs.
-fn perturbations(kind: PerturbKind, p: &PerturbParams, rows: usize) -> Result<Vec<Perturbation>> {
+/// One perturbation per row from the parameters `kind` needs; `real` holds each row's real
+/// length.
+fn perturbations(kind: PerturbKind, p: &PerturbParams, real: &[i64]) -> Result<Vec<Perturbation>> {
+    let rows = real.len();
     let required =
         |flag: &str, kind: &str| Error::Input(format!("--{flag} is required for {kind}"));
     Ok(match kind {
         PerturbKind::Skip => {
             let s = per_row(&p.split, "split", rows)?.ok_or_else(|| required("split", "skip"))?;
             let y = per_row(&p.skip, "skip", rows)?.ok_or_else(|| required("skip", "skip"))?;
+            // A split at or past a row's end perturbs nothing: the KL would be 0 by
+            // construction, not because the views agree.
+            for (r, (&split, &len)) in s.iter().zip(real).enumerate() {
+                if split < 0 || split >= len {
+                    return Err(Error::Input(format!(
+                        "--split {split}: row {r} has {len} real tokens; the perturbed suffix \
+                         starts at the split, so it must lie in 0..{len}"
+                    )));
+                }
+            }
             s.into_iter()
                 .zip(y)
                 .map(|(split, skip)| Perturbation::Skip { split, skip })
@@ -484,7 +493,12 @@ fn per_row<T: Clone>(values: &Option<Vec<T>>, name: &str, rows: usize) -> Result
         1 => Ok(Some(vec![v[0].clone(); rows])),
         n if n == rows => Ok(Some(v.clone())),
         n => Err(Error::Input(format!(
-            "--{name}: {n} values for {rows} samples (give 1 or {rows})"
+            "--{name}: {n} values for {rows} sample(s) (give {})",
+            if rows == 1 {
+                "1".to_string()
+            } else {
+                format!("1 or {rows}")
+            }
         ))),
     }
 }

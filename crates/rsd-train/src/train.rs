@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rsd_common::progress::ProgressLines;
 use serde::Serialize;
 
 use rsd_loader::Loader;
@@ -314,10 +315,7 @@ fn initial_model(cfg: &TrainConfig, options: ModelOptions) -> Result<Model> {
         (Some(dir), _) => Model::load(Path::new(dir), options)?,
         (None, init) => {
             let p = Path::new(init.as_deref().unwrap_or_default());
-            let text = fs::read_to_string(p).map_err(io_err(p))?;
-            let v: serde_json::Value = serde_json::from_str(&text)
-                .map_err(|e| Error::Input(format!("{}: {e}", p.display())))?;
-            Model::random(ModelConfig::from_hf_json(v)?, options, cfg.init_seed)?
+            Model::random(ModelConfig::from_file(p)?, options, cfg.init_seed)?
         }
     };
     if let Some(theta) = cfg.rope_theta {
@@ -948,6 +946,17 @@ struct StepLog {
     bar: ProgressBar,
     end: u64,
     progress: bool,
+    /// Elapsed time and the time left, for the lines.
+    lines: ProgressLines,
+}
+
+/// `x` with 4 significant digits (`1.234e-5`, `0.1234`, `2.345`).
+fn sig(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() || (1e-3..1e4).contains(&x.abs()) {
+        format!("{x:.4}")
+    } else {
+        format!("{x:.3e}")
+    }
 }
 
 impl StepLog {
@@ -982,6 +991,7 @@ impl StepLog {
             bar,
             end,
             progress,
+            lines: ProgressLines::new("steps", end, step, std::time::Duration::ZERO),
         })
     }
 
@@ -1002,16 +1012,19 @@ impl StepLog {
             ..
         } = *rec;
         self.bar.set_position(step);
+        // Significant digits: the KL of a run whose views agree is 1e-5, not 0.0000.
+        let (loss, clm, kl) = (sig(loss), sig(clm), sig(kl));
         self.bar.set_message(format!(
-            "loss {loss:.4} clm {clm:.4} kl {kl:.4} {tokens_per_s:.0} tok/s"
+            "loss {loss} clm {clm} kl {kl} {tokens_per_s:.0} tok/s"
         ));
         if self.bar.is_hidden() && self.progress {
             let end = self.end;
             let every = (end / 20).max(1);
             if step.is_multiple_of(every) || step == end {
                 eprintln!(
-                    "step {step}/{end} loss {loss:.4} clm {clm:.4} kl {kl:.4} lr {lr:.3e} \
-                     |g| {grad_norm:.3} {tokens_per_s:.0} tok/s"
+                    "step {step}/{end} loss {loss} clm {clm} kl {kl} lr {lr:.3e} |g| \
+                     {grad_norm:.3} {tokens_per_s:.0} tok/s; {}",
+                    self.lines.line(step)
                 );
             }
         }
