@@ -2,11 +2,13 @@
 //! generator (the loader's shuffle keys, the model's initial weights and the trainer's
 //! perturbation draws all derive from it), the process's memory counters (progress lines and
 //! benchmarks), a median (benchmark reports), error text without libtorch's C++ backtraces
-//! (binaries), and safe file access for data written by strangers (`safe_fs`: names confined to
+//! (binaries), strings from data made safe to print (`printable`: terminal control characters
+//! escaped), and safe file access for data written by strangers (`safe_fs`: names confined to
 //! their directory, regular files only, bounded reads, atomic writes that follow no planted link).
 //! Nothing rsd-specific.
 
 pub mod mem;
+pub mod printable;
 pub mod progress;
 pub mod report;
 pub mod rng;

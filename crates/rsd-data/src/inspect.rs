@@ -2,6 +2,7 @@
 
 use std::fmt::Write;
 
+use rsd_common::printable::{printable, printable_text};
 use rsd_shard::ShardSet;
 
 use crate::error::Result;
@@ -54,24 +55,27 @@ fn list(values: &[u32]) -> String {
     format!("[{}]", items.join(", "))
 }
 
-/// What the manifest says: origin, tokenizer, layout, counts, waste, sources.
+/// What the manifest says: origin, tokenizer, layout, counts, waste, sources. Every string of
+/// the manifest may come from anyone: each goes through `printable`, so that terminal control
+/// sequences in it are shown escaped instead of acting on the terminal.
 fn summary(out: &mut String, set: &ShardSet) {
     let m = set.manifest();
     let t = &m.totals;
-    let _ = writeln!(out, "{}", set.dir().display());
+    let _ = writeln!(out, "{}", printable(&set.dir().display().to_string()));
     let _ = writeln!(
         out,
         "  created by   {}  ({})",
-        m.created_by,
-        m.command.join(" ")
+        printable(&m.created_by),
+        printable(&m.command.join(" "))
     );
     // The manifest may come from anyone: its digest need not be 12 ASCII hex digits.
     let sha_start: String = m.tokenizer.sha256.chars().take(12).collect();
     let _ = writeln!(
         out,
-        "  tokenizer    {} (vocab {}, sha256 {sha_start}…, BOS {}, EOS {})",
-        m.tokenizer.name,
+        "  tokenizer    {} (vocab {}, sha256 {}…, BOS {}, EOS {})",
+        printable(&m.tokenizer.name),
         m.tokenizer.vocab_size,
+        printable(&sha_start),
         id_or_none(m.tokenizer.bos_id),
         id_or_none(m.tokenizer.eos_id)
     );
@@ -112,14 +116,21 @@ fn summary(out: &mut String, set: &ShardSet) {
         let _ = writeln!(
             out,
             "  source       {} → {} [{}]: {} files, {} documents, {} bytes",
-            s.spec, s.path, s.format, s.files, s.documents, s.bytes
+            printable(&s.spec),
+            printable(&s.path),
+            printable(&s.format),
+            s.files,
+            s.documents,
+            s.bytes
         );
     }
     for b in &t.bad_inputs {
         let _ = writeln!(
             out,
             "  bad input    {} ×{} skipped with --skip-bad: {}",
-            b.cause, b.count, b.first
+            printable(&b.cause),
+            b.count,
+            printable(&b.first)
         );
     }
 }
@@ -163,7 +174,7 @@ fn sample(
     let _ = writeln!(
         out,
         "\nsample {g} (shard {}, index {local}): {} tokens, pieces {}",
-        set.manifest().shards[shard].prefix,
+        printable(&set.manifest().shards[shard].prefix),
         s.tokens.len(),
         list(&s.pieces)
     );
@@ -173,9 +184,11 @@ fn sample(
             let shown = &ids[..ids.len().min(chars * 2)];
             let text = tok.decode(shown)?;
             let clipped: String = text.chars().take(chars).collect();
+            // The text is the data's own: it keeps its lines, not its control sequences.
             let _ = writeln!(
                 out,
-                "{clipped}{}",
+                "{}{}",
+                printable_text(&clipped),
                 if text.chars().count() > chars {
                     " …"
                 } else {

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use rsd_common::mem::{mib, Memory};
+use rsd_common::printable::{printable, printable_text};
 use rsd_common::safe_fs::{self, NamedBy};
 use rsd_data::bench::tokenizer::TokenizeBenchRequest;
 use rsd_data::pack::{self, Event, Mode, PackReport, PackRequest, PackSettings, Progress, Tail};
@@ -266,7 +267,8 @@ fn main() {
         Command::Bench(a) => stream_cmd::bench(a),
     };
     if let Err(e) = result {
-        eprintln!("error: {}", error_text(&e));
+        // Errors quote data (names, values): escape its control characters (see `printable`).
+        eprintln!("error: {}", printable_text(&error_text(&e)));
         std::process::exit(if INTERRUPTED.load(Ordering::SeqCst) {
             130
         } else {
@@ -336,7 +338,7 @@ fn pack(a: PackArgs) -> Result<()> {
     let result = pack::run(&request, &INTERRUPTED, &mut |event| match event {
         Event::Llama3Tokenizer(path) => eprintln!(
             "tokenizer: MDS sources hold Llama-3 ids (ProLong); using {}",
-            path.display()
+            printable(&path.display().to_string())
         ),
         Event::Start(inputs, settings) => {
             print_pack_start(inputs, settings);
@@ -352,12 +354,12 @@ fn pack(a: PackArgs) -> Result<()> {
 fn print_pack_start(inputs: &pack::Inputs, settings: &PackSettings) {
     let tok = &inputs.tokenizer;
     if let Some(reason) = &tok.fallback_reason {
-        eprintln!("warning: the fast encoder cannot use {} ({reason}); using tokenizers 0.22 instead (slower, same ids)", tok.name());
+        eprintln!("warning: the fast encoder cannot use {} ({}); using tokenizers 0.22 instead (slower, same ids)", printable(tok.name()), printable(reason));
     }
     eprintln!(
         "packing {} source(s) with {} (vocab {}, BOS {}, EOS {}) into {} [{} mode, length {}, {} workers, read threads: {}]",
         inputs.sources.len(),
-        tok.name(),
+        printable(tok.name()),
         tok.vocab_size(),
         id_or_none(tok.bos()),
         id_or_none(tok.eos()),
@@ -370,28 +372,29 @@ fn print_pack_start(inputs: &pack::Inputs, settings: &PackSettings) {
     if let Some(source) = &inputs.retokenize {
         eprintln!(
             "re-tokenizing MDS ids: each document decoded with {} (vocab {}), encoded with {}",
-            source.tokenizer.name(),
+            printable(source.tokenizer.name()),
             source.tokenizer.vocab_size(),
-            tok.name()
+            printable(tok.name())
         );
     }
     for s in &inputs.sources {
         eprintln!(
             "  {} → {} [{}], {} input(s), {:.1} MB",
-            s.spec,
-            s.path.display(),
+            printable(&s.spec),
+            printable(&s.path.display().to_string()),
             s.format.name(),
             s.inputs.len(),
             s.bytes as f64 / 1e6
         );
+        // Warnings name files found in the sources and quote their contents.
         for w in s.warnings.iter().take(WARNINGS_SHOWN) {
-            eprintln!("warning: {w}");
+            eprintln!("warning: {}", printable_text(w));
         }
         if s.warnings.len() > WARNINGS_SHOWN {
             eprintln!(
                 "warning: … and {} more like these under {}",
                 s.warnings.len() - WARNINGS_SHOWN,
-                s.path.display()
+                printable(&s.path.display().to_string())
             );
         }
     }
@@ -550,7 +553,11 @@ fn print_bad_inputs(bad: &[rsd_shard::BadInput]) {
             None => by_cause.push((&b.cause, b.count)),
         }
     }
-    let causes: Vec<String> = by_cause.iter().map(|(c, n)| format!("{n} {c}")).collect();
+    // Causes and first errors quote the bad input: escape its control characters.
+    let causes: Vec<String> = by_cause
+        .iter()
+        .map(|(c, n)| format!("{n} {}", printable(c)))
+        .collect();
     let mut files: Vec<&str> = bad.iter().map(|b| b.path.as_str()).collect();
     files.sort_unstable();
     files.dedup();
@@ -560,7 +567,12 @@ fn print_bad_inputs(bad: &[rsd_shard::BadInput]) {
         causes.join(", ")
     );
     for b in bad.iter().take(BAD_INPUTS_SHOWN) {
-        println!("    {} ×{}: {}", b.cause, b.count, b.first);
+        println!(
+            "    {} ×{}: {}",
+            printable(&b.cause),
+            b.count,
+            printable_text(&b.first)
+        );
     }
     if bad.len() > BAD_INPUTS_SHOWN {
         println!(
@@ -585,7 +597,10 @@ fn matching_tokenizer(set: &ShardSet, given: Option<String>) -> Result<Option<To
             match safe_fs::confined_file(set.dir(), &info.name, &named_by) {
                 Ok(path) => path.display().to_string(),
                 Err(e) => {
-                    eprintln!("note: not decoding: {e}; pass --tokenizer FILE");
+                    eprintln!(
+                        "note: not decoding: {}; pass --tokenizer FILE",
+                        printable(&e.to_string())
+                    );
                     return Ok(None);
                 }
             }
@@ -596,7 +611,7 @@ fn matching_tokenizer(set: &ShardSet, given: Option<String>) -> Result<Option<To
         Err(_) => return Ok(None),
     };
     if tok.sha256() != info.sha256 {
-        eprintln!("note: {} is not the tokenizer these shards were made with (sha256 differs); not decoding", tok.name());
+        eprintln!("note: {} is not the tokenizer these shards were made with (sha256 differs); not decoding", printable(tok.name()));
         return Ok(None);
     }
     Ok(Some(tok))
@@ -620,12 +635,13 @@ fn verify(a: VerifyArgs) -> Result<()> {
     };
     let report = rsd_shard::verify(&a.dir, opts)
         .with_context(|| format!("{} failed verification", a.dir.display()))?;
+    // Warnings quote the manifest: escape its control characters.
     for w in &report.warnings {
-        eprintln!("warning: {w}");
+        eprintln!("warning: {}", printable_text(w));
     }
     println!(
         "ok: {} — {} shards, {} samples, {} tokens, {:.1} MB checked in {:.2}s",
-        a.dir.display(),
+        printable(&a.dir.display().to_string()),
         report.shards,
         report.samples,
         report.tokens,

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use rsd_loader::{Batch, Loader, LoaderConfig, LoaderState, SampleId, IGNORE_INDEX};
+use rsd_loader::{Batch, Loader, LoaderConfig, SampleId, IGNORE_INDEX};
 
 use crate::error::{DataError, Result};
 
@@ -64,10 +64,7 @@ pub fn run(
     on_row: &mut dyn FnMut(RowSummary) -> std::io::Result<()>,
 ) -> Result<StreamReport> {
     let mut loader = match &request.resume {
-        Some(p) => {
-            let state = LoaderState::read(p)?;
-            Loader::resume(request.loader.clone(), &state)?
-        }
+        Some(p) => Loader::resume_file(request.loader.clone(), p)?,
         None => Loader::new(request.loader.clone())?,
     };
     let mut done = 0u64;

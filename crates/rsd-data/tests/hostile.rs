@@ -565,3 +565,73 @@ fn a_manifest_tokenizer_name_outside_the_directory_is_not_opened() {
         f.stdout
     );
 }
+
+#[test]
+fn terminal_control_sequences_from_a_manifest_are_printed_escaped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("c.jsonl");
+    write_jsonl(&src, 20);
+    let out = tmp.path().join("o");
+    ok(&[
+        "pack",
+        "--len",
+        "8",
+        "--src",
+        p(&src),
+        "--out",
+        p(&out),
+        "--progress",
+        "none",
+    ]);
+    let manifest_path = out.join("index.json");
+    let mut m: Value = serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
+    let clear = "\x1b[2J";
+    m["created_by"] = json!(format!("rsd-data{clear}"));
+    m["command"] = json!(["rsd-data", "pack", "\x1b]0;title\x07", "\r"]);
+    m["tokenizer"]["name"] = json!(format!("tok{clear}"));
+    m["sources"][0]["spec"] = json!(format!("\x1b[31mred{clear}"));
+    m["sources"][0]["path"] = json!("a\u{202e}txt.exe");
+    // A shard prefix with the sequence in it (and its files renamed to match).
+    let prefix = m["shards"][0]["prefix"].as_str().unwrap().to_string();
+    let evil = format!("{prefix}{clear}");
+    for ext in ["bin", "idx"] {
+        std::fs::rename(
+            out.join(format!("{prefix}.{ext}")),
+            out.join(format!("{evil}.{ext}")),
+        )
+        .unwrap();
+    }
+    m["shards"][0]["prefix"] = json!(evil);
+    write_json(&manifest_path, &m);
+
+    let f = ok(&["inspect", p(&out)]);
+    for text in [&f.stdout, &f.stderr] {
+        assert!(
+            !text.contains('\x1b') && !text.contains('\x07') && !text.contains('\r'),
+            "a raw control character was printed: {text:?}"
+        );
+    }
+    for shown in [
+        "rsd-data\\u{1b}[2J",
+        "\\u{1b}]0;title\\u{7} \\r",
+        "tok\\u{1b}[2J",
+        "\\u{1b}[31mred\\u{1b}[2J",
+        "a\\u{202e}txt.exe",
+        &format!("(shard {prefix}\\u{{1b}}[2J, index 0)"),
+    ] {
+        assert!(f.stdout.contains(shown), "want {shown:?} in {}", f.stdout);
+    }
+    // Errors quote names too: a missing shard file is named escaped.
+    std::fs::remove_file(out.join(format!("{evil}.bin"))).unwrap();
+    for args in [
+        vec!["verify", p(&out)],
+        vec!["stream", p(&out), "--batches", "1"],
+    ] {
+        let f = fails(&args);
+        assert!(
+            f.stderr.contains(&format!("{prefix}\\u{{1b}}[2J.bin")) && !f.stderr.contains('\x1b'),
+            "{args:?}: {}",
+            f.stderr
+        );
+    }
+}

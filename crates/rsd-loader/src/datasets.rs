@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use rsd_common::safe_fs::read_regular;
 use rsd_shard::{PackMode, ShardSet, VerifyOptions};
 
 use crate::error::{LoaderError, Result};
@@ -58,6 +59,12 @@ pub(crate) fn open_all(datasets: &[Dataset], verify: bool) -> Result<Vec<OpenDat
                 s.weight
             )));
         }
+    }
+    // Weights are normalised by their sum: an infinite sum would make every weight 0.
+    if !total.is_finite() {
+        return Err(LoaderError::Config(
+            "the weights add up to more than a float can hold".into(),
+        ));
     }
     let mut out: Vec<OpenDataset> = Vec::with_capacity(datasets.len());
     for s in datasets {
@@ -145,20 +152,56 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    /// Read a JSON pipeline file, resolving relative dataset dirs against `root`.
+    /// The most bytes a pipeline file may have: an entry is a directory and a weight, so this
+    /// allows tens of thousands of datasets and no more memory than that.
+    pub const MAX_FILE_BYTES: u64 = 16 << 20;
+
+    /// Read a JSON pipeline file, resolving relative dataset dirs against `root`. The file must
+    /// be a regular file of at most [`Pipeline::MAX_FILE_BYTES`]; its weights must be positive
+    /// numbers with a finite sum. Errors name the file, and the field where there is one.
+    ///
+    /// The directories a pipeline names are opened as written (the user chose the pipeline, as
+    /// they would choose directories on the command line); the shard files inside each are
+    /// confined to it by `rsd-shard`.
     pub fn read(path: &Path, root: &Path) -> Result<Pipeline> {
-        let text = std::fs::read_to_string(path).map_err(|e| LoaderError::File {
+        let bytes = read_regular(path, Self::MAX_FILE_BYTES, "pipeline file")?;
+        let file_error = |what: String| LoaderError::File {
             path: path.to_path_buf(),
-            what: e.to_string(),
-        })?;
-        let mut p: Pipeline = serde_json::from_str(&text).map_err(|e| LoaderError::File {
-            path: path.to_path_buf(),
-            what: format!(
+            what,
+        };
+        let mut p: Pipeline = serde_json::from_slice(&bytes).map_err(|e| {
+            file_error(format!(
                 "not a pipeline file (line {} column {}): {e}",
                 e.line(),
                 e.column()
-            ),
+            ))
         })?;
+        if p.datasets.is_empty() {
+            return Err(file_error(
+                "field datasets: no datasets: name at least one shard directory".into(),
+            ));
+        }
+        let mut total = 0.0f64;
+        for (k, s) in p.datasets.iter().enumerate() {
+            if s.dir.as_os_str().is_empty() {
+                return Err(file_error(format!(
+                    "field datasets[{k}].dir: empty, expected a shard directory"
+                )));
+            }
+            if !(s.weight.is_finite() && s.weight > 0.0) {
+                return Err(file_error(format!(
+                    "field datasets[{k}].weight: {} must be a positive number",
+                    s.weight
+                )));
+            }
+            total += s.weight;
+        }
+        // Weights are normalised by their sum: an infinite sum would make every weight 0.
+        if !total.is_finite() {
+            return Err(file_error(
+                "field datasets: the weights add up to more than a float can hold".into(),
+            ));
+        }
         for s in &mut p.datasets {
             if s.dir.is_relative() {
                 s.dir = root.join(&s.dir);

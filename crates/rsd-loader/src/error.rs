@@ -19,9 +19,21 @@ pub enum LoaderError {
     /// The configuration cannot work (zero sizes, rank out of range, bad weights…).
     #[error("invalid loader config: {0}")]
     Config(String),
-    /// A saved state does not belong to this configuration.
+    /// A saved state does not belong to this configuration, or holds counters no stream can
+    /// reach.
     #[error("cannot resume: {0}")]
     Resume(String),
+    /// As [`LoaderError::Resume`], for a state read from a file: the message names the file.
+    #[error("{}: cannot resume: {what}", path.display())]
+    ResumeFrom {
+        /// The state file.
+        path: PathBuf,
+        /// What is wrong, naming the field (`field drawn[1]: …`).
+        what: String,
+    },
+    /// A pipeline or state file that is not a regular file, or too large to be one.
+    #[error(transparent)]
+    Fs(#[from] rsd_common::safe_fs::FsError),
     /// A pipeline file or state file could not be read or parsed.
     #[error("{path}: {what}")]
     File {

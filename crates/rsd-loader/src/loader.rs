@@ -6,6 +6,7 @@
 //! metadata only), which keeps the workers independent. Dropping the loader drops the receivers,
 //! which unblocks every sender, and joins the threads.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -63,14 +64,22 @@ impl Loader {
     /// Continue the stream saved in `state`. DP/CP sizes, ranks, batching and prefetch may differ
     /// from the run that saved it; seed, start epoch, shuffle, datasets and weights may not.
     pub fn resume(cfg: LoaderConfig, state: &LoaderState) -> Result<Loader> {
-        Self::start(cfg, Some(state))
+        Self::start(cfg, Some((state, None)))
     }
 
-    fn start(cfg: LoaderConfig, state: Option<&LoaderState>) -> Result<Loader> {
+    /// [`Loader::resume`] from a state file ([`LoaderState::read`]): every error about the
+    /// state names the file, and the field where there is one.
+    pub fn resume_file(cfg: LoaderConfig, path: &Path) -> Result<Loader> {
+        let state = LoaderState::read(path)?;
+        Self::start(cfg, Some((&state, Some(path))))
+    }
+
+    fn start(cfg: LoaderConfig, state: Option<(&LoaderState, Option<&Path>)>) -> Result<Loader> {
         plan::check(&cfg)?;
         let datasets = Arc::new(open_all(&cfg.datasets, cfg.verify)?);
         let pos = match state {
-            Some(s) => s.position_for(&cfg, &datasets)?,
+            Some((s, None)) => s.position_for(&cfg, &datasets)?,
+            Some((s, Some(path))) => s.position_from_file(path, &cfg, &datasets)?,
             None => plan::start(datasets.len()),
         };
         let assembly = AssemblyConfig::new(&cfg);

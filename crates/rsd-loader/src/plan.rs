@@ -77,12 +77,23 @@ impl Planner {
     ///
     /// Smooth weighted round-robin: the dataset furthest behind its share `w_k · (g + 1)` goes next.
     /// It needs no state beyond the draw counts, so a resumed stream is identical.
-    fn draw(&mut self) -> Option<SampleRef> {
+    ///
+    /// The counters may come from a saved state (checked when it is restored) and the start epoch
+    /// from the user: every sum is checked, so a stream at the end of u64 is an error, not a wrap.
+    fn draw(&mut self) -> Result<Option<SampleRef>> {
+        let overflow = |what: &str| {
+            Err(LoaderError::Config(format!(
+                "the stream cannot go on: {what} would pass 2^64"
+            )))
+        };
         let g = self.pos.cursor;
+        let Some(next) = g.checked_add(1) else {
+            return overflow("the global sample cursor");
+        };
         let mut best = 0usize;
         let mut best_deficit = f64::NEG_INFINITY;
         for (k, s) in self.datasets.iter().enumerate() {
-            let deficit = s.weight * (g + 1) as f64 - self.pos.drawn[k] as f64;
+            let deficit = s.weight * next as f64 - self.pos.drawn[k] as f64;
             if deficit > best_deficit {
                 best = k;
                 best_deficit = deficit;
@@ -90,10 +101,12 @@ impl Planner {
         }
         let n = self.datasets[best].samples;
         let j = self.pos.drawn[best];
-        let epoch = self.epoch0 + j / n;
+        let Some(epoch) = self.epoch0.checked_add(j / n) else {
+            return overflow("the epoch");
+        };
         if let Some(limit) = self.epochs {
             if j / n >= limit {
-                return None;
+                return Ok(None);
             }
         }
         if self.perms[best].0 != epoch {
@@ -103,13 +116,14 @@ impl Planner {
             );
         }
         let global = self.perms[best].1.apply(j % n);
-        self.pos.drawn[best] += 1;
-        self.pos.cursor += 1;
-        Some(SampleRef {
+        // `drawn[best] ≤ cursor < next`, so this cannot overflow once `next` did not.
+        self.pos.drawn[best] = j + 1;
+        self.pos.cursor = next;
+        Ok(Some(SampleRef {
             dataset: best,
             global,
             epoch,
-        })
+        }))
     }
 
     /// Tokens in a referenced sample, from `.idx` metadata only.
@@ -128,7 +142,7 @@ impl Planner {
         match self.batching {
             Batching::Samples(n) => {
                 for i in 0..n * w {
-                    match self.draw() {
+                    match self.draw()? {
                         Some(r) if i % w == self.dp.rank => rows.push(r),
                         Some(_) => {}
                         // A partial global step would give ranks unequal batches: drop it.
@@ -143,7 +157,7 @@ impl Planner {
                     let mut round = Vec::with_capacity(w);
                     let mut ended = false;
                     for _ in 0..w {
-                        match self.draw() {
+                        match self.draw()? {
                             Some(r) => round.push(r),
                             None => {
                                 ended = true;
@@ -182,7 +196,8 @@ impl Planner {
                 }
             }
         }
-        self.pos.step += 1;
+        // At most `cursor` (a checked u64) steps: each draws at least one sample.
+        self.pos.step = self.pos.step.saturating_add(1);
         Ok(Some(StepPlan {
             step,
             rows,
@@ -206,6 +221,11 @@ pub(crate) fn check(cfg: &LoaderConfig) -> Result<()> {
     cfg.parallel.check()?;
     match cfg.batching {
         Batching::Samples(0) => bad("batch size 0".into()),
+        // A global step draws batch × DP samples: that count must be a number.
+        Batching::Samples(n) if n.checked_mul(cfg.parallel.dp.size).is_none() => bad(format!(
+            "batch size {n} × {} data-parallel ranks is more samples than a step can count",
+            cfg.parallel.dp.size
+        )),
         Batching::Tokens(0) => bad("token budget 0".into()),
         _ => Ok(()),
     }

@@ -167,18 +167,201 @@ fn is_eof(e: &ArrowError) -> bool {
 }
 
 /// Either IPC flavour, decided by the file's magic bytes.
-pub(super) enum IpcReader {
+pub(super) enum IpcInner {
     File(FileReader<BufReader<File>>),
     Stream(StreamReader<BufReader<File>>),
+}
+
+/// An IPC reader that stops before the first message whose declared size does not fit in the
+/// file ([`scan`]): arrow-rs allocates a message's declared body size before reading it (and
+/// panics on a negative one), so such a message is never handed to it.
+pub(super) struct IpcReader {
+    inner: IpcInner,
+    /// Record batches that may be read, and the error that follows them.
+    limit: Option<(usize, Stop)>,
+}
+
+/// Why reading stops early: a message that runs past the end of the file (truncated, reported
+/// as such) or that declares an impossible size (corrupt).
+#[derive(Debug, Clone)]
+pub(super) struct Stop {
+    truncated: bool,
+    what: String,
 }
 
 impl Iterator for IpcReader {
     type Item = std::result::Result<RecordBatch, ArrowError>;
     fn next(&mut self) -> Option<Self::Item> {
-        match self {
-            IpcReader::File(r) => r.next(),
-            IpcReader::Stream(r) => r.next(),
+        if let Some((left, stop)) = &mut self.limit {
+            if *left == 0 {
+                let Stop { truncated, what } = stop.clone();
+                return Some(Err(if truncated {
+                    let eof = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, what.clone());
+                    ArrowError::IoError(what, eof)
+                } else {
+                    ArrowError::ParseError(what)
+                }));
+            }
+            *left -= 1;
         }
+        match &mut self.inner {
+            IpcInner::File(r) => r.next(),
+            IpcInner::Stream(r) => r.next(),
+        }
+    }
+}
+
+/// Read exactly `buf.len()` bytes, or `Ok(false)` at the end of the input.
+fn read_or_end(input: &mut impl Read, buf: &mut [u8]) -> std::io::Result<bool> {
+    match input.read_exact(buf) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Check every message's declared sizes against the file before arrow-rs reads any: how many
+/// record batches can be read, and why reading must stop after them (`None`: all of them, or
+/// damage that arrow-rs reports itself before it allocates anything). A dictionary block of an
+/// IPC file that does not fit is an error at once (the reader loads dictionaries when it opens).
+/// Reads message headers only, skipping bodies.
+fn scan(path: &Path, is_file: bool) -> Result<Option<(usize, Stop)>> {
+    let io = |e| DataError::io(path, e);
+    let file = open_regular(path)?;
+    let file_len = file.metadata().map_err(io)?.len();
+    let mut input = BufReader::with_capacity(64 << 10, file);
+    // Whether `offset + a + b` (each declared as a signed number) lies inside the file.
+    let fits = |offset: i64, a: i64, b: i64| -> bool {
+        match (u64::try_from(offset), u64::try_from(a), u64::try_from(b)) {
+            (Ok(o), Ok(a), Ok(b)) => o
+                .checked_add(a)
+                .and_then(|x| x.checked_add(b))
+                .is_some_and(|end| end <= file_len),
+            _ => false,
+        }
+    };
+    if is_file {
+        // `<footer> <footer length: i32> ARROW1` at the end; a damaged tail is reported by the
+        // reader (and the file as truncated, see `reader`).
+        if file_len < 10 {
+            return Ok(None);
+        }
+        let mut tail = [0u8; 10];
+        input.seek(SeekFrom::End(-10)).map_err(io)?;
+        input.read_exact(&mut tail).map_err(io)?;
+        let footer_len = i32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
+        let Ok(footer_len) = u64::try_from(footer_len) else {
+            return Ok(None);
+        };
+        if &tail[4..] != b"ARROW1" || footer_len > file_len - 10 {
+            return Ok(None);
+        }
+        input
+            .seek(SeekFrom::Start(file_len - 10 - footer_len))
+            .map_err(io)?;
+        let mut footer = vec![0u8; footer_len as usize];
+        input.read_exact(&mut footer).map_err(io)?;
+        let Ok(footer) = arrow::ipc::root_as_footer(&footer) else {
+            return Ok(None);
+        };
+        let describe = |what: &str, k: usize, b: &arrow::ipc::Block| {
+            format!(
+                "the footer's {what} block {k} (offset {}, {} bytes of metadata, {} bytes of body) \
+                 does not lie inside the file ({file_len} bytes)",
+                b.offset(),
+                b.metaDataLength(),
+                b.bodyLength()
+            )
+        };
+        for (k, b) in footer
+            .dictionaries()
+            .into_iter()
+            .flat_map(|v| v.iter())
+            .enumerate()
+        {
+            if !fits(b.offset(), i64::from(b.metaDataLength()), b.bodyLength()) {
+                return Err(DataError::bad_file(
+                    path,
+                    Cause::Corrupt,
+                    format!("corrupt Arrow IPC file: {}", describe("dictionary", k, b)),
+                ));
+            }
+        }
+        for (k, b) in footer
+            .recordBatches()
+            .into_iter()
+            .flat_map(|v| v.iter())
+            .enumerate()
+        {
+            if !fits(b.offset(), i64::from(b.metaDataLength()), b.bodyLength()) {
+                let what = describe("record batch", k, b);
+                return Ok(Some((
+                    k,
+                    Stop {
+                        truncated: false,
+                        what,
+                    },
+                )));
+            }
+        }
+        return Ok(None);
+    }
+    // A stream: messages of `[0xFFFFFFFF] <metadata length: i32> <metadata> <body>` until a zero
+    // length or the end of the file.
+    let (mut pos, mut batches, mut k) = (0u64, 0usize, 0usize);
+    loop {
+        let mut word = [0u8; 4];
+        if !read_or_end(&mut input, &mut word).map_err(io)? {
+            return Ok(None);
+        }
+        let mut prefix = 4u64;
+        if word == [0xff; 4] {
+            if !read_or_end(&mut input, &mut word).map_err(io)? {
+                return Ok(None);
+            }
+            prefix = 8;
+        }
+        let meta_len = i32::from_le_bytes(word);
+        if meta_len == 0 {
+            return Ok(None);
+        }
+        let stop = |truncated, what: String| Ok(Some((batches, Stop { truncated, what })));
+        let meta_start = pos + prefix;
+        if !fits(meta_start as i64, i64::from(meta_len), 0) {
+            return stop(
+                meta_len > 0,
+                format!(
+                    "message {k} at byte {pos} declares {meta_len} bytes of metadata, but only {} \
+                     bytes follow",
+                    file_len - meta_start.min(file_len)
+                ),
+            );
+        }
+        // At most the rest of the file, checked just above.
+        let mut meta = vec![0u8; meta_len as usize];
+        input.read_exact(&mut meta).map_err(io)?;
+        let Ok(message) = arrow::ipc::root_as_message(&meta) else {
+            // Damaged metadata: the reader refuses it before allocating anything.
+            return Ok(None);
+        };
+        let body = message.bodyLength();
+        let body_start = meta_start + meta_len as u64;
+        if !fits(body_start as i64, body, 0) {
+            return stop(
+                body >= 0,
+                format!(
+                    "message {k} at byte {pos} declares a body of {body} bytes, but only {} bytes \
+                     follow",
+                    file_len - body_start
+                ),
+            );
+        }
+        if message.header_type() == arrow::ipc::MessageHeader::RecordBatch {
+            batches += 1;
+        }
+        input.seek_relative(body).map_err(io)?;
+        pos = body_start + body as u64;
+        k += 1;
     }
 }
 
@@ -222,18 +405,20 @@ fn reader(path: &Path, projection: Option<Vec<usize>>) -> Result<IpcReader> {
         };
         DataError::bad_file(path, cause, format!("{what}: {e}"))
     };
-    Ok(if is_file {
-        IpcReader::File(FileReader::try_new(buffered, projection).map_err(bad)?)
+    let limit = scan(path, is_file)?;
+    let inner = if is_file {
+        IpcInner::File(FileReader::try_new(buffered, projection).map_err(bad)?)
     } else {
-        IpcReader::Stream(StreamReader::try_new(buffered, projection).map_err(bad)?)
-    })
+        IpcInner::Stream(StreamReader::try_new(buffered, projection).map_err(bad)?)
+    };
+    Ok(IpcReader { inner, limit })
 }
 
 pub(super) fn open(path: &Path, field: &str, max_doc_bytes: u64) -> Result<TextBatches<IpcReader>> {
     // Open once for the schema, then again with the text column projected.
-    let schema = match reader(path, None)? {
-        IpcReader::File(r) => r.schema(),
-        IpcReader::Stream(r) => r.schema(),
+    let schema = match reader(path, None)?.inner {
+        IpcInner::File(r) => r.schema(),
+        IpcInner::Stream(r) => r.schema(),
     };
     let index = column_index(path, &schema, field)?;
     Ok(TextBatches::new(
@@ -289,4 +474,142 @@ pub(super) fn saved_dataset_files(dir: &Path) -> Result<Option<Vec<PathBuf>>> {
         out.push(confined_name(dir, name, &named_by)?);
     }
     Ok(Some(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::Content;
+    use arrow::ipc::writer::{FileWriter, StreamWriter};
+
+    fn batch(values: &[&str]) -> RecordBatch {
+        let array = StringArray::from_iter_values(values);
+        RecordBatch::try_from_iter([("text", Arc::new(array) as _)]).unwrap()
+    }
+
+    /// Two batches of different sizes (so their bodies' lengths differ).
+    fn batches() -> [RecordBatch; 2] {
+        let long = "a longer one ".repeat(100);
+        [batch(&["one", "two"]), batch(&["three", "four", &long])]
+    }
+
+    /// Replace the one occurrence of `from` (an i64, little-endian) in `bytes[range]` by `to`.
+    fn patch_i64(bytes: &mut [u8], range: std::ops::Range<usize>, from: i64, to: i64) {
+        let needle = from.to_le_bytes();
+        let hits: Vec<usize> = (range.start..range.end - 7)
+            .filter(|&i| bytes[i..i + 8] == needle)
+            .collect();
+        assert_eq!(hits.len(), 1, "{from} must occur once");
+        bytes[hits[0]..hits[0] + 8].copy_from_slice(&to.to_le_bytes());
+    }
+
+    /// Each stream message: where its metadata lies and its body's length.
+    fn messages(bytes: &[u8]) -> Vec<(std::ops::Range<usize>, i64)> {
+        let (mut pos, mut out) = (0usize, vec![]);
+        while pos + 8 <= bytes.len() {
+            let len = i32::from_le_bytes(bytes[pos + 4..pos + 8].try_into().unwrap()) as usize;
+            if len == 0 {
+                break;
+            }
+            let meta = pos + 8..pos + 8 + len;
+            let body = arrow::ipc::root_as_message(&bytes[meta.clone()])
+                .unwrap()
+                .bodyLength();
+            pos = meta.end + body as usize;
+            out.push((meta, body));
+        }
+        out
+    }
+
+    /// What reading the text column gives: the texts, then the error that ended it, if any.
+    fn read(path: &Path) -> (Vec<String>, Option<DataError>) {
+        let mut texts = vec![];
+        for doc in open(path, "text", 1 << 20).unwrap() {
+            match doc {
+                Ok(RawDoc {
+                    content: Content::Text(t),
+                    ..
+                }) => texts.push(t),
+                Ok(_) => unreachable!("arrow yields text"),
+                Err(e) => return (texts, Some(e)),
+            }
+        }
+        (texts, None)
+    }
+
+    #[test]
+    fn a_stream_message_declaring_an_impossible_body_is_never_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("s.arrow");
+        let mut w =
+            StreamWriter::try_new(File::create(&path).unwrap(), &batches()[0].schema()).unwrap();
+        for b in batches() {
+            w.write(&b).unwrap();
+        }
+        w.finish().unwrap();
+        let good = std::fs::read(&path).unwrap();
+        let (texts, err) = read(&path);
+        assert!(err.is_none(), "{err:?}");
+        assert_eq!(texts.len(), 5);
+        // Message 0 is the schema; message 2 the second batch. arrow-rs would allocate 2^60
+        // bytes for the first (and panic on the second) before reading.
+        let (meta, body) = messages(&good)[2].clone();
+        for (declared, cause, words) in [
+            (1i64 << 60, Cause::Truncated, "truncated after row 2"),
+            (-8, Cause::Corrupt, "corrupt data after row 2"),
+        ] {
+            let mut bytes = good.clone();
+            patch_i64(&mut bytes, meta.clone(), body, declared);
+            std::fs::write(&path, &bytes).unwrap();
+            let (texts, err) = read(&path);
+            assert_eq!(texts, ["one", "two"], "the first batch is read");
+            let err = err.expect("an error after the first batch");
+            let text = err.to_string();
+            assert!(
+                matches!(&err, DataError::BadFile { cause: c, .. } if *c == cause),
+                "{text}"
+            );
+            assert!(
+                text.contains("s.arrow")
+                    && text.contains(words)
+                    && text.contains(&format!("message 2 at byte {}", meta.start - 8))
+                    && text.contains(&format!("declares a body of {declared} bytes")),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_file_block_declaring_an_impossible_body_is_never_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("f.arrow");
+        let mut w =
+            FileWriter::try_new(File::create(&path).unwrap(), &batches()[0].schema()).unwrap();
+        for b in batches() {
+            w.write(&b).unwrap();
+        }
+        w.finish().unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        let len = bytes.len();
+        let footer_len = i32::from_le_bytes(bytes[len - 10..len - 6].try_into().unwrap()) as usize;
+        let footer = len - 10 - footer_len..len - 10;
+        let body = arrow::ipc::root_as_footer(&bytes[footer.clone()])
+            .unwrap()
+            .recordBatches()
+            .unwrap()
+            .get(1)
+            .bodyLength();
+        patch_i64(&mut bytes, footer, body, -1);
+        std::fs::write(&path, &bytes).unwrap();
+        let (texts, err) = read(&path);
+        assert_eq!(texts, ["one", "two"]);
+        let text = err.expect("an error after the first batch").to_string();
+        assert!(
+            text.contains("f.arrow")
+                && text.contains("corrupt data after row 2")
+                && text.contains("record batch block 1")
+                && text.contains("-1 bytes of body"),
+            "{text}"
+        );
+    }
 }

@@ -1,0 +1,90 @@
+//! Strings from data files, made safe to print on a terminal.
+//!
+//! A manifest, an index or a shard's text may hold anything, terminal control sequences included:
+//! `\x1b[2J` clears the screen, `\r` or a backspace overwrites what was printed, OSC sequences set
+//! the window title or write the clipboard on some terminals, and bidirectional-override
+//! characters make text read differently from how it is stored. Every string that came from data
+//! goes through [`printable`] (or [`printable_text`] for multi-line text) before it is printed:
+//! control characters are escaped the way Rust's `escape_debug` writes them (`\u{1b}`, `\r`), and
+//! everything else — all of printable Unicode — is left as it is, so names stay readable.
+
+use std::borrow::Cow;
+
+/// Whether `c` changes how a terminal shows text rather than being text: a C0 or C1 control
+/// character or DEL (`char::is_control`), or a bidirectional formatting character (the marks,
+/// embeddings, overrides and isolates of Unicode's bidi algorithm).
+fn is_terminal_control(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+fn escape(s: &str, keep: impl Fn(char) -> bool) -> Cow<'_, str> {
+    if !s.chars().any(|c| is_terminal_control(c) && !keep(c)) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        if !is_terminal_control(c) || keep(c) {
+            out.push(c);
+        } else if c.is_control() {
+            // `\n`, `\t`, `\r`, `\0`, else `\u{1b}`.
+            out.extend(c.escape_debug());
+        } else {
+            // Bidi characters are not `is_control`; write them as code points.
+            out.extend(c.escape_unicode());
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// `s` with every terminal control character escaped (newlines and tabs included): for a name,
+/// a command, a path or any other one-line string read from data.
+pub fn printable(s: &str) -> Cow<'_, str> {
+    escape(s, |_| false)
+}
+
+/// `s` with every terminal control character escaped except newline and tab: for text that is
+/// meant to span lines (a decoded sample, an error with several lines).
+pub fn printable_text(s: &str) -> Cow<'_, str> {
+    escape(s, |c| c == '\n' || c == '\t')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn control_characters_are_escaped_and_text_is_kept() {
+        assert_eq!(printable("tok\x1b[2Jen"), "tok\\u{1b}[2Jen");
+        assert_eq!(
+            printable("a\rb\nc\td\u{7f}e\u{9b}f"),
+            "a\\rb\\nc\\td\\u{7f}e\\u{9b}f"
+        );
+        assert_eq!(printable("abc\u{202e}txt"), "abc\\u{202e}txt");
+        // Printable Unicode and quotes are left alone, and nothing is copied.
+        let plain = "Grüße, 日本語 \"quoted\" \\ back-slash 🙂";
+        assert!(matches!(printable(plain), Cow::Borrowed(p) if p == plain));
+        assert_eq!(
+            printable_text("line 1\nline\t2\x1b]0;title\x07"),
+            "line 1\nline\t2\\u{1b}]0;title\\u{7}"
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Whatever the input, the output holds no control character (bar newline and tab in
+        /// text mode) and no bidi override, and input without them comes back unchanged.
+        #[test]
+        fn output_is_never_a_terminal_control(s in any::<String>()) {
+            let one = printable(&s);
+            prop_assert!(!one.chars().any(is_terminal_control));
+            let text = printable_text(&s);
+            prop_assert!(!text.chars().any(|c| is_terminal_control(c) && c != '\n' && c != '\t'));
+            if !s.chars().any(is_terminal_control) {
+                prop_assert_eq!(one.as_ref(), s.as_str());
+            }
+        }
+    }
+}
