@@ -6,6 +6,7 @@
 #
 #   scripts/test.sh                   # everything
 #   RSD_SKIP_LINT=1 scripts/test.sh   # skip fmt/clippy while iterating
+#   RSD_TEST_WORKERS=1 scripts/test.sh  # the peer tests on one worker (default 2)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -45,6 +46,11 @@ cargo test --workspace --features "$features" -q 2>&1 | tee "$log"
 awk '/^test result: ok\./ { n += $4 } END { printf "cargo test: %d passed\n", n }' "$log" >&2
 step "rsd-dist with NCCL (compiles and links here; runs a world of one where a GPU is visible)"
 cargo test -p rsd-dist --features nccl -q nccl
-step "pytest (peer tests against our binaries in target/debug)"
+# Two workers, a test file each at a time (pytest-xdist): most tests wait on one rsd process at a
+# time, so one worker keeps only one of this machine's two cores busy. RSD_TEST_WORKERS=0 runs
+# them in this process.
+workers="${RSD_TEST_WORKERS:-2}"
+step "pytest (peer tests against our binaries in target/debug, $workers workers)"
 export RSD_BIN_DIR="$PWD/target/debug"
-python -m pytest tests/ -q -p no:cacheprovider -W ignore::DeprecationWarning -W ignore::UserWarning
+python -m pytest tests/ -q -n "$workers" --dist loadfile -p no:cacheprovider \
+  -W ignore::DeprecationWarning -W ignore::UserWarning

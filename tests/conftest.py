@@ -1,4 +1,5 @@
 """Fixtures several test files share."""
+import fcntl
 import os
 import subprocess
 import sys
@@ -24,6 +25,10 @@ def smollm2_dir():
     """SmolLM2-135M-Instruct converted from PyPI's GGUF (scripts/convert_smollm2.py) into
     $RSD_SMOLLM2_DIR (default ~/.cache/rsd/smollm2-hf); reused when already converted."""
     out = Path(os.environ.get("RSD_SMOLLM2_DIR", Path.home() / ".cache/rsd/smollm2-hf"))
-    subprocess.run([sys.executable, str(REPO / "scripts/convert_smollm2.py"), "--out", str(out)],
-                   check=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # Test workers (pytest -n) share the directory: one converts, the others wait for it.
+    with open(out.parent / f".{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run([sys.executable, str(REPO / "scripts/convert_smollm2.py"), "--out",
+                        str(out)], check=True)
     return out

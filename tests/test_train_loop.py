@@ -108,7 +108,8 @@ def test_resume_restores_the_runs_config_and_refuses_changes_it_is_not_told_of(s
     assert p.returncode == 1 and "the command changes the run" in p.stderr, p.stderr
     assert 'objective: "rsd" → "standard" (--objective)' in p.stderr, p.stderr
     assert f"lambda: 0.5 → 1.0 ({config})" in p.stderr and f"steps: 3 → 200 ({config})" in p.stderr
-    assert "--allow-change objective,lambda,steps" in p.stderr, p.stderr
+    # The config file names its own data, model and schedule: each a change, named.
+    assert "--allow-change shards,init,objective,lambda,steps,lr" in p.stderr, p.stderr
     assert "seed" not in p.stderr and len(metrics(out)) == 3
     # ... the seed never changes, and what is named changes, reported.
     p = run("rsd-train", "--out", out, "--resume", "--seed", 5, "--allow-change", "seed",

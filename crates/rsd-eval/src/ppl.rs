@@ -404,6 +404,13 @@ pub fn evaluate(args: &PplArgs) -> Result<PplReport, PplError> {
     let bucket_of = |i: usize| i * args.buckets / l;
     let mut views = Vec::with_capacity(rows as usize);
     let mut ids = Vec::with_capacity(args.batch_size * l);
+    // A line every 30 s with the time left: at long lengths a batch takes minutes.
+    let mut progress = rsd_common::progress::ProgressLines::new(
+        "rows",
+        rows,
+        0,
+        std::time::Duration::from_secs(30),
+    );
     for first in (0..rows).step_by(args.batch_size) {
         ids.clear();
         let mut batch_views = Vec::with_capacity(args.batch_size);
@@ -441,6 +448,12 @@ pub fn evaluate(args: &PplArgs) -> Result<PplReport, PplError> {
                     b.kl += kl[r * l + i];
                     b.gap_rows += 1;
                 }
+            }
+        }
+        let done = first + args.batch_size as u64;
+        if done < rows {
+            if let Some(line) = progress.update(done) {
+                eprintln!("rsd-eval ppl: {line}");
             }
         }
     }

@@ -2,8 +2,7 @@
 //! order they finished. Every other command (summaries, plots, `compare`) reads only this file and
 //! `RUN/run.json`, so results written by an older run, or by another engine scored with the same
 //! items, plot the same way.
-use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -63,7 +62,23 @@ pub enum ResultsError {
         /// serde's description of the problem.
         message: String,
     },
+    /// The file is not a regular file.
+    #[error(transparent)]
+    File(#[from] rsd_common::safe_fs::FsError),
+    /// A line is longer than any record (results of another kind, or no newlines at all).
+    #[error("{path}:{line}: a line of more than {limit} bytes; a result record is a few KB")]
+    LineTooLong {
+        /// The results file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// The limit in bytes.
+        limit: u64,
+    },
 }
+
+/// The longest line of a results file read (a record holds a prompt's answer, not the prompt).
+const MAX_LINE_BYTES: u64 = 64 << 20;
 
 /// Reads every record of a `results.jsonl`. A final line without its newline (a run killed while
 /// writing) is ignored, so an interrupted run resumes from the last whole record.
@@ -72,16 +87,28 @@ pub fn read_results(path: &Path) -> Result<Vec<ItemResult>, ResultsError> {
         path: path.to_path_buf(),
         source,
     };
-    let mut reader = BufReader::new(File::open(path).map_err(io)?);
+    let mut reader = BufReader::new(rsd_common::safe_fs::open_regular(path)?);
     let mut items = Vec::new();
     let mut line = String::new();
     let mut number = 0;
     loop {
         line.clear();
-        if reader.read_line(&mut line).map_err(io)? == 0 {
+        // At most one line's bound at a time: a file without newlines is not read into memory.
+        let read = (&mut reader)
+            .take(MAX_LINE_BYTES + 1)
+            .read_line(&mut line)
+            .map_err(io)?;
+        if read == 0 {
             return Ok(items);
         }
         number += 1;
+        if read as u64 > MAX_LINE_BYTES {
+            return Err(ResultsError::LineTooLong {
+                path: path.to_path_buf(),
+                line: number,
+                limit: MAX_LINE_BYTES,
+            });
+        }
         if !line.ends_with('\n') {
             return Ok(items);
         }
@@ -119,7 +146,7 @@ mod tests {
     fn reads_whole_lines_and_drops_a_torn_last_line() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("results.jsonl");
-        let mut f = File::create(&path).unwrap();
+        let mut f = std::fs::File::create(&path).unwrap();
         for s in 0..2 {
             writeln!(f, "{}", serde_json::to_string(&item(s)).unwrap()).unwrap();
         }

@@ -731,10 +731,11 @@ fn main() {
         None => train(cli.train),
     };
     if let Err(e) = r {
-        // libtorch's C++ backtrace only on request (RSD_BACKTRACE=1).
+        // Each cause once (library errors quote their source), libtorch's C++ backtrace only on
+        // request (RSD_BACKTRACE=1).
         eprintln!(
             "rsd-train: error: {}",
-            rsd_common::report::for_user_from_env(&format!("{e:#}"))
+            rsd_common::report::one_line(e.chain().map(|c| c.to_string()))
         );
         std::process::exit(exit_status(&e));
     }
