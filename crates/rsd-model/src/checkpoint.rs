@@ -176,13 +176,34 @@ impl Model {
     /// Loads an HF checkpoint directory into `options.device` / `options.kind`.
     pub fn load(dir: &Path, options: ModelOptions) -> Result<Self> {
         let config = ModelConfig::from_dir(dir)?;
-        let model = Model::new(config, options, Init::Empty)?;
-        let params: HashMap<String, Tensor> = model.named_parameters().into_iter().collect();
         let maps: Vec<Mapped> = safetensors_files(dir)?
             .iter()
             .map(|p| map_file(p))
             .collect::<Result<_>>()?;
         let parsed: Vec<SafeTensors<'_>> = maps.iter().map(parse).collect::<Result<_>>()?;
+        // 0. The config against the headers before the model is allocated: a config.json that
+        // declares far more parameters than the files hold values is not these weights' (or is
+        // forged to make rsd allocate what the data does not justify). A few missing tensors are
+        // left to the check below, which names them.
+        let held: u64 = parsed
+            .iter()
+            .flat_map(|st| st.iter())
+            .map(|(_, v)| {
+                v.shape()
+                    .iter()
+                    .fold(1u64, |n, &d| n.saturating_mul(d as u64))
+            })
+            .fold(0u64, u64::saturating_add);
+        let declared = config.num_parameters().max(0) as u64;
+        if declared > held.saturating_mul(2).saturating_add(1 << 20) {
+            return Err(ModelError::InvalidConfig(format!(
+                "{}: declares {declared} parameters, but the weight files hold {held} values: \
+                 the config is not these weights' (nothing was allocated)",
+                dir.join("config.json").display()
+            )));
+        }
+        let model = Model::new(config, options, Init::Empty)?;
+        let params: HashMap<String, Tensor> = model.named_parameters().into_iter().collect();
         // 1. Check everything before copying anything.
         let found = locate(dir, &params, &maps, &parsed, model.config())?;
         // 2. Copy, converting dtype and device.

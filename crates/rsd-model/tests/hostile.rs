@@ -380,3 +380,110 @@ mod npy_properties {
         }
     }
 }
+
+#[test]
+fn a_config_inflated_past_its_weights_is_refused_before_anything_is_allocated() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = saved(tmp.path(), "ckpt", false);
+    let path = dir.join("config.json");
+    let mut config: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    // Within the config bounds, but ~40 G parameters over files of a few KB: building the model
+    // first would ask for 160 GB.
+    config["num_hidden_layers"] = json!(1000);
+    config["hidden_size"] = json!(2048);
+    config["intermediate_size"] = json!(8192);
+    config["num_attention_heads"] = json!(16);
+    std::fs::write(&path, serde_json::to_vec(&config).unwrap()).unwrap();
+    let Err(err) = Model::load(&dir, ModelOptions::default()) else {
+        panic!("an inflated config must be refused");
+    };
+    let err = err.to_string();
+    assert!(
+        err.contains(&path.display().to_string())
+            && err.contains("parameters")
+            && err.contains("nothing was allocated"),
+        "{err}"
+    );
+}
+
+mod config_and_header_properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn value() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            (-1e30f64..1e30).prop_map(Value::from),
+            "[a-zA-Z_]{0,12}".prop_map(Value::from),
+            prop::sample::select(vec![0i64, 1, 2, 4, 16, 1 << 20, (1 << 20) + 1, 1 << 40])
+                .prop_map(Value::from),
+        ]
+    }
+
+    const KEYS: &[&str] = &[
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "max_position_embeddings",
+        "rms_norm_eps",
+        "rope_theta",
+        "tie_word_embeddings",
+        "initializer_range",
+    ];
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Any values for the keys a model is built from: an error, or a config whose parameter
+        /// count is a number (never a panic, never an overflow).
+        #[test]
+        fn any_config_json_is_an_error_or_a_bounded_config(
+            values in proptest::collection::vec(value(), KEYS.len()),
+            family in prop::sample::select(vec!["LlamaForCausalLM", "Qwen3ForCausalLM", "Other"]),
+            scaling in prop::option::of(("[a-z0-9]{0,8}", value(), value())),
+        ) {
+            let mut config = json!({"architectures": [family]});
+            for (k, v) in KEYS.iter().zip(values) {
+                config[*k] = v;
+            }
+            if let Some((kind, factor, original)) = scaling {
+                config["rope_scaling"] = json!({"rope_type": kind, "factor": factor,
+                    "original_max_position_embeddings": original});
+            }
+            if let Ok(c) = ModelConfig::from_hf_json(config) {
+                prop_assert!(c.num_parameters() > 0 && c.num_parameters() <= 1 << 41);
+            }
+        }
+
+        /// A safetensors file damaged anywhere: `summarize` and `Model::load` answer with an error
+        /// or (undamaged tensors) a model, never a panic.
+        #[test]
+        fn damaged_safetensors_are_an_error_or_the_model(
+            edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+            in_header in any::<bool>(),
+            cut in prop::option::of(any::<prop::sample::Index>()),
+        ) {
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = saved(tmp.path(), "ckpt", false);
+            let file = dir.join("model.safetensors");
+            let mut bytes = std::fs::read(&file).unwrap();
+            let header = 8 + u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+            for (at, b) in edits {
+                let i = if in_header { at.index(header) } else { at.index(bytes.len()) };
+                bytes[i] = b;
+            }
+            if let Some(cut) = cut {
+                bytes.truncate(cut.index(bytes.len() + 1));
+            }
+            std::fs::write(&file, &bytes).unwrap();
+            let _ = rsd_model::checkpoint::summarize(&file);
+            let _ = Model::load(&dir, ModelOptions::default());
+        }
+    }
+}

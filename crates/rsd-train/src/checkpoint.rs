@@ -925,4 +925,47 @@ mod tests {
         assert_eq!(remove_stale_temporaries(dir.path()), vec![dead.clone()]);
         assert!(!dead.exists() && mine.exists());
     }
+
+    mod state_properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+
+            /// A checkpoint's state.json with any counters, or damaged anywhere: an error naming
+            /// state.json, or a state whose counters agree (never a panic, nothing that wraps
+            /// when the run subtracts the skipped steps).
+            #[test]
+            fn any_state_json_is_an_error_or_consistent(
+                step in any::<u64>(),
+                skipped in any::<u64>(),
+                tokens in any::<u64>(),
+                elapsed in prop_oneof![any::<f64>(), Just(f64::NAN), Just(-1.0)],
+                edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..3),
+            ) {
+                let dir = tempfile::tempdir().expect("tempdir");
+                let state = serde_json::json!({
+                    "version": STATE_VERSION, "step": step, "tokens": tokens, "rng_seed": 0,
+                    "skipped": skipped, "elapsed_s": elapsed,
+                    "schedule": {"lr": 1e-3, "warmup": 0, "total": 10, "min_ratio": 0.1},
+                    "loader": {"version": 1, "seed": 0, "epoch": 0, "shuffle": true, "step": 0,
+                               "cursor": 0, "drawn": [0], "sources": [
+                                   {"dir": "d", "samples": 4, "weight": 1.0}]},
+                });
+                let mut bytes = serde_json::to_vec(&state).expect("json");
+                for (at, b) in edits {
+                    let i = at.index(bytes.len());
+                    bytes[i] = b;
+                }
+                fs::write(dir.path().join("state.json"), &bytes).expect("write");
+                match read_state(dir.path()) {
+                    Ok(st) => prop_assert!(
+                        st.skipped <= st.step && st.elapsed_s.is_finite() && st.elapsed_s >= 0.0
+                    ),
+                    Err(e) => prop_assert!(e.to_string().contains("state.json"), "{e}"),
+                }
+            }
+        }
+    }
 }

@@ -493,11 +493,11 @@ fn per_row<T: Clone>(values: &Option<Vec<T>>, name: &str, rows: usize) -> Result
         1 => Ok(Some(vec![v[0].clone(); rows])),
         n if n == rows => Ok(Some(v.clone())),
         n => Err(Error::Input(format!(
-            "--{name}: {n} values for {rows} sample(s) (give {})",
+            "--{name}: {n} values for {}",
             if rows == 1 {
-                "1".to_string()
+                "1 sample (give 1)".to_string()
             } else {
-                format!("1 or {rows}")
+                format!("{rows} samples (give 1 or {rows})")
             }
         ))),
     }
