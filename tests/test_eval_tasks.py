@@ -7,6 +7,7 @@ GGUF by scripts/convert_smollm2.py, nothing from a hub) must find the needle of 
 1K tokens, where a random model of the same shape scores about zero.
 """
 import json
+import os
 import shutil
 from functools import partial
 from pathlib import Path
@@ -190,6 +191,13 @@ def test_bad_input_is_a_clear_error(tiny, tmp_path):
     e = eval_fails("run", "--model", tiny, "--out", out, *BASE, "--rope-scaling", "yarn").stderr
     assert "TYPE:FACTOR" in e
     assert not out.joinpath("results.jsonl").exists()
+    # A device that is not there fails before run.json exists, so the next run is not held to
+    # the failed one's settings.
+    gpu = os.environ.get("CUDA_VISIBLE_DEVICES") != "" and shutil.which("nvidia-smi")
+    if not gpu:
+        e = eval_fails("run", "--model", tiny, "--out", out, *BASE, "--device", "cuda").stderr
+        assert "cuda" in e.lower() and not out.joinpath("run.json").exists(), e
+        rsd_eval("run", "--model", tiny, "--out", out, *BASE)
 
 
 def test_rope_scaling_evaluates_beyond_the_window(tiny, tmp_path):
