@@ -22,3 +22,27 @@ pub mod results;
 pub mod run;
 pub mod score;
 pub mod tasks;
+
+/// Shards whose tokenizer is not the model's (`problems`, from
+/// `rsd_shard::tokenizer_match::mismatches`): none is fine; with `allow`
+/// (`--allow-tokenizer-mismatch`) each is a warning on stderr; else they are the error, with how
+/// to go on (`anyway`: what the flag lets the command do).
+pub(crate) fn refuse_other_tokenizer(
+    problems: Vec<String>,
+    allow: bool,
+    anyway: &str,
+) -> Result<(), String> {
+    if problems.is_empty() {
+        return Ok(());
+    }
+    if allow {
+        for p in &problems {
+            eprintln!("rsd-eval: warning: {p} (allowed by --allow-tokenizer-mismatch)");
+        }
+        return Ok(());
+    }
+    Err(format!(
+        "{}\n(pass --allow-tokenizer-mismatch to {anyway})",
+        problems.join("\n")
+    ))
+}

@@ -328,19 +328,8 @@ fn batch_terms(
 fn check_tokenizer(args: &PplArgs) -> Result<(), PplError> {
     use rsd_shard::tokenizer_match::{mismatches, ModelTokenizer};
     let problems = mismatches(&args.shards, &ModelTokenizer::of_dir(&args.model)?)?;
-    if problems.is_empty() {
-        return Ok(());
-    }
-    if args.allow_tokenizer_mismatch {
-        for p in &problems {
-            eprintln!("rsd-eval: warning: {p} (allowed by --allow-tokenizer-mismatch)");
-        }
-        return Ok(());
-    }
-    Err(PplError::Input(format!(
-        "{}\n(pass --allow-tokenizer-mismatch to evaluate anyway)",
-        problems.join("\n")
-    )))
+    crate::refuse_other_tokenizer(problems, args.allow_tokenizer_mismatch, "evaluate anyway")
+        .map_err(PplError::Input)
 }
 
 /// Evaluates `args` and returns the report (nothing written).

@@ -377,19 +377,8 @@ fn check_haystack_tokenizer(dir: &Path, tok_path: &Path, opts: &RunOptions) -> R
         ..model
     };
     let problems = tokenizer_match::mismatches(dir, &model).map_err(shard_err)?;
-    if problems.is_empty() {
-        return Ok(());
-    }
-    if opts.allow_tokenizer_mismatch {
-        for p in &problems {
-            eprintln!("rsd-eval: warning: {p} (allowed by --allow-tokenizer-mismatch)");
-        }
-        return Ok(());
-    }
-    Err(RunError::Input(format!(
-        "--haystack {}\n(pass --allow-tokenizer-mismatch to decode it anyway)",
-        problems.join("\n")
-    )))
+    crate::refuse_other_tokenizer(problems, opts.allow_tokenizer_mismatch, "decode it anyway")
+        .map_err(|e| RunError::Input(format!("--haystack {e}")))
 }
 
 /// The chat template asked for, if any: `--chat-template-file`, else the one of the model's
