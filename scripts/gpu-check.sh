@@ -4,24 +4,40 @@
 # stops it):
 #
 #   1. the GPU and the torch it finds (python3's, or the venv's after scripts/setup.sh);
-#   2. builds rsd against that libtorch with NCCL, or states the exact version mismatch;
-#   3. NCCL at world size 1 (rsd-dist's own NCCL test) — one GPU cannot hold two NCCL ranks;
-#   4. a world-of-N run (N = visible GPUs, torchrun) against one process: fp32, 2 steps,
-#      losses equal to 1e-4 relative;
-#   5. one bf16 step on cuda:0 (finite loss);
-#   6. the process's GPU memory during bf16 steps (nvidia-smi) against `rsd-train memory`'s plan.
+#   2. builds rsd against that libtorch with NCCL, or states the exact version mismatch
+#      (or, with RSD_GPU_CHECK_BIN, takes binaries built elsewhere against this torch version);
+#   3. the attention kernels on the GPU (flash and memory-efficient, bf16/fp16/fp32, GQA, a key
+#      prefix, documents) against the fp64 reference on the CPU, values and gradients
+#      (crates/rsd-model/tests/cuda.rs);
+#   4. NCCL at world size 1 (rsd-dist's own NCCL test) — one GPU cannot hold two NCCL ranks;
+#   5. a world-of-N run (N = visible GPUs, torchrun) against one process: fp32, 2 steps,
+#      losses equal to 1e-4 relative; the same 2 steps on the CPU, equal to 1e-3 relative;
+#   6. one bf16 step on cuda:0 (finite loss);
+#   7. the process's GPU memory during bf16 steps (nvidia-smi) against `rsd-train memory`'s plan;
+#   8. at paper scale per rank: Llama-3-8B's layer widths (4 of its 32 layers, its 128K vocabulary,
+#      1.9B parameters), rsd, bf16, layers checkpointed, 32K and 64K tokens per rank: memory
+#      against the plan, and tokens/s.
 #
 #   scripts/gpu-check.sh                   # everything, release build
 #   RSD_GPU_CHECK_BYPASS=1 scripts/gpu-check.sh   # try a torch other than the one tch expects
+#   RSD_GPU_CHECK_BIN=DIR RSD_GPU_CHECK_DATA=DIR scripts/gpu-check.sh
+#       # a machine without cargo or a network: DIR holds rsd-train and the test binaries
+#       # test-rsd-model-cuda and test-rsd-dist-gloo, built elsewhere against the same torch
+#       # version with `--features rsd-dist/nccl`; DATA holds shards-512 (corpus/books, the
+#       # default tokenizer), shards-32k and shards-64k (corpus/books, Llama-3's tokenizer, rows
+#       # of 32768 and 65536 tokens), `rsd-data pack` output. RSD_GPU_CHECK_OUT=DIR keeps the metrics and plans there.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 say() { printf '\n==> %s\n' "$*" >&2; }
 die() { printf 'gpu-check: %s\n' "$*" >&2; exit 1; }
 want_torch="2.13.0" # what tch 0.26 (Cargo.toml) is written against
+prebuilt="${RSD_GPU_CHECK_BIN:-}"
+failed=()
+data="${RSD_GPU_CHECK_DATA:-}"
 
 say "1. GPU and torch"
 command -v nvidia-smi >/dev/null || die "nvidia-smi not found: this script needs a CUDA machine"
-nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
+nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
 if [ -f .rsd-env ]; then source .rsd-env; fi
 py="$(command -v python3)"
 have_torch="$("$py" -c 'import torch; print(torch.__version__.split("+")[0])')" \
@@ -30,71 +46,154 @@ gpus="$("$py" -c 'import torch; print(torch.cuda.device_count())')"
 echo "python: $py, torch $have_torch, $gpus GPU(s) visible to torch"
 [ "$gpus" -ge 1 ] || die "torch $have_torch sees no GPU (a CPU-only wheel, or no driver)"
 
-say "2. build against torch $have_torch"
-command -v cargo >/dev/null || die "cargo not found; install Rust (rustup) to build rsd here"
-export LIBTORCH_USE_PYTORCH=1
-if [ "$have_torch" != "$want_torch" ]; then
-  if [ -z "${RSD_GPU_CHECK_BYPASS:-}" ]; then
-    die "torch $have_torch found, tch 0.26 is written against torch $want_torch. Either run \
+if [ -n "$prebuilt" ]; then
+  say "2. binaries built elsewhere: $prebuilt"
+  bin="$prebuilt"
+  # Their rpath names the build machine's torch; this machine's is found through the loader path.
+  torch_lib="$("$py" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')"
+  export LD_LIBRARY_PATH="$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  for f in rsd-train test-rsd-model-cuda test-rsd-dist-gloo; do
+    [ -x "$bin/$f" ] || die "$bin/$f is missing (see the usage above)"
+  done
+  attention_test=("$bin/test-rsd-model-cuda")
+  nccl_test=("$bin/test-rsd-dist-gloo" nccl)
+else
+  say "2. build against torch $have_torch"
+  command -v cargo >/dev/null || die "cargo not found; install Rust (rustup) to build rsd here"
+  export LIBTORCH_USE_PYTORCH=1
+  if [ "$have_torch" != "$want_torch" ]; then
+    if [ -z "${RSD_GPU_CHECK_BYPASS:-}" ]; then
+      die "torch $have_torch found, tch 0.26 is written against torch $want_torch. Either run \
 scripts/setup.sh (a venv with torch==$want_torch), or try this torch with RSD_GPU_CHECK_BYPASS=1 \
 (sets LIBTORCH_BYPASS_VERSION_CHECK=1; a C++ API change then fails the build with the symbol named)"
+    fi
+    echo "torch $have_torch ≠ $want_torch: building with LIBTORCH_BYPASS_VERSION_CHECK=1"
+    export LIBTORCH_BYPASS_VERSION_CHECK=1
   fi
-  echo "torch $have_torch ≠ $want_torch: building with LIBTORCH_BYPASS_VERSION_CHECK=1"
-  export LIBTORCH_BYPASS_VERSION_CHECK=1
+  cargo build --release -q -p rsd-train -p rsd-data --features rsd-dist/nccl
+  bin=target/release
+  attention_test=(cargo test --release -q -p rsd-model --test cuda --)
+  nccl_test=(cargo test --release -q -p rsd-dist --features nccl nccl)
 fi
-cargo build --release -q -p rsd-train -p rsd-data --features rsd-dist/nccl
-bin=target/release
-readelf -d "$bin/rsd-train" | grep -q 'libtorch_cuda' \
+! command -v readelf >/dev/null || readelf -d "$bin/rsd-train" | grep -q 'libtorch_cuda' \
   || die "$bin/rsd-train does not link libtorch_cuda (NEEDED): --device cuda would find no GPU"
 
-say "3. NCCL at world size 1 (rsd-dist's NCCL tests)"
-cargo test --release -q -p rsd-dist --features nccl nccl
+say "3. the attention kernels on the GPU against the fp64 reference"
+"${attention_test[@]}" --nocapture --test-threads 1 ${RSD_GPU_CHECK_SKIP:+--skip "$RSD_GPU_CHECK_SKIP"}
+
+say "4. NCCL at world size 1 (rsd-dist's NCCL tests)"
+"${nccl_test[@]}" || {
+  rc=$?
+  [ -n "${RSD_GPU_CHECK_KEEP_GOING:-}" ] || die "rsd-dist's NCCL test failed (exit $rc)"
+  echo "rsd-dist's NCCL test failed (exit $rc); RSD_GPU_CHECK_KEEP_GOING: going on" >&2
+  failed+=("4. NCCL (exit $rc)")
+}
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-"$bin/rsd-data" pack --len 512 --src corpus/books --out "$work/shards" --force >/dev/null
-common=(--config configs/tiny-cpu.toml --shards "$work/shards" --device cuda --steps 2
+keep="${RSD_GPU_CHECK_OUT:-$work}"
+mkdir -p "$keep"
+if [ -n "$data" ]; then
+  small="$data/shards-512"
+else
+  data="$work"
+  small="$work/shards-512"
+  "$bin/rsd-data" pack --len 512 --src corpus/books --out "$small" --force >/dev/null
+  llama3="${RSD_ASSETS:-$HOME/.cache/rsd/assets}/llama3-tokenizer.json"
+  [ -s "$llama3" ] || die "the Llama-3 tokenizer is missing: run scripts/setup.sh"
+  for k in 32 64; do
+    "$bin/rsd-data" pack --len $((k * 1024)) --src corpus/books --out "$work/shards-${k}k" \
+      --tokenizer "$llama3" --force >/dev/null
+  done
+fi
+common=(--config configs/tiny-cpu.toml --shards "$small"
   --save-every 0 --heldout-every 0 --progress false)
 last_loss() { "$py" -c 'import json,sys; print([json.loads(l)["loss"] for l in open(sys.argv[1])][-1])' "$1"; }
+close() { # a b relative tolerance: |a-b| <= tol * |a|
+  "$py" -c "import sys; a,b,t=$1,$2,$3; sys.exit(0 if abs(a-b) <= t*max(abs(a),1e-12) else 1)"
+}
 
-say "4. $gpus NCCL rank(s) (torchrun) against one process, fp32, 2 steps"
-"$bin/rsd-train" "${common[@]}" --dtype fp32 --out "$work/one"
+say "5. $gpus NCCL rank(s) (torchrun) against one process, fp32, 2 steps; and against the CPU"
+"$bin/rsd-train" "${common[@]}" --steps 2 --device cuda --dtype fp32 --out "$work/one"
 "$py" -m torch.distributed.run --standalone --nproc-per-node "$gpus" --no-python \
-  "$bin/rsd-train" "${common[@]}" --dtype fp32 --out "$work/world"
+  "$bin/rsd-train" "${common[@]}" --steps 2 --device cuda --dtype fp32 --out "$work/world" || {
+  rc=$?
+  [ -n "${RSD_GPU_CHECK_KEEP_GOING:-}" ] || die "the torchrun run failed (exit $rc)"
+  echo "the torchrun run failed (exit $rc); RSD_GPU_CHECK_KEEP_GOING: going on" >&2
+  failed+=("5. torchrun (exit $rc)")
+}
+"$bin/rsd-train" "${common[@]}" --steps 2 --device cpu --dtype fp32 --out "$work/cpu"
 one="$(last_loss "$work/one/metrics.jsonl")"
 world="$(last_loss "$work/world/metrics.jsonl")"
-echo "loss after 2 steps: one process $one, $gpus rank(s) $world"
-"$py" -c "import sys; a,b=$one,$world; sys.exit(0 if abs(a-b) <= 1e-4*max(abs(a),1e-12) else 1)" \
-  || die "the $gpus-rank run's loss differs from one process's beyond 1e-4 relative"
+cpu="$(last_loss "$work/cpu/metrics.jsonl")"
+echo "loss after 2 steps: one process $one, $gpus rank(s) $world, the CPU $cpu"
+close "$one" "$world" 1e-4 || die "the $gpus-rank run's loss differs from one process's beyond 1e-4 relative"
+close "$cpu" "$one" 1e-3 || die "the GPU's loss differs from the CPU's beyond 1e-3 relative"
 
-say "5. one bf16 step on cuda:0"
-"$bin/rsd-train" "${common[@]}" --dtype bf16 --steps 1 --out "$work/bf16"
+say "6. one bf16 step on cuda:0"
+"$bin/rsd-train" "${common[@]}" --device cuda --dtype bf16 --steps 1 --out "$work/bf16"
 loss="$(last_loss "$work/bf16/metrics.jsonl")"
 "$py" -c "import math,sys; sys.exit(0 if math.isfinite($loss) else 1)" || die "bf16 loss $loss is not finite"
-echo "bf16 step: loss $loss"
+echo "bf16 step: loss $loss (fp32 on the CPU, 2 steps: $cpu)"
 
-say "6. the GPU memory of a bf16 step against the plan"
-# `rsd-train memory --measure` counts libtorch's CPU allocator only; on the GPU the process's
-# memory as nvidia-smi reports it (the caching allocator's reserved bytes plus the CUDA context)
-# is sampled while 2 steps run, and must stay within the plan's total (which counts the context).
-"$bin/rsd-train" memory --config configs/tiny-cpu.toml --shards "$work/shards" --device cuda \
-  --dtype bf16 --json >"$work/plan.json"
-"$bin/rsd-train" "${common[@]}" --dtype bf16 --out "$work/mem" &
-pid=$!
-peak=0
-while kill -0 "$pid" 2>/dev/null; do
-  used="$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits \
-    | awk -F', ' -v p="$pid" '$1 == p { print $2 }')"
-  [ -n "$used" ] && [ "$used" -gt "$peak" ] && peak="$used"
-  sleep 0.2
-done
-wait "$pid" || die "the bf16 run for the memory check failed"
-"$py" - "$work/plan.json" "$peak" <<'PY'
+# Samples the GPU memory nvidia-smi reports for the process (the caching allocator's reserved
+# bytes plus the CUDA context) while `rsd-train ARGS…` runs; prints the peak in MiB.
+peak_while() {
+  "$bin/rsd-train" "$@" >&2 &
+  local pid=$! peak=0 used
+  while kill -0 "$pid" 2>/dev/null; do
+    used="$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits \
+      | awk -F', ' -v p="$pid" '$1 == p { print $2 }')"
+    [ -n "$used" ] && [ "$used" -gt "$peak" ] && peak="$used"
+    sleep 0.2
+  done
+  wait "$pid" || die "rsd-train $* failed"
+  echo "$peak"
+}
+# plan.json peak_MiB label: the plan's GPU total against the measured peak; fails above the plan.
+against_plan() {
+  "$py" - "$1" "$2" "$3" <<'PY'
 import json, sys
 plan = json.load(open(sys.argv[1]))["plan"]["total"]
 peak = int(sys.argv[2]) * 2**20
-print(f"plan {plan / 2**20:.0f} MiB (context and allocator slack included), "
-      f"nvidia-smi peak {peak / 2**20:.0f} MiB, measured/plan {peak / plan:.3f}")
+print(f"{sys.argv[3]}: plan {plan / 2**30:.2f} GiB (context and allocator slack included), "
+      f"nvidia-smi peak {peak / 2**30:.2f} GiB, measured/plan {peak / plan:.3f}")
 sys.exit(0 if 0 < peak <= plan else 1)
 PY
+}
+
+say "7. the GPU memory of a bf16 step against the plan"
+"$bin/rsd-train" memory --config configs/tiny-cpu.toml --shards "$small" --device cuda \
+  --dtype bf16 --json >"$keep/plan-tiny.json"
+peak="$(peak_while "${common[@]}" --steps 2 --device cuda --dtype bf16 --out "$work/mem")"
+against_plan "$keep/plan-tiny.json" "$peak" "tiny, bf16"
+
+say "8. Llama-3-8B's layer widths, 4 layers, rsd, bf16, layers checkpointed, one rank"
+"$py" - configs/model/llama3-8b.json "$work/llama3-8b-4l.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["num_hidden_layers"] = 4
+json.dump(c, open(sys.argv[2], "w"))
+PY
+gib="$("$py" -c 'import torch; print(torch.cuda.get_device_properties(0).total_memory // 2**30)')"
+for len in 32768 65536; do
+  big=(--config configs/llama3-8b-64k.toml --init "$work/llama3-8b-4l.json"
+    --shards "$data/shards-$((len / 1024))k"
+    --dp 1 --cp 1 --shard-optimizer false --max-position-embeddings "$len"
+    --tokens-per-step "$len" --device cuda)
+  "$bin/rsd-train" memory "${big[@]}" --gpu-gib "$gib" --json >"$keep/plan-8b-4l-$len.json"
+  peak="$(peak_while "${big[@]}" --steps 2 --save-every 0 --heldout-every 0 --progress false \
+    --out "$work/8b-$len")"
+  cp "$work/8b-$len/metrics.jsonl" "$keep/metrics-8b-4l-$len.jsonl"
+  "$py" - "$work/8b-$len/metrics.jsonl" "$len" <<'PY'
+import json, sys
+m = [json.loads(l) for l in open(sys.argv[1])]
+print(f"{sys.argv[2]} tokens per step: losses {[round(r['loss'], 4) for r in m]}, "
+      f"steps {[round(r['step_s'], 2) for r in m]} s, {m[-1]['tokens_per_s']:.0f} tok/s (last)")
+PY
+  # The run's end writes a checkpoint with the AdamW state (~30 GB): gone before the next run.
+  rm -rf "$work/8b-$len"
+  against_plan "$keep/plan-8b-4l-$len.json" "$peak" "8B widths, 4 layers, $len tokens"
+done
+if [ ${#failed[@]} -gt 0 ]; then die "failed: ${failed[*]}"; fi
 say "all GPU checks passed"

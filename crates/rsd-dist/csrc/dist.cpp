@@ -312,7 +312,18 @@ int rsd_group_gloo(const RsdStore* s, const char* prefix, int rank, int size, in
   });
 }
 
-void rsd_group_free(RsdGroup* g) { delete g; }
+// Shut the backend down before it is destroyed: ProcessGroupNCCL's destructor without a prior
+// shutdown() warns ("destroy_process_group() was not called") and, seen on an H200 with torch
+// 2.11, then crashes the process. Gloo's shutdown is the Backend default (nothing to do).
+void rsd_group_free(RsdGroup* g) {
+  if (g == nullptr) return;
+  try {
+    g->backend->shutdown();
+  } catch (...) {
+    // A failed shutdown at the end of a process leaves nothing to clean up for.
+  }
+  delete g;
+}
 
 // What the group's backward collectives (inside autograd) have done so far.
 void rsd_group_backward_stats(const RsdGroup* g, int64_t* calls, int64_t* bytes, int64_t* nanos) {

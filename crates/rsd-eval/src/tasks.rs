@@ -459,6 +459,11 @@ pub struct Item {
     pub expected: Vec<String>,
     /// Values that must not come first in the answer (the ordinal variant's other values).
     pub distractors: Vec<String>,
+    /// Every value the context offers as an answer, `expected[0]` among them, each once, in
+    /// context order: for the needle tasks, the value of every needle sentence (the asked one,
+    /// the other keys' and the haystack's); for the other tasks, `expected` alone. Teacher-forced
+    /// scoring ranks the expected value among these.
+    pub candidates: Vec<String>,
     /// Tokens the model may generate; `ids.len() + max_new_tokens <= length`.
     pub max_new_tokens: usize,
     /// The sentences that carry the answer, the one at `depth` first.
@@ -467,6 +472,31 @@ pub struct Item {
     pub context: Range<usize>,
     /// Byte offset of each `evidence` sentence inside `prompt`.
     pub evidence_at: Vec<usize>,
+}
+
+/// The value of every needle sentence ("One of the special magic … for KEY is: VALUE.") in
+/// `context`, each once, in order; `expected` first-seen where a needle holds it, and added at
+/// the end where none does (it always does in a generated item).
+fn needle_values(context: &str, expected: &[String]) -> Vec<String> {
+    const NEEDLE: &str = "One of the special magic ";
+    let mut out: Vec<String> = Vec::new();
+    for part in context.split(NEEDLE).skip(1) {
+        let sentence = part.split('\n').next().unwrap_or(part);
+        let Some((_, rest)) = sentence.split_once(" is: ") else {
+            continue;
+        };
+        // A value is a number, a word or a UUID: it ends at the sentence's full stop.
+        let value = rest.split(". ").next().unwrap_or(rest).trim_end_matches('.');
+        if !value.is_empty() && !out.iter().any(|v| v == value) {
+            out.push(value.to_string());
+        }
+    }
+    if let Some(e) = expected.first() {
+        if !out.contains(e) {
+            out.push(e.clone());
+        }
+    }
+    out
 }
 
 /// Generates items; everything random is keyed by (seed, task, length, depth, sample).
@@ -669,6 +699,10 @@ impl<'a> Generator<'a> {
         let ((_, built), expected, distractors, evidence) =
             (built, expected, distractors, evidence);
         let ids = self.encode(&built.prompt)?;
+        let candidates = match task {
+            Task::Vt | Task::Cwe | Task::Fwe | Task::Passkey => expected.clone(),
+            _ => needle_values(&built.prompt[built.context.clone()], &expected),
+        };
         Ok(Item {
             task,
             length,
@@ -678,6 +712,7 @@ impl<'a> Generator<'a> {
             ids,
             expected,
             distractors,
+            candidates,
             max_new_tokens,
             evidence,
             context: built.context,
@@ -1769,6 +1804,32 @@ mod tests {
 
     fn count(text: &str) -> usize {
         tokenizer().encode(text, false).unwrap().len()
+    }
+
+    #[test]
+    fn candidates_are_every_value_the_context_offers() {
+        let g = Generator::new(tokenizer(), haystack(), 3);
+        let needles = |it: &Item| it.prompt[it.context.clone()].matches("One of the special magic ").count();
+        for (task, at_least) in [
+            (Task::NiahMultikey2, 10),
+            (Task::NiahMultikey3, 5),
+            (Task::NiahMultikey1, 4),
+            (Task::NiahSingle2, 1),
+            (Task::NiahOrdinal(Ordinal::Second), 3),
+        ] {
+            let it = g.item(task, 1024, Some(0.3), 0, None).unwrap();
+            assert_eq!(it.candidates.len(), needles(&it), "{task:?}: {:?}", it.candidates);
+            assert!(it.candidates.len() >= at_least, "{task:?}: {:?}", it.candidates);
+            assert!(it.candidates.contains(&it.expected[0]), "{task:?}");
+            for c in &it.candidates {
+                assert!(it.prompt.contains(&format!(" is: {c}.")), "{task:?}: {c}");
+            }
+            let mut unique = it.candidates.clone();
+            unique.dedup();
+            assert_eq!(unique.len(), it.candidates.len());
+        }
+        let it = g.item(Task::Passkey, 512, Some(0.5), 0, None).unwrap();
+        assert_eq!(it.candidates, it.expected);
     }
 
     #[test]

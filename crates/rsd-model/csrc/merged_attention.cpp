@@ -47,6 +47,21 @@ Kernel kernel_for(const Tensor& q) {
   return half && d % 8 == 0 && d <= 256 ? Kernel::CudaFlash : Kernel::CudaEfficient;
 }
 
+// The memory-efficient CUDA kernel needs rows aligned to 16 bytes ("query is not correctly
+// aligned (strideM)" otherwise, seen on an H200 with head_dim 20): a head size that is not a
+// multiple of 8 is zero-padded to one (as torch's SDPA does). Zero columns of q and k add nothing
+// to the scores (the scale is passed explicitly, from the real head size), zero columns of v give
+// zero output columns, and the backward's row sums of dO·O are unchanged; the padding is cut off
+// the results.
+Tensor pad_head(const Tensor& t) {
+  const int64_t d = t.size(-1);
+  if (d % 8 == 0) return t;
+  return at::constant_pad_nd(t, {0, (d + 7) / 8 * 8 - d}, 0);
+}
+Tensor unpad_head(const Tensor& t, int64_t d) {
+  return t.size(-1) == d ? t : t.narrow(-1, 0, d).contiguous();
+}
+
 // One fused call's results. `lse` is [B, Hq, Lq] in accum_type, unpadded; `state` holds what the
 // kernel's backward needs besides q, k, v, out and lse (CUDA only, a few scalars' worth).
 struct Call {
@@ -71,11 +86,12 @@ Call call_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal
               {std::get<2>(r), std::get<3>(r), std::get<6>(r), std::get<7>(r)}};
     }
     case Kernel::CudaEfficient: {
-      auto r = at::_scaled_dot_product_efficient_attention(q, k, v, std::nullopt, true, 0.0,
-                                                           causal, scale);
+      const int64_t d = q.size(-1);
+      auto r = at::_scaled_dot_product_efficient_attention(
+          pad_head(q), pad_head(k), pad_head(v), std::nullopt, true, 0.0, causal, scale);
       // This kernel pads the LSE's sequence dimension to a multiple of 32.
       Tensor lse = std::get<1>(r).narrow(2, 0, q.size(2)).to(accum_type(q));
-      return {std::get<0>(r), lse, {std::get<2>(r), std::get<3>(r)}};
+      return {unpad_head(std::get<0>(r), d), lse, {std::get<2>(r), std::get<3>(r)}};
     }
   }
   throw std::logic_error("unreachable kernel choice");
@@ -104,10 +120,11 @@ std::tuple<Tensor, Tensor, Tensor> call_backward(const Tensor& dout, const Tenso
       Tensor lse_p =
           torch::zeros({lse.size(0), lse.size(1), padded}, lse.options().dtype(torch::kFloat));
       lse_p.narrow(2, 0, lq).copy_(lse);
+      const int64_t d = q.size(-1);
       auto [dq, dk, dv, dbias] = at::_scaled_dot_product_efficient_attention_backward(
-          dout, q, k, v, Tensor(), out, lse_p, state[0], state[1], 0.0, {true, true, true, false},
-          causal, scale);
-      return {dq, dk, dv};
+          pad_head(dout), pad_head(q), pad_head(k), pad_head(v), Tensor(), pad_head(out), lse_p,
+          state[0], state[1], 0.0, {true, true, true, false}, causal, scale);
+      return {unpad_head(dq, d), unpad_head(dk, d), unpad_head(dv, d)};
     }
   }
   throw std::logic_error("unreachable kernel choice");

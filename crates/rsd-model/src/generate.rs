@@ -613,6 +613,125 @@ fn generate_batch(
         .collect()
 }
 
+/// The teacher-forced score of one continuation of a prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContinuationScore {
+    /// `log p(token | prompt, earlier continuation tokens)` per continuation token (natural log).
+    pub token_logprobs: Vec<f64>,
+    /// Their sum: the continuation's log-probability.
+    pub logprob: f64,
+    /// Whether every token is the argmax of its distribution (first index on ties, as greedy
+    /// decoding picks): greedy decoding would produce this continuation first.
+    pub greedy: bool,
+}
+
+/// Scores each of `continuations` (token ids, non-empty) after `prompt` by teacher forcing: the
+/// prompt runs once (prefill in chunks of `prefill_chunk`, into a K/V cache), then the
+/// continuations run in batches of `batch_size` rows over that cache, each at positions
+/// `prompt.len()…`. A continuation's first token is scored from the prompt's last position;
+/// continuations are right-padded to the longest in their batch, and padding (after a row's
+/// tokens, under a causal mask) changes nothing before it. The result equals one forward pass of
+/// `prompt ++ continuation` per continuation.
+pub fn score_continuations(
+    model: &Model,
+    prompt: &[i64],
+    continuations: &[Vec<i64>],
+    batch_size: usize,
+    prefill_chunk: i64,
+) -> Result<Vec<ContinuationScore>> {
+    if prompt.is_empty() {
+        return Err(ModelError::Input("teacher forcing: the prompt has no tokens".into()));
+    }
+    if let Some(i) = continuations.iter().position(Vec::is_empty) {
+        return Err(ModelError::Input(format!(
+            "teacher forcing: continuation {i} has no tokens"
+        )));
+    }
+    if batch_size == 0 {
+        return Err(ModelError::Input("teacher forcing: batch size must be at least 1".into()));
+    }
+    let _guard = tch::no_grad_guard();
+    let device = model.options().device;
+    let p = prompt.len() as i64;
+    let ids = |v: &[i64], rows: i64, cols: i64| {
+        Tensor::f_from_slice(v)
+            .and_then(|t| t.f_view([rows, cols]))
+            .and_then(|t| t.f_to_device(device))
+            .ctx("teacher forcing: ids to device")
+    };
+    let positions: Vec<i64> = (0..p).collect();
+    let mut cache = KvCache::new(model, 1, p)?;
+    let first = prefill(model, &mut cache, &ids(prompt, 1, p)?, &ids(&positions, 1, p)?, &[0], prefill_chunk)?
+        .f_log_softmax(-1, Kind::Double)
+        .and_then(|t| t.f_to_device(Device::Cpu))
+        .ctx("teacher forcing: first-token distribution")?;
+    let first_argmax = first.f_argmax(-1, false).ctx("argmax")?.int64_value(&[0]);
+    let prefix = cache.prefix()?;
+    let mut out = Vec::with_capacity(continuations.len());
+    for batch in continuations.chunks(batch_size) {
+        let rows = batch.len() as i64;
+        // Inputs are each continuation without its last token; the outputs at input j score
+        // token j + 1.
+        let width = batch.iter().map(|c| c.len() as i64 - 1).max().unwrap_or(0);
+        let later = if width > 0 {
+            let mut tok = vec![PAD_ID; (rows * width) as usize];
+            for (r, c) in batch.iter().enumerate() {
+                let row = r * width as usize;
+                tok[row..row + c.len() - 1].copy_from_slice(&c[..c.len() - 1]);
+            }
+            let pos: Vec<i64> = (0..rows).flat_map(|_| p..p + width).collect();
+            let expanded: Vec<LayerKv> = prefix
+                .iter()
+                .map(|l| {
+                    let shape = |t: &Tensor| {
+                        let s = t.size();
+                        [rows, s[1], s[2], s[3]]
+                    };
+                    Ok(LayerKv {
+                        k: l.k.f_expand(shape(&l.k), false)?.f_contiguous()?,
+                        v: l.v.f_expand(shape(&l.v), false)?.f_contiguous()?,
+                    })
+                })
+                .collect::<std::result::Result<_, tch::TchError>>()
+                .ctx("teacher forcing: prompt K/V per row")?;
+            let fwd = model.forward(&ForwardArgs {
+                prefix: Some(&expanded),
+                ..ForwardArgs::new(&ids(&tok, rows, width)?, &ids(&pos, rows, width)?)
+            })?;
+            let lp = model
+                .logits(&fwd.hidden)?
+                .f_log_softmax(-1, Kind::Double)
+                .and_then(|t| t.f_to_device(Device::Cpu))
+                .ctx("teacher forcing: continuation distributions")?;
+            let argmax = lp.f_argmax(-1, false).ctx("argmax")?;
+            Some((lp, argmax))
+        } else {
+            None
+        };
+        for (r, c) in batch.iter().enumerate() {
+            let mut token_logprobs = Vec::with_capacity(c.len());
+            let mut greedy = true;
+            for (j, &t) in c.iter().enumerate() {
+                let (lp, best) = if j == 0 {
+                    (first.double_value(&[0, t]), first_argmax)
+                } else {
+                    let (lp, argmax) = later.as_ref().expect("width > 0 when a row has 2+ tokens");
+                    let (r, j) = (r as i64, j as i64 - 1);
+                    (lp.double_value(&[r, j, t]), argmax.int64_value(&[r, j]))
+                };
+                token_logprobs.push(lp);
+                greedy &= best == t;
+            }
+            out.push(ContinuationScore {
+                logprob: token_logprobs.iter().sum(),
+                token_logprobs,
+                greedy,
+            });
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -791,6 +910,53 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(again(5), again(5));
+    }
+
+    #[test]
+    fn teacher_forced_scores_equal_one_forward_of_prompt_and_continuation() {
+        for arch in ["LlamaForCausalLM", "Qwen3ForCausalLM"] {
+            let m = model_kv(arch, 1);
+            let p = prompt(23, 3);
+            let conts = vec![vec![5], vec![9, 1, 60], vec![0, 33], vec![12, 12, 12, 12]];
+            // Batches of 3 (a short second batch) and a prefill in chunks of 8 (not dividing 23).
+            let got = score_continuations(&m, &p, &conts, 3, 8).unwrap();
+            let _g = tch::no_grad_guard();
+            for (c, s) in conts.iter().zip(&got) {
+                let full: Vec<i64> = p.iter().chain(c).copied().collect();
+                let n = full.len() as i64;
+                let tok = Tensor::from_slice(&full).view([1, n]);
+                let pos = Tensor::arange(n, (Kind::Int64, Device::Cpu)).view([1, n]);
+                let h = m.forward(&ForwardArgs::new(&tok, &pos)).unwrap().hidden;
+                let lp = m.logits(&h).unwrap().log_softmax(-1, Kind::Double);
+                let mut want = Vec::new();
+                let mut greedy = true;
+                for (j, &t) in c.iter().enumerate() {
+                    let at = p.len() as i64 - 1 + j as i64;
+                    want.push(lp.double_value(&[0, at, t]));
+                    greedy &= lp.get(0).get(at).argmax(-1, false).int64_value(&[]) == t;
+                }
+                assert_eq!(s.token_logprobs.len(), c.len());
+                for (a, b) in s.token_logprobs.iter().zip(&want) {
+                    assert!((a - b).abs() < 1e-4, "{arch} {c:?}: {a} vs {b}");
+                }
+                assert!((s.logprob - want.iter().sum::<f64>()).abs() < 1e-4);
+                assert_eq!(s.greedy, greedy, "{arch} {c:?}");
+            }
+            // Greedy decoding's own output is greedy under teacher forcing.
+            let opts = GenerateOptions { max_new_tokens: 4, ..Default::default() };
+            let gen = generate(&m, &[p.clone()], &opts, None).unwrap();
+            let s = score_continuations(&m, &p, &[gen[0].ids.clone()], 1, 64).unwrap();
+            assert!(s[0].greedy, "{arch}: greedy output {:?} not greedy", gen[0].ids);
+        }
+    }
+
+    #[test]
+    fn teacher_forcing_refuses_empty_inputs() {
+        let m = model("LlamaForCausalLM");
+        let err = |r: Result<Vec<ContinuationScore>>| r.unwrap_err().to_string();
+        assert!(err(score_continuations(&m, &[], &[vec![1]], 1, 8)).contains("prompt has no tokens"));
+        assert!(err(score_continuations(&m, &[1], &[vec![1], vec![]], 1, 8)).contains("continuation 1"));
+        assert!(err(score_continuations(&m, &[1], &[vec![1]], 0, 8)).contains("batch size"));
     }
 
     #[test]
