@@ -253,3 +253,70 @@ def test_haystack_from_text_files_and_from_shards(tiny, tmp_path):
     assert "graze near the old lighthouse" in item["prompt"]
     e = eval_fails("run", *args, "--haystack", tmp_path / "nothing").stderr
     assert "haystack" in e and "nothing" in e
+
+
+def test_teacher_forced_runs_record_ranks_and_keep_their_scoring(tiny, tmp_path):
+    out = tmp_path / "tf"
+    args = ["--tasks", "niah_multikey_1", "--lengths", "512", "--depths", "2", "--samples", "2",
+            "--quiet"]
+    rsd_eval("run", "--model", tiny, "--out", out, *args, "--scoring", "teacher-forced")
+    assert json.loads((out / "run.json").read_text())["scoring"] == "teacher-forced"
+    results = lines(out / "results.jsonl")
+    assert len(results) == 4
+    for r in results:
+        # niah_multikey_1: four needles with different keys, one asked for.
+        assert r["candidates"] == 4 and 1 <= r["rank"] <= 4, r
+        assert r["logprob"] < 0 and isinstance(r["greedy"], bool), r
+        assert r["score"] == (1.0 if r["rank"] == 1 else 0.0), r
+    # A generation run into the same directory would mix two measures.
+    e = eval_fails("run", "--model", tiny, "--out", out, *args).stderr
+    assert "scoring" in e, e
+    # Tasks that ask for several values cannot be ranked as one.
+    e = eval_fails("run", "--model", tiny, "--out", tmp_path / "vt", "--tasks", "vt,niah_multivalue",
+                   "--lengths", "512", "--scoring", "teacher-forced").stderr
+    assert "vt, niah_multivalue ask for several answers" in e, e
+    # Runs without teacher forcing record no scoring (older run.json files resume unchanged).
+    rsd_eval("run", "--model", tiny, "--out", tmp_path / "gen", *args, "--max-new-tokens", "4")
+    run_json = json.loads((tmp_path / "gen/run.json").read_text())
+    assert "scoring" not in run_json
+    assert all("rank" not in r for r in lines(tmp_path / "gen/results.jsonl"))
+
+
+def test_teacher_forced_scores_equal_transformers(smollm2, tmp_path):
+    """Every candidate's log-probability as the prompt's continuation, computed by transformers one
+    forward each: rsd's recorded log-probability, rank and greedy flag of the expected value must
+    follow from them."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out, dump = tmp_path / "tf", tmp_path / "prompts.jsonl"
+    rsd_eval("run", "--model", smollm2, "--out", out, "--tasks", "niah_multikey_2,passkey",
+             "--lengths", "512", "--depths", "2", "--samples", "1", "--scoring", "teacher-forced",
+             "--batch-size", "5", "--dump-prompts", dump, "--quiet")
+    results = {key(r): r for r in lines(out / "results.jsonl")}
+    tok = AutoTokenizer.from_pretrained(smollm2)
+    model = AutoModelForCausalLM.from_pretrained(smollm2, torch_dtype=torch.float32).eval()
+    prompts = lines(dump)
+    assert len(prompts) == len(results) == 4
+    for p in prompts:
+        ids = tok(p["prompt"])["input_ids"]
+        assert ids == p["prompt_token_ids"]
+        scored = []
+        for c in p["candidates"]:
+            cont = tok.encode(" " + c, add_special_tokens=False)
+            with torch.no_grad():
+                logits = model(torch.tensor([ids + cont])).logits[0].double()
+            rows = logits[len(ids) - 1:len(ids) - 1 + len(cont)].log_softmax(-1)
+            target = torch.tensor(cont)
+            scored.append((rows[torch.arange(len(cont)), target].sum().item(),
+                           bool((rows.argmax(-1) == target).all())))
+        gold = p["candidates"].index(p["expected"][0])
+        rank = 1 + sum(1 for j, (lp, _) in enumerate(scored) if j != gold and lp >= scored[gold][0])
+        r = results[key(p)]
+        assert abs(r["logprob"] - scored[gold][0]) < 2e-3, (r, scored[gold])
+        assert (r["rank"], r["candidates"], r["greedy"]) == (rank, len(scored), scored[gold][1]), r
+        assert r["score"] == (1.0 if rank == 1 else 0.0)
+        if p["task"] == "niah_multikey_2":
+            assert len(p["candidates"]) >= 8, p["candidates"]
+        else:
+            assert p["candidates"] == p["expected"]

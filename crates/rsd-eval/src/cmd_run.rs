@@ -3,7 +3,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use rsd_eval::run::{run as run_eval, RunOptions};
+use rsd_eval::run::{run as run_eval, RunOptions, Scoring};
 use rsd_eval::tasks::Task;
 
 const RUN_HELP: &str = "Items are generated from (seed, task, length, depth, sample) and the \
@@ -84,6 +84,14 @@ pub struct RunArgs {
     /// tokens still come from the model's tokenizer_config.json).
     #[arg(long, value_name = "FILE.jinja")]
     chat_template_file: Option<PathBuf>,
+    /// How items are scored. generate: greedy generation scored by RULER's metric.
+    /// teacher-forced: no generation; every value the context offers (the needles' values) is
+    /// scored as the continuation " VALUE" of the prompt, and the item counts as recalled when the
+    /// expected value ranks first; results.jsonl also gets its log-probability, rank, the number
+    /// of candidates and whether greedy decoding would produce it. For the tasks that ask for one
+    /// value (niah_single_*, niah_multikey_*, niah_ordinal_*, passkey).
+    #[arg(long, value_enum, default_value_t = Scoring::Generate)]
+    scoring: Scoring,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -116,6 +124,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         progress: !a.quiet,
         chat_template: a.chat_template,
         chat_template_file: a.chat_template_file,
+        scoring: a.scoring,
     };
     let report = run_eval(&opts)?;
     if let Some(p) = &a.dump_prompts {
@@ -128,7 +137,7 @@ pub fn run(a: RunArgs) -> Result<()> {
                 .map(|o| format!("{:.1}", 100.0 * o))
                 .unwrap_or_else(|| "n/a".into());
             println!(
-                "{} items: {} generated, {} already done; overall score {overall}; see {}",
+                "{} items: {} scored, {} already done; overall score {overall}; see {}",
                 report.total,
                 report.done,
                 report.skipped,

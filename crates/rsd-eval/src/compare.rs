@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::figure::{Figure, Lines, Series};
+use crate::paired::{paired, Arms, Paired};
 use crate::plot::{cell, sorted_unique, Cell, PlotError};
 use crate::results::{read_results, ItemResult};
 
@@ -33,6 +34,24 @@ pub struct CompareArgs {
     /// become one row: the mean over all their records, ± the spread over the replicas' means.
     #[arg(long, value_delimiter = ',')]
     pub labels: Option<Vec<String>>,
+    /// Replica names, comma-separated, one per run (default: each run's position among the runs
+    /// of its label). Runs with the same label and replica are one replica's records (say, the
+    /// evaluations of one seed's model at several lengths); with --baseline, replica `r` of an
+    /// arm is paired with replica `r` of the baseline.
+    #[arg(long, value_delimiter = ',')]
+    pub replicas: Option<Vec<String>>,
+    /// The label every other label is compared with: paired differences (same replicas, same
+    /// items) of accuracy per length, its standard deviation over depths, the drop from the
+    /// shortest to the longest length and (secondary) the answer's log-probability, each with a
+    /// 95% bootstrap interval over replicas and items.
+    #[arg(long)]
+    pub baseline: Option<String>,
+    /// Bootstrap resamples for --baseline's intervals.
+    #[arg(long, default_value_t = 2000)]
+    pub bootstrap: usize,
+    /// Seed of the bootstrap's resampling.
+    #[arg(long, default_value_t = 0)]
+    pub bootstrap_seed: u64,
 }
 
 /// One run's row of the table.
@@ -61,6 +80,9 @@ pub struct Comparison {
     pub rows: Vec<Row>,
     /// Per run, the (task, length) pairs left out because another run lacks them.
     pub left_out: Vec<Vec<(String, usize)>>,
+    /// With `--baseline`: the paired differences.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paired: Option<Paired>,
 }
 
 type Pairs = BTreeSet<(String, usize)>;
@@ -170,6 +192,7 @@ pub fn compare(runs: &[(String, PathBuf, Vec<ItemResult>)]) -> Result<Comparison
         columns,
         rows,
         left_out,
+        paired: None,
     })
 }
 
@@ -211,6 +234,10 @@ impl Comparison {
                     l.join(", ")
                 );
             }
+        }
+        if let Some(p) = &self.paired {
+            s += "\n";
+            s += &p.markdown();
         }
         s
     }
@@ -302,8 +329,24 @@ pub fn command(args: &CompareArgs) -> Result<String, PlotError> {
             })
             .collect(),
     };
-    let mut runs = Vec::with_capacity(args.runs.len());
-    for (label, dir) in labels.into_iter().zip(&args.runs) {
+    let replicas: Vec<String> = match &args.replicas {
+        Some(r) if r.len() != args.runs.len() => {
+            return Err(PlotError::Input(format!(
+                "--replicas names {} runs, {} were given",
+                r.len(),
+                args.runs.len()
+            )))
+        }
+        Some(r) => r.clone(),
+        None => labels
+            .iter()
+            .enumerate()
+            .map(|(i, l)| labels[..i].iter().filter(|x| *x == l).count().to_string())
+            .collect(),
+    };
+    // One entry per (label, replica): the records of all its runs.
+    let mut merged: Vec<(String, String, PathBuf, Vec<ItemResult>)> = Vec::new();
+    for ((label, replica), dir) in labels.into_iter().zip(replicas).zip(&args.runs) {
         let path = dir.join("results.jsonl");
         let items = read_results(&path)?;
         if items.is_empty() {
@@ -312,9 +355,33 @@ pub fn command(args: &CompareArgs) -> Result<String, PlotError> {
                 path.display()
             )));
         }
-        runs.push((label, dir.clone(), items));
+        match merged
+            .iter_mut()
+            .find(|(l, r, _, _)| *l == label && *r == replica)
+        {
+            Some(m) => m.3.extend(items),
+            None => merged.push((label, replica, dir.clone(), items)),
+        }
     }
-    let cmp = compare(&pool_replicas(runs)?)?;
+    let paired = match &args.baseline {
+        Some(base) => {
+            let mut arms: Arms = Vec::new();
+            for (label, replica, _, items) in &merged {
+                match arms.iter_mut().find(|(l, _)| l == label) {
+                    Some(a) => a.1.push((replica.clone(), items.clone())),
+                    None => arms.push((label.clone(), vec![(replica.clone(), items.clone())])),
+                }
+            }
+            Some(paired(&arms, base, args.bootstrap, args.bootstrap_seed)?)
+        }
+        None => None,
+    };
+    let runs = merged
+        .into_iter()
+        .map(|(label, _, dir, items)| (label, dir, items))
+        .collect();
+    let mut cmp = compare(&pool_replicas(runs)?)?;
+    cmp.paired = paired;
     std::fs::create_dir_all(&args.out).map_err(|source| PlotError::Io {
         path: args.out.clone(),
         source,
@@ -330,7 +397,10 @@ pub fn command(args: &CompareArgs) -> Result<String, PlotError> {
     })?;
     write("compare.json", json + "\n")?;
     Figure::Lines(cmp.figure()).write(&args.out, "accuracy_by_depth")?;
-    Ok(cmp.markdown())
+    Ok(match &cmp.paired {
+        Some(p) => format!("{}\n{}", cmp.markdown(), p.markdown()),
+        None => cmp.markdown(),
+    })
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@
 pub mod chat;
 pub mod compare;
 pub mod figure;
+pub mod paired;
 pub mod plot;
 pub mod ppl;
 pub mod results;

@@ -304,6 +304,10 @@ pub(crate) mod tests {
             output: String::new(),
             score,
             prompt_tokens: length,
+            logprob: None,
+            rank: None,
+            candidates: None,
+            greedy: None,
         }
     }
 

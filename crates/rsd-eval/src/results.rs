@@ -27,6 +27,21 @@ pub struct ItemResult {
     pub score: f64,
     /// Prompt length actually fed to the model, in tokens.
     pub prompt_tokens: usize,
+    /// Teacher-forced runs only: the expected value's log-probability as the prompt's
+    /// continuation (natural log, summed over its tokens).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprob: Option<f64>,
+    /// Teacher-forced runs only: the expected value's rank (1 = first) among the candidates, by
+    /// log-probability; a candidate scoring the same as the expected value ranks above it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<usize>,
+    /// Teacher-forced runs only: how many candidates (values present in the context) were ranked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidates: Option<usize>,
+    /// Teacher-forced runs only: whether greedy decoding would produce the expected value (every
+    /// one of its tokens is its position's argmax).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub greedy: Option<bool>,
 }
 
 impl ItemResult {
@@ -139,6 +154,10 @@ mod tests {
             output: "7342".into(),
             score: 1.0,
             prompt_tokens: 1019,
+            logprob: None,
+            rank: None,
+            candidates: None,
+            greedy: None,
         }
     }
 

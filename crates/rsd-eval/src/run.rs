@@ -133,6 +133,36 @@ pub struct RunOptions {
     pub chat_template: bool,
     /// The chat template to use instead of the model's (implies `chat_template`).
     pub chat_template_file: Option<PathBuf>,
+    /// How items are scored: by the model's generation, or by teacher forcing.
+    pub scoring: Scoring,
+}
+
+/// How `rsd-eval run` scores an item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scoring {
+    /// Greedy generation, scored by the task's RULER metric.
+    #[default]
+    Generate,
+    /// Teacher forcing, no generation: every value the context offers (the needles' values) is
+    /// scored as the prompt's continuation `" VALUE"` in one prompt pass plus one batched pass
+    /// over the candidates; the item scores 1 when the expected value ranks first. Its
+    /// log-probability, rank and whether greedy decoding would produce it are recorded too.
+    TeacherForced,
+}
+
+impl Scoring {
+    /// The name run.json records.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scoring::Generate => "generate",
+            Scoring::TeacherForced => "teacher-forced",
+        }
+    }
+}
+
+fn is_generate(s: &Scoring) -> bool {
+    *s == Scoring::Generate
 }
 
 /// The settings that define a run's items and outputs: a resumed run must match them all.
@@ -167,6 +197,10 @@ pub struct RunSettings {
     /// The chat template the prompts were rendered with (null: plain prompts).
     #[serde(default)]
     pub chat_template: Option<ChatSetting>,
+    /// How items were scored; absent for generation (so runs made before teacher forcing
+    /// existed resume unchanged).
+    #[serde(default, skip_serializing_if = "is_generate")]
+    pub scoring: Scoring,
 }
 
 /// Which chat template a run used.
@@ -302,6 +336,21 @@ fn check_options(opts: &RunOptions) -> Result<()> {
     }
     if opts.model.is_some() && opts.out.is_none() {
         return bad("no run directory: pass --out RUN/");
+    }
+    if opts.scoring == Scoring::TeacherForced {
+        let multi: Vec<&str> = opts
+            .tasks
+            .iter()
+            .filter(|t| !t.has_single_answer())
+            .map(|t| t.name())
+            .collect();
+        if !multi.is_empty() {
+            return Err(RunError::Input(format!(
+                "--scoring teacher-forced ranks one expected value among the context's values; \
+                 {} ask for several answers (use the generate scoring for them)",
+                multi.join(", ")
+            )));
+        }
     }
     if opts.model.is_none() && opts.tokenizer.is_none() {
         return bad("--dump-prompts without --model needs --tokenizer tokenizer.json (prompt lengths are counted in its tokens)");
@@ -486,6 +535,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
             source: c.source_name().to_string(),
             sha256: c.sha256().to_string(),
         }),
+        scoring: opts.scoring,
     };
     // An unusable device fails here, before run.json exists: a run.json left by a run that
     // never started would hold the next run to the failed one's settings.
@@ -582,26 +632,35 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
                 .iter()
                 .map(|&(t, l, d, s)| generator.item(t, l, d, s, opts.max_new_tokens))
                 .collect::<Result<_, TaskError>>()?;
-            let gopts = GenerateOptions {
-                max_new_tokens: items[0].max_new_tokens,
-                eos: eos.clone(),
-                batch_size: opts.batch_size,
-                ..Default::default()
+            let scored: Vec<ItemResult> = match opts.scoring {
+                Scoring::Generate => {
+                    let gopts = GenerateOptions {
+                        max_new_tokens: items[0].max_new_tokens,
+                        eos: eos.clone(),
+                        batch_size: opts.batch_size,
+                        ..Default::default()
+                    };
+                    let prompts: Vec<Vec<i64>> = items.iter().map(|it| it.ids.clone()).collect();
+                    let gens = gen::generate(&model, &prompts, &gopts, Some(&tok))?;
+                    items
+                        .iter()
+                        .zip(gens)
+                        .map(|(item, g)| {
+                            let output = g.text.unwrap_or_default();
+                            ItemResult {
+                                score: score(item, &output),
+                                output,
+                                ..result_of(item)
+                            }
+                        })
+                        .collect()
+                }
+                Scoring::TeacherForced => items
+                    .iter()
+                    .map(|item| teacher_forced(&model, &tok, item, opts.batch_size))
+                    .collect::<Result<_>>()?,
             };
-            let prompts: Vec<Vec<i64>> = items.iter().map(|it| it.ids.clone()).collect();
-            let gens = gen::generate(&model, &prompts, &gopts, Some(&tok))?;
-            for (item, g) in items.iter().zip(gens) {
-                let output = g.text.unwrap_or_default();
-                let r = ItemResult {
-                    task: item.task.name().to_string(),
-                    length: item.length,
-                    depth: item.depth,
-                    sample: item.sample,
-                    expected: item.expected.clone(),
-                    score: score(item, &output),
-                    output,
-                    prompt_tokens: item.ids.len(),
-                };
+            for r in scored {
                 let line = serde_json::to_string(&r).map_err(|e| RunError::Json {
                     path: results_path.clone(),
                     reason: e.to_string(),
@@ -661,11 +720,101 @@ fn open_for_append(path: &Path) -> Result<File> {
 }
 
 /// Refuses a run directory whose run.json differs from `now` in any setting, naming it.
+/// An item's record before it is scored.
+fn result_of(item: &Item) -> ItemResult {
+    ItemResult {
+        task: item.task.name().to_string(),
+        length: item.length,
+        depth: item.depth,
+        sample: item.sample,
+        expected: item.expected.clone(),
+        output: String::new(),
+        score: 0.0,
+        prompt_tokens: item.ids.len(),
+        logprob: None,
+        rank: None,
+        candidates: None,
+        greedy: None,
+    }
+}
+
+/// Scores `item` by teacher forcing (see [`Scoring::TeacherForced`]): its candidates, each as
+/// the continuation `" VALUE"` (tokenized alone, without special tokens), after the prompt.
+fn teacher_forced(
+    model: &Model,
+    tok: &TextTokenizer,
+    item: &Item,
+    batch_size: usize,
+) -> Result<ItemResult> {
+    let expected = item.expected.first().ok_or_else(|| {
+        RunError::Input(format!(
+            "{}: an item without an expected value",
+            item.task.name()
+        ))
+    })?;
+    let gold = item
+        .candidates
+        .iter()
+        .position(|c| c == expected)
+        .ok_or_else(|| {
+            RunError::Input(format!(
+                "{}: the expected value is not among the item's candidates",
+                item.task.name()
+            ))
+        })?;
+    let continuations = item
+        .candidates
+        .iter()
+        .map(|c| tok.encode(&format!(" {c}"), false))
+        .collect::<Result<Vec<_>, _>>()?;
+    let scores = gen::score_continuations(
+        model,
+        &item.ids,
+        &continuations,
+        batch_size,
+        gen::DEFAULT_PREFILL_CHUNK,
+    )?;
+    let mine = scores[gold].logprob;
+    let above = scores
+        .iter()
+        .enumerate()
+        .filter(|&(j, s)| j != gold && s.logprob >= mine)
+        .count();
+    let best = scores
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.logprob.total_cmp(&b.1.logprob))
+        .map(|(j, _)| j)
+        .unwrap_or(gold);
+    Ok(ItemResult {
+        output: item.candidates[best].clone(),
+        score: if above == 0 { 1.0 } else { 0.0 },
+        logprob: Some(mine),
+        rank: Some(above + 1),
+        candidates: Some(item.candidates.len()),
+        greedy: Some(scores[gold].greedy),
+        ..result_of(item)
+    })
+}
+
 fn compare_settings(dir: &Path, old: &Value, now: &RunSettings) -> Result<()> {
     let now_v = serde_json::to_value(now).map_err(|e| RunError::Json {
         path: dir.join("run.json"),
         reason: e.to_string(),
     })?;
+    // Absent means generation, on both sides (see `RunSettings::scoring`).
+    let was_scoring = old
+        .get("scoring")
+        .and_then(Value::as_str)
+        .unwrap_or(Scoring::Generate.name());
+    if was_scoring != now.scoring.name() {
+        return Err(RunError::Changed {
+            dir: dir.to_path_buf(),
+            setting: "scoring".into(),
+            was: was_scoring.into(),
+            now: now.scoring.name().into(),
+        });
+    }
     let Value::Object(fields) = &now_v else {
         return Ok(());
     };
@@ -707,6 +856,13 @@ pub struct DumpedPrompt {
     pub expected: Vec<String>,
     /// For the ordinal tasks: the other values of the key (must not come first).
     pub distractors: Vec<String>,
+    /// Every value the context offers as an answer (what teacher-forced scoring ranks).
+    #[serde(default)]
+    pub candidates: Vec<String>,
+    /// The prompt's token ids exactly as rsd feeds them (special tokens included): an engine
+    /// given these adds no second BOS.
+    #[serde(default)]
+    pub prompt_token_ids: Vec<i64>,
     /// The prompt, a space and the expected answers joined by ", ": the item as a training
     /// document, for `rsd-data pack` (whose default JSONL field is `text`).
     pub text: String,
@@ -732,6 +888,8 @@ fn dump_prompts(
             text: format!("{} {}", it.prompt, it.expected.join(", ")),
             expected: it.expected,
             distractors: it.distractors,
+            candidates: it.candidates,
+            prompt_token_ids: it.ids,
             prompt: it.prompt,
             chat_template: chat.map(|c| c.source_name().to_string()),
         };

@@ -228,6 +228,15 @@ impl Task {
             })
     }
 
+    /// Whether an item asks for one value (which teacher-forced scoring can rank among the
+    /// context's values); multi-value, multi-query, vt, cwe and fwe ask for several.
+    pub fn has_single_answer(self) -> bool {
+        !matches!(
+            self,
+            Task::NiahMultivalue | Task::NiahMultiquery | Task::Vt | Task::Cwe | Task::Fwe
+        )
+    }
+
     /// Whether the evidence sits at one depth (needle tasks) or is spread over the context.
     pub fn has_depth(self) -> bool {
         !matches!(self, Task::Vt | Task::Cwe | Task::Fwe)
@@ -486,7 +495,11 @@ fn needle_values(context: &str, expected: &[String]) -> Vec<String> {
             continue;
         };
         // A value is a number, a word or a UUID: it ends at the sentence's full stop.
-        let value = rest.split(". ").next().unwrap_or(rest).trim_end_matches('.');
+        let value = rest
+            .split(". ")
+            .next()
+            .unwrap_or(rest)
+            .trim_end_matches('.');
         if !value.is_empty() && !out.iter().any(|v| v == value) {
             out.push(value.to_string());
         }
@@ -1809,7 +1822,11 @@ mod tests {
     #[test]
     fn candidates_are_every_value_the_context_offers() {
         let g = Generator::new(tokenizer(), haystack(), 3);
-        let needles = |it: &Item| it.prompt[it.context.clone()].matches("One of the special magic ").count();
+        let needles = |it: &Item| {
+            it.prompt[it.context.clone()]
+                .matches("One of the special magic ")
+                .count()
+        };
         for (task, at_least) in [
             (Task::NiahMultikey2, 10),
             (Task::NiahMultikey3, 5),
@@ -1818,14 +1835,22 @@ mod tests {
             (Task::NiahOrdinal(Ordinal::Second), 3),
         ] {
             let it = g.item(task, 1024, Some(0.3), 0, None).unwrap();
-            assert_eq!(it.candidates.len(), needles(&it), "{task:?}: {:?}", it.candidates);
-            assert!(it.candidates.len() >= at_least, "{task:?}: {:?}", it.candidates);
+            assert_eq!(
+                it.candidates.len(),
+                needles(&it),
+                "{task:?}: {:?}",
+                it.candidates
+            );
+            assert!(
+                it.candidates.len() >= at_least,
+                "{task:?}: {:?}",
+                it.candidates
+            );
             assert!(it.candidates.contains(&it.expected[0]), "{task:?}");
             for c in &it.candidates {
                 assert!(it.prompt.contains(&format!(" is: {c}.")), "{task:?}: {c}");
             }
-            let mut unique = it.candidates.clone();
-            unique.dedup();
+            let unique: HashSet<&String> = it.candidates.iter().collect();
             assert_eq!(unique.len(), it.candidates.len());
         }
         let it = g.item(Task::Passkey, 512, Some(0.5), 0, None).unwrap();

@@ -640,7 +640,9 @@ pub fn score_continuations(
     prefill_chunk: i64,
 ) -> Result<Vec<ContinuationScore>> {
     if prompt.is_empty() {
-        return Err(ModelError::Input("teacher forcing: the prompt has no tokens".into()));
+        return Err(ModelError::Input(
+            "teacher forcing: the prompt has no tokens".into(),
+        ));
     }
     if let Some(i) = continuations.iter().position(Vec::is_empty) {
         return Err(ModelError::Input(format!(
@@ -648,7 +650,9 @@ pub fn score_continuations(
         )));
     }
     if batch_size == 0 {
-        return Err(ModelError::Input("teacher forcing: batch size must be at least 1".into()));
+        return Err(ModelError::Input(
+            "teacher forcing: batch size must be at least 1".into(),
+        ));
     }
     let _guard = tch::no_grad_guard();
     let device = model.options().device;
@@ -661,10 +665,17 @@ pub fn score_continuations(
     };
     let positions: Vec<i64> = (0..p).collect();
     let mut cache = KvCache::new(model, 1, p)?;
-    let first = prefill(model, &mut cache, &ids(prompt, 1, p)?, &ids(&positions, 1, p)?, &[0], prefill_chunk)?
-        .f_log_softmax(-1, Kind::Double)
-        .and_then(|t| t.f_to_device(Device::Cpu))
-        .ctx("teacher forcing: first-token distribution")?;
+    let first = prefill(
+        model,
+        &mut cache,
+        &ids(prompt, 1, p)?,
+        &ids(&positions, 1, p)?,
+        &[0],
+        prefill_chunk,
+    )?
+    .f_log_softmax(-1, Kind::Double)
+    .and_then(|t| t.f_to_device(Device::Cpu))
+    .ctx("teacher forcing: first-token distribution")?;
     let first_argmax = first.f_argmax(-1, false).ctx("argmax")?.int64_value(&[0]);
     let prefix = cache.prefix()?;
     let mut out = Vec::with_capacity(continuations.len());
@@ -943,10 +954,17 @@ mod tests {
                 assert_eq!(s.greedy, greedy, "{arch} {c:?}");
             }
             // Greedy decoding's own output is greedy under teacher forcing.
-            let opts = GenerateOptions { max_new_tokens: 4, ..Default::default() };
+            let opts = GenerateOptions {
+                max_new_tokens: 4,
+                ..Default::default()
+            };
             let gen = generate(&m, &[p.clone()], &opts, None).unwrap();
             let s = score_continuations(&m, &p, &[gen[0].ids.clone()], 1, 64).unwrap();
-            assert!(s[0].greedy, "{arch}: greedy output {:?} not greedy", gen[0].ids);
+            assert!(
+                s[0].greedy,
+                "{arch}: greedy output {:?} not greedy",
+                gen[0].ids
+            );
         }
     }
 
@@ -954,8 +972,12 @@ mod tests {
     fn teacher_forcing_refuses_empty_inputs() {
         let m = model("LlamaForCausalLM");
         let err = |r: Result<Vec<ContinuationScore>>| r.unwrap_err().to_string();
-        assert!(err(score_continuations(&m, &[], &[vec![1]], 1, 8)).contains("prompt has no tokens"));
-        assert!(err(score_continuations(&m, &[1], &[vec![1], vec![]], 1, 8)).contains("continuation 1"));
+        assert!(
+            err(score_continuations(&m, &[], &[vec![1]], 1, 8)).contains("prompt has no tokens")
+        );
+        assert!(
+            err(score_continuations(&m, &[1], &[vec![1], vec![]], 1, 8)).contains("continuation 1")
+        );
         assert!(err(score_continuations(&m, &[1], &[vec![1]], 0, 8)).contains("batch size"));
     }
 

@@ -45,8 +45,14 @@ fn compare(case: &Case, kind: Kind, device: Device) -> Vec<(String, f64)> {
     let q0 = Tensor::randn(shape(case.heads, case.len), (Kind::Double, Device::Cpu));
     let k0 = Tensor::randn(shape(case.kv_heads, case.len), (Kind::Double, Device::Cpu));
     let v0 = Tensor::randn(shape(case.kv_heads, case.len), (Kind::Double, Device::Cpu));
-    let pk0 = Tensor::randn(shape(case.kv_heads, case.prefix), (Kind::Double, Device::Cpu));
-    let pv0 = Tensor::randn(shape(case.kv_heads, case.prefix), (Kind::Double, Device::Cpu));
+    let pk0 = Tensor::randn(
+        shape(case.kv_heads, case.prefix),
+        (Kind::Double, Device::Cpu),
+    );
+    let pv0 = Tensor::randn(
+        shape(case.kv_heads, case.prefix),
+        (Kind::Double, Device::Cpu),
+    );
     let grad0 = Tensor::randn(shape(case.heads, case.len), (Kind::Double, Device::Cpu));
     let scale = 1.0 / (case.head_dim as f64).sqrt();
     let total = case.prefix + case.len;
@@ -61,11 +67,19 @@ fn compare(case: &Case, kind: Kind, device: Device) -> Vec<(String, f64)> {
     let got = attend_documents(&q, &k, &v, prefix, docs.as_ref(), scale).expect("device attention");
     // d(Σ out·g)/d out = g: the backward receives g as the upstream gradient.
     let g = grad0.to_device(device).to_kind(Kind::Float);
-    (got.out.to_kind(Kind::Float) * g).sum(Kind::Float).backward();
+    (got.out.to_kind(Kind::Float) * g)
+        .sum(Kind::Float)
+        .backward();
 
     // The reference: per document, the prefix unmasked and the document's own keys causal.
     let leaf64 = |t: &Tensor| t.copy().set_requires_grad(true);
-    let (rq, rk, rv, rpk, rpv) = (leaf64(&q0), leaf64(&k0), leaf64(&v0), leaf64(&pk0), leaf64(&pv0));
+    let (rq, rk, rv, rpk, rpv) = (
+        leaf64(&q0),
+        leaf64(&k0),
+        leaf64(&v0),
+        leaf64(&pk0),
+        leaf64(&pv0),
+    );
     let bounds = match &case.docs {
         Some(cu) => cu.clone(),
         None => vec![0, total],
@@ -86,10 +100,22 @@ fn compare(case: &Case, kind: Kind, device: Device) -> Vec<(String, f64)> {
         let (pkd, pvd) = (rpk.narrow(2, pstart, plen), rpv.narrow(2, pstart, plen));
         let mut blocks = Vec::new();
         if plen > 0 {
-            blocks.push(KvBlock { k: &pkd, v: &pvd, mask: Mask::None });
+            blocks.push(KvBlock {
+                k: &pkd,
+                v: &pvd,
+                mask: Mask::None,
+            });
         }
-        blocks.push(KvBlock { k: &kd, v: &vd, mask: Mask::Causal });
-        outs.push(attend_reference(&qd, &blocks, scale).expect("reference").out);
+        blocks.push(KvBlock {
+            k: &kd,
+            v: &vd,
+            mask: Mask::Causal,
+        });
+        outs.push(
+            attend_reference(&qd, &blocks, scale)
+                .expect("reference")
+                .out,
+        );
     }
     let want = Tensor::cat(&outs, 2);
     (&want * &grad0).sum(Kind::Double).backward();
@@ -126,7 +152,15 @@ const FP16: f64 = 5e-3;
 const FP32: f64 = 1e-4;
 
 fn causal_gqa() -> Case {
-    Case { batch: 2, heads: 8, kv_heads: 2, len: 384, prefix: 0, head_dim: 64, docs: None }
+    Case {
+        batch: 2,
+        heads: 8,
+        kv_heads: 2,
+        len: 384,
+        prefix: 0,
+        head_dim: 64,
+        docs: None,
+    }
 }
 
 #[test]
@@ -142,7 +176,15 @@ fn efficient_attention_causal_gqa_matches_the_reference() {
 
 #[test]
 fn a_key_prefix_and_the_own_causal_block_match_the_reference() {
-    let case = || Case { batch: 1, heads: 8, kv_heads: 4, len: 256, prefix: 320, head_dim: 128, docs: None };
+    let case = || Case {
+        batch: 1,
+        heads: 8,
+        kv_heads: 4,
+        len: 256,
+        prefix: 320,
+        head_dim: 128,
+        docs: None,
+    };
     check("prefix + causal", case(), Kind::BFloat16, BF16);
     check("prefix + causal", case(), Kind::Float, FP32);
 }
@@ -166,7 +208,15 @@ fn documents_with_a_prefix_match_the_reference() {
 #[test]
 fn a_head_size_flash_does_not_take_runs_on_the_efficient_kernel() {
     // 80 is a multiple of 8 (flash takes it); 72 too. 20 is not a multiple of 8.
-    let case = || Case { batch: 1, heads: 4, kv_heads: 2, len: 200, prefix: 0, head_dim: 20, docs: None };
+    let case = || Case {
+        batch: 1,
+        heads: 4,
+        kv_heads: 2,
+        len: 200,
+        prefix: 0,
+        head_dim: 20,
+        docs: None,
+    };
     check("head_dim 20", case(), Kind::BFloat16, BF16);
 }
 
@@ -176,7 +226,15 @@ fn the_same_comparison_on_the_cpu_holds_which_checks_this_files_reference() {
     // reference (or a wrong reading of the document boundaries) fails here, not only on a GPU.
     let cases = [
         causal_gqa(),
-        Case { batch: 1, heads: 8, kv_heads: 4, len: 96, prefix: 80, head_dim: 32, docs: None },
+        Case {
+            batch: 1,
+            heads: 8,
+            kv_heads: 4,
+            len: 96,
+            prefix: 80,
+            head_dim: 32,
+            docs: None,
+        },
         Case {
             batch: 2,
             heads: 4,

@@ -1,0 +1,514 @@
+//! Paired differences between arms evaluated on the same items, with bootstrap intervals over
+//! replicas (training seeds) and items: what `rsd-eval compare --baseline LABEL` adds to the
+//! comparison.
+//!
+//! An **arm** is a label; each arm has **replicas** (say, training seeds), each replica the
+//! records of one or more runs (say, one run per evaluated length). Arm and baseline are paired
+//! twice: replica `r` of the arm with replica `r` of the baseline (the same seed: the same
+//! adaptation data order), and item with item (the same task, length, depth and sample index).
+//! Only replicas both have, and items every one of those replicas has, are used.
+//!
+//! **Measures**, each per arm and as the difference arm − baseline:
+//! * `accuracy@L`: the mean score at length L, every (depth) cell weighing the same;
+//! * `depth_sd@L`: the population standard deviation over depths of the per-depth accuracy at
+//!   L: how much accuracy depends on where the evidence sits;
+//! * `drop@L1→L2`: accuracy at the shortest length minus accuracy at the longest (with two or
+//!   more lengths);
+//! * `logprob@L` (secondary): the mean log-probability of the expected answer, when the records
+//!   carry one (teacher-forced runs).
+//!
+//! **Intervals**: a percentile bootstrap. Each of `B` resamples draws the replicas with
+//! replacement (as many as there are), and within every (length, depth) cell its items with
+//! replacement (as many as there are); the arm and the baseline are measured on the same draw,
+//! so the interval is of the paired difference. The point estimate is on all the data.
+use std::collections::{BTreeMap, BTreeSet};
+
+use rsd_common::rng::SplitMix64;
+use serde::Serialize;
+
+use crate::plot::PlotError;
+use crate::results::ItemResult;
+
+/// An item's identity across runs: task, length, depth bits, sample.
+type Key = (String, usize, Option<u64>, usize);
+
+/// A replica's records by key: (score, log-probability).
+type Records = BTreeMap<Key, (f64, Option<f64>)>;
+
+/// One measure of one arm against the baseline.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Measure {
+    /// `accuracy@1024`, `depth_sd@1024`, `drop@1024→4096`, `logprob@1024`.
+    pub name: String,
+    /// Whether it is one of the primary measures (accuracy, depth_sd, drop) or secondary.
+    pub primary: bool,
+    /// The arm's value on all the data.
+    pub arm: f64,
+    /// The baseline's value on all the data.
+    pub baseline: f64,
+    /// `arm − baseline`.
+    pub diff: f64,
+    /// The bootstrap interval of the difference, `[lower, upper]`.
+    pub ci: [f64; 2],
+}
+
+/// One arm's measures against the baseline.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ArmDiff {
+    /// The arm's label.
+    pub label: String,
+    /// Replicas paired with the baseline's.
+    pub replicas: Vec<String>,
+    /// Items per replica used (shared by every paired replica of both).
+    pub items: usize,
+    /// The measures.
+    pub measures: Vec<Measure>,
+}
+
+/// Everything `--baseline` adds to `compare.json`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Paired {
+    /// The baseline's label.
+    pub baseline: String,
+    /// Bootstrap resamples.
+    pub resamples: usize,
+    /// Interval coverage (0.95).
+    pub level: f64,
+    /// Seed of the resampling (each arm draws from its own stream: the seed and the arm's
+    /// position among the compared arms).
+    pub seed: u64,
+    /// One entry per other arm, in the order the arms were given.
+    pub arms: Vec<ArmDiff>,
+}
+
+/// Arm label → replica name → records.
+pub type Arms = Vec<(String, Vec<(String, Vec<ItemResult>)>)>;
+
+fn key(r: &ItemResult) -> Key {
+    (
+        r.task.clone(),
+        r.length,
+        r.depth.map(f64::to_bits),
+        r.sample,
+    )
+}
+
+fn records(label: &str, replica: &str, items: &[ItemResult]) -> Result<Records, PlotError> {
+    let mut out = Records::new();
+    for r in items {
+        if out.insert(key(r), (r.score, r.logprob)).is_some() {
+            return Err(PlotError::Input(format!(
+                "{label}, replica {replica}: the item {} at length {}, depth {:?}, sample {} is \
+                 recorded twice (two runs of one replica must hold different items)",
+                r.task, r.length, r.depth, r.sample
+            )));
+        }
+    }
+    Ok(out)
+}
+
+/// Scores as dense arrays: `[replica][cell][item]`, cells being (length, depth) in order.
+struct Dense {
+    lengths: Vec<usize>,
+    /// Per cell: its length's index.
+    cell_length: Vec<usize>,
+    /// `[replica][cell][item]`.
+    score: Vec<Vec<Vec<f64>>>,
+    /// Present when every record has one.
+    logprob: Option<Vec<Vec<Vec<f64>>>>,
+}
+
+fn dense(reps: &[&Records], keys: &[Vec<Key>], lengths: &[usize]) -> Dense {
+    let cell_length = keys
+        .iter()
+        .map(|k| lengths.iter().position(|&l| l == k[0].1).unwrap_or(0))
+        .collect();
+    let pick = |f: &dyn Fn(&(f64, Option<f64>)) -> Option<f64>| -> Option<Vec<Vec<Vec<f64>>>> {
+        reps.iter()
+            .map(|rec| {
+                keys.iter()
+                    .map(|cell| cell.iter().map(|k| rec.get(k).and_then(f)).collect())
+                    .collect()
+            })
+            .collect()
+    };
+    Dense {
+        lengths: lengths.to_vec(),
+        cell_length,
+        score: pick(&|v| Some(v.0)).unwrap_or_default(),
+        logprob: pick(&|v| v.1),
+    }
+}
+
+/// One draw: which replicas, and per cell which items (indices, with repetition).
+struct Draw {
+    replicas: Vec<usize>,
+    items: Vec<Vec<usize>>,
+}
+
+impl Draw {
+    fn all(replicas: usize, cells: &[Vec<Key>]) -> Draw {
+        Draw {
+            replicas: (0..replicas).collect(),
+            items: cells.iter().map(|c| (0..c.len()).collect()).collect(),
+        }
+    }
+
+    fn resample(rng: &mut SplitMix64, replicas: usize, cells: &[Vec<Key>]) -> Draw {
+        let mut pick = |n: usize| -> Vec<usize> {
+            (0..n)
+                .map(|_| rng.range(0, n as i64 - 1) as usize)
+                .collect()
+        };
+        Draw {
+            replicas: pick(replicas),
+            items: cells.iter().map(|c| pick(c.len())).collect(),
+        }
+    }
+}
+
+/// The measures of one arm on a draw, in `names` order.
+fn measures(d: &Dense, draw: &Draw) -> Vec<f64> {
+    let cell_mean = |values: &Vec<Vec<Vec<f64>>>, c: usize| -> f64 {
+        let mut sum = 0.0;
+        for &r in &draw.replicas {
+            for &i in &draw.items[c] {
+                sum += values[r][c][i];
+            }
+        }
+        sum / (draw.replicas.len() * draw.items[c].len()) as f64
+    };
+    let per_length = |values: &Vec<Vec<Vec<f64>>>| -> Vec<Vec<f64>> {
+        let mut out = vec![Vec::new(); d.lengths.len()];
+        for c in 0..d.cell_length.len() {
+            out[d.cell_length[c]].push(cell_mean(values, c));
+        }
+        out
+    };
+    let acc = per_length(&d.score);
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let mut out = Vec::new();
+    for cells in &acc {
+        out.push(mean(cells));
+    }
+    for cells in &acc {
+        let m = mean(cells);
+        out.push((cells.iter().map(|x| (x - m).powi(2)).sum::<f64>() / cells.len() as f64).sqrt());
+    }
+    if d.lengths.len() > 1 {
+        out.push(mean(&acc[0]) - mean(&acc[acc.len() - 1]));
+    }
+    if let Some(lp) = &d.logprob {
+        for cells in per_length(lp) {
+            out.push(mean(&cells));
+        }
+    }
+    out
+}
+
+fn names(lengths: &[usize], logprob: bool) -> Vec<(String, bool)> {
+    let mut out: Vec<(String, bool)> = Vec::new();
+    out.extend(lengths.iter().map(|l| (format!("accuracy@{l}"), true)));
+    out.extend(lengths.iter().map(|l| (format!("depth_sd@{l}"), true)));
+    if lengths.len() > 1 {
+        let (a, b) = (lengths[0], lengths[lengths.len() - 1]);
+        out.push((format!("drop@{a}→{b}"), true));
+    }
+    if logprob {
+        out.extend(lengths.iter().map(|l| (format!("logprob@{l}"), false)));
+    }
+    out
+}
+
+/// The `q` quantile of sorted `v` (linear interpolation between order statistics).
+fn quantile(v: &[f64], q: f64) -> f64 {
+    let pos = q * (v.len() - 1) as f64;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    v[lo] + (v[hi] - v[lo]) * (pos - lo as f64)
+}
+
+/// Paired differences of every arm against `baseline` (see the module docs).
+pub fn paired(
+    arms: &Arms,
+    baseline: &str,
+    resamples: usize,
+    seed: u64,
+) -> Result<Paired, PlotError> {
+    const LEVEL: f64 = 0.95;
+    let labels: Vec<&str> = arms.iter().map(|(l, _)| l.as_str()).collect();
+    let Some(base) = arms.iter().find(|(l, _)| l == baseline) else {
+        return Err(PlotError::Input(format!(
+            "--baseline {baseline}: no run has that label (labels: {})",
+            labels.join(", ")
+        )));
+    };
+    if resamples < 100 {
+        return Err(PlotError::Input(format!(
+            "--bootstrap {resamples}: use at least 100 resamples (2000 is the default)"
+        )));
+    }
+    let base_recs: BTreeMap<&str, Records> = base
+        .1
+        .iter()
+        .map(|(r, items)| Ok((r.as_str(), records(baseline, r, items)?)))
+        .collect::<Result<_, PlotError>>()?;
+    let mut out = Vec::new();
+    for (label, reps) in arms.iter().filter(|(l, _)| l != baseline) {
+        let recs: BTreeMap<&str, Records> = reps
+            .iter()
+            .map(|(r, items)| Ok((r.as_str(), records(label, r, items)?)))
+            .collect::<Result<_, PlotError>>()?;
+        let shared: Vec<&str> = recs
+            .keys()
+            .filter(|r| base_recs.contains_key(*r))
+            .copied()
+            .collect();
+        if shared.is_empty() {
+            return Err(PlotError::Input(format!(
+                "{label} and the baseline {baseline} share no replica to pair: {label} has {}, \
+                 {baseline} has {} (name them alike with --replicas)",
+                recs.keys().copied().collect::<Vec<_>>().join(", "),
+                base_recs.keys().copied().collect::<Vec<_>>().join(", ")
+            )));
+        }
+        let all: Vec<&Records> = shared
+            .iter()
+            .flat_map(|r| [&recs[r], &base_recs[r]])
+            .collect();
+        let keys: BTreeSet<&Key> = all[0]
+            .keys()
+            .filter(|k| all.iter().all(|rec| rec.contains_key(*k)))
+            .collect();
+        if keys.is_empty() {
+            return Err(PlotError::Input(format!(
+                "{label} and the baseline {baseline} share no item (the same task, length, \
+                 depth and sample in every paired replica)"
+            )));
+        }
+        // Cells: (length, depth), items in key order.
+        let mut cells: BTreeMap<(usize, Option<u64>), Vec<Key>> = BTreeMap::new();
+        for k in &keys {
+            cells.entry((k.1, k.2)).or_default().push((*k).clone());
+        }
+        let lengths: Vec<usize> = cells
+            .keys()
+            .map(|(l, _)| *l)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let cells: Vec<Vec<Key>> = cells.into_values().collect();
+        let arm_reps: Vec<&Records> = shared.iter().map(|r| &recs[r]).collect();
+        let base_reps: Vec<&Records> = shared.iter().map(|r| &base_recs[r]).collect();
+        let (a, b) = (
+            dense(&arm_reps, &cells, &lengths),
+            dense(&base_reps, &cells, &lengths),
+        );
+        let with_lp = a.logprob.is_some() && b.logprob.is_some();
+        let (a, b) = if with_lp {
+            (a, b)
+        } else {
+            (Dense { logprob: None, ..a }, Dense { logprob: None, ..b })
+        };
+        let full = Draw::all(shared.len(), &cells);
+        let (point_a, point_b) = (measures(&a, &full), measures(&b, &full));
+        let mut rng = SplitMix64::keyed(&[seed, out.len() as u64]);
+        let mut diffs: Vec<Vec<f64>> = vec![Vec::with_capacity(resamples); point_a.len()];
+        for _ in 0..resamples {
+            let draw = Draw::resample(&mut rng, shared.len(), &cells);
+            let (ma, mb) = (measures(&a, &draw), measures(&b, &draw));
+            for (j, (x, y)) in ma.iter().zip(&mb).enumerate() {
+                diffs[j].push(x - y);
+            }
+        }
+        let measures = names(&lengths, with_lp)
+            .into_iter()
+            .zip(diffs.iter_mut())
+            .enumerate()
+            .map(|(j, ((name, primary), ds))| {
+                ds.sort_by(f64::total_cmp);
+                let tail = (1.0 - LEVEL) / 2.0;
+                Measure {
+                    name,
+                    primary,
+                    arm: point_a[j],
+                    baseline: point_b[j],
+                    diff: point_a[j] - point_b[j],
+                    ci: [quantile(ds, tail), quantile(ds, 1.0 - tail)],
+                }
+            })
+            .collect();
+        out.push(ArmDiff {
+            label: label.clone(),
+            replicas: shared.iter().map(|r| r.to_string()).collect(),
+            items: keys.len(),
+            measures,
+        });
+    }
+    Ok(Paired {
+        baseline: baseline.to_string(),
+        resamples,
+        level: LEVEL,
+        seed,
+        arms: out,
+    })
+}
+
+impl Paired {
+    /// The Markdown section: one table per arm.
+    pub fn markdown(&self) -> String {
+        let mut s = format!(
+            "## Paired differences against {}\n\n{:.0}% percentile bootstrap intervals, {} \
+             resamples of the paired replicas and of the items within each (length, depth) \
+             cell. Primary measures first; `logprob` is secondary.\n",
+            self.baseline,
+            self.level * 100.0,
+            self.resamples
+        );
+        for arm in &self.arms {
+            s += &format!(
+                "\n### {} − {} ({} replica(s): {}; {} items each)\n\n| measure | {} | {} | \
+                 difference | {:.0}% interval |\n|---|---|---|---|---|\n",
+                arm.label,
+                self.baseline,
+                arm.replicas.len(),
+                arm.replicas.join(", "),
+                arm.items,
+                arm.label,
+                self.baseline,
+                self.level * 100.0
+            );
+            for m in &arm.measures {
+                let name = if m.primary {
+                    m.name.clone()
+                } else {
+                    format!("{} (secondary)", m.name)
+                };
+                s += &format!(
+                    "| {name} | {:.4} | {:.4} | {:+.4} | [{:+.4}, {:+.4}] |\n",
+                    m.arm, m.baseline, m.diff, m.ci[0], m.ci[1]
+                );
+            }
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plot::tests::item;
+
+    fn with_lp(mut r: ItemResult, lp: f64) -> ItemResult {
+        r.logprob = Some(lp);
+        r
+    }
+
+    /// Two lengths × two depths × `n` samples; `score(length, depth, sample)`.
+    fn records(n: usize, score: impl Fn(usize, f64, usize) -> f64) -> Vec<ItemResult> {
+        let mut out = Vec::new();
+        for l in [8, 16] {
+            for d in [0.0, 1.0] {
+                for s in 0..n {
+                    out.push(with_lp(item(l, Some(d), s, score(l, d, s)), -(s as f64)));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn measures_and_their_differences_on_all_the_data() {
+        // Baseline: 1 at depth 0, 0 at depth 1 (depth matters); arm: 0.5 everywhere.
+        let base = records(4, |_, d, _| if d == 0.0 { 1.0 } else { 0.0 });
+        let arm = records(4, |_, _, s| if s % 2 == 0 { 1.0 } else { 0.0 });
+        let arms: Arms = vec![
+            (
+                "std".into(),
+                vec![("0".into(), base.clone()), ("1".into(), base)],
+            ),
+            (
+                "rsd".into(),
+                vec![("0".into(), arm.clone()), ("1".into(), arm)],
+            ),
+        ];
+        let p = paired(&arms, "std", 500, 0).unwrap();
+        assert_eq!(p.arms.len(), 1);
+        let a = &p.arms[0];
+        assert_eq!(
+            (a.label.as_str(), a.items, a.replicas.len()),
+            ("rsd", 16, 2)
+        );
+        let by: BTreeMap<&str, &Measure> =
+            a.measures.iter().map(|m| (m.name.as_str(), m)).collect();
+        assert_eq!(by["accuracy@8"].diff, 0.0);
+        assert_eq!(by["depth_sd@8"].baseline, 0.5);
+        assert_eq!(by["depth_sd@8"].arm, 0.0);
+        assert_eq!(by["depth_sd@16"].diff, -0.5);
+        assert_eq!(by["drop@8→16"].diff, 0.0);
+        assert!(!by["logprob@8"].primary && by["logprob@8"].diff == 0.0);
+        // Equal accuracies: resampled items move the difference both ways around 0.
+        let acc = by["accuracy@8"];
+        assert!(acc.ci[0] <= 0.0 && acc.ci[1] >= 0.0, "{acc:?}");
+        let md = p.markdown();
+        assert!(
+            md.contains("| depth_sd@16 | 0.0000 | 0.5000 | -0.5000 |"),
+            "{md}"
+        );
+        assert!(md.contains("logprob@8 (secondary)"), "{md}");
+    }
+
+    #[test]
+    fn the_interval_covers_a_known_difference_and_is_paired() {
+        // The arm is the baseline plus 0.25 on every item of replica 0 and nothing else: the
+        // difference is 0.125 overall, and pairing makes the items' own variation cancel.
+        let noisy = |s: usize| ((s * 7919) % 13) as f64 / 13.0;
+        let base = records(32, |_, _, s| noisy(s));
+        let up = records(32, |_, _, s| noisy(s) + 0.25);
+        let arms: Arms = vec![
+            (
+                "std".into(),
+                vec![("0".into(), base.clone()), ("1".into(), base.clone())],
+            ),
+            ("rsd".into(), vec![("0".into(), up), ("1".into(), base)]),
+        ];
+        let p = paired(&arms, "std", 2000, 3).unwrap();
+        let acc = &p.arms[0].measures[0];
+        assert_eq!(acc.name, "accuracy@8");
+        assert!((acc.diff - 0.125).abs() < 1e-12, "{acc:?}");
+        // Replica resampling alone moves it (0, 0.125 or 0.25): the interval spans that, and
+        // the items' variation (which pairing removes) adds nothing.
+        assert!(acc.ci[0] >= -1e-12 && acc.ci[1] <= 0.25 + 1e-12, "{acc:?}");
+        assert!(acc.ci[0] < 0.1 && acc.ci[1] > 0.15, "{acc:?}");
+        // The same seed gives the same interval.
+        assert_eq!(paired(&arms, "std", 2000, 3).unwrap(), p);
+    }
+
+    #[test]
+    fn unpairable_inputs_are_refused_by_name() {
+        let r = records(2, |_, _, _| 1.0);
+        let arms: Arms = vec![
+            ("std".into(), vec![("0".into(), r.clone())]),
+            ("rsd".into(), vec![("7".into(), r.clone())]),
+        ];
+        let e = paired(&arms, "std", 200, 0).unwrap_err().to_string();
+        assert!(
+            e.contains("share no replica") && e.contains("--replicas"),
+            "{e}"
+        );
+        let e = paired(&arms, "base", 200, 0).unwrap_err().to_string();
+        assert!(
+            e.contains("--baseline base") && e.contains("std, rsd"),
+            "{e}"
+        );
+        let e = paired(&arms, "std", 10, 0).unwrap_err().to_string();
+        assert!(e.contains("at least 100"), "{e}");
+        let mut twice = r.clone();
+        twice.push(r[0].clone());
+        let arms: Arms = vec![
+            ("std".into(), vec![("0".into(), twice)]),
+            ("rsd".into(), vec![("0".into(), r)]),
+        ];
+        let e = paired(&arms, "std", 200, 0).unwrap_err().to_string();
+        assert!(e.contains("recorded twice"), "{e}");
+    }
+}
