@@ -1,6 +1,7 @@
 """scripts/miniature.sh end to end at toy size (a few steps, two seeds, one item per depth), with our
-debug binaries: both objectives adapt the same pretrained model on the same batches, the seeds are
-pooled in the comparison, and a rerun continues instead of starting over."""
+debug binaries: one shared base, four adaptation arms per seed from it on the same batches, every
+arm evaluated teacher-forced on the same items at three lengths, the paired comparison over seeds,
+the pre-registered bar enforced, and a rerun that continues instead of starting over."""
 import json
 import os
 import subprocess
@@ -9,53 +10,84 @@ from pathlib import Path
 from rsd_cli import exe
 
 REPO = Path(__file__).resolve().parents[1]
+ARMS = ("standard", "rsd", "standard-matched", "two-view-clm")
+EVALS = ("eval-1024", "eval-2048-yarn2", "eval-4096-yarn4")
 
 
-def miniature(out):
+def miniature(out, ignore_bar=True):
     env = {**os.environ, "RSD_MINI_BIN": str(Path(exe("rsd-train")).parent), "RSD_MINI_OUT": str(out),
-           "RSD_MINI_SEEDS": "0,1", "RSD_MINI_PRETRAIN_STEPS": "3", "RSD_MINI_ADAPT_STEPS": "2",
-           "RSD_MINI_SAMPLES": "1", "RSD_MINI_DEPTHS": "3", "RSD_MINI_TRAIN_SAMPLES": "3"}
-    p = subprocess.run(["bash", str(REPO / "scripts/miniature.sh")], env=env, capture_output=True,
-                       text=True, timeout=1800)
-    assert p.returncode == 0, p.stderr[-4000:]
-    assert "panicked" not in p.stderr
-    return p
+           "RSD_MINI_SEEDS": "0,1", "RSD_MINI_BASE_STEPS": "3", "RSD_MINI_ADAPT_STEPS": "2",
+           "RSD_MINI_ITEMS": "1", "RSD_MINI_DEPTHS": "2", "RSD_MINI_TRAIN_DOCS": "2"}
+    if ignore_bar:
+        env["RSD_MINI_IGNORE_BAR"] = "1"
+    return subprocess.run(["bash", str(REPO / "scripts/miniature.sh")], env=env, capture_output=True,
+                          text=True, timeout=1800)
 
 
-def metrics(path):
+def lines(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_miniature_compares_objectives_on_the_same_tokens_over_seeds(tmp_path):
+def test_miniature_runs_the_preregistered_design_and_resumes(tmp_path):
     out = tmp_path / "mini"
-    miniature(out)
+    p = miniature(out)
+    assert p.returncode == 0, p.stderr[-4000:]
+    assert "panicked" not in p.stderr
+    # The base's recall at 256 tokens, per depth, against the bar (a 3-step base misses it).
+    bar = (out / "base/bar.md").read_text()
+    assert "bar: 0.80 at every depth: NOT met" in bar, bar
+    base_config = json.loads((out / "base/model/config.json").read_text())
+    assert base_config["rope_theta"] == 10000.0  # raised only for the adaptation
+
     for seed in (0, 1):
         s = out / f"seed-{seed}"
-        std, rsd = metrics(s / "standard/metrics.jsonl"), metrics(s / "rsd/metrics.jsonl")
-        assert len(std) == len(rsd) == 2
-        # Same starting weights, same first batch: the standard view's CLM is the same number.
-        assert abs(std[0]["clm"] - rsd[0]["clm"]) < 1e-5 * abs(std[0]["clm"]), (std[0], rsd[0])
-        assert [m["tokens"] for m in std] == [m["tokens"] for m in rsd]
-        assert all(m["kl"] == 0 for m in std) and all(m["kl"] > 0 for m in rsd)
-        for objective in ("standard", "rsd"):
-            run = json.loads((s / objective / "eval-2048-yarn2/run.json").read_text())
-            assert run["rope_scaling"] is not None, run
-            assert len((s / objective / "eval-1024/results.jsonl").read_text().splitlines()) == 3
-    for name, length in (("compare-256-pretrained", 256), ("compare-1024", 1024),
-                         ("compare-2048-yarn2", 2048)):
-        cmp = json.loads((out / name / "compare.json").read_text())
-        assert cmp["tasks"] == ["passkey"] and cmp["lengths"] == [length]
-        labels = ["pretrained"] if length == 256 else ["standard", "rsd"]
-        assert [r["label"] for r in cmp["rows"]] == labels
-        for row in cmp["rows"]:
-            everything = row["cells"][-1]
-            assert (everything["items"], everything["samples"]) == (6, 2), row
-        assert (out / name / "accuracy_by_depth.png").stat().st_size > 0
-    table = (out / "ppl.md").read_text().splitlines()
-    assert [line.split("|")[1].strip() for line in table[2:]] == ["standard", "rsd"]
+        m = {arm: lines(s / arm / "metrics.jsonl") for arm in ARMS}
+        assert [len(m[a]) for a in ARMS] == [2, 2, 3, 2]  # compute-matched: 1.5× the steps
+        # One base, the same first batch: the standard view's CLM is the same number in every arm.
+        first = [m[a][0]["clm"] for a in ARMS]
+        assert max(first) - min(first) < 1e-5 * abs(first[0]), first
+        assert all(r["kl"] == 0 for a in ("standard", "standard-matched", "two-view-clm")
+                   for r in m[a])
+        assert all(r["kl"] > 0 for r in m["rsd"])
+        assert all(r["clm_pert"] > 0 for r in m["two-view-clm"])
+        for arm in ARMS:
+            config = json.loads((s / arm / "model/config.json").read_text())
+            assert (config["rope_theta"], config["max_position_embeddings"]) == (80000.0, 1024)
+            for name in EVALS:
+                run = json.loads((s / arm / name / "run.json").read_text())
+                assert run["scoring"] == "teacher-forced"
+                assert (run["rope_scaling"] is None) == (name == "eval-1024"), run
+                results = lines(s / arm / name / "results.jsonl")
+                assert len(results) == 2 and all(r["candidates"] == 4 for r in results)
+        # Every arm is scored on the same items.
+        prompts = {arm: [r["expected"] for r in lines(s / arm / "eval-1024/results.jsonl")]
+                   for arm in ARMS}
+        assert all(prompts[a] == prompts["standard"] for a in ARMS)
 
-    # A rerun keeps what finished: no training step is repeated.
+    for base in ("standard", "standard-matched"):
+        cmp = json.loads((out / f"compare-vs-{base}/compare.json").read_text())
+        assert cmp["lengths"] == [1024, 2048, 4096]
+        paired = cmp["paired"]
+        assert paired["baseline"] == base
+        assert [a["label"] for a in paired["arms"]] == [a for a in ARMS if a != base]
+        for arm in paired["arms"]:
+            assert arm["replicas"] == ["0", "1"] and arm["items"] == 6, arm
+            names = [m["name"] for m in arm["measures"]]
+            assert names[:3] == ["accuracy@1024", "accuracy@2048", "accuracy@4096"], names
+            assert "depth_sd@1024" in names and "drop@1024→4096" in names
+            assert all(m["ci"][0] <= m["ci"][1] for m in arm["measures"])
+        assert (out / f"compare-vs-{base}/accuracy_by_depth.png").stat().st_size > 0
+
+    # A rerun keeps what finished: no training step is repeated, no item is scored again.
     before = (out / "seed-0/rsd/metrics.jsonl").read_text()
+    scored = (out / "seed-1/two-view-clm/eval-4096-yarn4/results.jsonl").read_text()
     p = miniature(out)
-    assert "seed-0/pretrain: done" in p.stderr and "seed-1/rsd: done" in p.stderr
+    assert p.returncode == 0, p.stderr[-4000:]
+    assert "base: done" in p.stderr and "seed-1/two-view-clm: done" in p.stderr
     assert (out / "seed-0/rsd/metrics.jsonl").read_text() == before
+    assert (out / "seed-1/two-view-clm/eval-4096-yarn4/results.jsonl").read_text() == scored
+
+    # Without RSD_MINI_IGNORE_BAR a base under the bar stops the study, saying what to do.
+    p = miniature(out, ignore_bar=False)
+    assert p.returncode == 1
+    assert "misses the pre-registered bar" in p.stderr and "not the bar" in p.stderr, p.stderr[-2000:]

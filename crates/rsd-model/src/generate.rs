@@ -958,7 +958,7 @@ mod tests {
                 max_new_tokens: 4,
                 ..Default::default()
             };
-            let gen = generate(&m, &[p.clone()], &opts, None).unwrap();
+            let gen = generate(&m, std::slice::from_ref(&p), &opts, None).unwrap();
             let s = score_continuations(&m, &p, &[gen[0].ids.clone()], 1, 64).unwrap();
             assert!(
                 s[0].greedy,
