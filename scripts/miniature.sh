@@ -159,6 +159,18 @@ for seed in ${seeds//,/ }; do
 done
 
 label_list=$(IFS=,; echo "${labels[*]}")
+# Per length: the arms by depth, seeds pooled (figures and tables; the intervals are below).
+for run in eval-1024 eval-2048-yarn2 eval-4096-yarn4; do
+  these=() these_labels=()
+  for i in "${!runs[@]}"; do
+    if [ "$(basename "${runs[$i]}")" = "$run" ]; then
+      these+=("${runs[$i]}")
+      these_labels+=("${labels[$i]}")
+    fi
+  done
+  "$bin/rsd-eval" compare "${these[@]}" --labels "$(IFS=,; echo "${these_labels[*]}")" \
+    --out "$out/by-depth-${run#eval-}" >/dev/null
+done
 replica_list=$(IFS=,; echo "${replicas[*]}")
 for base in standard standard-matched; do
   say "paired differences against $base (95% bootstrap over seeds and items)"
@@ -168,4 +180,4 @@ done
 echo
 echo "the base's recall at 256:  $out/base/bar.md"
 echo "tables and intervals:      $out/compare-vs-standard/compare.md, $out/compare-vs-standard-matched/compare.md"
-echo "figures:                   $out/compare-vs-standard/accuracy_by_depth.png"
+echo "figures by depth:          $out/by-depth-1024/accuracy_by_depth.png, $out/by-depth-2048-yarn2/…, $out/by-depth-4096-yarn4/…"

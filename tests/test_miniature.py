@@ -78,6 +78,11 @@ def test_miniature_runs_the_preregistered_design_and_resumes(tmp_path):
             assert all(m["ci"][0] <= m["ci"][1] for m in arm["measures"])
         assert (out / f"compare-vs-{base}/accuracy_by_depth.png").stat().st_size > 0
 
+    for run in ("1024", "2048-yarn2", "4096-yarn4"):
+        cmp = json.loads((out / f"by-depth-{run}/compare.json").read_text())
+        assert [r["label"] for r in cmp["rows"]] == list(ARMS)
+        assert (out / f"by-depth-{run}/accuracy_by_depth.png").stat().st_size > 0
+
     # A rerun keeps what finished: no training step is repeated, no item is scored again.
     before = (out / "seed-0/rsd/metrics.jsonl").read_text()
     scored = (out / "seed-1/two-view-clm/eval-4096-yarn4/results.jsonl").read_text()

@@ -15,7 +15,9 @@
 //! * `drop@L1→L2`: accuracy at the shortest length minus accuracy at the longest (with two or
 //!   more lengths);
 //! * `logprob@L` (secondary): the mean log-probability of the expected answer, when the records
-//!   carry one (teacher-forced runs).
+//!   carry one (teacher-forced runs);
+//! * `greedy@L` (secondary): how often greedy decoding would produce the expected answer
+//!   (greedy exact match), when the records say (teacher-forced runs).
 //!
 //! **Intervals**: a percentile bootstrap. Each of `B` resamples draws the replicas with
 //! replacement (as many as there are), and within every (length, depth) cell its items with
@@ -32,8 +34,8 @@ use crate::results::ItemResult;
 /// An item's identity across runs: task, length, depth bits, sample.
 type Key = (String, usize, Option<u64>, usize);
 
-/// A replica's records by key: (score, log-probability).
-type Records = BTreeMap<Key, (f64, Option<f64>)>;
+/// A replica's records by key: (score, log-probability, greedy match as 0/1).
+type Records = BTreeMap<Key, (f64, Option<f64>, Option<f64>)>;
 
 /// One measure of one arm against the baseline.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -96,7 +98,8 @@ fn key(r: &ItemResult) -> Key {
 fn records(label: &str, replica: &str, items: &[ItemResult]) -> Result<Records, PlotError> {
     let mut out = Records::new();
     for r in items {
-        if out.insert(key(r), (r.score, r.logprob)).is_some() {
+        let greedy = r.greedy.map(|g| if g { 1.0 } else { 0.0 });
+        if out.insert(key(r), (r.score, r.logprob, greedy)).is_some() {
             return Err(PlotError::Input(format!(
                 "{label}, replica {replica}: the item {} at length {}, depth {:?}, sample {} is \
                  recorded twice (two runs of one replica must hold different items)",
@@ -116,6 +119,8 @@ struct Dense {
     score: Vec<Vec<Vec<f64>>>,
     /// Present when every record has one.
     logprob: Option<Vec<Vec<Vec<f64>>>>,
+    /// Present when every record has one.
+    greedy: Option<Vec<Vec<Vec<f64>>>>,
 }
 
 fn dense(reps: &[&Records], keys: &[Vec<Key>], lengths: &[usize]) -> Dense {
@@ -123,7 +128,8 @@ fn dense(reps: &[&Records], keys: &[Vec<Key>], lengths: &[usize]) -> Dense {
         .iter()
         .map(|k| lengths.iter().position(|&l| l == k[0].1).unwrap_or(0))
         .collect();
-    let pick = |f: &dyn Fn(&(f64, Option<f64>)) -> Option<f64>| -> Option<Vec<Vec<Vec<f64>>>> {
+    type Value = (f64, Option<f64>, Option<f64>);
+    let pick = |f: &dyn Fn(&Value) -> Option<f64>| -> Option<Vec<Vec<Vec<f64>>>> {
         reps.iter()
             .map(|rec| {
                 keys.iter()
@@ -137,6 +143,7 @@ fn dense(reps: &[&Records], keys: &[Vec<Key>], lengths: &[usize]) -> Dense {
         cell_length,
         score: pick(&|v| Some(v.0)).unwrap_or_default(),
         logprob: pick(&|v| v.1),
+        greedy: pick(&|v| v.2),
     }
 }
 
@@ -198,15 +205,15 @@ fn measures(d: &Dense, draw: &Draw) -> Vec<f64> {
     if d.lengths.len() > 1 {
         out.push(mean(&acc[0]) - mean(&acc[acc.len() - 1]));
     }
-    if let Some(lp) = &d.logprob {
-        for cells in per_length(lp) {
+    for secondary in [&d.logprob, &d.greedy].into_iter().flatten() {
+        for cells in per_length(secondary) {
             out.push(mean(&cells));
         }
     }
     out
 }
 
-fn names(lengths: &[usize], logprob: bool) -> Vec<(String, bool)> {
+fn names(lengths: &[usize], logprob: bool, greedy: bool) -> Vec<(String, bool)> {
     let mut out: Vec<(String, bool)> = Vec::new();
     out.extend(lengths.iter().map(|l| (format!("accuracy@{l}"), true)));
     out.extend(lengths.iter().map(|l| (format!("depth_sd@{l}"), true)));
@@ -216,6 +223,9 @@ fn names(lengths: &[usize], logprob: bool) -> Vec<(String, bool)> {
     }
     if logprob {
         out.extend(lengths.iter().map(|l| (format!("logprob@{l}"), false)));
+    }
+    if greedy {
+        out.extend(lengths.iter().map(|l| (format!("greedy@{l}"), false)));
     }
     out
 }
@@ -303,12 +313,15 @@ pub fn paired(
             dense(&arm_reps, &cells, &lengths),
             dense(&base_reps, &cells, &lengths),
         );
+        // A secondary measure is compared only when both sides carry it.
         let with_lp = a.logprob.is_some() && b.logprob.is_some();
-        let (a, b) = if with_lp {
-            (a, b)
-        } else {
-            (Dense { logprob: None, ..a }, Dense { logprob: None, ..b })
+        let with_greedy = a.greedy.is_some() && b.greedy.is_some();
+        let keep = |d: Dense| Dense {
+            logprob: d.logprob.filter(|_| with_lp),
+            greedy: d.greedy.filter(|_| with_greedy),
+            ..d
         };
+        let (a, b) = (keep(a), keep(b));
         let full = Draw::all(shared.len(), &cells);
         let (point_a, point_b) = (measures(&a, &full), measures(&b, &full));
         let mut rng = SplitMix64::keyed(&[seed, out.len() as u64]);
@@ -320,7 +333,7 @@ pub fn paired(
                 diffs[j].push(x - y);
             }
         }
-        let measures = names(&lengths, with_lp)
+        let measures = names(&lengths, with_lp, with_greedy)
             .into_iter()
             .zip(diffs.iter_mut())
             .enumerate()
@@ -359,7 +372,7 @@ impl Paired {
         let mut s = format!(
             "## Paired differences against {}\n\n{:.0}% percentile bootstrap intervals, {} \
              resamples of the paired replicas and of the items within each (length, depth) \
-             cell. Primary measures first; `logprob` is secondary.\n",
+             cell. Primary measures first; `logprob` and `greedy` (greedy exact match) are secondary.\n",
             self.baseline,
             self.level * 100.0,
             self.resamples
@@ -400,6 +413,7 @@ mod tests {
 
     fn with_lp(mut r: ItemResult, lp: f64) -> ItemResult {
         r.logprob = Some(lp);
+        r.greedy = Some(r.score > 0.5);
         r
     }
 
@@ -446,6 +460,8 @@ mod tests {
         assert_eq!(by["depth_sd@16"].diff, -0.5);
         assert_eq!(by["drop@8→16"].diff, 0.0);
         assert!(!by["logprob@8"].primary && by["logprob@8"].diff == 0.0);
+        assert!(!by["greedy@16"].primary);
+        assert_eq!((by["greedy@16"].arm, by["greedy@16"].baseline), (0.5, 0.5));
         // Equal accuracies: resampled items move the difference both ways around 0.
         let acc = by["accuracy@8"];
         assert!(acc.ci[0] <= 0.0 && acc.ci[1] >= 0.0, "{acc:?}");
