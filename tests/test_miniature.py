@@ -1,7 +1,8 @@
-"""scripts/miniature.sh end to end at toy size (a few steps, two seeds, one item per depth), with our
-debug binaries: one shared base, four adaptation arms per seed from it on the same batches, every
-arm evaluated teacher-forced on the same items at three lengths, the paired comparison over seeds,
-the pre-registered bar enforced, and a rerun that continues instead of starting over."""
+"""scripts/miniature.sh end to end at toy size (a few steps, one seed, one item per depth), with our
+debug binaries: one shared base, four adaptation arms from it on the same batches, every arm
+evaluated teacher-forced on the same items at three lengths, the paired comparisons, the
+pre-registered bar enforced, and a rerun that continues instead of starting over. (Pairing over
+several seeds is tested in rsd-eval's `paired` unit tests, on records with known differences.)"""
 import json
 import os
 import subprocess
@@ -16,7 +17,7 @@ EVALS = ("eval-1024", "eval-2048-yarn2", "eval-4096-yarn4")
 
 def miniature(out, ignore_bar=True):
     env = {**os.environ, "RSD_MINI_BIN": str(Path(exe("rsd-train")).parent), "RSD_MINI_OUT": str(out),
-           "RSD_MINI_SEEDS": "0,1", "RSD_MINI_BASE_STEPS": "3", "RSD_MINI_ADAPT_STEPS": "2",
+           "RSD_MINI_SEEDS": "0", "RSD_MINI_BASE_STEPS": "3", "RSD_MINI_ADAPT_STEPS": "2",
            "RSD_MINI_ITEMS": "1", "RSD_MINI_DEPTHS": "2", "RSD_MINI_TRAIN_DOCS": "2"}
     if ignore_bar:
         env["RSD_MINI_IGNORE_BAR"] = "1"
@@ -39,7 +40,7 @@ def test_miniature_runs_the_preregistered_design_and_resumes(tmp_path):
     base_config = json.loads((out / "base/model/config.json").read_text())
     assert base_config["rope_theta"] == 10000.0  # raised only for the adaptation
 
-    for seed in (0, 1):
+    for seed in (0,):
         s = out / f"seed-{seed}"
         m = {arm: lines(s / arm / "metrics.jsonl") for arm in ARMS}
         assert [len(m[a]) for a in ARMS] == [2, 2, 3, 2]  # compute-matched: 1.5× the steps
@@ -71,7 +72,7 @@ def test_miniature_runs_the_preregistered_design_and_resumes(tmp_path):
         assert paired["baseline"] == base
         assert [a["label"] for a in paired["arms"]] == [a for a in ARMS if a != base]
         for arm in paired["arms"]:
-            assert arm["replicas"] == ["0", "1"] and arm["items"] == 6, arm
+            assert arm["replicas"] == ["0"] and arm["items"] == 6, arm
             names = [m["name"] for m in arm["measures"]]
             assert names[:3] == ["accuracy@1024", "accuracy@2048", "accuracy@4096"], names
             assert "depth_sd@1024" in names and "drop@1024→4096" in names
@@ -85,12 +86,12 @@ def test_miniature_runs_the_preregistered_design_and_resumes(tmp_path):
 
     # A rerun keeps what finished: no training step is repeated, no item is scored again.
     before = (out / "seed-0/rsd/metrics.jsonl").read_text()
-    scored = (out / "seed-1/two-view-clm/eval-4096-yarn4/results.jsonl").read_text()
+    scored = (out / "seed-0/two-view-clm/eval-4096-yarn4/results.jsonl").read_text()
     p = miniature(out)
     assert p.returncode == 0, p.stderr[-4000:]
-    assert "base: done" in p.stderr and "seed-1/two-view-clm: done" in p.stderr
+    assert "base: done" in p.stderr and "seed-0/two-view-clm: done" in p.stderr
     assert (out / "seed-0/rsd/metrics.jsonl").read_text() == before
-    assert (out / "seed-1/two-view-clm/eval-4096-yarn4/results.jsonl").read_text() == scored
+    assert (out / "seed-0/two-view-clm/eval-4096-yarn4/results.jsonl").read_text() == scored
 
     # Without RSD_MINI_IGNORE_BAR a base under the bar stops the study, saying what to do.
     p = miniature(out, ignore_bar=False)

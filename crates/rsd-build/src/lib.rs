@@ -63,6 +63,9 @@ pub fn torch_cpp(lib: &Path, sources: &[&str]) -> cc::Build {
         .flag_if_supported("-Wno-unused-parameter")
         .flag_if_supported("-Wno-deprecated-declarations")
         .opt_level(2)
+        // libtorch's headers are heavy templates: debug info for them costs minutes of compile
+        // time per shim and is never read (the Rust side keeps its own).
+        .debug(false)
         .warnings(false);
     for source in sources {
         println!("cargo:rerun-if-changed={source}");
