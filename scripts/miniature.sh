@@ -77,8 +77,8 @@ pack() {
 }
 
 say "data: recall documents and the bundled books, with the miniature's tokenizer"
-recall_docs 1001 192,224,256 recall-base
-recall_docs 1002 192,224,256 recall-adapt
+recall_docs 1001 224,240,256 recall-base
+recall_docs 1002 224,240,256 recall-adapt
 pack "$data/recall-base.jsonl" 256 recall-256
 pack "$data/recall-adapt.jsonl" 1024 recall-1024
 pack corpus/books 256 books-256

@@ -136,8 +136,12 @@ pub fn run(a: RunArgs) -> Result<()> {
                 .overall
                 .map(|o| format!("{:.1}", 100.0 * o))
                 .unwrap_or_else(|| "n/a".into());
+            let verb = match opts.scoring {
+                Scoring::Generate => "generated",
+                Scoring::TeacherForced => "scored by teacher forcing",
+            };
             println!(
-                "{} items: {} scored, {} already done; overall score {overall}; see {}",
+                "{} items: {} {verb}, {} already done; overall score {overall}; see {}",
                 report.total,
                 report.done,
                 report.skipped,
