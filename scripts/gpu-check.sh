@@ -25,7 +25,11 @@
 #       # test-rsd-model-cuda and test-rsd-dist-gloo, built elsewhere against the same torch
 #       # version with `--features rsd-dist/nccl`; DATA holds shards-512 (corpus/books, the
 #       # default tokenizer), shards-32k and shards-64k (corpus/books, Llama-3's tokenizer, rows
-#       # of 32768 and 65536 tokens), `rsd-data pack` output. RSD_GPU_CHECK_OUT=DIR keeps the metrics and plans there.
+#       # of 32768 and 65536 tokens), `rsd-data pack` output. RSD_GPU_CHECK_OUT=DIR keeps the
+#       # metrics and plans there.
+#   RSD_GPU_CHECK_KEEP_GOING=1   # a failed NCCL step (4, 5) is reported at the end, not fatal
+#   RSD_GPU_CHECK_SKIP=NAME      # skip step 3's tests whose names contain NAME
+# docs/GPU.md records each run of this script: what passed, what failed, what was fixed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 say() { printf '\n==> %s\n' "$*" >&2; }
