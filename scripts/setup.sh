@@ -36,6 +36,14 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     || die "apt-get install ${need_apt[*]} failed (see above)"
 fi
 
+# 1b. Clippy: scripts/test.sh builds the workspace with clippy-driver (the lints run in the build).
+if ! command -v clippy-driver >/dev/null && ! rustup which clippy-driver >/dev/null 2>&1; then
+  command -v rustup >/dev/null \
+    || die "clippy-driver not found and no rustup to install it; install Rust's clippy component"
+  log "rust: adding the clippy component"
+  act rustup component add clippy || die "rustup component add clippy failed (see above)"
+fi
+
 # 2. The torch venv. torch is installed first and then held as a constraint while the peers are
 #    installed, or pip upgrades it through a dependency and tch (which expects exactly 2.13) stops
 #    building. The stamp holds the sha256 of the pins it was installed from: editing

@@ -151,15 +151,31 @@ const BF16: f64 = 3e-2;
 const FP16: f64 = 5e-3;
 const FP32: f64 = 1e-4;
 
+impl Case {
+    /// `batch` rows, `heads` query heads over `kv_heads`, `len` queries after a `prefix`.
+    fn new(batch: i64, heads: i64, kv_heads: i64, len: i64, prefix: i64, head_dim: i64) -> Case {
+        Case {
+            batch,
+            heads,
+            kv_heads,
+            len,
+            prefix,
+            head_dim,
+            docs: None,
+        }
+    }
+}
+
 fn causal_gqa() -> Case {
+    Case::new(2, 8, 2, 384, 0, 64)
+}
+
+/// Boundaries over [prefix 100 ; 300 queries]: one document straddles the prefix's end, one has
+/// a single token.
+fn documents_with_prefix() -> Case {
     Case {
-        batch: 2,
-        heads: 8,
-        kv_heads: 2,
-        len: 384,
-        prefix: 0,
-        head_dim: 64,
-        docs: None,
+        docs: Some(vec![0, 60, 170, 171, 400]),
+        ..Case::new(2, 4, 1, 300, 100, 64)
     }
 }
 
@@ -176,48 +192,26 @@ fn efficient_attention_causal_gqa_matches_the_reference() {
 
 #[test]
 fn a_key_prefix_and_the_own_causal_block_match_the_reference() {
-    let case = || Case {
-        batch: 1,
-        heads: 8,
-        kv_heads: 4,
-        len: 256,
-        prefix: 320,
-        head_dim: 128,
-        docs: None,
-    };
+    let case = || Case::new(1, 8, 4, 256, 320, 128);
     check("prefix + causal", case(), Kind::BFloat16, BF16);
     check("prefix + causal", case(), Kind::Float, FP32);
 }
 
 #[test]
 fn documents_with_a_prefix_match_the_reference() {
-    // Boundaries over [prefix 100 ; 300 queries]: one document straddles the prefix's end.
-    let case = || Case {
-        batch: 2,
-        heads: 4,
-        kv_heads: 1,
-        len: 300,
-        prefix: 100,
-        head_dim: 64,
-        docs: Some(vec![0, 60, 170, 171, 400]),
-    };
-    check("documents", case(), Kind::BFloat16, BF16);
-    check("documents", case(), Kind::Float, FP32);
+    check("documents", documents_with_prefix(), Kind::BFloat16, BF16);
+    check("documents", documents_with_prefix(), Kind::Float, FP32);
 }
 
 #[test]
 fn a_head_size_flash_does_not_take_runs_on_the_efficient_kernel() {
-    // 80 is a multiple of 8 (flash takes it); 72 too. 20 is not a multiple of 8.
-    let case = || Case {
-        batch: 1,
-        heads: 4,
-        kv_heads: 2,
-        len: 200,
-        prefix: 0,
-        head_dim: 20,
-        docs: None,
-    };
-    check("head_dim 20", case(), Kind::BFloat16, BF16);
+    // 20 is not a multiple of 8: the efficient kernel, on a zero-padded head.
+    check(
+        "head_dim 20",
+        Case::new(1, 4, 2, 200, 0, 20),
+        Kind::BFloat16,
+        BF16,
+    );
 }
 
 #[test]
@@ -226,24 +220,8 @@ fn the_same_comparison_on_the_cpu_holds_which_checks_this_files_reference() {
     // reference (or a wrong reading of the document boundaries) fails here, not only on a GPU.
     let cases = [
         causal_gqa(),
-        Case {
-            batch: 1,
-            heads: 8,
-            kv_heads: 4,
-            len: 96,
-            prefix: 80,
-            head_dim: 32,
-            docs: None,
-        },
-        Case {
-            batch: 2,
-            heads: 4,
-            kv_heads: 1,
-            len: 300,
-            prefix: 100,
-            head_dim: 64,
-            docs: Some(vec![0, 60, 170, 171, 400]),
-        },
+        Case::new(1, 8, 4, 96, 80, 32),
+        documents_with_prefix(),
     ];
     for case in cases {
         for (what, err) in compare(&case, Kind::Float, Device::Cpu) {
