@@ -229,3 +229,33 @@ fn the_same_comparison_on_the_cpu_holds_which_checks_this_files_reference() {
         }
     }
 }
+
+/// The caching allocator's counters (`rsd_model::alloc::cuda_memory`) move by exactly a new
+/// tensor's bytes (a multiple of the allocator's 512-byte rounding), and the peak restarts.
+#[test]
+fn the_cuda_allocator_counts_a_tensor_exactly() {
+    use rsd_model::alloc::{cuda_memory, cuda_reset_peak};
+    let Some(device) = cuda() else {
+        assert_eq!(cuda_memory(0), None, "no CUDA: no counts");
+        assert!(!cuda_reset_peak(0));
+        return;
+    };
+    // CUDA is initialised by the first tensor put on it.
+    let warm = Tensor::zeros([1], (Kind::Float, device));
+    let before = cuda_memory(0).expect("counts once CUDA is up");
+    let n: i64 = 3 << 20;
+    let t = Tensor::zeros([n], (Kind::Float, device));
+    let with = cuda_memory(0).expect("counts");
+    assert_eq!(with.allocated - before.allocated, 4 * n as u64);
+    assert!(with.peak_allocated >= with.allocated);
+    assert!(with.reserved >= with.allocated);
+    drop(t);
+    let after = cuda_memory(0).expect("counts");
+    assert_eq!(after.allocated, before.allocated);
+    assert_eq!(after.peak_allocated, with.peak_allocated, "the peak stays");
+    assert!(cuda_reset_peak(0));
+    let reset = cuda_memory(0).expect("counts");
+    assert_eq!(reset.peak_allocated, reset.allocated);
+    assert_eq!(cuda_memory(1 << 20), None, "no such device");
+    drop(warm);
+}

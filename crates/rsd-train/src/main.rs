@@ -67,8 +67,8 @@ enum Cmd {
     Probe(Box<ProbeArgs>),
     /// The memory plan per rank by category (weights, gradients, optimizer state, saved
     /// activations, transient, communication, update; the CUDA runtime apart); with --measure,
-    /// the same run on this CPU with libtorch's allocator counted, and plan/measured per
-    /// category. `--print-memory-plan` is an alias of the plan alone.
+    /// the same run here (the config's GPU, else this CPU) with libtorch's allocator counted, and
+    /// plan/measured per category. `--print-memory-plan` is an alias of the plan alone.
     Memory(Box<memory_cmd::MemoryArgs>),
 }
 

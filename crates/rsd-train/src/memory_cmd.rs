@@ -1,5 +1,5 @@
 //! `rsd-train memory`: the memory plan per rank, and with `--measure` the same run on this
-//! machine with libtorch's CPU allocator counted (`rsd_train::memory_measure`).
+//! machine with libtorch's allocator counted, CPU or CUDA (`rsd_train::memory_measure`).
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -27,9 +27,11 @@ pub struct MemoryArgs {
     /// Memory of one GPU, GiB.
     #[arg(long, default_value_t = 80, value_name = "GIB")]
     gpu_gib: u64,
-    /// Also run the config on this CPU (dp × cp local processes over Gloo, synthetic data, the
-    /// model randomly initialised) for one warm-up step and STEPS measured ones, and compare the
-    /// plan with what libtorch's CPU allocator counted, per category. For small models.
+    /// Also run the config here (dp × cp local processes, synthetic data, the model randomly
+    /// initialised) for one warm-up step and STEPS measured ones, and compare the plan with what
+    /// libtorch's allocator counted, per category. On the config's CUDA device where there is
+    /// one (`--device cuda`: the caching allocator's counts, and its peak reserve against the
+    /// plan's total), else on this CPU over Gloo (small models).
     #[arg(long, value_name = "STEPS")]
     measure: Option<u64>,
     /// Print JSON (plan, measured, plan/measured per category) instead of the table.
@@ -109,7 +111,8 @@ struct Report {
     measured: Option<Measured>,
     #[serde(skip_serializing_if = "Option::is_none")]
     ranks: Option<Vec<Measured>>,
-    /// plan / measured per category, and `peak` (the plan's CPU peak over the measured one).
+    /// plan / measured per category, `peak` (the plan's peak without the runtime over the measured
+    /// one) and on CUDA `peak_reserved` (the plan's total over the allocator's peak reserve).
     #[serde(skip_serializing_if = "Option::is_none")]
     ratio: Option<serde_json::Map<String, serde_json::Value>>,
     seq_len: u64,
@@ -137,12 +140,10 @@ fn ratio(plan: u64, measured: u64) -> Option<f64> {
 
 /// `rsd-train memory`.
 pub fn run(a: MemoryArgs) -> Result<()> {
-    // A rank of a measurement counts from its first tensor on.
     let rank_dir = std::env::var_os(measure::DIR_ENV).filter(|_| a.measure.is_some());
     let launched = std::env::var_os("WORLD_SIZE").is_some();
-    if rank_dir.is_some() && launched && !measure::start() {
-        bail!("libtorch's CPU allocator cannot be counted here");
-    }
+    // Resolving the config and planning make no tensor: a rank of a measurement still counts
+    // from its first tensor on.
     let cfg = TrainConfig::resolve(a.config.as_deref(), a.overrides.clone())?;
     let world = world_of(&cfg, a.nproc)?;
     let input = memory_plan::input_for(&cfg, a.arch.as_deref(), world, a.gpu_gib << 30)?;
@@ -152,6 +153,7 @@ pub fn run(a: MemoryArgs) -> Result<()> {
         let arch = memory_plan::arch_file(&cfg, a.arch.as_deref())?;
         let steps = a.measure.unwrap_or(1);
         let mcfg = measure_cfg(&cfg, &arch, &input, steps, Path::new(dir));
+        start_counting(&mcfg)?;
         measure::run_rank(mcfg, Path::new(dir))?;
         return Ok(());
     }
@@ -165,6 +167,9 @@ pub fn run(a: MemoryArgs) -> Result<()> {
         objective: input.objective.to_string(),
     };
     if let Some(steps) = a.measure {
+        if cfg.device.starts_with("cuda") && measure::measure_device(&cfg.device) == "cpu" {
+            eprintln!("note: libtorch sees no CUDA device here: measuring on this CPU");
+        }
         let ranks = measure_run(&cfg, &a, &input, world, steps)?;
         let worst = measure::worst(&ranks);
         let mut r = serde_json::Map::new();
@@ -176,6 +181,11 @@ pub fn run(a: MemoryArgs) -> Result<()> {
         }
         let peak = ratio(plan.peak_cpu, worst.peak).map_or(serde_json::Value::Null, |x| x.into());
         r.insert("peak".into(), peak);
+        if worst.peak_reserved > 0 {
+            let v = ratio(plan.total, worst.peak_reserved)
+                .map_or(serde_json::Value::Null, |x| x.into());
+            r.insert("peak_reserved".into(), v);
+        }
         report.measured = Some(worst);
         report.ranks = Some(ranks);
         report.ratio = Some(r);
@@ -197,8 +207,14 @@ pub fn run(a: MemoryArgs) -> Result<()> {
 /// The plan against the measurement, per category and at the peak.
 fn table(plan: &MemoryPlan, m: &Measured) -> String {
     let mib = |b: u64| format!("{:.2}", b as f64 / (1u64 << 20) as f64);
+    let on_cpu = m.peak_reserved == 0;
+    let place = if on_cpu {
+        "this CPU".to_string()
+    } else {
+        m.device.clone()
+    };
     let mut s = format!(
-        "measured on this CPU (largest rank), MiB:\n  {:<18} {:>10} {:>10} {:>7}\n",
+        "measured on {place} (largest rank), MiB:\n  {:<18} {:>10} {:>10} {:>7}\n",
         "category", "plan", "measured", "ratio"
     );
     let mut row = |name: &str, p: u64, mm: u64| {
@@ -211,15 +227,21 @@ fn table(plan: &MemoryPlan, m: &Measured) -> String {
         }
     }
     row("peak", plan.peak_cpu, m.peak);
-    s += &format!(
-        "  (peak resident set {} MiB: tensors plus what libtorch allocates outside its CPU \
-         allocator, the binary and the loader)\n",
-        mib(m.peak_rss)
-    );
+    if on_cpu {
+        s += &format!(
+            "  (peak resident set {} MiB: tensors plus what libtorch allocates outside its CPU \
+             allocator, the binary and the loader)\n",
+            mib(m.peak_rss)
+        );
+    } else {
+        row("peak reserved", plan.total, m.peak_reserved);
+        s += "  (peak reserved: the caching allocator's tensors and cache, against the plan's \
+              total; the CUDA context and the libraries' workspaces come on top of it)\n";
+    }
     s
 }
 
-/// The measurement's training config: the plan's layout on CPU over synthetic shards.
+/// The measurement's training config: the plan's layout over synthetic shards.
 fn measure_cfg(
     cfg: &TrainConfig,
     arch: &Path,
@@ -231,6 +253,15 @@ fn measure_cfg(
     m.dp = input.dp as usize;
     m.cp = input.cp as usize;
     m
+}
+
+/// Starts counting the memory of the device this rank of `mcfg` trains on.
+fn start_counting(mcfg: &TrainConfig) -> Result<()> {
+    let device = rsd_train::train::rank_device(mcfg)?;
+    if !measure::start(device) {
+        bail!("the memory of {device:?} cannot be counted here (libtorch's allocator for it)");
+    }
+    Ok(())
 }
 
 /// Runs the measurement: in this process (one rank) or as `world` local ranks over Gloo.
@@ -251,10 +282,8 @@ fn measure_run(
         let rows = (1 + steps) * input.dp * input.micro_batch + input.micro_batch;
         measure::write_shards(&dir, input.seq_len, rows, input.model.vocab_size as u64)?;
         if world == 1 {
-            if !measure::start() {
-                bail!("libtorch's CPU allocator cannot be counted here");
-            }
             let mcfg = measure_cfg(cfg, &arch, input, steps, &dir);
+            start_counting(&mcfg)?;
             return Ok(vec![measure::run_rank(mcfg, &dir)?]);
         }
         // The ranks run this same command line and find the data through the environment.

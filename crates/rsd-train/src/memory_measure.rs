@@ -1,7 +1,7 @@
 //! Memory measured on this machine (`rsd-train memory --measure STEPS`): a few real training
-//! steps of the config on CPU, with libtorch's CPU allocator counted
-//! ([`rsd_model::alloc`]), cut into the categories of the plan ([`crate::memory_plan`]) by phase
-//! marks the trainer sets ([`mark`]):
+//! steps of the config, on CPU with libtorch's CPU allocator counted, on a CUDA device with the
+//! caching allocator's own statistics ([`rsd_model::alloc`]), cut into the categories of the
+//! plan ([`crate::memory_plan`]) by phase marks the trainer sets ([`mark`]):
 //!
 //! * `Model` (the model built, `Trainer::new`): the weights are the bytes live then;
 //! * `Optimizer` (its state made): the optimizer state is what that added;
@@ -18,7 +18,7 @@
 //! later steps keep (zeroed). The gradients are what the step starts with above the model and
 //! the optimizer state: what the earlier steps left behind.
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
@@ -53,18 +53,38 @@ pub struct Mark {
     pub live: u64,
     /// The most bytes live between the previous mark and this one.
     pub peak: u64,
+    /// On CUDA, the most bytes the caching allocator held from the driver between the previous
+    /// mark and this one (live tensors plus its cache); 0 on CPU.
+    #[serde(default)]
+    pub reserved: u64,
 }
 
 static ON: AtomicBool = AtomicBool::new(false);
+/// The CUDA device whose allocator the marks read; -1: libtorch's CPU allocator.
+static CUDA_DEVICE: AtomicI64 = AtomicI64::new(-1);
 static MARKS: Mutex<Vec<Mark>> = Mutex::new(Vec::new());
 
-/// Starts counting (installs the counting allocator) and recording marks. Call before any
-/// tensor to be counted exists. `false` when libtorch's CPU allocator cannot be counted.
-pub fn start() -> bool {
-    if !rsd_model::alloc::install() {
-        return false;
+/// Starts recording marks of `device`'s memory. On CPU this installs the counting allocator:
+/// call it before any tensor to be counted exists. `false` when that allocator cannot be
+/// counted, or `device` is a CUDA device libtorch does not see.
+pub fn start(device: tch::Device) -> bool {
+    match device {
+        tch::Device::Cuda(i) => {
+            if !tch::Cuda::is_available() || i >= tch::Cuda::device_count() as usize {
+                return false;
+            }
+            // Fails while CUDA is not initialised yet; then no peak exists to restart.
+            rsd_model::alloc::cuda_reset_peak(i);
+            CUDA_DEVICE.store(i as i64, Ordering::SeqCst);
+        }
+        _ => {
+            if !rsd_model::alloc::install() {
+                return false;
+            }
+            rsd_model::alloc::reset_peak();
+            CUDA_DEVICE.store(-1, Ordering::SeqCst);
+        }
     }
-    rsd_model::alloc::reset_peak();
     if let Ok(mut m) = MARKS.lock() {
         m.clear();
     }
@@ -77,10 +97,33 @@ pub fn mark(phase: Phase) {
     if !ON.load(Ordering::Relaxed) {
         return;
     }
-    let peak = rsd_model::alloc::reset_peak();
-    let live = rsd_model::alloc::live_bytes();
+    let device = CUDA_DEVICE.load(Ordering::Relaxed);
+    let mark = if device < 0 {
+        let peak = rsd_model::alloc::reset_peak();
+        let live = rsd_model::alloc::live_bytes();
+        Mark {
+            phase,
+            live,
+            peak,
+            reserved: 0,
+        }
+    } else {
+        // The caching allocator counts on the host as tensors are made and dropped: no device
+        // synchronisation is needed for the counts to be those of the work issued so far.
+        let device = device as usize;
+        let Some(m) = rsd_model::alloc::cuda_memory(device) else {
+            return;
+        };
+        rsd_model::alloc::cuda_reset_peak(device);
+        Mark {
+            phase,
+            live: m.allocated,
+            peak: m.peak_allocated,
+            reserved: m.peak_reserved,
+        }
+    };
     if let Ok(mut m) = MARKS.lock() {
-        m.push(Mark { phase, live, peak });
+        m.push(mark);
     }
 }
 
@@ -112,6 +155,14 @@ pub struct Measured {
     pub peak_all: u64,
     /// The process's peak resident set (everything, not only tensors).
     pub peak_rss: u64,
+    /// On CUDA, the most bytes the caching allocator took from the driver (tensors and its
+    /// cache), warm-up step included: what `nvidia-smi` shows less the CUDA context and the
+    /// libraries' workspaces. 0 on CPU.
+    #[serde(default)]
+    pub peak_reserved: u64,
+    /// Where it was measured: `cpu` or `cuda:N`.
+    #[serde(default)]
+    pub device: String,
     /// The rank.
     pub rank: usize,
 }
@@ -134,6 +185,7 @@ pub fn categorize(marks: &[Mark]) -> Option<Measured> {
         weights: marks[model].live,
         optimizer_state: marks[opt].live.saturating_sub(marks[model].live),
         peak_all: marks[model + 1..].iter().map(|m| m.peak).max().unwrap_or(0),
+        peak_reserved: marks.iter().map(|m| m.reserved).max().unwrap_or(0),
         ..Measured::default()
     };
     // Every step after the warm-up: from the previous step's end to this one's.
@@ -183,7 +235,8 @@ pub fn categorize(marks: &[Mark]) -> Option<Measured> {
 /// the parent sets before launching the ranks).
 pub const DIR_ENV: &str = "RSD_MEMORY_MEASURE_DIR";
 
-/// The config a measurement runs: `cfg` on CPU over synthetic shards of its sequence length in
+/// The config a measurement runs: `cfg` on its CUDA device (on the CPU where the config names
+/// none, or libtorch sees no CUDA device) over synthetic shards of its sequence length in
 /// `dir`, randomly initialised from `arch`, `1 + steps` optimizer steps of one micro-batch per
 /// rank, every perturbed view at its largest (split after the first token), nothing saved.
 pub fn measure_config(
@@ -200,7 +253,7 @@ pub fn measure_config(
         model: None,
         init: Some(arch.display().to_string()),
         out: dir.join("run").display().to_string(),
-        device: "cpu".into(),
+        device: measure_device(&cfg.device),
         allow_tokenizer_mismatch: true,
         steps: 1 + steps,
         save_every: 0,
@@ -216,6 +269,16 @@ pub fn measure_config(
             cfg.fixed_split.clone()
         },
         ..cfg.clone()
+    }
+}
+
+/// The device a measurement of a config with `device` runs on: that CUDA device where libtorch
+/// sees CUDA, the CPU otherwise.
+pub fn measure_device(device: &str) -> String {
+    if device.starts_with("cuda") && tch::Cuda::is_available() {
+        device.to_string()
+    } else {
+        "cpu".into()
     }
 }
 
@@ -253,6 +316,11 @@ pub fn run_rank(cfg: TrainConfig, dir: &Path) -> Result<Measured> {
         ))
     })?;
     m.rank = rank;
+    m.device = if CUDA_DEVICE.load(Ordering::Relaxed) < 0 {
+        "cpu".into()
+    } else {
+        format!("cuda:{}", CUDA_DEVICE.load(Ordering::Relaxed))
+    };
     m.peak_rss = rsd_common::mem::Memory::now().peak_rss;
     let file = rank_file(dir, rank);
     let text = serde_json::to_string(&m).map_err(|e| Error::Input(e.to_string()))?;
@@ -290,6 +358,10 @@ pub fn worst(ranks: &[Measured]) -> Measured {
         out.peak = out.peak.max(m.peak);
         out.peak_all = out.peak_all.max(m.peak_all);
         out.peak_rss = out.peak_rss.max(m.peak_rss);
+        out.peak_reserved = out.peak_reserved.max(m.peak_reserved);
+        if out.device.is_empty() {
+            out.device = m.device.clone();
+        }
     }
     out
 }
@@ -299,7 +371,12 @@ mod tests {
     use super::*;
 
     fn m(phase: Phase, live: u64, peak: u64) -> Mark {
-        Mark { phase, live, peak }
+        Mark {
+            phase,
+            live,
+            peak,
+            reserved: peak + 7,
+        }
     }
 
     #[test]
@@ -329,6 +406,7 @@ mod tests {
         assert_eq!(c.optimizer_update, 475 - 452);
         assert_eq!(c.peak, 620);
         assert_eq!(c.peak_all, 620);
+        assert_eq!(c.peak_reserved, 627, "the most reserved, warm-up included");
         assert!(categorize(&marks[..6]).is_none(), "a warm-up step alone");
     }
 }

@@ -132,10 +132,11 @@ pub struct Trainer {
     heldout: Vec<(MicroBatch, Vec<RowView>)>,
 }
 
-fn model_options(cfg: &TrainConfig) -> Result<ModelOptions> {
+/// The device this rank trains on: the config's, where `device = "cuda"` in a multi-process run
+/// means each rank's own GPU, as torchrun scripts use `cuda:LOCAL_RANK` (an explicit `cuda:N` is
+/// taken as written). An error when that device is not there.
+pub fn rank_device(cfg: &TrainConfig) -> Result<tch::Device> {
     let mut device = rsd_model::parse_device(&cfg.device)?;
-    // `device = "cuda"` in a multi-process run means each rank's own GPU, as torchrun scripts
-    // use `cuda:LOCAL_RANK`; an explicit `cuda:N` is taken as written.
     if cfg.device == "cuda" {
         if let Some(local) = std::env::var("LOCAL_RANK")
             .ok()
@@ -145,8 +146,12 @@ fn model_options(cfg: &TrainConfig) -> Result<ModelOptions> {
         }
     }
     rsd_model::check_device(device)?;
+    Ok(device)
+}
+
+fn model_options(cfg: &TrainConfig) -> Result<ModelOptions> {
     Ok(ModelOptions {
-        device,
+        device: rank_device(cfg)?,
         kind: rsd_model::parse_kind(&cfg.dtype)?,
     })
 }
