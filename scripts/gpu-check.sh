@@ -17,7 +17,8 @@
 #   8. at paper scale per rank: Llama-3-8B's layer widths (4 of its 32 layers, its 128K vocabulary,
 #      1.9B parameters), rsd, bf16, layers checkpointed, 32K and 64K tokens per rank: memory
 #      against the plan (nvidia-smi's peak, and per category the caching allocator's counts from
-#      `rsd-train memory --measure`, with and without expandable segments), and tokens/s.
+#      `rsd-train memory --measure`, with expandable segments, rsd-train's default, and with
+#      torch's default allocator), and tokens/s.
 #
 #   scripts/gpu-check.sh                   # everything, release build
 #   RSD_GPU_CHECK_BYPASS=1 scripts/gpu-check.sh   # try a torch other than the one tch expects
@@ -188,11 +189,12 @@ for len in 32768 65536; do
     --tokens-per-step "$len" --device cuda)
   "$bin/rsd-train" memory "${big[@]}" --gpu-gib "$gib" --json >"$keep/plan-8b-4l-$len.json"
   # Per category: the plan against the caching allocator's counts at the trainer's phase marks,
-  # the allocator as configured by default and with expandable segments (less fragmentation).
-  for conf in "" expandable_segments:True; do
-    echo "$len tokens, PYTORCH_CUDA_ALLOC_CONF=${conf:-(default)}:"
+  # with expandable segments (rsd-train's default) and with torch's default (an empty setting).
+  for conf in expandable_segments:True ""; do
+    name="${conf:+expandable}"
+    echo "$len tokens, PYTORCH_CUDA_ALLOC_CONF=\"$conf\":"
     PYTORCH_CUDA_ALLOC_CONF="$conf" "$bin/rsd-train" memory "${big[@]}" --gpu-gib "$gib" \
-      --measure 2 | sed -n '/^measured on/,$p' | tee "$keep/measure-8b-4l-$len-${conf:-default}.txt"
+      --measure 2 | sed -n '/^measured on/,$p' | tee "$keep/measure-8b-4l-$len-${name:-torch-default}.txt"
   done
   peak="$(peak_while "${big[@]}" --steps 2 --save-every 0 --heldout-every 0 --progress false \
     --out "$work/8b-$len")"

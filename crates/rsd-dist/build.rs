@@ -6,6 +6,13 @@
 //! `-lgloo`). `RSD_GLOO_INCLUDE` overrides where they are looked for. The NCCL build needs the
 //! CUDA runtime, NCCL, crt and cccl headers of the wheel's `nvidia` packages (`RSD_CUDA_INCLUDE`,
 //! a `:`-separated list, overrides them).
+//!
+//! ProcessGroupNCCL's options embed NCCL's `ncclConfig_t`, whose size changes between NCCL
+//! releases, and parts of that class are compiled into this crate from the headers. Headers of
+//! another NCCL than the one torch was built with give a layout torch does not share (seen: a
+//! crash in ProcessGroupNCCL's destructor), so the build refuses an `nccl.h` whose version is not
+//! the `nvidia-nccl` release torch's wheel pins; `csrc/nccl.cpp` checks the same at run time
+//! against the NCCL torch reports.
 use std::path::{Path, PathBuf};
 
 fn main() {
@@ -33,7 +40,9 @@ fn main() {
         build
             .define("USE_C10D_NCCL", None)
             .flag_if_supported("-Wno-interference-size");
-        for dir in cuda_includes(&lib) {
+        let includes = cuda_includes(&lib);
+        check_nccl_headers(&lib, &includes);
+        for dir in includes {
             build.include(dir);
         }
         // ProcessGroupNCCL lives in libtorch_cuda (linked by rsd-build), set_device in c10_cuda.
@@ -64,4 +73,67 @@ fn cuda_includes(lib: &Path) -> Vec<PathBuf> {
         );
     }
     dirs
+}
+
+/// Stops the build when the `nccl.h` found in `includes` is not the NCCL release torch's wheel
+/// pins (`Requires-Dist: nvidia-nccl-…==X.Y.Z` in its METADATA). Says nothing where either is
+/// unknown (a libtorch not installed from a wheel): the run-time check still applies.
+fn check_nccl_headers(lib: &Path, includes: &[PathBuf]) {
+    let Some(header) = includes
+        .iter()
+        .map(|d| d.join("nccl.h"))
+        .find(|h| h.exists())
+    else {
+        return;
+    };
+    println!("cargo:rerun-if-changed={}", header.display());
+    let text = std::fs::read_to_string(&header).unwrap_or_default();
+    let field = |name: &str| {
+        text.lines().find_map(|l| {
+            let rest = l
+                .trim()
+                .strip_prefix("#define ")?
+                .trim()
+                .strip_prefix(name)?;
+            rest.trim().parse::<u32>().ok()
+        })
+    };
+    let (Some(major), Some(minor), Some(patch)) = (
+        field("NCCL_MAJOR"),
+        field("NCCL_MINOR"),
+        field("NCCL_PATCH"),
+    ) else {
+        return;
+    };
+    let headers = format!("{major}.{minor}.{patch}");
+    let Some(pinned) = torch_nccl_pin(lib) else {
+        return;
+    };
+    if pinned != headers {
+        panic!(
+            "{} is NCCL {headers}, torch was built with NCCL {pinned} (its wheel pins \
+             nvidia-nccl=={pinned}): ProcessGroupNCCL's layout would differ between rsd and torch. \
+             Install the matching headers (pip install 'nvidia-nccl-cu13=={pinned}' into the venv \
+             torch is in) or point RSD_CUDA_INCLUDE at them.",
+            header.display()
+        );
+    }
+}
+
+/// The `nvidia-nccl-*` version torch's wheel requires, from the METADATA of the `torch-*.dist-info`
+/// beside the `torch` package that holds `lib`.
+fn torch_nccl_pin(lib: &Path) -> Option<String> {
+    let site = lib.parent()?.parent()?;
+    let dist = std::fs::read_dir(site).ok()?.flatten().find(|e| {
+        let name = e.file_name().to_string_lossy().into_owned();
+        name.starts_with("torch-") && name.ends_with(".dist-info")
+    })?;
+    let meta = dist.path().join("METADATA");
+    println!("cargo:rerun-if-changed={}", meta.display());
+    let text = std::fs::read_to_string(meta).ok()?;
+    text.lines().find_map(|l| {
+        let req = l.strip_prefix("Requires-Dist: nvidia-nccl-")?;
+        let version = req.split("==").nth(1)?;
+        Some(version.split([';', ' ']).next()?.trim().to_string())
+    })
 }

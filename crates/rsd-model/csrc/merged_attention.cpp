@@ -38,21 +38,26 @@ torch::ScalarType accum_type(const Tensor& q) {
 
 enum class Kernel { CpuFlash, CudaFlash, CudaEfficient };
 
-// CPU: the flash kernel (any float dtype). CUDA: the flash kernel where it applies (fp16/bf16,
-// head_dim a multiple of 8 up to 256; there is never dropout here), else memory-efficient.
+// CPU: the flash kernel (any float dtype). CUDA: the flash kernel for fp16/bf16 with a head size
+// up to 256 (there is never dropout here), else memory-efficient (fp32).
+//
+// A half-precision head size that is not a multiple of 8 goes to flash too, padded (below): on an
+// H200 (torch 2.11) the memory-efficient kernel's backward gave NaN dq/dk for the second KV head
+// of a GQA call with head size 20 in bf16 and fp16 (padded; fp32, or no GQA, were exact), while
+// flash with GQA was exact at every size tried.
 Kernel kernel_for(const Tensor& q) {
   if (!q.is_cuda()) return Kernel::CpuFlash;
   bool half = q.scalar_type() == torch::kHalf || q.scalar_type() == torch::kBFloat16;
   int64_t d = q.size(-1);
-  return half && d % 8 == 0 && d <= 256 ? Kernel::CudaFlash : Kernel::CudaEfficient;
+  return half && d <= 256 ? Kernel::CudaFlash : Kernel::CudaEfficient;
 }
 
-// The memory-efficient CUDA kernel needs rows aligned to 16 bytes ("query is not correctly
-// aligned (strideM)" otherwise, seen on an H200 with head_dim 20): a head size that is not a
-// multiple of 8 is zero-padded to one (as torch's SDPA does). Zero columns of q and k add nothing
-// to the scores (the scale is passed explicitly, from the real head size), zero columns of v give
-// zero output columns, and the backward's row sums of dO·O are unchanged; the padding is cut off
-// the results.
+// Both CUDA kernels need a head size that is a multiple of 8 (flash requires it; the
+// memory-efficient kernel needs rows aligned to 16 bytes, "query is not correctly aligned
+// (strideM)" otherwise, seen on an H200 with head_dim 20): any other size is zero-padded to one
+// (as torch's SDPA does). Zero columns of q and k add nothing to the scores (the scale is passed
+// explicitly, from the real head size), zero columns of v give zero output columns, and the
+// backward's row sums of dO·O are unchanged; the padding is cut off the results.
 Tensor pad_head(const Tensor& t) {
   const int64_t d = t.size(-1);
   if (d % 8 == 0) return t;
@@ -80,8 +85,10 @@ Call call_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal
     case Kernel::CudaFlash: {
       // -> (out, lse [B, H, Lq] fp32, cum_seq_q, cum_seq_k, max_q, max_k, rng_state, unused,
       //     debug_attn_mask); the backward takes rng_state and unused as philox seed and offset.
-      auto r = at::_scaled_dot_product_flash_attention(q, k, v, 0.0, causal, false, scale);
-      return {std::get<0>(r),
+      const int64_t d = q.size(-1);
+      auto r = at::_scaled_dot_product_flash_attention(pad_head(q), pad_head(k), pad_head(v), 0.0,
+                                                       causal, false, scale);
+      return {unpad_head(std::get<0>(r), d),
               std::get<1>(r).to(accum_type(q)),
               {std::get<2>(r), std::get<3>(r), std::get<6>(r), std::get<7>(r)}};
     }
@@ -109,9 +116,12 @@ std::tuple<Tensor, Tensor, Tensor> call_backward(const Tensor& dout, const Tenso
           dout, q, k, v, out, lse.contiguous(), 0.0, causal, std::nullopt, scale);
     case Kernel::CudaFlash: {
       // Non-varlen: max_q / max_k are the sequence lengths, as the forward returned them.
-      return at::_scaled_dot_product_flash_attention_backward(
-          dout, q, k, v, out, lse.to(torch::kFloat).contiguous(), state[0], state[1], q.size(2),
-          k.size(2), 0.0, causal, state[2], state[3], scale);
+      const int64_t d = q.size(-1);
+      auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_backward(
+          pad_head(dout), pad_head(q), pad_head(k), pad_head(v), pad_head(out),
+          lse.to(torch::kFloat).contiguous(), state[0], state[1], q.size(2), k.size(2), 0.0,
+          causal, state[2], state[3], scale);
+      return {unpad_head(dq, d), unpad_head(dk, d), unpad_head(dv, d)};
     }
     case Kernel::CudaEfficient: {
       // The kernel expects its own padded LSE layout: [B, H, ceil32(Lq)].

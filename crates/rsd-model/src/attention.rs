@@ -14,10 +14,11 @@
 //! further (context parallelism).
 //!
 //! **Kernels.** CPU: `_scaled_dot_product_flash_attention_for_cpu`. CUDA:
-//! `_scaled_dot_product_flash_attention` for fp16/bf16 with a head_dim that is a multiple of 8 and
-//! at most 256 (its LSE is `[B, H, Lq]`), else `_scaled_dot_product_efficient_attention` (its LSE
-//! is padded to a multiple of 32 rows and cut back). There is never dropout. The choice is made
-//! per call from the query tensor alone (`kernel_for` in the C++ file).
+//! `_scaled_dot_product_flash_attention` for fp16/bf16 with a head_dim of at most 256 (its LSE is
+//! `[B, H, Lq]`), else `_scaled_dot_product_efficient_attention` (fp32; its LSE is padded to a
+//! multiple of 32 rows and cut back). A head_dim that is not a multiple of 8 is zero-padded to one
+//! for either kernel, exactly (zero columns change no score). There is never dropout. The choice
+//! is made per call from the query tensor alone (`kernel_for` in the C++ file).
 //!
 //! **GQA, never expanded.** Queries are `[B, H, Lq, D]`, every K/V block `[B, Hkv, Lk, D]`, and
 //! query head `h` uses KV head `h / G` (`G = H / Hkv`). K/V are never copied to the query heads:

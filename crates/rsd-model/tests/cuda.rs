@@ -1,6 +1,6 @@
 //! The attention kernels on a CUDA device against the materialised reference on the CPU in fp64:
-//! flash attention (bf16, fp16), memory-efficient attention (fp32, and a head size flash does not
-//! take), GQA, a key prefix, documents. Values and the gradients of q, k, v.
+//! flash attention (bf16, fp16), memory-efficient attention (fp32), a head size not a multiple of
+//! 8 (zero-padded), GQA, a key prefix, documents. Values and the gradients of q, k, v.
 //!
 //! Every test returns at once, saying so, where libtorch sees no CUDA device: the CPU suite builds
 //! these and `scripts/gpu-check.sh` runs them on a GPU machine.
@@ -204,11 +204,31 @@ fn documents_with_a_prefix_match_the_reference() {
 }
 
 #[test]
-fn a_head_size_flash_does_not_take_runs_on_the_efficient_kernel() {
-    // 20 is not a multiple of 8: the efficient kernel, on a zero-padded head.
+fn a_head_size_not_a_multiple_of_8_runs_zero_padded() {
+    // 20 is not a multiple of 8: flash (bf16, fp16) and the efficient kernel (fp32) on a
+    // zero-padded head, with GQA (the case the efficient kernel's half-precision backward got
+    // wrong) and a key prefix.
     check(
         "head_dim 20",
         Case::new(1, 4, 2, 200, 0, 20),
+        Kind::BFloat16,
+        BF16,
+    );
+    check(
+        "head_dim 20",
+        Case::new(1, 4, 2, 200, 0, 20),
+        Kind::Half,
+        FP16,
+    );
+    check(
+        "head_dim 20",
+        Case::new(1, 4, 2, 200, 0, 20),
+        Kind::Float,
+        FP32,
+    );
+    check(
+        "head_dim 20",
+        Case::new(2, 4, 2, 96, 40, 20),
         Kind::BFloat16,
         BF16,
     );
