@@ -61,5 +61,5 @@ workers="${RSD_TEST_WORKERS:-2}"
 step "pytest (peer tests against our binaries in target/debug, $workers workers)"
 export RSD_BIN_DIR="$PWD/target/debug"
 # --durations: the slowest tests, for keeping the whole run within CI's 45 minutes.
-python -m pytest tests/ -q -n "$workers" --dist loadfile -p no:cacheprovider --durations 15 \
+python -m pytest tests/ -q -n "$workers" --dist loadfile -p no:cacheprovider --durations 30 \
   -W ignore::DeprecationWarning -W ignore::UserWarning
