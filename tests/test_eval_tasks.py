@@ -6,6 +6,7 @@ settings are refused, and the errors for bad input. SmolLM2-135M-Instruct (conve
 GGUF by scripts/convert_smollm2.py, nothing from a hub) must find the needle of niah_single_1 at
 1K tokens, where a random model of the same shape scores about zero.
 """
+import copy
 import json
 import os
 import shutil
@@ -301,12 +302,19 @@ def test_teacher_forced_scores_equal_transformers(smollm2, tmp_path):
     for p in prompts:
         ids = tok(p["prompt"])["input_ids"]
         assert ids == p["prompt_token_ids"]
+        # The prompt once, then each candidate from a copy of its KV cache: the first token's
+        # distribution is the prompt's last row, the others the continuation's own rows.
+        with torch.no_grad():
+            prompt = model(torch.tensor([ids]), use_cache=True)
+        first = prompt.logits[0, -1:].double()
         scored = []
         for c in p["candidates"]:
             cont = tok.encode(" " + c, add_special_tokens=False)
             with torch.no_grad():
-                logits = model(torch.tensor([ids + cont])).logits[0].double()
-            rows = logits[len(ids) - 1:len(ids) - 1 + len(cont)].log_softmax(-1)
+                rest = model(torch.tensor([cont[:-1]]),
+                             past_key_values=copy.deepcopy(prompt.past_key_values)).logits[0]
+            rows = torch.cat([first, rest.double()]).log_softmax(-1) if len(cont) > 1 \
+                else first.log_softmax(-1)
             target = torch.tensor(cont)
             scored.append((rows[torch.arange(len(cont)), target].sum().item(),
                            bool((rows.argmax(-1) == target).all())))
