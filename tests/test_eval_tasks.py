@@ -224,8 +224,13 @@ def test_smollm2_finds_the_needle_a_random_model_does_not(smollm2, tmp_path):
             "--max-new-tokens", "12", "--batch-size", "4", "--quiet"]
     rsd_eval("run", "--model", smollm2, "--out", tmp_path / "real", *args)
     real = json.loads((tmp_path / "real/summary.json").read_text())["overall"]
+    # A small random model with SmolLM2's vocabulary and tokenizer: the same harness, no skill.
     rand = tmp_path / "random"
-    run("rsd-model", "init", "--config", smollm2 / "config.json", "--out", rand)
+    config = json.loads((smollm2 / "config.json").read_text())
+    config.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+    (tmp_path / "random-config.json").write_text(json.dumps(config))
+    run("rsd-model", "init", "--config", tmp_path / "random-config.json", "--out", rand)
     for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         shutil.copy(smollm2 / f, rand / f)
     rsd_eval("run", "--model", rand, "--out", tmp_path / "random-run", *args)

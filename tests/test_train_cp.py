@@ -21,6 +21,7 @@ process computes.
 Binaries: $RSD_BIN_DIR (default <repo>/target/debug).
 """
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,7 @@ from safetensors.numpy import load_file
 from rsd_cli import run
 
 REPO = Path(__file__).resolve().parent.parent
+MINI_TOKENIZER = REPO / "assets" / "tokenizers" / "mini-1k" / "tokenizer.json"
 B, L, V = 2, 32, 97   # 2 ranks cut each 32-row sequence into 4 chunks of 8
 
 ARCH = {
@@ -142,9 +144,15 @@ def test_fp32_context_parallel_step(inputs, tmp_path):
         assert float(np.abs(g1[k] - g2[k]).max()) / scale <= 1e-5, k
 
 
+@pytest.fixture(scope="module")
+def shards(mini_shards):
+    """These tests compare runs with each other: the small vocabulary's shards (conftest)."""
+    return mini_shards
+
+
 def train(shards, out, *extra, steps=3, tokens=256):
     run("rsd-train", "--config", REPO / "configs" / "tiny-cpu.toml", "--shards", shards, "--init",
-        REPO / "configs" / "model" / "tiny-qwen3-64.json", "--out", out, "--progress", "false",
+        shards.parent / "tiny-1k.json", "--out", out, "--progress", "false",
         "--threads", 1, "--steps", steps, "--save-every", 0, "--tokens-per-step", tokens, *extra,
         timeout=600)
     recs = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
@@ -173,12 +181,13 @@ def test_training_with_cp_2_trains_what_one_process_trains(shards, tmp_path):
     assert worst <= 1e-4, worst
 
 
-def test_cp_2_on_mixed_shards_with_documents_trains_what_one_process_trains(tmp_path):
+def test_cp_2_on_mixed_shards_with_documents_trains_what_one_process_trains(mini_shards, tmp_path):
     # Rows of different lengths, documents crossing the chunk boundaries, a perturbation per
     # document, the perturbed suffix re-sharded over the ranks (prefix reuse).
     mixed = tmp_path / "mixed"
     run("rsd-data", "pack", "--len", "256", "--mode", "mixed", "--src", REPO / "corpus" / "books",
-        "--src", REPO / "corpus" / "code", "--out", mixed)
+        "--src", REPO / "corpus" / "code", "--out", mixed, "--tokenizer", MINI_TOKENIZER)
+    shutil.copy(mini_shards.parent / "tiny-1k.json", tmp_path / "tiny-1k.json")
     batch = ["--micro-batch", 2, "--perturb-scope", "document", "--prefix-reuse", "true"]
     one, _ = train(mixed, tmp_path / "one", *batch, steps=2, tokens=1024)
     cp, _ = train(mixed, tmp_path / "cp", *batch, "--cp", 2, steps=2, tokens=1024)
@@ -201,7 +210,8 @@ def test_a_context_parallel_probe_without_its_processes_is_refused(inputs, tmp_p
 # parameter by −lr·g/(|g| + eps) ≈ −g: the parameters after the step carry the step's gradient to
 # fp64 precision, so comparing them (minus the initial ones) compares every parameter gradient.
 
-MATRIX_MODEL = {**ARCH["qwen3"], "vocab_size": 151669, "hidden_size": 32,
+MATRIX_MODEL = {**ARCH["qwen3"], "vocab_size": 1024, "bos_token_id": 0, "eos_token_id": 0,
+                "hidden_size": 32,
                 "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,
                 "num_key_value_heads": 2, "head_dim": 8, "max_position_embeddings": 4096,
                 "rms_norm_eps": 1e-6, "initializer_range": 0.05}
@@ -261,7 +271,8 @@ def test_a_length_2cp_does_not_divide_is_padded_and_trains_the_one_process_step(
     # 126-token rows: cp = 2 cuts rows into 4 chunks, so each row is padded to 128; the padding
     # has no labels and comes after every real token, and the logged tokens leave it out.
     odd = tmp_path / "odd"
-    run("rsd-data", "pack", "--len", "126", "--src", REPO / "corpus" / "books", "--out", odd)
+    run("rsd-data", "pack", "--len", "126", "--src", REPO / "corpus" / "books", "--out", odd,
+        "--tokenizer", MINI_TOKENIZER)
     _, p0 = exact_step(odd, matrix_init, tmp_path / "init", lr=1e-300, tokens=504)
     one, p1 = exact_step(odd, matrix_init, tmp_path / "one", tokens=504)
     cp, pc = exact_step(odd, matrix_init, tmp_path / "cp", "--cp", 2, tokens=504)

@@ -35,11 +35,17 @@ from rsd_cli import exe, run
 from test_train_zero import sharded_state
 
 REPO = Path(__file__).resolve().parent.parent
-TINY = REPO / "configs" / "model" / "tiny-qwen3-64.json"
+
+
+@pytest.fixture(scope="module")
+def shards(mini_shards):
+    """These tests compare runs with each other: the small vocabulary's shards (conftest)."""
+    return mini_shards
 
 
 def train_args(shards, out, *extra, steps=3):
-    return ["--config", REPO / "configs" / "tiny-cpu.toml", "--shards", shards, "--init", TINY,
+    return ["--config", REPO / "configs" / "tiny-cpu.toml", "--shards", shards, "--init",
+            shards.parent / "tiny-1k.json",
             "--out", out, "--progress", "false", "--threads", "1", "--steps", steps,
             "--save-every", 0, *extra]
 
@@ -83,12 +89,14 @@ def test_two_ranks_train_what_one_process_trains(shards, tmp_path, micro_batch):
     assert_same_run(tmp_path / "one", tmp_path / "two", loss_rel=1e-5, param_abs=1e-5)
 
 
-def test_two_ranks_on_mixed_shards_train_what_one_process_trains(tmp_path):
+def test_two_ranks_on_mixed_shards_train_what_one_process_trains(mini_shards, tmp_path):
     # Rows of different lengths split a loader batch into several micro-batches; documents get
     # their own perturbations, drawn by global row.
     mixed = tmp_path / "mixed"
     run("rsd-data", "pack", "--len", "256", "--mode", "mixed", "--src", REPO / "corpus" / "books",
-        "--src", REPO / "corpus" / "code", "--out", mixed)
+        "--src", REPO / "corpus" / "code", "--out", mixed, "--tokenizer",
+        REPO / "assets" / "tokenizers" / "mini-1k" / "tokenizer.json")
+    shutil.copy(mini_shards.parent / "tiny-1k.json", tmp_path / "tiny-1k.json")
     batch = ["--micro-batch", 2, "--tokens-per-step", 1024, "--perturb-scope", "document"]
     run("rsd-train", *train_args(mixed, tmp_path / "one", *batch))
     run("rsd-train", *train_args(mixed, tmp_path / "two", *batch), "--nproc", 2)

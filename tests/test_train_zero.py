@@ -36,11 +36,17 @@ from safetensors.numpy import load_file
 from rsd_cli import run
 
 REPO = Path(__file__).resolve().parent.parent
-TINY = REPO / "configs" / "model" / "tiny-qwen3-64.json"
+
+
+@pytest.fixture(scope="module")
+def shards(mini_shards):
+    """These tests compare runs with each other: the small vocabulary's shards (conftest)."""
+    return mini_shards
 
 
 def train_args(shards, out, *extra, steps=3, dtype="fp64", bucket_mb=1, save_every=0):
-    return ["--config", REPO / "configs" / "tiny-cpu.toml", "--shards", shards, "--init", TINY,
+    init = shards.parent / "tiny-1k.json"
+    return ["--config", REPO / "configs" / "tiny-cpu.toml", "--shards", shards, "--init", init,
             "--out", out, "--progress", "false", "--threads", "1", "--steps", steps,
             "--save-every", save_every, "--dtype", dtype, "--grad-bucket-mb", bucket_mb, *extra]
 
