@@ -1,6 +1,8 @@
 """rsd-train's training loop on real packed data (the bundled corpus, Qwen3 tokenizer).
 
 * the loss of a tiny Qwen3 (real 151,669-token vocabulary, 2 layers, 64 wide) decreases;
+  (the tests that only compare runs with runs use the 1,024-token vocabulary of conftest's
+  mini_shards, ~10× faster);
 * N steps + resume + N steps gives exactly the losses and gradient norms of 2N steps;
 * Ctrl-C writes a checkpoint and exits 130, and the run resumes from it;
 * a NaN gradient stops the run with a clear message and leaves the last good checkpoint alone,
@@ -30,7 +32,11 @@ TINY = REPO / "configs" / "model" / "tiny-qwen3-64.json"
 
 
 def train_args(shards, out, *extra):
-    return ["--config", REPO / "configs" / "tiny-cpu.toml", "--shards", shards, "--init", TINY,
+    # The small vocabulary's shards (conftest's mini_shards) come with the tiny model's config at
+    # that vocabulary; Qwen3's shards train the tiny model at Qwen3's.
+    small = shards.parent / "tiny-1k.json"
+    init = small if small.exists() else TINY
+    return ["--config", REPO / "configs" / "tiny-cpu.toml", "--shards", shards, "--init", init,
             "--out", out, "--progress", "false", "--threads", "2", *extra]
 
 
@@ -71,7 +77,8 @@ def test_loss_decreases_and_model_loads_in_transformers(shards, tmp_path):
         assert tok.eos_token == "<|endoftext|>" and tok.eos_token_id == 151643
 
 
-def test_resume_is_exact(shards, tmp_path):
+def test_resume_is_exact(mini_shards, tmp_path):
+    shards = mini_shards  # runs compared with runs: the small vocabulary
     a, b = tmp_path / "a", tmp_path / "b"
     common = ("--steps", 6, "--lr", 5e-3, "--tokens-per-step", 256, "--save-every", 2, "--keep", 2)
     train(shards, a, *common)
@@ -87,7 +94,8 @@ def test_resume_is_exact(shards, tmp_path):
     assert ma[0]["tokens"] == 256  # two micro-batches of one 128-token row
 
 
-def test_resume_restores_the_runs_config_and_refuses_changes_it_is_not_told_of(shards, tmp_path):
+def test_resume_restores_the_runs_config_and_refuses_changes_it_is_not_told_of(mini_shards, tmp_path):
+    shards = mini_shards  # runs compared with runs: the small vocabulary
     import tomllib
 
     out = tmp_path / "run"
@@ -124,7 +132,8 @@ def test_resume_restores_the_runs_config_and_refuses_changes_it_is_not_told_of(s
     assert metrics(out)[-1]["lr"] != metrics(out)[-2]["lr"]
 
 
-def test_a_used_out_is_refused_overwritten_or_continued_never_mixed(shards, tmp_path):
+def test_a_used_out_is_refused_overwritten_or_continued_never_mixed(mini_shards, tmp_path):
+    shards = mini_shards  # runs compared with runs: the small vocabulary
     out, other = tmp_path / "run", tmp_path / "other"
     common = ("--steps", 3, "--lr", 5e-3, "--save-every", 1, "--keep", 5)
     train(shards, out, *common)
@@ -159,7 +168,8 @@ def test_a_used_out_is_refused_overwritten_or_continued_never_mixed(shards, tmp_
     assert [r["step"] for r in metrics(fresh)] == [1, 2] and "loss" in metrics(fresh)[0]
 
 
-def test_ctrl_c_checkpoints_and_resumes(shards, tmp_path):
+def test_ctrl_c_checkpoints_and_resumes(mini_shards, tmp_path):
+    shards = mini_shards  # runs compared with runs: the small vocabulary
     out = tmp_path / "run"
     p = subprocess.Popen([exe("rsd-train"), *map(str, train_args(shards, out, "--steps", 1000))],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -179,7 +189,8 @@ def test_ctrl_c_checkpoints_and_resumes(shards, tmp_path):
     assert len(metrics(out)) == done + 1
 
 
-def test_nonfinite_gradient_stops_or_skips(shards, tmp_path):
+def test_nonfinite_gradient_stops_or_skips(mini_shards, tmp_path):
+    shards = mini_shards  # runs compared with runs: the small vocabulary
     out = tmp_path / "stop"
     p = train(shards, out, "--steps", 4, "--save-every", 1, check=False,
               env={"RSD_TRAIN_FAULT_NAN_AT_STEP": "3"})
