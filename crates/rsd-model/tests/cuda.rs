@@ -208,24 +208,18 @@ fn a_head_size_not_a_multiple_of_8_runs_zero_padded() {
     // 20 is not a multiple of 8: flash (bf16, fp16) and the efficient kernel (fp32) on a
     // zero-padded head, with GQA (the case the efficient kernel's half-precision backward got
     // wrong) and a key prefix.
-    check(
-        "head_dim 20",
-        Case::new(1, 4, 2, 200, 0, 20),
-        Kind::BFloat16,
-        BF16,
-    );
-    check(
-        "head_dim 20",
-        Case::new(1, 4, 2, 200, 0, 20),
-        Kind::Half,
-        FP16,
-    );
-    check(
-        "head_dim 20",
-        Case::new(1, 4, 2, 200, 0, 20),
-        Kind::Float,
-        FP32,
-    );
+    for (kind, tolerance) in [
+        (Kind::BFloat16, BF16),
+        (Kind::Half, FP16),
+        (Kind::Float, FP32),
+    ] {
+        check(
+            "head_dim 20",
+            Case::new(1, 4, 2, 200, 0, 20),
+            kind,
+            tolerance,
+        );
+    }
     check(
         "head_dim 20",
         Case::new(2, 4, 2, 96, 40, 20),
