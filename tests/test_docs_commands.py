@@ -65,7 +65,9 @@ SKIPPED = {
 # Made before a document's commands, where a command reads what no earlier line of that document
 # writes.
 SETUP = {
-    "README.md": ["rsd-data pack --len 256 --mode fixed --src corpus/books --out data/heldout"],
+    "README.md": ["rsd-data pack --len 256 --mode fixed --src corpus/books --out data/heldout",
+                  """echo '{"context": "The capital of France is", "candidates": [" Paris", " Rome"], """
+                  """"answer": " Paris"}' > my-items.jsonl"""],
     "docs/EVAL.md": ["rsd-eval run --model model --tasks niah_single_1 --lengths 256 --depths 2 "
                      "--samples 1 --out runs/eval"],
 }

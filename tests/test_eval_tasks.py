@@ -333,3 +333,107 @@ def test_teacher_forced_scores_equal_transformers(smollm2, tmp_path):
             assert len(p["candidates"]) >= 8, p["candidates"]
         else:
             assert p["candidates"] == p["expected"]
+
+
+def score_items():
+    """Items of the tiny tokenizer's words: recall-like contexts, candidates with their space."""
+    words = ["green", "blue", "yellow", "wandering", "sunflower", "special", "magic"]
+    items = []
+    for i in range(6):
+        key, value = words[i % len(words)], 1000 + 37 * i
+        context = (f"The grass is green. One of the special magic numbers for {key} is: {value}. "
+                   * (1 + i) + f"What is the special magic number for {key}? It is:")
+        cands = [f" {value + d}" for d in (0, 5, -3, 11)]
+        items.append({"context": context, "candidates": cands[i % 4:] + cands[:i % 4],
+                      "answer": f" {value}", **({"task": "even", "depth": i / 5} if i % 2 == 0
+                                                 else {"length": 256})})
+    return items
+
+
+def test_score_items_equal_transformers_and_resume(tiny, tmp_path):
+    """`rsd-eval score` on a JSONL of (context, candidates, answer): each candidate's
+    log-probability, computed by transformers in one forward over context + candidate, gives
+    rsd's recorded log-probability, rank and greedy flag; a rerun scores nothing again; another
+    items file into the same run directory is refused by name; `compare --baseline` pairs two
+    such runs item by item."""
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM
+
+    items = score_items()
+    path = tmp_path / "items.jsonl"
+    path.write_text("\n".join(json.dumps(i) for i in items) + "\n")
+    out = tmp_path / "score"
+    first = rsd_eval("score", "--model", tiny, "--items", path, "--out", out, "--batch-size", "3",
+                     "--quiet").stdout
+    assert "6 items: 6 scored" in first, first
+    results = lines(out / "results.jsonl")
+    assert sorted(r["sample"] for r in results) == list(range(6))
+    tok = Tokenizer.from_file(str(tiny / "tokenizer.json"))
+    model = AutoModelForCausalLM.from_pretrained(tiny, torch_dtype=torch.float32).eval()
+    for r in results:
+        it = items[r["sample"]]
+        ctx = tok.encode(it["context"]).ids
+        scored = []
+        for c in it["candidates"]:
+            cont = tok.encode(c, add_special_tokens=False).ids
+            with torch.no_grad():
+                logits = model(torch.tensor([ctx + cont])).logits[0].double()
+            rows = logits[len(ctx) - 1:-1].log_softmax(-1)
+            target = torch.tensor(cont)
+            scored.append((rows[torch.arange(len(cont)), target].sum().item(),
+                           bool((rows.argmax(-1) == target).all())))
+        gold = it["candidates"].index(it["answer"])
+        rank = 1 + sum(1 for j, (lp, _) in enumerate(scored) if j != gold and lp >= scored[gold][0])
+        assert abs(r["logprob"] - scored[gold][0]) < 1e-3, (r, scored[gold])
+        assert (r["rank"], r["candidates"], r["greedy"]) == (rank, 4, scored[gold][1]), r
+        assert r["score"] == (1.0 if rank == 1 else 0.0) and r["expected"] == [it["answer"]]
+        assert r["task"] == it.get("task", "items") and r["depth"] == it.get("depth")
+        assert r["prompt_tokens"] == len(ctx)
+        assert r["length"] == it.get("length", 1 << (len(ctx) - 1).bit_length())
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["items"] == 6
+    assert summary["overall"] == pytest.approx(sum(r["score"] for r in results) / 6)
+    again = rsd_eval("score", "--model", tiny, "--items", path, "--out", out, "--quiet").stdout
+    assert "0 scored by teacher forcing, 6 already done" in again, again
+    assert lines(out / "results.jsonl") == results
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps(items[0]) + "\n")
+    e = eval_fails("score", "--model", tiny, "--items", other, "--out", out).stderr
+    assert "different settings: items" in e, e
+    # The same items under a changed RoPE base: a second arm, paired item by item.
+    arm = tmp_path / "theta"
+    rsd_eval("score", "--model", tiny, "--items", path, "--out", arm, "--rope-theta", "500",
+             "--quiet")
+    cmp = tmp_path / "cmp"
+    rsd_eval("compare", out, arm, "--labels", "base,theta", "--baseline", "base", "--out", cmp,
+             "--bootstrap", "200")
+    theta = lines(arm / "results.jsonl")
+    paired = json.loads((cmp / "compare.json").read_text())["paired"]
+    (diff,) = paired["arms"]
+    assert (diff["label"], diff["items"]) == ("theta", 6), diff
+    measures = {m["name"]: m for m in diff["measures"]}
+
+    def logprob_at(rs, length):  # the mean over (task, depth) cells of their items' mean
+        cells = {}
+        for r in rs:
+            if r["length"] == length:
+                cells.setdefault((r["task"], r["depth"]), []).append(r["logprob"])
+        return sum(sum(v) / len(v) for v in cells.values()) / len(cells)
+
+    for length in {r["length"] for r in results}:
+        want = logprob_at(theta, length) - logprob_at(results, length)
+        assert measures[f"logprob@{length}"]["diff"] == pytest.approx(want, abs=1e-9), measures
+
+
+def test_score_items_bad_input_names_file_and_line(tiny, tmp_path):
+    path = tmp_path / "items.jsonl"
+    good = {"context": "The sky is", "candidates": [" blue", " green"], "answer": " blue"}
+    path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "answer": " red"}) + "\n")
+    e = eval_fails("score", "--model", tiny, "--items", path, "--out", tmp_path / "o").stderr
+    assert f"{path}:2: \"answer\" \" red\" is not one of \"candidates\"" in e, e
+    assert not (tmp_path / "o").exists()
+    long = {**good, "context": "The grass is green. " * 2000}
+    path.write_text(json.dumps(long) + "\n")
+    e = eval_fails("score", "--model", tiny, "--items", path, "--out", tmp_path / "o").stderr
+    assert f"{path}:1: " in e and "--rope-scaling" in e, e

@@ -6,6 +6,8 @@
 //! * [`chat`]: chat templates (Jinja) for instruct models, as transformers renders them.
 //! * [`score`]: RULER's metrics.
 //! * [`run`]: `rsd-eval run`: generate, score, write results and summaries; resumable.
+//! * [`items`]: `rsd-eval score`: teacher-forced scoring of a JSONL of (context, candidates,
+//!   answer), into the same run directory and records as `run`.
 //! * [`plot`]: a run's figures (accuracy by depth and length, the depth × length heat map).
 //! * [`compare`]: several runs in one figure and one table.
 //! * [`ppl`]: perplexity by position on held-out shards, and the view gap under RSD's skip view.
@@ -16,6 +18,7 @@
 pub mod chat;
 pub mod compare;
 pub mod figure;
+pub mod items;
 pub mod paired;
 pub mod plot;
 pub mod ppl;

@@ -21,6 +21,9 @@ struct Cli {
 enum Cmd {
     /// Generate RULER-style tasks, let the model complete them, score and summarise (resumable).
     Run(cmd_run::RunArgs),
+    /// Score your own items by teacher forcing: a JSONL of {"context", "candidates", "answer"};
+    /// each item counts as right when the answer's log-probability ranks first (resumable).
+    Score(rsd_eval::items::ScoreArgs),
     /// Draw a run's figures (RUN/results.jsonl, RUN/ppl.json) into RUN/plots/: PNG, SVG and the
     /// plotted values as JSON.
     Plot(rsd_eval::plot::PlotArgs),
@@ -34,6 +37,7 @@ fn main() {
     let cli = Cli::parse();
     let r: Result<()> = match cli.cmd {
         Cmd::Run(a) => cmd_run::run(a),
+        Cmd::Score(a) => score(&a),
         Cmd::Plot(a) => report(rsd_eval::plot::command(&a)),
         Cmd::Compare(a) => report(rsd_eval::compare::command(&a)),
         Cmd::Ppl(a) => report(rsd_eval::ppl::command(&a)),
@@ -43,6 +47,23 @@ fn main() {
         eprintln!("rsd-eval: error: {line}");
         std::process::exit(1);
     }
+}
+
+fn score(a: &rsd_eval::items::ScoreArgs) -> Result<()> {
+    let r = rsd_eval::items::score(a)?;
+    let overall = r
+        .overall
+        .map(|o| format!("{:.1}", 100.0 * o))
+        .unwrap_or_else(|| "n/a".into());
+    println!(
+        "{} items: {} scored by teacher forcing, {} already done; answer ranked first in {overall}% \
+         (see {})",
+        r.total,
+        r.done,
+        r.skipped,
+        a.out.join("summary.md").display()
+    );
+    Ok(())
 }
 
 /// Prints what a command reports (where it wrote what).

@@ -83,7 +83,7 @@ pub enum RunError {
 /// Result alias of this module.
 pub type Result<T, E = RunError> = std::result::Result<T, E>;
 
-fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
+pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
     move |source| RunError::Io {
         path: path.to_path_buf(),
         source,
@@ -270,7 +270,7 @@ pub fn parse_rope_scaling(s: &str, max_positions: i64) -> Result<Value> {
     Ok(v)
 }
 
-fn sha256_file(path: &Path) -> Result<String> {
+pub(crate) fn sha256_file(path: &Path) -> Result<String> {
     let mut f = File::open(path).map_err(io_err(path))?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
@@ -687,7 +687,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
     })
 }
 
-fn progress_bar(show: bool, total: u64, done: u64) -> ProgressBar {
+pub(crate) fn progress_bar(show: bool, total: u64, done: u64) -> ProgressBar {
     if !show {
         return ProgressBar::hidden();
     }
@@ -702,7 +702,7 @@ fn progress_bar(show: bool, total: u64, done: u64) -> ProgressBar {
 }
 
 /// Opens results.jsonl for appending, first cutting a torn last line (a run killed mid-write).
-fn open_for_append(path: &Path) -> Result<File> {
+pub(crate) fn open_for_append(path: &Path) -> Result<File> {
     let mut f = OpenOptions::new()
         .create(true)
         .read(true)
@@ -774,6 +774,21 @@ fn teacher_forced(
         batch_size,
         gen::DEFAULT_PREFILL_CHUNK,
     )?;
+    let (rank, best) = rank_first(&scores, gold);
+    Ok(ItemResult {
+        output: item.candidates[best].clone(),
+        score: if rank == 1 { 1.0 } else { 0.0 },
+        logprob: Some(scores[gold].logprob),
+        rank: Some(rank),
+        candidates: Some(item.candidates.len()),
+        greedy: Some(scores[gold].greedy),
+        ..result_of(item)
+    })
+}
+
+/// The rank (1 = first) of candidate `gold` by log-probability, a tie ranking above it, and the
+/// index of the best-scoring candidate.
+pub(crate) fn rank_first(scores: &[gen::ContinuationScore], gold: usize) -> (usize, usize) {
     let mine = scores[gold].logprob;
     let above = scores
         .iter()
@@ -786,15 +801,7 @@ fn teacher_forced(
         .max_by(|a, b| a.1.logprob.total_cmp(&b.1.logprob))
         .map(|(j, _)| j)
         .unwrap_or(gold);
-    Ok(ItemResult {
-        output: item.candidates[best].clone(),
-        score: if above == 0 { 1.0 } else { 0.0 },
-        logprob: Some(mine),
-        rank: Some(above + 1),
-        candidates: Some(item.candidates.len()),
-        greedy: Some(scores[gold].greedy),
-        ..result_of(item)
-    })
+    (above + 1, best)
 }
 
 fn compare_settings(dir: &Path, old: &Value, now: &RunSettings) -> Result<()> {
@@ -815,7 +822,13 @@ fn compare_settings(dir: &Path, old: &Value, now: &RunSettings) -> Result<()> {
             now: now.scoring.name().into(),
         });
     }
-    let Value::Object(fields) = &now_v else {
+    compare_fields(dir, old, &now_v)
+}
+
+/// Refuses a run directory whose run.json (`old`) differs from `now` in any of `now`'s fields,
+/// naming the first that does.
+pub(crate) fn compare_fields(dir: &Path, old: &Value, now: &Value) -> Result<()> {
+    let Value::Object(fields) = now else {
         return Ok(());
     };
     for (name, v) in fields {

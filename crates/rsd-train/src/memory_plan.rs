@@ -643,12 +643,15 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
         .max(sum(Category::Communication, &items))
         .max(sum(Category::OptimizerUpdate, &items));
     let peak_cpu = held + phase;
-    let runtime = (1u64 << 30) + peak_cpu / 20;
+    // Measured on an H200 (docs/GPU.md): the context and the libraries' workspaces took 0.74
+    // GiB, the caching allocator (expandable segments) held 2.8–5.7% above the live peak. NCCL's
+    // buffers come on top on several GPUs; 1 GiB + 8% leaves them some room.
+    let runtime = (1u64 << 30) + peak_cpu * 2 / 25;
     items.push(PlanItem {
         name: "runtime",
         category: Category::Runtime,
         bytes: runtime,
-        how: "CUDA context + allocator slack: 1 GiB + 5% (not on CPU)".into(),
+        how: "CUDA context + allocator slack: 1 GiB + 8% (not on CPU)".into(),
     });
     MemoryPlan {
         items,

@@ -1,0 +1,481 @@
+//! `rsd-eval score`: teacher-forced scoring of your own items, a JSONL file of
+//! (context, candidates, answer), one item per line:
+//!
+//! ```json
+//! {"context": "… The capital of France is", "candidates": [" Paris", " Rome"], "answer": " Paris"}
+//! ```
+//!
+//! Optional fields: `task` (a name to group by; default `items`), `depth` (where the evidence
+//! sits, in [0, 1], for tables by depth) and `length` (the length bucket to report under;
+//! default the context's token count rounded up to a power of two). The context is tokenized
+//! with the tokenizer's special tokens (its BOS), each candidate alone without them, and appended
+//! as it is: a candidate carries the space that separates it from the context. The item scores 1
+//! when the answer's log-probability ranks first among the candidates.
+//!
+//! The run directory is that of `rsd-eval run` (`run.json`, `results.jsonl`, `summary.*`), so
+//! `rsd-eval plot` and `rsd-eval compare --baseline` read it. An item's key is its line number
+//! (`sample`, 0-based) with its task, length and depth: runs of several models over one items file
+//! pair item by item, and a rerun skips the items already scored.
+use std::collections::HashSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use rsd_model::generate::{self as gen, TextTokenizer};
+use rsd_model::{Model, ModelConfig, ModelOptions, RopeScaling};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::results::{read_results, ItemResult};
+use crate::run::{
+    compare_fields, io_err, open_for_append, parse_rope_scaling, progress_bar, rank_first,
+    sha256_file, Result, RunError, Scoring, Summary,
+};
+
+const SCORE_HELP: &str = "Each line of --items is one item, for example
+  {\"context\": \"… The capital of France is\", \"candidates\": [\" Paris\", \" Rome\"], \"answer\": \" Paris\"}
+optional: \"task\" (a name to group by, default items), \"depth\" (where the evidence sits, 0 to 1)
+and \"length\" (the length to report under; default the context's tokens rounded up to a power
+of two). The context gets the tokenizer's special tokens (BOS); each candidate is tokenized alone
+and appended as it is, so give it its leading space. One prompt pass per item, then the candidates
+in batches. Results go to RUN/results.jsonl with the answer's log-probability and rank, as in
+`rsd-eval run --scoring teacher-forced`; `rsd-eval compare --baseline` pairs runs item by item.
+A rerun skips the items already scored. See docs/EVAL.md.";
+
+/// Arguments of `rsd-eval score`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(after_help = SCORE_HELP)]
+pub struct ScoreArgs {
+    /// Checkpoint directory (config.json, *.safetensors, tokenizer.json).
+    #[arg(long)]
+    pub model: PathBuf,
+    /// The items: JSONL, one {"context", "candidates", "answer"} object per line (optional
+    /// "task", "depth", "length").
+    #[arg(long, value_name = "FILE.jsonl")]
+    pub items: PathBuf,
+    /// Run directory (run.json, results.jsonl, summary.json, summary.md).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Candidates per forward batch (does not change the scores).
+    #[arg(long, default_value_t = 8)]
+    pub batch_size: usize,
+    /// cpu, cuda, cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// fp32, bf16, fp16.
+    #[arg(long, default_value = "fp32")]
+    pub dtype: String,
+    /// RoPE scaling applied at evaluation only: yarn:4, linear:2, llama3:8 (TYPE:FACTOR over the
+    /// model's max_position_embeddings) or an HF rope_scaling dict as JSON.
+    #[arg(long)]
+    pub rope_scaling: Option<String>,
+    /// RoPE base applied at evaluation only.
+    #[arg(long)]
+    pub rope_theta: Option<f64>,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// One line of the items file, as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Line {
+    context: String,
+    candidates: Vec<String>,
+    answer: String,
+    #[serde(default)]
+    task: Option<String>,
+    #[serde(default)]
+    depth: Option<f64>,
+    #[serde(default)]
+    length: Option<usize>,
+}
+
+/// An item ready to score.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UserItem {
+    /// 0-based line number: the item's `sample` in results.jsonl.
+    pub line: usize,
+    /// Task name to group by.
+    pub task: String,
+    /// Evidence depth, if given.
+    pub depth: Option<f64>,
+    /// Length bucket.
+    pub length: usize,
+    /// The context's ids (special tokens included).
+    pub ids: Vec<i64>,
+    /// The candidates as written.
+    pub candidates: Vec<String>,
+    /// Each candidate's ids (no special tokens).
+    pub continuations: Vec<Vec<i64>>,
+    /// Index of the answer among the candidates.
+    pub gold: usize,
+}
+
+/// The settings a resumed `rsd-eval score` run must match (written into run.json).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScoreSettings {
+    /// The model directory, absolute.
+    pub model: String,
+    /// SHA-256 of its tokenizer.json.
+    pub tokenizer_sha256: String,
+    /// The items file, absolute.
+    pub items: String,
+    /// SHA-256 of the items file.
+    pub items_sha256: String,
+    /// Model dtype.
+    pub dtype: String,
+    /// rope_scaling applied at evaluation (an HF dict), if any.
+    pub rope_scaling: Option<Value>,
+    /// rope_theta applied at evaluation, if any.
+    pub rope_theta: Option<f64>,
+    /// Always teacher forcing.
+    pub scoring: Scoring,
+}
+
+/// Reads and checks the items file: every error names the file, the line and the field.
+pub fn read_items(path: &Path, tok: &TextTokenizer) -> Result<Vec<UserItem>> {
+    let text = rsd_common::safe_fs::read_text(path, 4 << 30, "items file")
+        .map_err(|e| RunError::Input(e.to_string()))?;
+    let mut items = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        if raw.trim().is_empty() {
+            continue;
+        }
+        let at = |m: String| RunError::Input(format!("{}:{}: {m}", path.display(), i + 1));
+        let l: Line = serde_json::from_str(raw).map_err(|e| {
+            at(format!(
+                "{e} (expected {{\"context\": str, \"candidates\": [str, …], \"answer\": str}}, \
+                 optional \"task\", \"depth\", \"length\")"
+            ))
+        })?;
+        if l.context.is_empty() {
+            return Err(at("\"context\" is empty".into()));
+        }
+        if l.candidates.len() < 2 {
+            return Err(at(format!(
+                "\"candidates\" has {} value(s); ranking needs at least 2",
+                l.candidates.len()
+            )));
+        }
+        let mut seen = HashSet::new();
+        if let Some(c) = l.candidates.iter().find(|c| !seen.insert(c.as_str())) {
+            return Err(at(format!("\"candidates\" lists {c:?} twice")));
+        }
+        let gold = l
+            .candidates
+            .iter()
+            .position(|c| *c == l.answer)
+            .ok_or_else(|| {
+                at(format!(
+                    "\"answer\" {:?} is not one of \"candidates\"",
+                    l.answer
+                ))
+            })?;
+        if let Some(d) = l.depth.filter(|d| !(0.0..=1.0).contains(d)) {
+            return Err(at(format!("\"depth\" {d} is outside [0, 1]")));
+        }
+        if l.length == Some(0) {
+            return Err(at("\"length\" must be a positive token count".into()));
+        }
+        let ids = tok.encode(&l.context, true)?;
+        let continuations = l
+            .candidates
+            .iter()
+            .map(|c| tok.encode(c, false))
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some(j) = continuations.iter().position(Vec::is_empty) {
+            return Err(at(format!("candidate {:?} has no tokens", l.candidates[j])));
+        }
+        items.push(UserItem {
+            line: i,
+            task: l.task.unwrap_or_else(|| "items".into()),
+            depth: l.depth,
+            length: l.length.unwrap_or_else(|| ids.len().next_power_of_two()),
+            ids,
+            candidates: l.candidates,
+            continuations,
+            gold,
+        });
+    }
+    if items.is_empty() {
+        return Err(RunError::Input(format!(
+            "{}: no items (one JSON object per line)",
+            path.display()
+        )));
+    }
+    Ok(items)
+}
+
+/// The longest context plus candidate must fit the model's window, unless RoPE is rescaled.
+fn check_window(path: &Path, items: &[UserItem], cfg: &ModelConfig, scaled: bool) -> Result<()> {
+    if scaled || cfg.rope_scaling != RopeScaling::None {
+        return Ok(());
+    }
+    let max = cfg.max_position_embeddings as usize;
+    for it in items {
+        let longest = it.continuations.iter().map(Vec::len).max().unwrap_or(0);
+        let n = it.ids.len() + longest;
+        if n > max {
+            return Err(RunError::Input(format!(
+                "{}:{}: the context and its longest candidate are {n} tokens, beyond the model's \
+                 max_position_embeddings {max}; pass --rope-scaling (e.g. yarn:{}) to evaluate \
+                 beyond the trained window",
+                path.display(),
+                it.line + 1,
+                (n as f64 / max as f64).ceil()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What `rsd-eval score` did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScoreReport {
+    /// Items in the file.
+    pub total: usize,
+    /// Items already in results.jsonl.
+    pub skipped: usize,
+    /// Items scored now.
+    pub done: usize,
+    /// Fraction of all scored items whose answer ranks first.
+    pub overall: Option<f64>,
+}
+
+/// Scores one item: its answer's log-probability and rank among its candidates.
+fn score_item(model: &Model, it: &UserItem, batch_size: usize) -> Result<ItemResult> {
+    let scores = gen::score_continuations(
+        model,
+        &it.ids,
+        &it.continuations,
+        batch_size,
+        gen::DEFAULT_PREFILL_CHUNK,
+    )?;
+    let (rank, best) = rank_first(&scores, it.gold);
+    Ok(ItemResult {
+        task: it.task.clone(),
+        length: it.length,
+        depth: it.depth,
+        sample: it.line,
+        expected: vec![it.candidates[it.gold].clone()],
+        output: it.candidates[best].clone(),
+        score: if rank == 1 { 1.0 } else { 0.0 },
+        prompt_tokens: it.ids.len(),
+        logprob: Some(scores[it.gold].logprob),
+        rank: Some(rank),
+        candidates: Some(it.candidates.len()),
+        greedy: Some(scores[it.gold].greedy),
+    })
+}
+
+fn key(
+    task: &str,
+    length: usize,
+    depth: Option<f64>,
+    sample: usize,
+) -> (String, usize, Option<u64>, usize) {
+    (task.to_string(), length, depth.map(f64::to_bits), sample)
+}
+
+/// `rsd-eval score`: reads and checks the items, then scores those not yet in RUN/results.jsonl.
+pub fn score(a: &ScoreArgs) -> Result<ScoreReport> {
+    if a.batch_size == 0 {
+        return Err(RunError::Input("--batch-size must be at least 1".into()));
+    }
+    let tok_path = a.model.join("tokenizer.json");
+    for f in ["config.json", "tokenizer.json"] {
+        if !a.model.join(f).is_file() {
+            return Err(RunError::Input(format!(
+                "--model {}: no {f} (a model directory holds config.json, *.safetensors and tokenizer.json)",
+                a.model.display()
+            )));
+        }
+    }
+    let tok = TextTokenizer::from_file(&tok_path)?;
+    let cfg = ModelConfig::from_dir(&a.model)?;
+    rsd_model::checkpoint::safetensors_files(&a.model)?;
+    let items = read_items(&a.items, &tok)?;
+    if let Some(it) = items.iter().find(|it| {
+        it.ids
+            .iter()
+            .chain(it.continuations.iter().flatten())
+            .any(|&t| t >= cfg.vocab_size)
+    }) {
+        return Err(RunError::Input(format!(
+            "{}:{}: a token id is beyond the model's embedding ({} rows): the tokenizer does not belong to this model",
+            a.items.display(),
+            it.line + 1,
+            cfg.vocab_size
+        )));
+    }
+    check_window(&a.items, &items, &cfg, a.rope_scaling.is_some())?;
+    let rope_scaling = a
+        .rope_scaling
+        .as_deref()
+        .map(|s| parse_rope_scaling(s, cfg.max_position_embeddings))
+        .transpose()?;
+    let abs = |p: &Path| std::fs::canonicalize(p).map_err(io_err(p));
+    let settings = ScoreSettings {
+        model: abs(&a.model)?.display().to_string(),
+        tokenizer_sha256: sha256_file(&tok_path)?,
+        items: abs(&a.items)?.display().to_string(),
+        items_sha256: sha256_file(&a.items)?,
+        dtype: a.dtype.clone(),
+        rope_scaling: rope_scaling.clone(),
+        rope_theta: a.rope_theta,
+        scoring: Scoring::TeacherForced,
+    };
+    let options = ModelOptions {
+        device: rsd_model::parse_device(&a.device)?,
+        kind: rsd_model::parse_kind(&a.dtype)?,
+    };
+    rsd_model::check_device(options.device)?;
+    std::fs::create_dir_all(&a.out).map_err(io_err(&a.out))?;
+    let run_json = a.out.join("run.json");
+    let now = serde_json::to_value(&settings).map_err(|e| RunError::Json {
+        path: run_json.clone(),
+        reason: e.to_string(),
+    })?;
+    if run_json.is_file() {
+        let text = rsd_common::safe_fs::read_text(&run_json, 64 << 20, "run.json")
+            .map_err(|e| RunError::Input(e.to_string()))?;
+        let old: Value = serde_json::from_str(&text).map_err(|e| RunError::Json {
+            path: run_json.clone(),
+            reason: e.to_string(),
+        })?;
+        compare_fields(&a.out, &old, &now)?;
+    }
+    let mut file = now.clone();
+    if let Value::Object(m) = &mut file {
+        m.insert("device".into(), a.device.clone().into());
+        m.insert(
+            "created_by".into(),
+            format!("rsd-eval {}", env!("CARGO_PKG_VERSION")).into(),
+        );
+    }
+    let json = serde_json::to_string_pretty(&file).map_err(|e| RunError::Json {
+        path: run_json.clone(),
+        reason: e.to_string(),
+    })?;
+    rsd_shard::write_file_atomic(&run_json, format!("{json}\n").as_bytes())
+        .map_err(|e| RunError::Input(format!("writing {}: {e}", run_json.display())))?;
+
+    let results_path = a.out.join("results.jsonl");
+    let done_keys: HashSet<_> = if results_path.is_file() {
+        read_results(&results_path)?
+            .iter()
+            .map(ItemResult::key)
+            .collect()
+    } else {
+        HashSet::new()
+    };
+    let mut results_file = open_for_append(&results_path)?;
+    let pending: Vec<&UserItem> = items
+        .iter()
+        .filter(|it| !done_keys.contains(&key(&it.task, it.length, it.depth, it.line)))
+        .collect();
+    let skipped = items.len() - pending.len();
+    if !pending.is_empty() {
+        let mut model = Model::load(&a.model, options)?;
+        if let Some(theta) = a.rope_theta {
+            model.set_rope_theta(theta)?;
+        }
+        if let Some(v) = rope_scaling {
+            model.set_rope_scaling(v)?;
+        }
+        let bar = progress_bar(!a.quiet, items.len() as u64, skipped as u64);
+        for it in &pending {
+            let r = score_item(&model, it, a.batch_size)?;
+            let line = serde_json::to_string(&r).map_err(|e| RunError::Json {
+                path: results_path.clone(),
+                reason: e.to_string(),
+            })?;
+            writeln!(results_file, "{line}")
+                .and_then(|_| results_file.flush())
+                .map_err(io_err(&results_path))?;
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+    }
+    let all = read_results(&results_path)?;
+    let summary = Summary::of(&all, &[]);
+    summary.write(&a.out)?;
+    Ok(ScoreReport {
+        total: items.len(),
+        skipped,
+        done: pending.len(),
+        overall: summary.overall,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tokenizer() -> TextTokenizer {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../assets/tokenizers/mini-1k/tokenizer.json");
+        TextTokenizer::from_file(&p).unwrap()
+    }
+
+    fn write(lines: &str) -> (tempfile::TempDir, PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("items.jsonl");
+        std::fs::write(&p, lines).unwrap();
+        (d, p)
+    }
+
+    #[test]
+    fn items_are_read_with_their_defaults_and_line_numbers() {
+        let (_d, p) = write(
+            "{\"context\": \"the key is\", \"candidates\": [\" red\", \" blue\"], \"answer\": \" blue\"}\n\n\
+             {\"context\": \"x\", \"candidates\": [\" a\", \" b\", \" c\"], \"answer\": \" a\", \"task\": \"t\", \"depth\": 0.5, \"length\": 4096}\n",
+        );
+        let tok = tokenizer();
+        let items = read_items(&p, &tok).unwrap();
+        assert_eq!(items.len(), 2);
+        assert_eq!(
+            (items[0].line, items[0].task.as_str(), items[0].gold),
+            (0, "items", 1)
+        );
+        assert_eq!(items[0].ids, tok.encode("the key is", true).unwrap());
+        assert_eq!(
+            items[0].continuations[1],
+            tok.encode(" blue", false).unwrap()
+        );
+        assert_eq!(items[0].length, items[0].ids.len().next_power_of_two());
+        assert_eq!((items[1].line, items[1].task.as_str()), (2, "t"));
+        assert_eq!(
+            (items[1].depth, items[1].length, items[1].gold),
+            (Some(0.5), 4096, 0)
+        );
+    }
+
+    #[test]
+    fn bad_items_name_the_line_and_the_field() {
+        let tok = tokenizer();
+        let cases = [
+            ("{\"candidates\": [\" a\", \" b\"], \"answer\": \" a\"}", "missing field `context`"),
+            ("{\"context\": \"c\", \"candidates\": [\" a\"], \"answer\": \" a\"}", "at least 2"),
+            ("{\"context\": \"c\", \"candidates\": [\" a\", \" a\"], \"answer\": \" a\"}", "twice"),
+            ("{\"context\": \"c\", \"candidates\": [\" a\", \" b\"], \"answer\": \" z\"}", "is not one of"),
+            ("{\"context\": \"c\", \"candidates\": [\" a\", \"\"], \"answer\": \" a\"}", "has no tokens"),
+            ("{\"context\": \"\", \"candidates\": [\" a\", \" b\"], \"answer\": \" a\"}", "\"context\" is empty"),
+            ("{\"context\": \"c\", \"candidates\": [\" a\", \" b\"], \"answer\": \" a\", \"depth\": 2}", "outside [0, 1]"),
+            ("{\"context\": \"c\", \"candidates\": [\" a\", \" b\"], \"answer\": \" a\", \"lenght\": 2}", "unknown field `lenght`"),
+            ("not json", "expected {\"context\""),
+        ];
+        for (line, want) in cases {
+            let (_d, p) = write(&format!("\n{line}\n"));
+            let e = read_items(&p, &tok).unwrap_err().to_string();
+            assert!(e.contains("items.jsonl:2: "), "{e}");
+            assert!(e.contains(want), "{line}: {e}");
+        }
+        let (_d, p) = write("\n\n");
+        assert!(read_items(&p, &tok)
+            .unwrap_err()
+            .to_string()
+            .contains("no items"));
+    }
+}
