@@ -393,7 +393,12 @@ def test_score_items_equal_transformers_and_resume(tiny, tmp_path):
         assert r["length"] == it.get("length", 1 << (len(ctx) - 1).bit_length())
     summary = json.loads((out / "summary.json").read_text())
     assert summary["items"] == 6
-    assert summary["overall"] == pytest.approx(sum(r["score"] for r in results) / 6)
+    # Per length the mean over tasks, then over lengths.
+    cells = {}
+    for r in results:
+        cells.setdefault(r["length"], {}).setdefault(r["task"], []).append(r["score"])
+    per_length = [sum(sum(v) / len(v) for v in ts.values()) / len(ts) for ts in cells.values()]
+    assert summary["overall"] == pytest.approx(sum(per_length) / len(per_length))
     again = rsd_eval("score", "--model", tiny, "--items", path, "--out", out, "--quiet").stdout
     assert "0 scored by teacher forcing, 6 already done" in again, again
     assert lines(out / "results.jsonl") == results
@@ -437,3 +442,100 @@ def test_score_items_bad_input_names_file_and_line(tiny, tmp_path):
     path.write_text(json.dumps(long) + "\n")
     e = eval_fails("score", "--model", tiny, "--items", path, "--out", tmp_path / "o").stderr
     assert f"{path}:1: " in e and "--rope-scaling" in e, e
+
+
+def ruler_postprocess(pred):
+    """RULER's evaluate.py: strip, control characters to newlines, strip."""
+    import re
+    return re.sub(r"[\x00-\x1f]", "\n", pred.strip()).strip()
+
+
+def ruler_string_match_all(preds, refs):
+    """RULER's metric, as its scripts/eval/synthetic/constants.py computes it."""
+    score = sum(sum(1.0 if r.lower() in p.lower() else 0.0 for r in ref) / len(ref)
+                for p, ref in zip(preds, refs)) / len(preds) * 100
+    return round(score, 2)
+
+
+def test_ruler_prediction_files_score_as_rulers_evaluator_scores_them(tiny, tmp_path):
+    """A generation run writes RUN/ruler/LENGTH/TASK.jsonl in RULER's format; RULER's metric over
+    those files gives the summary's RULER scores, tasks averaged as RULER averages them (not
+    items); `rsd-eval score --pred` on the files gives the run's own records back."""
+    out = tmp_path / "gen"
+    rsd_eval("run", "--model", tiny, "--out", out, "--tasks", "niah_single_1,vt", "--lengths",
+             "512", "--depths", "3", "--samples", "2", "--max-new-tokens", "6", "--quiet")
+    summary = json.loads((out / "summary.json").read_text())
+    (ruler,) = summary["ruler"]
+    assert ruler["length"] == 512 and ruler["ruler_13"] is None
+    assert "qa_1" in ruler["missing"] and "vt" not in ruler["missing"]
+    scores = {}
+    for f in sorted((out / "ruler/512").iterdir()):
+        rows = lines(f)
+        assert all(set(r) == {"index", "input", "outputs", "pred", "others", "truncation",
+                              "length"} for r in rows), rows[0]
+        assert sorted(r["index"] for r in rows) == list(range(len(rows)))
+        scores[f.stem] = ruler_string_match_all([ruler_postprocess(r["pred"]) for r in rows],
+                                                [r["outputs"] for r in rows])
+    assert {t["task"]: t["score"] for t in ruler["tasks"]} == scores, (ruler, scores)
+    assert {t["task"]: t["samples"] for t in ruler["tasks"]} == {"niah_single_1": 6, "vt": 2}
+    assert ruler["average"] == round(sum(scores.values()) / 2, 2)
+    # The "all" row is the mean over tasks too (not over the 8 items).
+    (by_len,) = summary["by_length"]
+    assert by_len["mean"] == pytest.approx(sum(scores.values()) / 200, abs=1e-4) and by_len["n"] == 8
+    assert "RULER 13-task average" in (out / "summary.md").read_text()
+    # Prompts and expected answers in the files are the run's items.
+    dump = tmp_path / "dump.jsonl"
+    rsd_eval("run", "--tokenizer", tiny / "tokenizer.json", "--dump-prompts", dump, "--tasks",
+             "niah_single_1,vt", "--lengths", "512", "--depths", "3", "--samples", "2",
+             "--max-new-tokens", "6")
+    prompts = {(p["task"], p["depth"], p["sample"]): p for p in lines(dump)}
+    for f in (out / "ruler/512").iterdir():
+        for r in lines(f):
+            p = prompts[(f.stem, r["others"]["depth"], r["others"]["sample"])]
+            assert (r["input"], r["outputs"]) == (p["prompt"], p["expected"])
+            assert r["length"] == p["prompt_tokens"] + 6
+    # Scored back from the files alone: the run's records.
+    back = tmp_path / "back"
+    said = rsd_eval("score", "--pred", out / "ruler", "--out", back).stdout
+    assert "8 completions scored" in said, said
+    strip = lambda rs: sorted((key(r), r["score"], r["output"], r["expected"]) for r in rs)
+    assert strip(lines(back / "results.jsonl")) == strip(lines(out / "results.jsonl"))
+    assert json.loads((back / "summary.json").read_text())["ruler"] == summary["ruler"]
+
+
+def test_completions_made_elsewhere_on_dumped_prompts_are_scored(tiny, tmp_path):
+    """`--dump-prompts` lines with a "pred" added (what an engine such as vLLM would return)
+    score with the task's metric; bad lines name the file, the line and the field."""
+    dump = tmp_path / "dump.jsonl"
+    rsd_eval("run", "--tokenizer", tiny / "tokenizer.json", "--dump-prompts", dump, "--tasks",
+             "niah_multikey_1,niah_ordinal_first", "--lengths", "512", "--depths", "2",
+             "--samples", "1")
+    rows = lines(dump)
+    preds = tmp_path / "preds.jsonl"
+    answered = []
+    for i, p in enumerate(rows):
+        # Right on even lines; the ordinal task's other values first on odd ones.
+        pred = p["expected"][0] if i % 2 == 0 else " ".join(p["distractors"] + p["expected"])
+        answered.append({**p, "pred": f"  {pred}\n"})
+    preds.write_text("".join(json.dumps(r) + "\n" for r in answered))
+    out = tmp_path / "scored"
+    rsd_eval("score", "--pred", preds, "--out", out)
+    got = {key(r): r["score"] for r in lines(out / "results.jsonl")}
+    for i, p in enumerate(rows):
+        # niah_multikey_1 has no distractors: its odd lines hold the expected value alone too.
+        want = 0.0 if i % 2 == 1 and p["task"] == "niah_ordinal_first" else 1.0
+        assert got[(p["task"], p["length"], p["depth"], p["sample"])] == want, (i, p["task"])
+    assert 0.0 in got.values() and 1.0 in got.values()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(answered[0]) + "\n" + json.dumps({**answered[1], "pred": None}) + "\n")
+    e = eval_fails("score", "--pred", bad, "--out", tmp_path / "o").stderr
+    assert f"{bad}:2: no \"pred\" string" in e, e
+    bad.write_text(json.dumps({k: v for k, v in answered[0].items() if k != "length"}) + "\n")
+    e = eval_fails("score", "--pred", bad, "--out", tmp_path / "o").stderr
+    assert f"{bad}:1: no \"length\"" in e, e
+    ordinal = next(r for r in answered if r["task"] == "niah_ordinal_first")
+    bad.write_text(json.dumps({**ordinal, "distractors": []}) + "\n")
+    e = eval_fails("score", "--pred", bad, "--out", tmp_path / "o").stderr
+    assert f"{bad}:1: niah_ordinal_first is scored against the key's other values" in e, e
+    e = eval_fails("score", "--pred", preds, "--model", tiny, "--out", tmp_path / "o").stderr
+    assert "cannot be used with" in e, e

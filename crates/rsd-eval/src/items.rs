@@ -44,14 +44,20 @@ A rerun skips the items already scored. See docs/EVAL.md.";
 /// Arguments of `rsd-eval score`.
 #[derive(Debug, Clone, clap::Args)]
 #[command(after_help = SCORE_HELP)]
+#[command(group(clap::ArgGroup::new("input").required(true).args(["items", "pred"])))]
 pub struct ScoreArgs {
-    /// Checkpoint directory (config.json, *.safetensors, tokenizer.json).
+    /// Checkpoint directory (config.json, *.safetensors, tokenizer.json); with --items.
     #[arg(long)]
-    pub model: PathBuf,
+    pub model: Option<PathBuf>,
     /// The items: JSONL, one {"context", "candidates", "answer"} object per line (optional
-    /// "task", "depth", "length").
-    #[arg(long, value_name = "FILE.jsonl")]
-    pub items: PathBuf,
+    /// "task", "depth", "length"), scored by teacher forcing with --model.
+    #[arg(long, value_name = "FILE.jsonl", requires = "model")]
+    pub items: Option<PathBuf>,
+    /// Completions made elsewhere, scored with RULER's metrics: RULER's prediction files
+    /// (a directory of TASK.jsonl with index, input, outputs, pred, length; one directory per
+    /// length is RULER's layout), or `rsd-eval run --dump-prompts` lines with a "pred" added.
+    #[arg(long, value_name = "FILE_OR_DIR", conflicts_with = "model")]
+    pub pred: Option<PathBuf>,
     /// Run directory (run.json, results.jsonl, summary.json, summary.md).
     #[arg(long)]
     pub out: PathBuf,
@@ -278,24 +284,69 @@ fn key(
     (task.to_string(), length, depth.map(f64::to_bits), sample)
 }
 
-/// `rsd-eval score`: reads and checks the items, then scores those not yet in RUN/results.jsonl.
+/// `rsd-eval score`: with `--items`, reads and checks the items, then scores those not yet in
+/// RUN/results.jsonl by teacher forcing; with `--pred`, scores the completions in them and
+/// writes RUN/results.jsonl anew.
 pub fn score(a: &ScoreArgs) -> Result<ScoreReport> {
+    match (&a.model, &a.items, &a.pred) {
+        (Some(model), Some(items), None) => score_items(a, model, items),
+        (None, None, Some(pred)) => score_predictions(pred, &a.out),
+        _ => Err(RunError::Input(
+            "give --model DIR --items FILE.jsonl (teacher forcing) or --pred FILE_OR_DIR \
+             (completions made elsewhere)"
+                .into(),
+        )),
+    }
+}
+
+/// `rsd-eval score --pred`: RULER's metrics over completions made elsewhere.
+fn score_predictions(pred: &Path, out: &Path) -> Result<ScoreReport> {
+    let results = crate::ruler::read_predictions(pred)?;
+    if results.is_empty() {
+        return Err(RunError::Input(format!(
+            "--pred {}: no predictions",
+            pred.display()
+        )));
+    }
+    std::fs::create_dir_all(out).map_err(io_err(out))?;
+    let path = out.join("results.jsonl");
+    let mut text = String::new();
+    for r in &results {
+        text += &serde_json::to_string(r).map_err(|e| RunError::Json {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        text.push('\n');
+    }
+    rsd_shard::write_file_atomic(&path, text.as_bytes())
+        .map_err(|e| RunError::Input(format!("writing {}: {e}", path.display())))?;
+    let summary = Summary::of(&results, &[]);
+    summary.write(out)?;
+    Ok(ScoreReport {
+        total: results.len(),
+        skipped: 0,
+        done: results.len(),
+        overall: summary.overall,
+    })
+}
+
+fn score_items(a: &ScoreArgs, model: &Path, items_path: &Path) -> Result<ScoreReport> {
     if a.batch_size == 0 {
         return Err(RunError::Input("--batch-size must be at least 1".into()));
     }
-    let tok_path = a.model.join("tokenizer.json");
+    let tok_path = model.join("tokenizer.json");
     for f in ["config.json", "tokenizer.json"] {
-        if !a.model.join(f).is_file() {
+        if !model.join(f).is_file() {
             return Err(RunError::Input(format!(
                 "--model {}: no {f} (a model directory holds config.json, *.safetensors and tokenizer.json)",
-                a.model.display()
+                model.display()
             )));
         }
     }
     let tok = TextTokenizer::from_file(&tok_path)?;
-    let cfg = ModelConfig::from_dir(&a.model)?;
-    rsd_model::checkpoint::safetensors_files(&a.model)?;
-    let items = read_items(&a.items, &tok)?;
+    let cfg = ModelConfig::from_dir(model)?;
+    rsd_model::checkpoint::safetensors_files(model)?;
+    let items = read_items(items_path, &tok)?;
     if let Some(it) = items.iter().find(|it| {
         it.ids
             .iter()
@@ -304,12 +355,12 @@ pub fn score(a: &ScoreArgs) -> Result<ScoreReport> {
     }) {
         return Err(RunError::Input(format!(
             "{}:{}: a token id is beyond the model's embedding ({} rows): the tokenizer does not belong to this model",
-            a.items.display(),
+            items_path.display(),
             it.line + 1,
             cfg.vocab_size
         )));
     }
-    check_window(&a.items, &items, &cfg, a.rope_scaling.is_some())?;
+    check_window(items_path, &items, &cfg, a.rope_scaling.is_some())?;
     let rope_scaling = a
         .rope_scaling
         .as_deref()
@@ -317,10 +368,10 @@ pub fn score(a: &ScoreArgs) -> Result<ScoreReport> {
         .transpose()?;
     let abs = |p: &Path| std::fs::canonicalize(p).map_err(io_err(p));
     let settings = ScoreSettings {
-        model: abs(&a.model)?.display().to_string(),
+        model: abs(model)?.display().to_string(),
         tokenizer_sha256: sha256_file(&tok_path)?,
-        items: abs(&a.items)?.display().to_string(),
-        items_sha256: sha256_file(&a.items)?,
+        items: abs(items_path)?.display().to_string(),
+        items_sha256: sha256_file(items_path)?,
         dtype: a.dtype.clone(),
         rope_scaling: rope_scaling.clone(),
         rope_theta: a.rope_theta,
@@ -377,7 +428,7 @@ pub fn score(a: &ScoreArgs) -> Result<ScoreReport> {
         .collect();
     let skipped = items.len() - pending.len();
     if !pending.is_empty() {
-        let mut model = Model::load(&a.model, options)?;
+        let mut model = Model::load(model, options)?;
         if let Some(theta) = a.rope_theta {
             model.set_rope_theta(theta)?;
         }

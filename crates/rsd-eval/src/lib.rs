@@ -7,7 +7,8 @@
 //! * [`score`]: RULER's metrics.
 //! * [`run`]: `rsd-eval run`: generate, score, write results and summaries; resumable.
 //! * [`items`]: `rsd-eval score`: teacher-forced scoring of a JSONL of (context, candidates,
-//!   answer), into the same run directory and records as `run`.
+//!   answer), or completions made elsewhere (`--pred`), into the same records as `run`.
+//! * [`ruler`]: RULER's 13 tasks, its aggregation and its prediction files.
 //! * [`plot`]: a run's figures (accuracy by depth and length, the depth × length heat map).
 //! * [`compare`]: several runs in one figure and one table.
 //! * [`ppl`]: perplexity by position on held-out shards, and the view gap under RSD's skip view.
@@ -23,6 +24,7 @@ pub mod paired;
 pub mod plot;
 pub mod ppl;
 pub mod results;
+pub mod ruler;
 pub mod run;
 pub mod score;
 pub mod tasks;

@@ -21,8 +21,8 @@ struct Cli {
 enum Cmd {
     /// Generate RULER-style tasks, let the model complete them, score and summarise (resumable).
     Run(cmd_run::RunArgs),
-    /// Score your own items by teacher forcing: a JSONL of {"context", "candidates", "answer"};
-    /// each item counts as right when the answer's log-probability ranks first (resumable).
+    /// Score what you bring: your own items by teacher forcing (--items, a JSONL of {"context",
+    /// "candidates", "answer"}), or completions made elsewhere with RULER's metrics (--pred).
     Score(rsd_eval::items::ScoreArgs),
     /// Draw a run's figures (RUN/results.jsonl, RUN/ppl.json) into RUN/plots/: PNG, SVG and the
     /// plotted values as JSON.
@@ -55,14 +55,24 @@ fn score(a: &rsd_eval::items::ScoreArgs) -> Result<()> {
         .overall
         .map(|o| format!("{:.1}", 100.0 * o))
         .unwrap_or_else(|| "n/a".into());
-    println!(
-        "{} items: {} scored by teacher forcing, {} already done; answer ranked first in {overall}% \
-         (see {})",
-        r.total,
-        r.done,
-        r.skipped,
-        a.out.join("summary.md").display()
-    );
+    let summary = a.out.join("summary.md");
+    if a.pred.is_some() {
+        println!(
+            "{} completions scored with RULER's metrics; overall {overall} (RULER's per-task \
+             scores and averages: {})",
+            r.total,
+            summary.display()
+        );
+    } else {
+        println!(
+            "{} items: {} scored by teacher forcing, {} already done; answer ranked first in \
+             {overall}% (see {})",
+            r.total,
+            r.done,
+            r.skipped,
+            summary.display()
+        );
+    }
     Ok(())
 }
 

@@ -677,6 +677,9 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         bar.finish_and_clear();
     }
     let all = read_results(&results_path)?;
+    if opts.scoring == Scoring::Generate && (done > 0 || !out.join("ruler").is_dir()) {
+        write_ruler_predictions(out, &plan, &all, &generator, opts)?;
+    }
     let summary = Summary::of(&all, &opts.tasks);
     summary.write(out)?;
     Ok(RunReport {
@@ -685,6 +688,33 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         done,
         overall: summary.overall,
     })
+}
+
+/// Writes RUN/ruler/LENGTH/TASK.jsonl, RULER's prediction files, for every scored item of the
+/// plan (prompts regenerated: results.jsonl does not keep them).
+fn write_ruler_predictions(
+    out: &Path,
+    plan: &[(Task, usize, Option<f64>, usize)],
+    results: &[ItemResult],
+    generator: &Generator<'_>,
+    opts: &RunOptions,
+) -> Result<()> {
+    let by_key: std::collections::HashMap<_, &ItemResult> =
+        results.iter().map(|r| (r.key(), r)).collect();
+    let mut preds: BTreeMap<(String, usize), Vec<crate::ruler::Prediction>> = BTreeMap::new();
+    let mut index: std::collections::HashMap<(Task, usize), usize> = Default::default();
+    for &(t, l, d, s) in plan {
+        let i = index.entry((t, l)).or_default();
+        if let Some(r) = by_key.get(&key_of(t, l, d, s)) {
+            let item = generator.item(t, l, d, s, opts.max_new_tokens)?;
+            preds
+                .entry((t.name().to_string(), l))
+                .or_default()
+                .push(crate::ruler::Prediction::of(&item, r, *i));
+        }
+        *i += 1;
+    }
+    crate::ruler::write_predictions(&out.join("ruler"), &preds)
 }
 
 pub(crate) fn progress_bar(show: bool, total: u64, done: u64) -> ProgressBar {
@@ -939,16 +969,22 @@ pub struct Summary {
     pub overall: Option<f64>,
     /// Items scored.
     pub items: usize,
-    /// Mean per length over all tasks.
+    /// Mean per length over the tasks (each task weighing the same, as RULER averages); `n`
+    /// counts the items.
     pub by_length: Vec<Cell>,
     /// Mean per task × length.
     pub by_task_length: Vec<Cell>,
     /// Mean per task × length × depth (needle tasks).
     pub by_task_length_depth: Vec<Cell>,
+    /// RULER's aggregation per length: task scores × 100 to two decimals, their mean, and the
+    /// 13-task average where all 13 ran.
+    #[serde(default)]
+    pub ruler: Vec<crate::ruler::LengthScores>,
 }
 
 impl Summary {
-    /// Means of `results`, tasks in `order` (then any others by name).
+    /// Means of `results`, tasks in `order` (then any others by name). `overall` is the mean
+    /// over lengths of the per-length means over tasks.
     pub fn of(results: &[ItemResult], order: &[Task]) -> Summary {
         let rank = |name: &str| {
             order
@@ -959,7 +995,7 @@ impl Summary {
         type K = (usize, String, usize, Option<u64>);
         let mut tl: BTreeMap<K, (f64, usize)> = BTreeMap::new();
         let mut tld: BTreeMap<K, (f64, usize)> = BTreeMap::new();
-        let mut len: BTreeMap<usize, (f64, usize)> = BTreeMap::new();
+        let mut len: BTreeMap<usize, usize> = BTreeMap::new();
         let add = |m: &mut (f64, usize), s: f64| {
             m.0 += s;
             m.1 += 1;
@@ -972,7 +1008,12 @@ impl Summary {
                 let k = (rank(&r.task), r.task.clone(), r.length, Some(d.to_bits()));
                 add(tld.entry(k).or_default(), r.score);
             }
-            add(len.entry(r.length).or_default(), r.score);
+            *len.entry(r.length).or_default() += 1;
+        }
+        // Per length, each task's mean weighs the same.
+        let mut task_means: BTreeMap<usize, (f64, usize)> = BTreeMap::new();
+        for ((_, _, length, _), (sum, n)) in &tl {
+            add(task_means.entry(*length).or_default(), sum / *n as f64);
         }
         let cells = |m: BTreeMap<K, (f64, usize)>| {
             m.into_iter()
@@ -985,20 +1026,26 @@ impl Summary {
                 })
                 .collect()
         };
-        let total: f64 = results.iter().map(|r| r.score).sum();
-        Summary {
-            overall: (!results.is_empty()).then(|| total / results.len() as f64),
-            items: results.len(),
-            by_length: len
-                .into_iter()
-                .map(|(length, (sum, n))| Cell {
+        let by_length: Vec<Cell> = len
+            .into_iter()
+            .map(|(length, n)| {
+                let (sum, tasks) = task_means[&length];
+                Cell {
                     task: None,
                     length,
                     depth: None,
-                    mean: sum / n as f64,
+                    mean: sum / tasks as f64,
                     n,
-                })
-                .collect(),
+                }
+            })
+            .collect();
+        let overall = (!by_length.is_empty())
+            .then(|| by_length.iter().map(|c| c.mean).sum::<f64>() / by_length.len() as f64);
+        Summary {
+            overall,
+            items: results.len(),
+            by_length,
+            ruler: crate::ruler::aggregate(results),
             by_task_length: cells(tl),
             by_task_length_depth: cells(tld),
         }
@@ -1022,7 +1069,8 @@ impl Summary {
         let mut s = String::from("# rsd-eval run: summary\n\n");
         match self.overall {
             Some(o) => s.push_str(&format!(
-                "Overall: **{}** (mean score in percent over {} items)\n\n",
+                "Overall: **{}** (mean score in percent: per length the mean over tasks, then \
+                 over lengths; {} items)\n\n",
                 pct(o),
                 self.items
             )),
@@ -1058,11 +1106,13 @@ impl Summary {
             }
             s.push('\n');
         }
-        s.push_str("| **all** |");
+        s.push_str("| **all (mean over tasks)** |");
         for c in &self.by_length {
             s.push_str(&format!(" **{}** |", pct(c.mean)));
         }
-        s.push_str("\n\n## Task × length × depth\n\n| task | length | depth | score | n |\n|---|---:|---:|---:|---:|\n");
+        s.push_str("\n\n");
+        s.push_str(&crate::ruler::markdown(&self.ruler));
+        s.push_str("\n## Task × length × depth\n\n| task | length | depth | score | n |\n|---|---:|---:|---:|---:|\n");
         for c in &self.by_task_length_depth {
             s.push_str(&format!(
                 "| {} | {} | {:.2} | {} | {} |\n",

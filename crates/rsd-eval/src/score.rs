@@ -6,7 +6,7 @@
 //! * [`ordinal_match`]: the ordinal variant asks for one of several values of the same key; the
 //!   answer counts only if the asked value is found and no other value of that key comes first
 //!   (listing every value would otherwise score 1 under `string_match_all`).
-use crate::tasks::{Item, Task};
+use crate::tasks::Item;
 
 /// RULER's `postprocess_pred`: control characters become newlines, surrounding space goes.
 pub fn postprocess(output: &str) -> String {
@@ -61,11 +61,32 @@ pub fn ordinal_match(output: &str, expected: &[String], distractors: &[String]) 
 
 /// The score of a model's raw completion of `item`, with the task's metric.
 pub fn score(item: &Item, output: &str) -> f64 {
+    metric(item.task.name(), output, &item.expected, &item.distractors).unwrap_or(0.0)
+}
+
+/// The score of a raw completion for the task named `task`, with RULER's metric for it:
+/// `string_match_part` for its QA tasks, ours for the ordinal needles (which need the other
+/// values of the key as `distractors`), `string_match_all` for the rest. The completion is
+/// post-processed as RULER does first.
+pub fn metric(
+    task: &str,
+    output: &str,
+    expected: &[String],
+    distractors: &[String],
+) -> Result<f64, String> {
     let out = postprocess(output);
-    match item.task {
-        Task::NiahOrdinal(_) => ordinal_match(&out, &item.expected, &item.distractors),
-        _ => string_match_all(&out, &item.expected),
-    }
+    Ok(if task.starts_with("qa_") {
+        string_match_part(&out, expected)
+    } else if task.starts_with("niah_ordinal_") {
+        if distractors.is_empty() {
+            return Err(format!(
+                "{task} is scored against the key's other values: no \"distractors\" list"
+            ));
+        }
+        ordinal_match(&out, expected, distractors)
+    } else {
+        string_match_all(&out, expected)
+    })
 }
 
 #[cfg(test)]
