@@ -539,3 +539,30 @@ def test_completions_made_elsewhere_on_dumped_prompts_are_scored(tiny, tmp_path)
     assert f"{bad}:1: niah_ordinal_first is scored against the key's other values" in e, e
     e = eval_fails("score", "--pred", preds, "--model", tiny, "--out", tmp_path / "o").stderr
     assert "cannot be used with" in e, e
+
+
+def test_rulers_depth_grid_draws_each_sample_from_its_40_depths(tiny, tmp_path):
+    """`--depth-grid ruler`: each sample's needle at one of RULER's depths,
+    np.round(np.linspace(0, 100, 40)) percent, drawn from the seed; recorded in run.json."""
+    import numpy as np
+
+    grid = {float(d) / 100 for d in np.round(np.linspace(0, 100, num=40, endpoint=True))}
+    args = ["--tasks", "niah_single_1,vt", "--lengths", "512", "--samples", "40",
+            "--depth-grid", "ruler", "--max-new-tokens", "4"]
+    dumps = []
+    for name in ("a.jsonl", "b.jsonl"):
+        rsd_eval("run", "--tokenizer", tiny / "tokenizer.json", "--dump-prompts",
+                 tmp_path / name, *args)
+        dumps.append(lines(tmp_path / name))
+    assert dumps[0] == dumps[1]
+    niah = [p for p in dumps[0] if p["task"] == "niah_single_1"]
+    assert len(niah) == 40 and [p["sample"] for p in niah] == list(range(40))
+    assert {p["depth"] for p in niah} <= grid and len({p["depth"] for p in niah}) >= 15
+    assert all(p["depth"] is None for p in dumps[0] if p["task"] == "vt")
+    out = tmp_path / "run"
+    rsd_eval("run", "--model", tiny, "--out", out, *args[:4], "--samples", "2", "--depth-grid",
+             "ruler", "--max-new-tokens", "4", "--quiet")
+    assert json.loads((out / "run.json").read_text())["depth_grid"] == "ruler"
+    e = eval_fails("run", "--model", tiny, "--out", out, *args[:4], "--samples", "2",
+                   "--max-new-tokens", "4").stderr
+    assert "depth_grid" in e, e

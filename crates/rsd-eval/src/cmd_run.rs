@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 use rsd_eval::run::{run as run_eval, RunOptions, Scoring};
-use rsd_eval::tasks::Task;
+use rsd_eval::tasks::{DepthGrid, Task};
 
 const RUN_HELP: &str = "Items are generated from (seed, task, length, depth, sample) and the \
 model's tokenizer: a prompt plus its answer budget (--max-new-tokens, default per task as in \
@@ -28,6 +28,11 @@ pub struct RunArgs {
     /// Number of evenly spaced needle depths, 0 to 1 inclusive.
     #[arg(long, default_value_t = 10)]
     depths: usize,
+    /// even: every sample at each of --depths evenly spaced depths (tables by depth). ruler:
+    /// as RULER draws them, each sample at one depth from round(linspace(0, 100, 40)) percent,
+    /// drawn from --seed (--depths is then unused; --samples counts all of a task's items).
+    #[arg(long, value_enum, default_value_t = DepthGrid::Even)]
+    depth_grid: DepthGrid,
     /// Samples per (task, length, depth).
     #[arg(long, default_value_t = 1)]
     samples: usize,
@@ -109,6 +114,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         tasks,
         lengths: a.lengths,
         depths: a.depths,
+        depth_grid: a.depth_grid,
         samples: a.samples,
         seed: a.seed,
         max_new_tokens: a.max_new_tokens,

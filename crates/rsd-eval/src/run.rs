@@ -27,7 +27,9 @@ use sha2::{Digest, Sha256};
 use crate::chat::{ChatError, ChatTemplate};
 use crate::results::{read_results, ItemResult, ResultsError};
 use crate::score::score;
-use crate::tasks::{depths, hex, Generator, Haystack, Item, Task, TaskError};
+use crate::tasks::{
+    depths, hex, ruler_depth, DepthGrid, Generator, Haystack, Item, Task, TaskError,
+};
 
 /// How run.json names the bundled haystack.
 const BUNDLED_HAYSTACK_NAME: &str = "corpus/books (bundled)";
@@ -101,8 +103,10 @@ pub struct RunOptions {
     pub tasks: Vec<Task>,
     /// Context lengths (prompt + answer tokens).
     pub lengths: Vec<usize>,
-    /// Number of evenly spaced needle depths.
+    /// Number of evenly spaced needle depths (with the even grid).
     pub depths: usize,
+    /// Even depths, or RULER's drawn ones.
+    pub depth_grid: DepthGrid,
     /// Samples per (task, length, depth).
     pub samples: usize,
     /// Seed of every random choice.
@@ -161,6 +165,10 @@ impl Scoring {
     }
 }
 
+fn is_even(g: &DepthGrid) -> bool {
+    *g == DepthGrid::Even
+}
+
 fn is_generate(s: &Scoring) -> bool {
     *s == Scoring::Generate
 }
@@ -178,6 +186,10 @@ pub struct RunSettings {
     pub lengths: Vec<usize>,
     /// Number of depths.
     pub depths: usize,
+    /// RULER's drawn depths instead of the even grid; absent for the even grid (so older runs
+    /// resume unchanged).
+    #[serde(default, skip_serializing_if = "is_even")]
+    pub depth_grid: DepthGrid,
     /// Samples per cell.
     pub samples: usize,
     /// Seed.
@@ -288,6 +300,13 @@ pub fn plan(opts: &RunOptions) -> Vec<(Task, usize, Option<f64>, usize)> {
     let mut out = Vec::new();
     for &task in &opts.tasks {
         for &length in &opts.lengths {
+            if task.has_depth() && opts.depth_grid == DepthGrid::Ruler {
+                for s in 0..opts.samples {
+                    let d = ruler_depth(opts.seed, task, length, s);
+                    out.push((task, length, Some(d), s));
+                }
+                continue;
+            }
             let ds: Vec<Option<f64>> = if task.has_depth() {
                 depths(opts.depths).into_iter().map(Some).collect()
             } else {
@@ -518,6 +537,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         tasks: opts.tasks.iter().map(|t| t.name().to_string()).collect(),
         lengths: opts.lengths.clone(),
         depths: opts.depths,
+        depth_grid: opts.depth_grid,
         samples: opts.samples,
         seed: opts.seed,
         max_new_tokens: opts.max_new_tokens,
@@ -850,6 +870,23 @@ fn compare_settings(dir: &Path, old: &Value, now: &RunSettings) -> Result<()> {
             setting: "scoring".into(),
             was: was_scoring.into(),
             now: now.scoring.name().into(),
+        });
+    }
+    // Absent means the even grid, on both sides (see `RunSettings::depth_grid`).
+    let grid_now = now_v
+        .get("depth_grid")
+        .cloned()
+        .unwrap_or(Value::from("even"));
+    let grid_was = old
+        .get("depth_grid")
+        .cloned()
+        .unwrap_or(Value::from("even"));
+    if grid_was != grid_now {
+        return Err(RunError::Changed {
+            dir: dir.to_path_buf(),
+            setting: "depth_grid".into(),
+            was: grid_was.to_string(),
+            now: grid_now.to_string(),
         });
     }
     compare_fields(dir, old, &now_v)

@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 
 use rsd_common::rng::SplitMix64;
 use rsd_model::generate::TextTokenizer;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::chat::{ChatError, ChatTemplate};
@@ -312,6 +313,38 @@ pub fn depths(k: usize) -> Vec<f64> {
             .map(|i| (100.0 * i as f64 / (k - 1) as f64).round() / 100.0)
             .collect(),
     }
+}
+
+/// Where the needle tasks' evidence goes, over a run's samples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum DepthGrid {
+    /// `--depths` evenly spaced depths, every sample at each (tables by depth).
+    #[default]
+    Even,
+    /// RULER's: each sample at one depth drawn from `round(linspace(0, 100, 40))` percent.
+    Ruler,
+}
+
+/// RULER's needle depths in percent: `np.round(np.linspace(0, 100, num=40))`.
+pub fn ruler_depth_grid() -> Vec<u32> {
+    (0..40)
+        .map(|i| (100.0 * i as f64 / 39.0).round() as u32)
+        .collect()
+}
+
+/// The depth of sample `sample` of (task, length) under RULER's grid: one of its 40 depths,
+/// drawn from the seed.
+pub fn ruler_depth(seed: u64, task: Task, length: usize, sample: usize) -> f64 {
+    let grid = ruler_depth_grid();
+    let mut rng = SplitMix64::keyed(&[
+        seed,
+        name_key(task.name()),
+        length as u64,
+        sample as u64,
+        name_key("ruler-depth"),
+    ]);
+    grid[(rng.next_u64() % grid.len() as u64) as usize] as f64 / 100.0
 }
 
 /// The text haystacks are cut from: a long run of words.
