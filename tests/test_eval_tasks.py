@@ -566,3 +566,19 @@ def test_rulers_depth_grid_draws_each_sample_from_its_40_depths(tiny, tmp_path):
     e = eval_fails("run", "--model", tiny, "--out", out, *args[:4], "--samples", "2",
                    "--max-new-tokens", "4").stderr
     assert "depth_grid" in e, e
+
+
+def test_a_length_too_short_for_one_task_skips_it_with_a_line(tiny, tmp_path):
+    """cwe's bare prompt (its examples) does not fit 256 tokens: it is skipped with a line and a
+    summary entry saying why, never scored 0; the other task runs."""
+    out = tmp_path / "run"
+    p = rsd_eval("run", "--model", tiny, "--out", out, "--tasks", "niah_single_1,cwe",
+                 "--lengths", "256", "--depths", "2", "--samples", "1", "--max-new-tokens", "4",
+                 "--quiet")
+    assert "rsd-eval: skipped: cwe at length 256: the prompt without any haystack" in p.stderr, \
+        p.stderr
+    assert {r["task"] for r in lines(out / "results.jsonl")} == {"niah_single_1"}
+    summary = json.loads((out / "summary.json").read_text())
+    assert [(k["task"], k["length"]) for k in summary["skipped"]] == [("cwe", 256)]
+    assert "Not run: cwe at length 256" in (out / "summary.md").read_text()
+    assert [t["task"] for t in summary["ruler"][0]["tasks"]] == ["niah_single_1"]

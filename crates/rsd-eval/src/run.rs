@@ -501,13 +501,36 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
     if let Some(c) = &chat {
         generator = generator.with_chat_template(c);
     }
-    let plan = plan(opts);
-    // A length too short for a task fails here, before anything is written or loaded.
+    let mut plan = plan(opts);
+    // A (task, length) too short for the task's smallest instance is skipped, with a line saying
+    // why (and in the summary); when nothing is left, that is the error. Before anything is
+    // written or loaded.
     let mut checked = HashSet::new();
+    let mut too_short: Vec<Skipped> = Vec::new();
     for &(t, l, d, s) in &plan {
         if checked.insert((t, l)) {
-            generator.item(t, l, d, s, opts.max_new_tokens)?;
+            match generator.item(t, l, d, s, opts.max_new_tokens) {
+                Ok(_) => {}
+                Err(e @ TaskError::TooShort { .. }) => too_short.push(Skipped {
+                    task: t.name().to_string(),
+                    length: l,
+                    reason: e.to_string(),
+                }),
+                Err(e) => return Err(e.into()),
+            }
         }
+    }
+    plan.retain(|(t, l, _, _)| {
+        !too_short
+            .iter()
+            .any(|k| k.task == t.name() && k.length == *l)
+    });
+    if plan.is_empty() {
+        let reasons: Vec<&str> = too_short.iter().map(|k| k.reason.as_str()).collect();
+        return Err(RunError::Input(reasons.join("\n")));
+    }
+    for k in &too_short {
+        eprintln!("rsd-eval: skipped: {}", k.reason);
     }
 
     if let Some(path) = &opts.dump_prompts {
@@ -700,7 +723,8 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
     if opts.scoring == Scoring::Generate && (done > 0 || !out.join("ruler").is_dir()) {
         write_ruler_predictions(out, &plan, &all, &generator, opts)?;
     }
-    let summary = Summary::of(&all, &opts.tasks);
+    let mut summary = Summary::of(&all, &opts.tasks);
+    summary.skipped = too_short;
     summary.write(out)?;
     Ok(RunReport {
         total: plan.len(),
@@ -1017,6 +1041,20 @@ pub struct Summary {
     /// 13-task average where all 13 ran.
     #[serde(default)]
     pub ruler: Vec<crate::ruler::LengthScores>,
+    /// (task, length) pairs not run: the length is too short for the task.
+    #[serde(default)]
+    pub skipped: Vec<Skipped>,
+}
+
+/// A (task, length) a run skipped, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Skipped {
+    /// Task name.
+    pub task: String,
+    /// Length asked for.
+    pub length: usize,
+    /// Why (the length is too short for the task's bare prompt and answer).
+    pub reason: String,
 }
 
 impl Summary {
@@ -1085,6 +1123,7 @@ impl Summary {
             ruler: crate::ruler::aggregate(results),
             by_task_length: cells(tl),
             by_task_length_depth: cells(tld),
+            skipped: Vec::new(),
         }
     }
 
@@ -1148,6 +1187,9 @@ impl Summary {
             s.push_str(&format!(" **{}** |", pct(c.mean)));
         }
         s.push_str("\n\n");
+        for k in &self.skipped {
+            s.push_str(&format!("Not run: {}\n\n", k.reason));
+        }
         s.push_str(&crate::ruler::markdown(&self.ruler));
         s.push_str("\n## Task × length × depth\n\n| task | length | depth | score | n |\n|---|---:|---:|---:|---:|\n");
         for c in &self.by_task_length_depth {
