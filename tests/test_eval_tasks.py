@@ -123,6 +123,11 @@ def test_run_writes_every_file_and_resumes(tiny, tmp_path):
     p = rsd_eval("run", "--model", tiny, "--out", out, *loud)
     assert "6 items: 3 generated, 3 already done" in p.stdout
     progress = [l for l in p.stderr.splitlines() if l.startswith("rsd-eval: ")]
+    # First, what the cells can resolve: 0.5/sqrt(2) of a score in points.
+    assert progress[0].startswith(
+        "rsd-eval: 6 items; the smallest (task, length, depth) cell has 2: its score's standard "
+        "error is at most 35.4 points; a (task, length) has at least 2: at most 35.4"), p.stderr
+    progress = progress[1:]
     assert progress[0].startswith("rsd-eval: 3/6 items (50%)"), p.stderr
     assert "time left unknown yet" in progress[0], p.stderr
     assert progress[-1].startswith("rsd-eval: 6/6 items (100%)") and progress[-1].endswith(

@@ -33,8 +33,9 @@ pub struct RunArgs {
     /// drawn from --seed (--depths is then unused; --samples counts all of a task's items).
     #[arg(long, value_enum, default_value_t = DepthGrid::Even)]
     depth_grid: DepthGrid,
-    /// Samples per (task, length, depth).
-    #[arg(long, default_value_t = 1)]
+    /// Samples per (task, length, depth): 10 gives each depth's score a standard error of at
+    /// most 15.8 points and, over 10 depths, each task's at most 5 (printed at the start).
+    #[arg(long, default_value_t = 10)]
     samples: usize,
     /// Seed of every random choice in the items.
     #[arg(long, default_value_t = 0)]

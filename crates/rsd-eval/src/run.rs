@@ -533,6 +533,10 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         eprintln!("rsd-eval: skipped: {}", k.reason);
     }
 
+    if opts.progress && opts.model.is_some() {
+        eprintln!("rsd-eval: {}", precision_line(&plan));
+    }
+
     if let Some(path) = &opts.dump_prompts {
         dump_prompts(path, &generator, &plan, opts, chat.as_ref())?;
         if opts.model.is_none() {
@@ -732,6 +736,36 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         done,
         overall: summary.overall,
     })
+}
+
+/// The standard error a score in [0, 1] averaged over n items can have at most: 0.5 / √n, in
+/// points (× 100).
+pub fn max_standard_error(n: usize) -> f64 {
+    50.0 / (n.max(1) as f64).sqrt()
+}
+
+/// What the plan's cells can resolve: items per (task, length, depth) cell and per (task,
+/// length), with the largest standard error of their mean scores.
+fn precision_line(plan: &[(Task, usize, Option<f64>, usize)]) -> String {
+    let mut cell: BTreeMap<(&str, usize, Option<u64>), usize> = BTreeMap::new();
+    let mut task: BTreeMap<(&str, usize), usize> = BTreeMap::new();
+    for &(t, l, d, _) in plan {
+        *cell.entry((t.name(), l, d.map(f64::to_bits))).or_default() += 1;
+        *task.entry((t.name(), l)).or_default() += 1;
+    }
+    let fewest = |m: Vec<usize>| m.into_iter().min().unwrap_or(0);
+    let (c, t) = (
+        fewest(cell.into_values().collect()),
+        fewest(task.into_values().collect()),
+    );
+    format!(
+        "{} items; the smallest (task, length, depth) cell has {c}: its score's standard error is \
+         at most {:.1} points; a (task, length) has at least {t}: at most {:.1} points \
+         (more --samples narrow both)",
+        plan.len(),
+        max_standard_error(c),
+        max_standard_error(t)
+    )
 }
 
 /// Writes RUN/ruler/LENGTH/TASK.jsonl, RULER's prediction files, for every scored item of the
@@ -1152,6 +1186,10 @@ impl Summary {
             )),
             None => s.push_str("No items scored yet.\n\n"),
         }
+        s.push_str(
+            "A mean over n items has a standard error of at most 50/√n points (n is in the \
+             tables: 10 items ±15.8, 100 items ±5.0).\n\n",
+        );
         let lengths: Vec<usize> = self.by_length.iter().map(|c| c.length).collect();
         let mut tasks: Vec<String> = Vec::new();
         for c in &self.by_task_length {
