@@ -107,20 +107,7 @@ train "$out/base" --shards "$data/recall-256,$data/books-256" --weights 0.8,0.2 
   --objective standard --steps "$base_steps" --seed 0 --init-seed 0
 evaluate "$out/base/model" "$out/base/eval-256" --lengths 256
 # The bar, per depth (the summary's by-depth table).
-python - "$out/base/eval-256/results.jsonl" "$bar" > "$out/base/bar.md" <<'EOF'
-import collections, json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-bar = float(sys.argv[2])
-by = collections.defaultdict(list)
-for r in rows:
-    by[r["depth"]].append(r["score"])
-print("| depth | items | recall (rank 1 of the 4 values) |")
-print("|---|---|---|")
-for d in sorted(by):
-    print(f"| {d:g} | {len(by[d])} | {sum(by[d]) / len(by[d]):.3f} |")
-worst = min(sum(v) / len(v) for v in by.values())
-print(f"\nWorst depth: {worst:.3f}; bar: {bar:.2f} at every depth: {'met' if worst >= bar else 'NOT met'}.")
-EOF
+RSD_MINI_BIN="$bin" bash scripts/miniature_report.sh bar "$out" "$bar" > "$out/base/bar.md"
 cat "$out/base/bar.md" >&2
 if grep -q "NOT met" "$out/base/bar.md" && [ -z "${RSD_MINI_IGNORE_BAR:-}" ]; then
   echo "the base misses the pre-registered bar (docs/RESULTS.md): change the model or the data," \
@@ -132,9 +119,6 @@ adapt=(--model "$out/base/model" --init "" --shards "$data/recall-1024,$data/boo
   --weights 0.8,0.2 --rope-theta "$theta" --max-position-embeddings 1024 --doc-mask true
   --lr 1e-3 --micro-batch 2)
 arms=(standard rsd standard-matched two-view-clm)
-runs=()
-labels=()
-replicas=()
 for seed in ${seeds//,/ }; do
   for arm in "${arms[@]}"; do
     dir="$out/seed-$seed/$arm"
@@ -150,33 +134,13 @@ for seed in ${seeds//,/ }; do
     evaluate "$dir/model" "$dir/eval-1024" --lengths 1024
     evaluate "$dir/model" "$dir/eval-2048-yarn2" --lengths 2048 --rope-scaling yarn:2
     evaluate "$dir/model" "$dir/eval-4096-yarn4" --lengths 4096 --rope-scaling yarn:4
-    for run in eval-1024 eval-2048-yarn2 eval-4096-yarn4; do
-      runs+=("$dir/$run")
-      labels+=("$arm")
-      replicas+=("$seed")
-    done
   done
 done
 
-label_list=$(IFS=,; echo "${labels[*]}")
-# Per length: the arms by depth, seeds pooled (figures and tables; the intervals are below).
-for run in eval-1024 eval-2048-yarn2 eval-4096-yarn4; do
-  these=() these_labels=()
-  for i in "${!runs[@]}"; do
-    if [ "$(basename "${runs[$i]}")" = "$run" ]; then
-      these+=("${runs[$i]}")
-      these_labels+=("${labels[$i]}")
-    fi
-  done
-  "$bin/rsd-eval" compare "${these[@]}" --labels "$(IFS=,; echo "${these_labels[*]}")" \
-    --out "$out/by-depth-${run#eval-}" >/dev/null
-done
-replica_list=$(IFS=,; echo "${replicas[*]}")
-for base in standard standard-matched; do
-  say "paired differences against $base (95% bootstrap over seeds and items)"
-  "$bin/rsd-eval" compare "${runs[@]}" --labels "$label_list" --replicas "$replica_list" \
-    --baseline "$base" --out "$out/compare-vs-$base" >/dev/null
-done
+# The arms by depth per length, and the paired differences against standard and
+# standard-matched (95% bootstrap over seeds and items), from the per-item results alone.
+say "tables: the arms by depth, paired differences against standard and standard-matched"
+RSD_MINI_BIN="$bin" bash scripts/miniature_report.sh compare "$out" "$out"
 echo
 echo "the base's recall at 256:  $out/base/bar.md"
 echo "tables and intervals:      $out/compare-vs-standard/compare.md, $out/compare-vs-standard-matched/compare.md"

@@ -97,3 +97,64 @@ def test_miniature_runs_the_preregistered_design_and_resumes(tmp_path):
     p = miniature(out, ignore_bar=False)
     assert p.returncode == 1
     assert "misses the pre-registered bar" in p.stderr and "not the bar" in p.stderr, p.stderr[-2000:]
+
+
+def test_dense_recall_documents_ask_for_every_needle_within_the_budget(tmp_path):
+    """scripts/miniature_dense.py: each dumped item's prompt and answer, then other needles'
+    sentences (RULER's answer, or the needle repeated), each with its own needle's value, none
+    past the token budget."""
+    import re
+    import sys
+    from tokenizers import Tokenizer
+
+    tok_path = REPO / "assets/tokenizers/mini-1k/tokenizer.json"
+    dump = tmp_path / "dump.jsonl"
+    subprocess.run([exe("rsd-eval"), "run", "--tasks", "niah_multikey_2", "--lengths", "160,200",
+                    "--depths", "3", "--samples", "2", "--max-new-tokens", "8", "--seed", "1",
+                    "--tokenizer", str(tok_path), "--dump-prompts", str(dump)], check=True,
+                   capture_output=True)
+    items = lines(dump)
+    tok = Tokenizer.from_file(str(tok_path))
+    for form, added in (("answer", r"The special magic number for ([\w-]+) mentioned in the "
+                                   r"provided text is (\d+)\."),
+                        ("needle", r"One of the special magic numbers for ([\w-]+) is: (\d+)\.")):
+        out = tmp_path / f"{form}.jsonl"
+        subprocess.run([sys.executable, str(REPO / "scripts/miniature_dense.py"), str(dump),
+                        str(out), "--seed", "3", "--tokenizer", str(tok_path), "--max-tokens",
+                        "230", "--form", form], check=True, capture_output=True)
+        docs = [d["text"] for d in lines(out)]
+        assert len(docs) == len(items)
+        extra = 0
+        for item, text in zip(items, docs):
+            assert text.startswith(f"{item['prompt']} {item['expected'][0]}."), text
+            needles = dict(re.findall(r"One of the special magic numbers for ([\w-]+) is: (\d+)\.",
+                                      item["prompt"]))
+            tail = text[len(item["prompt"]):]
+            for key, value in re.findall(added, tail):
+                assert needles[key] == value and value != item["expected"][0], (key, text)
+                extra += 1
+            assert len(tok.encode(text, add_special_tokens=False).ids) <= max(
+                230, len(tok.encode(f"{item['prompt']} {item['expected'][0]}.",
+                                    add_special_tokens=False).ids)), text
+        assert extra >= len(items), (form, extra)
+
+
+def test_copy_documents_repeat_their_random_numbers(tmp_path):
+    """scripts/miniature_copy.py: each document is a sequence of random 7-digit numbers, then the
+    same sequence again; a seed repeats the file, another seed changes it."""
+    import sys
+
+    def write(name, seed):
+        out = tmp_path / name
+        subprocess.run([sys.executable, str(REPO / "scripts/miniature_copy.py"), str(out),
+                        "--docs", "20", "--numbers", "5", "--seed", str(seed)], check=True)
+        return [d["text"] for d in lines(out)]
+
+    docs = write("a.jsonl", 1)
+    assert len(docs) == 20 and len(set(docs)) == 20
+    for text in docs:
+        first, second = text.split("\n")
+        assert first == second and first.endswith(".")
+        numbers = first[:-1].split(" ")
+        assert len(numbers) == 5 and all(len(n) == 7 and n.isdigit() for n in numbers)
+    assert write("b.jsonl", 1) == docs and write("c.jsonl", 2) != docs

@@ -1,10 +1,13 @@
 """docs/RESULTS.md's numbers come from the committed per-item results, and nothing else.
 
-scripts/miniature_report.sh recomputes the miniature study's tables from docs/results/miniature/
-(one results.jsonl per evaluated model and length): the base's recall per depth against the bar,
-and the paired differences with their bootstrap intervals (seeded, so they repeat exactly). Each
-block of RESULTS.md between `<!-- results:NAME -->` and `<!-- /results:NAME -->` must equal what
-the script writes now (headings compared without their level, so the page may nest them).
+Each directory under docs/results/ holds one attempt of the miniature study as the study wrote
+it: base/eval-256/results.jsonl (the base's recall at 256 tokens) and, where the adaptation ran,
+seed-S/ARM/eval-{1024,2048-yarn2,4096-yarn4}/results.jsonl. scripts/miniature_report.sh
+recomputes the tables from them: the base's recall per depth against the bar, and the paired
+differences with their bootstrap intervals (seeded, so they repeat exactly). Each block of
+RESULTS.md between `<!-- results:NAME -->` and `<!-- /results:NAME -->` must equal what the
+script writes now (headings compared without their level, so the page may nest them), and every
+committed attempt must have its blocks.
 """
 import re
 import subprocess
@@ -15,8 +18,9 @@ import pytest
 from rsd_cli import BIN_DIR
 
 REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "docs" / "results" / "miniature"
+ATTEMPTS = sorted(p for p in (REPO / "docs" / "results").iterdir() if p.is_dir())
 PAGE = REPO / "docs" / "RESULTS.md"
+BAR = "0.8"  # the pre-registered bar (scripts/miniature.sh)
 
 
 def block(name):
@@ -37,14 +41,23 @@ def report(*args):
                           capture_output=True, text=True, env=env, check=True, timeout=600)
 
 
-def test_the_bar_table_is_the_committed_base_results():
-    got = report("bar", str(RESULTS), "0.8").stdout
-    assert normal(block("base-bar")) == normal(got)
+def test_there_are_committed_results():
+    assert ATTEMPTS, "docs/results/ holds no attempt"
+    for a in ATTEMPTS:
+        assert (a / "base" / "eval-256" / "results.jsonl").is_file(), a
 
 
-@pytest.mark.parametrize("baseline", ["standard", "standard-matched"])
-def test_the_paired_differences_are_the_committed_results(baseline, tmp_path):
-    report("compare", str(RESULTS), str(tmp_path))
-    md = (tmp_path / f"compare-vs-{baseline}" / "compare.md").read_text()
-    section = md[md.index("## Paired differences"):]
-    assert normal(block(f"vs-{baseline}")) == normal(section)
+@pytest.mark.parametrize("attempt", ATTEMPTS, ids=lambda p: p.name)
+def test_the_bar_table_is_the_committed_base_results(attempt):
+    got = report("bar", str(attempt), BAR).stdout
+    assert normal(block(f"{attempt.name}:base-bar")) == normal(got)
+
+
+@pytest.mark.parametrize("attempt", [a for a in ATTEMPTS if any(a.glob("seed-*"))],
+                         ids=lambda p: p.name)
+def test_the_paired_differences_are_the_committed_results(attempt, tmp_path):
+    report("compare", str(attempt), str(tmp_path))
+    for baseline in ("standard", "standard-matched"):
+        md = (tmp_path / f"compare-vs-{baseline}" / "compare.md").read_text()
+        section = md[md.index("## Paired differences"):]
+        assert normal(block(f"{attempt.name}:vs-{baseline}")) == normal(section), baseline
