@@ -251,7 +251,7 @@ def test_haystack_from_text_files_and_from_shards(tiny, tmp_path):
     (texts / "a.txt").write_text("Zebras quietly graze near the old lighthouse. " * 300)
     dump = tmp_path / "p.jsonl"
     args = ["--tokenizer", tiny / "tokenizer.json", "--tasks", "niah_single_2", "--lengths", "600",
-            "--depths", "1", "--dump-prompts", dump]
+            "--depths", "1", "--samples", "1", "--dump-prompts", dump]
     rsd_eval("run", *args, "--haystack", texts)
     [item] = lines(dump)
     assert "Zebras quietly graze near the old lighthouse." in item["prompt"]
