@@ -27,8 +27,8 @@ use serde_json::Value;
 
 use crate::results::{read_results, ItemResult};
 use crate::run::{
-    compare_fields, io_err, open_for_append, parse_rope_scaling, progress_bar, rank_first,
-    sha256_file, Result, RunError, Scoring, Summary,
+    check_model_files, compare_fields, io_err, open_for_append, parse_rope_scaling, progress_bar,
+    rank_first, sha256_file, Result, RunError, Scoring, Summary,
 };
 
 const SCORE_HELP: &str = "Each line of --items is one item, for example
@@ -335,14 +335,7 @@ fn score_items(a: &ScoreArgs, model: &Path, items_path: &Path) -> Result<ScoreRe
         return Err(RunError::Input("--batch-size must be at least 1".into()));
     }
     let tok_path = model.join("tokenizer.json");
-    for f in ["config.json", "tokenizer.json"] {
-        if !model.join(f).is_file() {
-            return Err(RunError::Input(format!(
-                "--model {}: no {f} (a model directory holds config.json, *.safetensors and tokenizer.json)",
-                model.display()
-            )));
-        }
-    }
+    check_model_files(model)?;
     let tok = TextTokenizer::from_file(&tok_path)?;
     let cfg = ModelConfig::from_dir(model)?;
     rsd_model::checkpoint::safetensors_files(model)?;

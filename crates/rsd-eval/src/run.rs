@@ -378,7 +378,7 @@ fn check_options(opts: &RunOptions) -> Result<()> {
 }
 
 /// The files a model directory needs, before any is read.
-fn check_model_files(dir: &Path) -> Result<()> {
+pub(crate) fn check_model_files(dir: &Path) -> Result<()> {
     if !dir.is_dir() {
         return Err(RunError::Input(format!(
             "--model {}: no such directory",
@@ -917,53 +917,39 @@ fn compare_settings(dir: &Path, old: &Value, now: &RunSettings) -> Result<()> {
         path: dir.join("run.json"),
         reason: e.to_string(),
     })?;
-    // Absent means generation, on both sides (see `RunSettings::scoring`).
-    let was_scoring = old
-        .get("scoring")
-        .and_then(Value::as_str)
-        .unwrap_or(Scoring::Generate.name());
-    if was_scoring != now.scoring.name() {
-        return Err(RunError::Changed {
-            dir: dir.to_path_buf(),
-            setting: "scoring".into(),
-            was: was_scoring.into(),
-            now: now.scoring.name().into(),
-        });
-    }
-    // Absent means the even grid, on both sides (see `RunSettings::depth_grid`).
-    let grid_now = now_v
-        .get("depth_grid")
-        .cloned()
-        .unwrap_or(Value::from("even"));
-    let grid_was = old
-        .get("depth_grid")
-        .cloned()
-        .unwrap_or(Value::from("even"));
-    if grid_was != grid_now {
-        return Err(RunError::Changed {
-            dir: dir.to_path_buf(),
-            setting: "depth_grid".into(),
-            was: grid_was.to_string(),
-            now: grid_now.to_string(),
-        });
-    }
     compare_fields(dir, old, &now_v)
 }
 
-/// Refuses a run directory whose run.json (`old`) differs from `now` in any of `now`'s fields,
-/// naming the first that does.
+/// What run.json holds beside the settings: free to change between resumed runs.
+const NOT_SETTINGS: [&str; 3] = ["batch_size", "device", "created_by"];
+
+/// Refuses a run directory whose run.json (`old`) differs from `now` in any setting either side
+/// holds, naming the first that does. A setting at its default is left out of run.json (so
+/// older runs resume unchanged): absent on both sides is equal, absent on one side is not.
 pub(crate) fn compare_fields(dir: &Path, old: &Value, now: &Value) -> Result<()> {
-    let Value::Object(fields) = now else {
-        return Ok(());
+    let keys = |v: &Value| -> Vec<String> {
+        v.as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
     };
-    for (name, v) in fields {
-        let was = old.get(name).cloned().unwrap_or(Value::Null);
-        if &was != v {
+    let mut names = keys(now);
+    names.extend(
+        keys(old)
+            .into_iter()
+            .filter(|k| !NOT_SETTINGS.contains(&k.as_str())),
+    );
+    let shown = |v: Option<&Value>| match v {
+        None => "absent (the default)".to_string(),
+        Some(v) => v.to_string(),
+    };
+    for name in names {
+        let (was, is) = (old.get(&name), now.get(&name));
+        if was.unwrap_or(&Value::Null) != is.unwrap_or(&Value::Null) {
             return Err(RunError::Changed {
                 dir: dir.to_path_buf(),
-                setting: name.clone(),
-                was: was.to_string(),
-                now: v.to_string(),
+                setting: name,
+                was: shown(was),
+                now: shown(is),
             });
         }
     }
