@@ -1,6 +1,7 @@
 """Dense recall documents for the miniature's base: each `rsd-eval run --dump-prompts` item (a
 needle prompt and its answer) followed by the answer sentence of every other needle of its
-context, in random order, so one document asks for each of its values, not only one.
+context, in random order, so one document asks for each of its values, not only one. With
+`--form drill`, the item's needles without the haystack, then the answer of each.
 
     python scripts/miniature_dense.py DUMP.jsonl OUT.jsonl --seed 1001 \
         --tokenizer assets/tokenizers/mini-1k/tokenizer.json --max-tokens 255
@@ -46,13 +47,34 @@ def dense(item, rng, count, max_tokens, form="answer"):
     return text
 
 
+def drill(item, rng, count, max_tokens):
+    """The item's needles without their haystack, then the answer sentence of each, in another
+    order: as many needles as fit with their answers within `max_tokens`."""
+    pairs = list(dict.fromkeys(NEEDLE.findall(item["prompt"])))
+    rng.shuffle(pairs)
+    best = None
+    for n in range(1, len(pairs) + 1):
+        asked = pairs[:n]
+        order = asked[:]
+        rng.shuffle(order)
+        text = " ".join(FORMS["needle"].format(k=k, v=v) for k, v in asked) + "\n" + "\n".join(
+            FORMS["answer"].format(k=k, v=v) for k, v in order)
+        if count(text) > max_tokens:
+            break
+        best = text
+    if best is None:
+        raise ValueError(f"sample {item['sample']}: one needle and its answer exceed {max_tokens} tokens")
+    return best
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dump", help="rsd-eval run --dump-prompts output")
     ap.add_argument("out", help="JSONL of {\"text\": …} documents")
     ap.add_argument("--seed", type=int, default=0, help="the order of the added sentences")
-    ap.add_argument("--form", choices=sorted(FORMS), default="answer",
-                    help="the added sentences: RULER's answer, or the needle repeated")
+    ap.add_argument("--form", choices=sorted(FORMS) + ["drill"], default="answer",
+                    help="the added sentences: RULER's answer, or the needle repeated; drill: "
+                         "the needles alone (no haystack), then each one's answer")
     ap.add_argument("--tokenizer", required=True, help="tokenizer.json the documents are packed with")
     ap.add_argument("--max-tokens", type=int, required=True,
                     help="tokens a document may take (the packed row's length less its EOS)")
@@ -65,7 +87,9 @@ def main():
     with open(a.dump) as f, open(a.out + ".tmp", "w") as w:
         for i, line in enumerate(f, 1):
             try:
-                text = dense(json.loads(line), rng, count, a.max_tokens, a.form)
+                item = json.loads(line)
+                text = (drill(item, rng, count, a.max_tokens) if a.form == "drill"
+                        else dense(item, rng, count, a.max_tokens, a.form))
             except (ValueError, KeyError, json.JSONDecodeError) as e:
                 sys.exit(f"{a.dump}:{i}: {e}")
             w.write(json.dumps({"text": text}) + "\n")

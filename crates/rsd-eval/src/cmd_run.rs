@@ -19,7 +19,8 @@ pub struct RunArgs {
     /// Checkpoint directory (config.json, *.safetensors, tokenizer.json).
     #[arg(long)]
     model: Option<PathBuf>,
-    /// Comma-separated task names (niah_single_1, …, vt, cwe, fwe, niah_ordinal_first, …).
+    /// Comma-separated task names (niah_single_1, …, vt, cwe, fwe, qa_1, qa_2,
+    /// niah_ordinal_first, …, passkey); `ruler`: RULER's 13 (qa_1 and qa_2 need --qa-dir).
     #[arg(long, value_delimiter = ',', required = true)]
     tasks: Vec<String>,
     /// Comma-separated context lengths in tokens (prompt + generated tokens).
@@ -64,10 +65,17 @@ pub struct RunArgs {
     /// RoPE base applied at evaluation only.
     #[arg(long)]
     rope_theta: Option<f64>,
-    /// Haystack: a directory of text files (*.txt, *.md) or of rsd shards (decoded with the
-    /// model's tokenizer). Default: the bundled books (corpus/books).
+    /// Haystack: RULER's essay file (PaulGrahamEssays.json, {"text": …}, as RULER's download
+    /// script leaves it), a directory of text files (*.txt, *.md) or of rsd shards (decoded with
+    /// the model's tokenizer). Default: the bundled public-domain books (corpus/books), named in
+    /// every summary as a substitute for RULER's essays.
     #[arg(long)]
     haystack: Option<PathBuf>,
+    /// Directory of RULER's QA data for qa_1 and qa_2: squad.json (SQuAD v2.0 dev,
+    /// dev-v2.0.json) and hotpotqa.json (HotpotQA dev, distractor setting,
+    /// hotpot_dev_distractor_v1.json), as RULER's download_qa_dataset.sh leaves them.
+    #[arg(long, value_name = "DIR")]
+    qa_dir: Option<PathBuf>,
     /// Decode a --haystack of shards whose manifest records another tokenizer than the model's
     /// anyway (a warning instead of the error).
     #[arg(long)]
@@ -104,11 +112,16 @@ pub struct RunArgs {
 }
 
 pub fn run(a: RunArgs) -> Result<()> {
-    let tasks = a
-        .tasks
-        .iter()
-        .map(|t| Task::parse(t.trim()))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut tasks = Vec::new();
+    for name in a.tasks.iter().map(|t| t.trim()) {
+        if name == "ruler" {
+            for t in rsd_eval::ruler::RULER_TASKS {
+                tasks.push(Task::parse(t)?);
+            }
+        } else {
+            tasks.push(Task::parse(name)?);
+        }
+    }
     let opts = RunOptions {
         model: a.model,
         tokenizer: a.tokenizer,
@@ -125,6 +138,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         rope_scaling: a.rope_scaling,
         rope_theta: a.rope_theta,
         haystack: a.haystack,
+        qa_dir: a.qa_dir,
         allow_tokenizer_mismatch: a.allow_tokenizer_mismatch,
         out: a.out.clone(),
         dump_prompts: a.dump_prompts.clone(),

@@ -8,6 +8,7 @@
 //! * [`run`]: `rsd-eval run`: generate, score, write results and summaries; resumable.
 //! * [`items`]: `rsd-eval score`: teacher-forced scoring of a JSONL of (context, candidates,
 //!   answer), or completions made elsewhere (`--pred`), into the same records as `run`.
+//! * [`qa`]: the QA tasks' datasets (SQuAD, HotpotQA) in their published formats.
 //! * [`ruler`]: RULER's 13 tasks, its aggregation and its prediction files.
 //! * [`plot`]: a run's figures (accuracy by depth and length, the depth × length heat map).
 //! * [`compare`]: several runs in one figure and one table.
@@ -23,6 +24,7 @@ pub mod items;
 pub mod paired;
 pub mod plot;
 pub mod ppl;
+pub mod qa;
 pub mod results;
 pub mod ruler;
 pub mod run;

@@ -25,6 +25,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::chat::{ChatError, ChatTemplate};
+use crate::qa::{QaData, QaSet, QaSource};
 use crate::results::{read_results, ItemResult, ResultsError};
 use crate::score::score;
 use crate::tasks::{
@@ -33,6 +34,11 @@ use crate::tasks::{
 
 /// How run.json names the bundled haystack.
 const BUNDLED_HAYSTACK_NAME: &str = "corpus/books (bundled)";
+
+/// What a summary says where the bundled books stood in for RULER's essays.
+const BUNDLED_HAYSTACK_NOTE: &str = "Haystack: the bundled public-domain books (corpus/books), a \
+    substitute for RULER's Paul Graham essays (and, for cwe, its word lists); pass \
+    --haystack PaulGrahamEssays.json (RULER's file) for RULER's own text.";
 
 /// What a run can go wrong with.
 #[derive(Debug, thiserror::Error)]
@@ -127,6 +133,8 @@ pub struct RunOptions {
     pub haystack: Option<PathBuf>,
     /// Decode a haystack of shards made with another tokenizer anyway (a warning, not an error).
     pub allow_tokenizer_mismatch: bool,
+    /// Where qa_1 and qa_2 read SQuAD's and HotpotQA's dev sets (squad.json, hotpotqa.json).
+    pub qa_dir: Option<PathBuf>,
     /// Run directory.
     pub out: Option<PathBuf>,
     /// Write the prompts and expected answers here.
@@ -209,10 +217,22 @@ pub struct RunSettings {
     /// The chat template the prompts were rendered with (null: plain prompts).
     #[serde(default)]
     pub chat_template: Option<ChatSetting>,
+    /// The QA files read (qa_1, qa_2), each with its SHA-256.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub qa_data: Vec<QaSetting>,
     /// How items were scored; absent for generation (so runs made before teacher forcing
     /// existed resume unchanged).
     #[serde(default, skip_serializing_if = "is_generate")]
     pub scoring: Scoring,
+}
+
+/// A QA file a run read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QaSetting {
+    /// The file.
+    pub file: String,
+    /// SHA-256 of its bytes.
+    pub sha256: String,
 }
 
 /// Which chat template a run used.
@@ -422,6 +442,32 @@ fn check_model(dir: &Path, tok: &TextTokenizer, opts: &RunOptions) -> Result<Mod
     Ok(cfg)
 }
 
+/// The QA sets the run's tasks read, from `--qa-dir`.
+fn load_qa(opts: &RunOptions) -> Result<QaData> {
+    let mut qa = QaData::default();
+    for source in opts.tasks.iter().filter_map(|t| t.qa_source()) {
+        let Some(dir) = &opts.qa_dir else {
+            return Err(TaskError::NoQaData {
+                task: opts
+                    .tasks
+                    .iter()
+                    .find(|t| t.qa_source() == Some(source))
+                    .map_or("", |t| t.name())
+                    .into(),
+                file: source.file_name().into(),
+                url: source.url().into(),
+            }
+            .into());
+        };
+        let set = QaSet::read(source, dir).map_err(TaskError::from)?;
+        match source {
+            QaSource::Squad => qa.squad = Some(set),
+            QaSource::HotpotQa => qa.hotpotqa = Some(set),
+        }
+    }
+    Ok(qa)
+}
+
 /// A haystack of shards is decoded with the evaluated tokenizer: shards of another tokenizer
 /// would decode to other text (mojibake), so they are refused as `rsd-train` refuses them,
 /// unless `allow_tokenizer_mismatch` (then a warning).
@@ -495,9 +541,10 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
     if hay_dir.join(rsd_shard::MANIFEST_FILE).is_file() {
         check_haystack_tokenizer(&hay_dir, &tok_path, opts)?;
     }
-    let haystack = Haystack::from_dir(&hay_dir, &tok)?;
+    let haystack = Haystack::from_path(&hay_dir, &tok)?;
     let chat = load_chat_template(opts, &tok_path)?;
-    let mut generator = Generator::new(&tok, &haystack, opts.seed);
+    let qa = load_qa(opts)?;
+    let mut generator = Generator::new(&tok, &haystack, opts.seed).with_qa(&qa);
     if let Some(c) = &chat {
         generator = generator.with_chat_template(c);
     }
@@ -582,6 +629,14 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
             source: c.source_name().to_string(),
             sha256: c.sha256().to_string(),
         }),
+        qa_data: [&qa.squad, &qa.hotpotqa]
+            .into_iter()
+            .flatten()
+            .map(|set| QaSetting {
+                file: set.path.display().to_string(),
+                sha256: set.sha256.clone(),
+            })
+            .collect(),
         scoring: opts.scoring,
     };
     // An unusable device fails here, before run.json exists: a run.json left by a run that
@@ -729,6 +784,9 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
     }
     let mut summary = Summary::of(&all, &opts.tasks);
     summary.skipped = too_short;
+    if opts.haystack.is_none() && opts.tasks.iter().any(|t| t.uses_haystack_text()) {
+        summary.haystack_note = Some(BUNDLED_HAYSTACK_NOTE.to_string());
+    }
     summary.write(out)?;
     Ok(RunReport {
         total: plan.len(),
@@ -1064,6 +1122,9 @@ pub struct Summary {
     /// (task, length) pairs not run: the length is too short for the task.
     #[serde(default)]
     pub skipped: Vec<Skipped>,
+    /// Where the text differs from RULER's: the bundled books instead of its essays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub haystack_note: Option<String>,
 }
 
 /// A (task, length) a run skipped, and why.
@@ -1144,6 +1205,7 @@ impl Summary {
             by_task_length: cells(tl),
             by_task_length_depth: cells(tld),
             skipped: Vec::new(),
+            haystack_note: None,
         }
     }
 
@@ -1171,6 +1233,9 @@ impl Summary {
                 self.items
             )),
             None => s.push_str("No items scored yet.\n\n"),
+        }
+        if let Some(note) = &self.haystack_note {
+            s.push_str(&format!("{note}\n\n"));
         }
         s.push_str(
             "A mean over n items has a standard error of at most 50/√n points (n is in the \

@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::chat::{ChatError, ChatTemplate};
+use crate::qa::{QaData, QaError, QaSource};
 
 /// What generating a task can go wrong with.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +71,19 @@ pub enum TaskError {
     /// Rendering the chat template failed.
     #[error(transparent)]
     Chat(#[from] ChatError),
+    /// A QA dataset is missing or unusable.
+    #[error(transparent)]
+    Qa(#[from] QaError),
+    /// A QA task without its dataset.
+    #[error("{task} reads {file} ({url}): pass --qa-dir DIR holding it, as RULER's download_qa_dataset.sh leaves it")]
+    NoQaData {
+        /// Task name.
+        task: String,
+        /// The file it reads.
+        file: String,
+        /// Where the file is published.
+        url: String,
+    },
 }
 
 /// Result alias of this module.
@@ -126,10 +140,14 @@ pub enum Task {
     /// Passkey retrieval (Mohtashami & Jaggi 2023, as PoSE and LongLoRA evaluate it): a 5-digit
     /// pass key in noise; the question repeats the needle's words, so finding it is copying.
     Passkey,
+    /// Question answering on SQuAD v2.0's dev set among its other paragraphs.
+    Qa1,
+    /// Multi-hop question answering on HotpotQA's dev set among its other paragraphs.
+    Qa2,
 }
 
 /// Every task, in the order summaries list them.
-pub const ALL_TASKS: [Task; 15] = [
+pub const ALL_TASKS: [Task; 17] = [
     Task::NiahSingle1,
     Task::NiahSingle2,
     Task::NiahSingle3,
@@ -144,6 +162,8 @@ pub const ALL_TASKS: [Task; 15] = [
     Task::Vt,
     Task::Cwe,
     Task::Fwe,
+    Task::Qa1,
+    Task::Qa2,
     Task::Passkey,
 ];
 
@@ -214,6 +234,8 @@ impl Task {
             Task::Cwe => "cwe",
             Task::Fwe => "fwe",
             Task::Passkey => "passkey",
+            Task::Qa1 => "qa_1",
+            Task::Qa2 => "qa_2",
         }
     }
 
@@ -230,12 +252,34 @@ impl Task {
     }
 
     /// Whether an item asks for one value (which teacher-forced scoring can rank among the
-    /// context's values); multi-value, multi-query, vt, cwe and fwe ask for several.
+    /// context's values); multi-value, multi-query, vt, cwe and fwe ask for several, and QA
+    /// answers are free text.
     pub fn has_single_answer(self) -> bool {
         !matches!(
             self,
-            Task::NiahMultivalue | Task::NiahMultiquery | Task::Vt | Task::Cwe | Task::Fwe
+            Task::NiahMultivalue
+                | Task::NiahMultiquery
+                | Task::Vt
+                | Task::Cwe
+                | Task::Fwe
+                | Task::Qa1
+                | Task::Qa2
         )
+    }
+
+    /// The published QA set the task reads, for qa_1 and qa_2.
+    pub fn qa_source(self) -> Option<QaSource> {
+        match self {
+            Task::Qa1 => Some(QaSource::Squad),
+            Task::Qa2 => Some(QaSource::HotpotQa),
+            _ => None,
+        }
+    }
+
+    /// Whether RULER draws the task's text from its essays (the needle tasks with the essay
+    /// haystack) or, for cwe, from a word list: where rsd's haystack stands in for them.
+    pub fn uses_haystack_text(self) -> bool {
+        self == Task::Cwe || self.niah().is_some_and(|n| n.hay == Hay::Essay)
     }
 
     /// Whether the evidence sits at one depth (needle tasks) or is spread over the context.
@@ -250,6 +294,7 @@ impl Task {
             Task::Cwe => 120,
             Task::Fwe => 50,
             Task::Passkey => 16,
+            Task::Qa1 | Task::Qa2 => 32,
             _ => 128,
         }
     }
@@ -267,6 +312,8 @@ impl Task {
             Task::NiahMultikey3 => 80,
             Task::NiahSingle1 | Task::Vt | Task::Fwe | Task::Passkey => 32,
             Task::Cwe => 24,
+            // One document: a SQuAD paragraph is ~150 tokens, a long one ~700.
+            Task::Qa1 | Task::Qa2 => 800,
         }
     }
 
@@ -382,6 +429,38 @@ impl Haystack {
                          current directory (run from the rsd checkout, or pass --haystack DIR)"
                     .into(),
             })
+    }
+
+    /// Reads `path`: RULER's essay file (`PaulGrahamEssays.json`, a JSON object whose `"text"` is
+    /// the essays' text, as RULER's download script writes it) or a directory ([`Haystack::from_dir`]).
+    pub fn from_path(path: &Path, tokenizer: &TextTokenizer) -> Result<Haystack> {
+        if !(path.is_file() && path.extension().is_some_and(|e| e == "json")) {
+            return Haystack::from_dir(path, tokenizer);
+        }
+        let bad = |reason: String| TaskError::Haystack {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let raw = rsd_common::safe_fs::read_text(path, HAYSTACK_FILE_LIMIT, "haystack file")
+            .map_err(|e| bad(e.to_string()))?;
+        let v: serde_json::Value = serde_json::from_str(&raw).map_err(|e| {
+            bad(format!(
+                "not JSON (line {}, column {}): {e}; expected RULER's essay file, {{\"text\": \"…\"}}",
+                e.line(),
+                e.column()
+            ))
+        })?;
+        let text = v.get("text").and_then(|t| t.as_str()).ok_or_else(|| {
+            bad("expected RULER's essay file: a JSON object with a string field \"text\"".into())
+        })?;
+        let h = Haystack::from_text(text, &path.display().to_string());
+        if h.words.len() < 1000 {
+            return Err(bad(format!(
+                "field \"text\" has only {} words; a haystack needs at least 1000",
+                h.words.len()
+            )));
+        }
+        Ok(h)
     }
 
     /// Reads a directory of text files (`*.txt`, `*.md`, in name order) or of rsd shards
@@ -546,11 +625,13 @@ fn needle_values(context: &str, expected: &[String]) -> Vec<String> {
 }
 
 /// Generates items; everything random is keyed by (seed, task, length, depth, sample).
+#[derive(Clone, Copy)]
 pub struct Generator<'a> {
     tokenizer: &'a TextTokenizer,
     haystack: &'a Haystack,
     seed: u64,
     chat: Option<&'a ChatTemplate>,
+    qa: Option<&'a QaData>,
 }
 
 /// A candidate prompt: text, context range, where each evidence sentence sits, where the answer
@@ -587,20 +668,10 @@ fn insert(
     for u in units {
         cum.push(cum.last().copied().unwrap_or(0) + u.len() + sep.len());
     }
-    let total = cum.last().copied().unwrap_or(0) as f64;
-    let nearest = |d: f64| {
-        let target = d * total;
-        let i = cum.partition_point(|&c| (c as f64) < target);
-        if i > 0 && (i == cum.len() || target - cum[i - 1] as f64 <= cum[i] as f64 - target) {
-            i - 1
-        } else {
-            i.min(units.len())
-        }
-    };
     let mut at: Vec<(usize, usize)> = needles
         .iter()
         .enumerate()
-        .map(|(i, (d, _, _))| (nearest(*d), i))
+        .map(|(i, (d, _, _))| (nearest_boundary(&cum, *d), i))
         .collect();
     at.sort();
     let mut pieces: Vec<(&str, Option<usize>)> = Vec::with_capacity(units.len() + needles.len());
@@ -629,6 +700,19 @@ fn insert(
         text.push_str(p);
     }
     (text, offsets)
+}
+
+/// The unit boundary (0 before the first unit, `cum.len() - 1` after the last) nearest to the
+/// fraction `d` of the text, from the units' cumulative byte lengths `cum` (starting at 0).
+fn nearest_boundary(cum: &[usize], d: f64) -> usize {
+    let units = cum.len() - 1;
+    let target = d * cum[units] as f64;
+    let i = cum.partition_point(|&c| (c as f64) < target);
+    if i > 0 && (i == cum.len() || target - cum[i - 1] as f64 <= cum[i] as f64 - target) {
+        i - 1
+    } else {
+        i.min(units)
+    }
 }
 
 /// Sentences of a run of words: a sentence ends at a word ending in `.`, `!` or `?` (possibly
@@ -660,7 +744,14 @@ impl<'a> Generator<'a> {
             haystack,
             seed,
             chat: None,
+            qa: None,
         }
+    }
+
+    /// Generates qa_1 and qa_2 from `qa`.
+    pub fn with_qa(mut self, qa: &'a QaData) -> Self {
+        self.qa = Some(qa);
+        self
     }
 
     /// Renders every prompt's question with `chat` (see the module docs).
@@ -740,13 +831,16 @@ impl<'a> Generator<'a> {
             Task::Cwe => self.cwe(&spec, &mut rng)?,
             Task::Fwe => self.fwe(&spec, &mut rng)?,
             Task::Passkey => self.passkey(&spec, depth.unwrap_or(0.5), &mut rng)?,
+            Task::Qa1 | Task::Qa2 => self.qa(&spec, depth.unwrap_or(0.5), sample, &mut rng)?,
             _ => self.niah(&spec, depth.unwrap_or(0.5), &mut rng)?,
         };
         let ((_, built), expected, distractors, evidence) =
             (built, expected, distractors, evidence);
         let ids = self.encode(&built.prompt)?;
         let candidates = match task {
-            Task::Vt | Task::Cwe | Task::Fwe | Task::Passkey => expected.clone(),
+            Task::Vt | Task::Cwe | Task::Fwe | Task::Passkey | Task::Qa1 | Task::Qa2 => {
+                expected.clone()
+            }
             _ => needle_values(&built.prompt[built.context.clone()], &expected),
         };
         Ok(Item {
@@ -1002,39 +1096,102 @@ impl<'a> Generator<'a> {
         Ok((built, vec![key], Vec::new(), vec![needle]))
     }
 
+    /// RULER's QA prompt: question `sample` of the set, its documents and distractors drawn as
+    /// RULER draws them (the question's own first, then the other paragraphs of its article,
+    /// then any others), numbered "Document i:". RULER's fixed shuffle puts the answering
+    /// document at the same place in every prompt of a length; here it sits at `depth` (several
+    /// answering documents together), the others in random order around it.
+    fn qa(&self, spec: &Spec, depth: f64, sample: usize, rng: &mut SplitMix64) -> Result<Outcome> {
+        let source = spec.task.qa_source().unwrap_or(QaSource::Squad);
+        let set = self
+            .qa
+            .and_then(|q| q.get(source))
+            .ok_or_else(|| TaskError::NoQaData {
+                task: spec.task.name().into(),
+                file: source.file_name().into(),
+                url: source.url().into(),
+            })?;
+        let q = &set.questions[sample % set.questions.len()];
+        let mut own: Vec<usize> = q
+            .context
+            .iter()
+            .copied()
+            .filter(|d| !q.evidence.contains(d))
+            .collect();
+        shuffle(&mut own, rng);
+        let mut more = q.more_context.clone();
+        shuffle(&mut more, rng);
+        let taken: HashSet<usize> = q.context.iter().chain(&q.more_context).copied().collect();
+        let mut rest: Vec<usize> = (0..set.docs.len()).filter(|d| !taken.contains(d)).collect();
+        shuffle(&mut rest, rng);
+        let order: Vec<usize> = own.into_iter().chain(more).chain(rest).collect();
+        let mut evidence = q.evidence.clone();
+        shuffle(&mut evidence, rng);
+        let evidence_text: Vec<String> = evidence.iter().map(|&d| set.docs[d].clone()).collect();
+        let head = "Answer the question based on the given documents. Only give me the answer and do not output any other words.\n\nThe following are given documents.\n\n";
+        let tail = format!("\n\nAnswer the question based on the given documents. Only give me the answer and do not output any other words.\n\nQuestion: {}", q.query);
+        let answer = " Answer:";
+        let order_rng = rng.clone();
+        let build = |n: usize| {
+            let mut others: Vec<usize> = order[..n].to_vec();
+            shuffle(&mut others, &mut order_rng.clone());
+            let mut cum = vec![0usize];
+            for &d in &others {
+                cum.push(cum[cum.len() - 1] + set.docs[d].len());
+            }
+            let at = nearest_boundary(&cum, depth);
+            let docs: Vec<(&str, bool)> = others[..at]
+                .iter()
+                .map(|&d| (set.docs[d].as_str(), false))
+                .chain(evidence_text.iter().map(|e| (e.as_str(), true)))
+                .chain(others[at..].iter().map(|&d| (set.docs[d].as_str(), false)))
+                .collect();
+            let mut ctx = String::new();
+            let mut offs = Vec::new();
+            for (i, (doc, is_evidence)) in docs.iter().enumerate() {
+                if i > 0 {
+                    ctx.push_str("\n\n");
+                }
+                ctx.push_str(&format!("Document {}:\n", i + 1));
+                if *is_evidence {
+                    offs.push(ctx.len());
+                }
+                ctx.push_str(doc);
+            }
+            wrap(head, &ctx, &tail, answer, &offs)
+        };
+        let built = self.fill(spec, order.len(), build)?;
+        Ok((built, q.outputs.clone(), Vec::new(), evidence_text))
+    }
+
     fn vt(&self, spec: &Spec, rng: &mut SplitMix64) -> Result<Outcome> {
         const HOPS: usize = 4;
-        let mut vars: Vec<String> = Vec::new();
-        while vars.len() < HOPS + 1 {
-            let v: String = (0..5)
-                .map(|_| (b'A' + rng.range(0, 25) as u8) as char)
-                .collect();
-            if !vars.contains(&v) {
-                vars.push(v);
-            }
-        }
-        let value = rng.range(10000, 99999).to_string();
-        let mut chain = vec![format!("VAR {} = {value}", vars[0])];
-        for j in 0..HOPS {
-            chain.push(format!("VAR {} = VAR {}", vars[j + 1], vars[j]));
-        }
-        let mut ds: Vec<f64> = (0..chain.len()).map(|_| rng.uniform()).collect();
-        ds.sort_by(f64::total_cmp);
-        let placed: Placed = chain
-            .iter()
-            .zip(&ds)
-            .enumerate()
-            .map(|(i, (c, d))| (*d, c.clone(), Some(i)))
-            .collect();
-        let head = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n";
-        let tail = format!(
-            "\nQuestion: Find all variables that are assigned the value {value} in the text above."
-        );
-        let answer = format!(" Answer: According to the chain(s) of variable assignment in the text above, {} variables are assigned the value {value}, they are: ", HOPS + 1);
-        let build = |n: usize| {
-            let (ctx, offs) = insert(&vec![NOISE.to_string(); n], &placed, "\n", chain.len());
-            wrap(head, &ctx, &tail, &answer, &offs)
+        // RULER's one-shot example: the same task with 3-letter variables in noise filling 500
+        // tokens (here at most a quarter of the length, so that short lengths still have room),
+        // its answer after the answer prefix, then a blank line before the task itself.
+        const EXAMPLE_TOKENS: usize = 500;
+        let (ex_vars, ex_value, ex_chain) = vt_chain(3, HOPS, rng);
+        let ex_placed = vt_placed(&ex_chain, rng);
+        let ex_build = |n: usize| vt_prompt("", &ex_chain, &ex_placed, &ex_value, n);
+        let plain = Generator {
+            chat: None,
+            ..*self
         };
+        let ex_budget = EXAMPLE_TOKENS.min(spec.length / 4);
+        let ex_spec = Spec {
+            budget: ex_budget,
+            max_new_tokens: 0,
+            ..*spec
+        };
+        let example = match plain.fill(&ex_spec, usize::MAX, ex_build) {
+            Ok((_, b)) => b.prompt,
+            Err(TaskError::TooShort { .. }) => ex_build(0).prompt,
+            Err(e) => return Err(e),
+        };
+        let example = format!("{example} {}\n\n", ex_vars.join(" "));
+        let (vars, value, chain) = vt_chain(5, HOPS, rng);
+        let placed = vt_placed(&chain, rng);
+        let build = |n: usize| vt_prompt(&example, &chain, &placed, &value, n);
         let built = self.fill(spec, usize::MAX, build)?;
         Ok((built, vars, Vec::new(), chain))
     }
@@ -1051,40 +1208,56 @@ impl<'a> Generator<'a> {
                 ),
             });
         }
-        // A random order of the vocabulary: the first ten are the common words.
-        let mut order: Vec<usize> = (0..vocab.len()).collect();
-        shuffle(&mut order, rng);
-        let common: Vec<String> = order[..NUM_CW].iter().map(|&i| vocab[i].clone()).collect();
+        // RULER's setting: below 4K tokens the list repeats the common words 6 times and the
+        // others once, after a one-shot example of 20 words (3 and 1 times); from 4K on, 30 and 3
+        // times after an example of 40 words (10 and 3 times).
+        let ((freq_cw, freq_ucw), (ex_words, ex_cw, ex_ucw)) = if spec.length < 4096 {
+            ((6, 1), (20, 3, 1))
+        } else {
+            ((30, 3), (40, 10, 3))
+        };
         let head = "Below is a numbered list of words. In these words, some appear more often than others. Memorize the ones that appear most often.\n";
         let tail =
             format!("\nQuestion: What are the {NUM_CW} most common words in the above list?");
         let answer =
             format!(" Answer: The top {NUM_CW} words that appear most often in the list are:");
-        let list_rng = rng.clone();
-        let build_with = |freq_cw: usize, freq_ucw: usize, n: usize| {
+        // A list of `distinct` words from a random order of the vocabulary, the first ten
+        // `freq_cw` times and the rest `freq_ucw` times, shuffled and numbered on one line.
+        let list = |order: &[usize],
+                    distinct: usize,
+                    freq_cw: usize,
+                    freq_ucw: usize,
+                    r: &mut SplitMix64| {
             let mut words: Vec<&str> = Vec::new();
-            for w in &common {
-                words.extend(std::iter::repeat_n(w.as_str(), freq_cw));
+            for (j, &i) in order[..distinct].iter().enumerate() {
+                let times = if j < NUM_CW { freq_cw } else { freq_ucw };
+                words.extend(std::iter::repeat_n(vocab[i].as_str(), times));
             }
-            for &i in &order[NUM_CW..NUM_CW + n] {
-                words.extend(std::iter::repeat_n(vocab[i].as_str(), freq_ucw));
-            }
+            shuffle(&mut words, r);
+            numbered(&words)
+        };
+        let mut example_order: Vec<usize> = (0..vocab.len()).collect();
+        shuffle(&mut example_order, rng);
+        let example_common: Vec<&str> = example_order[..NUM_CW]
+            .iter()
+            .map(|&i| vocab[i].as_str())
+            .collect();
+        let example = format!(
+            "{head}{}{tail}{answer} {}\n",
+            list(&example_order, ex_words, ex_cw, ex_ucw, rng),
+            numbered(&example_common)
+        );
+        let head = format!("{example}{head}");
+        let mut order: Vec<usize> = (0..vocab.len()).collect();
+        shuffle(&mut order, rng);
+        let common: Vec<String> = order[..NUM_CW].iter().map(|&i| vocab[i].clone()).collect();
+        let list_rng = rng.clone();
+        let build = |n: usize| {
             let mut r = list_rng.clone();
-            shuffle(&mut words, &mut r);
-            let ctx: Vec<String> = words
-                .iter()
-                .enumerate()
-                .map(|(i, w)| format!("{}. {w}", i + 1))
-                .collect();
-            wrap(head, &ctx.join("\n"), &tail, &answer, &[])
+            let ctx = list(&order, NUM_CW + n, freq_cw, freq_ucw, &mut r);
+            wrap(&head, &ctx, &tail, &answer, &[])
         };
-        let max_n = vocab.len() - NUM_CW;
-        // RULER's setting (common words 30 times, others 3 times); where ten common words 30
-        // times do not fit, the paper's small setting (2 and 1).
-        let built = match self.fill(spec, max_n, |n| build_with(30, 3, n)) {
-            Err(TaskError::TooShort { .. }) => self.fill(spec, max_n, |n| build_with(2, 1, n))?,
-            other => other?,
-        };
+        let built = self.fill(spec, vocab.len() - NUM_CW, build)?;
         Ok((built, common, Vec::new(), Vec::new()))
     }
 
@@ -1125,6 +1298,7 @@ impl<'a> Generator<'a> {
 }
 
 /// Task, length, token budget of the prompt, tokens reserved for the answer.
+#[derive(Clone, Copy)]
 struct Spec {
     task: Task,
     length: usize,
@@ -1143,6 +1317,65 @@ fn wrap(head: &str, ctx: &str, tail: &str, answer: &str, offs: &[usize]) -> Buil
         evidence_at: offs.iter().map(|o| o + head.len()).collect(),
         answer_at: head.len() + ctx.len() + tail.len(),
     }
+}
+
+/// A variable-tracking chain: `hops + 1` distinct variables of `letters` capital letters, a
+/// 5-digit value, and RULER's assignment lines ("VAR A = 12345", then "VAR B = VAR A " …, with
+/// RULER's trailing space).
+fn vt_chain(
+    letters: usize,
+    hops: usize,
+    rng: &mut SplitMix64,
+) -> (Vec<String>, String, Vec<String>) {
+    let mut vars: Vec<String> = Vec::new();
+    while vars.len() < hops + 1 {
+        let v: String = (0..letters)
+            .map(|_| (b'A' + rng.range(0, 25) as u8) as char)
+            .collect();
+        if !vars.contains(&v) {
+            vars.push(v);
+        }
+    }
+    let value = rng.range(10000, 99999).to_string();
+    let mut chain = vec![format!("VAR {} = {value}", vars[0])];
+    for j in 0..hops {
+        chain.push(format!("VAR {} = VAR {} ", vars[j + 1], vars[j]));
+    }
+    (vars, value, chain)
+}
+
+/// The chain's lines at random depths, in chain order.
+fn vt_placed(chain: &[String], rng: &mut SplitMix64) -> Placed {
+    let mut ds: Vec<f64> = (0..chain.len()).map(|_| rng.uniform()).collect();
+    ds.sort_by(f64::total_cmp);
+    chain
+        .iter()
+        .zip(&ds)
+        .enumerate()
+        .map(|(i, (c, d))| (*d, c.clone(), Some(i)))
+        .collect()
+}
+
+/// RULER's variable-tracking prompt after `before` (the one-shot example): the chain in `n`
+/// noise lines, the question, and the answer prefix.
+fn vt_prompt(before: &str, chain: &[String], placed: &Placed, value: &str, n: usize) -> Built {
+    let head = format!("{before}Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n");
+    let tail = format!(
+        "\nQuestion: Find all variables that are assigned the value {value} in the text above."
+    );
+    let answer = format!(" Answer: According to the chain(s) of variable assignment in the text above, {} variables are assigned the value {value}, they are: ", chain.len());
+    let (ctx, offs) = insert(&vec![NOISE.to_string(); n], placed, "\n", chain.len());
+    wrap(&head, &ctx, &tail, &answer, &offs)
+}
+
+/// RULER's numbered word list: "1. w 2. w …", on one line.
+fn numbered(words: &[&str]) -> String {
+    let items: Vec<String> = words
+        .iter()
+        .enumerate()
+        .map(|(i, w)| format!("{}. {w}", i + 1))
+        .collect();
+    items.join(" ")
 }
 
 fn singular(plural: &str) -> &str {
@@ -1822,6 +2055,7 @@ const NOUNS: &[&str] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::qa::QaSet;
     use std::sync::OnceLock;
 
     /// The bundled Qwen3 tokenizer (the repository's assets), unpacked once per test binary.
@@ -1852,9 +2086,63 @@ mod tests {
         tokenizer().encode(text, false).unwrap().len()
     }
 
+    /// SQuAD- and HotpotQA-shaped sets of 60-word paragraphs cut from the haystack, each
+    /// question answered by a word of its paragraph.
+    fn qa_data() -> &'static QaData {
+        static QA: OnceLock<QaData> = OnceLock::new();
+        QA.get_or_init(|| {
+            let words = &haystack().words;
+            let para = |i: usize| words[i * 60..(i + 1) * 60].join(" ");
+            let articles: Vec<serde_json::Value> = (0..20)
+                .map(|a| {
+                    let paragraphs: Vec<serde_json::Value> = (0..5)
+                        .map(|p| {
+                            let i = a * 5 + p;
+                            serde_json::json!({"context": para(i), "qas": [{
+                                "question": format!("Which word is word {i}?"), "id": i.to_string(),
+                                "answers": [{"text": words[i * 60 + 7], "answer_start": 0}],
+                                "is_impossible": false}]})
+                        })
+                        .collect();
+                    serde_json::json!({"title": format!("A{a}"), "paragraphs": paragraphs})
+                })
+                .collect();
+            let entries: Vec<serde_json::Value> = (0..20)
+                .map(|e| {
+                    let context: Vec<serde_json::Value> = (0..10)
+                        .map(|j| serde_json::json!([format!("T{e}-{j}"), [para(100 + e * 10 + j)]]))
+                        .collect();
+                    serde_json::json!({"_id": e.to_string(), "question": format!("q{e}?"),
+                        "answer": words[(100 + e * 10) * 60 + 3],
+                        "supporting_facts": [[format!("T{e}-0"), 0], [format!("T{e}-3"), 0]],
+                        "context": context})
+                })
+                .collect();
+            let dir = std::env::temp_dir().join(format!("rsd-eval-qa-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let squad = serde_json::json!({"version": "v2.0", "data": articles});
+            std::fs::write(dir.join("squad.json"), squad.to_string()).unwrap();
+            std::fs::write(
+                dir.join("hotpotqa.json"),
+                serde_json::Value::from(entries).to_string(),
+            )
+            .unwrap();
+            let qa = QaData {
+                squad: Some(QaSet::read(QaSource::Squad, &dir).unwrap()),
+                hotpotqa: Some(QaSet::read(QaSource::HotpotQa, &dir).unwrap()),
+            };
+            std::fs::remove_dir_all(&dir).unwrap();
+            qa
+        })
+    }
+
+    fn generator(seed: u64) -> Generator<'static> {
+        Generator::new(tokenizer(), haystack(), seed).with_qa(qa_data())
+    }
+
     #[test]
     fn candidates_are_every_value_the_context_offers() {
-        let g = Generator::new(tokenizer(), haystack(), 3);
+        let g = generator(3);
         let needles = |it: &Item| {
             it.prompt[it.context.clone()]
                 .matches("One of the special magic ")
@@ -1912,23 +2200,17 @@ mod tests {
 
     #[test]
     fn same_seed_same_prompts_other_seed_other_prompts() {
-        let (tok, hay) = (tokenizer(), haystack());
         for task in ALL_TASKS {
-            let a = Generator::new(tok, hay, 7)
-                .item(task, 1024, Some(0.3), 2, None)
-                .unwrap();
-            let b = Generator::new(tok, hay, 7)
-                .item(task, 1024, Some(0.3), 2, None)
-                .unwrap();
-            let c = Generator::new(tok, hay, 8)
-                .item(task, 1024, Some(0.3), 2, None)
-                .unwrap();
-            let d = Generator::new(tok, hay, 7)
-                .item(task, 1024, Some(0.3), 3, None)
-                .unwrap();
+            let a = generator(7).item(task, 1024, Some(0.3), 2, None).unwrap();
+            let b = generator(7).item(task, 1024, Some(0.3), 2, None).unwrap();
+            let c = generator(8).item(task, 1024, Some(0.3), 2, None).unwrap();
+            let d = generator(7).item(task, 1024, Some(0.3), 3, None).unwrap();
             assert_eq!(a, b, "{task}");
             assert_ne!(a.prompt, c.prompt, "{task}: seed changes nothing");
-            assert_ne!(a.expected, c.expected, "{task}: seed changes nothing");
+            // A QA sample asks the set's question of that number, whatever the seed (as RULER).
+            if task.qa_source().is_none() {
+                assert_ne!(a.expected, c.expected, "{task}: seed changes nothing");
+            }
             assert_ne!(a.prompt, d.prompt, "{task}: sample changes nothing");
         }
     }
@@ -1937,7 +2219,7 @@ mod tests {
     /// above; the ids are the prompt's tokens; every expected answer is in the context.
     #[test]
     fn every_task_fills_its_token_budget_and_holds_its_answers() {
-        let g = Generator::new(tokenizer(), haystack(), 1);
+        let g = generator(1);
         for task in ALL_TASKS {
             for length in [1024, 4096] {
                 let it = g.item(task, length, Some(0.5), 0, None).unwrap();
@@ -1975,7 +2257,7 @@ mod tests {
     /// context: within 5 % of the stated depth (the needle goes between haystack units).
     #[test]
     fn the_needle_sits_at_the_stated_depth() {
-        let g = Generator::new(tokenizer(), haystack(), 3);
+        let g = generator(3);
         for task in ALL_TASKS.into_iter().filter(|t| t.has_depth()) {
             for (s, depth) in [0.0, 0.25, 0.5, 0.8, 1.0].into_iter().enumerate() {
                 let it = g.item(task, 8192, Some(depth), s, None).unwrap();
@@ -1997,7 +2279,7 @@ mod tests {
 
     #[test]
     fn ordinal_values_come_in_order_around_the_asked_one() {
-        let g = Generator::new(tokenizer(), haystack(), 5);
+        let g = generator(5);
         for (o, asked) in [
             (Ordinal::First, 0),
             (Ordinal::Second, 1),
@@ -2026,7 +2308,7 @@ mod tests {
 
     #[test]
     fn word_extraction_answers_are_the_most_frequent() {
-        let g = Generator::new(tokenizer(), haystack(), 2);
+        let g = generator(2);
         let it = g.item(Task::Fwe, 4096, None, 0, None).unwrap();
         let ctx = &it.prompt[it.context.clone()];
         let n = |w: &str| ctx.split(' ').filter(|x| *x == w).count();
@@ -2035,18 +2317,112 @@ mod tests {
             top[0] >= top[1] && top[1] >= top[2] && top[2] > 0,
             "{top:?}"
         );
-        let it = g.item(Task::Cwe, 4096, None, 0, None).unwrap();
-        let ctx = &it.prompt[it.context.clone()];
-        let words: Vec<&str> = ctx.lines().filter_map(|l| l.split(' ').nth(1)).collect();
-        let n = |w: &str| words.iter().filter(|x| **x == w).count();
-        let least_common = it.expected.iter().map(|w| n(w)).min().unwrap();
-        let others = words
-            .iter()
-            .filter(|w| !it.expected.iter().any(|e| e == *w));
-        assert!(others.map(|w| n(w)).max().unwrap() < least_common);
         let it = g.item(Task::Vt, 4096, None, 0, None).unwrap();
         assert_eq!(it.expected.len(), 5);
         assert!(it.evidence[0].starts_with(&format!("VAR {} = ", it.expected[0])));
+    }
+
+    /// RULER's QA prompt: its template, documents numbered from 1 and joined by blank lines,
+    /// the question's own paragraph among them with the other paragraphs of its article as the
+    /// first distractors, question `sample` of the set, and its answers expected.
+    #[test]
+    fn qa_prompts_follow_ruler() {
+        let g = generator(4);
+        let squad = qa_data().squad.as_ref().unwrap();
+        for (sample, length) in [(3, 600), (7, 4096)] {
+            let it = g.item(Task::Qa1, length, Some(0.5), sample, None).unwrap();
+            let q = &squad.questions[sample];
+            assert_eq!(it.expected, q.outputs);
+            assert!(it.prompt.starts_with("Answer the question based on the given documents. Only give me the answer and do not output any other words.\n\nThe following are given documents.\n\nDocument 1:\n"));
+            assert!(it.prompt.ends_with(&format!("\n\nAnswer the question based on the given documents. Only give me the answer and do not output any other words.\n\nQuestion: {} Answer:", q.query)));
+            let ctx = &it.prompt[it.context.clone()];
+            let docs: Vec<&str> = ctx.split("\n\n").collect();
+            for (i, d) in docs.iter().enumerate() {
+                let (head, text) = d.split_once('\n').unwrap();
+                assert_eq!(head, format!("Document {}:", i + 1));
+                assert!(squad.docs.iter().any(|x| x == text));
+            }
+            assert!(docs.iter().any(|d| d.ends_with(&squad.docs[q.context[0]])));
+            let from_article = docs
+                .iter()
+                .filter(|d| q.more_context.iter().any(|&m| d.ends_with(&squad.docs[m])))
+                .count();
+            assert_eq!(
+                from_article,
+                (docs.len() - 1).min(q.more_context.len()),
+                "{length}"
+            );
+            assert!(
+                docs.len() > if length == 600 { 2 } else { 20 },
+                "{length}: {}",
+                docs.len()
+            );
+        }
+        // HotpotQA: all ten paragraphs of the entry, the two supporting ones together.
+        let hotpot = qa_data().hotpotqa.as_ref().unwrap();
+        let it = g.item(Task::Qa2, 4096, Some(0.0), 2, None).unwrap();
+        let q = &hotpot.questions[2];
+        for &d in &q.context {
+            assert!(it.prompt.contains(&hotpot.docs[d]));
+        }
+        assert_eq!(it.evidence.len(), 2);
+        assert!(it.prompt[it.context.clone()].starts_with("Document 1:\n"));
+        assert_eq!(it.evidence_at[0], it.context.start + "Document 1:\n".len());
+        assert_eq!(
+            it.evidence_at[1] - it.evidence_at[0],
+            it.evidence[0].len() + "\n\nDocument 2:\n".len()
+        );
+        let none = Generator::new(tokenizer(), haystack(), 4);
+        let e = none
+            .item(Task::Qa2, 4096, None, 0, None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("hotpotqa.json") && e.contains("--qa-dir"), "{e}");
+    }
+
+    /// RULER's common-words setup: one line "1. w 2. w …"; the ten common words 6 times and the
+    /// others once below 4K tokens, 30 and 3 times from 4K on; a one-shot example first, with
+    /// its own list and its answer numbered after the answer prefix.
+    #[test]
+    fn cwe_follows_rulers_setup() {
+        let g = generator(2);
+        for (length, freq_cw, freq_ucw, example_items) in [(2048, 6, 1, 40), (4096, 30, 3, 190)] {
+            let it = g.item(Task::Cwe, length, None, 0, None).unwrap();
+            let ctx = &it.prompt[it.context.clone()];
+            assert!(!ctx.contains('\n'), "{length}: the list is one line");
+            let tokens: Vec<&str> = ctx.split(' ').collect();
+            let mut words = Vec::new();
+            for (i, pair) in tokens.chunks(2).enumerate() {
+                assert_eq!(pair[0], format!("{}.", i + 1), "{length}: numbering");
+                words.push(pair[1]);
+            }
+            let n = |w: &str| words.iter().filter(|x| **x == w).count();
+            assert_eq!(it.expected.len(), 10);
+            for e in &it.expected {
+                assert_eq!(n(e), freq_cw, "{length}: {e}");
+            }
+            for w in words
+                .iter()
+                .filter(|w| !it.expected.iter().any(|e| e == *w))
+            {
+                assert_eq!(n(w), freq_ucw, "{length}: {w}");
+            }
+            // The example: the whole template with its own list, answered, then a newline.
+            let head = "Below is a numbered list of words.";
+            assert!(it.prompt.starts_with(head));
+            let second = it.prompt[1..].find(head).unwrap() + 1;
+            let example = &it.prompt[..second];
+            let (ex_list, ex_answer) = example
+                .split_once("\nQuestion: What are the 10 most common words in the above list? Answer: The top 10 words that appear most often in the list are: ")
+                .unwrap();
+            assert_eq!(
+                ex_list.rsplit('\n').next().unwrap().split(' ').count(),
+                2 * example_items
+            );
+            assert!(ex_answer.starts_with("1. ") && ex_answer.ends_with('\n'));
+            assert!(ex_answer.trim_end().split(' ').nth(18) == Some("10."));
+            assert_eq!(second, it.context.start - head.len() - " In these words, some appear more often than others. Memorize the ones that appear most often.\n".len());
+        }
     }
 
     /// With a chat template the question is wrapped, the answer prefix follows the generation
@@ -2059,7 +2435,7 @@ mod tests {
             None,
         )
         .unwrap();
-        let g = Generator::new(tokenizer(), haystack(), 1).with_chat_template(&chat);
+        let g = generator(1).with_chat_template(&chat);
         for task in ALL_TASKS {
             let it = g.item(task, 1024, Some(0.5), 0, None).unwrap();
             let total = it.ids.len() + it.max_new_tokens;
@@ -2075,7 +2451,7 @@ mod tests {
                 .unwrap();
             assert!(question.ends_with(['?', '.']), "{task}: {question}");
             assert!(
-                answer.starts_with(" The ") || answer.starts_with(" Answer: "),
+                answer.starts_with(" The ") || answer.starts_with(" Answer:"),
                 "{task}"
             );
             let ctx = &it.prompt[it.context.clone()];
@@ -2091,7 +2467,7 @@ mod tests {
 
     #[test]
     fn too_short_a_length_is_an_error() {
-        let g = Generator::new(tokenizer(), haystack(), 0);
+        let g = generator(0);
         let e = g
             .item(Task::NiahSingle1, 150, Some(0.5), 0, None)
             .unwrap_err()
