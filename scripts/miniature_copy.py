@@ -16,12 +16,18 @@ def main():
     ap.add_argument("--docs", type=int, required=True, help="documents to write")
     ap.add_argument("--numbers", type=int, default=12, help="numbers per repeated sequence")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--shuffle", action="store_true",
+                    help="repeat the numbers in another order, so that copying one must find it "
+                         "by its first digits, not at a fixed distance back")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     with open(a.out + ".tmp", "w") as w:
         for _ in range(a.docs):
-            seq = " ".join(str(rng.randrange(10**6, 10**7)) for _ in range(a.numbers))
-            w.write(json.dumps({"text": f"{seq}.\n{seq}."}) + "\n")
+            nums = [str(rng.randrange(10**6, 10**7)) for _ in range(a.numbers)]
+            again = nums[:]
+            if a.shuffle:
+                rng.shuffle(again)
+            w.write(json.dumps({"text": f"{' '.join(nums)}.\n{' '.join(again)}."}) + "\n")
     os.replace(a.out + ".tmp", a.out)
 
 

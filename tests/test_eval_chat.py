@@ -36,7 +36,7 @@ QUESTION = {
     "cwe": ("Below is a numbered list of words.", "in the above list?", " Answer: The top 10"),
     "fwe": ("Read the following coded text", "in the above coded text?", " Answer: According to"),
 }
-TASKS = ["--tasks", ",".join(QUESTION), "--lengths", "1024", "--depths", "2", "--samples", "1"]
+TASKS = ["--tasks", ",".join(QUESTION), "--lengths", "2048", "--depths", "2", "--samples", "1"]
 
 
 def lines(path):

@@ -60,7 +60,7 @@ def tiny(tmp_path_factory):
     return path
 
 
-SETTINGS = {"tasks": "niah_single_1,vt", "lengths": "512", "depths": "2", "samples": "2",
+SETTINGS = {"tasks": "niah_single_1,vt", "lengths": "1024", "depths": "2", "samples": "2",
             "max-new-tokens": "4", "batch-size": "3"}
 
 
@@ -87,22 +87,22 @@ def test_run_writes_every_file_and_resumes(tiny, tmp_path):
     assert "6 items: 6 generated, 0 already done" in p.stdout
     settings = json.loads((out / "run.json").read_text())
     assert settings["model"] == str(tiny.resolve())
-    assert settings["tasks"] == ["niah_single_1", "vt"] and settings["lengths"] == [512]
+    assert settings["tasks"] == ["niah_single_1", "vt"] and settings["lengths"] == [1024]
     assert len(settings["tokenizer_sha256"]) == 64 and settings["seed"] == 0
     results = lines(out / "results.jsonl")
     # niah: 2 depths x 2 samples; vt has no depth: 2 samples.
     assert sorted(key(r) for r in results) == sorted(
-        [("niah_single_1", 512, d, s) for d in (0.0, 1.0) for s in (0, 1)]
-        + [("vt", 512, None, s) for s in (0, 1)])
+        [("niah_single_1", 1024, d, s) for d in (0.0, 1.0) for s in (0, 1)]
+        + [("vt", 1024, None, s) for s in (0, 1)])
     for r in results:
-        assert r["prompt_tokens"] + 4 <= 512 and r["prompt_tokens"] + 4 + 80 >= 512
+        assert r["prompt_tokens"] + 4 <= 1024 and r["prompt_tokens"] + 4 + 80 >= 1024
         assert 0.0 <= r["score"] <= 1.0
     assert all(len(r["expected"]) == 1 for r in results if r["task"] == "niah_single_1")
     assert all(len(r["expected"]) == 5 for r in results if r["task"] == "vt")
     summary = json.loads((out / "summary.json").read_text())
     assert summary["items"] == 6
     assert {(c["task"], c["length"]) for c in summary["by_task_length"]} == {
-        ("niah_single_1", 512), ("vt", 512)}
+        ("niah_single_1", 1024), ("vt", 1024)}
     assert [c["depth"] for c in summary["by_task_length_depth"]] == [0.0, 1.0]
     md = (out / "summary.md").read_text()
     assert "| niah_single_1 |" in md and "| vt |" in md
@@ -264,6 +264,157 @@ def test_haystack_from_text_files_and_from_shards(tiny, tmp_path):
     assert "graze near the old lighthouse" in item["prompt"]
     e = eval_fails("run", *args, "--haystack", tmp_path / "nothing").stderr
     assert "haystack" in e and "nothing" in e
+
+
+def test_haystack_from_rulers_essay_json_and_the_substitute_named(tiny, tmp_path):
+    """RULER's PaulGrahamEssays.json ({"text": …}) is a haystack; a summary of a run on the
+    bundled books names them as a substitute for RULER's essays; bad files are named."""
+    essays = tmp_path / "PaulGrahamEssays.json"
+    essays.write_text(json.dumps({"text": "Startups   grow\nby doing things that don't scale. " * 300}))
+    dump = tmp_path / "p.jsonl"
+    args = ["--tokenizer", tiny / "tokenizer.json", "--tasks", "niah_single_2", "--lengths", "600",
+            "--depths", "1", "--samples", "1", "--dump-prompts", dump]
+    rsd_eval("run", *args, "--haystack", essays)
+    [item] = lines(dump)
+    # RULER collapses the essays' whitespace: re.sub(r"\s+", " ", text).
+    assert "Startups grow by doing things that don't scale." in item["prompt"]
+    essays.write_text(json.dumps({"essays": "x"}))
+    e = eval_fails("run", *args, "--haystack", essays).stderr
+    assert str(essays) in e and '"text"' in e, e
+    out = tmp_path / "run"
+    rsd_eval("run", "--model", tiny, "--out", out, "--tasks", "niah_single_2,niah_single_1",
+             "--lengths", "512", "--depths", "1", "--samples", "1", "--max-new-tokens", "4",
+             "--quiet")
+    assert "substitute for RULER's Paul Graham essays" in (out / "summary.md").read_text()
+    assert "substitute" in json.loads((out / "summary.json").read_text())["haystack_note"]
+    out = tmp_path / "noise"
+    rsd_eval("run", "--model", tiny, "--out", out, "--tasks", "niah_single_1", "--lengths", "512",
+             "--depths", "1", "--samples", "1", "--max-new-tokens", "4", "--quiet")
+    assert "substitute" not in (out / "summary.md").read_text()
+
+
+def squad_and_hotpotqa(dir):
+    """Small files in SQuAD v2.0's and HotpotQA's published formats: unanswerable questions, a
+    paragraph shared by two articles, several answers, non-ASCII text."""
+    words = " ".join(words_corpus()).split()
+    para = lambda i: " ".join(words[i * 40:(i + 1) * 40]) + (" Café Ünïcode." if i % 7 == 0 else "")
+    data = []
+    for a in range(8):
+        paragraphs = []
+        for p in range(4):
+            i = a * 4 + p
+            ctx = para(i if (a, p) != (7, 3) else 0)  # the last article repeats the first paragraph
+            qas = [{"question": f"What is word {i}?", "id": f"{i}a", "is_impossible": False,
+                    "answers": [{"text": words[i * 40 + 3], "answer_start": 0},
+                                {"text": words[i * 40 + 4], "answer_start": 0}]},
+                   {"question": f"Unanswerable {i}?", "id": f"{i}b", "is_impossible": True,
+                    "answers": [], "plausible_answers": [{"text": "x", "answer_start": 0}]}]
+            paragraphs.append({"qas": qas, "context": ctx})
+        data.append({"title": f"Article {a}", "paragraphs": paragraphs})
+    (dir / "squad.json").write_text(json.dumps({"version": "v2.0", "data": data}))
+    entries = []
+    for e in range(10):
+        context = [[f"Title {e}-{j}", [para(40 + e * 10 + j)[:120] + ". ", "Second sentence."]]
+                   for j in range(10)]
+        entries.append({"_id": str(e), "question": f"Multi-hop {e}?", "answer": f"answer {e}",
+                        "supporting_facts": [[f"Title {e}-1", 0], [f"Title {e}-5", 1]],
+                        "context": context, "type": "bridge", "level": "hard"})
+    (dir / "hotpot_dev_distractor_v1.json").write_text(json.dumps(entries))
+
+
+def ruler_read_squad(path):
+    """RULER's scripts/data/synthetic/qa.py read_squad."""
+    data = json.loads(path.read_text())
+    docs = sorted(set(p["context"] for d in data["data"] for p in d["paragraphs"]))
+    at = {c: i for i, c in enumerate(docs)}
+    qas = []
+    for d in data["data"]:
+        more = [at[p["context"]] for p in d["paragraphs"]]
+        for p in d["paragraphs"]:
+            for q in p["qas"]:
+                if not q["is_impossible"]:
+                    qas.append({"query": q["question"], "outputs": [a["text"] for a in q["answers"]],
+                                "context": [at[p["context"]]],
+                                "more_context": [i for i in more if i != at[p["context"]]]})
+    return qas, docs
+
+
+def ruler_read_hotpotqa(path):
+    """RULER's scripts/data/synthetic/qa.py read_hotpotqa."""
+    data = json.loads(path.read_text())
+    docs = sorted(set(f"{t}\n{''.join(p)}" for d in data for t, p in d["context"]))
+    at = {c: i for i, c in enumerate(docs)}
+    qas = [{"query": d["question"], "outputs": [d["answer"]],
+            "context": [at[f"{t}\n{''.join(p)}"] for t, p in d["context"]], "more_context": []}
+           for d in data]
+    return qas, docs
+
+
+QA_HEAD = ("Answer the question based on the given documents. Only give me the answer and do not "
+           "output any other words.\n\nThe following are given documents.\n\n")
+QA_TAIL = ("\n\nAnswer the question based on the given documents. Only give me the answer and do "
+           "not output any other words.\n\nQuestion: {query} Answer:")
+
+
+def test_qa_tasks_read_squad_and_hotpotqa_as_ruler_does(tiny, tmp_path):
+    """qa_1/qa_2 from the published files: sample i asks RULER's i-th question, with its
+    answers; every document is one of RULER's, numbered from 1; the question's own documents
+    are there, and a SQuAD question's distractors come from its article first; RULER's template
+    and answer prefix; scored with string_match_part (any answer counts)."""
+    qa = tmp_path / "qa"
+    qa.mkdir()
+    squad_and_hotpotqa(qa)
+    dump = tmp_path / "qa.jsonl"
+    args = ["--tokenizer", tiny / "tokenizer.json", "--tasks", "qa_1,qa_2", "--lengths", "700,1500",
+            "--depths", "3", "--samples", "3", "--dump-prompts", dump]
+    rsd_eval("run", *args, "--qa-dir", qa)
+    items = lines(dump)
+    assert len(items) == 2 * 2 * 3 * 3
+    sets = {"qa_1": ruler_read_squad(qa / "squad.json"),
+            "qa_2": ruler_read_hotpotqa(qa / "hotpot_dev_distractor_v1.json")}
+    for it in items:
+        qas, docs = sets[it["task"]]
+        q = qas[it["sample"]]
+        assert it["expected"] == q["outputs"] and it["max_new_tokens"] == 32
+        assert it["prompt"].startswith(QA_HEAD + "Document 1:\n")
+        assert it["prompt"].endswith(QA_TAIL.format(query=q["query"]))
+        body = it["prompt"][len(QA_HEAD):-len(QA_TAIL.format(query=q["query"]))]
+        shown = []
+        for i, part in enumerate(body.split("\n\nDocument ")):
+            head, text = part.split(":\n", 1)
+            assert head.removeprefix("Document ") == str(i + 1)
+            shown.append(docs.index(text))
+        assert len(set(shown)) == len(shown)
+        assert set(q["context"]) <= set(shown), it["task"]
+        if q["more_context"]:
+            others = [d for d in shown if d not in q["context"]]
+            assert sum(d in q["more_context"] for d in others) == min(len(others), len(q["more_context"]))
+        assert it["prompt_tokens"] + 32 <= it["length"]
+        assert it["prompt_tokens"] + 32 > it["length"] - 200, (it["task"], it["prompt_tokens"])
+    # More documents at the longer length.
+    n_docs = lambda length: min(it["prompt"].count("\nDocument ") for it in items
+                                if it["length"] == length and it["task"] == "qa_1")
+    assert n_docs(1500) > n_docs(700)
+    # Completions made elsewhere: string_match_part, RULER's QA metric.
+    preds = tmp_path / "preds.jsonl"
+    answered = [{**it, "pred": (f" {it['expected'][-1]}." if i % 3 else " no idea")}
+                for i, it in enumerate(items)]
+    preds.write_text("".join(json.dumps(r) + "\n" for r in answered))
+    out = tmp_path / "scored"
+    rsd_eval("score", "--pred", preds, "--out", out)
+    ruler = {t["task"]: t["score"] for r in json.loads((out / "summary.json").read_text())["ruler"]
+             for t in r["tasks"] if r["length"] == 700}
+    for task in ("qa_1", "qa_2"):
+        rows = [r for r in answered if r["task"] == task and r["length"] == 700]
+        hits = [max(1.0 if a.lower() in ruler_postprocess(r["pred"]).lower() else 0.0
+                    for a in r["expected"]) for r in rows]
+        assert ruler[task] == round(sum(hits) / len(hits) * 100, 2)
+    # Without the data, or with a broken file: the file, what was expected and where to get it.
+    e = eval_fails("run", *args).stderr
+    assert "squad.json" in e and "--qa-dir" in e and "dev-v2.0.json" in e, e
+    (qa / "hotpot_dev_distractor_v1.json").write_text('[{"question": "q?", "answer": "a"}]')
+    e = eval_fails("run", *args, "--qa-dir", qa).stderr
+    assert "hotpot_dev_distractor_v1.json" in e and "missing field `context`" in e, e
 
 
 def test_teacher_forced_runs_record_ranks_and_keep_their_scoring(tiny, tmp_path):
@@ -468,13 +619,13 @@ def test_ruler_prediction_files_score_as_rulers_evaluator_scores_them(tiny, tmp_
     items); `rsd-eval score --pred` on the files gives the run's own records back."""
     out = tmp_path / "gen"
     rsd_eval("run", "--model", tiny, "--out", out, "--tasks", "niah_single_1,vt", "--lengths",
-             "512", "--depths", "3", "--samples", "2", "--max-new-tokens", "6", "--quiet")
+             "1024", "--depths", "3", "--samples", "2", "--max-new-tokens", "6", "--quiet")
     summary = json.loads((out / "summary.json").read_text())
     (ruler,) = summary["ruler"]
-    assert ruler["length"] == 512 and ruler["ruler_13"] is None
+    assert ruler["length"] == 1024 and ruler["ruler_13"] is None
     assert "qa_1" in ruler["missing"] and "vt" not in ruler["missing"]
     scores = {}
-    for f in sorted((out / "ruler/512").iterdir()):
+    for f in sorted((out / "ruler/1024").iterdir()):
         rows = lines(f)
         assert all(set(r) == {"index", "input", "outputs", "pred", "others", "truncation",
                               "length"} for r in rows), rows[0]
@@ -491,10 +642,10 @@ def test_ruler_prediction_files_score_as_rulers_evaluator_scores_them(tiny, tmp_
     # Prompts and expected answers in the files are the run's items.
     dump = tmp_path / "dump.jsonl"
     rsd_eval("run", "--tokenizer", tiny / "tokenizer.json", "--dump-prompts", dump, "--tasks",
-             "niah_single_1,vt", "--lengths", "512", "--depths", "3", "--samples", "2",
+             "niah_single_1,vt", "--lengths", "1024", "--depths", "3", "--samples", "2",
              "--max-new-tokens", "6")
     prompts = {(p["task"], p["depth"], p["sample"]): p for p in lines(dump)}
-    for f in (out / "ruler/512").iterdir():
+    for f in (out / "ruler/1024").iterdir():
         for r in lines(f):
             p = prompts[(f.stem, r["others"]["depth"], r["others"]["sample"])]
             assert (r["input"], r["outputs"]) == (p["prompt"], p["expected"])
@@ -552,7 +703,7 @@ def test_rulers_depth_grid_draws_each_sample_from_its_40_depths(tiny, tmp_path):
     import numpy as np
 
     grid = {float(d) / 100 for d in np.round(np.linspace(0, 100, num=40, endpoint=True))}
-    args = ["--tasks", "niah_single_1,vt", "--lengths", "512", "--samples", "40",
+    args = ["--tasks", "niah_single_1,vt", "--lengths", "1024", "--samples", "40",
             "--depth-grid", "ruler", "--max-new-tokens", "4"]
     dumps = []
     for name in ("a.jsonl", "b.jsonl"):

@@ -137,6 +137,23 @@ def test_dense_recall_documents_ask_for_every_needle_within_the_budget(tmp_path)
                 230, len(tok.encode(f"{item['prompt']} {item['expected'][0]}.",
                                     add_special_tokens=False).ids)), text
         assert extra >= len(items), (form, extra)
+    # Drill: the needles alone, then each one's answer once, in another order, within the budget.
+    out = tmp_path / "drill.jsonl"
+    subprocess.run([sys.executable, str(REPO / "scripts/miniature_dense.py"), str(dump), str(out),
+                    "--seed", "3", "--tokenizer", str(tok_path), "--max-tokens", "230", "--form",
+                    "drill"], check=True, capture_output=True)
+    for item, text in zip(items, (d["text"] for d in lines(out))):
+        needles_part, answers_part = text.split("\n", 1)
+        shown = re.findall(r"One of the special magic numbers for ([\w-]+) is: (\d+)\.", needles_part)
+        assert needles_part == " ".join(f"One of the special magic numbers for {k} is: {v}."
+                                        for k, v in shown)
+        context = dict(re.findall(r"One of the special magic numbers for ([\w-]+) is: (\d+)\.",
+                                  item["prompt"]))
+        assert shown and all(context[k] == v for k, v in shown)
+        answers = re.findall(r"The special magic number for ([\w-]+) mentioned in the provided "
+                             r"text is (\d+)\.", answers_part)
+        assert sorted(answers) == sorted(shown) and len(answers_part.split("\n")) == len(shown)
+        assert len(tok.encode(text, add_special_tokens=False).ids) <= 230
 
 
 def test_copy_documents_repeat_their_random_numbers(tmp_path):
@@ -158,3 +175,10 @@ def test_copy_documents_repeat_their_random_numbers(tmp_path):
         numbers = first[:-1].split(" ")
         assert len(numbers) == 5 and all(len(n) == 7 and n.isdigit() for n in numbers)
     assert write("b.jsonl", 1) == docs and write("c.jsonl", 2) != docs
+    # --shuffle: the same numbers again, in another order.
+    out = tmp_path / "s.jsonl"
+    subprocess.run([sys.executable, str(REPO / "scripts/miniature_copy.py"), str(out), "--docs",
+                    "20", "--numbers", "8", "--seed", "1", "--shuffle"], check=True)
+    pairs = [d["text"][:-1].split(".\n") for d in lines(out)]
+    assert all(sorted(a.split()) == sorted(b.split()) for a, b in pairs)
+    assert sum(a != b for a, b in pairs) >= 18
