@@ -417,6 +417,51 @@ def test_qa_tasks_read_squad_and_hotpotqa_as_ruler_does(tiny, tmp_path):
     assert "hotpot_dev_distractor_v1.json" in e and "missing field `context`" in e, e
 
 
+def helmet_normalize_answer(s):
+    """HELMET's utils.py normalize_answer (SQuAD's): lower, punctuation, articles, whitespace."""
+    import re
+    import string
+    s = "".join(ch for ch in s.lower() if ch not in set(string.punctuation))
+    return " ".join(re.sub(r"\b(a|an|the)\b", " ", s).split())
+
+
+def test_json_kv_is_helmets_prompt_and_metric(tiny, tmp_path):
+    """json_kv: the context parses as a JSON object of UUID pairs holding the asked key once,
+    followed by HELMET's instruction, two demonstrations and the key; completions score with
+    HELMET's substring_exact_match (hyphens and case do not matter)."""
+    dump = tmp_path / "kv.jsonl"
+    rsd_eval("run", "--tokenizer", tiny / "tokenizer.json", "--tasks", "json_kv", "--lengths",
+             "2048", "--depths", "3", "--samples", "2", "--dump-prompts", dump)
+    items = lines(dump)
+    assert len(items) == 6
+    for it in items:
+        p = it["prompt"]
+        body, rest = p.split("\n\nExtract the value corresponding to the specified key in the "
+                             "JSON object below.\n\n")
+        assert body.startswith("JSON data:\n")
+        obj = json.loads(body[len("JSON data:\n"):])
+        asked = rest.rsplit("Key: ", 1)[1].removesuffix("\nCorresponding value:")
+        assert obj[asked] == it["expected"][0] and sorted(it["candidates"]) == sorted(obj.values())
+        demos = rest.split("\n\n")[:2]
+        for d in demos:
+            k, v = d.removeprefix("Key: ").split("\nCorresponding value: ")
+            assert obj[k] == v
+        keys = list(obj)
+        assert abs(keys.index(asked) / (len(keys) - 1) - it["depth"]) <= 0.1, it["depth"]
+        assert it["prompt_tokens"] + 100 <= 2048 and it["max_new_tokens"] == 100
+    preds = tmp_path / "preds.jsonl"
+    outs = [f" {it['expected'][0].upper().replace('-', '')}" if i % 2 else " wrong-value"
+            for i, it in enumerate(items)]
+    preds.write_text("".join(json.dumps({**it, "pred": o}) + "\n" for it, o in zip(items, outs)))
+    out = tmp_path / "scored"
+    rsd_eval("score", "--pred", preds, "--out", out)
+    got = {key(r): r["score"] for r in lines(out / "results.jsonl")}
+    for it, o in zip(items, outs):
+        want = float(helmet_normalize_answer(it["expected"][0]) in helmet_normalize_answer(o))
+        assert got[key(it)] == want
+    assert sorted(got.values()) == [0.0] * 3 + [1.0] * 3
+
+
 def test_teacher_forced_runs_record_ranks_and_keep_their_scoring(tiny, tmp_path):
     out = tmp_path / "tf"
     args = ["--tasks", "niah_multikey_1", "--lengths", "512", "--depths", "2", "--samples", "2",

@@ -3,6 +3,8 @@
 //! * [`string_match_all`]: the fraction of expected strings found in the output (case-insensitive
 //!   substring), RULER's metric for NIAH, variable tracking, CWE and FWE.
 //! * [`string_match_part`]: 1 if any expected string is found (RULER's metric for its QA tasks).
+//! * [`substring_exact_match`]: HELMET's metric for JSON KV: the expected string, normalised as
+//!   SQuAD's evaluation normalises answers, inside the normalised output.
 //! * [`ordinal_match`]: the ordinal variant asks for one of several values of the same key; the
 //!   answer counts only if the asked value is found and no other value of that key comes first
 //!   (listing every value would otherwise score 1 under `string_match_all`).
@@ -42,6 +44,46 @@ pub fn string_match_part(output: &str, expected: &[String]) -> f64 {
     }
 }
 
+/// SQuAD's answer normalisation, as HELMET applies it: lower case, ASCII punctuation removed,
+/// the articles a/an/the removed as words, whitespace collapsed.
+pub fn normalize_answer(s: &str) -> String {
+    let lower: String = s
+        .to_lowercase()
+        .chars()
+        .filter(|c| !c.is_ascii_punctuation())
+        .collect();
+    lower
+        .split_whitespace()
+        .filter(|w| !matches!(*w, "a" | "an" | "the"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// HELMET's `substring_exact_match` for JSON KV: 1 if a normalised expected string is inside the
+/// normalised output, or inside the text after its first "corresponding value:" (to the end of
+/// that line), as HELMET also scores the parsed output and keeps the better; else 0.
+pub fn substring_exact_match(output: &str, expected: &[String]) -> f64 {
+    let parsed = {
+        let lower = output.to_lowercase();
+        match lower.find("corresponding value:") {
+            Some(i) => {
+                let rest = &output[i + "corresponding value:".len()..];
+                rest.split('\n').next().unwrap_or(rest).to_string()
+            }
+            None => output.split('\n').next().unwrap_or(output).to_string(),
+        }
+    };
+    let hit = |text: &str| {
+        let t = normalize_answer(text);
+        expected.iter().any(|e| t.contains(&normalize_answer(e)))
+    };
+    if hit(output) || hit(&parsed) {
+        1.0
+    } else {
+        0.0
+    }
+}
+
 /// 1 if `expected[0]` is in `output` and none of `distractors` occurs before it, else 0.
 pub fn ordinal_match(output: &str, expected: &[String], distractors: &[String]) -> f64 {
     let out = output.to_lowercase();
@@ -66,14 +108,18 @@ pub fn score(item: &Item, output: &str) -> f64 {
 
 /// The score of a raw completion for the task named `task`, with RULER's metric for it:
 /// `string_match_part` for its QA tasks, ours for the ordinal needles (which need the other
-/// values of the key as `distractors`), `string_match_all` for the rest. The completion is
-/// post-processed as RULER does first.
+/// values of the key as `distractors`), HELMET's `substring_exact_match` for json_kv,
+/// `string_match_all` for the rest. The completion is post-processed as RULER does first (except
+/// for json_kv, which HELMET scores raw).
 pub fn metric(
     task: &str,
     output: &str,
     expected: &[String],
     distractors: &[String],
 ) -> Result<f64, String> {
+    if task == "json_kv" {
+        return Ok(substring_exact_match(output, expected));
+    }
     let out = postprocess(output);
     Ok(if task.starts_with("qa_") {
         string_match_part(&out, expected)
@@ -124,6 +170,33 @@ mod tests {
             0.0
         );
         assert_eq!(ordinal_match(" 3333333", &exp, &others), 0.0);
+    }
+
+    /// HELMET's normalisation drops hyphens, so a UUID matches with or without them; articles
+    /// only go as whole words.
+    #[test]
+    fn substring_exact_match_normalises_as_helmet() {
+        let exp = s(&["0b423716-b76a-41eb-8221-c76e15e9efc2"]);
+        assert_eq!(normalize_answer("The  Cat, an apple!"), "cat apple");
+        assert_eq!(normalize_answer("theme"), "theme");
+        assert_eq!(
+            substring_exact_match(" 0B423716-B76A-41eb-8221-c76e15e9efc2\nKey: x", &exp),
+            1.0
+        );
+        assert_eq!(
+            substring_exact_match("0b423716b76a41eb8221c76e15e9efc2", &exp),
+            1.0
+        );
+        assert_eq!(substring_exact_match("0b423716-b76a-41eb", &exp), 0.0);
+        assert_eq!(
+            metric(
+                "json_kv",
+                " 0b423716-b76a-41eb-8221-c76e15e9efc2",
+                &exp,
+                &[]
+            ),
+            Ok(1.0)
+        );
     }
 
     #[test]

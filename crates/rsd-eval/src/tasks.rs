@@ -144,10 +144,13 @@ pub enum Task {
     Qa1,
     /// Multi-hop question answering on HotpotQA's dev set among its other paragraphs.
     Qa2,
+    /// HELMET's JSON KV (from "Lost in the Middle"): the value of one UUID key among UUID pairs
+    /// of a JSON object.
+    JsonKv,
 }
 
 /// Every task, in the order summaries list them.
-pub const ALL_TASKS: [Task; 17] = [
+pub const ALL_TASKS: [Task; 18] = [
     Task::NiahSingle1,
     Task::NiahSingle2,
     Task::NiahSingle3,
@@ -164,6 +167,7 @@ pub const ALL_TASKS: [Task; 17] = [
     Task::Fwe,
     Task::Qa1,
     Task::Qa2,
+    Task::JsonKv,
     Task::Passkey,
 ];
 
@@ -236,6 +240,7 @@ impl Task {
             Task::Passkey => "passkey",
             Task::Qa1 => "qa_1",
             Task::Qa2 => "qa_2",
+            Task::JsonKv => "json_kv",
         }
     }
 
@@ -295,6 +300,7 @@ impl Task {
             Task::Fwe => 50,
             Task::Passkey => 16,
             Task::Qa1 | Task::Qa2 => 32,
+            Task::JsonKv => 100,
             _ => 128,
         }
     }
@@ -314,6 +320,8 @@ impl Task {
             Task::Cwe => 24,
             // One document: a SQuAD paragraph is ~150 tokens, a long one ~700.
             Task::Qa1 | Task::Qa2 => 800,
+            // One key-value pair: two UUIDs.
+            Task::JsonKv => 64,
         }
     }
 
@@ -832,6 +840,7 @@ impl<'a> Generator<'a> {
             Task::Fwe => self.fwe(&spec, &mut rng)?,
             Task::Passkey => self.passkey(&spec, depth.unwrap_or(0.5), &mut rng)?,
             Task::Qa1 | Task::Qa2 => self.qa(&spec, depth.unwrap_or(0.5), sample, &mut rng)?,
+            Task::JsonKv => self.json_kv(&spec, depth.unwrap_or(0.5), &mut rng)?,
             _ => self.niah(&spec, depth.unwrap_or(0.5), &mut rng)?,
         };
         let ((_, built), expected, distractors, evidence) =
@@ -841,6 +850,7 @@ impl<'a> Generator<'a> {
             Task::Vt | Task::Cwe | Task::Fwe | Task::Passkey | Task::Qa1 | Task::Qa2 => {
                 expected.clone()
             }
+            Task::JsonKv => json_kv_values(&built.prompt[built.context.clone()]),
             _ => needle_values(&built.prompt[built.context.clone()], &expected),
         };
         Ok(Item {
@@ -1094,6 +1104,43 @@ impl<'a> Generator<'a> {
         };
         let built = self.fill(spec, usize::MAX, build)?;
         Ok((built, vec![key], Vec::new(), vec![needle]))
+    }
+
+    /// HELMET's JSON KV prompt: a JSON object of UUID pairs, formatted as "Lost in the Middle"
+    /// formats it (`JSON data:`, one `"key": "value"` per line), then HELMET's instruction, two
+    /// demonstrations (other pairs of the same object, as HELMET's published example shows) and
+    /// the asked key. The asked pair sits at `depth`.
+    fn json_kv(&self, spec: &Spec, depth: f64, rng: &mut SplitMix64) -> Result<Outcome> {
+        let uuid = |rng: &mut SplitMix64| random_of(Kind::Uuids, rng);
+        let record = |k: &str, v: &str| format!("\"{k}\": \"{v}\"");
+        let (key, value) = (uuid(rng), uuid(rng));
+        let demos: Vec<(String, String)> = (0..2).map(|_| (uuid(rng), uuid(rng))).collect();
+        let gold = record(&key, &value);
+        let placed: Placed = vec![(depth, gold.clone(), Some(0))];
+        // The demonstrations' pairs sit in the object too, at random depths.
+        let demo_placed: Placed = demos
+            .iter()
+            .map(|(k, v)| (rng.uniform(), record(k, v), None))
+            .collect();
+        // A pair takes well over 16 tokens with any tokenizer: enough pairs for any budget.
+        let others: Vec<String> = (0..spec.budget / 16 + 1)
+            .map(|_| record(&uuid(rng), &uuid(rng)))
+            .collect();
+        let head = "JSON data:\n{";
+        let demo_text: String = demos
+            .iter()
+            .map(|(k, v)| format!("Key: {k}\nCorresponding value: {v}\n\n"))
+            .collect();
+        let tail = format!("}}\n\nExtract the value corresponding to the specified key in the JSON object below.\n\n{demo_text}Key: {key}");
+        let answer = "\nCorresponding value:";
+        let build = |n: usize| {
+            let mut all = placed.clone();
+            all.extend(demo_placed.iter().cloned());
+            let (ctx, offs) = insert(&others[..n], &all, ",\n ", 1);
+            wrap(head, &ctx, &tail, answer, &offs)
+        };
+        let built = self.fill(spec, others.len(), build)?;
+        Ok((built, vec![value], Vec::new(), vec![gold]))
     }
 
     /// RULER's QA prompt: question `sample` of the set, its documents and distractors drawn as
@@ -1366,6 +1413,18 @@ fn vt_prompt(before: &str, chain: &[String], placed: &Placed, value: &str, n: us
     let answer = format!(" Answer: According to the chain(s) of variable assignment in the text above, {} variables are assigned the value {value}, they are: ", chain.len());
     let (ctx, offs) = insert(&vec![NOISE.to_string(); n], placed, "\n", chain.len());
     wrap(&head, &ctx, &tail, &answer, &offs)
+}
+
+/// The values of a JSON KV context's `"key": "value"` records, in order.
+fn json_kv_values(context: &str) -> Vec<String> {
+    context
+        .split(",\n ")
+        .filter_map(|r| {
+            r.split_once("\": \"")
+                .map(|(_, v)| v.trim_end_matches(['"', '}']))
+        })
+        .map(str::to_string)
+        .collect()
 }
 
 /// RULER's numbered word list: "1. w 2. w …", on one line.
@@ -2380,6 +2439,52 @@ mod tests {
         assert!(e.contains("hotpotqa.json") && e.contains("--qa-dir"), "{e}");
     }
 
+    /// HELMET's JSON KV: the object's pairs as "Lost in the Middle" formats them, the asked pair
+    /// once, at the depth; the two demonstrations are pairs of the object; every value is a
+    /// candidate.
+    #[test]
+    fn json_kv_follows_helmets_template() {
+        let g = generator(6);
+        for depth in [0.0, 0.5, 1.0] {
+            let it = g.item(Task::JsonKv, 4096, Some(depth), 0, None).unwrap();
+            let ctx = &it.prompt[it.context.clone()];
+            assert!(it.prompt.starts_with("JSON data:\n{\""));
+            let records: Vec<&str> = ctx.split(",\n ").collect();
+            for r in &records {
+                let (k, v) = r.split_once(": ").unwrap();
+                assert!(
+                    k.len() == 38 && v.len() == 38 && k.starts_with('"') && v.ends_with('"'),
+                    "{r}"
+                );
+            }
+            let (after, question) = it.prompt[it.context.end..].rsplit_once("Key: ").unwrap();
+            assert!(after.starts_with("}\n\nExtract the value corresponding to the specified key in the JSON object below.\n\n"));
+            let demos: Vec<&str> = it
+                .prompt
+                .match_indices("\nCorresponding value: ")
+                .map(|(i, _)| &it.prompt[i..])
+                .collect();
+            assert_eq!(demos.len(), 2);
+            for d in demos {
+                let v = &d["\nCorresponding value: ".len()..][..36];
+                assert!(
+                    ctx.contains(&format!(": \"{v}\"")),
+                    "a demonstration's pair is in the object"
+                );
+            }
+            let key = &question[..36];
+            assert!(it
+                .prompt
+                .ends_with(&format!("\n\nKey: {key}\nCorresponding value:")));
+            assert_eq!(it.evidence[0], format!("\"{key}\": \"{}\"", it.expected[0]));
+            assert_eq!(ctx.matches(key).count(), 1);
+            assert_eq!(it.candidates.len(), records.len());
+            assert!(it.candidates.contains(&it.expected[0]));
+            let at = (it.evidence_at[0] - it.context.start) as f64 / ctx.len() as f64;
+            assert!((at - depth).abs() < 0.05, "{depth}: {at}");
+        }
+    }
+
     /// RULER's common-words setup: one line "1. w 2. w …"; the ten common words 6 times and the
     /// others once below 4K tokens, 30 and 3 times from 4K on; a one-shot example first, with
     /// its own list and its answer numbered after the answer prefix.
@@ -2449,11 +2554,17 @@ mod tests {
                 .prompt
                 .split_once("<|im_end|>\n<|im_start|>assistant\n")
                 .unwrap();
-            assert!(question.ends_with(['?', '.']), "{task}: {question}");
-            assert!(
-                answer.starts_with(" The ") || answer.starts_with(" Answer:"),
-                "{task}"
-            );
+            if task == Task::JsonKv {
+                // HELMET's question is the key itself; its answer prefix starts a new line.
+                assert!(question.ends_with(&format!("Key: {}", &it.evidence[0][1..37])));
+                assert_eq!(answer, "\nCorresponding value:");
+            } else {
+                assert!(question.ends_with(['?', '.']), "{task}: {question}");
+                assert!(
+                    answer.starts_with(" The ") || answer.starts_with(" Answer:"),
+                    "{task}"
+                );
+            }
             let ctx = &it.prompt[it.context.clone()];
             assert!(
                 it.expected.iter().all(|e| ctx.contains(e.as_str())),
