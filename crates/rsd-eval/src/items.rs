@@ -116,6 +116,11 @@ pub struct UserItem {
     pub continuations: Vec<Vec<i64>>,
     /// Index of the answer among the candidates.
     pub gold: usize,
+    /// One context per candidate instead of `ids` for all (WinoGrande's partial scoring).
+    pub per_candidate: Option<Vec<Vec<i64>>>,
+    /// Each candidate's length in characters, where `acc_norm` (log-probability per character,
+    /// lm-eval's) is reported too.
+    pub norm_chars: Option<Vec<usize>>,
 }
 
 /// The settings a resumed `rsd-eval score` run must match (written into run.json).
@@ -125,10 +130,13 @@ pub struct ScoreSettings {
     pub model: String,
     /// SHA-256 of its tokenizer.json.
     pub tokenizer_sha256: String,
-    /// The items file, absolute.
+    /// The items file (or benchmark data), absolute.
     pub items: String,
-    /// SHA-256 of the items file.
+    /// SHA-256 of the items file (of a directory's files, in name order).
     pub items_sha256: String,
+    /// The benchmark `rsd-eval mc` read the items from, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub benchmark: Option<String>,
     /// Model dtype.
     pub dtype: String,
     /// rope_scaling applied at evaluation (an HF dict), if any.
@@ -202,6 +210,8 @@ pub fn read_items(path: &Path, tok: &TextTokenizer) -> Result<Vec<UserItem>> {
             candidates: l.candidates,
             continuations,
             gold,
+            per_candidate: None,
+            norm_chars: None,
         });
     }
     if items.is_empty() {
@@ -251,14 +261,39 @@ pub struct ScoreReport {
 
 /// Scores one item: its answer's log-probability and rank among its candidates.
 fn score_item(model: &Model, it: &UserItem, batch_size: usize) -> Result<ItemResult> {
-    let scores = gen::score_continuations(
-        model,
-        &it.ids,
-        &it.continuations,
-        batch_size,
-        gen::DEFAULT_PREFILL_CHUNK,
-    )?;
+    let scores = match &it.per_candidate {
+        None => gen::score_continuations(
+            model,
+            &it.ids,
+            &it.continuations,
+            batch_size,
+            gen::DEFAULT_PREFILL_CHUNK,
+        )?,
+        Some(contexts) => {
+            let mut scores = Vec::with_capacity(contexts.len());
+            for (ctx, cont) in contexts.iter().zip(&it.continuations) {
+                scores.extend(gen::score_continuations(
+                    model,
+                    ctx,
+                    std::slice::from_ref(cont),
+                    1,
+                    gen::DEFAULT_PREFILL_CHUNK,
+                )?);
+            }
+            scores
+        }
+    };
     let (rank, best) = rank_first(&scores, it.gold);
+    // lm-eval's acc_norm: the first argmax of log-probability per character.
+    let score_norm = it.norm_chars.as_ref().map(|chars| {
+        let per_char = |j: usize| scores[j].logprob / chars[j].max(1) as f64;
+        let best = (0..scores.len()).fold(0, |b, j| if per_char(j) > per_char(b) { j } else { b });
+        if best == it.gold {
+            1.0
+        } else {
+            0.0
+        }
+    });
     Ok(ItemResult {
         task: it.task.clone(),
         length: it.length,
@@ -272,6 +307,7 @@ fn score_item(model: &Model, it: &UserItem, batch_size: usize) -> Result<ItemRes
         rank: Some(rank),
         candidates: Some(it.candidates.len()),
         greedy: Some(scores[it.gold].greedy),
+        score_norm,
     })
 }
 
@@ -340,10 +376,40 @@ fn score_items(a: &ScoreArgs, model: &Path, items_path: &Path) -> Result<ScoreRe
     let cfg = ModelConfig::from_dir(model)?;
     rsd_model::checkpoint::safetensors_files(model)?;
     let items = read_items(items_path, &tok)?;
+    let source = ItemsSource {
+        path: items_path.to_path_buf(),
+        sha256: sha256_file(items_path)?,
+        benchmark: None,
+    };
+    score_user_items(a, model, &cfg, &items, &source)
+}
+
+/// Where a run's items came from, for run.json.
+pub(crate) struct ItemsSource {
+    /// The file (or directory) read.
+    pub path: PathBuf,
+    /// Its SHA-256.
+    pub sha256: String,
+    /// The benchmark, for `rsd-eval mc`.
+    pub benchmark: Option<String>,
+}
+
+/// Scores `items` with the model in `model` into `a.out` (run.json, results.jsonl, summaries),
+/// skipping the items already there; refuses a run directory made with other settings.
+pub(crate) fn score_user_items(
+    a: &ScoreArgs,
+    model: &Path,
+    cfg: &ModelConfig,
+    items: &[UserItem],
+    source: &ItemsSource,
+) -> Result<ScoreReport> {
+    let items_path = source.path.as_path();
+    let tok_path = model.join("tokenizer.json");
     if let Some(it) = items.iter().find(|it| {
         it.ids
             .iter()
             .chain(it.continuations.iter().flatten())
+            .chain(it.per_candidate.iter().flatten().flatten())
             .any(|&t| t >= cfg.vocab_size)
     }) {
         return Err(RunError::Input(format!(
@@ -353,7 +419,7 @@ fn score_items(a: &ScoreArgs, model: &Path, items_path: &Path) -> Result<ScoreRe
             cfg.vocab_size
         )));
     }
-    check_window(items_path, &items, &cfg, a.rope_scaling.is_some())?;
+    check_window(items_path, items, cfg, a.rope_scaling.is_some())?;
     let rope_scaling = a
         .rope_scaling
         .as_deref()
@@ -364,7 +430,8 @@ fn score_items(a: &ScoreArgs, model: &Path, items_path: &Path) -> Result<ScoreRe
         model: abs(model)?.display().to_string(),
         tokenizer_sha256: sha256_file(&tok_path)?,
         items: abs(items_path)?.display().to_string(),
-        items_sha256: sha256_file(items_path)?,
+        items_sha256: source.sha256.clone(),
+        benchmark: source.benchmark.clone(),
         dtype: a.dtype.clone(),
         rope_scaling: rope_scaling.clone(),
         rope_theta: a.rope_theta,

@@ -9,6 +9,8 @@
 //! * [`items`]: `rsd-eval score`: teacher-forced scoring of a JSONL of (context, candidates,
 //!   answer), or completions made elsewhere (`--pred`), into the same records as `run`.
 //! * [`qa`]: the QA tasks' datasets (SQuAD, HotpotQA) in their published formats.
+//! * [`mc`]: `rsd-eval mc`: MMLU, HellaSwag, WinoGrande, OpenBookQA by log-likelihood, as
+//!   lm-evaluation-harness scores them, from their published files.
 //! * [`ruler`]: RULER's 13 tasks, its aggregation and its prediction files.
 //! * [`plot`]: a run's figures (accuracy by depth and length, the depth × length heat map).
 //! * [`compare`]: several runs in one figure and one table.
@@ -21,6 +23,7 @@ pub mod chat;
 pub mod compare;
 pub mod figure;
 pub mod items;
+pub mod mc;
 pub mod paired;
 pub mod plot;
 pub mod ppl;

@@ -31,6 +31,9 @@ enum Cmd {
     Compare(rsd_eval::compare::CompareArgs),
     /// Perplexity by position on held-out shards, and the view gap KL(standard || skip view).
     Ppl(rsd_eval::ppl::PplArgs),
+    /// Short-context multiple choice by log-likelihood (MMLU, HellaSwag, WinoGrande,
+    /// OpenBookQA), as lm-evaluation-harness scores them, from their published files.
+    Mc(rsd_eval::mc::McArgs),
 }
 
 fn main() {
@@ -41,6 +44,7 @@ fn main() {
         Cmd::Plot(a) => report(rsd_eval::plot::command(&a)),
         Cmd::Compare(a) => report(rsd_eval::compare::command(&a)),
         Cmd::Ppl(a) => report(rsd_eval::ppl::command(&a)),
+        Cmd::Mc(a) => mc(&a),
     };
     if let Err(e) = r {
         let line = rsd_common::report::one_line(e.chain().map(|c| c.to_string()));
@@ -73,6 +77,23 @@ fn score(a: &rsd_eval::items::ScoreArgs) -> Result<()> {
             summary.display()
         );
     }
+    Ok(())
+}
+
+fn mc(a: &rsd_eval::mc::McArgs) -> Result<()> {
+    let r = rsd_eval::mc::command(a)?;
+    let acc = r
+        .overall
+        .map(|o| format!("{:.1}", 100.0 * o))
+        .unwrap_or_else(|| "n/a".into());
+    println!(
+        "{} {} questions: {} scored, {} already done; acc {acc}% (acc_norm and the count in {})",
+        r.total,
+        a.task.name(),
+        r.done,
+        r.skipped,
+        a.out.join("summary.md").display()
+    );
     Ok(())
 }
 

@@ -308,6 +308,7 @@ pub(crate) mod tests {
             rank: None,
             candidates: None,
             greedy: None,
+            score_norm: None,
         }
     }
 

@@ -42,6 +42,10 @@ pub struct ItemResult {
     /// one of its tokens is its position's argmax).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub greedy: Option<bool>,
+    /// Multiple-choice runs only: lm-eval's `acc_norm`, 1 when the answer ranks first by
+    /// log-probability per character.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score_norm: Option<f64>,
 }
 
 impl ItemResult {
@@ -158,6 +162,7 @@ mod tests {
             rank: None,
             candidates: None,
             greedy: None,
+            score_norm: None,
         }
     }
 

@@ -354,6 +354,7 @@ pub fn read_predictions(path: &Path) -> Result<Vec<ItemResult>> {
                 rank: None,
                 candidates: None,
                 greedy: None,
+                score_norm: None,
             });
         }
     }
@@ -378,6 +379,7 @@ mod tests {
             rank: None,
             candidates: None,
             greedy: None,
+            score_norm: None,
         }
     }
 

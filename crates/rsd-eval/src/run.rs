@@ -901,6 +901,7 @@ fn result_of(item: &Item) -> ItemResult {
         rank: None,
         candidates: None,
         greedy: None,
+        score_norm: None,
     }
 }
 
@@ -948,6 +949,7 @@ fn teacher_forced(
         rank: Some(rank),
         candidates: Some(item.candidates.len()),
         greedy: Some(scores[gold].greedy),
+        score_norm: None,
         ..result_of(item)
     })
 }
@@ -1122,9 +1124,33 @@ pub struct Summary {
     /// (task, length) pairs not run: the length is too short for the task.
     #[serde(default)]
     pub skipped: Vec<Skipped>,
+    /// Multiple-choice runs: lm-eval's `acc_norm` per task × length.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub acc_norm: Vec<Cell>,
     /// Where the text differs from RULER's: the bundled books instead of its essays.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub haystack_note: Option<String>,
+}
+
+/// Mean `score_norm` per task × length, over the results that have one.
+fn norm_cells(results: &[ItemResult]) -> Vec<Cell> {
+    let mut m: BTreeMap<(String, usize), (f64, usize)> = BTreeMap::new();
+    for r in results {
+        if let Some(x) = r.score_norm {
+            let e = m.entry((r.task.clone(), r.length)).or_default();
+            e.0 += x;
+            e.1 += 1;
+        }
+    }
+    m.into_iter()
+        .map(|((task, length), (sum, n))| Cell {
+            task: Some(task),
+            length,
+            depth: None,
+            mean: sum / n as f64,
+            n,
+        })
+        .collect()
 }
 
 /// A (task, length) a run skipped, and why.
@@ -1205,6 +1231,7 @@ impl Summary {
             by_task_length: cells(tl),
             by_task_length_depth: cells(tld),
             skipped: Vec::new(),
+            acc_norm: norm_cells(results),
             haystack_note: None,
         }
     }
@@ -1278,6 +1305,19 @@ impl Summary {
         s.push_str("\n\n");
         for k in &self.skipped {
             s.push_str(&format!("Not run: {}\n\n", k.reason));
+        }
+        if !self.acc_norm.is_empty() {
+            s.push_str("## acc_norm (log-probability per character, lm-evaluation-harness's)\n\n| task | length | acc_norm | n |\n|---|---:|---:|---:|\n");
+            for c in &self.acc_norm {
+                s.push_str(&format!(
+                    "| {} | {} | {} | {} |\n",
+                    c.task.as_deref().unwrap_or(""),
+                    c.length,
+                    pct(c.mean),
+                    c.n
+                ));
+            }
+            s.push('\n');
         }
         s.push_str(&crate::ruler::markdown(&self.ruler));
         s.push_str("\n## Task × length × depth\n\n| task | length | depth | score | n |\n|---|---:|---:|---:|---:|\n");

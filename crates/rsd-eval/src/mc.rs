@@ -1,0 +1,606 @@
+//! `rsd-eval mc`: short-context multiple choice by log-likelihood, as lm-evaluation-harness
+//! scores MMLU, HellaSwag, WinoGrande and OpenBookQA zero-shot (the "no short-context regression"
+//! table of long-context papers), from the datasets' published files.
+//!
+//! Each question becomes one teacher-forced item: a context and one continuation per choice
+//! (WinoGrande: one context per choice and a shared continuation, lm-eval's partial scoring).
+//! `acc` ranks the choices by summed log-probability; `acc_norm` by log-probability per
+//! character of the choice (lm-eval's `acc_norm`), reported for HellaSwag and OpenBookQA as
+//! lm-eval reports it.
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// What a published file can go wrong with.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}{}: {reason}", line.map(|l| format!(":{l}")).unwrap_or_default())]
+pub struct McError {
+    /// The file.
+    pub path: PathBuf,
+    /// 1-based line (or CSV record), where one applies.
+    pub line: Option<usize>,
+    /// What is wrong and what was expected.
+    pub reason: String,
+}
+
+/// A benchmark `rsd-eval mc` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum McTask {
+    /// MMLU (Hendrycks et al.): the published `data/test/SUBJECT_test.csv` files (question,
+    /// A, B, C, D, answer letter; no header), a directory of them or one file.
+    Mmlu,
+    /// HellaSwag: `hellaswag_val.jsonl` (activity_label, ctx_a, ctx_b, endings, label).
+    Hellaswag,
+    /// WinoGrande: `dev.jsonl` (sentence with one `_`, option1, option2, answer "1" or "2").
+    Winogrande,
+    /// OpenBookQA: `Main/test.jsonl` (question.stem, question.choices[label, text], answerKey)
+    /// or the Hugging Face layout (question_stem, choices.text, choices.label, answerKey).
+    Openbookqa,
+}
+
+impl McTask {
+    /// The name used in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            McTask::Mmlu => "mmlu",
+            McTask::Hellaswag => "hellaswag",
+            McTask::Winogrande => "winogrande",
+            McTask::Openbookqa => "openbookqa",
+        }
+    }
+
+    /// Whether lm-eval reports `acc_norm` for the task.
+    pub fn reports_acc_norm(self) -> bool {
+        matches!(self, McTask::Hellaswag | McTask::Openbookqa)
+    }
+}
+
+/// One question, as text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct McQuestion {
+    /// Where it came from (file and line, or file and record), for error messages.
+    pub origin: String,
+    /// One context shared by every choice, or one per choice.
+    pub contexts: Vec<String>,
+    /// One continuation per choice (its leading space included); with one context per choice,
+    /// all the same.
+    pub continuations: Vec<String>,
+    /// The choices' texts without the leading space: what `acc_norm` divides by (in characters).
+    pub choices: Vec<String>,
+    /// The index of the right choice.
+    pub gold: usize,
+}
+
+/// Reads `path` in `task`'s published format.
+pub fn read(task: McTask, path: &Path) -> Result<Vec<McQuestion>, McError> {
+    let qs = match task {
+        McTask::Mmlu => read_mmlu(path)?,
+        McTask::Hellaswag => read_jsonl(path, hellaswag)?,
+        McTask::Winogrande => read_jsonl(path, winogrande)?,
+        McTask::Openbookqa => read_jsonl(path, openbookqa)?,
+    };
+    if qs.is_empty() {
+        return Err(McError {
+            path: path.to_path_buf(),
+            line: None,
+            reason: format!("no {} questions", task.name()),
+        });
+    }
+    Ok(qs)
+}
+
+fn read_text(path: &Path) -> Result<String, McError> {
+    rsd_common::safe_fs::read_text(path, 1 << 30, "benchmark file").map_err(|e| McError {
+        path: path.to_path_buf(),
+        line: None,
+        reason: e.to_string(),
+    })
+}
+
+fn read_jsonl(
+    path: &Path,
+    parse: fn(&str) -> Result<McQuestion, String>,
+) -> Result<Vec<McQuestion>, McError> {
+    let text = read_text(path)?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut q = parse(line).map_err(|reason| McError {
+            path: path.to_path_buf(),
+            line: Some(i + 1),
+            reason,
+        })?;
+        q.origin = format!("{}:{}", path.display(), i + 1);
+        out.push(q);
+    }
+    Ok(out)
+}
+
+fn json<'a, T: Deserialize<'a>>(line: &'a str, expected: &str) -> Result<T, String> {
+    serde_json::from_str(line).map_err(|e| format!("{e}; expected {expected}"))
+}
+
+/// lm-eval's HellaSwag text cleanup: WikiHow's bracketed artefacts go, " [title]" becomes a
+/// sentence break, double spaces become one.
+fn hellaswag_clean(text: &str) -> String {
+    let text = text.trim().replace(" [title]", ". ");
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(open) = rest.find('[') {
+        match rest[open..].find(']') {
+            Some(close) => {
+                out.push_str(&rest[..open]);
+                rest = &rest[open + close + 1..];
+            }
+            None => break,
+        }
+    }
+    out.push_str(rest);
+    out.replace("  ", " ")
+}
+
+/// Python's `str.capitalize`: the first character upper case, the rest lower case.
+fn capitalize(s: &str) -> String {
+    let mut chars = s.chars();
+    match chars.next() {
+        Some(first) => first
+            .to_uppercase()
+            .chain(chars.flat_map(char::to_lowercase))
+            .collect(),
+        None => String::new(),
+    }
+}
+
+fn hellaswag(line: &str) -> Result<McQuestion, String> {
+    #[derive(Deserialize)]
+    struct Row {
+        activity_label: String,
+        ctx_a: String,
+        ctx_b: String,
+        endings: Vec<String>,
+        label: serde_json::Value,
+    }
+    let r: Row = json(
+        line,
+        "HellaSwag's {\"activity_label\", \"ctx_a\", \"ctx_b\", \"endings\": [4 strings], \"label\"}",
+    )?;
+    let gold = label_index(&r.label, r.endings.len())?;
+    let query = hellaswag_clean(&format!(
+        "{}: {} {}",
+        r.activity_label,
+        r.ctx_a,
+        capitalize(&r.ctx_b)
+    ));
+    let choices: Vec<String> = r.endings.iter().map(|e| hellaswag_clean(e)).collect();
+    Ok(McQuestion {
+        origin: String::new(),
+        contexts: vec![query],
+        continuations: choices.iter().map(|c| format!(" {c}")).collect(),
+        choices,
+        gold,
+    })
+}
+
+/// A label given as a number or a string of digits, within `n` choices.
+fn label_index(v: &serde_json::Value, n: usize) -> Result<usize, String> {
+    let i = match v {
+        serde_json::Value::Number(x) => x.as_u64(),
+        serde_json::Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    };
+    match i {
+        Some(i) if (i as usize) < n => Ok(i as usize),
+        _ => Err(format!("\"label\" {v} is not a choice index below {n}")),
+    }
+}
+
+fn winogrande(line: &str) -> Result<McQuestion, String> {
+    #[derive(Deserialize)]
+    struct Row {
+        sentence: String,
+        option1: String,
+        option2: String,
+        answer: String,
+    }
+    let r: Row = json(
+        line,
+        "WinoGrande's {\"sentence\" (with one _), \"option1\", \"option2\", \"answer\": \"1\"|\"2\"}",
+    )?;
+    let blank = r
+        .sentence
+        .find('_')
+        .ok_or("\"sentence\" has no _ to fill in")?;
+    let gold = match r.answer.as_str() {
+        "1" => 0,
+        "2" => 1,
+        other => return Err(format!("\"answer\" is {other:?}, expected \"1\" or \"2\"")),
+    };
+    // lm-eval's partial scoring: the sentence up to the blank with each option as the context,
+    // the rest of the sentence as the shared continuation.
+    let rest = format!(" {}", r.sentence[blank + 1..].trim());
+    let options = [r.option1, r.option2];
+    Ok(McQuestion {
+        origin: String::new(),
+        contexts: options
+            .iter()
+            .map(|o| format!("{}{o}", &r.sentence[..blank]))
+            .collect(),
+        continuations: vec![rest.clone(), rest],
+        choices: options.to_vec(),
+        gold,
+    })
+}
+
+fn openbookqa(line: &str) -> Result<McQuestion, String> {
+    #[derive(Deserialize)]
+    struct Choice {
+        text: String,
+        label: String,
+    }
+    #[derive(Deserialize)]
+    struct Question {
+        stem: String,
+        choices: Vec<Choice>,
+    }
+    #[derive(Deserialize)]
+    struct HfChoices {
+        text: Vec<String>,
+        label: Vec<String>,
+    }
+    #[derive(Deserialize)]
+    struct Row {
+        #[serde(default)]
+        question: Option<Question>,
+        #[serde(default)]
+        question_stem: Option<String>,
+        #[serde(default)]
+        choices: Option<HfChoices>,
+        #[serde(rename = "answerKey")]
+        answer_key: String,
+    }
+    let expected = "OpenBookQA's {\"question\": {\"stem\", \"choices\": [{\"text\", \"label\"}]}, \
+                    \"answerKey\"} (or question_stem, choices.text, choices.label)";
+    let r: Row = json(line, expected)?;
+    let (stem, texts, labels) = match (r.question, r.question_stem, r.choices) {
+        (Some(q), _, _) => (
+            q.stem,
+            q.choices.iter().map(|c| c.text.clone()).collect::<Vec<_>>(),
+            q.choices.into_iter().map(|c| c.label).collect::<Vec<_>>(),
+        ),
+        (None, Some(stem), Some(c)) => (stem, c.text, c.label),
+        _ => return Err(format!("no question; expected {expected}")),
+    };
+    let gold = labels
+        .iter()
+        .position(|l| l == r.answer_key.trim_start())
+        .ok_or_else(|| {
+            format!(
+                "\"answerKey\" {:?} is none of the labels {labels:?}",
+                r.answer_key
+            )
+        })?;
+    Ok(McQuestion {
+        origin: String::new(),
+        contexts: vec![stem],
+        continuations: texts.iter().map(|t| format!(" {t}")).collect(),
+        choices: texts,
+        gold,
+    })
+}
+
+/// MMLU's subject from a file name: `high_school_biology_test.csv` → "high school biology".
+fn mmlu_subject(path: &Path) -> String {
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+    let stem = ["_test", "_val", "_dev"]
+        .iter()
+        .find_map(|s| stem.strip_suffix(s))
+        .unwrap_or(stem);
+    stem.replace('_', " ")
+}
+
+fn read_mmlu(path: &Path) -> Result<Vec<McQuestion>, McError> {
+    let files: Vec<PathBuf> = if path.is_dir() {
+        // The published layout: data/test/SUBJECT_test.csv (a directory above `test` works too).
+        let dir = if path.join("test").is_dir() {
+            path.join("test")
+        } else {
+            path.to_path_buf()
+        };
+        let mut f: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .map_err(|e| McError {
+                path: dir.clone(),
+                line: None,
+                reason: e.to_string(),
+            })?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "csv"))
+            .collect();
+        f.sort();
+        if f.is_empty() {
+            return Err(McError {
+                path: dir,
+                line: None,
+                reason: "no *.csv files (expected MMLU's data/test/SUBJECT_test.csv)".into(),
+            });
+        }
+        f
+    } else {
+        vec![path.to_path_buf()]
+    };
+    let mut out = Vec::new();
+    for file in files {
+        let subject = mmlu_subject(&file);
+        let text = read_text(&file)?;
+        let mut reader = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .from_reader(text.as_bytes());
+        for (i, rec) in reader.records().enumerate() {
+            let bad = |reason: String| McError {
+                path: file.clone(),
+                line: Some(i + 1),
+                reason,
+            };
+            let rec = rec.map_err(|e| bad(format!("not CSV: {e}")))?;
+            if rec.len() != 6 {
+                return Err(bad(format!(
+                    "{} fields; expected 6: question, A, B, C, D, answer letter",
+                    rec.len()
+                )));
+            }
+            let letters = ["A", "B", "C", "D"];
+            let gold = letters
+                .iter()
+                .position(|l| *l == rec[5].trim())
+                .ok_or_else(|| bad(format!("answer {:?} is not A, B, C or D", &rec[5])))?;
+            let context = format!(
+                "The following are multiple choice questions (with answers) about {subject}.\n\n{}\nA. {}\nB. {}\nC. {}\nD. {}\nAnswer:",
+                rec[0].trim(),
+                &rec[1],
+                &rec[2],
+                &rec[3],
+                &rec[4]
+            );
+            out.push(McQuestion {
+                origin: format!("{}:{}", file.display(), i + 1),
+                contexts: vec![context],
+                continuations: letters.iter().map(|l| format!(" {l}")).collect(),
+                choices: letters.iter().map(|l| l.to_string()).collect(),
+                gold,
+            });
+        }
+    }
+    Ok(out)
+}
+
+const MC_HELP: &str = "Zero-shot, as lm-evaluation-harness scores these tasks: MMLU's prompt \
+(\"The following are multiple choice questions (with answers) about SUBJECT.\" … \"Answer:\", \
+choices \" A\" … \" D\"), HellaSwag's cleaned activity and context with each ending, \
+WinoGrande's sentence up to the blank with each option and the rest of the sentence scored, \
+OpenBookQA's question stem with each answer. Results go to RUN/results.jsonl (one line per \
+question: acc as score, acc_norm as score_norm) and RUN/summary.md; a rerun skips the questions \
+already scored. See docs/EVAL.md.";
+
+/// Arguments of `rsd-eval mc`.
+#[derive(Debug, Clone, clap::Args)]
+#[command(after_help = MC_HELP)]
+pub struct McArgs {
+    /// The benchmark.
+    #[arg(long, value_enum)]
+    pub task: McTask,
+    /// Its published file (MMLU: a directory of SUBJECT_test.csv, or its parent, or one file).
+    #[arg(long, value_name = "PATH")]
+    pub data: PathBuf,
+    /// Checkpoint directory (config.json, *.safetensors, tokenizer.json).
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Run directory (run.json, results.jsonl, summary.json, summary.md).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Score only the first N questions (a quick check; the summary says how many were scored).
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Choices per forward batch (does not change the scores).
+    #[arg(long, default_value_t = 8)]
+    pub batch_size: usize,
+    /// cpu, cuda, cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// fp32, bf16, fp16.
+    #[arg(long, default_value = "fp32")]
+    pub dtype: String,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// SHA-256 of a file, or of a directory's files in name order.
+fn sha256_of(path: &Path) -> crate::run::Result<String> {
+    if !path.is_dir() {
+        return crate::run::sha256_file(path);
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(crate::run::io_err(path))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    files.sort();
+    let mut all = String::new();
+    for f in files.iter().filter(|f| f.is_file()) {
+        all.push_str(&crate::run::sha256_file(f)?);
+    }
+    if path.join("test").is_dir() {
+        all.push_str(&sha256_of(&path.join("test"))?);
+    }
+    Ok(crate::tasks::hex(&<sha2::Sha256 as sha2::Digest>::digest(
+        all.as_bytes(),
+    )))
+}
+
+/// `rsd-eval mc`: reads the benchmark, tokenizes each question's contexts (with the tokenizer's
+/// special tokens) and choices (alone, appended), and scores them by teacher forcing.
+pub fn command(a: &McArgs) -> crate::run::Result<crate::items::ScoreReport> {
+    use crate::run::RunError;
+    let mut questions = read(a.task, &a.data).map_err(|e| RunError::Input(e.to_string()))?;
+    if let Some(n) = a.limit {
+        questions.truncate(n);
+    }
+    crate::run::check_model_files(&a.model)?;
+    let tok = rsd_model::generate::TextTokenizer::from_file(&a.model.join("tokenizer.json"))?;
+    let cfg = rsd_model::ModelConfig::from_dir(&a.model)?;
+    rsd_model::checkpoint::safetensors_files(&a.model)?;
+    let mut items = Vec::with_capacity(questions.len());
+    for (i, q) in questions.iter().enumerate() {
+        let contexts = q
+            .contexts
+            .iter()
+            .map(|c| tok.encode(c, true))
+            .collect::<Result<Vec<_>, _>>()?;
+        let continuations = q
+            .continuations
+            .iter()
+            .map(|c| tok.encode(c, false))
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some(j) = continuations.iter().position(Vec::is_empty) {
+            return Err(RunError::Input(format!(
+                "{}: choice {:?} has no tokens",
+                q.origin, q.choices[j]
+            )));
+        }
+        let longest = contexts
+            .iter()
+            .max_by_key(|c| c.len())
+            .cloned()
+            .unwrap_or_default();
+        items.push(crate::items::UserItem {
+            line: i,
+            task: a.task.name().to_string(),
+            depth: None,
+            length: 0,
+            ids: longest,
+            candidates: q.choices.clone(),
+            continuations,
+            gold: q.gold,
+            per_candidate: (contexts.len() > 1).then_some(contexts),
+            norm_chars: a
+                .task
+                .reports_acc_norm()
+                .then(|| q.choices.iter().map(|c| c.chars().count()).collect()),
+        });
+    }
+    // One length bucket per benchmark: its longest prompt, rounded up to a power of two.
+    let bucket = items
+        .iter()
+        .map(|it| it.ids.len() + it.continuations.iter().map(Vec::len).max().unwrap_or(0))
+        .max()
+        .unwrap_or(1)
+        .next_power_of_two();
+    for it in &mut items {
+        it.length = bucket;
+    }
+    let args = crate::items::ScoreArgs {
+        model: Some(a.model.clone()),
+        items: Some(a.data.clone()),
+        pred: None,
+        out: a.out.clone(),
+        batch_size: a.batch_size,
+        device: a.device.clone(),
+        dtype: a.dtype.clone(),
+        rope_scaling: None,
+        rope_theta: None,
+        quiet: a.quiet,
+    };
+    let source = crate::items::ItemsSource {
+        path: a.data.clone(),
+        sha256: sha256_of(&a.data)?,
+        benchmark: Some(match a.limit {
+            Some(n) => format!("{} (first {n})", a.task.name()),
+            None => a.task.name().to_string(),
+        }),
+    };
+    crate::items::score_user_items(&args, &a.model, &cfg, &items, &source)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(text: &str, name: &str) -> (tempfile::TempDir, PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        (d, p)
+    }
+
+    #[test]
+    fn hellaswag_is_cleaned_as_lm_eval_cleans_it() {
+        assert_eq!(
+            hellaswag_clean(" Fix a tire [title] Remove it. [step] Then  go [header]"),
+            "Fix a tire. Remove it. Then go "
+        );
+        assert_eq!(capitalize("then THE man"), "Then the man");
+        let row = r#"{"activity_label": "Roof shingle removal", "ctx_a": "A man is sitting on a roof.", "ctx_b": "he", "endings": ["is using wrap.", "starts pulling up roofing.", "is holding a rubik's cube.", "starts [title] over."], "label": 1}"#;
+        let q = hellaswag(row).unwrap();
+        assert_eq!(
+            q.contexts,
+            ["Roof shingle removal: A man is sitting on a roof. He"]
+        );
+        assert_eq!(q.continuations[1], " starts pulling up roofing.");
+        assert_eq!(q.choices[3], "starts. over.");
+        assert_eq!(q.gold, 1);
+    }
+
+    #[test]
+    fn winogrande_scores_the_rest_of_the_sentence_after_each_option() {
+        let q = winogrande(r#"{"qID": "x", "sentence": "Sarah was a much better surgeon than Maria so _ always got the harder cases.", "option1": "Sarah", "option2": "Maria", "answer": "1"}"#).unwrap();
+        assert_eq!(
+            q.contexts,
+            [
+                "Sarah was a much better surgeon than Maria so Sarah",
+                "Sarah was a much better surgeon than Maria so Maria"
+            ]
+        );
+        assert_eq!(q.continuations, [" always got the harder cases."; 2]);
+        assert_eq!(q.gold, 0);
+        let e = winogrande(
+            r#"{"sentence": "no blank", "option1": "a", "option2": "b", "answer": "1"}"#,
+        )
+        .unwrap_err();
+        assert!(e.contains("no _"), "{e}");
+    }
+
+    #[test]
+    fn openbookqa_reads_both_layouts() {
+        let published = r#"{"id": "7-980", "question": {"stem": "The sun is responsible for", "choices": [{"text": "puppies learning new tricks", "label": "A"}, {"text": "plants sprouting, blooming and wilting", "label": "B"}]}, "answerKey": "B"}"#;
+        let hf = r#"{"id": "7-980", "question_stem": "The sun is responsible for", "choices": {"text": ["puppies learning new tricks", "plants sprouting, blooming and wilting"], "label": ["A", "B"]}, "answerKey": "B"}"#;
+        let (a, b) = (openbookqa(published).unwrap(), openbookqa(hf).unwrap());
+        assert_eq!(a, b);
+        assert_eq!(a.contexts, ["The sun is responsible for"]);
+        assert_eq!(
+            a.continuations[1],
+            " plants sprouting, blooming and wilting"
+        );
+        assert_eq!(a.gold, 1);
+    }
+
+    #[test]
+    fn mmlu_csv_is_lm_evals_zero_shot_prompt() {
+        let (_d, p) = file(
+            "\"What is 2+2, \"\"roughly\"\"?\",3,4,5,6,B\n",
+            "elementary_mathematics_test.csv",
+        );
+        let qs = read(McTask::Mmlu, &p).unwrap();
+        assert_eq!(qs[0].contexts[0], "The following are multiple choice questions (with answers) about elementary mathematics.\n\nWhat is 2+2, \"roughly\"?\nA. 3\nB. 4\nC. 5\nD. 6\nAnswer:");
+        assert_eq!(qs[0].continuations, [" A", " B", " C", " D"]);
+        assert_eq!(qs[0].gold, 1);
+        let (_d, p) = file("q,1,2,3,4,E\n", "x_test.csv");
+        let e = read(McTask::Mmlu, &p).unwrap_err().to_string();
+        assert!(e.contains("x_test.csv:1") && e.contains("\"E\""), "{e}");
+        let (_d, p) = file("{\"ctx_a\": 1}\n", "h.jsonl");
+        let e = read(McTask::Hellaswag, &p).unwrap_err().to_string();
+        assert!(
+            e.contains("h.jsonl:1") && e.contains("activity_label"),
+            "{e}"
+        );
+    }
+}
