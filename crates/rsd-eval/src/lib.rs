@@ -9,6 +9,8 @@
 //! * [`items`]: `rsd-eval score`: teacher-forced scoring of a JSONL of (context, candidates,
 //!   answer), or completions made elsewhere (`--pred`), into the same records as `run`.
 //! * [`qa`]: the QA tasks' datasets (SQuAD, HotpotQA) in their published formats.
+//! * [`longbench`]: `rsd-eval longbench`: LongBench v2 from its data.json, with its prompts,
+//!   truncation, answer extraction and summary.
 //! * [`mc`]: `rsd-eval mc`: MMLU, HellaSwag, WinoGrande, OpenBookQA by log-likelihood, as
 //!   lm-evaluation-harness scores them, from their published files.
 //! * [`ruler`]: RULER's 13 tasks, its aggregation and its prediction files.
@@ -23,6 +25,7 @@ pub mod chat;
 pub mod compare;
 pub mod figure;
 pub mod items;
+pub mod longbench;
 pub mod mc;
 pub mod paired;
 pub mod plot;

@@ -34,6 +34,9 @@ enum Cmd {
     /// Short-context multiple choice by log-likelihood (MMLU, HellaSwag, WinoGrande,
     /// OpenBookQA), as lm-evaluation-harness scores them, from their published files.
     Mc(rsd_eval::mc::McArgs),
+    /// LongBench v2 from its published data.json: official prompts (zero-shot or chain of
+    /// thought), middle truncation, answer extraction and summary by difficulty and length.
+    Longbench(rsd_eval::longbench::LongBenchArgs),
 }
 
 fn main() {
@@ -45,6 +48,7 @@ fn main() {
         Cmd::Compare(a) => report(rsd_eval::compare::command(&a)),
         Cmd::Ppl(a) => report(rsd_eval::ppl::command(&a)),
         Cmd::Mc(a) => mc(&a),
+        Cmd::Longbench(a) => report(rsd_eval::longbench::command(&a)),
     };
     if let Err(e) = r {
         let line = rsd_common::report::one_line(e.chain().map(|c| c.to_string()));
