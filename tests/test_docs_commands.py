@@ -58,6 +58,10 @@ SKIPPED = {
     "scripts/memory_matrix.py": "the memory matrix takes an hour; tests/test_memory.py runs its CI "
                                 "entries",
     "--src prolong/book": "ProLong's data is not bundled (tests/test_pack_peers.py packs MDS shards)",
+    "--data hellaswag_val.jsonl": "HellaSwag is not bundled (tests/test_eval_mc.py scores files in "
+                                  "its published format)",
+    "rsd-eval longbench --data data.json": "LongBench v2 is not bundled "
+                                           "(tests/test_eval_longbench.py runs files in its format)",
     "rsd-model init --config configs/model/tiny-llama.json --seed 0 --out model":
         "would overwrite the scratch model; the same command made it (with tiny-qwen3-64)",
 }
