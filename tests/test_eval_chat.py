@@ -107,22 +107,47 @@ def test_rendered_prompts_are_transformers_apply_chat_template(which, request, t
         assert it["prompt"].startswith(QUESTION[it["task"]][0])
 
 
+FACTS = [("The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. "
+          "It was completed in 1889.", "In which city is the Eiffel Tower?", "Paris"),
+         ("Mount Kilimanjaro is a dormant volcano in Tanzania. It is the highest mountain in "
+          "Africa.", "In which country is Mount Kilimanjaro?", "Tanzania")]
+
+
+def squad_of_facts(dir):
+    """A SQuAD v2.0 dev file: the FACTS' paragraphs with their questions, and filler articles
+    (text of the bundled books) without questions, whose paragraphs are the distractors."""
+    words = (REPO / "corpus/books/sotu-1790_george_washington_n.txt").read_text().split()
+    data = [{"title": f"Fact {i}", "paragraphs": [{"context": c, "qas": [
+        {"question": q, "id": str(i), "is_impossible": False,
+         "answers": [{"text": a, "answer_start": c.index(a)}]}]}]}
+        for i, (c, q, a) in enumerate(FACTS)]
+    data += [{"title": f"Filler {j}", "paragraphs": [
+        {"context": " ".join(words[j * 50:(j + 1) * 50]), "qas": []}]} for j in range(40)]
+    dir.mkdir()
+    (dir / "squad.json").write_text(json.dumps({"version": "v2.0", "data": data}))
+    return dir
+
+
 def test_smollm2_with_its_template_finds_the_needle(smollm2_dir, tmp_path):
+    """SmolLM2-135M-Instruct with its chat template on niah_single_1 and on qa_1 (RULER's QA
+    prompt, SQuAD-format questions among other paragraphs) at 1K tokens."""
     out = tmp_path / "run"
-    args = ["--model", smollm2_dir, "--out", out, "--tasks", "niah_single_1", "--lengths", "1024",
-            "--depths", "2", "--samples", "2", "--max-new-tokens", "12", "--batch-size", "4",
-            "--quiet"]
+    args = ["--model", smollm2_dir, "--out", out, "--tasks", "niah_single_1,qa_1", "--lengths",
+            "1024", "--depths", "2", "--samples", "2", "--max-new-tokens", "12", "--batch-size",
+            "4", "--qa-dir", squad_of_facts(tmp_path / "qa"), "--quiet"]
     rsd_eval("run", *args, "--chat-template")
-    score = json.loads((out / "summary.json").read_text())["overall"]
-    outputs = [r["output"] for r in lines(out / "results.jsonl")]
-    assert score >= 0.75, f"SmolLM2 with its chat template scored {score}: {outputs}"
+    summary = json.loads((out / "summary.json").read_text())
+    score = {c["task"]: c["mean"] for c in summary["by_task_length"]}
+    outputs = [(r["task"], r["expected"], r["output"]) for r in lines(out / "results.jsonl")]
+    assert score["niah_single_1"] >= 0.75, f"SmolLM2 with its chat template: {outputs}"
+    assert score["qa_1"] >= 0.5, f"SmolLM2 with its chat template: {outputs}"
     settings = json.loads((out / "run.json").read_text())
     jinja = (smollm2_dir / "chat_template.jinja").resolve()
     assert settings["chat_template"] == {
         "source": str(jinja), "sha256": hashlib.sha256(jinja.read_bytes()).hexdigest()}
     # The template is a setting: a rerun with it resumes (nothing left to do), one with plain
     # prompts into the same directory is refused.
-    assert "4 items: 0 generated, 4 already done" in rsd_eval("run", *args, "--chat-template").stdout
+    assert "8 items: 0 generated, 8 already done" in rsd_eval("run", *args, "--chat-template").stdout
     e = eval_fails("run", *args).stderr
     assert "different settings: chat_template" in e
 

@@ -109,7 +109,15 @@ def test_responses_made_elsewhere_are_judged_and_summarised_as_longbench_does(tm
             acc([l not in ("short", "medium") for l in length])]
     s = json.loads((out / "summary.json").read_text())
     assert [s["overall"]] + [c[1] for c in s["columns"]] == want
-    assert "| Overall | Easy | Hard | Short | Medium | Long |" in (out / "summary.md").read_text()
+    md = (out / "summary.md").read_text()
+    assert "| Overall | Easy | Hard | Short | Medium | Long |" in md
+    assert "| difficulty × length | Short | Medium | Long |" in md
+    # The difficulty × length cells: easy/short, hard/medium, hard/long, easy/long.
+    cross = {(row, col): cell for row, cells in s["cross"]
+             for col, cell in zip(("short", "medium", "long"), cells)}
+    assert cross[("Easy", "short")] == [100.0 if judge[0] else 0.0, 1]
+    assert cross[("Hard", "long")] == [100.0 if judge[2] else 0.0, 1]
+    assert cross[("Hard", "short")] == [None, 0]
 
 
 def test_a_generation_run_answers_and_resumes(smollm2_dir, tmp_path):

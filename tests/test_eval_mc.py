@@ -175,6 +175,45 @@ def test_multiple_choice_equals_lm_evals_requests_scored_by_transformers(
         assert json.loads((part / "run.json").read_text())["benchmark"] == "hellaswag (first 1)"
 
 
+def test_fewshot_examples_come_first_answered_as_lm_eval_joins_them(smollm2_dir, smollm2_hf,
+                                                                     tmp_path):
+    """--fewshot 1: MMLU's description once, the subject's first dev question with its answer
+    letter and a blank line, then the question; the log-probability is transformers' on that
+    text."""
+    import csv
+
+    tok, model = smollm2_hf
+    data, docs = write_data("mmlu", tmp_path)
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    shots = {"high_school_geography_dev.csv": [["Which is a continent?", "Asia", "Paris", "Nile",
+                                               "Alps", "A"]],
+             "astronomy_dev.csv": [["Which is a planet?", "Moon", "Sun", "Mars", "Comet", "C"]]}
+    for name, rows in shots.items():
+        with open(dev / name, "w", newline="") as f:
+            csv.writer(f).writerows(rows)
+    out = tmp_path / "few"
+    rsd_eval("mc", "--task", "mmlu", "--data", data, "--model", smollm2_dir, "--out", out,
+             "--fewshot", "1", "--fewshot-data", dev, "--quiet")
+    results = sorted(lines(out / "results.jsonl"), key=lambda r: r["sample"])
+    for (subject, row), r in zip(docs, results):
+        ex = shots[subject.replace(" ", "_") + "_dev.csv"][0]
+        ctxs, conts, _, gold = lm_eval_requests("mmlu", (subject, row))
+        head, question = ctxs[0].split("\n\n", 1)
+        example = (f"{ex[0]}\nA. {ex[1]}\nB. {ex[2]}\nC. {ex[3]}\nD. {ex[4]}\nAnswer: {ex[5]}"
+                   "\n\n")
+        context = f"{head}\n\n{example}{question}"
+        assert r["logprob"] == pytest.approx(loglikelihood(tok, model, context, conts[gold]),
+                                             abs=2e-4, rel=1e-5)
+    assert json.loads((out / "run.json").read_text())["benchmark"] == "mmlu, 1-shot"
+    e = fails("rsd-eval", "mc", "--task", "mmlu", "--data", data, "--model", smollm2_dir, "--out",
+              tmp_path / "o", "--fewshot", "2", "--fewshot-data", dev).stderr
+    assert "--fewshot 2 but --fewshot-data has 1 example(s)" in e, e
+    e = fails("rsd-eval", "mc", "--task", "mmlu", "--data", data, "--model", smollm2_dir, "--out",
+              tmp_path / "o", "--fewshot", "1").stderr
+    assert "--fewshot-data" in e, e
+
+
 def test_bad_benchmark_files_name_the_file_line_and_field(smollm2_dir, tmp_path):
     bad = tmp_path / "w.jsonl"
     bad.write_text(json.dumps(WINOGRANDE[0]) + "\n" + json.dumps({**WINOGRANDE[1], "answer": "3"})

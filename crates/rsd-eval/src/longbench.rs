@@ -264,6 +264,9 @@ impl Prediction {
     }
 }
 
+/// An accuracy in percent (none without questions) and its question count.
+pub type Share = (Option<f64>, usize);
+
 /// `summary.json`: LongBench's result.py columns, in percent to one decimal, with counts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LongBenchSummary {
@@ -273,6 +276,8 @@ pub struct LongBenchSummary {
     pub overall: f64,
     /// (name, accuracy, count) for easy, hard, short, medium, long.
     pub columns: Vec<(String, Option<f64>, usize)>,
+    /// Easy and hard rows, each with (accuracy, count) for short, medium and long.
+    pub cross: Vec<(String, Vec<Share>)>,
 }
 
 /// result.py's aggregation.
@@ -286,8 +291,30 @@ pub fn summarize(preds: &[Prediction]) -> LongBenchSummary {
     };
     let hard = |p: &Prediction| p.difficulty != "easy";
     let long = |p: &Prediction| p.length != "short" && p.length != "medium";
+    let length_of = |p: &Prediction| match p.length.as_str() {
+        "short" => 0,
+        "medium" => 1,
+        _ => 2,
+    };
+    let cross = [("Easy", false), ("Hard", true)]
+        .iter()
+        .map(|&(name, is_hard)| {
+            let cells = (0..3)
+                .map(|l| {
+                    let sel: Vec<&Prediction> = preds
+                        .iter()
+                        .filter(|p| hard(p) == is_hard && length_of(p) == l)
+                        .collect();
+                    let hits = sel.iter().filter(|p| p.judge).count();
+                    (pct(hits, sel.len()), sel.len())
+                })
+                .collect();
+            (name.to_string(), cells)
+        })
+        .collect();
     LongBenchSummary {
         n: preds.len(),
+        cross,
         overall: pct(preds.iter().filter(|p| p.judge).count(), preds.len()).unwrap_or(0.0),
         columns: vec![
             col("Easy", &|p| !hard(p)),
@@ -321,7 +348,18 @@ fn write_summary(out: &Path, s: &LongBenchSummary, note: &str) -> Result<()> {
     for (_, _, n) in &s.columns {
         md += &format!(" {n} |");
     }
-    md += "\n\nAccuracy in percent (LongBench's result.py: hard is every difficulty but easy, long every length but short and medium). A share over n questions has a standard error of at most 50/√n points.\n";
+    md += "\n\n| difficulty × length | Short | Medium | Long |\n|---|---:|---:|---:|\n";
+    for (name, cells) in &s.cross {
+        md += &format!("| {name} |");
+        for (acc, n) in cells {
+            md += &match acc {
+                Some(a) => format!(" {a:.1} (n = {n}) |"),
+                None => " — |".into(),
+            };
+        }
+        md.push('\n');
+    }
+    md += "\nAccuracy in percent (LongBench's result.py: hard is every difficulty but easy, long every length but short and medium). A share over n questions has a standard error of at most 50/√n points.\n";
     let path = out.join("summary.md");
     rsd_shard::write_file_atomic(&path, md.as_bytes())
         .map_err(|e| RunError::Input(format!("writing {}: {e}", path.display())))
@@ -617,5 +655,7 @@ mod tests {
         assert_eq!(s.columns[0], ("Easy".into(), Some(100.0), 1));
         assert_eq!(s.columns[1], ("Hard".into(), Some(50.0), 2));
         assert_eq!(s.columns[4], ("Long".into(), Some(100.0), 1));
+        assert_eq!(s.cross[0].1, [(Some(100.0), 1), (None, 0), (None, 0)]);
+        assert_eq!(s.cross[1].1, [(None, 0), (Some(0.0), 1), (Some(100.0), 1)]);
     }
 }

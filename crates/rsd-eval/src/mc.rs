@@ -60,7 +60,12 @@ impl McTask {
 pub struct McQuestion {
     /// Where it came from (file and line, or file and record), for error messages.
     pub origin: String,
-    /// One context shared by every choice, or one per choice.
+    /// Text before any few-shot examples (MMLU's "The following are multiple choice questions
+    /// (with answers) about SUBJECT." and a blank line; empty for the others).
+    pub description: String,
+    /// Examples of the same group (MMLU: the subject) share a few-shot set.
+    pub group: String,
+    /// One context shared by every choice, or one per choice (after the description).
     pub contexts: Vec<String>,
     /// One continuation per choice (its leading space included); with one context per choice,
     /// all the same.
@@ -176,6 +181,8 @@ fn hellaswag(line: &str) -> Result<McQuestion, String> {
     let choices: Vec<String> = r.endings.iter().map(|e| hellaswag_clean(e)).collect();
     Ok(McQuestion {
         origin: String::new(),
+        description: String::new(),
+        group: String::new(),
         contexts: vec![query],
         continuations: choices.iter().map(|c| format!(" {c}")).collect(),
         choices,
@@ -223,6 +230,8 @@ fn winogrande(line: &str) -> Result<McQuestion, String> {
     let options = [r.option1, r.option2];
     Ok(McQuestion {
         origin: String::new(),
+        description: String::new(),
+        group: String::new(),
         contexts: options
             .iter()
             .map(|o| format!("{}{o}", &r.sentence[..blank]))
@@ -283,11 +292,44 @@ fn openbookqa(line: &str) -> Result<McQuestion, String> {
         })?;
     Ok(McQuestion {
         origin: String::new(),
+        description: String::new(),
+        group: String::new(),
         contexts: vec![stem],
         continuations: texts.iter().map(|t| format!(" {t}")).collect(),
         choices: texts,
         gold,
     })
+}
+
+impl McQuestion {
+    /// The question as a few-shot example: its (right) context, its right continuation and a
+    /// blank line, as lm-eval joins examples.
+    fn as_example(&self) -> String {
+        let ctx = &self.contexts[if self.contexts.len() > 1 {
+            self.gold
+        } else {
+            0
+        }];
+        format!("{ctx}{}\n\n", self.continuations[self.gold])
+    }
+
+    /// The contexts as scored: the description, `examples`, then each context.
+    pub fn full_contexts(&self, examples: &[&McQuestion]) -> Vec<String> {
+        let shots: String = examples.iter().map(|e| e.as_example()).collect();
+        self.contexts
+            .iter()
+            .map(|c| format!("{}{shots}{c}", self.description))
+            .collect()
+    }
+}
+
+/// The first `k` questions of `pool` in `q`'s group (MMLU: its subject; the others: all), as
+/// lm-eval's `first_n` sampler takes MMLU's dev examples; a question is never its own example.
+pub fn examples_for<'a>(q: &McQuestion, pool: &'a [McQuestion], k: usize) -> Vec<&'a McQuestion> {
+    pool.iter()
+        .filter(|e| e.group == q.group && (e.contexts != q.contexts || e.gold != q.gold))
+        .take(k)
+        .collect()
 }
 
 /// MMLU's subject from a file name: `high_school_biology_test.csv` → "high school biology".
@@ -355,7 +397,7 @@ fn read_mmlu(path: &Path) -> Result<Vec<McQuestion>, McError> {
                 .position(|l| *l == rec[5].trim())
                 .ok_or_else(|| bad(format!("answer {:?} is not A, B, C or D", &rec[5])))?;
             let context = format!(
-                "The following are multiple choice questions (with answers) about {subject}.\n\n{}\nA. {}\nB. {}\nC. {}\nD. {}\nAnswer:",
+                "{}\nA. {}\nB. {}\nC. {}\nD. {}\nAnswer:",
                 rec[0].trim(),
                 &rec[1],
                 &rec[2],
@@ -364,6 +406,10 @@ fn read_mmlu(path: &Path) -> Result<Vec<McQuestion>, McError> {
             );
             out.push(McQuestion {
                 origin: format!("{}:{}", file.display(), i + 1),
+                description: format!(
+                    "The following are multiple choice questions (with answers) about {subject}.\n\n"
+                ),
+                group: subject.clone(),
                 contexts: vec![context],
                 continuations: letters.iter().map(|l| format!(" {l}")).collect(),
                 choices: letters.iter().map(|l| l.to_string()).collect(),
@@ -398,9 +444,18 @@ pub struct McArgs {
     /// Run directory (run.json, results.jsonl, summary.json, summary.md).
     #[arg(long)]
     pub out: PathBuf,
-    /// Score only the first N questions (a quick check; the summary says how many were scored).
+    /// Score only the first N questions (a quick check; run.json says how many were scored).
     #[arg(long)]
     pub limit: Option<usize>,
+    /// Few-shot examples before each question (lm-eval's --num_fewshot; 0 is zero-shot): the
+    /// first K questions of --fewshot-data (MMLU: of the same subject, as lm-eval takes its dev
+    /// examples), each with its right answer, separated by blank lines.
+    #[arg(long, default_value_t = 0)]
+    pub fewshot: usize,
+    /// Where the few-shot examples come from, in the same published format (MMLU: the
+    /// directory of SUBJECT_dev.csv files; the others: a training or validation file).
+    #[arg(long, value_name = "PATH")]
+    pub fewshot_data: Option<PathBuf>,
     /// Choices per forward batch (does not change the scores).
     #[arg(long, default_value_t = 8)]
     pub batch_size: usize,
@@ -445,14 +500,37 @@ pub fn command(a: &McArgs) -> crate::run::Result<crate::items::ScoreReport> {
     if let Some(n) = a.limit {
         questions.truncate(n);
     }
+    let pool = match (a.fewshot, &a.fewshot_data) {
+        (0, _) => Vec::new(),
+        (_, Some(p)) => read(a.task, p).map_err(|e| RunError::Input(e.to_string()))?,
+        (_, None) => {
+            return Err(RunError::Input(
+                "--fewshot needs --fewshot-data PATH (MMLU: its dev directory)".into(),
+            ))
+        }
+    };
     crate::run::check_model_files(&a.model)?;
     let tok = rsd_model::generate::TextTokenizer::from_file(&a.model.join("tokenizer.json"))?;
     let cfg = rsd_model::ModelConfig::from_dir(&a.model)?;
     rsd_model::checkpoint::safetensors_files(&a.model)?;
     let mut items = Vec::with_capacity(questions.len());
     for (i, q) in questions.iter().enumerate() {
+        let examples = examples_for(q, &pool, a.fewshot);
+        if examples.len() < a.fewshot {
+            return Err(RunError::Input(format!(
+                "{}: --fewshot {} but --fewshot-data has {} example(s){}",
+                q.origin,
+                a.fewshot,
+                examples.len(),
+                if q.group.is_empty() {
+                    String::new()
+                } else {
+                    format!(" for \"{}\"", q.group)
+                }
+            )));
+        }
         let contexts = q
-            .contexts
+            .full_contexts(&examples)
             .iter()
             .map(|c| tok.encode(c, true))
             .collect::<Result<Vec<_>, _>>()?;
@@ -513,10 +591,19 @@ pub fn command(a: &McArgs) -> crate::run::Result<crate::items::ScoreReport> {
     let source = crate::items::ItemsSource {
         path: a.data.clone(),
         sha256: sha256_of(&a.data)?,
-        benchmark: Some(match a.limit {
-            Some(n) => format!("{} (first {n})", a.task.name()),
-            None => a.task.name().to_string(),
-        }),
+        benchmark: Some(format!(
+            "{}{}{}",
+            a.task.name(),
+            match a.limit {
+                Some(n) => format!(" (first {n})"),
+                None => String::new(),
+            },
+            if a.fewshot > 0 {
+                format!(", {}-shot", a.fewshot)
+            } else {
+                String::new()
+            }
+        )),
     };
     crate::items::score_user_items(&args, &a.model, &cfg, &items, &source)
 }
@@ -590,7 +677,17 @@ mod tests {
             "elementary_mathematics_test.csv",
         );
         let qs = read(McTask::Mmlu, &p).unwrap();
-        assert_eq!(qs[0].contexts[0], "The following are multiple choice questions (with answers) about elementary mathematics.\n\nWhat is 2+2, \"roughly\"?\nA. 3\nB. 4\nC. 5\nD. 6\nAnswer:");
+        assert_eq!(qs[0].full_contexts(&[])[0], "The following are multiple choice questions (with answers) about elementary mathematics.\n\nWhat is 2+2, \"roughly\"?\nA. 3\nB. 4\nC. 5\nD. 6\nAnswer:");
+        // Few-shot: the description once, each example answered, a blank line after each.
+        let ex = McQuestion {
+            contexts: vec!["Q0\nA. a\nB. b\nC. c\nD. d\nAnswer:".into()],
+            gold: 2,
+            ..qs[0].clone()
+        };
+        assert_eq!(
+            qs[0].full_contexts(&[&ex])[0],
+            "The following are multiple choice questions (with answers) about elementary mathematics.\n\nQ0\nA. a\nB. b\nC. c\nD. d\nAnswer: C\n\nWhat is 2+2, \"roughly\"?\nA. 3\nB. 4\nC. 5\nD. 6\nAnswer:"
+        );
         assert_eq!(qs[0].continuations, [" A", " B", " C", " D"]);
         assert_eq!(qs[0].gold, 1);
         let (_d, p) = file("q,1,2,3,4,E\n", "x_test.csv");

@@ -2485,6 +2485,36 @@ mod tests {
         }
     }
 
+    /// RULER's variable tracking: a one-shot example of the same task with 3-letter variables
+    /// and its own value, answered after the answer prefix ("they are:  V1 … V5"), a blank
+    /// line, then the task with 5-letter variables; chain lines "VAR B = VAR A " keep RULER's
+    /// trailing space.
+    #[test]
+    fn vt_has_rulers_one_shot_example() {
+        let it = generator(8).item(Task::Vt, 4096, None, 0, None).unwrap();
+        let head = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n";
+        assert!(it.prompt.starts_with(head));
+        let second = it.prompt[1..].find(head).unwrap() + 1;
+        let (example, task) = it.prompt.split_at(second);
+        let (ex_question, ex_answer) = example.split_once(", they are: ").unwrap();
+        assert!(ex_answer.ends_with("\n\n"));
+        let ex_vars: Vec<&str> = ex_answer.trim().split(' ').collect();
+        assert!(ex_answer.starts_with(' ') && ex_vars.len() == 5);
+        assert!(ex_vars
+            .iter()
+            .all(|v| v.len() == 3 && v.bytes().all(|b| b.is_ascii_uppercase())));
+        assert!(ex_question.contains(&format!("VAR {} = VAR {} \n", ex_vars[1], ex_vars[0])));
+        assert!(it
+            .expected
+            .iter()
+            .all(|v| v.len() == 5 && !example.contains(v.as_str())));
+        assert!(task.ends_with(", they are: "));
+        assert!(it.evidence[1].ends_with(' ') && it.evidence[1].starts_with("VAR "));
+        // The example fills about 500 tokens (RULER's), its answer on top, at 4K.
+        let n = count(example);
+        assert!((400..=530).contains(&n), "{n}");
+    }
+
     /// RULER's common-words setup: one line "1. w 2. w …"; the ten common words 6 times and the
     /// others once below 4K tokens, 30 and 3 times from 4K on; a one-shot example first, with
     /// its own list and its answer numbered after the answer prefix.
