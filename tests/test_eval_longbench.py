@@ -139,6 +139,32 @@ def test_a_generation_run_answers_and_resumes(smollm2_dir, tmp_path):
     assert "max_len" in e, e
 
 
+COT = ("Please read the following text and answer the questions below.\n\n<text>\n$DOC$\n"
+       "</text>\n\nWhat is the correct answer to this question: $Q$\nChoices:\n(A) $C_A$\n"
+       "(B) $C_B$\n(C) $C_C$\n(D) $C_D$\n\nLet\u2019s think step by step:")
+
+
+def test_chain_of_thought_prompts_and_two_steps(smollm2_dir, tmp_path):
+    """--cot: LongBench's 0shot_cot.txt first (dumped exactly), then an answer step whose
+    reasoning is recorded as response_cot."""
+    path, items = data(tmp_path)
+    dump = tmp_path / "cot.jsonl"
+    rsd_eval("longbench", "--data", path, "--tokenizer", smollm2_dir / "tokenizer.json", "--cot",
+             "--dump-prompts", dump)
+    for it, g in zip(items, lines(dump)):
+        want = (COT.replace("$DOC$", it["context"].strip())
+                .replace("$Q$", it["question"].strip())
+                .replace("$C_A$", it["choice_A"].strip()).replace("$C_B$", it["choice_B"].strip())
+                .replace("$C_C$", it["choice_C"].strip()).replace("$C_D$", it["choice_D"].strip()))
+        assert g["prompt"] == want
+    out = tmp_path / "cot-run"
+    rsd_eval("longbench", "--data", path, "--model", smollm2_dir, "--out", out, "--cot",
+             "--cot-max-new-tokens", "6", "--max-new-tokens", "6", "--limit", "1", "--quiet")
+    (g,) = lines(out / "longbench.jsonl")
+    assert isinstance(g["response_cot"], str) and g["pred"] == extract_answer(g["response"])
+    assert json.loads((out / "run.json").read_text())["cot_max_new_tokens"] == 6
+
+
 def test_bad_data_names_the_file_question_and_field(smollm2_dir, tmp_path):
     path, items = data(tmp_path)
     items[2]["answer"] = "E"

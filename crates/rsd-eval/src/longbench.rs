@@ -74,6 +74,9 @@ pub struct LongBenchArgs {
     /// Tokens generated for the answer (LongBench: 128).
     #[arg(long, default_value_t = 128)]
     pub max_new_tokens: usize,
+    /// Tokens of reasoning generated with --cot (LongBench: 1024).
+    #[arg(long, default_value_t = 1024)]
+    pub cot_max_new_tokens: usize,
     /// Write each question's prompt (as fed to the model, with its token ids) as JSONL and exit.
     #[arg(long, value_name = "FILE.jsonl")]
     pub dump_prompts: Option<PathBuf>,
@@ -488,6 +491,7 @@ pub fn command(a: &LongBenchArgs) -> Result<String> {
         "max_len": a.max_len,
         "chat_template": a.chat_template,
         "max_new_tokens": a.max_new_tokens,
+        "cot_max_new_tokens": if a.cot { Some(a.cot_max_new_tokens) } else { None },
         "dtype": a.dtype,
     });
     let options = ModelOptions {
@@ -544,7 +548,14 @@ pub fn command(a: &LongBenchArgs) -> Result<String> {
         for q in pending {
             let (_, ids, mut cut) = prepare(&fill(first_template, q, ""))?;
             let mut prompt_tokens = ids.len();
-            let first = generate(ids, if a.cot { 1024 } else { a.max_new_tokens })?;
+            let first = generate(
+                ids,
+                if a.cot {
+                    a.cot_max_new_tokens
+                } else {
+                    a.max_new_tokens
+                },
+            )?;
             let (response_cot, response) = if a.cot {
                 let (_, ids, cut2) = prepare(&fill(ZERO_SHOT_COT_ANSWER, q, &first))?;
                 cut |= cut2;
