@@ -27,8 +27,8 @@ use serde_json::Value;
 
 use crate::results::{read_results, ItemResult};
 use crate::run::{
-    check_model_files, compare_fields, io_err, open_for_append, parse_rope_scaling, progress_bar,
-    rank_first, sha256_file, Result, RunError, Scoring, Summary,
+    check_model_files, io_err, open_for_append, parse_rope_scaling, progress_bar, rank_first,
+    settle_run_json, sha256_file, Result, RunError, Scoring, Summary,
 };
 
 const SCORE_HELP: &str = "Each line of --items is one item, for example
@@ -443,34 +443,11 @@ pub(crate) fn score_user_items(
     };
     rsd_model::check_device(options.device)?;
     std::fs::create_dir_all(&a.out).map_err(io_err(&a.out))?;
-    let run_json = a.out.join("run.json");
     let now = serde_json::to_value(&settings).map_err(|e| RunError::Json {
-        path: run_json.clone(),
+        path: a.out.join("run.json"),
         reason: e.to_string(),
     })?;
-    if run_json.is_file() {
-        let text = rsd_common::safe_fs::read_text(&run_json, 64 << 20, "run.json")
-            .map_err(|e| RunError::Input(e.to_string()))?;
-        let old: Value = serde_json::from_str(&text).map_err(|e| RunError::Json {
-            path: run_json.clone(),
-            reason: e.to_string(),
-        })?;
-        compare_fields(&a.out, &old, &now)?;
-    }
-    let mut file = now.clone();
-    if let Value::Object(m) = &mut file {
-        m.insert("device".into(), a.device.clone().into());
-        m.insert(
-            "created_by".into(),
-            format!("rsd-eval {}", env!("CARGO_PKG_VERSION")).into(),
-        );
-    }
-    let json = serde_json::to_string_pretty(&file).map_err(|e| RunError::Json {
-        path: run_json.clone(),
-        reason: e.to_string(),
-    })?;
-    rsd_shard::write_file_atomic(&run_json, format!("{json}\n").as_bytes())
-        .map_err(|e| RunError::Input(format!("writing {}: {e}", run_json.display())))?;
+    settle_run_json(&a.out, &now, &a.device)?;
 
     let results_path = a.out.join("results.jsonl");
     let done_keys: HashSet<_> = if results_path.is_file() {

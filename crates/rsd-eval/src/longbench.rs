@@ -27,7 +27,7 @@ use serde_json::Value;
 
 use crate::chat::ChatTemplate;
 use crate::run::{
-    check_model_files, compare_fields, io_err, open_for_append, progress_bar, sha256_file, Result,
+    check_model_files, io_err, open_for_append, progress_bar, settle_run_json, sha256_file, Result,
     RunError,
 };
 
@@ -500,22 +500,7 @@ pub fn command(a: &LongBenchArgs) -> Result<String> {
     };
     rsd_model::check_device(options.device)?;
     std::fs::create_dir_all(out).map_err(io_err(out))?;
-    let run_json = out.join("run.json");
-    if run_json.is_file() {
-        let text = rsd_common::safe_fs::read_text(&run_json, 64 << 20, "run.json")
-            .map_err(|e| RunError::Input(e.to_string()))?;
-        let old: Value = serde_json::from_str(&text).map_err(|e| RunError::Json {
-            path: run_json.clone(),
-            reason: e.to_string(),
-        })?;
-        compare_fields(out, &old, &settings)?;
-    }
-    let json = serde_json::to_string_pretty(&settings).map_err(|e| RunError::Json {
-        path: run_json.clone(),
-        reason: e.to_string(),
-    })?;
-    rsd_shard::write_file_atomic(&run_json, format!("{json}\n").as_bytes())
-        .map_err(|e| RunError::Input(format!("writing {}: {e}", run_json.display())))?;
+    settle_run_json(out, &settings, &a.device)?;
     let results = out.join("longbench.jsonl");
     let mut done: Vec<Prediction> = if results.is_file() {
         read_predictions(&results)?

@@ -983,6 +983,34 @@ fn compare_settings(dir: &Path, old: &Value, now: &RunSettings) -> Result<()> {
 /// What run.json holds beside the settings: free to change between resumed runs.
 const NOT_SETTINGS: [&str; 3] = ["batch_size", "device", "created_by"];
 
+/// Holds a run directory to `settings`: a `run.json` already in `out` must hold the same
+/// settings (else the error names the first difference); then `run.json` is written anew with
+/// the settings, the `device` of this run and the program's version.
+pub(crate) fn settle_run_json(out: &Path, settings: &Value, device: &str) -> Result<()> {
+    let run_json = out.join("run.json");
+    let json_err = |e: serde_json::Error| RunError::Json {
+        path: run_json.clone(),
+        reason: e.to_string(),
+    };
+    if run_json.is_file() {
+        let text = rsd_common::safe_fs::read_text(&run_json, 64 << 20, "run.json")
+            .map_err(|e| RunError::Input(e.to_string()))?;
+        let old: Value = serde_json::from_str(&text).map_err(json_err)?;
+        compare_fields(out, &old, settings)?;
+    }
+    let mut file = settings.clone();
+    if let Value::Object(m) = &mut file {
+        m.insert("device".into(), device.into());
+        m.insert(
+            "created_by".into(),
+            format!("rsd-eval {}", env!("CARGO_PKG_VERSION")).into(),
+        );
+    }
+    let json = serde_json::to_string_pretty(&file).map_err(json_err)?;
+    rsd_shard::write_file_atomic(&run_json, format!("{json}\n").as_bytes())
+        .map_err(|e| RunError::Input(format!("writing {}: {e}", run_json.display())))
+}
+
 /// Refuses a run directory whose run.json (`old`) differs from `now` in any setting either side
 /// holds, naming the first that does. A setting at its default is left out of run.json (so
 /// older runs resume unchanged): absent on both sides is equal, absent on one side is not.
