@@ -18,6 +18,19 @@ pub enum DataError {
         /// What was found and what was expected.
         what: String,
     },
+    /// One conversation cannot be trained on (`pack --chat`): an unknown role, no assistant turn,
+    /// a template failure, longer than a row; `--skip-bad` skips and counts these by cause.
+    #[error("{path}:{location}: {what}")]
+    Conversation {
+        /// The file.
+        path: PathBuf,
+        /// `line N`, `row N`.
+        location: String,
+        /// Which kind, for the skip report.
+        cause: Cause,
+        /// What was found and what was expected.
+        what: String,
+    },
     /// A file cannot be read as the format it claims to be (truncated, corrupt, wrong schema);
     /// `--skip-bad` skips the rest of the file and counts it.
     #[error("{path}: {what}")]
@@ -109,6 +122,7 @@ impl DataError {
     pub fn bad_input(&self) -> Option<(&Path, Cause)> {
         match self {
             DataError::BadRecord { path, .. } => Some((path, Cause::BadRecord)),
+            DataError::Conversation { path, cause, .. } => Some((path, *cause)),
             DataError::BadFile { path, cause, .. } => Some((path, *cause)),
             DataError::Io { path, .. } => Some((path, Cause::Unreadable)),
             DataError::File(e) => {
@@ -157,19 +171,32 @@ pub enum Cause {
     /// The right format with the wrong contents for a pack: no text column, a column of another
     /// type, an MDS column encoded in a way rsd does not read.
     Schema,
-    /// One record: malformed JSON, invalid UTF-8, a missing or null text field, a bad MDS sample.
+    /// One record: malformed JSON, invalid UTF-8, a missing or null text field, a bad MDS sample,
+    /// a `messages` list that is not a list of `{role, content}` strings.
     BadRecord,
+    /// A conversation with a role other than system, user or assistant (`pack --chat`).
+    UnknownRole,
+    /// A conversation without an assistant turn: nothing to train on (`pack --chat`).
+    NoAssistant,
+    /// The chat template failed on a conversation, or renders a turn where it cannot be found.
+    Template,
+    /// A conversation longer than the packing length (`pack --chat` never cuts one).
+    TooLong,
 }
 
 impl Cause {
     /// Every cause.
-    pub const ALL: [Cause; 6] = [
+    pub const ALL: [Cause; 10] = [
         Cause::Unreadable,
         Cause::Truncated,
         Cause::Corrupt,
         Cause::WrongFormat,
         Cause::Schema,
         Cause::BadRecord,
+        Cause::UnknownRole,
+        Cause::NoAssistant,
+        Cause::Template,
+        Cause::TooLong,
     ];
     /// The name in messages and in the manifest's skip record.
     pub fn name(self) -> &'static str {
@@ -180,6 +207,10 @@ impl Cause {
             Cause::WrongFormat => "wrong-format",
             Cause::Schema => "schema",
             Cause::BadRecord => "bad-record",
+            Cause::UnknownRole => "unknown-role",
+            Cause::NoAssistant => "no-assistant",
+            Cause::Template => "template",
+            Cause::TooLong => "too-long",
         }
     }
 }

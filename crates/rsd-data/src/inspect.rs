@@ -89,6 +89,16 @@ fn summary(out: &mut String, set: &ShardSet) {
     );
     let _ = writeln!(out, "  samples      {}", t.samples);
     let _ = writeln!(out, "  tokens       {}", t.tokens);
+    if let Some(mask) = &m.loss_mask {
+        let _ = writeln!(
+            out,
+            "  loss mask    {} tokens are training targets ({} turns; template {}, sha256 {})",
+            mask.trained_tokens,
+            printable(&mask.train_on),
+            printable(&mask.chat_template),
+            printable(&mask.chat_template_sha256)
+        );
+    }
     let _ = writeln!(
         out,
         "  documents    {} ({} pieces; {} skipped)",
@@ -153,6 +163,29 @@ fn histograms(out: &mut String, set: &ShardSet) -> Result<()> {
     Ok(())
 }
 
+/// `ids` decoded run by run, the runs its loss mask marks as targets between ⟦ and ⟧.
+fn marked_text(tok: &Tokenizer, ids: &[u32], mask: &[u8]) -> Result<String> {
+    let mut text = String::new();
+    let mut start = 0;
+    while start < ids.len() {
+        let end = start
+            + mask[start..]
+                .iter()
+                .take_while(|&&m| m == mask[start])
+                .count();
+        let run = tok.decode(&ids[start..end])?;
+        if mask[start] == 1 {
+            text.push('⟦');
+            text.push_str(&run);
+            text.push('⟧');
+        } else {
+            text.push_str(&run);
+        }
+        start = end;
+    }
+    Ok(text)
+}
+
 /// Sample `g`: where it is, its pieces, and its text (decoded with `tokenizer`, else its first ids).
 fn sample(
     out: &mut String,
@@ -179,10 +212,22 @@ fn sample(
         list(&s.pieces)
     );
     let ids = s.tokens.to_vec();
+    let mask = set.shards()[shard].mask_of(s.bytes.start, s.bytes.end);
+    if let Some(mask) = mask {
+        let trained = mask.iter().filter(|&&m| m == 1).count();
+        let _ = writeln!(
+            out,
+            "loss mask: {trained} of {} tokens are training targets (shown between ⟦ and ⟧)",
+            ids.len()
+        );
+    }
     match tokenizer {
         Some(tok) => {
             let shown = &ids[..ids.len().min(chars * 2)];
-            let text = tok.decode(shown)?;
+            let text = match mask {
+                Some(mask) => marked_text(tok, shown, &mask[..shown.len()])?,
+                None => tok.decode(shown)?,
+            };
             let clipped: String = text.chars().take(chars).collect();
             // The text is the data's own: it keeps its lines, not its control sequences.
             let _ = writeln!(

@@ -16,6 +16,7 @@
 #![deny(missing_docs)]
 
 pub mod bench;
+pub mod chat;
 pub mod error;
 pub mod inspect;
 pub mod pack;

@@ -69,9 +69,29 @@ struct PackArgs {
     #[arg(long = "len", default_value_t = 65536, value_parser = parse_len, allow_negative_numbers = true)]
     seq_len: usize,
     /// `fixed`: contiguous windows of exactly --len tokens; `mixed`: whole documents best-fit into
-    /// samples of at most --len tokens (documents longer than --len are split), for document-masked training.
-    #[arg(long, value_enum, default_value_t = Mode::Fixed)]
-    mode: Mode,
+    /// samples of at most --len tokens (documents longer than --len are split), for document-masked
+    /// training. Default: fixed; mixed with --chat (the only mode it takes).
+    #[arg(long, value_enum)]
+    mode: Option<Mode>,
+    /// The records are conversations for SFT: `{"messages": [{"role", "content"}, …]}` in JSONL,
+    /// Parquet or Arrow. Each is rendered with the model's chat template (the --tokenizer
+    /// directory's chat_template.jinja or tokenizer_config.json, or --chat-template-file), tokenized
+    /// whole, and packed whole (--mode mixed) with a loss mask saying which tokens are trained on
+    /// (--train-on). Without --tokenizer: the bundled Qwen3 tokenizer and its template.
+    /// Conversations with an unknown role, without an assistant turn, that the
+    /// template refuses, or longer than --len stop the pack, or with --skip-bad are skipped and
+    /// counted by cause.
+    #[arg(long)]
+    chat: bool,
+    /// With --chat: which tokens are training targets. `assistant`: every assistant turn, with the
+    /// tokens that end it (<|im_end|>, <|eot_id|>); `last-assistant`: the last one only; `all`:
+    /// the whole rendered conversation.
+    #[arg(long, value_enum, default_value_t = TrainOnArg::Assistant, requires = "chat")]
+    train_on: TrainOnArg,
+    /// With --chat: a Jinja chat template file to use instead of the tokenizer directory's (its
+    /// special tokens still come from the directory's tokenizer_config.json).
+    #[arg(long, value_name = "FILE.jinja", requires = "chat")]
+    chat_template_file: Option<PathBuf>,
     /// Fixed mode: one window per source sample (an MDS sample, or a document of a text source):
     /// its first --len tokens, the rest dropped and counted (`truncated_tokens`). The paper's Qwen
     /// data: ProLong's 512K samples truncated to 256K (--len 262144 --truncate).
@@ -97,9 +117,10 @@ struct PackArgs {
     /// Force the format of every --src instead of detecting it.
     #[arg(long, value_enum)]
     format: Option<Format>,
-    /// JSONL field, or Parquet/Arrow column, that holds the text.
-    #[arg(long, default_value = "text")]
-    text_field: String,
+    /// JSONL field, or Parquet/Arrow column, that holds the text (default `text`; `messages` with
+    /// --chat).
+    #[arg(long)]
+    text_field: Option<String>,
     /// Where `prolong/<subset>` is looked up (the folder holding prolong-data-64K / -512K).
     /// Default: $RSD_DATA_ROOT, else ./datasets.
     #[arg(long, value_name = "DIR")]
@@ -291,6 +312,24 @@ fn error_text(e: &anyhow::Error) -> String {
     text
 }
 
+/// `--train-on` (clap's side of [`rsd_chat::TrainOn`]).
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum TrainOnArg {
+    Assistant,
+    LastAssistant,
+    All,
+}
+
+impl From<TrainOnArg> for rsd_chat::TrainOn {
+    fn from(a: TrainOnArg) -> Self {
+        match a {
+            TrainOnArg::Assistant => rsd_chat::TrainOn::Assistant,
+            TrainOnArg::LastAssistant => rsd_chat::TrainOn::LastAssistant,
+            TrainOnArg::All => rsd_chat::TrainOn::All,
+        }
+    }
+}
+
 /// `--len`: a whole number of tokens, at least 1.
 fn parse_len(s: &str) -> std::result::Result<usize, String> {
     match s.trim().parse::<i128>() {
@@ -314,13 +353,21 @@ fn pack(a: PackArgs) -> Result<()> {
         source_tokenizer: a.source_tokenizer,
         bos: Delimiter::parse(&a.bos),
         eos: Delimiter::parse(&a.eos),
-        text_field: a.text_field,
+        text_field: a
+            .text_field
+            .unwrap_or_else(|| if a.chat { "messages" } else { "text" }.to_string()),
         read_threads: a.read_threads,
         max_doc_bytes: a.max_doc_bytes,
+        chat: a.chat.then(|| pack::ChatRequest {
+            template: a.chat_template_file.clone(),
+            train_on: a.train_on.into(),
+        }),
         settings: PackSettings {
             out: a.out,
             seq_len: a.seq_len,
-            mode: a.mode,
+            mode: a
+                .mode
+                .unwrap_or(if a.chat { Mode::Mixed } else { Mode::Fixed }),
             truncate: a.truncate,
             tail: a.tail,
             pad_id: a.pad_id,

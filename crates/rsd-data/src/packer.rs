@@ -30,12 +30,17 @@ pub struct PackedSample {
     pub tokens: Vec<u32>,
     /// Piece lengths, summing to `tokens.len()`.
     pub pieces: Vec<u32>,
+    /// Chat data: the loss mask of `tokens` (1 = a training target); empty otherwise.
+    pub mask: Vec<u8>,
 }
 
 impl PackedSample {
-    fn push_piece(&mut self, piece: &[u32]) {
+    fn push_piece(&mut self, piece: &[u32], mask: Option<&[u8]>) {
         self.tokens.extend_from_slice(piece);
         self.pieces.push(piece.len() as u32);
+        if let Some(m) = mask {
+            self.mask.extend_from_slice(m);
+        }
     }
     fn room(&self, len: usize) -> usize {
         len - self.tokens.len()
@@ -108,16 +113,17 @@ impl Packer {
         }
     }
 
-    /// Add one document.
-    pub fn push(&mut self, doc: &[u32], out: &mut Vec<PackedSample>) {
+    /// Add one document, with its loss mask for chat data (one entry per id; the packer
+    /// cuts it where it cuts the ids).
+    pub fn push(&mut self, doc: &[u32], mask: Option<&[u8]>, out: &mut Vec<PackedSample>) {
         match self.mode {
-            Mode::Fixed if self.truncate => self.push_truncated(doc, out),
-            Mode::Fixed => self.push_fixed(doc, out),
-            Mode::Mixed => self.push_mixed(doc, out),
+            Mode::Fixed if self.truncate => self.push_truncated(doc, mask, out),
+            Mode::Fixed => self.push_fixed(doc, mask, out),
+            Mode::Mixed => self.push_mixed(doc, mask, out),
         }
     }
 
-    fn push_truncated(&mut self, doc: &[u32], out: &mut Vec<PackedSample>) {
+    fn push_truncated(&mut self, doc: &[u32], mask: Option<&[u8]>, out: &mut Vec<PackedSample>) {
         if self.counts.sample_window_full {
             self.counts.truncated_tokens += doc.len() as u64;
             return;
@@ -127,7 +133,7 @@ impl Packer {
         }
         let window = &mut self.open[0];
         let take = window.room(self.len).min(doc.len());
-        window.push_piece(&doc[..take]);
+        window.push_piece(&doc[..take], mask.map(|m| &m[..take]));
         self.counts.truncated_tokens += (doc.len() - take) as u64;
         if window.room(self.len) == 0 {
             out.push(self.open.remove(0));
@@ -135,30 +141,37 @@ impl Packer {
         }
     }
 
-    fn push_fixed(&mut self, mut doc: &[u32], out: &mut Vec<PackedSample>) {
+    fn push_fixed(
+        &mut self,
+        mut doc: &[u32],
+        mut mask: Option<&[u8]>,
+        out: &mut Vec<PackedSample>,
+    ) {
         while !doc.is_empty() {
             if self.open.is_empty() {
                 self.open.push(PackedSample::default());
             }
             let window = &mut self.open[0];
             let take = window.room(self.len).min(doc.len());
-            window.push_piece(&doc[..take]);
+            window.push_piece(&doc[..take], mask.map(|m| &m[..take]));
             doc = &doc[take..];
+            mask = mask.map(|m| &m[take..]);
             if window.room(self.len) == 0 {
                 out.push(self.open.remove(0));
             }
         }
     }
 
-    fn push_mixed(&mut self, doc: &[u32], out: &mut Vec<PackedSample>) {
+    fn push_mixed(&mut self, doc: &[u32], mask: Option<&[u8]>, out: &mut Vec<PackedSample>) {
         // Whole `len`-token chunks of a long document are samples of their own.
         let whole = doc.len() / self.len * self.len;
-        for chunk in doc[..whole].chunks(self.len) {
+        for (k, chunk) in doc[..whole].chunks(self.len).enumerate() {
             let mut s = PackedSample::default();
-            s.push_piece(chunk);
+            s.push_piece(chunk, mask.map(|m| &m[k * self.len..(k + 1) * self.len]));
             out.push(s);
         }
         let rest = &doc[whole..];
+        let rest_mask = mask.map(|m| &m[whole..]);
         if rest.is_empty() {
             return;
         }
@@ -177,7 +190,7 @@ impl Packer {
                 self.open.len() - 1
             }
         };
-        self.open[i].push_piece(rest);
+        self.open[i].push_piece(rest, rest_mask);
         if self.open[i].room(self.len) == 0 {
             out.push(self.open.remove(i));
         } else if self.open.len() > self.max_open {
@@ -213,7 +226,8 @@ impl Packer {
                     let pad = vec![self.pad_id; sample.room(self.len)];
                     if !pad.is_empty() {
                         self.counts.padding_tokens += pad.len() as u64;
-                        sample.push_piece(&pad);
+                        let pad_mask = (!sample.mask.is_empty()).then(|| vec![0u8; pad.len()]);
+                        sample.push_piece(&pad, pad_mask.as_deref());
                     }
                     out.push(sample);
                 }
@@ -259,7 +273,7 @@ mod tests {
         let mut p = Packer::new(mode, len, tail, 999, max_open);
         let mut out = vec![];
         for d in docs() {
-            p.push(&d, &mut out);
+            p.push(&d, None, &mut out);
         }
         p.finish(&mut out);
         (out, p.counts)
@@ -292,7 +306,7 @@ mod tests {
             for sample in samples {
                 p.start_sample(&mut out);
                 for &k in sample {
-                    p.push(&d[k], &mut out);
+                    p.push(&d[k], None, &mut out);
                 }
             }
             p.finish(&mut out);
@@ -370,12 +384,12 @@ mod tests {
         let mut p = Packer::new(Mode::Mixed, 7, Tail::Drop, 0, 2);
         let mut out = vec![];
         for d in &all[..3] {
-            p.push(d, &mut out);
+            p.push(d, None, &mut out);
         }
         let mut q = Packer::new(Mode::Mixed, 7, Tail::Drop, 0, 2);
         q.restore(p.open_samples().to_vec(), p.counts);
         for d in &all[3..] {
-            q.push(d, &mut out);
+            q.push(d, None, &mut out);
         }
         q.finish(&mut out);
         assert_eq!(out, expected);

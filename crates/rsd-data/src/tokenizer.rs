@@ -18,6 +18,10 @@ use crate::error::{DataError, Result};
 const BUNDLED_QWEN3: &[u8] = include_bytes!("../../../assets/tokenizers/qwen3/tokenizer.json.zst");
 /// Name of the bundled tokenizer, as `--tokenizer` accepts it and manifests record it.
 pub const BUNDLED_NAME: &str = "bundled:qwen3";
+/// The bundled Qwen3 tokenizer's `tokenizer_config.json` (its chat template and special tokens),
+/// for `pack --chat` without `--tokenizer`.
+pub const BUNDLED_QWEN3_CONFIG: &str =
+    include_str!("../../../assets/tokenizers/qwen3/tokenizer_config.json");
 
 enum Engine {
     Pipeline(Box<PipelineTokenizer>),

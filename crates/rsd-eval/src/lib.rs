@@ -3,7 +3,6 @@
 //! * [`results`]: the records every command reads and writes (`results.jsonl`, one line per prompt).
 //! * [`tasks`]: RULER's synthetic tasks, generated from (seed, task, length, depth, sample) and
 //!   the model's tokenizer, to exact token budgets.
-//! * [`chat`]: chat templates (Jinja) for instruct models, as transformers renders them.
 //! * [`score`]: RULER's metrics.
 //! * [`run`]: `rsd-eval run`: generate, score, write results and summaries; resumable.
 //! * [`items`]: `rsd-eval score`: teacher-forced scoring of a JSONL of (context, candidates,
@@ -21,7 +20,6 @@
 //!
 //! The `rsd-eval` binary (src/main.rs) only parses arguments and calls this library (docs/EVAL.md).
 
-pub mod chat;
 pub mod compare;
 pub mod figure;
 pub mod items;

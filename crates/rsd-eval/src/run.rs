@@ -24,13 +24,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::chat::{ChatError, ChatTemplate};
 use crate::qa::{QaData, QaSet, QaSource};
 use crate::results::{read_results, ItemResult, ResultsError};
 use crate::score::score;
 use crate::tasks::{
     depths, hex, ruler_depth, DepthGrid, Generator, Haystack, Item, Task, TaskError,
 };
+use rsd_chat::{ChatError, ChatTemplate};
 
 /// How run.json names the bundled haystack.
 const BUNDLED_HAYSTACK_NAME: &str = "corpus/books (bundled)";
@@ -141,7 +141,7 @@ pub struct RunOptions {
     pub dump_prompts: Option<PathBuf>,
     /// Show a progress bar on stderr.
     pub progress: bool,
-    /// Render each prompt with the model's chat template (see [`crate::chat`]).
+    /// Render each prompt with the model's chat template (see the `rsd-chat` crate).
     pub chat_template: bool,
     /// The chat template to use instead of the model's (implies `chat_template`).
     pub chat_template_file: Option<PathBuf>,

@@ -29,8 +29,8 @@ use rsd_model::generate::TextTokenizer;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::chat::{ChatError, ChatTemplate};
 use crate::qa::{QaData, QaError, QaSource};
+use rsd_chat::{ChatError, ChatTemplate};
 
 /// What generating a task can go wrong with.
 #[derive(Debug, thiserror::Error)]

@@ -254,6 +254,11 @@ pub struct Batch {
     pub next_ids: Vec<i32>,
     /// Per-row facts (both layouts).
     pub row_meta: Vec<RowMeta>,
+    /// Compact layout with a loss-masked dataset in the mix (chat data): one entry per local
+    /// token, 0 where the shards' loss mask says the token's target is not trained on (its
+    /// label becomes [`IGNORE_INDEX`] in [`Batch::materialize`]); empty otherwise. The full
+    /// layout applies the mask to `labels` directly.
+    pub target_mask: Vec<u8>,
 }
 
 impl Batch {
@@ -274,7 +279,9 @@ impl Batch {
     ///   [`IGNORE_INDEX`] if `j + 1 >= len − tail_pad` (row end, tail padding, CP padding) or if
     ///   `mask_doc_boundaries` and `j + 1` starts a document of the row;
     /// * `position_ids[i] = j`, or with `doc_positions` `j − (start of the document holding j)`,
-    ///   where CP padding (`j >= len`) continues the row's last document.
+    ///   where CP padding (`j >= len`) continues the row's last document;
+    /// * with a `target_mask`, the label is also [`IGNORE_INDEX`] where `target_mask[i] == 0`
+    ///   (the shards' loss mask of token `j + 1` is 0).
     ///
     /// Panics if the batch's arrays are inconsistent (they are not, as the loader makes them).
     pub fn materialize(
@@ -333,7 +340,9 @@ impl Batch {
                     };
                     // `j + 1` starts a document of the row (not the row end).
                     let boundary = doc < last_doc && starts[doc + 1] == j + 1;
-                    let ignore = j + 1 >= label_end || (m.mask_doc_boundaries && boundary);
+                    let ignore = j + 1 >= label_end
+                        || (m.mask_doc_boundaries && boundary)
+                        || self.target_mask.get(i) == Some(&0);
                     labels.push(if ignore { IGNORE_INDEX } else { next });
                     let pos = if m.doc_positions { j - starts[doc] } else { j };
                     position_ids.push(pos as i32);
@@ -481,6 +490,7 @@ impl Batch {
         self.raw_tokens.clear();
         self.next_ids.clear();
         self.row_meta.clear();
+        self.target_mask.clear();
         (self.num_tokens, self.num_label_tokens) = (0, 0);
     }
 }
@@ -597,16 +607,34 @@ pub(crate) fn assemble(
         .map_or(TokenDtype::Uint16, |d| d.set.manifest().dtype);
     reserve(&mut b, &rows, cfg, dtype);
     let mut full_base = 0u64;
+    let any_mask = rows.iter().any(|row| row.shard().has_mask());
     for (r, row) in plan.rows.iter().zip(&rows) {
         let shape = RowShape::new(row, r.global, cfg);
-        push_row_meta(&mut b, row, &shape, full_base);
+        let mask = row
+            .shard()
+            .mask_of(row.sample.bytes.start, row.sample.bytes.end);
+        push_row_meta(&mut b, row, &shape, full_base, mask);
         for &(lo, hi) in &shape.chunks[..cfg.chunks_per_row()] {
+            let local_start = match cfg.batch_layout {
+                BatchLayout::Compact => b.raw_tokens.len(),
+                BatchLayout::Full => b.labels.len(),
+            };
             match cfg.batch_layout {
                 BatchLayout::Compact => push_compact_chunk(&mut b, row, &shape, lo, hi, cfg.read)?,
                 BatchLayout::Full => {
                     push_full_chunk(&mut b, row, &shape, lo, hi, cfg.read, dtype, scratch)?
                 }
             }
+            apply_mask(
+                &mut b,
+                cfg.batch_layout,
+                any_mask,
+                mask,
+                &shape,
+                lo,
+                hi,
+                local_start,
+            );
             b.chunks
                 .push([(full_base + lo) as u32, (full_base + hi) as u32]);
         }
@@ -638,6 +666,62 @@ pub(crate) fn assemble(
         }
     }
     Ok(b)
+}
+
+/// Whether the target of full-row position `j` is trained on by the row's loss mask: the token
+/// `j + 1` is marked 1 (positions past the row have no target either way).
+fn target_trained(mask: &[u8], j: u64) -> bool {
+    mask.get(j as usize + 1) == Some(&1)
+}
+
+/// Labels a loss-masked row keeps: the targets its mask marks, less those the document
+/// boundaries mask (the row's end has no target either way).
+fn trained_label_count(shape: &RowShape, mask: &[u8]) -> u64 {
+    let end = (shape.real_len as usize).min(mask.len());
+    let marked = mask[1.min(end)..end].iter().map(|&m| m as u64).sum::<u64>();
+    let at_boundaries = if shape.mask_docs {
+        shape.starts[1..shape.starts.len() - 1]
+            .iter()
+            .filter(|&&st| (st as usize) < end && mask[st as usize] == 1)
+            .count() as u64
+    } else {
+        0
+    };
+    marked - at_boundaries
+}
+
+/// Chunk `lo..hi` of a row, just pushed from local index `local_start` on, under the row's loss
+/// mask: in the full layout its labels are cleared where the mask says so; in the compact layout
+/// (when any row of the batch has a mask) the mask of each target is recorded in `target_mask`
+/// (all 1 for a row without one).
+#[allow(clippy::too_many_arguments)]
+fn apply_mask(
+    b: &mut Batch,
+    layout: BatchLayout,
+    any_mask: bool,
+    mask: Option<&[u8]>,
+    shape: &RowShape,
+    lo: u64,
+    hi: u64,
+    local_start: usize,
+) {
+    match (layout, mask) {
+        (BatchLayout::Full, Some(mask)) => {
+            for j in lo..hi.min(shape.len) {
+                if !target_trained(mask, j) {
+                    b.labels[local_start + (j - lo) as usize] = IGNORE_INDEX;
+                }
+            }
+        }
+        (BatchLayout::Full, None) => {}
+        (BatchLayout::Compact, _) if !any_mask => {}
+        (BatchLayout::Compact, Some(mask)) => b
+            .target_mask
+            .extend((lo..hi).map(|j| u8::from(target_trained(mask, j)))),
+        (BatchLayout::Compact, None) => b
+            .target_mask
+            .resize(b.target_mask.len() + (hi - lo) as usize, 1),
+    }
 }
 
 /// Every planned row's sample, from `.idx` metadata (its ids are not read here).
@@ -686,7 +770,13 @@ fn reserve(b: &mut Batch, rows: &[LocatedRow<'_>], cfg: &AssemblyConfig, dtype: 
 
 /// The row's document boundaries (in full-row coordinates from `full_base`), its token and label
 /// counts, and its [`RowMeta`]: the same in both layouts.
-fn push_row_meta(b: &mut Batch, row: &LocatedRow<'_>, shape: &RowShape, full_base: u64) {
+fn push_row_meta(
+    b: &mut Batch,
+    row: &LocatedRow<'_>,
+    shape: &RowShape,
+    full_base: u64,
+    mask: Option<&[u8]>,
+) {
     // Document starts within the row (plus the row end), and the padding "document".
     for s in &shape.starts[1..] {
         b.doc_offsets.push((full_base + s) as u32);
@@ -700,7 +790,10 @@ fn push_row_meta(b: &mut Batch, row: &LocatedRow<'_>, shape: &RowShape, full_bas
     } else {
         1
     };
-    b.num_label_tokens += shape.real_len.saturating_sub(masked_ends);
+    b.num_label_tokens += match mask {
+        Some(mask) => trained_label_count(shape, mask),
+        None => shape.real_len.saturating_sub(masked_ends),
+    };
     b.num_tokens += shape.real_len;
     b.row_meta.push(RowMeta {
         len: shape.len as u32,

@@ -29,6 +29,8 @@ pub struct SynthSpec {
     pub seed: u64,
     /// Tokenizer name recorded in the manifest (mixing requires equal names' sha256).
     pub tokenizer: String,
+    /// Write a loss mask beside the tokens ([`target`] says which are marked), as chat data has.
+    pub loss_mask: bool,
 }
 
 impl Default for SynthSpec {
@@ -41,6 +43,7 @@ impl Default for SynthSpec {
             shard_bytes: 1 << 30,
             seed: 0,
             tokenizer: "synthetic".into(),
+            loss_mask: false,
         }
     }
 }
@@ -48,6 +51,12 @@ impl Default for SynthSpec {
 /// The token at position `j` of sample `s` (global index in the directory).
 pub fn token(spec: &SynthSpec, s: u64, j: u64) -> u32 {
     (mix(spec.seed ^ s.wrapping_mul(0x9E37)).wrapping_add(j) % spec.vocab) as u32
+}
+
+/// The loss mask of position `j` of sample `s` when the spec has one: runs of targets and
+/// non-targets a few tokens long, as chat turns are.
+pub fn target(spec: &SynthSpec, s: u64, j: u64) -> bool {
+    !mix(spec.seed ^ s.wrapping_mul(0x51) ^ (j / 3)).is_multiple_of(3)
 }
 
 /// Length and pieces of sample `s`.
@@ -73,6 +82,11 @@ pub fn write(dir: &Path, spec: &SynthSpec) -> Result<Manifest> {
     })?;
     let dtype = TokenDtype::for_vocab(spec.vocab);
     let mut writer = ShardSetWriter::new(dir, dtype, spec.shard_bytes, 0);
+    if spec.loss_mask {
+        writer = writer.with_loss_mask();
+    }
+    let mut mask = Vec::new();
+    let mut trained_tokens = 0u64;
     let mut shards = Vec::new();
     let mut totals = Totals::default();
     let mut buf = Vec::with_capacity(spec.seq_len as usize);
@@ -85,7 +99,15 @@ pub fn write(dir: &Path, spec: &SynthSpec) -> Result<Manifest> {
         totals.pieces += pieces.len() as u64;
         totals.documents += pieces.len() as u64;
         totals.samples += 1;
-        if let Some(info) = writer.add_sample(&buf, &pieces)? {
+        let added = if spec.loss_mask {
+            mask.clear();
+            mask.extend((0..len as u64).map(|j| u8::from(target(spec, s, j))));
+            trained_tokens += mask.iter().map(|&m| m as u64).sum::<u64>();
+            writer.add_masked_sample(&buf, &pieces, &mask)?
+        } else {
+            writer.add_sample(&buf, &pieces)?
+        };
+        if let Some(info) = added {
             shards.push(info);
         }
     }
@@ -115,6 +137,12 @@ pub fn write(dir: &Path, spec: &SynthSpec) -> Result<Manifest> {
         shards,
         totals,
         sources: Vec::new(),
+        loss_mask: spec.loss_mask.then(|| rsd_shard::LossMaskInfo {
+            train_on: "synthetic".into(),
+            chat_template: "synthetic".into(),
+            chat_template_sha256: String::new(),
+            trained_tokens,
+        }),
         command: vec!["rsd_loader::synth::write".into()],
         created_by: format!("rsd-loader {}", env!("CARGO_PKG_VERSION")),
     };

@@ -1128,3 +1128,98 @@ fn ids_outside_the_vocabulary_fail_the_batch_naming_shard_sample_and_token() {
         }
     }
 }
+
+/// Chat data's loss mask: a label is kept only where the mask marks the token it predicts, on
+/// top of the row end and the document boundaries; `num_label_tokens` counts exactly the kept
+/// labels of the whole rows (summed over CP ranks); the compact layout materialises to the same
+/// labels; and CP ranks together hold every label of the row once.
+#[test]
+fn loss_masked_shards_keep_only_the_marked_targets() {
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = SynthSpec {
+        samples: 11,
+        seq_len: 40,
+        mixed: true,
+        loss_mask: true,
+        ..Default::default()
+    };
+    let dir = make(tmp.path(), "chat", spec.clone());
+    let ignore = IGNORE_INDEX;
+    for cp in [1usize, 2, 3] {
+        // (sample, full-row position) → label, gathered over the CP ranks.
+        let mut labels: std::collections::HashMap<(u64, u64), i32> = Default::default();
+        let mut counted = 0u64;
+        for cp_rank in 0..cp {
+            let base = LoaderConfig {
+                parallel: Parallel {
+                    dp: Rank::new(0, 1),
+                    cp: Rank::new(cp_rank, cp),
+                },
+                shuffle: false,
+                batching: Batching::Samples(11),
+                ..cfg(&[(dir.as_path(), 1.0)])
+            };
+            let full = collect(base.clone(), 1).remove(0);
+            let compact = collect(
+                LoaderConfig {
+                    layout: BatchLayout::Compact,
+                    ..base
+                },
+                1,
+            )
+            .remove(0);
+            assert_eq!(compact.num_label_tokens, full.num_label_tokens);
+            let (mut t, mut l, mut p) = (vec![], vec![], vec![]);
+            compact.materialize(&mut t, &mut l, &mut p);
+            assert_eq!(l, full.labels, "cp {cp_rank}/{cp}: compact vs full labels");
+            if cp_rank == 0 {
+                counted = full.num_label_tokens;
+            } else {
+                assert_eq!(
+                    full.num_label_tokens, counted,
+                    "every CP rank counts whole rows"
+                );
+            }
+            let per_row = full.chunks.len() / full.rows();
+            let mut i = 0usize;
+            for (r, s) in full.samples.iter().enumerate() {
+                let base = full.full_row_offsets[r];
+                for c in &full.chunks[r * per_row..(r + 1) * per_row] {
+                    for j in c[0]..c[1] {
+                        labels.insert((s.global, (j - base) as u64), full.labels[i]);
+                        i += 1;
+                    }
+                }
+            }
+        }
+        let mut kept = 0u64;
+        for s in 0..spec.samples {
+            let (len, pieces) = synth::shape(&spec, s);
+            let mut starts = vec![];
+            let mut at = 0;
+            for p in &pieces {
+                starts.push(at);
+                at += p;
+            }
+            for j in 0..len as u64 {
+                let next = j + 1;
+                let expected = if next >= len as u64
+                    || starts.contains(&(next as u32))
+                    || !synth::target(&spec, s, next)
+                {
+                    ignore
+                } else {
+                    synth::token(&spec, s, next) as i32
+                };
+                assert_eq!(
+                    labels[&(s, j)],
+                    expected,
+                    "cp {cp}, sample {s}, position {j}"
+                );
+                kept += u64::from(expected != ignore);
+            }
+        }
+        assert_eq!(counted, kept, "cp {cp}: num_label_tokens");
+        assert!(kept > 0 && kept < spec.samples * spec.seq_len as u64 / 2 * 3);
+    }
+}

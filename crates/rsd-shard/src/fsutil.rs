@@ -32,3 +32,14 @@ pub(crate) fn shard_files(dir: &Path, k: usize, info: &ShardInfo) -> Result<(Pat
     let idx = safe_fs::confined_file(dir, &format!("{}.idx", info.prefix), &named_by)?;
     Ok((bin, idx))
 }
+
+/// The loss-mask `.bin` and `.idx` of the manifest's shard `k` (`<prefix>-mask.*`), confined to
+/// `dir` as [`shard_files`] confines the token pair.
+pub(crate) fn mask_files(dir: &Path, k: usize, info: &ShardInfo) -> Result<(PathBuf, PathBuf)> {
+    let named_by = NamedBy::new(dir.join(MANIFEST_FILE), format!("shards[{k}].prefix"));
+    safe_fs::check_name(dir, &info.prefix, &named_by)?;
+    let prefix = crate::writer::mask_prefix(&info.prefix);
+    let bin = safe_fs::confined_file(dir, &format!("{prefix}.bin"), &named_by)?;
+    let idx = safe_fs::confined_file(dir, &format!("{prefix}.idx"), &named_by)?;
+    Ok((bin, idx))
+}

@@ -123,13 +123,14 @@ impl IdxHeader {
 }
 
 /// Encode a whole `.idx` file for sequences of `lengths` tokens grouped into samples by
-/// `doc_indices` (which starts at 0 and ends at `lengths.len()`).
-pub(crate) fn encode(dtype: TokenDtype, lengths: &[i32], doc_indices: &[i64]) -> Vec<u8> {
+/// `doc_indices` (which starts at 0 and ends at `lengths.len()`), for elements of Megatron dtype
+/// `code` and `elem_size` bytes (a loss mask's index is the token index with uint8 elements).
+pub(crate) fn encode(code: u8, elem_size: usize, lengths: &[i32], doc_indices: &[i64]) -> Vec<u8> {
     let n = lengths.len();
     let mut out = Vec::with_capacity(HEADER_LEN + 12 * n + 8 * doc_indices.len());
     out.extend_from_slice(IDX_MAGIC);
     out.extend_from_slice(&IDX_VERSION.to_le_bytes());
-    out.push(dtype.megatron_code());
+    out.push(code);
     out.extend_from_slice(&(n as u64).to_le_bytes());
     out.extend_from_slice(&(doc_indices.len() as u64).to_le_bytes());
     for len in lengths {
@@ -138,7 +139,7 @@ pub(crate) fn encode(dtype: TokenDtype, lengths: &[i32], doc_indices: &[i64]) ->
     let mut pointer: i64 = 0;
     for len in lengths {
         out.extend_from_slice(&pointer.to_le_bytes());
-        pointer += *len as i64 * dtype.size() as i64;
+        pointer += *len as i64 * elem_size as i64;
     }
     for doc in doc_indices {
         out.extend_from_slice(&doc.to_le_bytes());

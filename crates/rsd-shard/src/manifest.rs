@@ -48,6 +48,10 @@ pub struct Manifest {
     pub totals: Totals,
     /// Where the documents came from.
     pub sources: Vec<SourceInfo>,
+    /// Set when every shard carries a loss mask (chat data packed for SFT): only tokens marked 1
+    /// are training targets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_mask: Option<LossMaskInfo>,
     /// The exact command line that wrote this directory.
     pub command: Vec<String>,
     /// Program and version that wrote it.
@@ -116,6 +120,40 @@ pub struct ShardInfo {
     pub bin_xxh3: String,
     /// xxh3-64 of the `.idx`, 16 hex digits.
     pub idx_xxh3: String,
+    /// The shard's loss mask, `<prefix>-mask.bin`/`.idx`, when the directory has one
+    /// ([`Manifest::loss_mask`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_mask: Option<MaskFiles>,
+}
+
+/// The loss-mask pair of one shard: a Megatron `.bin`/`.idx` of uint8, one byte per token (1 =
+/// the token is a training target), indexed exactly as the token pair.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MaskFiles {
+    /// Size of `<prefix>-mask.bin` (= the shard's token count).
+    pub bin_bytes: u64,
+    /// Size of `<prefix>-mask.idx`.
+    pub idx_bytes: u64,
+    /// xxh3-64 of `<prefix>-mask.bin`, 16 hex digits.
+    pub bin_xxh3: String,
+    /// xxh3-64 of `<prefix>-mask.idx`, 16 hex digits.
+    pub idx_xxh3: String,
+    /// Tokens marked 1 (training targets).
+    pub trained_tokens: u64,
+}
+
+/// What a directory's loss masks mean: which tokens of each chat were marked as targets, and
+/// with which template the chats were rendered (`rsd-data pack --chat`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LossMaskInfo {
+    /// `assistant`, `last-assistant` or `all`.
+    pub train_on: String,
+    /// Where the chat template came from.
+    pub chat_template: String,
+    /// SHA-256 of the template's text.
+    pub chat_template_sha256: String,
+    /// Tokens marked as targets over the directory.
+    pub trained_tokens: u64,
 }
 
 /// Counts over the whole directory.

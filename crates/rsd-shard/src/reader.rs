@@ -109,6 +109,8 @@ pub struct Shard {
     bin_file: File,
     idx: Mmap,
     header: IdxHeader,
+    /// The loss mask's `.bin` (one byte per token), when the directory has masks.
+    mask: Option<(PathBuf, Mmap)>,
 }
 
 fn map(path: &Path) -> Result<(Mmap, File)> {
@@ -139,9 +141,47 @@ impl Shard {
             bin_file,
             idx,
             header,
+            mask: None,
         };
         shard.check_ends()?;
         Ok(shard)
+    }
+
+    /// Map the shard's loss-mask `.bin`, which must hold one byte per token.
+    pub fn attach_mask(&mut self, mask_bin: &Path) -> Result<()> {
+        let (map, _) = map(mask_bin)?;
+        let tokens = self.bin.len() / self.header.dtype.size();
+        if map.len() != tokens {
+            return Err(ShardError::corrupt(
+                mask_bin,
+                (map.len().min(tokens)) as u64,
+                format!(
+                    "the loss mask is {} bytes, but the shard holds {tokens} tokens (one byte per token expected)",
+                    map.len()
+                ),
+            ));
+        }
+        self.mask = Some((mask_bin.to_path_buf(), map));
+        Ok(())
+    }
+
+    /// Whether a loss mask is attached.
+    pub fn has_mask(&self) -> bool {
+        self.mask.is_some()
+    }
+
+    /// The whole mapped loss-mask `.bin`, if attached.
+    pub fn mask_bytes(&self) -> Option<&[u8]> {
+        self.mask.as_ref().map(|(_, m)| &m[..])
+    }
+
+    /// The loss mask of the tokens at bytes `start..end` of the `.bin` (a sample's
+    /// [`Sample::bytes`], or part of it), if a mask is attached: 1 = a training target.
+    pub fn mask_of(&self, start: usize, end: usize) -> Option<&[u8]> {
+        let size = self.header.dtype.size();
+        self.mask
+            .as_ref()
+            .and_then(|(_, m)| m.get(start / size..end / size))
     }
 
     /// O(1) checks that catch truncation and most header damage: the index array starts at 0 and
@@ -439,7 +479,20 @@ impl ShardSet {
         let mut starts = vec![0u64];
         for (k, info) in manifest.shards.iter().enumerate() {
             let (bin, idx) = shard_files(dir, k, info)?;
-            let shard = Shard::open_files(&bin, &idx)?;
+            let mut shard = Shard::open_files(&bin, &idx)?;
+            if manifest.loss_mask.is_some() {
+                if info.loss_mask.is_none() {
+                    return Err(ShardError::Manifest {
+                        path: dir.join(crate::MANIFEST_FILE),
+                        what: format!(
+                            "the directory has loss masks, but shards[{k}] ({}) lists none",
+                            info.prefix
+                        ),
+                    });
+                }
+                let (mask_bin, _) = crate::fsutil::mask_files(dir, k, info)?;
+                shard.attach_mask(&mask_bin)?;
+            }
             if shard.num_samples() as u64 != info.samples || shard.dtype() != manifest.dtype {
                 return Err(ShardError::Manifest {
                     path: dir.join(crate::MANIFEST_FILE),

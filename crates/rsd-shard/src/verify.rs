@@ -47,6 +47,7 @@ pub fn verify(dir: &Path, options: VerifyOptions) -> Result<VerifyReport> {
     let manifest_path = dir.join(MANIFEST_FILE);
     let mut report = VerifyReport::default();
     let (mut samples, mut tokens, mut pieces) = (0u64, 0u64, 0u64);
+    let mut mask_trained = 0u64;
     for (k, info) in manifest.shards.iter().enumerate() {
         // The manifest names the files: only plain names inside `dir`, only regular files.
         let (bin_path, idx_path) = shard_files(dir, k, info)?;
@@ -93,6 +94,11 @@ pub fn verify(dir: &Path, options: VerifyOptions) -> Result<VerifyReport> {
             }
         }
         check_index(&shard, &manifest)?;
+        if manifest.loss_mask.is_some() {
+            let (n, trained) = check_mask(dir, k, info, &shard, options.checksums)?;
+            report.bytes += n;
+            mask_trained += trained;
+        }
         if options.token_range {
             check_token_range(&shard, manifest.tokenizer.vocab_size)?;
         }
@@ -126,6 +132,17 @@ pub fn verify(dir: &Path, options: VerifyOptions) -> Result<VerifyReport> {
                 manifest.totals.samples, manifest.totals.tokens, manifest.totals.pieces
             ),
         });
+    }
+    if let Some(mask) = &manifest.loss_mask {
+        if mask.trained_tokens != mask_trained {
+            return Err(ShardError::Manifest {
+                path: manifest_path,
+                what: format!(
+                    "the loss masks mark {mask_trained} tokens as targets; loss_mask.trained_tokens says {}",
+                    mask.trained_tokens
+                ),
+            });
+        }
     }
     if let Ok(entries) = std::fs::read_dir(dir) {
         for entry in entries.flatten() {
@@ -234,4 +251,98 @@ fn check_token_range(shard: &Shard, vocab_size: u64) -> Result<()> {
         )),
         None => Ok(()),
     }
+}
+
+/// Shard `k`'s loss-mask pair: listed, sized and (with `checksums`) summed as the manifest says,
+/// one 0 or 1 per token, and its `.idx` the token index with uint8 elements (what Megatron reads
+/// it with). Returns the bytes read and the tokens marked as targets.
+fn check_mask(
+    dir: &Path,
+    k: usize,
+    info: &crate::manifest::ShardInfo,
+    shard: &Shard,
+    checksums: bool,
+) -> Result<(u64, u64)> {
+    let files = info
+        .loss_mask
+        .as_ref()
+        .ok_or_else(|| ShardError::Manifest {
+            path: dir.join(MANIFEST_FILE),
+            what: format!(
+                "the directory has loss masks, but shards[{k}] ({}) lists none",
+                info.prefix
+            ),
+        })?;
+    let (bin_path, idx_path) = crate::fsutil::mask_files(dir, k, info)?;
+    for (path, expected) in [(&bin_path, files.bin_bytes), (&idx_path, files.idx_bytes)] {
+        let len = std::fs::metadata(path)
+            .map_err(|e| ShardError::io(path, e))?
+            .len();
+        if len != expected {
+            return Err(ShardError::corrupt(
+                path,
+                len.min(expected),
+                format!("file is {len} bytes, the manifest says {expected}"),
+            ));
+        }
+    }
+    let bin = rsd_common::safe_fs::read_regular(&bin_path, files.bin_bytes, "loss mask")?;
+    let idx = rsd_common::safe_fs::read_regular(&idx_path, files.idx_bytes, "loss mask index")?;
+    if checksums {
+        for (path, bytes, expected) in [
+            (&bin_path, &bin, &files.bin_xxh3),
+            (&idx_path, &idx, &files.idx_xxh3),
+        ] {
+            let got = format!("{:016x}", crate::checksum(bytes));
+            if &got != expected {
+                return Err(ShardError::corrupt(
+                    path,
+                    0,
+                    format!("xxh3 checksum {got}, the manifest says {expected}"),
+                ));
+            }
+        }
+    }
+    let tokens = shard.bin_bytes().len() / shard.dtype().size();
+    if bin.len() != tokens {
+        return Err(ShardError::corrupt(
+            &bin_path,
+            bin.len().min(tokens) as u64,
+            format!(
+                "the loss mask has {} entries for the shard's {tokens} tokens",
+                bin.len()
+            ),
+        ));
+    }
+    if let Some(at) = bin.iter().position(|&m| m > 1) {
+        return Err(ShardError::corrupt(
+            &bin_path,
+            at as u64,
+            format!("mask value {}, expected 0 or 1", bin[at]),
+        ));
+    }
+    let lengths: Vec<i32> = (0..shard.num_pieces()).map(|s| shard.length(s)).collect();
+    let docs: Vec<i64> = (0..=shard.num_samples())
+        .map(|i| shard.doc_index(i))
+        .collect();
+    let expected = crate::writer::ShardWriter::mask_idx(&lengths, &docs);
+    if let Some(at) = idx.iter().zip(&expected).position(|(a, b)| a != b) {
+        return Err(ShardError::corrupt(
+            &idx_path,
+            at as u64,
+            "differs from the token index with uint8 elements (what the mask's .idx must be)",
+        ));
+    }
+    let trained: u64 = bin.iter().map(|&m| m as u64).sum();
+    if trained != files.trained_tokens {
+        return Err(ShardError::Manifest {
+            path: dir.join(MANIFEST_FILE),
+            what: format!(
+                "{} marks {trained} tokens as targets; shards[{k}].loss_mask.trained_tokens says {}",
+                bin_path.display(),
+                files.trained_tokens
+            ),
+        });
+    }
+    Ok(((bin.len() + idx.len()) as u64, trained))
 }

@@ -9,7 +9,7 @@ use xxhash_rust::xxh3::Xxh3;
 use crate::dtype::TokenDtype;
 use crate::error::{Result, ShardError};
 use crate::idx;
-use crate::manifest::ShardInfo;
+use crate::manifest::{MaskFiles, ShardInfo};
 
 /// Asks the kernel to start writing `[from, to)` of `file` to disk without waiting (Linux
 /// `sync_file_range(SYNC_FILE_RANGE_WRITE)`); a hint only, so errors are ignored: the fsync before
@@ -48,7 +48,26 @@ pub struct ShardWriter {
     encode_buf: Vec<u8>,
     /// Bytes of `.bin` already handed to the kernel for write-back.
     writeback_from: u64,
+    /// The loss mask's `.bin`, when samples carry one ([`ShardWriter::create_with_mask`]).
+    mask: Option<MaskPart>,
 }
+
+/// The loss-mask `.bin` being written next to the tokens.
+struct MaskPart {
+    tmp: PathBuf,
+    file: BufWriter<AtomicFile>,
+    hasher: Xxh3,
+    bytes: u64,
+    trained: u64,
+}
+
+/// The file prefix of shard `prefix`'s loss mask: `<prefix>-mask.bin`/`.idx`.
+pub fn mask_prefix(prefix: &str) -> String {
+    format!("{prefix}-mask")
+}
+
+/// Megatron's dtype code for uint8 (the mask's element type).
+const MASK_CODE: u8 = 1;
 
 /// Start write-back of every this many bytes as they are written, so the fsync in
 /// [`ShardWriter::finish`] finds little left to do (the disk works while we pack the next samples).
@@ -72,12 +91,64 @@ impl ShardWriter {
             doc_indices: vec![0],
             encode_buf: Vec::new(),
             writeback_from: 0,
+            mask: None,
         })
+    }
+
+    /// Like [`ShardWriter::create`], with a loss mask written beside the tokens
+    /// (`<prefix>-mask.bin`/`.idx`): samples are added with [`ShardWriter::add_masked_sample`].
+    pub fn create_with_mask(dir: &Path, prefix: &str, dtype: TokenDtype) -> Result<ShardWriter> {
+        let mut w = ShardWriter::create(dir, prefix, dtype)?;
+        let file = AtomicFile::create(&dir.join(format!("{}.bin", mask_prefix(prefix))))?;
+        w.mask = Some(MaskPart {
+            tmp: file.temporary_path().to_path_buf(),
+            file: BufWriter::with_capacity(64 << 10, file),
+            hasher: Xxh3::new(),
+            bytes: 0,
+            trained: 0,
+        });
+        Ok(w)
+    }
+
+    /// Append one sample with its loss mask (`mask[i]` = 1 when token `i` is a training target,
+    /// else 0; one entry per token).
+    pub fn add_masked_sample(&mut self, tokens: &[u32], pieces: &[u32], mask: &[u8]) -> Result<()> {
+        if self.mask.is_none() {
+            return Err(ShardError::Invalid(
+                "a loss mask for a shard written without one".into(),
+            ));
+        }
+        if mask.len() != tokens.len() || mask.iter().any(|&m| m > 1) {
+            return Err(ShardError::Invalid(format!(
+                "a loss mask of {} entries for {} tokens: one 0 or 1 per token expected",
+                mask.len(),
+                tokens.len()
+            )));
+        }
+        self.write_sample(tokens, pieces)?;
+        if let Some(m) = self.mask.as_mut() {
+            m.file
+                .write_all(mask)
+                .map_err(|e| ShardError::io(&m.tmp, e))?;
+            m.hasher.update(mask);
+            m.bytes += mask.len() as u64;
+            m.trained += mask.iter().map(|&x| x as u64).sum::<u64>();
+        }
+        Ok(())
     }
 
     /// Append one sample: `tokens`, split into consecutive document pieces of `pieces` lengths
     /// (which must sum to `tokens.len()`; zero-length pieces are not allowed).
     pub fn add_sample(&mut self, tokens: &[u32], pieces: &[u32]) -> Result<()> {
+        if self.mask.is_some() {
+            return Err(ShardError::Invalid(
+                "a sample without its loss mask in a shard that has one".into(),
+            ));
+        }
+        self.write_sample(tokens, pieces)
+    }
+
+    fn write_sample(&mut self, tokens: &[u32], pieces: &[u32]) -> Result<()> {
         let total: u64 = pieces.iter().map(|&p| p as u64).sum();
         if total != tokens.len() as u64 || pieces.contains(&0) || tokens.is_empty() {
             let shown: Vec<String> = pieces.iter().take(8).map(u32::to_string).collect();
@@ -160,10 +231,21 @@ impl ShardWriter {
         let bin = bin
             .into_inner()
             .map_err(|e| ShardError::io(&self.bin_tmp, e.into_error()))?;
-        let idx_bytes = idx::encode(self.dtype, &self.lengths, &self.doc_indices);
+        let idx_bytes = idx::encode(
+            self.dtype.megatron_code(),
+            self.dtype.size(),
+            &self.lengths,
+            &self.doc_indices,
+        );
         let mut idx = AtomicFile::create(&self.dir.join(format!("{}.idx", self.prefix)))?;
         idx.write_all(&idx_bytes)
             .map_err(|e| ShardError::io(idx.temporary_path(), e))?;
+        // The mask pair first, then the tokens': every file is in place before the manifest
+        // (written last) names it.
+        let loss_mask = match self.mask.take() {
+            Some(m) => Some(self.finish_mask(m)?),
+            None => None,
+        };
         // The .bin goes into place first: a crash in between leaves a .bin without its .idx,
         // which no reader opens (the manifest is written last) and a resume rewrites.
         bin.commit()?;
@@ -177,7 +259,35 @@ impl ShardWriter {
             idx_bytes: idx_bytes.len() as u64,
             bin_xxh3: format!("{:016x}", self.hasher.digest()),
             idx_xxh3: format!("{:016x}", crate::checksum(&idx_bytes)),
+            loss_mask,
         })
+    }
+
+    /// Write the mask's `.idx` (the token index with uint8 elements) and put the pair in place.
+    fn finish_mask(&self, m: MaskPart) -> Result<MaskFiles> {
+        let bin = m
+            .file
+            .into_inner()
+            .map_err(|e| ShardError::io(&m.tmp, e.into_error()))?;
+        let idx_bytes = idx::encode(MASK_CODE, 1, &self.lengths, &self.doc_indices);
+        let prefix = mask_prefix(&self.prefix);
+        let mut idx = AtomicFile::create(&self.dir.join(format!("{prefix}.idx")))?;
+        idx.write_all(&idx_bytes)
+            .map_err(|e| ShardError::io(idx.temporary_path(), e))?;
+        bin.commit()?;
+        idx.commit()?;
+        Ok(MaskFiles {
+            bin_bytes: m.bytes,
+            idx_bytes: idx_bytes.len() as u64,
+            bin_xxh3: format!("{:016x}", m.hasher.digest()),
+            idx_xxh3: format!("{:016x}", crate::checksum(&idx_bytes)),
+            trained_tokens: m.trained,
+        })
+    }
+
+    /// The `.idx` bytes a loss mask of this shard's layout has (for checks).
+    pub(crate) fn mask_idx(lengths: &[i32], doc_indices: &[i64]) -> Vec<u8> {
+        idx::encode(MASK_CODE, 1, lengths, doc_indices)
     }
 }
 
@@ -189,6 +299,7 @@ pub struct ShardSetWriter {
     target_bytes: u64,
     next_index: usize,
     current: Option<ShardWriter>,
+    with_mask: bool,
 }
 
 impl ShardSetWriter {
@@ -205,7 +316,14 @@ impl ShardSetWriter {
             target_bytes: target_bytes.max(1),
             next_index: first_index,
             current: None,
+            with_mask: false,
         }
+    }
+
+    /// Shards written with a loss mask beside the tokens ([`ShardWriter::create_with_mask`]).
+    pub fn with_loss_mask(mut self) -> ShardSetWriter {
+        self.with_mask = true;
+        self
     }
 
     /// The file prefix of shard number `index`.
@@ -215,16 +333,42 @@ impl ShardSetWriter {
 
     /// Append a sample; returns the finished shard when this sample filled one.
     pub fn add_sample(&mut self, tokens: &[u32], pieces: &[u32]) -> Result<Option<ShardInfo>> {
+        self.add(tokens, pieces, None)
+    }
+
+    /// Append a sample with its loss mask (a set made [`ShardSetWriter::with_loss_mask`]).
+    pub fn add_masked_sample(
+        &mut self,
+        tokens: &[u32],
+        pieces: &[u32],
+        mask: &[u8],
+    ) -> Result<Option<ShardInfo>> {
+        self.add(tokens, pieces, Some(mask))
+    }
+
+    fn add(
+        &mut self,
+        tokens: &[u32],
+        pieces: &[u32],
+        mask: Option<&[u8]>,
+    ) -> Result<Option<ShardInfo>> {
         if self.current.is_none() {
             let prefix = Self::prefix(self.next_index);
-            self.current = Some(ShardWriter::create(&self.dir, &prefix, self.dtype)?);
+            self.current = Some(if self.with_mask {
+                ShardWriter::create_with_mask(&self.dir, &prefix, self.dtype)?
+            } else {
+                ShardWriter::create(&self.dir, &prefix, self.dtype)?
+            });
             self.next_index += 1;
         }
         let writer = self
             .current
             .as_mut()
             .ok_or_else(|| ShardError::Invalid("no open shard".into()))?;
-        writer.add_sample(tokens, pieces)?;
+        match mask {
+            Some(m) => writer.add_masked_sample(tokens, pieces, m)?,
+            None => writer.add_sample(tokens, pieces)?,
+        }
         if writer.bin_bytes() >= self.target_bytes {
             return self.close_current();
         }

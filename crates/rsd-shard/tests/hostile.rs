@@ -43,6 +43,7 @@ fn write_set(dir: &Path, n: usize) -> Manifest {
         shards: vec![info],
         totals,
         sources: vec![],
+        loss_mask: None,
         command: vec![],
         created_by: "test".into(),
     };

@@ -484,7 +484,7 @@ impl TrainConfig {
             .and(crate::step::SecondView::of(PerturbKind::Dropout, 0.0, self.attn_dropout).check())
             .map_err(|e| Error::Input(format!("config key {e}")))?;
         if self.perturb.is_control() {
-            if self.objective != Objective::Rsd {
+            if self.objective.loss() != Objective::Rsd {
                 return bad(
                     "perturb",
                     &format!(
@@ -526,7 +526,7 @@ impl TrainConfig {
                 "long_ce_window {w}: expected 0 (off) or a window of ≥ 1 tokens"
             ))),
             w => {
-                if !matches!(self.objective, Objective::Standard | Objective::Rsd) {
+                if !matches!(self.objective.loss(), Objective::Standard | Objective::Rsd) {
                     return Err(Error::Input(format!(
                         "long_ce_window: LongCE reweights the standard-view CLM term, which \
                          objective {} does not have (use standard or rsd)",

@@ -10,7 +10,7 @@
 use rsd_loader::{Batch, Batching, Dataset, Loader, LoaderConfig, Parallel, Positions};
 
 use crate::config::TrainConfig;
-use crate::step::MicroBatch;
+use crate::step::{MicroBatch, Objective};
 use crate::{Error, Result};
 
 /// The loader config a training config implies for this rank's data- and context-parallel
@@ -96,6 +96,26 @@ pub fn guard_vocabulary(loader: &mut Loader, model_vocab: i64) -> Result<()> {
         }
     }
     loader.reject_ids_outside(model_vocab);
+    Ok(())
+}
+
+/// The SFT objectives train on the tokens the shards' loss mask marks: every dataset must have
+/// one (chat data packed with `rsd-data pack --chat`), or the run would train on prompts and
+/// system messages as well. Other objectives take masked shards as they are (the mask applies).
+pub fn check_loss_mask(loader: &Loader, objective: Objective) -> Result<()> {
+    if !objective.needs_loss_mask() {
+        return Ok(());
+    }
+    for (k, ds) in loader.config().datasets.iter().enumerate() {
+        if loader.manifest(k).is_some_and(|m| m.loss_mask.is_none()) {
+            return Err(Error::Input(format!(
+                "objective {objective} trains on the assistant tokens of chat data, and {} has no \
+                 loss mask: pack conversations with `rsd-data pack --chat` (or train it with \
+                 objective standard)",
+                ds.dir.display()
+            )));
+        }
+    }
     Ok(())
 }
 

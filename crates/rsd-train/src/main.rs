@@ -150,6 +150,10 @@ struct ProbeArgs {
     /// `doc_mask` (ProLong's collator).
     #[arg(long)]
     mask_doc_starts: bool,
+    /// A loss mask, int .npy [B, L] (1 = the token is a training target, as chat shards carry
+    /// it): the token before an unmarked one has no label (objectives sft and sft-rsd).
+    #[arg(long, value_name = "M.npy")]
+    loss_mask: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = Objective::Rsd)]
     objective: Objective,
     /// The second view: a position perturbation, or a control view (nope, attn-noise, dropout;
@@ -293,10 +297,11 @@ fn probe(a: ProbeArgs) -> Result<()> {
         kl_norm: a.kl_norm,
         real_len: list(&a.real_len, "real-len")?,
         mask_doc_starts: a.mask_doc_starts,
+        loss_mask: a.loss_mask,
         params,
         dtype: a.dtype,
         step: StepOptions {
-            objective: a.objective,
+            objective: a.objective.loss(),
             kl: a.kl,
             lambda: a.lambda,
             prefix_reuse: !a.no_prefix_reuse,
@@ -641,7 +646,7 @@ fn train(a: TrainArgs) -> Result<()> {
         out.display()
         );
     }
-    if main && cfg.objective == Objective::Rsd {
+    if main && cfg.objective.loss() == Objective::Rsd {
         eprintln!(
             "rsd-train: FLOP floor of the rsd skip step with prefix reuse: {:.2}× a standard step \
              (s uniform; `python benches/train_bench.py --config CONFIG.json --len L` measures the real \

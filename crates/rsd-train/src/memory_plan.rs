@@ -217,7 +217,7 @@ pub fn input_for(
         shard_optimizer: cfg.shard_optimizer,
         checkpoint_layers: cfg.checkpoint_layers,
         overlap_grad_reduce: cfg.overlap_grad_reduce,
-        objective: cfg.objective,
+        objective: cfg.objective.loss(),
         prefix_reuse: cfg.prefix_reuse,
         loss_chunk: cfg.loss_chunk.max(1) as u64,
         bucket_bytes: (cfg.grad_bucket_mb.max(1) as u64) << 20,
@@ -345,7 +345,7 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
     let cp = p.cp.max(1);
     let dp = p.dp.max(1);
     let world = dp * cp;
-    let views: u64 = match p.objective {
+    let views: u64 = match p.objective.loss() {
         Objective::Standard | Objective::Pose => 1,
         _ => 2,
     };
@@ -428,7 +428,7 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
     let chunk = p.loss_chunk.min(rows);
     // Loss chunk temporaries, fp32: rsd keeps the teacher's log-probabilities while the
     // perturbed chunk forms logits, log-probabilities and probabilities.
-    let chunk_tensors: u64 = match p.objective {
+    let chunk_tensors: u64 = match p.objective.loss() {
         Objective::Rsd => 4,
         _ => 3,
     };

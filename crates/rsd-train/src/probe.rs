@@ -76,6 +76,9 @@ pub struct ProbeRequest {
     /// With `docs`: the first token of each document is not predicted (no label on the token
     /// before it), as training with `doc_mask` (ProLong's collator).
     pub mask_doc_starts: bool,
+    /// A loss mask, an integer `.npy` of shape `[B, L]` (1 = the token is a training target), as
+    /// chat shards carry it: the token before an unmarked one has no label.
+    pub loss_mask: Option<PathBuf>,
     /// Its parameters.
     pub params: PerturbParams,
     /// Parameter dtype: `fp32`/`float32` or `fp64`/`float64` (echoed in the report as given).
@@ -194,8 +197,22 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
         Some(v) => v.iter().map(|&n| n.clamp(0, l)).collect(),
         None => vec![l; b],
     };
+    let loss_mask = match &req.loss_mask {
+        None => None,
+        Some(path) => {
+            let m = read_tokens(path)?;
+            if m.len() != b || m.iter().any(|r| r.len() as i64 != l) {
+                return Err(Error::Input(format!(
+                    "{}: the loss mask must have the tokens' shape [{b}, {l}]",
+                    path.display()
+                )));
+            }
+            Some(m)
+        }
+    };
     // Labels: the next token, none for the last real token and the padding after it, nor (with
-    // `mask_doc_starts`) for the last token of a document.
+    // `mask_doc_starts`) for the last token of a document, nor for a token before one the loss
+    // mask leaves out.
     let labels: Vec<Vec<i64>> = rows
         .iter()
         .zip(&real)
@@ -211,7 +228,10 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
                 .enumerate()
                 .map(|(j, &t)| {
                     let next = j as i64 + 1;
-                    if next < n && !starts.contains(&next) {
+                    let trained = loss_mask
+                        .as_ref()
+                        .is_none_or(|m| m[k].get(next as usize) == Some(&1));
+                    if next < n && !starts.contains(&next) && trained {
                         t
                     } else {
                         ignore

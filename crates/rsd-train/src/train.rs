@@ -160,7 +160,7 @@ fn model_options(cfg: &TrainConfig) -> Result<ModelOptions> {
 pub fn objective_of(cfg: &TrainConfig) -> Result<(StepOptions, Sampler)> {
     Ok((
         StepOptions {
-            objective: cfg.objective,
+            objective: cfg.objective.loss(),
             kl: cfg.kl,
             lambda: cfg.lambda,
             prefix_reuse: cfg.prefix_reuse,
@@ -223,6 +223,7 @@ fn heldout_slice(
     config.shuffle = false;
     let mut loader = Loader::new(config)?;
     data::guard_vocabulary(&mut loader, vocab)?;
+    data::check_loss_mask(&loader, cfg.objective)?;
     let seed = cfg.seed ^ HELDOUT_SEED;
     let mut out = Vec::new();
     let mut first = 0;
@@ -390,6 +391,7 @@ impl Trainer {
         dp.broadcast_parameters(&model)?;
         measure::mark(Phase::Model);
         data::guard_vocabulary(&mut loader, model.config().vocab_size)?;
+        data::check_loss_mask(&loader, cfg.objective)?;
         let seq_len = loader.seq_len();
         let per_micro = (cfg.micro_batch as u64 * seq_len).max(1);
         let accum = if cfg.tokens_per_step == 0 {

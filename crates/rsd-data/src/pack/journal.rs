@@ -37,6 +37,9 @@ pub(super) struct Journal {
     queued: Vec<Vec<u32>>,
     /// Piece lengths of the packer's open samples; their tokens follow in `pack.journal.bin`.
     open: Vec<Vec<u32>>,
+    /// Chat data: each saved sample's tokens are followed by its loss mask, a byte per token.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    masked: bool,
 }
 
 impl Journal {
@@ -51,6 +54,7 @@ impl Journal {
             packer: PackerCounts::default(),
             queued: vec![],
             open: vec![],
+            masked: false,
         }
     }
 }
@@ -87,6 +91,11 @@ pub(super) fn fingerprint(inputs: &Inputs, settings: &PackSettings) -> String {
     if settings.truncate {
         key["truncate"] = true.into();
     }
+    if let Some(chat) = &inputs.chat {
+        key["chat"] = serde_json::json!({
+            "template": chat.template.sha256(), "train_on": chat.train_on.name(),
+        });
+    }
     if inputs.read.max_doc_bytes != crate::source::DEFAULT_MAX_DOC_BYTES {
         key["max_doc_bytes"] = inputs.read.max_doc_bytes.into();
     }
@@ -106,7 +115,15 @@ fn is_our_file(name: &str) -> bool {
 fn remove_our_files(out: &Path, keep: &[ShardInfo]) -> Result<()> {
     let keep: Vec<String> = keep
         .iter()
-        .flat_map(|s| [format!("{}.bin", s.prefix), format!("{}.idx", s.prefix)])
+        .flat_map(|s| {
+            let mask = rsd_shard::mask_prefix(&s.prefix);
+            [
+                format!("{}.bin", s.prefix),
+                format!("{}.idx", s.prefix),
+                format!("{mask}.bin"),
+                format!("{mask}.idx"),
+            ]
+        })
         .collect();
     for entry in std::fs::read_dir(out)
         .map_err(|e| DataError::io(out, e))?
@@ -147,7 +164,7 @@ fn read(out: &Path) -> Result<Resume> {
         .iter()
         .chain(&journal.open)
         .flatten()
-        .map(|&p| p as u64 * 4)
+        .map(|&p| p as u64 * if journal.masked { 5 } else { 4 })
         .fold(0u64, u64::saturating_add);
     // Read no more than the journal accounts for.
     let bytes = read_regular(&tpath, need, "resume journal's token file").map_err(|e| match e {
@@ -178,9 +195,16 @@ fn read(out: &Path) -> Result<Resume> {
                     .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                     .collect();
                 at += 4 * n;
+                let mask = if journal.masked {
+                    at += n;
+                    bytes[at - n..at].to_vec()
+                } else {
+                    Vec::new()
+                };
                 PackedSample {
                     tokens,
                     pieces: pieces.clone(),
+                    mask,
                 }
             })
             .collect()
@@ -200,10 +224,14 @@ pub(super) fn write(
 ) -> Result<()> {
     journal.queued = queued.iter().map(|s| s.pieces.clone()).collect();
     journal.open = open.iter().map(|s| s.pieces.clone()).collect();
-    let mut bytes = Vec::with_capacity(queued.iter().chain(open).map(|s| s.tokens.len() * 4).sum());
+    journal.masked = queued.iter().chain(open).any(|s| !s.mask.is_empty());
+    let mut bytes = Vec::with_capacity(queued.iter().chain(open).map(|s| s.tokens.len() * 5).sum());
     for s in queued.iter().chain(open) {
         for t in &s.tokens {
             bytes.extend_from_slice(&t.to_le_bytes());
+        }
+        if journal.masked {
+            bytes.extend_from_slice(&s.mask);
         }
     }
     rsd_shard::write_file_atomic(&out.join(JOURNAL_TOKENS), &bytes)?;
@@ -216,11 +244,17 @@ pub(super) fn write(
 /// Check that the shards a journal lists are intact.
 fn check_shards(out: &Path, shards: &[ShardInfo]) -> Result<()> {
     for s in shards {
-        for (ext, len, sum) in [
-            ("bin", s.bin_bytes, &s.bin_xxh3),
-            ("idx", s.idx_bytes, &s.idx_xxh3),
-        ] {
-            let path = out.join(format!("{}.{ext}", s.prefix));
+        let mut files = vec![
+            (s.prefix.clone(), "bin", s.bin_bytes, &s.bin_xxh3),
+            (s.prefix.clone(), "idx", s.idx_bytes, &s.idx_xxh3),
+        ];
+        if let Some(m) = &s.loss_mask {
+            let prefix = rsd_shard::mask_prefix(&s.prefix);
+            files.push((prefix.clone(), "bin", m.bin_bytes, &m.bin_xxh3));
+            files.push((prefix, "idx", m.idx_bytes, &m.idx_xxh3));
+        }
+        for (prefix, ext, len, sum) in files {
+            let path = out.join(format!("{prefix}.{ext}"));
             let bytes = read_regular(&path, len, "shard").map_err(|e| match e {
                 FsError::TooLarge { .. } => DataError::bad_file(
                     &path,

@@ -18,6 +18,7 @@ use std::time::Instant;
 use crossbeam_channel::bounded;
 use rsd_shard::{Manifest, TokenDtype, TokenizerInfo};
 
+use crate::chat::ChatSetup;
 use crate::error::{DataError, Result};
 use crate::packer::Packer;
 pub use crate::packer::{Mode, Tail};
@@ -57,8 +58,20 @@ pub struct PackRequest {
     /// The most bytes one document may have; a larger one is a bad record
     /// ([`source::DEFAULT_MAX_DOC_BYTES`]).
     pub max_doc_bytes: u64,
+    /// Records are conversations to pack for SFT (`--chat`), with a loss mask per token.
+    pub chat: Option<ChatRequest>,
     /// How the documents are packed and written.
     pub settings: PackSettings,
+}
+
+/// `rsd-data pack --chat`: where the chat template comes from and which tokens are trained on.
+#[derive(Debug, Clone, Default)]
+pub struct ChatRequest {
+    /// A Jinja file; `None`: the template of the tokenizer's directory (`chat_template.jinja`, or
+    /// `chat_template` in its `tokenizer_config.json`).
+    pub template: Option<PathBuf>,
+    /// Which tokens are training targets.
+    pub train_on: rsd_chat::TrainOn,
 }
 
 /// Everything besides the inputs that a pack is told: packing, output, threads.
@@ -104,6 +117,8 @@ pub struct Inputs {
     pub tokenizer: Tokenizer,
     /// Set when MDS ids are re-tokenized: the tokenizer they were made with, to decode them.
     pub retokenize: Option<SourceDecoder>,
+    /// Set for chat data (`--chat`): the template and mask rule.
+    pub chat: Option<ChatSetup>,
 }
 
 /// What [`run`] tells its caller while it works, in this order.
@@ -182,15 +197,65 @@ fn resolve(request: &PackRequest, on_event: &mut dyn FnMut(Event<'_>)) -> Result
         .map(|s| source::resolve(s, request.format, &root, request.settings.seq_len as u64))
         .collect::<Result<Vec<_>>>()?;
     let (tokenizer, retokenize) = choose_tokenizers(request, &sources, on_event)?;
+    let chat = request
+        .chat
+        .as_ref()
+        .map(|c| chat_setup(request, c))
+        .transpose()?;
     Ok(Inputs {
         sources,
         read: ReadOptions {
             text_field: request.text_field.clone(),
             read_threads: request.read_threads.max(1),
             max_doc_bytes: request.max_doc_bytes,
+            chat: chat.is_some(),
         },
         tokenizer,
         retokenize,
+        chat,
+    })
+}
+
+/// The chat template (from `--chat-template`, else the tokenizer's directory) and mask rule.
+fn chat_setup(request: &PackRequest, chat: &ChatRequest) -> Result<ChatSetup> {
+    if request.settings.mode != Mode::Mixed {
+        return Err(DataError::Config(format!(
+            "--chat packs whole conversations into rows (--mode mixed); --mode {} would cut them",
+            request.settings.mode
+        )));
+    }
+    let bundled = match request.tokenizer.as_deref() {
+        None => true,
+        Some(spec) => spec == BUNDLED_NAME || spec == "bundled",
+    };
+    let template = if bundled {
+        let config: serde_json::Value =
+            serde_json::from_str(crate::tokenizer::BUNDLED_QWEN3_CONFIG).map_err(|e| {
+                DataError::Config(format!("the bundled Qwen3 tokenizer_config.json: {e}"))
+            })?;
+        rsd_chat::ChatTemplate::from_config(
+            &config,
+            "the bundled Qwen3 tokenizer_config.json",
+            chat.template.as_deref(),
+        )
+    } else {
+        // The template sits beside the tokenizer: --tokenizer names a directory or a file in one.
+        let spec = Path::new(request.tokenizer.as_deref().unwrap_or_default());
+        let dir = if spec.is_dir() {
+            spec.to_path_buf()
+        } else {
+            spec.parent().map(Path::to_path_buf).unwrap_or_default()
+        };
+        match &chat.template {
+            Some(file) => rsd_chat::ChatTemplate::from_file_with_tokens(file, &dir),
+            None => rsd_chat::ChatTemplate::from_dir(&dir),
+        }
+    }
+    .map_err(|e| DataError::Config(e.to_string()))?;
+    Ok(ChatSetup {
+        template,
+        train_on: chat.train_on,
+        max_tokens: request.settings.seq_len,
     })
 }
 
@@ -294,6 +359,7 @@ fn pack(
         queued: vec![],
         total_bytes: inputs.sources.iter().map(|s| s.bytes).sum(),
         dtype,
+        loss_mask: inputs.chat.is_some(),
     };
     if let Some((j, queued, open)) = resume {
         write_start.packer.restore(open, j.packer);
@@ -387,8 +453,11 @@ fn run_stages(
         });
         stages::tokenize(
             &pool,
-            &inputs.tokenizer,
-            inputs.retokenize.as_ref(),
+            stages::Encoders {
+                tok: &inputs.tokenizer,
+                retokenize: inputs.retokenize.as_ref(),
+                chat: inputs.chat.as_ref(),
+            },
             doc_rx,
             tok_tx,
             interrupted,
@@ -442,6 +511,17 @@ fn manifest(
         shards: journal.shards.clone(),
         totals,
         sources,
+        loss_mask: inputs.chat.as_ref().map(|c| rsd_shard::LossMaskInfo {
+            train_on: c.train_on.name().to_string(),
+            chat_template: c.template.source_name().to_string(),
+            chat_template_sha256: c.template.sha256().to_string(),
+            trained_tokens: journal
+                .shards
+                .iter()
+                .filter_map(|s| s.loss_mask.as_ref())
+                .map(|m| m.trained_tokens)
+                .sum(),
+        }),
         command: settings.command.clone(),
         created_by: format!("rsd-data {}", env!("CARGO_PKG_VERSION")),
     }

@@ -22,6 +22,7 @@ use rsd_shard::{BadInput, ShardSetWriter, SourceInfo, TokenDtype};
 use super::fault::Faults;
 use super::journal::{self, Journal};
 use super::{PackSettings, Progress};
+use crate::chat::ChatSetup;
 use crate::error::{Cause, DataError, Result};
 use crate::packer::{PackedSample, Packer};
 use crate::source::{Content, DocumentStream, RawDoc, ReadOptions, ResolvedSource};
@@ -56,6 +57,8 @@ pub(super) struct TokenizedDoc {
     bytes: u64,
     /// The first document of a source sample (always, for text sources).
     sample_start: bool,
+    /// Chat data: 1 for each id that is a training target.
+    mask: Option<Vec<u8>>,
 }
 
 /// CPU time this thread has used, in seconds.
@@ -108,13 +111,21 @@ pub(super) fn read(
     (std::mem::take(&mut stream.info), cpu)
 }
 
+/// How documents become ids: the shards' tokenizer, the decoder of MDS ids made with another one,
+/// and for chat data the template and mask rule.
+#[derive(Clone, Copy)]
+pub(super) struct Encoders<'a> {
+    pub(super) tok: &'a Tokenizer,
+    pub(super) retokenize: Option<&'a SourceDecoder>,
+    pub(super) chat: Option<&'a ChatSetup>,
+}
+
 /// Stage 2 (the calling thread, driving `pool`): tokenize batches, up to [`TOKENIZE_IN_FLIGHT`] at
 /// once, and forward the results strictly in submission order. On return the stage is over:
 /// `stop` is set and both channels are closed, which ends the other two stages.
 pub(super) fn tokenize(
     pool: &rayon::ThreadPool,
-    tok: &Tokenizer,
-    retokenize: Option<&SourceDecoder>,
+    enc: Encoders<'_>,
     rx: Receiver<DocBatch>,
     tx: Sender<Vec<Tokenized>>,
     interrupted: &AtomicBool,
@@ -136,8 +147,9 @@ pub(super) fn tokenize(
             scope.spawn(move |_| {
                 let tokenized: Vec<Tokenized> = batch
                     .into_par_iter()
-                    .map_init(Vec::new, |scratch, doc| {
-                        tokenize_document(doc, tok, retokenize, scratch)
+                    .map_init(Vec::new, |scratch, doc| match enc.chat {
+                        Some(chat) => tokenize_chat(doc, enc.tok, chat, scratch),
+                        None => tokenize_document(doc, enc.tok, enc.retokenize, scratch),
                     })
                     .collect();
                 let _ = done_tx.send(tokenized);
@@ -219,6 +231,44 @@ fn tokenize_document(
         ids,
         bytes,
         sample_start,
+        mask: None,
+    })
+}
+
+/// One conversation's ids and loss mask (`pack --chat`): the record's messages rendered with the
+/// chat template and tokenized whole.
+fn tokenize_chat(
+    doc: Result<RawDoc>,
+    tok: &Tokenizer,
+    chat: &ChatSetup,
+    scratch: &mut Vec<tokenizers::pipeline::PipelineToken>,
+) -> Tokenized {
+    let RawDoc {
+        path,
+        location,
+        content,
+        bytes,
+    } = doc?;
+    let messages = match content {
+        Content::JsonLine(line) => {
+            crate::chat::parse_messages(line.decode_value()?, &path, &location)?
+        }
+        Content::Text(text) => crate::chat::parse_messages_text(&text, &path, &location)?,
+        Content::Tokens { .. } => {
+            return Err(DataError::bad_record(
+                &*path,
+                &location,
+                "--chat reads conversations (messages), and this source holds token ids (MDS)",
+            ))
+        }
+    };
+    let (ids, mask) =
+        crate::chat::tokenize_conversation(&messages, chat, tok, scratch, &path, &location)?;
+    Ok(TokenizedDoc {
+        ids: Some(ids),
+        bytes,
+        sample_start: true,
+        mask: Some(mask),
     })
 }
 
@@ -255,6 +305,8 @@ pub(super) struct WriteStart {
     pub(super) total_bytes: u64,
     /// The token width of the shards.
     pub(super) dtype: TokenDtype,
+    /// Samples carry a loss mask (chat data).
+    pub(super) loss_mask: bool,
 }
 
 /// Stage 3 (its own thread): pack the tokenized documents and write shards, in order, saving the
@@ -286,17 +338,25 @@ fn write_all(
     let bad = BadInputs::new(&start.journal.totals.bad_inputs);
     let mut w = Writer {
         settings,
-        shards: ShardSetWriter::new(
-            &settings.out,
-            start.dtype,
-            settings.shard_bytes,
-            start.journal.shards.len(),
-        ),
+        shards: {
+            let w = ShardSetWriter::new(
+                &settings.out,
+                start.dtype,
+                settings.shard_bytes,
+                start.journal.shards.len(),
+            );
+            if start.loss_mask {
+                w.with_loss_mask()
+            } else {
+                w
+            }
+        },
         journal: start.journal,
         packer: start.packer,
         in_open_shard: 0,
         faults: Faults::from_env(),
         bad,
+        loss_mask: start.loss_mask,
     };
     let mut ready = start.queued;
     let mut progress = Progress {
@@ -344,6 +404,7 @@ struct Writer<'a> {
     in_open_shard: usize,
     faults: Faults,
     bad: BadInputs,
+    loss_mask: bool,
 }
 
 /// Finds the skip record's entry for a (file, cause), so that a file with a million bad lines is
@@ -401,6 +462,7 @@ impl Writer<'_> {
                 ids,
                 bytes,
                 sample_start,
+                mask,
             }) => {
                 progress.bytes += bytes;
                 progress.documents += 1;
@@ -410,7 +472,7 @@ impl Writer<'_> {
                 match ids {
                     Some(ids) if ids.len() >= self.settings.min_doc_tokens.max(1) => {
                         totals.documents += 1;
-                        self.packer.push(&ids, ready);
+                        self.packer.push(&ids, mask.as_deref(), ready);
                     }
                     _ => totals.skipped_documents += 1,
                 }
@@ -438,7 +500,13 @@ impl Writer<'_> {
             self.faults
                 .before_sample(self.journal.shards.len(), self.in_open_shard);
             self.in_open_shard += 1;
-            if let Some(info) = self.shards.add_sample(&s.tokens, &s.pieces)? {
+            let added = if self.loss_mask {
+                self.shards
+                    .add_masked_sample(&s.tokens, &s.pieces, &s.mask)?
+            } else {
+                self.shards.add_sample(&s.tokens, &s.pieces)?
+            };
+            if let Some(info) = added {
                 self.in_open_shard = 0;
                 self.journal.shards.push(info);
                 self.journal.consumed = consumed;

@@ -1,12 +1,16 @@
 //! Arrow IPC files and streams, and the directories Hugging Face `datasets` writes with
 //! `save_to_disk` (`state.json` listing stream-format `.arrow` files).
 
+use std::borrow::Cow;
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arrow::array::{Array, LargeStringArray, RecordBatch, StringArray, StringViewArray};
+use arrow::array::{
+    Array, ArrayRef, LargeListArray, LargeStringArray, ListArray, RecordBatch, StringArray,
+    StringViewArray, StructArray,
+};
 use arrow::datatypes::Schema;
 use arrow::error::ArrowError;
 use arrow::ipc::reader::{FileReader, StreamReader};
@@ -47,6 +51,8 @@ pub(super) struct TextBatches<R> {
     failed: bool,
     /// Values longer than this many bytes are bad records.
     max_doc_bytes: u64,
+    /// Read `list<struct<role, content>>` values as the JSON of their messages (`pack --chat`).
+    message_lists: bool,
 }
 
 impl<R> TextBatches<R> {
@@ -60,21 +66,78 @@ impl<R> TextBatches<R> {
             row: 0,
             failed: false,
             max_doc_bytes,
+            message_lists: false,
         }
+    }
+
+    /// Read a `list<struct<role, content>>` column as the JSON of each row's messages.
+    pub(super) fn with_message_lists(mut self, on: bool) -> Self {
+        self.message_lists = on;
+        self
     }
 }
 
-fn string_at(array: &dyn Array, i: usize) -> Option<std::result::Result<Option<&str>, String>> {
+fn string_at(
+    array: &dyn Array,
+    i: usize,
+    message_lists: bool,
+) -> Option<std::result::Result<Option<Cow<'_, str>>, String>> {
     if let Some(a) = array.as_any().downcast_ref::<StringArray>() {
-        return Some(Ok(a.is_valid(i).then(|| a.value(i))));
+        return Some(Ok(a.is_valid(i).then(|| Cow::Borrowed(a.value(i)))));
     }
     if let Some(a) = array.as_any().downcast_ref::<LargeStringArray>() {
-        return Some(Ok(a.is_valid(i).then(|| a.value(i))));
+        return Some(Ok(a.is_valid(i).then(|| Cow::Borrowed(a.value(i)))));
     }
     if let Some(a) = array.as_any().downcast_ref::<StringViewArray>() {
-        return Some(Ok(a.is_valid(i).then(|| a.value(i))));
+        return Some(Ok(a.is_valid(i).then(|| Cow::Borrowed(a.value(i)))));
+    }
+    if message_lists {
+        if let Some(a) = array.as_any().downcast_ref::<ListArray>() {
+            return Some(if a.is_valid(i) {
+                messages_json(&a.value(i)).map(|s| Some(Cow::Owned(s)))
+            } else {
+                Ok(None)
+            });
+        }
+        if let Some(a) = array.as_any().downcast_ref::<LargeListArray>() {
+            return Some(if a.is_valid(i) {
+                messages_json(&a.value(i)).map(|s| Some(Cow::Owned(s)))
+            } else {
+                Ok(None)
+            });
+        }
     }
     Some(Err(format!("{}", array.data_type())))
+}
+
+/// One row's `list<struct<role, content>>` as the JSON list of its messages (a null role or
+/// content becomes a JSON null, which the chat reader reports for that record).
+fn messages_json(values: &ArrayRef) -> std::result::Result<String, String> {
+    let not_messages = || format!("list<{}>", values.data_type());
+    let list = values
+        .as_any()
+        .downcast_ref::<StructArray>()
+        .ok_or_else(not_messages)?;
+    let column = |name: &str| list.column_by_name(name).ok_or_else(not_messages);
+    let (role, content) = (column("role")?, column("content")?);
+    let mut out = Vec::with_capacity(list.len());
+    for k in 0..list.len() {
+        let text = |c: &ArrayRef| match string_at(c.as_ref(), k, false) {
+            Some(Ok(v)) => Ok(v.map(|s| serde_json::Value::String(s.into_owned()))),
+            _ => Err(not_messages()),
+        };
+        let mut m = serde_json::Map::new();
+        m.insert(
+            "role".into(),
+            text(role)?.unwrap_or(serde_json::Value::Null),
+        );
+        m.insert(
+            "content".into(),
+            text(content)?.unwrap_or(serde_json::Value::Null),
+        );
+        out.push(serde_json::Value::Object(m));
+    }
+    Ok(serde_json::Value::Array(out).to_string())
 }
 
 impl<R: Iterator<Item = std::result::Result<RecordBatch, ArrowError>>> Iterator for TextBatches<R> {
@@ -91,7 +154,7 @@ impl<R: Iterator<Item = std::result::Result<RecordBatch, ArrowError>>> Iterator 
                     self.row += 1;
                     let row = self.row - 1;
                     let column = batch.column(0);
-                    return match string_at(column.as_ref(), i)? {
+                    return match string_at(column.as_ref(), i, self.message_lists)? {
                         // Checked once the batch is decoded: the batch itself is bounded by the
                         // format's page and message sizes, not by this limit.
                         Ok(Some(s)) if s.len() as u64 > self.max_doc_bytes => {
@@ -109,7 +172,7 @@ impl<R: Iterator<Item = std::result::Result<RecordBatch, ArrowError>>> Iterator 
                             path: self.path.clone(),
                             location: format!("row {row}"),
                             bytes: s.len() as u64,
-                            content: Content::Text(s.to_string()),
+                            content: Content::Text(s.into_owned()),
                         })),
                         // A null is not text: a bad record (an empty string is an empty document).
                         Ok(None) => Some(Err(DataError::bad_record(
@@ -123,8 +186,13 @@ impl<R: Iterator<Item = std::result::Result<RecordBatch, ArrowError>>> Iterator 
                                 &*self.path,
                                 Cause::Schema,
                                 format!(
-                                    "column \"{}\" has type {ty}, expected a string column",
-                                    self.field
+                                    "column \"{}\" has type {ty}, expected a string column{}",
+                                    self.field,
+                                    if self.message_lists {
+                                        " or a list of {role, content} structs"
+                                    } else {
+                                        ""
+                                    }
                                 ),
                             )))
                         }

@@ -146,6 +146,49 @@ impl JsonLine {
     }
 }
 
+impl JsonLine {
+    /// The field's value whatever its type (a chat record's list of messages), or an error
+    /// naming the file, the line and what was wrong.
+    pub fn decode_value(self) -> Result<Value> {
+        let JsonLine {
+            bytes,
+            path,
+            line,
+            field,
+        } = self;
+        let bad = |what: String| DataError::bad_record(&*path, format!("line {line}"), what);
+        let text = std::str::from_utf8(&bytes).map_err(|e| {
+            bad(format!(
+                "invalid UTF-8 at byte {} of the line",
+                e.valid_up_to()
+            ))
+        })?;
+        let value: Value = serde_json::from_str(text.trim_end())
+            .map_err(|e| bad(format!("malformed JSON at column {}: {e}", e.column())))?;
+        match value {
+            Value::Object(mut map) => match map.remove(&*field) {
+                Some(v) => Ok(v),
+                None => {
+                    let keys: Vec<String> = map.keys().cloned().collect();
+                    Err(bad(format!(
+                        "no field \"{field}\"; this line has: {} (choose one with --text-field)",
+                        keys.join(", ")
+                    )))
+                }
+            },
+            other => Err(bad(format!(
+                "expected a JSON object per line, found {}",
+                json_kind(&other)
+            ))),
+        }
+    }
+
+    /// The file and line, for messages about the record.
+    pub fn location(&self) -> (&Path, String) {
+        (&self.path, format!("line {}", self.line))
+    }
+}
+
 /// What one line held for the text field.
 enum Field {
     Text(String),

@@ -112,6 +112,9 @@ pub struct ReadOptions {
     pub read_threads: usize,
     /// Documents larger than this many bytes are bad records ([`DEFAULT_MAX_DOC_BYTES`]).
     pub max_doc_bytes: u64,
+    /// Records are conversations (`pack --chat`): a Parquet/Arrow `list<struct<role, content>>`
+    /// column is read as the JSON of its messages.
+    pub chat: bool,
 }
 
 impl ReadOptions {
@@ -121,6 +124,7 @@ impl ReadOptions {
             text_field: text_field.to_string(),
             read_threads: 1,
             max_doc_bytes: DEFAULT_MAX_DOC_BYTES,
+            chat: false,
         }
     }
 }
@@ -501,8 +505,10 @@ fn open_input(path: &Path, format: Format, opts: &ReadOptions) -> Result<DocIter
         Format::Text => Ok(Box::new(std::iter::once(text::read(path, max)))),
         Format::Code => Ok(Box::new(std::iter::once(code::read_repo(path, max)))),
         Format::Jsonl => jsonl::open(path, field, max).map(|i| Box::new(i) as DocIter),
-        Format::Parquet => parquet_file::open(path, field, max).map(|i| Box::new(i) as DocIter),
-        Format::Arrow => arrow_ipc::open(path, field, max).map(|i| Box::new(i) as DocIter),
+        Format::Parquet => parquet_file::open(path, field, max)
+            .map(|i| Box::new(i.with_message_lists(opts.chat)) as DocIter),
+        Format::Arrow => arrow_ipc::open(path, field, max)
+            .map(|i| Box::new(i.with_message_lists(opts.chat)) as DocIter),
         Format::Mds => mds::MdsDataset::open(path).map(|d| Box::new(d.documents(max)) as DocIter),
     }
 }

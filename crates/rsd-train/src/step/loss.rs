@@ -270,8 +270,8 @@ impl<'a> RowLoss<'a> {
         let x = pert.h.f_narrow(0, j0 - self.start, m)?;
         let dx = pert.dh.f_narrow(0, j0 - self.start, m)?;
         match opts.objective {
-            Objective::Standard => {}
-            Objective::Rsd => {
+            Objective::Standard | Objective::Sft => {}
+            Objective::Rsd | Objective::SftRsd => {
                 let any = self
                     .view
                     .is_some_and(|v| v.kl_mask[j0 as usize..i1 as usize].contains(&true));

@@ -117,12 +117,32 @@ pub enum Objective {
     Pose,
     /// CLM on the standard view + λ·CLM on the perturbed view.
     TwoViewClm,
+    /// Instruction SFT: CLM on the tokens the shards' loss mask marks (chat data packed with
+    /// `rsd-data pack --chat`), as `standard` computes it.
+    Sft,
+    /// SFT with RSD's KL on the same rows: CLM on the marked tokens + λ·KL, as `rsd` computes it.
+    SftRsd,
 }
 
 impl Objective {
+    /// The loss the step computes: `sft` is `standard`'s and `sft-rsd` is `rsd`'s (on masked
+    /// labels); the others are their own.
+    pub fn loss(self) -> Objective {
+        match self {
+            Objective::Sft => Objective::Standard,
+            Objective::SftRsd => Objective::Rsd,
+            other => other,
+        }
+    }
+
+    /// Whether the data must carry a loss mask (the SFT objectives).
+    pub fn needs_loss_mask(self) -> bool {
+        matches!(self, Objective::Sft | Objective::SftRsd)
+    }
+
     /// Whether a perturbed view is needed.
     pub fn needs_perturbed(self) -> bool {
-        self != Objective::Standard
+        self.loss() != Objective::Standard
     }
 
     /// The name in configs and on the command line.
@@ -132,6 +152,8 @@ impl Objective {
             Objective::Rsd => "rsd",
             Objective::Pose => "pose",
             Objective::TwoViewClm => "two-view-clm",
+            Objective::Sft => "sft",
+            Objective::SftRsd => "sft-rsd",
         }
     }
 }

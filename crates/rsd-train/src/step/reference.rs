@@ -66,10 +66,10 @@ pub fn reference_loss(
     };
     let zero = Tensor::zeros([], (Kind::Double, device));
     let (clm, second) = match opts.objective {
-        Objective::Standard => (ce(&logits_at(&mb.positions)?)?, zero),
+        Objective::Standard | Objective::Sft => (ce(&logits_at(&mb.positions)?)?, zero),
         Objective::Pose => (ce(&pert()?)?, zero),
         Objective::TwoViewClm => (ce(&logits_at(&mb.positions)?)?, ce(&pert()?)?),
-        Objective::Rsd => {
+        Objective::Rsd | Objective::SftRsd => {
             let ls = logits_at(&mb.positions)?;
             let kl = reference_kl(&ls, &pert()?, views.unwrap_or_default(), opts.kl)?;
             (ce(&ls)?, kl.f_div_scalar(norm.samples)?)

@@ -1,6 +1,8 @@
-//! Chat templates: a prompt rendered as one user message with the model's Jinja template, the way
-//! transformers' `tokenizer.apply_chat_template(messages, tokenize=False,
-//! add_generation_prompt=True)` renders it.
+//! Chat templates: conversations rendered with a model's Jinja template the way transformers'
+//! `tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=…)` renders
+//! them. Evaluation renders a prompt as one user message ([`ChatTemplate::render_user`]); SFT
+//! packing renders whole conversations and finds the spans a model is trained on
+//! ([`ChatTemplate::render_for_training`]).
 //!
 //! The template comes from `chat_template.jinja` in the model (or tokenizer) directory, else from
 //! `chat_template` in its `tokenizer_config.json` (a string, or HF's list of `{name, template}`
@@ -14,16 +16,15 @@ use std::path::{Path, PathBuf};
 use chrono::format::{Item, StrftimeItems};
 use minijinja::syntax::SyntaxConfig;
 use minijinja::{Environment, Error as JinjaError, ErrorKind, Value};
+use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 use sha2::{Digest, Sha256};
-
-use crate::tasks::hex;
 
 /// What loading or rendering a chat template can go wrong with.
 #[derive(Debug, thiserror::Error)]
 pub enum ChatError {
     /// `--chat-template` without a template in the directory.
-    #[error("--chat-template: {dir} has no chat template (looked for {dir}/chat_template.jinja and the \"chat_template\" key of {dir}/tokenizer_config.json); pass one with --chat-template-file FILE.jinja")]
+    #[error("{dir} has no chat template (looked for {dir}/chat_template.jinja and the \"chat_template\" key of {dir}/tokenizer_config.json); pass a template file (rsd-eval --chat-template-file, rsd-data pack --chat-template-file)")]
     NotFound {
         /// The model (or tokenizer) directory.
         dir: PathBuf,
@@ -163,6 +164,20 @@ impl ChatTemplate {
         })
     }
 
+    /// The `chat_template` of a parsed tokenizer_config.json (`name` says where it came from in
+    /// messages), with its special tokens; with `file`, that file's template instead.
+    pub fn from_config(config: &Json, name: &str, file: Option<&Path>) -> Result<ChatTemplate> {
+        if let Some(file) = file {
+            return Self::from_file(file, Some(config));
+        }
+        match config_template(Path::new(name), config)? {
+            Some(text) => Self::new(&text, &format!("\"chat_template\" of {name}"), Some(config)),
+            None => Err(ChatError::NotFound {
+                dir: PathBuf::from(name),
+            }),
+        }
+    }
+
     /// The template in `path`; special tokens from the tokenizer_config.json of `tokens_from`
     /// (a directory), if it has one.
     pub fn from_file_with_tokens(path: &Path, tokens_from: &Path) -> Result<ChatTemplate> {
@@ -228,10 +243,25 @@ impl ChatTemplate {
 
     /// `content` as the one user message, followed by the generation prompt.
     pub fn render_user(&self, content: &str) -> Result<String> {
-        let message = Value::from_pairs([("role", "user"), ("content", content)]);
+        let message = Message {
+            role: "user".into(),
+            content: content.into(),
+        };
+        self.render(std::slice::from_ref(&message), true)
+    }
+
+    /// `messages` rendered as transformers' `apply_chat_template(messages, tokenize=False,
+    /// add_generation_prompt=add_generation_prompt)` renders them.
+    pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        let list: Vec<Value> = messages
+            .iter()
+            .map(|m| {
+                Value::from_pairs([("role", m.role.as_str()), ("content", m.content.as_str())])
+            })
+            .collect();
         let mut ctx: Vec<(&str, Value)> = vec![
-            ("messages", Value::from(vec![message])),
-            ("add_generation_prompt", Value::from(true)),
+            ("messages", Value::from(list)),
+            ("add_generation_prompt", Value::from(add_generation_prompt)),
         ];
         for (k, t) in &self.tokens {
             ctx.push((k, Value::from(t.as_str())));
@@ -240,7 +270,8 @@ impl ChatTemplate {
             .env
             .get_template(NAME)
             .map_err(|e| template_err(&self.source_name, &e))?;
-        let limit = 4 * content.len() + RENDER_SLACK;
+        let content_bytes: usize = messages.iter().map(|m| m.content.len()).sum();
+        let limit = 4 * content_bytes + RENDER_SLACK;
         let mut out = CappedOutput {
             bytes: Vec::new(),
             limit,
@@ -253,21 +284,199 @@ impl ChatTemplate {
             Err(e) if out.bytes.len() >= limit => Err(ChatError::Template {
                 source_name: self.source_name.clone(),
                 message: format!(
-                    "rendering stopped at {limit} bytes (4 × the message's {} + 1 MiB): the \
-                     template writes far more than a prompt ({e})",
-                    content.len()
+                    "rendering stopped at {limit} bytes (4 × the messages' {content_bytes} + \
+                     1 MiB): the template writes far more than a prompt ({e})"
                 ),
             }),
             Err(e) if e.kind() == ErrorKind::OutOfFuel => Err(ChatError::Template {
                 source_name: self.source_name.clone(),
                 message: format!(
                     "rendering stopped after {FUEL} template steps: the template runs far \
-                     longer than formatting one message takes (a runaway loop?)"
+                     longer than formatting a conversation takes (a runaway loop?)"
                 ),
             }),
             Err(e) => Err(template_err(&self.source_name, &e)),
         }
     }
+
+    /// The conversation rendered whole (no generation prompt), with the byte ranges of the text
+    /// a model is trained on, in order.
+    ///
+    /// An assistant turn's trained text is what the model writes when asked to answer at that
+    /// point: the text that rendering `messages[..=i]` adds to rendering `messages[..i]` with the
+    /// generation prompt. That is the answer and the tokens that end the turn (`<|im_end|>\n`,
+    /// `<|eot_id|>`), and whatever the template opens an answer with beyond the prompt (Qwen3's
+    /// empty `<think>` block). Some templates render an earlier turn differently once later
+    /// turns follow (Qwen3 drops the `<think>` block of turns before the last question); such a
+    /// turn's trained text is located in the whole rendering instead: from the start of its
+    /// content to the end of the closing text it had when it was the last turn.
+    pub fn render_for_training(
+        &self,
+        messages: &[Message],
+        train_on: TrainOn,
+    ) -> std::result::Result<TrainingText, ConversationError> {
+        if messages.is_empty() {
+            return Err(ConversationError::Empty);
+        }
+        for (i, m) in messages.iter().enumerate() {
+            if !ROLES.contains(&m.role.as_str()) {
+                return Err(ConversationError::UnknownRole {
+                    message: i,
+                    role: m.role.clone(),
+                });
+            }
+        }
+        let assistant: Vec<usize> = (0..messages.len())
+            .filter(|&i| messages[i].role == "assistant")
+            .collect();
+        let Some(&last) = assistant.last() else {
+            return Err(ConversationError::NoAssistant);
+        };
+        let text = self.render(messages, false)?;
+        let trained = match train_on {
+            TrainOn::All => std::iter::once(0..text.len()).collect(),
+            TrainOn::Assistant => assistant
+                .iter()
+                .map(|&i| self.assistant_span(messages, i, &text))
+                .collect::<std::result::Result<Vec<_>, _>>()?,
+            TrainOn::LastAssistant => vec![self.assistant_span(messages, last, &text)?],
+        };
+        Ok(TrainingText { text, trained })
+    }
+
+    /// The byte range of `full` (the whole conversation rendered) that assistant turn `i`
+    /// is trained on (see [`ChatTemplate::render_for_training`]).
+    fn assistant_span(
+        &self,
+        messages: &[Message],
+        i: usize,
+        full: &str,
+    ) -> std::result::Result<std::ops::Range<usize>, ConversationError> {
+        let prompt = self.render(&messages[..i], true)?;
+        let upto = self.render(&messages[..=i], false)?;
+        if upto.starts_with(&prompt) && full.starts_with(&upto) {
+            return Ok(prompt.len()..upto.len());
+        }
+        // The turn renders differently with later turns after it: find its content in `full` by
+        // marking the content's start and end, and close it with the text that followed the
+        // content when the turn was the last one.
+        let unlocatable = || ConversationError::Unlocatable { message: i };
+        let marked =
+            |at_start: bool, upto_turn: bool| -> std::result::Result<_, ConversationError> {
+                let end = if upto_turn { i + 1 } else { messages.len() };
+                let mut with_mark = messages[..end].to_vec();
+                let c = &mut with_mark[i].content;
+                *c = if at_start {
+                    format!("{MARK}{c}")
+                } else {
+                    format!("{c}{MARK}")
+                };
+                let r = self.render(&with_mark, false)?;
+                // Exactly one mark, and the text before it as in the unmarked rendering.
+                let at = r.find(MARK).ok_or_else(unlocatable)?;
+                if r[at + MARK.len()..].contains(MARK) {
+                    return Err(unlocatable());
+                }
+                Ok((r, at))
+            };
+        let (r_start, start) = marked(true, false)?;
+        let (r_end, end) = marked(false, false)?;
+        let (r_upto, end_upto) = marked(false, true)?;
+        let closing = &r_upto[end_upto + MARK.len()..];
+        if !full.is_char_boundary(start)
+            || !full.is_char_boundary(end)
+            || full[..start] != r_start[..start]
+            || full[..end] != r_end[..end]
+            || !full[end..].starts_with(closing)
+            || start > end
+        {
+            return Err(unlocatable());
+        }
+        Ok(start..end + closing.len())
+    }
+}
+
+/// A string no conversation holds, used to find where a message's content lands in a
+/// rendering (two code points of Unicode's private use area around a tag).
+const MARK: &str = "\u{F8FE}rsd-mark\u{F8FF}";
+
+/// The roles a conversation may hold.
+pub const ROLES: [&str; 3] = ["system", "user", "assistant"];
+
+/// One message of a conversation (`{"role": …, "content": …}`, the messages format of Tulu-v3
+/// and most SFT sets).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    /// `system`, `user` or `assistant`.
+    pub role: String,
+    /// The text.
+    pub content: String,
+}
+
+/// Which tokens of a conversation are trained on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TrainOn {
+    /// Every assistant turn (the default, as Tulu-v3's recipe).
+    #[default]
+    Assistant,
+    /// The last assistant turn only.
+    LastAssistant,
+    /// The whole rendered conversation.
+    All,
+}
+
+impl TrainOn {
+    /// The name used on the command line and in manifests.
+    pub fn name(self) -> &'static str {
+        match self {
+            TrainOn::Assistant => "assistant",
+            TrainOn::LastAssistant => "last-assistant",
+            TrainOn::All => "all",
+        }
+    }
+}
+
+/// A conversation rendered for training.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrainingText {
+    /// The whole conversation, rendered without a generation prompt.
+    pub text: String,
+    /// Byte ranges of `text` trained on, in order, not overlapping.
+    pub trained: Vec<std::ops::Range<usize>>,
+}
+
+/// Why a conversation cannot be trained on.
+#[derive(Debug, thiserror::Error)]
+pub enum ConversationError {
+    /// No messages.
+    #[error("the conversation has no messages")]
+    Empty,
+    /// A role outside [`ROLES`].
+    #[error("message {message} has role \"{role}\", expected system, user or assistant")]
+    UnknownRole {
+        /// Index of the message.
+        message: usize,
+        /// Its role.
+        role: String,
+    },
+    /// Nothing to train on.
+    #[error("the conversation has no assistant turn")]
+    NoAssistant,
+    /// The template renders a turn in a way its trained text cannot be found.
+    #[error("message {message}: the chat template renders this assistant turn differently inside the whole conversation, and its text could not be located there")]
+    Unlocatable {
+        /// Index of the message.
+        message: usize,
+    },
+    /// The template failed.
+    #[error(transparent)]
+    Template(#[from] ChatError),
+}
+
+/// Lowercase hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The rendered prompt, refusing to grow past `limit` bytes (the write fails, and with it the
@@ -409,6 +618,99 @@ mod tests {
         .unwrap();
         let t = ChatTemplate::from_dir(dir.path()).unwrap();
         assert_eq!(t.render_user("a").unwrap(), "<a>");
+    }
+
+    fn msg(role: &str, content: &str) -> Message {
+        Message {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+
+    /// SmolLM2's template (ChatML with a default system prompt).
+    const CHATML: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are helpful.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+    /// Qwen3's way with earlier turns, cut down: the last answer after the last question opens
+    /// with an empty think block, earlier answers do not.
+    const THINKING: &str = "{% set ns = namespace(last=0) %}{% for m in messages %}{% if m.role == 'user' %}{% set ns.last = loop.index0 %}{% endif %}{% endfor %}{% for m in messages %}{% if m.role == 'assistant' %}{{ '<|im_start|>assistant\n' }}{% if loop.index0 > ns.last %}{{ '<think>\n\n</think>\n\n' }}{% endif %}{{ m.content + '<|im_end|>\n' }}{% else %}{{ '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+    fn trained(t: &TrainingText) -> Vec<&str> {
+        t.trained.iter().map(|r| &t.text[r.clone()]).collect()
+    }
+
+    #[test]
+    fn assistant_turns_are_trained_with_the_tokens_that_end_them() {
+        let t = ChatTemplate::new(CHATML, "chatml.jinja", None).unwrap();
+        let conv = [
+            msg("user", "Hi"),
+            msg("assistant", "Hello!"),
+            msg("user", "2+2?"),
+            msg("assistant", "4"),
+        ];
+        let r = t.render_for_training(&conv, TrainOn::Assistant).unwrap();
+        assert!(r
+            .text
+            .starts_with("<|im_start|>system\nYou are helpful.<|im_end|>\n"));
+        assert_eq!(trained(&r), ["Hello!<|im_end|>\n", "4<|im_end|>\n"]);
+        let r = t
+            .render_for_training(&conv, TrainOn::LastAssistant)
+            .unwrap();
+        assert_eq!(trained(&r), ["4<|im_end|>\n"]);
+        let r = t.render_for_training(&conv, TrainOn::All).unwrap();
+        assert_eq!(trained(&r), [r.text.as_str()]);
+    }
+
+    #[test]
+    fn turns_a_template_renders_differently_later_are_located_in_the_whole() {
+        let t = ChatTemplate::new(THINKING, "thinking.jinja", None).unwrap();
+        let conv = [
+            msg("user", "Hi"),
+            msg("assistant", "Hello!"),
+            msg("user", "2+2?"),
+            msg("assistant", "4"),
+        ];
+        let r = t.render_for_training(&conv, TrainOn::Assistant).unwrap();
+        assert_eq!(
+            r.text,
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n4<|im_end|>\n"
+        );
+        // The last answer as generated (think block included); the earlier one as it stands.
+        assert_eq!(
+            trained(&r),
+            ["Hello!<|im_end|>\n", "<think>\n\n</think>\n\n4<|im_end|>\n"]
+        );
+    }
+
+    #[test]
+    fn conversations_that_cannot_be_trained_on_say_why() {
+        let t = ChatTemplate::new(CHATML, "chatml.jinja", None).unwrap();
+        let e = |conv: &[Message]| {
+            t.render_for_training(conv, TrainOn::Assistant)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(e(&[]), "the conversation has no messages");
+        assert_eq!(
+            e(&[msg("user", "Hi")]),
+            "the conversation has no assistant turn"
+        );
+        assert_eq!(
+            e(&[msg("user", "Hi"), msg("tool", "x"), msg("assistant", "y")]),
+            "message 1 has role \"tool\", expected system, user or assistant"
+        );
+        let t =
+            ChatTemplate::new("{{ raise_exception('no system') }}", "strict.jinja", None).unwrap();
+        let e = t
+            .render_for_training(
+                &[msg("user", "Hi"), msg("assistant", "y")],
+                TrainOn::Assistant,
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("chat template strict.jinja:") && e.contains("no system"),
+            "{e}"
+        );
     }
 
     #[test]
