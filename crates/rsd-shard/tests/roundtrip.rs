@@ -116,7 +116,11 @@ fn round_trip_both_dtypes_and_rolling() {
 fn loss_masks_round_trip_and_are_verified() {
     let tmp = tempfile::tempdir().unwrap();
     let data = samples(25);
-    let mask_of = |i: usize| -> Vec<u8> { (0..8).map(|j| u8::from((i + j).is_multiple_of(3))).collect() };
+    let mask_of = |i: usize| -> Vec<u8> {
+        (0..8)
+            .map(|j| u8::from((i + j).is_multiple_of(3)))
+            .collect()
+    };
     let mut w = ShardSetWriter::new(tmp.path(), TokenDtype::Uint16, 40, 0).with_loss_mask();
     let mut infos = vec![];
     for (i, (t, p)) in data.iter().enumerate() {
