@@ -227,6 +227,27 @@ def test_bad_conversations_stop_the_pack_or_are_counted_by_cause(tmp_path):
     assert "--mode mixed" in e, e
 
 
+def test_a_crashed_chat_pack_resumes_to_the_same_shards_and_masks(tmp_path):
+    args = ["pack", "--chat", "--src", CHAT / "train.jsonl", "--tokenizer", MINI,
+            "--chat-template-file", CHAT / "chatml.jinja", "--len", 512, "--shard-size", "8KiB"]
+    rsd(*args, "--out", tmp_path / "reference")
+    p = run("rsd-data", *args, "--out", tmp_path / "out", check=False,
+            env={"RSD_PACK_CRASH_AFTER_SHARDS": "3"}, timeout=300)
+    assert p.returncode != 0 and not (tmp_path / "out" / "index.json").exists()
+    resumed = rsd(*args, "--out", tmp_path / "out")
+    assert "resumed after 3 shards" in resumed.stdout + resumed.stderr
+    names = sorted(f.name for f in (tmp_path / "reference").iterdir())
+    assert "shard-00005-mask.bin" in names and names == sorted(f.name for f in (tmp_path / "out").iterdir())
+    for name in names:
+        a, b = (tmp_path / "reference" / name), (tmp_path / "out" / name)
+        if name == "index.json":
+            a, b = json.loads(a.read_text()), json.loads(b.read_text())
+            a.pop("command"), b.pop("command")
+            assert a == b
+        else:
+            assert a.read_bytes() == b.read_bytes(), name
+
+
 def grads(path):
     from safetensors.numpy import load_file
     return load_file(str(path))

@@ -242,18 +242,22 @@ def test_the_paper_configs_print_a_memory_plan_that_fits_their_gpus():
     qwen = REPO / "configs" / "model" / "qwen3-4b.json"
     # Each paper config carries its layout (dp × cp, sharding, checkpointing): the plan of one
     # rank fits 80 GiB with at least 10% to spare, on the paper's GPU count.
-    for config, arch, gpus, params in [("llama3-8b-64k.toml", llama, 16, 8030261248),
-                                       ("llama3-8b-64k-bookrepo.toml", llama, 16, 8030261248),
-                                       ("llama3-8b-64k-standard.toml", llama, 16, 8030261248),
-                                       ("qwen3-4b-256k.toml", qwen, 32, 4022468096)]:
+    # The SFT stage's shards are not there: its row length is given.
+    sft_rows = ["--max-position-embeddings", 16384]
+    for config, arch, gpus, params, extra in [
+            ("llama3-8b-64k.toml", llama, 16, 8030261248, []),
+            ("llama3-8b-64k-bookrepo.toml", llama, 16, 8030261248, []),
+            ("llama3-8b-64k-standard.toml", llama, 16, 8030261248, []),
+            ("qwen3-4b-256k.toml", qwen, 32, 4022468096, []),
+            ("qwen3-4b-256k-sft.toml", qwen, 32, 4022468096, sft_rows)]:
         report = json.loads(run("rsd-train", "memory", "--config", REPO / "configs" / config,
-                                "--arch", arch, "--json").stdout)
+                                "--arch", arch, "--json", *extra).stdout)
         plan = report["plan"]
         assert plan["world"] == gpus and plan["parameters"] == params, (config, plan)
         assert plan["gpu_bytes"] == 80 << 30, (config, plan)
         assert plan["total"] <= 0.9 * plan["gpu_bytes"], (config, plan["total"] / 2**30)
         # The alias prints the same plan.
-        out = memory_plan(config, "--print-memory-plan", arch)
+        out = memory_plan(config, "--print-memory-plan", arch, *extra)
         assert f"{params} parameters, dp {plan['dp']} × cp {plan['cp']}" in out, out
         assert "per GPU: fits" in out, out
     # The same Llama run without sharding or context parallelism does not fit, and says what does.
