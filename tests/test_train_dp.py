@@ -100,7 +100,9 @@ def test_two_ranks_on_mixed_shards_train_what_one_process_trains(mini_shards, tm
     batch = ["--micro-batch", 2, "--tokens-per-step", 1024, "--perturb-scope", "document"]
     run("rsd-train", *train_args(mixed, tmp_path / "one", *batch))
     run("rsd-train", *train_args(mixed, tmp_path / "two", *batch), "--nproc", 2)
-    assert_same_run(tmp_path / "one", tmp_path / "two", loss_rel=1e-5, param_abs=1e-5)
+    # Parameters: 6.1e-6 measured on one machine, 1.01e-5 on an AMD EPYC (the fp32 kernels'
+    # rounding of near-zero gradients, turned into ±lr moves by AdamW's first steps).
+    assert_same_run(tmp_path / "one", tmp_path / "two", loss_rel=1e-5, param_abs=2e-5)
 
 
 @pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun not on PATH")
