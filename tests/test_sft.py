@@ -328,6 +328,29 @@ def test_sft_lowers_heldout_assistant_loss_on_the_bundled_chat_set(tmp_path):
     assert f"{plain} has no loss mask" in e and "rsd-data pack --chat" in e, e
 
 
+def test_epochs_set_the_steps_from_the_packed_rows(tmp_path):
+    chat = tmp_path / "chat"
+    rsd("pack", "--chat", "--src", CHAT / "heldout.jsonl", "--tokenizer", MINI,
+        "--chat-template-file", CHAT / "chatml.jinja", "--len", 512, "--out", chat)
+    rows = json.loads((chat / "index.json").read_text())["totals"]["samples"]
+    config = json.loads((REPO / "configs/model/tiny-qwen3-64.json").read_text())
+    config.update(vocab_size=1024, bos_token_id=0, eos_token_id=0)
+    (tmp_path / "tiny-1k.json").write_text(json.dumps(config))
+    out = tmp_path / "run"
+    # 1024 tokens per step of 2-row micro-batches of 512: 2 rows per step.
+    p = rsd_train("--config", REPO / "configs" / "tiny-cpu.toml", "--shards", chat, "--init",
+                  tmp_path / "tiny-1k.json", "--out", out, "--objective", "sft", "--epochs", 1.5,
+                  "--steps", 999, "--micro-batch", 2, "--tokens-per-step", 1024, "--save-every", 0,
+                  "--progress", "false", "--threads", 2, timeout=600)
+    steps = -(-3 * rows // 4)  # ⌈1.5 × rows ÷ 2⌉
+    assert f"1.5 epoch(s) of {rows} rows at 2 rows per step: {steps} steps" in p.stderr, p.stderr
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == steps
+    e = rsd_train("--config", REPO / "configs" / "tiny-cpu.toml", "--shards", chat, "--init",
+                  tmp_path / "tiny-1k.json", "--out", tmp_path / "bad", "--epochs=-1",
+                  check=False).stderr
+    assert "config key epochs" in e, e
+
+
 def test_sft_rsd_under_dp_2_by_cp_2_trains_what_one_process_trains(tmp_path):
     chat = tmp_path / "chat"
     rsd("pack", "--chat", "--src", CHAT / "train.jsonl", "--tokenizer", MINI,

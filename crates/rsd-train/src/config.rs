@@ -161,6 +161,11 @@ config! {
     // --- optimisation
     /// Optimizer steps.
     steps: u64 = 100;
+    /// Passes over the data instead of `steps` (0 = use `steps`): steps = ⌈epochs × rows ÷ rows
+    /// per step⌉, rows being every dataset's packed samples and rows per step `micro_batch` ×
+    /// the step's micro-batches (all ranks). One epoch of SFT data is `epochs = 1`.
+    #[serde(default)]
+    epochs: f64 = 0.0;
     /// Peak learning rate.
     lr: f64 = 1e-5;
     /// Final learning rate / peak (cosine floor).
@@ -445,6 +450,12 @@ impl TrainConfig {
             return bad(
                 "model/init",
                 "give exactly one of --model DIR or --init CONFIG",
+            );
+        }
+        if !(self.epochs.is_finite() && self.epochs >= 0.0) {
+            return bad(
+                "epochs",
+                "passes over the data: a number ≥ 0 (0 = train `steps` steps)",
             );
         }
         if let Some(init) = self.init.as_deref().filter(|i| Path::new(i).is_dir()) {

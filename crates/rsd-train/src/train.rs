@@ -149,6 +149,15 @@ pub fn rank_device(cfg: &TrainConfig) -> Result<tch::Device> {
     Ok(device)
 }
 
+/// The steps `epochs` passes over datasets of `rows` packed samples take at `rows_per_step` rows
+/// per step (at least 1).
+fn steps_for_epochs(epochs: f64, rows: &[u64], rows_per_step: usize) -> u64 {
+    let rows: u64 = rows.iter().sum();
+    ((epochs * rows as f64) / rows_per_step.max(1) as f64)
+        .ceil()
+        .max(1.0) as u64
+}
+
 fn model_options(cfg: &TrainConfig) -> Result<ModelOptions> {
     Ok(ModelOptions {
         device: rank_device(cfg)?,
@@ -357,7 +366,7 @@ fn resumed(
 
 impl Trainer {
     /// Builds a fresh run, or resumes from `resume` (a checkpoint directory).
-    pub fn new(cfg: TrainConfig, resume: Option<&Path>) -> Result<Self> {
+    pub fn new(mut cfg: TrainConfig, resume: Option<&Path>) -> Result<Self> {
         if cfg.threads > 0 {
             tch::set_num_threads(cfg.threads as i32);
         }
@@ -400,6 +409,19 @@ impl Trainer {
             cfg.tokens_per_step.div_ceil(per_micro) as usize
         };
         let local_accum = dp.local_accum(accum, &cfg, seq_len)?;
+        if cfg.epochs > 0.0 {
+            cfg.steps =
+                steps_for_epochs(cfg.epochs, &loader.dataset_sizes(), cfg.micro_batch * accum);
+            if dp.is_main() {
+                eprintln!(
+                    "rsd-train: {} epoch(s) of {} rows at {} rows per step: {} steps",
+                    cfg.epochs,
+                    loader.dataset_sizes().iter().sum::<u64>(),
+                    cfg.micro_batch * accum,
+                    cfg.steps
+                );
+            }
+        }
         let schedule = Schedule {
             lr: cfg.lr,
             warmup: (cfg.warmup_ratio * cfg.steps as f64).round() as u64,
