@@ -112,21 +112,10 @@ pub struct JsonLine {
 impl JsonLine {
     /// The text field's value, or an error naming the file, the line and what was wrong.
     pub fn decode(self) -> Result<String> {
-        let JsonLine {
-            bytes,
-            path,
-            line,
-            field,
-        } = self;
-        let bad = |what: String| DataError::bad_record(&*path, format!("line {line}"), what);
-        let text = std::str::from_utf8(&bytes).map_err(|e| {
-            bad(format!(
-                "invalid UTF-8 at byte {} of the line",
-                e.valid_up_to()
-            ))
-        })?;
+        let text = self.text()?;
+        let (field, bad) = (&self.field, |what: String| self.bad(what));
         let mut de = serde_json::Deserializer::from_str(text.trim_end());
-        let found = FieldSeed { field: &field }
+        let found = FieldSeed { field }
             .deserialize(&mut de)
             .and_then(|f| de.end().map(|_| f))
             .map_err(|e| bad(format!("malformed JSON at column {}: {e}", e.column())))?;
@@ -150,23 +139,12 @@ impl JsonLine {
     /// The field's value whatever its type (a chat record's list of messages), or an error
     /// naming the file, the line and what was wrong.
     pub fn decode_value(self) -> Result<Value> {
-        let JsonLine {
-            bytes,
-            path,
-            line,
-            field,
-        } = self;
-        let bad = |what: String| DataError::bad_record(&*path, format!("line {line}"), what);
-        let text = std::str::from_utf8(&bytes).map_err(|e| {
-            bad(format!(
-                "invalid UTF-8 at byte {} of the line",
-                e.valid_up_to()
-            ))
-        })?;
+        let text = self.text()?;
+        let (field, bad) = (&self.field, |what: String| self.bad(what));
         let value: Value = serde_json::from_str(text.trim_end())
             .map_err(|e| bad(format!("malformed JSON at column {}: {e}", e.column())))?;
         match value {
-            Value::Object(mut map) => match map.remove(&*field) {
+            Value::Object(mut map) => match map.remove(&**field) {
                 Some(v) => Ok(v),
                 None => {
                     let keys: Vec<String> = map.keys().cloned().collect();
@@ -183,9 +161,19 @@ impl JsonLine {
         }
     }
 
-    /// The file and line, for messages about the record.
-    pub fn location(&self) -> (&Path, String) {
-        (&self.path, format!("line {}", self.line))
+    /// The line as UTF-8.
+    fn text(&self) -> Result<&str> {
+        std::str::from_utf8(&self.bytes).map_err(|e| {
+            self.bad(format!(
+                "invalid UTF-8 at byte {} of the line",
+                e.valid_up_to()
+            ))
+        })
+    }
+
+    /// A bad-record error naming the file and the line.
+    fn bad(&self, what: String) -> DataError {
+        DataError::bad_record(&*self.path, format!("line {}", self.line), what)
     }
 }
 
