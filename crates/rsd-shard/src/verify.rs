@@ -51,18 +51,8 @@ pub fn verify(dir: &Path, options: VerifyOptions) -> Result<VerifyReport> {
     for (k, info) in manifest.shards.iter().enumerate() {
         // The manifest names the files: only plain names inside `dir`, only regular files.
         let (bin_path, idx_path) = shard_files(dir, k, info)?;
-        for (path, bytes_expected) in [(&bin_path, info.bin_bytes), (&idx_path, info.idx_bytes)] {
-            let len = std::fs::metadata(path)
-                .map_err(|e| ShardError::io(path, e))?
-                .len();
-            if len != bytes_expected {
-                return Err(ShardError::corrupt(
-                    path,
-                    len.min(bytes_expected),
-                    format!("file is {len} bytes, the manifest says {bytes_expected}"),
-                ));
-            }
-        }
+        check_size(&bin_path, info.bin_bytes)?;
+        check_size(&idx_path, info.idx_bytes)?;
         let shard = Shard::open_files(&bin_path, &idx_path)?;
         // The .idx header's dtype decides how the .bin is read; the manifest's is what readers
         // and the token-range check assume. They must agree.
@@ -79,19 +69,8 @@ pub fn verify(dir: &Path, options: VerifyOptions) -> Result<VerifyReport> {
             ));
         }
         if options.checksums {
-            for (path, bytes, expected) in [
-                (shard.bin_path(), shard.bin_bytes(), &info.bin_xxh3),
-                (shard.idx_path(), shard.idx_bytes(), &info.idx_xxh3),
-            ] {
-                let got = format!("{:016x}", crate::checksum(bytes));
-                if &got != expected {
-                    return Err(ShardError::corrupt(
-                        path,
-                        0,
-                        format!("xxh3 checksum {got}, the manifest says {expected}"),
-                    ));
-                }
-            }
+            check_sum(shard.bin_path(), shard.bin_bytes(), &info.bin_xxh3)?;
+            check_sum(shard.idx_path(), shard.idx_bytes(), &info.idx_xxh3)?;
         }
         check_index(&shard, &manifest)?;
         if manifest.loss_mask.is_some() {
@@ -253,6 +232,34 @@ fn check_token_range(shard: &Shard, vocab_size: u64) -> Result<()> {
     }
 }
 
+/// The file at `path` is `expected` bytes long, as the manifest says.
+fn check_size(path: &Path, expected: u64) -> Result<()> {
+    let len = std::fs::metadata(path)
+        .map_err(|e| ShardError::io(path, e))?
+        .len();
+    if len != expected {
+        return Err(ShardError::corrupt(
+            path,
+            len.min(expected),
+            format!("file is {len} bytes, the manifest says {expected}"),
+        ));
+    }
+    Ok(())
+}
+
+/// `bytes` (the file at `path`) have the manifest's xxh3 checksum `expected`.
+fn check_sum(path: &Path, bytes: &[u8], expected: &str) -> Result<()> {
+    let got = format!("{:016x}", crate::checksum(bytes));
+    if got != expected {
+        return Err(ShardError::corrupt(
+            path,
+            0,
+            format!("xxh3 checksum {got}, the manifest says {expected}"),
+        ));
+    }
+    Ok(())
+}
+
 /// Shard `k`'s loss-mask pair: listed, sized and (with `checksums`) summed as the manifest says,
 /// one 0 or 1 per token, and its `.idx` the token index with uint8 elements (what Megatron reads
 /// it with). Returns the bytes read and the tokens marked as targets.
@@ -274,34 +281,13 @@ fn check_mask(
             ),
         })?;
     let (bin_path, idx_path) = crate::fsutil::mask_files(dir, k, info)?;
-    for (path, expected) in [(&bin_path, files.bin_bytes), (&idx_path, files.idx_bytes)] {
-        let len = std::fs::metadata(path)
-            .map_err(|e| ShardError::io(path, e))?
-            .len();
-        if len != expected {
-            return Err(ShardError::corrupt(
-                path,
-                len.min(expected),
-                format!("file is {len} bytes, the manifest says {expected}"),
-            ));
-        }
-    }
+    check_size(&bin_path, files.bin_bytes)?;
+    check_size(&idx_path, files.idx_bytes)?;
     let bin = rsd_common::safe_fs::read_regular(&bin_path, files.bin_bytes, "loss mask")?;
     let idx = rsd_common::safe_fs::read_regular(&idx_path, files.idx_bytes, "loss mask index")?;
     if checksums {
-        for (path, bytes, expected) in [
-            (&bin_path, &bin, &files.bin_xxh3),
-            (&idx_path, &idx, &files.idx_xxh3),
-        ] {
-            let got = format!("{:016x}", crate::checksum(bytes));
-            if &got != expected {
-                return Err(ShardError::corrupt(
-                    path,
-                    0,
-                    format!("xxh3 checksum {got}, the manifest says {expected}"),
-                ));
-            }
-        }
+        check_sum(&bin_path, &bin, &files.bin_xxh3)?;
+        check_sum(&idx_path, &idx, &files.idx_xxh3)?;
     }
     let tokens = shard.bin_bytes().len() / shard.dtype().size();
     if bin.len() != tokens {
