@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use chrono::format::{Item, StrftimeItems};
 use minijinja::syntax::SyntaxConfig;
 use minijinja::{Environment, Error as JinjaError, ErrorKind, Value};
+use rsd_common::hex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 use sha2::{Digest, Sha256};
@@ -472,11 +473,6 @@ pub enum ConversationError {
     /// The template failed.
     #[error(transparent)]
     Template(#[from] ChatError),
-}
-
-/// Lowercase hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The rendered prompt, refusing to grow past `limit` bytes (the write fails, and with it the

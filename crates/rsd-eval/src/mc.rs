@@ -487,7 +487,7 @@ fn sha256_of(path: &Path) -> crate::run::Result<String> {
     if path.join("test").is_dir() {
         all.push_str(&sha256_of(&path.join("test"))?);
     }
-    Ok(crate::tasks::hex(&<sha2::Sha256 as sha2::Digest>::digest(
+    Ok(rsd_common::hex(&<sha2::Sha256 as sha2::Digest>::digest(
         all.as_bytes(),
     )))
 }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use crate::tasks::hex;
+use rsd_common::hex;
 
 /// The largest QA file read (HotpotQA's dev set is 46 MB).
 const QA_FILE_LIMIT: u64 = 1 << 30;

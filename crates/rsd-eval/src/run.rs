@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
+use rsd_common::hex;
 use rsd_common::progress::ProgressLines;
 use rsd_model::generate::{self as gen, GenerateOptions, TextTokenizer};
 use rsd_model::{Model, ModelConfig, ModelOptions, RopeScaling};
@@ -27,9 +28,7 @@ use sha2::{Digest, Sha256};
 use crate::qa::{QaData, QaSet, QaSource};
 use crate::results::{read_results, ItemResult, ResultsError};
 use crate::score::score;
-use crate::tasks::{
-    depths, hex, ruler_depth, DepthGrid, Generator, Haystack, Item, Task, TaskError,
-};
+use crate::tasks::{depths, ruler_depth, DepthGrid, Generator, Haystack, Item, Task, TaskError};
 use rsd_chat::{ChatError, ChatTemplate};
 
 /// How run.json names the bundled haystack.

@@ -24,6 +24,7 @@ use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+use rsd_common::hex;
 use rsd_common::rng::SplitMix64;
 use rsd_model::generate::TextTokenizer;
 use serde::{Deserialize, Serialize};
@@ -561,11 +562,6 @@ impl Haystack {
         let len = self.words.len();
         (0..n).map(move |i| self.words[(start + i) % len].as_str())
     }
-}
-
-/// Lower-case hex of bytes.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// One generated prompt.

@@ -110,7 +110,7 @@ pub struct Shard {
     idx: Mmap,
     header: IdxHeader,
     /// The loss mask's `.bin` (one byte per token), when the directory has masks.
-    mask: Option<(PathBuf, Mmap)>,
+    mask: Option<Mmap>,
 }
 
 fn map(path: &Path) -> Result<(Mmap, File)> {
@@ -161,7 +161,7 @@ impl Shard {
                 ),
             ));
         }
-        self.mask = Some((mask_bin.to_path_buf(), map));
+        self.mask = Some(map);
         Ok(())
     }
 
@@ -170,18 +170,13 @@ impl Shard {
         self.mask.is_some()
     }
 
-    /// The whole mapped loss-mask `.bin`, if attached.
-    pub fn mask_bytes(&self) -> Option<&[u8]> {
-        self.mask.as_ref().map(|(_, m)| &m[..])
-    }
-
     /// The loss mask of the tokens at bytes `start..end` of the `.bin` (a sample's
     /// [`Sample::bytes`], or part of it), if a mask is attached: 1 = a training target.
     pub fn mask_of(&self, start: usize, end: usize) -> Option<&[u8]> {
         let size = self.header.dtype.size();
         self.mask
             .as_ref()
-            .and_then(|(_, m)| m.get(start / size..end / size))
+            .and_then(|m| m.get(start / size..end / size))
     }
 
     /// O(1) checks that catch truncation and most header damage: the index array starts at 0 and

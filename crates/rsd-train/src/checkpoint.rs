@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tch::Tensor;
 
+use rsd_common::hex;
 use rsd_loader::LoaderState;
 use rsd_model::{Model, SaveOptions};
 
@@ -132,11 +133,6 @@ pub fn file_digest(path: &Path) -> Result<(u64, [u8; 32])> {
         n += k as u64;
     }
     Ok((n, h.finalize().into()))
-}
-
-/// Lowercase hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// [`FileEntry`]s of every file under `dir` (recursively) but those in `skip` and the manifest.

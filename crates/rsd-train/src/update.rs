@@ -170,7 +170,7 @@ impl Optimizer {
                 FileEntry {
                     path: shard_file_name(r, ranks),
                     bytes: w[0] as u64,
-                    sha256: checkpoint::hex(&digest),
+                    sha256: rsd_common::hex(&digest),
                 }
             })
             .collect())
