@@ -3,6 +3,8 @@
 For one rsd shard directory (make one with `rsd-data bench DIR --synthetic-tokens 2e8 --len 65536`):
   * rsd-loader, through `rsd-data bench --json` (release build): sequential/shuffled, 1..N workers,
     memcpy limit, first-batch latency, RSS;
+  * the same loader from Python (`import rsd`, the package in python/), in this process: torch
+    tensors over its int32 buffers, or widened to int64; and its RSS over --rss-epochs epochs;
   * nanoGPT-style np.memmap reader: random windows of L+1 tokens → int64 x, y;
   * megatron-core IndexedDataset: random samples (documents) read sequence by sequence → int64;
   * mosaicml-streaming StreamingDataset over MDS shards written from the same samples → int64.
@@ -62,6 +64,8 @@ def main():
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--json-out", type=Path)
     ap.add_argument("--skip-rsd", action="store_true")
+    ap.add_argument("--rss-epochs", type=int, default=2,
+                    help="whole epochs the Python loader reads while its RSS is sampled (0: none)")
     args = ap.parse_args()
 
     manifest = json.loads((args.dir / "index.json").read_text())
@@ -90,6 +94,43 @@ def main():
                 print(f"{name:>42}: {rec['tokens_per_s'] / 1e6:8.1f} M tok/s "
                       f"({100 * rec['fraction_of_memcpy']:.0f}% of memcpy, median of {len(reports)}), first batch {first_ms:.1f} ms, "
                       f"RSS max {max(r['rss_max'] for r in reports) / 2**20:.0f} MiB", flush=True)
+
+    # The same loader from Python (`import rsd`, python/): batches as torch tensors over the
+    # loader's buffers. int32 hands those buffers over as they are (what `rsd-data bench`'s full
+    # layout makes); int64 widens the ids, labels and positions once (what embeddings and
+    # cross_entropy take).
+    import rsd
+
+    for int64 in (False, True):
+        for workers in map(int, args.workers.split(",")):
+            loader = rsd.Loader(args.dir, micro_batch=1, seed=1, workers=workers, int64=int64)
+            batches = iter(loader)
+
+            def rsd_python_step():
+                nonlocal batches
+                try:
+                    b = next(batches)
+                except StopIteration:
+                    batches = iter(rsd.Loader(args.dir, micro_batch=1, seed=1, workers=workers, int64=int64))
+                    b = next(batches)
+                return b["input_ids"].numel()
+
+            name = f"rsd (Python) {'int64' if int64 else 'int32'} w{workers}"
+            results["readers"].append(timed(name, rsd_python_step, args.seconds))
+            del loader, batches
+    if args.rss_epochs:
+        # RSS over whole epochs: sampled every 32 batches; flat means the loader frees what it read.
+        samples, n = [], 0
+        for b in rsd.Loader(args.dir, micro_batch=1, seed=1, epochs=args.rss_epochs):
+            n += 1
+            if n % 32 == 0:
+                samples.append(rss_mib())
+        rec = {"reader": "rsd (Python) RSS over epochs", "epochs": args.rss_epochs, "batches": n,
+               "rss_first_mib": samples[0] if samples else None, "rss_max_mib": max(samples, default=None),
+               "rss_last_mib": samples[-1] if samples else None}
+        results["readers"].append(rec)
+        print(f"{'rsd (Python) ' + str(args.rss_epochs) + ' epochs':>28}: {n} batches, RSS "
+              f"{rec['rss_first_mib']:.0f} MiB after 32 → max {rec['rss_max_mib']:.0f} → last {rec['rss_last_mib']:.0f} MiB", flush=True)
 
     shards = manifest["shards"]
 

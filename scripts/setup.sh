@@ -104,6 +104,23 @@ if [ ! -s "$assets/llama3-tokenizer.json" ]; then
   fi
 fi
 
+# 4. The Python package `rsd` (python/: the loader for PyTorch trainers, built by maturin from
+#    PyPI). The stamp holds the sha256 of the sources it was built from (python/, the loader
+#    and shard crates, the workspace lock): a change rebuilds it (~1 min), none does nothing.
+pystamp="$venv/.rsd-python"
+pywant="$(cd "$here" && find python/src python/rsd python/Cargo.toml python/Cargo.lock python/pyproject.toml \
+  crates/rsd-loader/src crates/rsd-loader/Cargo.toml crates/rsd-shard/src crates/rsd-shard/Cargo.toml \
+  crates/rsd-common/src crates/rsd-common/Cargo.toml -type f ! -name '*.pyc' | LC_ALL=C sort \
+  | xargs sha256sum | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$pystamp" 2>/dev/null || true)" = "$pywant" ] && [ -z "$dry" ]; then
+  log "python: the rsd package is installed and current"
+else
+  log "python: building and installing the rsd package (pip install ./python: maturin, PyO3)"
+  act "$venv/bin/pip" install -q "$here/python" || die "pip install ./python failed (see above)"
+  act "$venv/bin/python" -c "import rsd" || die "the rsd package does not import (see above)"
+  if [ -n "$dry" ]; then log "would write $pystamp"; else echo "$pywant" >"$pystamp"; fi
+fi
+
 # Tell later steps where things are.
 if [ -n "$dry" ]; then
   log "would write $here/.rsd-env"

@@ -33,6 +33,7 @@ lints=""
 if [ -z "${RSD_SKIP_LINT:-}" ]; then
   step "cargo fmt --check"
   cargo fmt --all -- --check
+  cargo fmt --manifest-path python/Cargo.toml -- --check   # the Python package's crate (outside the workspace)
   # Clippy's lints run inside the build: clippy-driver compiles the workspace's own crates as
   # rustc does, with the lints on (warnings are errors). `cargo clippy` is a check build with
   # artifacts of its own, which compiled every dependency and the C++ shims (libtorch's API

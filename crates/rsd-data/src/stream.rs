@@ -18,6 +18,8 @@ pub struct StreamRequest {
     pub batches: Option<u64>,
     /// Token ids kept from each end of a row.
     pub edge: usize,
+    /// Keep each row's whole ids, labels and position ids too ([`RowSummary::full`]).
+    pub full: bool,
     /// Save the loader state here after the last batch.
     pub save_state: Option<PathBuf>,
 }
@@ -47,6 +49,19 @@ pub struct RowSummary {
     pub chunks: Vec<[u32; 2]>,
     /// The full row's length (padding for context parallelism included).
     pub row_len: u32,
+    /// With [`StreamRequest::full`]: the arrays this rank holds of the row.
+    pub full: Option<FullRow>,
+}
+
+/// A row's arrays as the trainer gets them (this rank's part, after context-parallel slicing).
+#[derive(Debug, Clone)]
+pub struct FullRow {
+    /// Token ids.
+    pub ids: Vec<i32>,
+    /// Next-token targets, −100 where there is no loss.
+    pub labels: Vec<i32>,
+    /// RoPE position ids.
+    pub positions: Vec<i32>,
 }
 
 /// How a stream ended.
@@ -72,7 +87,7 @@ pub fn run(
         let Some(b) = loader.next() else { break };
         let b = b?;
         for row in 0..b.samples.len() {
-            on_row(summarize(&b, row, request.edge)).map_err(DataError::Output)?;
+            on_row(summarize(&b, row, request.edge, request.full)).map_err(DataError::Output)?;
         }
         done += 1;
     }
@@ -92,7 +107,7 @@ pub fn run(
 }
 
 /// Row `row` of batch `b`.
-fn summarize(b: &Batch, row: usize, edge: usize) -> RowSummary {
+fn summarize(b: &Batch, row: usize, edge: usize, full: bool) -> RowSummary {
     let (lo, hi) = (b.row_offsets[row] as usize, b.row_offsets[row + 1] as usize);
     let toks = &b.tokens[lo..hi];
     let pos = &b.position_ids[lo..hi];
@@ -125,5 +140,10 @@ fn summarize(b: &Batch, row: usize, edge: usize) -> RowSummary {
         docs,
         chunks: chunks.iter().map(|[x, y]| [x - base, y - base]).collect(),
         row_len: end - base,
+        full: full.then(|| FullRow {
+            ids: toks.to_vec(),
+            labels: b.labels[lo..hi].to_vec(),
+            positions: pos.to_vec(),
+        }),
     }
 }

@@ -122,6 +122,10 @@ pub struct StreamArgs {
     /// Token ids printed from each end of a row.
     #[arg(long, default_value_t = 4)]
     edge: usize,
+    /// Also print each row's whole arrays: "ids", "target" (labels, -100 = no loss) and
+    /// "position_ids", as this rank holds them.
+    #[arg(long)]
+    full: bool,
     /// Assembling threads (0: on the main thread).
     #[arg(long, default_value_t = 2)]
     workers: usize,
@@ -165,6 +169,7 @@ pub fn stream(a: StreamArgs) -> Result<()> {
         resume: a.resume,
         batches: a.batches,
         edge: a.edge,
+        full: a.full,
         save_state: a.save_state,
     };
     let stdout = std::io::stdout();
@@ -183,7 +188,7 @@ pub fn stream(a: StreamArgs) -> Result<()> {
 }
 
 fn row_json(r: &RowSummary) -> serde_json::Value {
-    json!({
+    let mut row = json!({
         "step": r.step,
         "row": r.row,
         "source": r.sample.dataset,
@@ -199,7 +204,13 @@ fn row_json(r: &RowSummary) -> serde_json::Value {
         "docs": r.docs,
         "chunks": r.chunks,
         "row_len": r.row_len,
-    })
+    });
+    if let Some(f) = &r.full {
+        row["ids"] = json!(f.ids);
+        row["target"] = json!(f.labels);
+        row["position_ids"] = json!(f.positions);
+    }
+    row
 }
 
 #[derive(Args)]

@@ -1,0 +1,275 @@
+//! `rsd._rsd`: rsd-loader for Python. The Python package (`python/rsd/__init__.py`) wraps this in
+//! `rsd.Loader`, a `torch.utils.data.IterableDataset`; this module knows nothing of torch.
+//!
+//! A batch crosses as a dict of NumPy arrays that own the loader's buffers: the `Vec`s move into
+//! the arrays, so nothing is copied (with `int64`, ids are widened once, in place of that copy).
+//! The next batch is awaited without the GIL, so the loader's threads and Python run side by side.
+//! Every loader error becomes `rsd.LoaderError` carrying the Rust error's message.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use numpy::{IntoPyArray, PyArrayMethods};
+use pyo3::exceptions::{PyException, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use rsd_loader::{
+    Batch, Batching, Dataset, Loader as RustLoader, LoaderConfig, LoaderState, Parallel, Pipeline,
+    Positions, Rank, IGNORE_INDEX,
+};
+
+pyo3::create_exception!(
+    rsd,
+    LoaderError,
+    PyException,
+    "An error of the rsd loader (a shard, a state, a configuration); the message is the Rust error's."
+);
+
+fn loader_error(e: impl std::fmt::Display) -> PyErr {
+    LoaderError::new_err(e.to_string())
+}
+
+/// One rank's stream of batches (see `rsd.Loader` for the arguments).
+#[pyclass(module = "rsd._rsd")]
+struct Loader {
+    inner: Mutex<RustLoader>,
+    int64: bool,
+    /// A dataset of the mixture carries a loss mask (chat data): batches get `loss_mask`.
+    masked: bool,
+}
+
+#[pymethods]
+impl Loader {
+    #[new]
+    #[pyo3(signature = (datasets, *, batch_size=None, token_budget=None, seed=0, epoch=0,
+        epochs=None, dp_rank=0, dp_size=1, cp_rank=0, cp_size=1, shuffle=true, positions="auto",
+        mask_doc_boundaries=None, workers=2, prefetch=4, verify=false, int64=true, state=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        datasets: Vec<(PathBuf, f64)>,
+        batch_size: Option<usize>,
+        token_budget: Option<usize>,
+        seed: u64,
+        epoch: u64,
+        epochs: Option<u64>,
+        dp_rank: usize,
+        dp_size: usize,
+        cp_rank: usize,
+        cp_size: usize,
+        shuffle: bool,
+        positions: &str,
+        mask_doc_boundaries: Option<bool>,
+        workers: usize,
+        prefetch: usize,
+        verify: bool,
+        int64: bool,
+        state: Option<&str>,
+    ) -> PyResult<Self> {
+        let batching =
+            match (batch_size, token_budget) {
+                (Some(_), Some(_)) => return Err(PyValueError::new_err(
+                    "give micro_batch (rows per step) or token_budget (tokens per step), not both",
+                )),
+                (None, Some(t)) => Batching::Tokens(t),
+                (b, None) => Batching::Samples(b.unwrap_or(1)),
+            };
+        let positions = match positions {
+            "auto" => Positions::Auto,
+            "row" => Positions::Row,
+            "document" => Positions::Document,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "positions={other:?}: expected \"auto\", \"row\" or \"document\""
+                )))
+            }
+        };
+        let cfg = LoaderConfig {
+            datasets: datasets
+                .into_iter()
+                .map(|(dir, weight)| Dataset::new(dir, weight))
+                .collect(),
+            seed,
+            epoch,
+            epochs,
+            parallel: Parallel {
+                dp: Rank::new(dp_rank, dp_size),
+                cp: Rank::new(cp_rank, cp_size),
+            },
+            batching,
+            shuffle,
+            positions,
+            mask_doc_boundaries,
+            prefetch,
+            workers,
+            verify,
+            ..LoaderConfig::default()
+        };
+        let state = state
+            .map(|s| {
+                serde_json::from_str::<LoaderState>(s)
+                    .map_err(|e| PyValueError::new_err(format!("the loader state: {e}")))
+            })
+            .transpose()?;
+        // Opening checks every shard's files (and with verify reads them): no GIL needed.
+        let inner = py
+            .detach(|| match &state {
+                Some(s) => RustLoader::resume(cfg, s),
+                None => RustLoader::new(cfg),
+            })
+            .map_err(loader_error)?;
+        let masked = (0..inner.config().datasets.len())
+            .any(|k| inner.manifest(k).is_some_and(|m| m.loss_mask.is_some()));
+        Ok(Loader {
+            inner: Mutex::new(inner),
+            int64,
+            masked,
+        })
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    /// The next batch as a dict of NumPy arrays and ints; `None` (StopIteration) at the end.
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let next = py.detach(|| self.lock().map(|mut l| l.next()))?;
+        match next {
+            None => Ok(None),
+            Some(Err(e)) => Err(loader_error(e)),
+            Some(Ok(batch)) => {
+                let (dict, rest) = self.to_dict(py, batch)?;
+                self.lock()?.recycle(rest);
+                Ok(Some(dict))
+            }
+        }
+    }
+
+    /// The loader state after the last batch returned, as JSON (prefetched batches not counted).
+    fn state_json(&self) -> PyResult<String> {
+        serde_json::to_string(&self.lock()?.state()).map_err(loader_error)
+    }
+
+    /// The datasets' packing length (tokens per row before context-parallel slicing).
+    #[getter]
+    fn seq_len(&self) -> PyResult<u64> {
+        Ok(self.lock()?.seq_len())
+    }
+
+    /// Samples in each dataset, in the order given.
+    #[getter]
+    fn dataset_sizes(&self) -> PyResult<Vec<u64>> {
+        Ok(self.lock()?.dataset_sizes())
+    }
+}
+
+impl Loader {
+    fn lock(&self) -> PyResult<std::sync::MutexGuard<'_, RustLoader>> {
+        self.inner
+            .lock()
+            .map_err(|_| LoaderError::new_err("the loader failed earlier and cannot go on"))
+    }
+
+    /// The batch's arrays moved into NumPy (shaped `[rows, len]` when every row has the same
+    /// length, else `[1, total]`), and what is left of the batch for reuse.
+    fn to_dict<'py>(&self, py: Python<'py>, mut b: Batch) -> PyResult<(Bound<'py, PyDict>, Batch)> {
+        let d = PyDict::new(py);
+        let ro = &b.row_offsets;
+        let rows = ro.len().saturating_sub(1);
+        let len0 = if rows > 0 { ro[1] - ro[0] } else { 0 };
+        let shape = if rows > 0 && ro.windows(2).all(|w| w[1] - w[0] == len0) {
+            [rows, len0 as usize]
+        } else {
+            [1, b.tokens.len()]
+        };
+        let loss_mask: Option<Vec<bool>> = self
+            .masked
+            .then(|| b.labels.iter().map(|&l| l != IGNORE_INDEX).collect());
+        for (name, v) in [
+            ("input_ids", std::mem::take(&mut b.tokens)),
+            ("labels", std::mem::take(&mut b.labels)),
+            ("position_ids", std::mem::take(&mut b.position_ids)),
+        ] {
+            if self.int64 {
+                let wide: Vec<i64> = v.iter().map(|&x| x as i64).collect();
+                d.set_item(name, wide.into_pyarray(py).reshape(shape)?)?;
+            } else {
+                d.set_item(name, v.into_pyarray(py).reshape(shape)?)?;
+            }
+        }
+        if let Some(m) = loss_mask {
+            d.set_item("loss_mask", m.into_pyarray(py).reshape(shape)?)?;
+        }
+        let cp = self.lock()?.config().parallel.cp.size;
+        let as_i32 = |v: &[u32]| v.iter().map(|&x| x as i32).collect::<Vec<i32>>();
+        let doc_offsets = as_i32(&b.doc_offsets).into_pyarray(py);
+        let row_offsets = as_i32(&b.row_offsets).into_pyarray(py);
+        if cp <= 1 {
+            // Without context parallelism full-row and local coordinates agree: the document
+            // pieces are flash-attention's varlen `cu_seqlens`, and the row offsets are the
+            // full rows' (the same arrays under both names).
+            let max = b
+                .doc_offsets
+                .windows(2)
+                .map(|w| w[1] - w[0])
+                .max()
+                .unwrap_or(0);
+            d.set_item("cu_seqlens", &doc_offsets)?;
+            d.set_item("max_seqlen", max)?;
+            d.set_item("full_row_offsets", &row_offsets)?;
+        } else {
+            d.set_item(
+                "full_row_offsets",
+                as_i32(&b.full_row_offsets).into_pyarray(py),
+            )?;
+        }
+        d.set_item("doc_offsets", doc_offsets)?;
+        d.set_item("row_offsets", row_offsets)?;
+        let chunks: Vec<i32> = b
+            .chunks
+            .iter()
+            .flat_map(|c| [c[0] as i32, c[1] as i32])
+            .collect();
+        d.set_item(
+            "chunks",
+            chunks.into_pyarray(py).reshape([b.chunks.len(), 2])?,
+        )?;
+        let samples: Vec<i64> = b
+            .samples
+            .iter()
+            .flat_map(|s| {
+                [
+                    s.dataset as i64,
+                    s.shard as i64,
+                    s.index as i64,
+                    s.global as i64,
+                    s.epoch as i64,
+                ]
+            })
+            .collect();
+        d.set_item(
+            "samples",
+            samples.into_pyarray(py).reshape([b.samples.len(), 5])?,
+        )?;
+        d.set_item("step", b.step)?;
+        d.set_item("num_tokens", b.num_tokens)?;
+        d.set_item("num_label_tokens", b.num_label_tokens)?;
+        Ok((d, b))
+    }
+}
+
+/// The datasets of a pipeline file (pipelines/*.json) as (directory, weight) pairs, relative
+/// directories resolved against `data_root`.
+#[pyfunction]
+fn read_pipeline(path: PathBuf, data_root: PathBuf) -> PyResult<Vec<(PathBuf, f64)>> {
+    let p = Pipeline::read(&path, &data_root).map_err(loader_error)?;
+    Ok(p.datasets.into_iter().map(|d| (d.dir, d.weight)).collect())
+}
+
+#[pymodule]
+fn _rsd(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Loader>()?;
+    m.add_function(wrap_pyfunction!(read_pipeline, m)?)?;
+    m.add("LoaderError", m.py().get_type::<LoaderError>())?;
+    Ok(())
+}
