@@ -233,7 +233,19 @@ def test_compare_table_and_figure_are_the_shared_records_aggregates(tmp_path):
         rs = runs[s["name"]]
         assert s["x"] == depths
         assert_values(s["y"], [mean([r["score"] for r in rs if r["depth"] == d]) for d in depths])
-    check_figures(out, ["accuracy_by_depth"])
+    # one line per run and length, each named with its items per point
+    fig = json.loads((out / "accuracy_by_depth_and_length.json").read_text())
+    want = []
+    for label in ("standard", "rsd"):
+        for n in lengths:
+            cells = [[r["score"] for r in runs[label] if r["length"] == n and r["depth"] == d] for d in depths]
+            counts = sorted({len(c) for c in cells if c})
+            k = f"n={counts[0]}" if len(counts) == 1 else f"n={counts[0]}–{counts[-1]}"
+            want.append((f"{label}, L={n} ({k})", [mean(c) for c in cells]))
+    assert [s["name"] for s in fig["series"]] == [name for name, _ in want]
+    for s, (_, ys) in zip(fig["series"], want):
+        assert_values(s["y"], ys)
+    check_figures(out, ["accuracy_by_depth", "accuracy_by_depth_and_length"])
 
 
 def test_compare_refuses_runs_that_share_nothing(tmp_path):

@@ -7,6 +7,9 @@
 //! * `accuracy_by_depth.{png,svg,json}`: one line per run, accuracy vs needle depth, the lengths
 //!   pooled (each record weighs the same: a long-context checkpoint is compared on its average
 //!   over the shared lengths, per-length lines would multiply the lines by the lengths).
+//! * `accuracy_by_depth_and_length.{png,svg,json}`: one line per run and shared length, each
+//!   named with its items per point ("before, L=1024 (n=4)"): a window's own length next to the
+//!   lengths beyond it.
 //! * `compare.md`: rows = runs; columns = each shared length (all depths), each depth (all shared
 //!   lengths), `all`; cells `mean ± spread` as [`crate::plot::cell`] defines them.
 //! * `compare.json`: the same table as numbers.
@@ -83,6 +86,9 @@ pub struct Comparison {
     /// With `--baseline`: the paired differences.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paired: Option<Paired>,
+    /// Per run, per shared length, per depth: the cell (the per-length figure's points).
+    #[serde(skip)]
+    pub by_length_depth: Vec<Vec<Vec<Option<Cell>>>>,
 }
 
 type Pairs = BTreeSet<(String, usize)>;
@@ -160,6 +166,27 @@ pub fn compare(runs: &[(String, PathBuf, Vec<ItemResult>)]) -> Result<Comparison
     let mut columns: Vec<String> = lengths.iter().map(|l| format!("L={l}")).collect();
     columns.extend(depths.iter().map(|d| format!("d={d}")));
     columns.push("all".into());
+    let by_length_depth = shared
+        .iter()
+        .map(|items| {
+            lengths
+                .iter()
+                .map(|&l| {
+                    depths
+                        .iter()
+                        .map(|&d| {
+                            cell(
+                                items
+                                    .iter()
+                                    .copied()
+                                    .filter(|r| r.length == l && r.depth == Some(d)),
+                            )
+                        })
+                        .collect()
+                })
+                .collect()
+        })
+        .collect();
     let rows = runs
         .iter()
         .zip(&shared)
@@ -193,6 +220,7 @@ pub fn compare(runs: &[(String, PathBuf, Vec<ItemResult>)]) -> Result<Comparison
         rows,
         left_out,
         paired: None,
+        by_length_depth,
     })
 }
 
@@ -259,6 +287,40 @@ impl Comparison {
             .collect();
         Lines {
             title: "Accuracy by needle depth (shared lengths pooled)".into(),
+            x_label: "needle depth (fraction of the context)".into(),
+            y_label: "accuracy (mean score)".into(),
+            y_range: Some((0.0, 1.05)),
+            series,
+        }
+    }
+}
+
+impl Comparison {
+    /// Accuracy vs depth, one line per run and shared length, named with the items behind each
+    /// point: `n=K` when every depth has K items, `n=K–M` when they differ.
+    pub fn figure_by_length(&self) -> Lines {
+        let mut series = Vec::new();
+        for (row, per_length) in self.rows.iter().zip(&self.by_length_depth) {
+            for (l, cells) in self.lengths.iter().zip(per_length) {
+                let counts: Vec<usize> = cells.iter().flatten().map(|c| c.items).collect();
+                let (lo, hi) = (
+                    counts.iter().min().copied().unwrap_or(0),
+                    counts.iter().max().copied().unwrap_or(0),
+                );
+                let n = if lo == hi {
+                    format!("n={lo}")
+                } else {
+                    format!("n={lo}–{hi}")
+                };
+                series.push(Series {
+                    name: format!("{}, L={l} ({n})", row.label),
+                    x: self.depths.clone(),
+                    y: cells.iter().map(|c| c.map(|c| c.mean)).collect(),
+                });
+            }
+        }
+        Lines {
+            title: "Accuracy by needle depth, per length (n: items per point)".into(),
             x_label: "needle depth (fraction of the context)".into(),
             y_label: "accuracy (mean score)".into(),
             y_range: Some((0.0, 1.05)),
@@ -397,6 +459,7 @@ pub fn command(args: &CompareArgs) -> Result<String, PlotError> {
     })?;
     write("compare.json", json + "\n")?;
     Figure::Lines(cmp.figure()).write(&args.out, "accuracy_by_depth")?;
+    Figure::Lines(cmp.figure_by_length()).write(&args.out, "accuracy_by_depth_and_length")?;
     Ok(match &cmp.paired {
         Some(p) => format!("{}\n{}", cmp.markdown(), p.markdown()),
         None => cmp.markdown(),
@@ -472,6 +535,10 @@ mod tests {
             .markdown()
             .contains("| a | 0.500 ± 0.500 | 1.000 ± 0.000 |"));
         assert_eq!(c.figure().series[1].y, vec![Some(0.5), Some(0.5)]);
+        let by_length = c.figure_by_length();
+        let names: Vec<&str> = by_length.series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, vec!["a, L=8 (n=1)", "b, L=8 (n=1)"]);
+        assert_eq!(by_length.series[0].y, vec![Some(1.0), Some(0.0)]);
     }
 
     #[test]

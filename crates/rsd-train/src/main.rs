@@ -669,10 +669,13 @@ fn train(a: TrainArgs) -> Result<()> {
     }
     println!("{}", serde_json::to_string_pretty(&summary)?);
     eprintln!(
-        "done: {} steps, loss {} -> {}; checkpoint {}; model {}; metrics {}",
+        "done: {} steps, loss {} -> {} (means over the first and last {} step{}); checkpoint {}; \
+         model {}; metrics {}",
         summary.steps,
-        loss_str(summary.first_loss),
-        loss_str(summary.last_loss),
+        loss_str(summary.first_loss_mean),
+        loss_str(summary.last_loss_mean),
+        summary.loss_window,
+        if summary.loss_window == 1 { "" } else { "s" },
         summary
             .checkpoint
             .as_deref()

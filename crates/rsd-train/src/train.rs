@@ -95,6 +95,13 @@ pub struct Summary {
     pub first_loss: Option<f64>,
     /// Loss of the last step.
     pub last_loss: Option<f64>,
+    /// Mean loss over the first `loss_window` steps of this invocation: one step's loss is one
+    /// batch's, and moves by more than training changes it over a short run.
+    pub first_loss_mean: Option<f64>,
+    /// Mean loss over the last `loss_window` steps.
+    pub last_loss_mean: Option<f64>,
+    /// Steps in each of those means: a tenth of the steps run, at least 1 and at most 50.
+    pub loss_window: usize,
     /// Stopped by Ctrl-C or `stop_at`.
     pub interrupted: bool,
     /// Newest checkpoint.
@@ -582,6 +589,7 @@ impl Trainer {
             })?;
             run.first_loss.get_or_insert(losses.total);
             run.last_loss = Some(losses.total);
+            run.losses.push(losses.total);
             self.state.elapsed_s = elapsed0 + t0.elapsed().as_secs_f64();
             if self.cfg.save_every > 0 && self.state.step.is_multiple_of(self.cfg.save_every) {
                 run.checkpoint = self.save()?;
@@ -861,6 +869,7 @@ impl Trainer {
     /// Leaves a checkpoint of where the run is, the final model of a complete run, and
     /// `summary.json`.
     fn finish(&mut self, run: RunProgress, metrics: PathBuf, t0: Instant) -> Result<Summary> {
+        let (first_loss_mean, last_loss_mean, loss_window) = loss_means(&run.losses);
         // Always leave a checkpoint of where we are (unless the last one is exactly this step).
         // Rank 0 decides, so every rank takes part in the same barriers.
         let due = self.dp.is_main()
@@ -879,6 +888,9 @@ impl Trainer {
                 tokens: self.state.tokens,
                 first_loss: run.first_loss,
                 last_loss: run.last_loss,
+                first_loss_mean,
+                last_loss_mean,
+                loss_window,
                 interrupted: run.interrupted,
                 checkpoint: None,
                 final_model: None,
@@ -906,6 +918,9 @@ impl Trainer {
             tokens: self.state.tokens,
             first_loss: run.first_loss,
             last_loss: run.last_loss,
+            first_loss_mean,
+            last_loss_mean,
+            loss_window,
             interrupted: run.interrupted,
             checkpoint,
             final_model,
@@ -954,11 +969,24 @@ struct StepLosses {
     clm_pert: f64,
 }
 
+/// The mean of the first and of the last `w` losses, and `w`: a tenth of them, in 1..=50.
+fn loss_means(losses: &[f64]) -> (Option<f64>, Option<f64>, usize) {
+    let w = (losses.len() / 10).clamp(1, 50);
+    if losses.is_empty() {
+        return (None, None, w);
+    }
+    let w = w.min(losses.len());
+    let mean = |xs: &[f64]| xs.iter().sum::<f64>() / xs.len() as f64;
+    (Some(mean(&losses[..w])), Some(mean(&losses[losses.len() - w..])), w)
+}
+
 /// What [`Trainer::run`] tracks across steps of this invocation.
 #[derive(Default)]
 struct RunProgress {
     first_loss: Option<f64>,
     last_loss: Option<f64>,
+    /// Every step's loss, for the summary's means.
+    losses: Vec<f64>,
     /// Updates skipped in a row (non-finite values), against `max_skips`.
     consecutive_skips: u64,
     /// The newest checkpoint written.
@@ -1103,5 +1131,22 @@ mod fault {
     #[cfg(not(feature = "fault-injection"))]
     pub fn fail_rank(_rank: usize) -> bool {
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::loss_means;
+
+    #[test]
+    fn loss_means_average_a_tenth_of_the_steps_at_each_end() {
+        assert_eq!(loss_means(&[]), (None, None, 1));
+        assert_eq!(loss_means(&[3.0]), (Some(3.0), Some(3.0), 1));
+        // 40 steps: windows of 4
+        let losses: Vec<f64> = (0..40).map(|i| i as f64).collect();
+        assert_eq!(loss_means(&losses), (Some(1.5), Some(37.5), 4));
+        // at most 50 steps a window
+        let long: Vec<f64> = (0..1000).map(|i| i as f64).collect();
+        assert_eq!(loss_means(&long), (Some(24.5), Some(974.5), 50));
     }
 }
