@@ -58,6 +58,12 @@ def python_rows(loader, batches=None):
     return out
 
 
+def Loader(*args, **kwargs):
+    """rsd.Loader with each batch's layout arrays and row origins (meta=True): what the row
+    comparisons read."""
+    return rsd.Loader(*args, meta=True, **kwargs)
+
+
 KEYS = ("step", "row", "source", "shard", "index", "global", "epoch", "ids", "target",
         "position_ids", "docs", "chunks")
 
@@ -103,13 +109,18 @@ def test_rows_equal_the_rust_loaders(data, case):
         kw["token_budget"] = opts["token_budget"]
     else:
         kw["micro_batch"] = opts["batch_size"]
-    py = python_rows(rsd.Loader(data[case["name"]], **kw), batches=25)
+    py = python_rows(Loader(data[case["name"]], **kw), batches=25)
     assert_same_rows(py, rust)
 
 
 def test_batch_tensors(data):
     loader = rsd.Loader(data["books_mixed"], seq_len=256, micro_batch=4, seed=0)
     b = next(iter(loader))
+    # the layout arrays and row origins come with meta=True (or context parallelism) only
+    assert not {"samples", "chunks", "row_offsets", "doc_offsets"} & set(b)
+    assert {"samples", "chunks", "row_offsets", "doc_offsets", "full_row_offsets"} <= set(
+        next(iter(rsd.Loader(data["books_mixed"], micro_batch=4, seed=0, meta=True))))
+    assert "chunks" in next(iter(rsd.Loader(data["books_mixed"], micro_batch=1, seed=0, cp_size=2)))
     assert b["input_ids"].shape == b["labels"].shape == b["position_ids"].shape == (4, 256)
     assert b["input_ids"].dtype == b["labels"].dtype == torch.int64
     # labels are the next ids, except where a document ends (no label across a boundary)
@@ -135,9 +146,9 @@ def test_batch_tensors(data):
 def test_mixture_weights_and_dict(data):
     a, b = data["books_mixed"], data["code_mixed"]
     rust = stream(a, b, weights="3,1", seed=1, batch_size=2, batches=40)
-    py = python_rows(rsd.Loader([a, b], mixture=[3, 1], seed=1, micro_batch=2), batches=40)
+    py = python_rows(Loader([a, b], mixture=[3, 1], seed=1, micro_batch=2), batches=40)
     assert_same_rows(py, rust)
-    py_dict = python_rows(rsd.Loader([a, b], mixture={str(b): 1, str(a): 3}, seed=1, micro_batch=2), batches=40)
+    py_dict = python_rows(Loader([a, b], mixture={str(b): 1, str(a): 3}, seed=1, micro_batch=2), batches=40)
     assert_same_rows(py_dict, rust)
     sources = [r["source"] for r in py]
     assert 0.6 < sources.count(0) / len(sources) < 0.9
@@ -145,11 +156,11 @@ def test_mixture_weights_and_dict(data):
 
 def test_resume_mid_epoch_is_exact(data):
     d = data["books"]
-    whole = python_rows(rsd.Loader(d, micro_batch=2, seed=3), batches=30)
-    first = rsd.Loader(d, micro_batch=2, seed=3)
+    whole = python_rows(Loader(d, micro_batch=2, seed=3), batches=30)
+    first = Loader(d, micro_batch=2, seed=3)
     head = python_rows(first, batches=11)
     state = json.loads(json.dumps(first.state_dict()))  # through JSON, as a checkpoint would
-    again = rsd.Loader(d, micro_batch=2, seed=3)
+    again = Loader(d, micro_batch=2, seed=3)
     again.load_state_dict(state)
     tail = python_rows(again, batches=19)
     assert [r["global"] for r in head + tail] == [r["global"] for r in whole]
@@ -159,18 +170,18 @@ def test_resume_mid_epoch_is_exact(data):
 def test_resume_on_another_dp_size(data, tmp_path):
     """A state saved by two DP ranks, resumed by one: the rows the Rust loader streams from it."""
     d = data["books"]
-    ranks = [rsd.Loader(d, micro_batch=2, seed=8, dp_rank=r, dp_size=2) for r in range(2)]
+    ranks = [Loader(d, micro_batch=2, seed=8, dp_rank=r, dp_size=2) for r in range(2)]
     for loader in ranks:
         python_rows(loader, batches=7)
     states = [loader.state_dict() for loader in ranks]
     assert states[0] == states[1]
     (tmp_path / "state.json").write_text(json.dumps(states[0]))
     rust = stream(d, seed=8, batch_size=4, resume=tmp_path / "state.json", batches=10)
-    one = rsd.Loader(d, micro_batch=4, seed=8, dp_size=1)
+    one = Loader(d, micro_batch=4, seed=8, dp_size=1)
     one.load_state_dict(states[0])
     assert_same_rows(python_rows(one, batches=10), rust)
     # and nothing the two ranks read comes again
-    seen = {r["global"] for loader in [rsd.Loader(d, micro_batch=2, seed=8, dp_rank=k, dp_size=2) for k in range(2)]
+    seen = {r["global"] for loader in [Loader(d, micro_batch=2, seed=8, dp_rank=k, dp_size=2) for k in range(2)]
             for r in python_rows(loader, batches=7)}
     assert not seen & {r["global"] for r in rust}
 
@@ -180,24 +191,24 @@ def test_sft_loss_mask(data, tmp_path):
     rsd_data("pack", "--chat", "--src", ROOT / "corpus" / "chat" / "train.jsonl", "--len", 1024,
              "--out", out, "--progress", "none")
     rust = stream(out, seed=0, batch_size=2, batches=6)
-    loader = rsd.Loader(out, micro_batch=2, seed=0)
-    rows = python_rows(rsd.Loader(out, micro_batch=2, seed=0), batches=6)
+    loader = Loader(out, micro_batch=2, seed=0)
+    rows = python_rows(Loader(out, micro_batch=2, seed=0), batches=6)
     assert_same_rows(rows, rust)
     b = next(iter(loader))
     assert torch.equal(b["loss_mask"], b["labels"] != -100)
     # assistant turns only: far fewer labels than tokens
     assert 0 < b["loss_mask"].sum() < 0.7 * b["input_ids"].numel()
     # shards without a mask get no loss_mask key
-    assert "loss_mask" not in next(iter(rsd.Loader(data["books"], micro_batch=1)))
+    assert "loss_mask" not in next(iter(Loader(data["books"], micro_batch=1)))
 
 
 def test_dataloader_and_workers(data):
     d = data["books"]
-    direct = python_rows(rsd.Loader(d, micro_batch=2, seed=4), batches=5)
-    dl = torch.utils.data.DataLoader(rsd.Loader(d, micro_batch=2, seed=4), batch_size=None, num_workers=0)
+    direct = python_rows(Loader(d, micro_batch=2, seed=4), batches=5)
+    dl = torch.utils.data.DataLoader(Loader(d, micro_batch=2, seed=4), batch_size=None, num_workers=0)
     via = python_rows(dl, batches=5)
     assert [r["ids"] for r in via] == [r["ids"] for r in direct]
-    bad = torch.utils.data.DataLoader(rsd.Loader(d, micro_batch=2, seed=4), batch_size=None, num_workers=2)
+    bad = torch.utils.data.DataLoader(Loader(d, micro_batch=2, seed=4), batch_size=None, num_workers=2)
     with pytest.raises(Exception, match="num_workers=2"):
         next(iter(bad))
 
@@ -206,29 +217,29 @@ def test_torchrun_variables_set_the_ranks(data, monkeypatch):
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("WORLD_SIZE", "4")
     d = data["books"]
-    rows = python_rows(rsd.Loader(d, micro_batch=1, seed=2, cp_size=2), batches=4)
+    rows = python_rows(Loader(d, micro_batch=1, seed=2, cp_size=2), batches=4)
     rust = stream(d, seed=2, dp_rank=1, dp_size=2, cp_rank=1, cp_size=2, batches=4)
     assert_same_rows(rows, rust)
     monkeypatch.setenv("WORLD_SIZE", "3")
     with pytest.raises(ValueError, match="WORLD_SIZE=3 is not a multiple of cp_size=2"):
-        rsd.Loader(d, cp_size=2)
+        Loader(d, cp_size=2)
 
 
 def test_errors_are_python_exceptions(data, tmp_path):
     with pytest.raises(rsd.LoaderError, match=str(tmp_path / "nope")):
         rsd.Loader(tmp_path / "nope")
     with pytest.raises(ValueError, match="2 mixture weights for 1 shard directories"):
-        rsd.Loader(data["books"], mixture=[1, 2])
+        Loader(data["books"], mixture=[1, 2])
     with pytest.raises(ValueError, match="seq_len=4096, but the shards are packed to 128"):
-        rsd.Loader(data["books"], seq_len=4096)
+        Loader(data["books"], seq_len=4096)
     with pytest.raises(ValueError, match="positions"):
-        rsd.Loader(data["books"], positions="zigzag")
+        Loader(data["books"], positions="zigzag")
     with pytest.raises(rsd.LoaderError, match="dp_rank|rank"):
-        rsd.Loader(data["books"], dp_rank=2, dp_size=2)
-    loader = rsd.Loader(data["books"], seed=1)
+        Loader(data["books"], dp_rank=2, dp_size=2)
+    loader = Loader(data["books"], seed=1)
     with pytest.raises(ValueError, match="loader state"):
         loader.load_state_dict({"version": 1, "seed": "x"})
-    other = rsd.Loader(data["books"], seed=2)
+    other = Loader(data["books"], seed=2)
     with pytest.raises(rsd.LoaderError, match="seed"):
         other.load_state_dict(loader.state_dict())
     # a shard whose bytes were damaged after packing: verify names it
@@ -240,7 +251,7 @@ def test_errors_are_python_exceptions(data, tmp_path):
     raw[100] ^= 0xFF
     binary.write_bytes(bytes(raw))
     with pytest.raises(rsd.LoaderError, match=binary.name):
-        rsd.Loader(bad, verify=True)
+        Loader(bad, verify=True)
 
 
 TRAIN = r'''
@@ -250,7 +261,7 @@ import rsd
 dist.init_process_group("gloo")
 torch.manual_seed(0)
 shards, out = sys.argv[1], sys.argv[2]
-loader = rsd.Loader(shards, micro_batch=2, seed=0)
+loader = rsd.Loader(shards, micro_batch=2, seed=0, meta=True)
 model = torch.nn.Sequential(torch.nn.Embedding(1024, 32), torch.nn.Linear(32, 1024))
 ddp = torch.nn.parallel.DistributedDataParallel(model)
 opt = torch.optim.AdamW(ddp.parameters(), lr=1e-2)

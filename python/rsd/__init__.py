@@ -91,13 +91,15 @@ class Loader(torch.utils.data.IterableDataset):
         verify: check every shard's checksums when opening (reads all bytes once).
         int64: ids, labels and positions as int64 (what embeddings and cross_entropy take);
             False hands over the loader's int32 buffers themselves.
+        meta: also the layout arrays and each row's origin (below); always with cp_size > 1.
 
     Each batch is a dict: input_ids, labels (-100: no loss), position_ids, shaped [rows, len]
     (len = seq_len / cp_size); loss_mask (bool, where the label counts) when a dataset carries
     an SFT loss mask; cu_seqlens (int32) and max_seqlen, the document pieces for
-    flash_attn_varlen_func, without context parallelism; doc_offsets, row_offsets,
-    full_row_offsets, chunks (int32, as docs/LOADER.md defines them); samples ([rows, 5] int64:
-    dataset, shard, index in shard, global index, epoch); step, num_tokens, num_label_tokens.
+    flash_attn_varlen_func, without context parallelism; step, num_tokens, num_label_tokens.
+    With meta (or context parallelism): doc_offsets, row_offsets, full_row_offsets, chunks
+    (int32, as docs/LOADER.md defines them) and samples ([rows, 5] int64: dataset, shard, index
+    in shard, global index, epoch).
 
     With DataLoader, pass batch_size=None and num_workers=0: batches are already made, and the
     prefetching runs in the loader's own threads. Worker processes would each replay the same
@@ -108,7 +110,7 @@ class Loader(torch.utils.data.IterableDataset):
                  dp_size=None, cp_rank=None, cp_size=1, mixture=None, *, pipeline=None,
                  data_root=None, token_budget=None, epoch=0, epochs=None, shuffle=True,
                  positions="auto", mask_doc_boundaries=None, workers=2, prefetch=4, verify=False,
-                 int64=True):
+                 int64=True, meta=False):
         super().__init__()
         rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
         if cp_size < 1:
@@ -126,7 +128,7 @@ class Loader(torch.utils.data.IterableDataset):
             token_budget=token_budget, seed=seed, epoch=epoch, epochs=epochs, dp_rank=dp_rank,
             dp_size=dp_size, cp_rank=cp_rank, cp_size=cp_size, shuffle=shuffle,
             positions=positions, mask_doc_boundaries=mask_doc_boundaries, workers=workers,
-            prefetch=prefetch, verify=verify, int64=int64)
+            prefetch=prefetch, verify=verify, int64=int64, meta=meta)
         self._inner = _rsd.Loader(**self._args)
         if seq_len is not None and seq_len != self._inner.seq_len:
             raise ValueError(f"seq_len={seq_len}, but the shards are packed to "
@@ -155,17 +157,7 @@ class Loader(torch.utils.data.IterableDataset):
         batch = self._inner.__next__()
         if batch is None:
             raise StopIteration
-        # An array under two names (cu_seqlens and doc_offsets without context parallelism)
-        # becomes one tensor.
-        seen = {}
-        out = {}
-        for k, v in batch.items():
-            if k in _TENSORS:
-                t = seen.get(id(v))
-                out[k] = t if t is not None else seen.setdefault(id(v), torch.from_numpy(v))
-            else:
-                out[k] = v
-        return out
+        return {k: torch.from_numpy(v) if k in _TENSORS else v for k, v in batch.items()}
 
     def state_dict(self):
         """Where the stream stands after the last batch returned: a small JSON-able dict."""

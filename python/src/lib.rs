@@ -36,6 +36,8 @@ struct Loader {
     int64: bool,
     /// A dataset of the mixture carries a loss mask (chat data): batches get `loss_mask`.
     masked: bool,
+    /// Batches carry the layout arrays and sample origins (always with context parallelism).
+    meta: bool,
 }
 
 #[pymethods]
@@ -43,7 +45,7 @@ impl Loader {
     #[new]
     #[pyo3(signature = (datasets, *, batch_size=None, token_budget=None, seed=0, epoch=0,
         epochs=None, dp_rank=0, dp_size=1, cp_rank=0, cp_size=1, shuffle=true, positions="auto",
-        mask_doc_boundaries=None, workers=2, prefetch=4, verify=false, int64=true, state=None))]
+        mask_doc_boundaries=None, workers=2, prefetch=4, verify=false, int64=true, meta=false, state=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -64,6 +66,7 @@ impl Loader {
         prefetch: usize,
         verify: bool,
         int64: bool,
+        meta: bool,
         state: Option<&str>,
     ) -> PyResult<Self> {
         let batching =
@@ -120,10 +123,12 @@ impl Loader {
             .map_err(loader_error)?;
         let masked = (0..inner.config().datasets.len())
             .any(|k| inner.manifest(k).is_some_and(|m| m.loss_mask.is_some()));
+        let meta = meta || cp_size > 1;
         Ok(Loader {
             inner: Mutex::new(inner),
             int64,
             masked,
+            meta,
         })
     }
 
@@ -202,55 +207,54 @@ impl Loader {
         }
         let cp = self.lock()?.config().parallel.cp.size;
         let as_i32 = |v: &[u32]| v.iter().map(|&x| x as i32).collect::<Vec<i32>>();
-        let doc_offsets = as_i32(&b.doc_offsets).into_pyarray(py);
-        let row_offsets = as_i32(&b.row_offsets).into_pyarray(py);
         if cp <= 1 {
             // Without context parallelism full-row and local coordinates agree: the document
-            // pieces are flash-attention's varlen `cu_seqlens`, and the row offsets are the
-            // full rows' (the same arrays under both names).
+            // pieces are flash-attention's varlen `cu_seqlens`.
             let max = b
                 .doc_offsets
                 .windows(2)
                 .map(|w| w[1] - w[0])
                 .max()
                 .unwrap_or(0);
-            d.set_item("cu_seqlens", &doc_offsets)?;
+            d.set_item("cu_seqlens", as_i32(&b.doc_offsets).into_pyarray(py))?;
             d.set_item("max_seqlen", max)?;
-            d.set_item("full_row_offsets", &row_offsets)?;
-        } else {
+        }
+        // Each array costs the consumer a few microseconds a batch (here and in torch): the
+        // layout and the origins come when asked for, or when context parallelism needs them.
+        if self.meta {
+            d.set_item("doc_offsets", as_i32(&b.doc_offsets).into_pyarray(py))?;
+            d.set_item("row_offsets", as_i32(&b.row_offsets).into_pyarray(py))?;
             d.set_item(
                 "full_row_offsets",
                 as_i32(&b.full_row_offsets).into_pyarray(py),
             )?;
+            let chunks: Vec<i32> = b
+                .chunks
+                .iter()
+                .flat_map(|c| [c[0] as i32, c[1] as i32])
+                .collect();
+            d.set_item(
+                "chunks",
+                chunks.into_pyarray(py).reshape([b.chunks.len(), 2])?,
+            )?;
+            let samples: Vec<i64> = b
+                .samples
+                .iter()
+                .flat_map(|s| {
+                    [
+                        s.dataset as i64,
+                        s.shard as i64,
+                        s.index as i64,
+                        s.global as i64,
+                        s.epoch as i64,
+                    ]
+                })
+                .collect();
+            d.set_item(
+                "samples",
+                samples.into_pyarray(py).reshape([b.samples.len(), 5])?,
+            )?;
         }
-        d.set_item("doc_offsets", doc_offsets)?;
-        d.set_item("row_offsets", row_offsets)?;
-        let chunks: Vec<i32> = b
-            .chunks
-            .iter()
-            .flat_map(|c| [c[0] as i32, c[1] as i32])
-            .collect();
-        d.set_item(
-            "chunks",
-            chunks.into_pyarray(py).reshape([b.chunks.len(), 2])?,
-        )?;
-        let samples: Vec<i64> = b
-            .samples
-            .iter()
-            .flat_map(|s| {
-                [
-                    s.dataset as i64,
-                    s.shard as i64,
-                    s.index as i64,
-                    s.global as i64,
-                    s.epoch as i64,
-                ]
-            })
-            .collect();
-        d.set_item(
-            "samples",
-            samples.into_pyarray(py).reshape([b.samples.len(), 5])?,
-        )?;
         d.set_item("step", b.step)?;
         d.set_item("num_tokens", b.num_tokens)?;
         d.set_item("num_label_tokens", b.num_label_tokens)?;
