@@ -977,7 +977,11 @@ fn loss_means(losses: &[f64]) -> (Option<f64>, Option<f64>, usize) {
     }
     let w = w.min(losses.len());
     let mean = |xs: &[f64]| xs.iter().sum::<f64>() / xs.len() as f64;
-    (Some(mean(&losses[..w])), Some(mean(&losses[losses.len() - w..])), w)
+    (
+        Some(mean(&losses[..w])),
+        Some(mean(&losses[losses.len() - w..])),
+        w,
+    )
 }
 
 /// What [`Trainer::run`] tracks across steps of this invocation.
