@@ -38,6 +38,8 @@ struct Loader {
     masked: bool,
     /// Batches carry the layout arrays and sample origins (always with context parallelism).
     meta: bool,
+    /// The context-parallel group's size (no `cu_seqlens` above 1).
+    cp_size: usize,
 }
 
 #[pymethods]
@@ -129,6 +131,7 @@ impl Loader {
             int64,
             masked,
             meta,
+            cp_size,
         })
     }
 
@@ -205,9 +208,8 @@ impl Loader {
         if let Some(m) = loss_mask {
             d.set_item("loss_mask", m.into_pyarray(py).reshape(shape)?)?;
         }
-        let cp = self.lock()?.config().parallel.cp.size;
         let as_i32 = |v: &[u32]| v.iter().map(|&x| x as i32).collect::<Vec<i32>>();
-        if cp <= 1 {
+        if self.cp_size <= 1 {
             // Without context parallelism full-row and local coordinates agree: the document
             // pieces are flash-attention's varlen `cu_seqlens`.
             let max = b

@@ -587,8 +587,6 @@ impl Trainer {
                 heldout_clm,
                 view_gap,
             })?;
-            run.first_loss.get_or_insert(losses.total);
-            run.last_loss = Some(losses.total);
             run.losses.push(losses.total);
             self.state.elapsed_s = elapsed0 + t0.elapsed().as_secs_f64();
             if self.cfg.save_every > 0 && self.state.step.is_multiple_of(self.cfg.save_every) {
@@ -886,8 +884,8 @@ impl Trainer {
             return Ok(Summary {
                 steps: self.state.step,
                 tokens: self.state.tokens,
-                first_loss: run.first_loss,
-                last_loss: run.last_loss,
+                first_loss: run.losses.first().copied(),
+                last_loss: run.losses.last().copied(),
                 first_loss_mean,
                 last_loss_mean,
                 loss_window,
@@ -916,8 +914,8 @@ impl Trainer {
         let summary = Summary {
             steps: self.state.step,
             tokens: self.state.tokens,
-            first_loss: run.first_loss,
-            last_loss: run.last_loss,
+            first_loss: run.losses.first().copied(),
+            last_loss: run.losses.last().copied(),
             first_loss_mean,
             last_loss_mean,
             loss_window,
@@ -987,9 +985,7 @@ fn loss_means(losses: &[f64]) -> (Option<f64>, Option<f64>, usize) {
 /// What [`Trainer::run`] tracks across steps of this invocation.
 #[derive(Default)]
 struct RunProgress {
-    first_loss: Option<f64>,
-    last_loss: Option<f64>,
-    /// Every step's loss, for the summary's means.
+    /// Every step's loss, for the summary's first, last and mean losses.
     losses: Vec<f64>,
     /// Updates skipped in a row (non-finite values), against `max_skips`.
     consecutive_skips: u64,
