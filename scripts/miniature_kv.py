@@ -122,10 +122,19 @@ class Maker:
                 return text
             n = n * 9 // 10
 
-    def drill(self, max_tokens):
+    def pair_list(self, n):
+        """The plainest recall: `n` pairs as "KEY VALUE.", then the same pairs in another order.
+        Each value's key sits right before it, so an induction head (find the current token
+        earlier, copy what followed) recalls it."""
+        pairs = self.pairs(n)
+        order = pairs[:]
+        self.rng.shuffle(order)
+        return " ".join(f"{k} {v}." for k, v in pairs) + "\n" + " ".join(f"{k} {v}." for k, v in order)
+
+    def drill(self, max_tokens, most=16):
         """A drill within `max_tokens`: needles without a haystack, then the answer sentence of
-        each, in another order: as many pairs as fit, up to 16."""
-        pairs = self.pairs(16)
+        each, in another order: as many pairs as fit, up to `most`."""
+        pairs = self.pairs(most)
         order = pairs[:]
         self.rng.shuffle(order)
         best = None
@@ -138,9 +147,9 @@ class Maker:
             best = text
         return best
 
-    def drill_item(self, max_tokens):
+    def drill_item(self, max_tokens, most=16):
         """A held-out drill cut before one of its answers: the candidates are the drill's values."""
-        text = self.drill(max_tokens)
+        text = self.drill(max_tokens, most)
         needles, answers = text.split("\n")
         sentences = answers.split(". ")
         k = self.rng.randrange(len(sentences))
@@ -191,6 +200,9 @@ def main():
     ap.add_argument("--drill", action="store_true",
                     help="docs: drills, needles without a haystack, then every answer sentence; "
                          "items: --items held-out drills, each cut before one answer")
+    ap.add_argument("--pairs", type=int, default=0,
+                    help="docs: pair lists of this many pairs (KEY VALUE. …, then again in another order)")
+    ap.add_argument("--most", type=int, default=16, help="docs --drill: needles per drill, at most")
     ap.add_argument("--max-tokens", type=int, default=255, help="docs: tokens a document may take")
     ap.add_argument("--lengths", default="256", help="items: context lengths, comma-separated")
     ap.add_argument("--depths", type=int, default=11, help="items: depths 0, 1/(n-1), …, 1")
@@ -205,11 +217,16 @@ def main():
     with open(tmp, "w") as w:
         if a.what == "docs":
             for _ in range(a.docs):
-                text = m.drill(a.max_tokens) if a.drill else m.doc(a.max_tokens)
+                if a.pairs:
+                    text = m.pair_list(a.pairs)
+                elif a.drill:
+                    text = m.drill(a.max_tokens, a.most)
+                else:
+                    text = m.doc(a.max_tokens)
                 w.write(json.dumps({"text": text}) + "\n")
         elif a.drill:
             for _ in range(a.items):
-                w.write(json.dumps(m.drill_item(a.max_tokens)) + "\n")
+                w.write(json.dumps(m.drill_item(a.max_tokens, a.most)) + "\n")
         else:
             for length in (int(x) for x in a.lengths.split(",")):
                 for i in range(a.depths):

@@ -1,15 +1,18 @@
 //! `rsd._rsd`: rsd-loader for Python. The Python package (`python/rsd/__init__.py`) wraps this in
 //! `rsd.Loader`, a `torch.utils.data.IterableDataset`; this module knows nothing of torch.
 //!
-//! A batch crosses as a dict of NumPy arrays that own the loader's buffers: the `Vec`s move into
-//! the arrays, so nothing is copied (with `int64`, ids are widened once, in place of that copy).
+//! A batch crosses as a dict of NumPy arrays over the loader's buffers: nothing is copied (with
+//! `int64`, ids are widened once, in place of that copy). When Python lets go of an array, its
+//! buffer goes back to the loader and holds a later batch (see [`Buffer`]).
 //! The next batch is awaited without the GIL, so the loader's threads and Python run side by side.
 //! Every loader error becomes `rsd.LoaderError` carrying the Rust error's message.
 
 use std::path::PathBuf;
+use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Mutex;
 
-use numpy::{IntoPyArray, PyArrayMethods};
+use numpy::ndarray::ArrayView2;
+use numpy::{Element, IntoPyArray, PyArray2, PyArrayMethods};
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -29,10 +32,114 @@ fn loader_error(e: impl std::fmt::Display) -> PyErr {
     LoaderError::new_err(e.to_string())
 }
 
+/// A batch array's memory while NumPy (and torch, through it) uses it: the base object of the
+/// array. When the last view is gone, the buffer is sent back to its loader, which fills it with
+/// a later batch. Reusing it matters: a fresh 64K-token row is 64 fresh pages for each of ids,
+/// labels and positions, and their page faults, taken by the loader's threads, cost more than
+/// the copy itself. The memory is held as raw parts, not as a `Vec`, because Python may write to
+/// the array (an in-place edit of the labels) while this object is alive.
+#[pyclass(module = "rsd._rsd", frozen)]
+struct Buffer {
+    ptr: *mut i64,
+    len: usize,
+    cap: usize,
+    /// The element is `i32` (ids as the loader makes them) or `i64` (widened).
+    wide: bool,
+    home: Sender<Recycled>,
+}
+
+// SAFETY: the buffer owns its memory (a leaked `Vec`), touched from Rust only in `Drop`.
+unsafe impl Send for Buffer {}
+unsafe impl Sync for Buffer {}
+
+/// A buffer on its way back to the loader.
+enum Recycled {
+    Narrow(Vec<i32>),
+    Wide(Vec<i64>),
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        // SAFETY: the parts are those of the `Vec` leaked in `Buffer::array`, of the element
+        // type `wide` names; no array views the memory any more (this object was their base).
+        let back = unsafe {
+            if self.wide {
+                Recycled::Wide(Vec::from_raw_parts(self.ptr, self.len, self.cap))
+            } else {
+                Recycled::Narrow(Vec::from_raw_parts(
+                    self.ptr.cast::<i32>(),
+                    self.len,
+                    self.cap,
+                ))
+            }
+        };
+        // A loader that is gone takes nothing back: the Vec is freed here.
+        let _ = self.home.send(back);
+    }
+}
+
+impl Buffer {
+    /// `v` as a `[rows, len]` NumPy array whose base object returns `v` to `home` when freed.
+    fn array<'py, T: Element>(
+        py: Python<'py>,
+        v: Vec<T>,
+        shape: [usize; 2],
+        wide: bool,
+        home: &Sender<Recycled>,
+    ) -> PyResult<Bound<'py, PyArray2<T>>> {
+        let mut v = std::mem::ManuallyDrop::new(v);
+        let (ptr, len, cap) = (v.as_mut_ptr(), v.len(), v.capacity());
+        let base = Bound::new(
+            py,
+            Buffer {
+                ptr: ptr.cast(),
+                len,
+                cap,
+                wide,
+                home: home.clone(),
+            },
+        )?;
+        // SAFETY: `ptr` holds `len` initialised elements (`shape` multiplies to `len`, checked by
+        // the caller), and `base`, the array's base object, keeps them alive and in place.
+        unsafe {
+            let view = ArrayView2::from_shape_ptr(shape, ptr.cast_const());
+            Ok(PyArray2::borrow_from_array(&view, base.into_any()))
+        }
+    }
+}
+
+/// Buffers back from Python, until a batch takes them.
+struct Pool {
+    returned: Receiver<Recycled>,
+    narrow: Vec<Vec<i32>>,
+    wide: Vec<Vec<i64>>,
+}
+
+impl Pool {
+    /// A batch holds three buffers, and the loader keeps its own spares: more than a few batches'
+    /// worth here would only hold memory.
+    const KEEP: usize = 12;
+
+    /// Take in what Python has freed since the last batch.
+    fn collect(&mut self) {
+        for back in self.returned.try_iter() {
+            match back {
+                Recycled::Narrow(v) if self.narrow.len() < Self::KEEP => self.narrow.push(v),
+                Recycled::Wide(v) if self.wide.len() < Self::KEEP => self.wide.push(v),
+                _ => {}
+            }
+        }
+    }
+}
+
 /// One rank's stream of batches (see `rsd.Loader` for the arguments).
 #[pyclass(module = "rsd._rsd")]
 struct Loader {
     inner: Mutex<RustLoader>,
+    /// Buffers that Python has let go of, for later batches (see [`Buffer`]).
+    pool: Mutex<Pool>,
+    /// Where a [`Buffer`] is sent when freed: `pool`'s receiving end.
+    home: Sender<Recycled>,
     int64: bool,
     /// A dataset of the mixture carries a loss mask (chat data): batches get `loss_mask`.
     masked: bool,
@@ -126,8 +233,15 @@ impl Loader {
         let masked = (0..inner.config().datasets.len())
             .any(|k| inner.manifest(k).is_some_and(|m| m.loss_mask.is_some()));
         let meta = meta || cp_size > 1;
+        let (home, returned) = channel();
         Ok(Loader {
             inner: Mutex::new(inner),
+            pool: Mutex::new(Pool {
+                returned,
+                narrow: Vec::new(),
+                wide: Vec::new(),
+            }),
+            home,
             int64,
             masked,
             meta,
@@ -193,16 +307,27 @@ impl Loader {
         let loss_mask: Option<Vec<bool>> = self
             .masked
             .then(|| b.labels.iter().map(|&l| l != IGNORE_INDEX).collect());
-        for (name, v) in [
-            ("input_ids", std::mem::take(&mut b.tokens)),
-            ("labels", std::mem::take(&mut b.labels)),
-            ("position_ids", std::mem::take(&mut b.position_ids)),
-        ] {
-            if self.int64 {
-                let wide: Vec<i64> = v.iter().map(|&x| x as i64).collect();
-                d.set_item(name, wide.into_pyarray(py).reshape(shape)?)?;
+        let mut pool = self
+            .pool
+            .lock()
+            .map_err(|_| LoaderError::new_err("the loader failed earlier and cannot go on"))?;
+        pool.collect();
+        let ids = [&mut b.tokens, &mut b.labels, &mut b.position_ids];
+        for (name, slot) in ["input_ids", "labels", "position_ids"].into_iter().zip(ids) {
+            let shape = if shape[0] * shape[1] == slot.len() {
+                shape
             } else {
-                d.set_item(name, v.into_pyarray(py).reshape(shape)?)?;
+                [1, slot.len()]
+            };
+            if self.int64 {
+                // The narrow buffer stays with the batch for the loader to refill.
+                let mut wide = pool.wide.pop().unwrap_or_default();
+                wide.clear();
+                wide.extend(slot.iter().map(|&x| x as i64));
+                d.set_item(name, Buffer::array(py, wide, shape, true, &self.home)?)?;
+            } else {
+                let v = std::mem::replace(slot, pool.narrow.pop().unwrap_or_default());
+                d.set_item(name, Buffer::array(py, v, shape, false, &self.home)?)?;
             }
         }
         if let Some(m) = loss_mask {
