@@ -64,6 +64,9 @@ def main():
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--json-out", type=Path)
     ap.add_argument("--skip-rsd", action="store_true")
+    ap.add_argument("--pairs", type=int, default=5,
+                    help="interleaved pairs per worker count: Rust full/pread/shuffled, then Python int32, "
+                         "each for --seconds; the ratio is taken within each pair (0: none)")
     ap.add_argument("--rss-epochs", type=int, default=2,
                     help="whole epochs the Python loader reads while its RSS is sampled (0: none)")
     args = ap.parse_args()
@@ -118,6 +121,32 @@ def main():
             name = f"rsd (Python) {'int64' if int64 else 'int32'} w{workers}"
             results["readers"].append(timed(name, rsd_python_step, args.seconds))
             del loader, batches
+    if args.pairs and not args.skip_rsd:
+        # A shared VM's speed drifts by tens of percent within a minute: the Python/Rust ratio is
+        # taken within pairs of back-to-back passes, not between medians taken minutes apart.
+        for workers in map(int, args.workers.split(",")):
+            ratios = []
+            for _ in range(args.pairs):
+                res = subprocess.run([str(args.bin), "bench", str(args.dir), "--json", "--workers", str(workers),
+                                      "--layout", "full", "--read", "pread", "--rounds", "1",
+                                      "--seconds", str(args.seconds)], capture_output=True, text=True, check=True)
+                rust = next(r["tokens_per_s"] for r in map(json.loads, res.stdout.splitlines())
+                            if r["what"] not in ("memcpy_limit", "sample_copies") and r["order"] == "shuffled")
+                batches = iter(rsd.Loader(args.dir, micro_batch=1, seed=1, workers=workers, int64=False))
+                next(batches)
+                tokens, t0 = 0, time.perf_counter()
+                while time.perf_counter() - t0 < args.seconds:
+                    tokens += next(batches)["input_ids"].numel()
+                py = tokens / (time.perf_counter() - t0)
+                del batches
+                ratios.append((rust, py, py / rust))
+            rec = {"reader": f"rsd (Python) int32 w{workers} vs rsd-loader full pread shuffled, interleaved",
+                   "pairs": [{"rust_tokens_per_s": r, "python_tokens_per_s": p, "ratio": q} for r, p, q in ratios],
+                   "median_ratio": sorted(q for _, _, q in ratios)[len(ratios) // 2]}
+            results["readers"].append(rec)
+            print(f"{'Python/Rust w' + str(workers) + ' interleaved':>28}: " + ", ".join(
+                f"{p / 1e6:.0f}/{r / 1e6:.0f} ({100 * q:.0f}%)" for r, p, q in ratios)
+                + f" M tok/s; median ratio {100 * rec['median_ratio']:.0f}%", flush=True)
     if args.rss_epochs:
         # RSS over whole epochs: sampled every 32 batches; flat means the loader frees what it read.
         samples, n = [], 0

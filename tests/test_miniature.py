@@ -182,3 +182,39 @@ def test_copy_documents_repeat_their_random_numbers(tmp_path):
     pairs = [d["text"][:-1].split(".\n") for d in lines(out)]
     assert all(sorted(a.split()) == sorted(b.split()) for a, b in pairs)
     assert sum(a != b for a, b in pairs) >= 18
+
+
+def test_one_token_recall_documents_and_items(tmp_path):
+    """scripts/miniature_kv.py: pair lists repeat their pairs in another order; drills hold at most
+    --most needles, then each needle's answer with its own value; items put four needles in the
+    books, ask for one, fill the length less room for the answer, and offer the four values."""
+    import sys
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(REPO / "assets/tokenizers/mini-1k/tokenizer.json"))
+
+    def run(*args):
+        out = tmp_path / f"{len(list(tmp_path.iterdir()))}.jsonl"
+        subprocess.run([sys.executable, str(REPO / "scripts/miniature_kv.py"), *args[:1], str(out),
+                        *map(str, args[1:])], check=True, cwd=REPO)
+        return lines(out)
+
+    for doc in run("docs", "--docs", 30, "--pairs", 4, "--seed", 1):
+        first, second = (part.rstrip(".").split(". ") for part in doc["text"].split("\n"))
+        assert len(first) == 4 and sorted(first) == sorted(second)
+        keys, values = zip(*(p.split(" ") for p in first))
+        assert len(set(keys)) == 4 and not set(keys) & set(values)
+        assert all(len(tok.encode(" " + w, add_special_tokens=False).ids) == 1 for w in keys + values)
+    for doc in run("docs", "--docs", 30, "--drill", "--most", 3, "--seed", 2):
+        needles, answers = doc["text"].split("\n")
+        given = dict(s.split(" for ")[1].rstrip(".").split(" is: ") for s in needles.split(". "))
+        asked = {s.split(" for ")[1].split(" mentioned")[0]: s.rstrip(".").rsplit(" ", 1)[1]
+                 for s in answers.split(". ")}
+        assert 1 <= len(given) <= 3 and asked == given
+    items = run("items", "--lengths", 256, "--depths", 3, "--items", 2, "--seed", 7)
+    assert [it["depth"] for it in items] == [0.0, 0.0, 0.5, 0.5, 1.0, 1.0]
+    for it in items:
+        assert len(it["candidates"]) == 4 and it["answer"] in it["candidates"]
+        key = it["context"].rsplit(" for ", 1)[1].split(" mentioned")[0]
+        assert f"for {key} is:{it['answer']}." in it["context"]
+        assert 256 - 8 - 12 <= len(tok.encode(it["context"]).ids) <= 256 - 8
