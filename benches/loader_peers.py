@@ -4,7 +4,8 @@ For one rsd shard directory (make one with `rsd-data bench DIR --synthetic-token
   * rsd-loader, through `rsd-data bench --json` (release build): sequential/shuffled, 1..N workers,
     memcpy limit, first-batch latency, RSS;
   * the same loader from Python (`import rsd`, the package in python/), in this process: torch
-    tensors over its int32 buffers, or widened to int64; and its RSS over --rss-epochs epochs;
+    tensors over its int32 buffers, or widened to int64; and its RSS over --rss-epochs epochs; and
+    --pairs interleaved Rust/Python passes per worker count, the ratio taken within each pair;
   * nanoGPT-style np.memmap reader: random windows of L+1 tokens → int64 x, y;
   * megatron-core IndexedDataset: random samples (documents) read sequence by sequence → int64;
   * mosaicml-streaming StreamingDataset over MDS shards written from the same samples → int64.
