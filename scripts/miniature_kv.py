@@ -21,12 +21,18 @@ Two outputs:
          the books, one asked for, at depth d of the haystack), the context ending with the
          answer prefix, the four values as candidates; the context fills LENGTH - 8 tokens.
          With --drill: drills (--docs --drill) cut before one of their answers, the drill's
-         values as candidates.
+         values as candidates. With --pairs N: pair lists cut before one repeated value.
+
+The plainest form, --pairs N ("KEY VALUE." N times, then the same pairs in another order), is
+what a base learns recall from first: an induction head (find the current token earlier, copy
+what followed it) answers it, and RULER's sentences build on that (docs/RESULTS.md).
 
     python scripts/miniature_kv.py docs OUT.jsonl --docs 9900 --seed 1001 --max-tokens 255
     python scripts/miniature_kv.py docs OUT.jsonl --docs 9900 --seed 1003 --drill
     python scripts/miniature_kv.py items OUT.jsonl --lengths 1024,2048 --depths 11 --items 32 --seed 7
     python scripts/miniature_kv.py items OUT.jsonl --drill --items 64 --seed 77
+    python scripts/miniature_kv.py docs OUT.jsonl --docs 40000 --seed 2001 --pairs 4
+    python scripts/miniature_kv.py items OUT.jsonl --pairs 4 --items 64 --seed 79
 """
 import argparse
 import json
@@ -131,6 +137,20 @@ class Maker:
         self.rng.shuffle(order)
         return " ".join(f"{k} {v}." for k, v in pairs) + "\n" + " ".join(f"{k} {v}." for k, v in order)
 
+    def pair_item(self, n):
+        """A held-out pair list cut before the value of one of its repeated pairs: the candidates
+        are the list's values."""
+        text = self.pair_list(n)
+        first, second = text.split("\n")
+        repeated = second.rstrip(".").split(". ")
+        k = self.rng.randrange(len(repeated))
+        key, value = repeated[k].split(" ")
+        values = [p.split(" ")[1] for p in first.rstrip(".").split(". ")]
+        earlier = "".join(p + ". " for p in repeated[:k])
+        return {"task": "kv_pairs", "depth": round(k / max(1, n - 1), 4),
+                "context": first + "\n" + earlier + key,
+                "candidates": [f" {v}" for v in values], "answer": f" {value}"}
+
     def drill(self, max_tokens, most=16):
         """A drill within `max_tokens`: needles without a haystack, then the answer sentence of
         each, in another order: as many pairs as fit, up to `most`."""
@@ -201,7 +221,8 @@ def main():
                     help="docs: drills, needles without a haystack, then every answer sentence; "
                          "items: --items held-out drills, each cut before one answer")
     ap.add_argument("--pairs", type=int, default=0,
-                    help="docs: pair lists of this many pairs (KEY VALUE. …, then again in another order)")
+                    help="docs: pair lists of this many pairs (KEY VALUE. …, then again in another order); "
+                         "items: --items held-out pair lists, each cut before one repeated value")
     ap.add_argument("--most", type=int, default=16, help="docs --drill: needles per drill, at most")
     ap.add_argument("--max-tokens", type=int, default=255, help="docs: tokens a document may take")
     ap.add_argument("--lengths", default="256", help="items: context lengths, comma-separated")
@@ -224,6 +245,9 @@ def main():
                 else:
                     text = m.doc(a.max_tokens)
                 w.write(json.dumps({"text": text}) + "\n")
+        elif a.pairs:
+            for _ in range(a.items):
+                w.write(json.dumps(m.pair_item(a.pairs)) + "\n")
         elif a.drill:
             for _ in range(a.items):
                 w.write(json.dumps(m.drill_item(a.max_tokens, a.most)) + "\n")

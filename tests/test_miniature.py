@@ -205,6 +205,12 @@ def test_one_token_recall_documents_and_items(tmp_path):
         keys, values = zip(*(p.split(" ") for p in first))
         assert len(set(keys)) == 4 and not set(keys) & set(values)
         assert all(len(tok.encode(" " + w, add_special_tokens=False).ids) == 1 for w in keys + values)
+    for it in run("items", "--pairs", 4, "--items", 20, "--seed", 3):
+        first, rest = it["context"].split("\n")
+        pairs = dict(p.split(" ") for p in first.rstrip(".").split(". "))
+        *shown, key = rest.split(". ")
+        assert all(pairs[p.split(" ")[0]] == p.split(" ")[1] for p in shown)
+        assert it["answer"] == " " + pairs[key] and sorted(it["candidates"]) == sorted(" " + v for v in pairs.values())
     for doc in run("docs", "--docs", 30, "--drill", "--most", 3, "--seed", 2):
         needles, answers = doc["text"].split("\n")
         given = dict(s.split(" for ")[1].rstrip(".").split(" is: ") for s in needles.split(". "))

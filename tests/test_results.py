@@ -9,6 +9,7 @@ RESULTS.md between `<!-- results:NAME -->` and `<!-- /results:NAME -->` must equ
 script writes now (headings compared without their level, so the page may nest them), and every
 committed attempt must have its blocks.
 """
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -61,3 +62,19 @@ def test_the_paired_differences_are_the_committed_results(attempt, tmp_path):
         md = (tmp_path / f"compare-vs-{baseline}" / "compare.md").read_text()
         section = md[md.index("## Paired differences"):]
         assert normal(block(f"{attempt.name}:vs-{baseline}")) == normal(section), baseline
+
+
+def test_pilot_cells_are_the_committed_pilot_results():
+    """Each rsd pilot whose per-item results are committed under docs/pilot-results/ appears in
+    RESULTS.md with the cells those results give: the share ranked first (three decimals) and the
+    answer's mean log-probability (two), for each of its item files."""
+    page = PAGE.read_text()
+    runs = sorted(p for p in (REPO / "docs" / "pilot-results").glob("*/*") if p.is_dir())
+    assert runs, "docs/pilot-results/ holds no pilot"
+    for run in runs:
+        for items in sorted(run.glob("*.jsonl")):
+            rows = [json.loads(line) for line in items.read_text().splitlines()]
+            score = sum(r["score"] for r in rows) / len(rows)
+            logprob = sum(r["logprob"] for r in rows) / len(rows)
+            cell = f"{score:.3f}, {logprob:.2f}".replace("-", "−")
+            assert cell in page, f"{items.relative_to(REPO)}: {cell} is not in docs/RESULTS.md"
