@@ -47,6 +47,9 @@ QUESTION = "What is the special magic word for {k} mentioned in the provided tex
 ANSWER_PREFIX = "The special magic word for {k} mentioned in the provided text is"
 # Tokens left after an evaluation context for the answer (rsd-eval's prompts leave the same).
 ANSWER_ROOM = 8
+# What stands between a key and its value in RULER's answer sentence: pair lists with a gap take
+# the last words of it (scripts' --gap).
+GAP_WORDS = ["mentioned", "in", "the", "provided", "text", "is"]
 
 
 def template_words():
@@ -128,27 +131,31 @@ class Maker:
                 return text
             n = n * 9 // 10
 
-    def pair_list(self, n):
+    def pair_list(self, n, gap=0):
         """The plainest recall: `n` pairs as "KEY VALUE.", then the same pairs in another order.
         Each value's key sits right before it, so an induction head (find the current token
-        earlier, copy what followed) recalls it."""
+        earlier, copy what followed) recalls it. With `gap` g, the last g words of RULER's
+        answer prefix ("… mentioned in the provided text is") stand between each key and its
+        value, in both halves: the key must be carried forward over them."""
         pairs = self.pairs(n)
         order = pairs[:]
         self.rng.shuffle(order)
-        return " ".join(f"{k} {v}." for k, v in pairs) + "\n" + " ".join(f"{k} {v}." for k, v in order)
+        words = GAP_WORDS[len(GAP_WORDS) - gap:] if gap else []
+        entry = lambda k, v: " ".join([k, *words, v]) + "."  # noqa: E731
+        return " ".join(entry(k, v) for k, v in pairs) + "\n" + " ".join(entry(k, v) for k, v in order)
 
-    def pair_item(self, n):
+    def pair_item(self, n, gap=0):
         """A held-out pair list cut before the value of one of its repeated pairs: the candidates
         are the list's values."""
-        text = self.pair_list(n)
+        text = self.pair_list(n, gap)
         first, second = text.split("\n")
         repeated = second.rstrip(".").split(". ")
         k = self.rng.randrange(len(repeated))
-        key, value = repeated[k].split(" ")
-        values = [p.split(" ")[1] for p in first.rstrip(".").split(". ")]
+        prefix, value = repeated[k].rsplit(" ", 1)
+        values = [p.rsplit(" ", 1)[1] for p in first.rstrip(".").split(". ")]
         earlier = "".join(p + ". " for p in repeated[:k])
         return {"task": "kv_pairs", "depth": round(k / max(1, n - 1), 4),
-                "context": first + "\n" + earlier + key,
+                "context": first + "\n" + earlier + prefix,
                 "candidates": [f" {v}" for v in values], "answer": f" {value}"}
 
     def drill(self, max_tokens, most=16):
@@ -223,6 +230,9 @@ def main():
     ap.add_argument("--pairs", type=int, default=0,
                     help="docs: pair lists of this many pairs (KEY VALUE. …, then again in another order); "
                          "items: --items held-out pair lists, each cut before one repeated value")
+    ap.add_argument("--gap", type=int, default=0,
+                    help="--pairs: the last GAP words of RULER's answer prefix between each key and "
+                         "its value (docs: each list draws its gap from 0..GAP; items: exactly GAP)")
     ap.add_argument("--most", type=int, default=16, help="docs --drill: needles per drill, at most")
     ap.add_argument("--max-tokens", type=int, default=255, help="docs: tokens a document may take")
     ap.add_argument("--lengths", default="256", help="items: context lengths, comma-separated")
@@ -239,7 +249,7 @@ def main():
         if a.what == "docs":
             for _ in range(a.docs):
                 if a.pairs:
-                    text = m.pair_list(a.pairs)
+                    text = m.pair_list(a.pairs, m.rng.randint(0, a.gap) if a.gap else 0)
                 elif a.drill:
                     text = m.drill(a.max_tokens, a.most)
                 else:
@@ -247,7 +257,7 @@ def main():
                 w.write(json.dumps({"text": text}) + "\n")
         elif a.pairs:
             for _ in range(a.items):
-                w.write(json.dumps(m.pair_item(a.pairs)) + "\n")
+                w.write(json.dumps(m.pair_item(a.pairs, a.gap)) + "\n")
         elif a.drill:
             for _ in range(a.items):
                 w.write(json.dumps(m.drill_item(a.max_tokens, a.most)) + "\n")

@@ -211,6 +211,16 @@ def test_one_token_recall_documents_and_items(tmp_path):
         *shown, key = rest.split(". ")
         assert all(pairs[p.split(" ")[0]] == p.split(" ")[1] for p in shown)
         assert it["answer"] == " " + pairs[key] and sorted(it["candidates"]) == sorted(" " + v for v in pairs.values())
+    gap = "in the provided text is"
+    for it in run("items", "--pairs", 3, "--gap", 5, "--items", 10, "--seed", 4):
+        first, rest = it["context"].split("\n")
+        entries = first.rstrip(".").split(". ")
+        assert len(entries) == 3 and all(e.split(" ", 1)[1].rsplit(" ", 1)[0] == gap for e in entries)
+        assert rest.endswith(" " + gap) and it["answer"] in it["candidates"]
+        key = rest.split(". ")[-1].split(" ")[0]
+        assert f"{key} {gap}{it['answer']}." in first
+    gaps = {doc["text"].count(" is ") // 6 for doc in run("docs", "--docs", 40, "--pairs", 3, "--gap", 2, "--seed", 5)}
+    assert gaps == {0, 1}  # gap 0 has no " is ", gaps 1 and 2 have one in each of the 6 entries
     for doc in run("docs", "--docs", 30, "--drill", "--most", 3, "--seed", 2):
         needles, answers = doc["text"].split("\n")
         given = dict(s.split(" for ")[1].rstrip(".").split(" is: ") for s in needles.split(". "))
