@@ -56,6 +56,13 @@ def timed(name, step, seconds, tokens_per_step_fn=None):
     return out
 
 
+def rsd_bench(args, *flags):
+    """`rsd-data bench --json` on --dir with these flags: its records, one per line."""
+    res = subprocess.run([str(args.bin), "bench", str(args.dir), "--json", "--seconds", str(args.seconds), *flags],
+                         capture_output=True, text=True, check=True)
+    return [json.loads(line) for line in res.stdout.splitlines()]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", required=True, type=Path)
@@ -80,10 +87,7 @@ def main():
 
     # rsd-loader (separate process, release build), in the same run.
     if not args.skip_rsd:
-        res = subprocess.run([str(args.bin), "bench", str(args.dir), "--json", "--workers", args.workers,
-                              "--seconds", str(args.seconds)], capture_output=True, text=True, check=True)
-        for line in res.stdout.splitlines():
-            rec = json.loads(line)
+        for rec in rsd_bench(args, "--workers", args.workers):
             results["readers"].append({"reader": "rsd-loader", **rec})
             if rec["what"] == "memcpy_limit":
                 print(f"{'memcpy limit':>28}: {rec['bytes_per_s'] / 1e9:8.2f} GB/s = {rec['bytes_per_s'] / np.dtype(dtype).itemsize / 1e6:.1f} M tok/s")
@@ -128,10 +132,8 @@ def main():
         for workers in map(int, args.workers.split(",")):
             ratios = []
             for _ in range(args.pairs):
-                res = subprocess.run([str(args.bin), "bench", str(args.dir), "--json", "--workers", str(workers),
-                                      "--layout", "full", "--read", "pread", "--rounds", "1",
-                                      "--seconds", str(args.seconds)], capture_output=True, text=True, check=True)
-                rust = next(r["tokens_per_s"] for r in map(json.loads, res.stdout.splitlines())
+                rust = next(r["tokens_per_s"] for r in rsd_bench(args, "--workers", str(workers), "--layout", "full",
+                                                                 "--read", "pread", "--rounds", "1")
                             if r["what"] not in ("memcpy_limit", "sample_copies") and r["order"] == "shuffled")
                 batches = iter(rsd.Loader(args.dir, micro_batch=1, seed=1, workers=workers, int64=False))
                 next(batches)

@@ -26,8 +26,8 @@ from ._rsd import LoaderError
 __all__ = ["Loader", "LoaderError"]
 
 # Keys whose NumPy arrays become tensors; the others are ints.
-_TENSORS = frozenset(("input_ids", "labels", "position_ids", "loss_mask", "cu_seqlens", "doc_offsets",
-            "row_offsets", "full_row_offsets", "chunks", "samples"))
+_TENSORS = frozenset(("input_ids", "labels", "position_ids", "loss_mask", "cu_seqlens",
+                      "doc_offsets", "row_offsets", "full_row_offsets", "chunks", "samples"))
 
 
 def _env_int(name):

@@ -9,7 +9,7 @@
 
 use std::path::PathBuf;
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use numpy::ndarray::ArrayView2;
 use numpy::{Element, IntoPyArray, PyArray2, PyArrayMethods};
@@ -30,6 +30,12 @@ pyo3::create_exception!(
 
 fn loader_error(e: impl std::fmt::Display) -> PyErr {
     LoaderError::new_err(e.to_string())
+}
+
+/// A lock is poisoned only by a panic while it was held: the loader cannot go on after that.
+fn locked<T>(m: &Mutex<T>) -> PyResult<MutexGuard<'_, T>> {
+    m.lock()
+        .map_err(|_| LoaderError::new_err("the loader failed earlier and cannot go on"))
 }
 
 /// A batch array's memory while NumPy (and torch, through it) uses it: the base object of the
@@ -286,10 +292,8 @@ impl Loader {
 }
 
 impl Loader {
-    fn lock(&self) -> PyResult<std::sync::MutexGuard<'_, RustLoader>> {
-        self.inner
-            .lock()
-            .map_err(|_| LoaderError::new_err("the loader failed earlier and cannot go on"))
+    fn lock(&self) -> PyResult<MutexGuard<'_, RustLoader>> {
+        locked(&self.inner)
     }
 
     /// The batch's arrays moved into NumPy (shaped `[rows, len]` when every row has the same
@@ -307,10 +311,7 @@ impl Loader {
         let loss_mask: Option<Vec<bool>> = self
             .masked
             .then(|| b.labels.iter().map(|&l| l != IGNORE_INDEX).collect());
-        let mut pool = self
-            .pool
-            .lock()
-            .map_err(|_| LoaderError::new_err("the loader failed earlier and cannot go on"))?;
+        let mut pool = locked(&self.pool)?;
         pool.collect();
         let ids = [&mut b.tokens, &mut b.labels, &mut b.position_ids];
         for (name, slot) in ["input_ids", "labels", "position_ids"].into_iter().zip(ids) {
