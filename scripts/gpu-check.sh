@@ -14,7 +14,7 @@
 #      losses equal to 1e-4 relative; the same 2 steps on the CPU, equal to 1e-3 relative;
 #   6. one bf16 step on cuda:0 (finite loss);
 #   7. the process's GPU memory during bf16 steps (nvidia-smi) against `rsd-train memory`'s plan;
-#   8. at paper scale per rank: Llama-3-8B's layer widths (4 of its 32 layers, its 128K vocabulary,
+#  10. at paper scale per rank: Llama-3-8B's layer widths (4 of its 32 layers, its 128K vocabulary,
 #      1.9B parameters), rsd, bf16, layers checkpointed, 32K and 64K tokens per rank: memory
 #      against the plan, from one `rsd-train memory --measure` run each (three steps, the
 #      perturbed view at its largest): per category the caching allocator's counts, and
@@ -27,12 +27,14 @@
 #       # test-rsd-model-cuda and test-rsd-dist-gloo, built elsewhere against the same torch
 #       # version with `--features rsd-dist/nccl`; DATA holds shards-512 (corpus/books, the
 #       # default tokenizer), shards-32k and shards-64k (corpus/books, Llama-3's tokenizer, rows
-#       # of 32768 and 65536 tokens), `rsd-data pack` output. RSD_GPU_CHECK_OUT=DIR keeps the
+#       # of 32768 and 65536 tokens), `rsd-data pack` output, chat-512 (`rsd-data pack --chat` of
+#       # corpus/chat/train.jsonl, length 512) and items-256.jsonl (`scripts/miniature_kv.py items`);
+#       # the binaries then include rsd-eval. RSD_GPU_CHECK_OUT=DIR keeps the
 #       # metrics and plans there.
 #   RSD_GPU_CHECK_KEEP_GOING=1   # a failed NCCL step (4, 5) is reported at the end, not fatal
 #   RSD_GPU_CHECK_SKIP=NAME      # skip step 3's tests whose names contain NAME
 #   RSD_GPU_CHECK_TORCH_ALLOC=1  # step 8 also measures with torch's default allocator settings
-#   RSD_GPU_CHECK_NO_SCALE=1     # stop after step 7 (step 8 takes 4 minutes and 72 GiB)
+#   RSD_GPU_CHECK_NO_SCALE=1     # stop after step 9 (step 10 takes 4 minutes and 72 GiB)
 # docs/GPU.md records each run of this script: what passed, what failed, what was fixed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -60,7 +62,7 @@ if [ -n "$prebuilt" ]; then
   # Their rpath names the build machine's torch; this machine's is found through the loader path.
   torch_lib="$("$py" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')"
   export LD_LIBRARY_PATH="$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  for f in rsd-train test-rsd-model-cuda test-rsd-dist-gloo; do
+  for f in rsd-train rsd-eval test-rsd-model-cuda test-rsd-dist-gloo; do
     [ -x "$bin/$f" ] || die "$bin/$f is missing (see the usage above)"
   done
   attention_test=("$bin/test-rsd-model-cuda")
@@ -78,7 +80,7 @@ scripts/setup.sh (a venv with torch==$want_torch), or try this torch with RSD_GP
     echo "torch $have_torch ≠ $want_torch: building with LIBTORCH_BYPASS_VERSION_CHECK=1"
     export LIBTORCH_BYPASS_VERSION_CHECK=1
   fi
-  cargo build --release -q -p rsd-train -p rsd-data --features rsd-dist/nccl
+  cargo build --release -q -p rsd-train -p rsd-data -p rsd-eval --features rsd-dist/nccl
   bin=target/release
   attention_test=(cargo test --release -q -p rsd-model --test cuda --)
   nccl_test=(cargo test --release -q -p rsd-dist --features nccl nccl)
@@ -178,14 +180,64 @@ say "7. the GPU memory of a bf16 step against the plan"
   --dtype bf16 --json >"$keep/plan-tiny.json"
 peak="$(peak_while - "${common[@]}" --steps 2 --device cuda --dtype bf16 --out "$work/mem")"
 against_plan "$keep/plan-tiny.json" "$peak" "tiny, bf16"
+"$bin/rsd-train" memory --config configs/tiny-cpu.toml --shards "$small" --device cuda \
+  --dtype bf16 --measure 2 | sed -n '/^measured on/,$p' | tee "$keep/measure-tiny.txt"
+
+say "8. SFT (sft-rsd, loss-masked chat shards): 2 fp32 steps on cuda against the CPU; bf16"
+chat="$data/chat-512"
+if [ ! -d "$chat" ]; then
+  chat="$work/chat-512"
+  "$bin/rsd-data" pack --chat --src corpus/chat/train.jsonl --len 512 --out "$chat" \
+    --chat-template-file corpus/chat/chatml.jinja --force >/dev/null
+fi
+sft=(--config configs/tiny-cpu.toml --shards "$chat" --objective sft-rsd --save-every 0
+  --heldout-every 0 --progress false)
+"$bin/rsd-train" "${sft[@]}" --steps 2 --device cuda --dtype fp32 --out "$work/sft-cuda"
+"$bin/rsd-train" "${sft[@]}" --steps 2 --device cpu --dtype fp32 --out "$work/sft-cpu"
+"$bin/rsd-train" "${sft[@]}" --steps 1 --device cuda --dtype bf16 --out "$work/sft-bf16"
+sft_cuda="$(last_loss "$work/sft-cuda/metrics.jsonl")"
+sft_cpu="$(last_loss "$work/sft-cpu/metrics.jsonl")"
+sft_bf16="$(last_loss "$work/sft-bf16/metrics.jsonl")"
+echo "sft-rsd loss after 2 steps: cuda $sft_cuda, the CPU $sft_cpu; one bf16 step: $sft_bf16"
+close "$sft_cpu" "$sft_cuda" 1e-3 || die "SFT on cuda differs from the CPU beyond 1e-3 relative"
+"$py" -c "import math; assert math.isfinite($sft_bf16)" || die "SFT bf16 loss is not finite"
+
+say "9. rsd-eval score on cuda against the CPU (step 5's model, teacher forcing)"
+items="$data/items-256.jsonl"
+if [ ! -f "$items" ]; then
+  items="$work/items-256.jsonl"
+  "$py" scripts/miniature_kv.py items "$items" --lengths 256 --seed 7
+fi
+for run in cpu:fp32 cuda:fp32 cuda:bf16; do
+  "$bin/rsd-eval" score --model "$work/cpu/model" --items "$items" --device "${run%:*}" \
+    --dtype "${run#*:}" --out "$work/eval-${run/:/-}" --quiet
+done
+"$py" - "$work"/eval-{cpu-fp32,cuda-fp32,cuda-bf16}/results.jsonl <<'PY' \
+  || die "rsd-eval on cuda differs from the CPU"
+import json, math, sys
+def load(path):
+    rows = [json.loads(line) for line in open(path)]
+    return {(r["task"], r["length"], r["depth"], r["sample"]): r for r in rows}
+cpu, gpu, bf16 = map(load, sys.argv[1:])
+assert cpu.keys() == gpu.keys() == bf16.keys() and cpu, "the runs scored different items"
+def diff(other):
+    return max(abs(cpu[k]["logprob"] - other[k]["logprob"]) for k in cpu)
+def same_rank(other):
+    return sum(cpu[k]["rank"] == other[k]["rank"] for k in cpu)
+n = len(cpu)
+print(f"{n} items: fp32 cuda vs CPU max |Δ log-prob| {diff(gpu):.2e}, same rank {same_rank(gpu)}/{n}; "
+      f"bf16 cuda vs CPU max |Δ log-prob| {diff(bf16):.2e}, same rank {same_rank(bf16)}/{n}")
+assert all(math.isfinite(r["logprob"]) for r in bf16.values()), "bf16 log-probabilities not finite"
+sys.exit(0 if diff(gpu) <= 1e-3 and same_rank(gpu) == n else 1)
+PY
 
 if [ -n "${RSD_GPU_CHECK_NO_SCALE:-}" ]; then
   if [ ${#failed[@]} -gt 0 ]; then die "failed: ${failed[*]}"; fi
-  say "GPU checks 1-7 passed (step 8 skipped: RSD_GPU_CHECK_NO_SCALE)"
+  say "GPU checks 1-9 passed (step 10 skipped: RSD_GPU_CHECK_NO_SCALE)"
   exit 0
 fi
 
-say "8. Llama-3-8B's layer widths, 4 layers, rsd, bf16, layers checkpointed, one rank"
+say "10. Llama-3-8B's layer widths, 4 layers, rsd, bf16, layers checkpointed, one rank"
 "$py" - configs/model/llama3-8b.json "$work/llama3-8b-4l.json" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
@@ -206,7 +258,7 @@ for len in 32768 65536; do
   peak="$(peak_while "$report" memory "${big[@]}" --gpu-gib "$gib" --measure 2)"
   sed -n '/^measured on/,$p' "$report"
   against_plan "$keep/plan-8b-4l-$len.json" "$peak" "8B widths, 4 layers, $len tokens" \
-    || failed+=("8. memory at $len tokens above the plan")
+    || failed+=("10. memory at $len tokens above the plan")
   if [ -n "${RSD_GPU_CHECK_TORCH_ALLOC:-}" ]; then
     echo "$len tokens, torch's default allocator settings (PYTORCH_CUDA_ALLOC_CONF=\"\"):"
     PYTORCH_CUDA_ALLOC_CONF="" "$bin/rsd-train" memory "${big[@]}" --gpu-gib "$gib" \

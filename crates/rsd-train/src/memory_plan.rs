@@ -390,6 +390,17 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
             format!("{params} × {b} B (.grad, kept and zeroed between steps)"),
         );
     }
+    // cuBLAS's workspaces come from the caching allocator with the first backward: measured on
+    // an H100 and an H200 as 64 MiB above the gradients at every model size, and as none with
+    // CUBLAS_WORKSPACE_CONFIG=:0:0 CUBLASLT_WORKSPACE_SIZE=0 (docs/GPU.md).
+    if !p.gloo {
+        add(
+            "cuBLAS workspaces",
+            Category::Gradients,
+            64 << 20,
+            "the backward's cuBLAS workspaces (measured, torch 2.11 on Hopper)".into(),
+        );
+    }
     // Replicated, one all-reduce bucket of at most grad_bucket_mb (a larger parameter is a bucket
     // of its own); sharded, the buckets follow the model's parts (top, layers, embedding).
     let bucket_elems = if sharded {
