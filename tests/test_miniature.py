@@ -17,8 +17,9 @@ EVALS = ("eval-1024", "eval-2048-yarn2", "eval-4096-yarn4")
 
 def miniature(out, ignore_bar=True):
     env = {**os.environ, "RSD_MINI_BIN": str(Path(exe("rsd-train")).parent), "RSD_MINI_OUT": str(out),
-           "RSD_MINI_SEEDS": "0", "RSD_MINI_BASE_STEPS": "3", "RSD_MINI_ADAPT_STEPS": "2",
-           "RSD_MINI_ITEMS": "1", "RSD_MINI_DEPTHS": "2", "RSD_MINI_TRAIN_DOCS": "2"}
+           "RSD_MINI_SEEDS": "0", "RSD_MINI_PAIRS_STEPS": "2", "RSD_MINI_BASE_STEPS": "3",
+           "RSD_MINI_ADAPT_STEPS": "2", "RSD_MINI_ITEMS": "1", "RSD_MINI_DEPTHS": "2",
+           "RSD_MINI_TRAIN_DOCS": "30"}
     if ignore_bar:
         env["RSD_MINI_IGNORE_BAR"] = "1"
     return subprocess.run(["bash", str(REPO / "scripts/miniature.sh")], env=env, capture_output=True,
@@ -39,6 +40,11 @@ def test_miniature_runs_the_preregistered_design_and_resumes(tmp_path):
     assert "bar: 0.80 at every depth: NOT met" in bar, bar
     base_config = json.loads((out / "base/model/config.json").read_text())
     assert base_config["rope_theta"] == 10000.0  # raised only for the adaptation
+    # The base's two stages: pair lists alone, then the mix, continuing from the first.
+    assert len(lines(out / "base-pairs/metrics.jsonl")) == 2
+    assert len(lines(out / "base/metrics.jsonl")) == 3
+    base_items = lines(out / "base/eval-256/results.jsonl")
+    assert len(base_items) == 2 and {r["task"] for r in base_items} == {"kv_multikey"}
 
     for seed in (0,):
         s = out / f"seed-{seed}"
