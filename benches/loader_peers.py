@@ -1,4 +1,4 @@
-"""Loader benchmark against real peers on the same tokens (docs/BENCHMARKS-loader.md).
+"""Loader benchmark against real peers on the same tokens (docs/BENCHMARKS.md, "rsd-loader").
 
 For one rsd shard directory (make one with `rsd-data bench DIR --synthetic-tokens 2e8 --len 65536`):
   * rsd-loader, through `rsd-data bench --json` (release build): sequential/shuffled, 1..N workers,

@@ -3,7 +3,9 @@
 same config, threads and sequence length, plus the attention primitive vs plain causal SDPA.
 
     python benches/model_bench.py [--config configs/model/bench-llama-4l.json] [--seq-len 2048]
-        [--threads 2] [--iters 5] [--bin target/debug] [--out docs/BENCHMARKS-model.md]
+        [--threads 2] [--iters 5] [--bin target/debug] [--out REPORT.md]
+
+Prints a Markdown report (docs/BENCHMARKS.md, "rsd-model", holds the latest); --out also writes it.
 
 One step = forward, full-logit next-token CE, backward, zero grads (fp32, batch 1, CPU). Times are
 medians after one warm-up. Not a test: numbers depend on the machine.
@@ -14,6 +16,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -57,18 +60,13 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--bin", default=os.environ.get("RSD_BIN_DIR", str(REPO / "target/debug")))
-    ap.add_argument("--out", default=str(REPO / "docs/BENCHMARKS-model.md"))
+    ap.add_argument("--out", help="also write the report to this file")
     a = ap.parse_args()
 
-    cfg_dir = Path(a.out).parent / ".bench-config"
-    cfg_dir.mkdir(parents=True, exist_ok=True)
-    (cfg_dir / "config.json").write_text(Path(a.config).read_text())
-    try:
-        eager = hf_step_time(str(cfg_dir), a.seq_len, a.threads, a.iters, "eager")
-        sdpa = hf_step_time(str(cfg_dir), a.seq_len, a.threads, a.iters, "sdpa")
-    finally:
-        (cfg_dir / "config.json").unlink()
-        cfg_dir.rmdir()
+    with tempfile.TemporaryDirectory() as cfg_dir:
+        (Path(cfg_dir) / "config.json").write_text(Path(a.config).read_text())
+        eager = hf_step_time(cfg_dir, a.seq_len, a.threads, a.iters, "eager")
+        sdpa = hf_step_time(cfg_dir, a.seq_len, a.threads, a.iters, "sdpa")
     ours = json.loads(subprocess.run(
         [str(Path(a.bin) / "rsd-model"), "bench", "--config", a.config, "--seq-len", str(a.seq_len),
          "--threads", str(a.threads), "--iters", str(a.iters)],
@@ -113,7 +111,8 @@ def main():
         f"{ours['primitive_split_fwd_bwd_s'] / ours['sdpa_fwd_bwd_s']:.2f} |",
         "",
     ]
-    Path(a.out).write_text("\n".join(text))
+    if a.out:
+        Path(a.out).write_text("\n".join(text))
     print("\n".join(text))
 
 

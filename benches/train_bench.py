@@ -1,5 +1,5 @@
 """rsd-train step benchmark (CPU): prefix reuse vs standard vs naive two passes, chunked vs full
-logits memory, our step vs PyTorch eager. Prints a markdown report (docs/BENCHMARKS-train.md).
+logits memory, our step vs PyTorch eager. Prints a markdown report (docs/BENCHMARKS.md, "rsd-train").
 
     python benches/train_bench.py [--config configs/model/bench-llama-4l.json] [--len 2048]
 

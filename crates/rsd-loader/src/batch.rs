@@ -379,8 +379,8 @@ impl Batch {
     /// `raw_tokens` in the compact layout, and the compact layout's look-ahead `next_ids`).
     ///
     /// The common case, every id in range, costs one vectorised maximum over the ids (a pass at
-    /// memory bandwidth, docs/BENCHMARKS-loader.md); only a batch that fails it is searched for
-    /// the offending position.
+    /// memory bandwidth, docs/BENCHMARKS.md, "rsd-loader"); only a batch that fails it is
+    /// searched for the offending position.
     pub fn find_id_outside(&self, vocab_size: u64) -> Option<IdOutside> {
         let max = match (self.layout, &self.raw_tokens) {
             (BatchLayout::Full, _) => max_unsigned_i32(&self.tokens),

@@ -4,7 +4,7 @@
 //! `rep movsb`, which on AMD Zen runs at half speed or less when the destination sits 1–32 bytes
 //! past the source modulo 4096 (glibc's own `memmove` steers around that case; the kernel's copy
 //! does not). A large `Vec` from glibc's allocator starts 16 bytes into a page, exactly such a
-//! distance from a page-aligned sample (docs/BENCHMARKS-loader.md, "Aligned id buffers"). A
+//! distance from a page-aligned sample (docs/BENCHMARKS.md, "rsd-loader"). A
 //! 64-byte-aligned start keeps every row that starts on a page in the file (fixed-length rows, CP
 //! chunks) out of that window.
 

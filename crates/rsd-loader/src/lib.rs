@@ -103,7 +103,8 @@ pub struct LoaderConfig {
     pub prefetch: usize,
     /// Bytes of batches assembled ahead, at least: the depth is raised to cover this much when
     /// batches are small. A few batches of 128 KiB are gone in tens of microseconds, shorter than a
-    /// scheduler's hiccup, and the workers then stall on full channels (docs/BENCHMARKS-loader.md).
+    /// scheduler's hiccup, and the workers then stall on full channels (docs/BENCHMARKS.md,
+    /// "rsd-loader").
     /// Absent in a serialized config from before the field: 8 MiB.
     #[serde(default = "default_prefetch_bytes")]
     pub prefetch_bytes: u64,

@@ -717,7 +717,7 @@ fn command() -> clap::Command {
 ///
 /// glibc serves every allocation above 32 MiB with a fresh `mmap` and returns it on free, so each
 /// step re-faults and re-zeroes every large tensor, a sizeable share of a CPU step
-/// (docs/BENCHMARKS-train.md).
+/// (docs/BENCHMARKS.md, "rsd-train").
 /// Serving them from the heap and not trimming it makes later steps reuse the pages. No effect
 /// on CUDA memory (libtorch's caching allocator already reuses it).
 fn keep_large_allocations_on_heap() {
