@@ -22,3 +22,64 @@ def test_the_design_maps_crate_table_lists_every_crate_in_dependency_order():
     for crate in listed:
         assert crates[crate] <= above, f"{crate} depends on {crates[crate] - above}, listed below it"
         above.add(crate)
+
+
+def crate_modules(src):
+    """Each module of a crate's `src/` (`a::b` for src/a/b.rs or src/a/b/mod.rs) and the modules
+    of the same crate its code names through `crate::…`, outside comments and test modules."""
+    text = {}
+    for f in src.rglob("*.rs"):
+        parts = list(f.relative_to(src).with_suffix("").parts)
+        if parts[-1] in ("mod", "lib", "main"):
+            parts = parts[:-1]
+        code = re.split(r"\n#\[cfg\(test\)\]\s*\nmod tests", f.read_text())[0]
+        text["::".join(parts)] = "\n".join(
+            line for line in code.split("\n") if not line.strip().startswith("//"))
+    uses = {m: set() for m in text}
+    for m, code in text.items():
+        for ref in re.findall(r"\bcrate::([a-z_]\w*(?:::[a-z_]\w*)*)", code):
+            parts = ref.split("::")
+            target = next(("::".join(parts[:k]) for k in range(len(parts), 0, -1)
+                           if "::".join(parts[:k]) in text), None)
+            # A module and its own submodules are one unit here.
+            if target and not (target == m or m.startswith(target + "::")
+                               or target.startswith(m + "::")):
+                uses[m].add(target)
+    return uses
+
+
+def cycles(uses):
+    """The strongly connected groups of more than one module (Tarjan)."""
+    index, low, stack, out = {}, {}, [], []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in uses[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in sorted(uses):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_crate_has_a_module_cycle():
+    found = {src.parent.name: cycles(crate_modules(src))
+             for src in sorted((REPO / "crates").glob("*/src"))}
+    assert not any(found.values()), {k: v for k, v in found.items() if v}
+    # The check sees cycles: two modules naming each other are one.
+    assert cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]

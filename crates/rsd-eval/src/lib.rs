@@ -21,6 +21,7 @@
 //! The `rsd-eval` binary (src/main.rs) only parses arguments and calls this library (docs/EVAL.md).
 
 pub mod compare;
+pub mod error;
 pub mod figure;
 pub mod items;
 pub mod longbench;

@@ -9,14 +9,14 @@
 //! | `accuracy_by_depth` | accuracy vs needle depth, one line per context length (records with a depth) |
 //! | `depth_length_heatmap` | the same cells as a depth × length matrix, values written in the cells |
 //! | `accuracy_by_length` | accuracy vs context length, all records |
-//! | `ppl_by_position`, `view_gap_by_position` | from `ppl.json` (see [`crate::ppl`]) |
+//! | `ppl_by_position`, `view_gap_by_position` | from `ppl.json` (drawn by [`crate::ppl`]) |
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::figure::{Figure, FigureError, Heatmap, Lines, Series};
-use crate::ppl::PplReport;
+use crate::ppl::{write_ppl_figures, PplReport};
 use crate::results::{read_results, ItemResult, ResultsError};
 
 /// What `plot` and `compare` can go wrong with.
@@ -182,52 +182,6 @@ pub fn accuracy_by_length(items: &[ItemResult]) -> Lines {
             y,
         }],
     }
-}
-
-/// Perplexity by position bucket (x = the bucket's middle position).
-pub fn ppl_by_position(report: &PplReport) -> Lines {
-    Lines {
-        title: "Perplexity by position".into(),
-        x_label: "position (middle of the bucket)".into(),
-        y_label: "perplexity".into(),
-        y_range: None,
-        series: vec![Series {
-            name: "standard view".into(),
-            x: report.buckets.iter().map(|b| b.middle()).collect(),
-            y: report.buckets.iter().map(|b| b.ppl).collect(),
-        }],
-    }
-}
-
-/// Mean KL(standard ‖ perturbed) by position bucket (x = the bucket's middle position); the y
-/// axis starts at 0, where the views agree.
-pub fn view_gap_by_position(report: &PplReport) -> Lines {
-    let top = report
-        .buckets
-        .iter()
-        .filter_map(|b| b.view_gap)
-        .filter(|g| g.is_finite())
-        .fold(0.0f64, f64::max);
-    Lines {
-        title: "View gap by position".into(),
-        x_label: "position (middle of the bucket)".into(),
-        y_label: "mean KL(standard || perturbed), nats".into(),
-        y_range: (top > 0.0).then_some((0.0, 1.05 * top)),
-        series: vec![Series {
-            name: format!("{} view", report.perturb.name()),
-            x: report.buckets.iter().map(|b| b.middle()).collect(),
-            y: report.buckets.iter().map(|b| b.view_gap).collect(),
-        }],
-    }
-}
-
-/// Writes the two figures of a `ppl.json` into `dir`; returns the files written.
-pub fn write_ppl_figures(report: &PplReport, dir: &Path) -> Result<Vec<PathBuf>, FigureError> {
-    let mut out = Figure::Lines(ppl_by_position(report)).write(dir, "ppl_by_position")?;
-    if report.buckets.iter().any(|b| b.view_gap.is_some()) {
-        out.extend(Figure::Lines(view_gap_by_position(report)).write(dir, "view_gap_by_position")?);
-    }
-    Ok(out)
 }
 
 /// Writes the figures of `items` into `dir`; returns the files written.

@@ -27,7 +27,7 @@ use rsd_common::rng::SplitMix64;
 use rsd_model::{ForwardArgs, Model, ModelError, ModelOptions};
 use rsd_shard::{PackMode, ShardError, ShardSet};
 
-use crate::figure::FigureError;
+use crate::figure::{Figure, FigureError, Lines, Series};
 
 /// What `ppl` can go wrong with.
 #[derive(Debug, thiserror::Error)]
@@ -503,7 +503,7 @@ pub fn write(report: &PplReport, dir: &Path) -> Result<Vec<PathBuf>, PplError> {
     rsd_common::safe_fs::write_file_atomic(&path, (text + "\n").as_bytes())
         .map_err(|e| PplError::Input(e.to_string()))?;
     let mut out = vec![path];
-    out.extend(crate::plot::write_ppl_figures(report, &dir.join("plots"))?);
+    out.extend(write_ppl_figures(report, &dir.join("plots"))?);
     Ok(out)
 }
 
@@ -532,6 +532,52 @@ pub fn command(args: &PplArgs) -> Result<String, PplError> {
     let names: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
     s += &format!("wrote {}", names.join(", "));
     Ok(s)
+}
+
+/// Perplexity by position bucket (x = the bucket's middle position).
+pub fn ppl_by_position(report: &PplReport) -> Lines {
+    Lines {
+        title: "Perplexity by position".into(),
+        x_label: "position (middle of the bucket)".into(),
+        y_label: "perplexity".into(),
+        y_range: None,
+        series: vec![Series {
+            name: "standard view".into(),
+            x: report.buckets.iter().map(|b| b.middle()).collect(),
+            y: report.buckets.iter().map(|b| b.ppl).collect(),
+        }],
+    }
+}
+
+/// Mean KL(standard ‖ perturbed) by position bucket (x = the bucket's middle position); the y
+/// axis starts at 0, where the views agree.
+pub fn view_gap_by_position(report: &PplReport) -> Lines {
+    let top = report
+        .buckets
+        .iter()
+        .filter_map(|b| b.view_gap)
+        .filter(|g| g.is_finite())
+        .fold(0.0f64, f64::max);
+    Lines {
+        title: "View gap by position".into(),
+        x_label: "position (middle of the bucket)".into(),
+        y_label: "mean KL(standard || perturbed), nats".into(),
+        y_range: (top > 0.0).then_some((0.0, 1.05 * top)),
+        series: vec![Series {
+            name: format!("{} view", report.perturb.name()),
+            x: report.buckets.iter().map(|b| b.middle()).collect(),
+            y: report.buckets.iter().map(|b| b.view_gap).collect(),
+        }],
+    }
+}
+
+/// Writes the two figures of a `ppl.json` into `dir`; returns the files written.
+pub fn write_ppl_figures(report: &PplReport, dir: &Path) -> Result<Vec<PathBuf>, FigureError> {
+    let mut out = Figure::Lines(ppl_by_position(report)).write(dir, "ppl_by_position")?;
+    if report.buckets.iter().any(|b| b.view_gap.is_some()) {
+        out.extend(Figure::Lines(view_gap_by_position(report)).write(dir, "view_gap_by_position")?);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

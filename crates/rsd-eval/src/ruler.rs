@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::error::{io_err, Result, RunError};
 use crate::results::ItemResult;
-use crate::run::{io_err, Result, RunError};
 use crate::score::metric;
 
 /// RULER's 13 tasks, in its order: the set its headline average is over.

@@ -26,10 +26,10 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::qa::{QaData, QaSet, QaSource};
-use crate::results::{read_results, ItemResult, ResultsError};
+use crate::results::{read_results, ItemResult};
 use crate::score::score;
 use crate::tasks::{depths, ruler_depth, DepthGrid, Generator, Haystack, Item, Task, TaskError};
-use rsd_chat::{ChatError, ChatTemplate};
+use rsd_chat::ChatTemplate;
 
 /// How run.json names the bundled haystack.
 const BUNDLED_HAYSTACK_NAME: &str = "corpus/books (bundled)";
@@ -39,63 +39,8 @@ const BUNDLED_HAYSTACK_NOTE: &str = "Haystack: the bundled public-domain books (
     substitute for RULER's Paul Graham essays (and, for cwe, its word lists); pass \
     --haystack PaulGrahamEssays.json (RULER's file) for RULER's own text.";
 
-/// What a run can go wrong with.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// A setting is unusable (the message says which and why).
-    #[error("{0}")]
-    Input(String),
-    /// The run directory holds a run with other settings.
-    #[error("{dir} holds a run with different settings: {setting} was {was}, now {now}; use another --out directory (or the old settings to resume)")]
-    Changed {
-        /// The run directory.
-        dir: PathBuf,
-        /// The setting that differs.
-        setting: String,
-        /// Its value in run.json.
-        was: String,
-        /// Its value now.
-        now: String,
-    },
-    /// Reading or writing a file failed.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// A JSON file is not what it should be.
-    #[error("{path}: {reason}")]
-    Json {
-        /// The file.
-        path: PathBuf,
-        /// serde's message.
-        reason: String,
-    },
-    /// Generating a task failed.
-    #[error(transparent)]
-    Task(#[from] TaskError),
-    /// Loading or running the model failed.
-    #[error(transparent)]
-    Model(#[from] rsd_model::ModelError),
-    /// results.jsonl is damaged.
-    #[error(transparent)]
-    Results(#[from] ResultsError),
-    /// The chat template is missing or unusable.
-    #[error(transparent)]
-    Chat(#[from] ChatError),
-}
-
-/// Result alias of this module.
-pub type Result<T, E = RunError> = std::result::Result<T, E>;
-
-pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
-    move |source| RunError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
+pub(crate) use crate::error::io_err;
+pub use crate::error::{Result, RunError};
 
 /// Everything `rsd-eval run` was asked to do.
 #[derive(Debug, Clone)]

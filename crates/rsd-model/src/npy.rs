@@ -10,7 +10,7 @@
 //! Accepted dtypes: `|u1`, `|i1`, `<i2`, `<i4`, `<i8` (ids) and `<f4`, `<f8` (callers that want
 //! ids refuse floats with their own message naming the dtype).
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tch::{Kind, Tensor};
 
@@ -23,69 +23,7 @@ const MAGIC: &[u8] = b"\x93NUMPY";
 /// otherwise; real ones are about a hundred bytes.
 pub const MAX_HEADER_BYTES: usize = 1 << 20;
 
-/// What is wrong with a `.npy` file. Every variant names the file.
-#[derive(Debug, thiserror::Error)]
-pub enum NpyError {
-    /// The file does not start with the `.npy` magic string.
-    #[error("{}: not a .npy file (it does not start with \\x93NUMPY)", path.display())]
-    NotNpy {
-        /// The file.
-        path: PathBuf,
-    },
-    /// The format version is not 1.0, 2.0 or 3.0.
-    #[error("{}: .npy format version {major}.{minor}; only 1.0, 2.0 and 3.0 are read", path.display())]
-    Version {
-        /// The file.
-        path: PathBuf,
-        /// Major version byte.
-        major: u8,
-        /// Minor version byte.
-        minor: u8,
-    },
-    /// The header is cut short, too large, or not the dict numpy writes.
-    #[error("{}: bad .npy header: {reason}", path.display())]
-    Header {
-        /// The file.
-        path: PathBuf,
-        /// What was expected and what was found.
-        reason: String,
-    },
-    /// The dtype is not one this reader converts.
-    #[error(
-        "{}: .npy dtype {descr:?} is not supported (expected one of |u1, |i1, <i2, <i4, <i8, \
-         <f4, <f8: little-endian integers or floats)", path.display()
-    )]
-    Dtype {
-        /// The file.
-        path: PathBuf,
-        /// The `descr` field as written.
-        descr: String,
-    },
-    /// The array is stored in Fortran (column-major) order.
-    #[error("{}: .npy array in Fortran order (fortran_order: True); expected C order", path.display())]
-    FortranOrder {
-        /// The file.
-        path: PathBuf,
-    },
-    /// The data after the header is not exactly what the shape and dtype declare.
-    #[error(
-        "{}: the header declares shape {shape:?} of {descr} ({}), but the file holds {found} \
-         bytes of data after the header", path.display(),
-        match declared { Some(n) => format!("{n} bytes"), None => "more than 2^63 - 1 bytes".into() }
-    )]
-    Size {
-        /// The file.
-        path: PathBuf,
-        /// The declared shape.
-        shape: Vec<u64>,
-        /// The declared dtype.
-        descr: String,
-        /// Shape product × item size, `None` when it overflows.
-        declared: Option<u64>,
-        /// Bytes after the header.
-        found: u64,
-    },
-}
+pub use crate::error::NpyError;
 
 /// A parsed `.npy` header.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use rsd_common::safe_fs::{self, NamedBy};
 
 use crate::error::Result;
-use crate::manifest::{ShardInfo, MANIFEST_FILE};
+use crate::manifest::{mask_prefix, ShardInfo, MANIFEST_FILE};
 
 /// Write `bytes` to `path` atomically: a temporary file beside it created new (never following a
 /// planted link), fsync, rename, fsync the directory. Readers see the old file or the new one,
@@ -31,7 +31,7 @@ pub(crate) fn shard_files(dir: &Path, k: usize, info: &ShardInfo) -> Result<(Pat
 /// The loss-mask `.bin` and `.idx` of the manifest's shard `k` (`<prefix>-mask.*`), confined to
 /// `dir` as [`shard_files`] confines the token pair.
 pub(crate) fn mask_files(dir: &Path, k: usize, info: &ShardInfo) -> Result<(PathBuf, PathBuf)> {
-    pair(dir, k, info, &crate::writer::mask_prefix(&info.prefix))
+    pair(dir, k, info, &mask_prefix(&info.prefix))
 }
 
 /// `<name>.bin` and `<name>.idx` inside `dir`, for shard `k` (`info`).

@@ -30,12 +30,12 @@ pub use error::{Result, ShardError};
 pub use fsutil::{fsync_dir, write_file_atomic};
 pub use idx::{IdxHeader, IDX_MAGIC, IDX_VERSION};
 pub use manifest::{
-    BadInput, LossMaskInfo, Manifest, MaskFiles, PackMode, ShardInfo, SourceInfo, TokenizerInfo,
-    Totals, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE, TOKENIZER_FILE,
+    mask_prefix, BadInput, LossMaskInfo, Manifest, MaskFiles, PackMode, ShardInfo, SourceInfo,
+    TokenizerInfo, Totals, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE, TOKENIZER_FILE,
 };
 pub use reader::{Sample, Shard, ShardSet, TokenElem, Tokens};
 pub use verify::{verify, VerifyOptions, VerifyReport};
-pub use writer::{mask_prefix, ShardSetWriter, ShardWriter};
+pub use writer::{ShardSetWriter, ShardWriter};
 
 /// The checksum recorded for every shard file (xxh3-64): fast enough to verify at memory speed.
 pub fn checksum(bytes: &[u8]) -> u64 {

@@ -4,7 +4,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::dtype::TokenDtype;
 use crate::error::{Result, ShardError};
-use crate::fsutil::write_file_atomic;
 use rsd_common::safe_fs::{read_regular, FsError, MAX_METADATA_BYTES};
 
 /// Name of the manifest inside a shard directory. It is written last: its presence means the
@@ -124,6 +123,11 @@ pub struct ShardInfo {
     /// ([`Manifest::loss_mask`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_mask: Option<MaskFiles>,
+}
+
+/// The file prefix of shard `prefix`'s loss mask: `<prefix>-mask.bin`/`.idx`.
+pub fn mask_prefix(prefix: &str) -> String {
+    format!("{prefix}-mask")
 }
 
 /// The loss-mask pair of one shard: a Megatron `.bin`/`.idx` of uint8, one byte per token (1 =
@@ -275,6 +279,7 @@ impl Manifest {
         let mut text = serde_json::to_string_pretty(self)
             .map_err(|e| ShardError::Invalid(format!("cannot serialize manifest: {e}")))?;
         text.push('\n');
-        write_file_atomic(&dir.join(MANIFEST_FILE), text.as_bytes())
+        rsd_common::safe_fs::write_file_atomic(&dir.join(MANIFEST_FILE), text.as_bytes())?;
+        Ok(())
     }
 }

@@ -9,7 +9,7 @@ use xxhash_rust::xxh3::Xxh3;
 use crate::dtype::TokenDtype;
 use crate::error::{Result, ShardError};
 use crate::idx;
-use crate::manifest::{MaskFiles, ShardInfo};
+use crate::manifest::{mask_prefix, MaskFiles, ShardInfo};
 
 /// Asks the kernel to start writing `[from, to)` of `file` to disk without waiting (Linux
 /// `sync_file_range(SYNC_FILE_RANGE_WRITE)`); a hint only, so errors are ignored: the fsync before
@@ -59,11 +59,6 @@ struct MaskPart {
     hasher: Xxh3,
     bytes: u64,
     trained: u64,
-}
-
-/// The file prefix of shard `prefix`'s loss mask: `<prefix>-mask.bin`/`.idx`.
-pub fn mask_prefix(prefix: &str) -> String {
-    format!("{prefix}-mask")
 }
 
 /// Megatron's dtype code for uint8 (the mask's element type).

@@ -242,6 +242,11 @@ pub struct TrainState {
     pub elapsed_s: f64,
 }
 
+/// The file rank `rank` of `ranks` writes its optimizer blocks to.
+pub fn shard_file_name(rank: usize, ranks: usize) -> String {
+    format!("optimizer-{rank:05}-of-{ranks:05}.safetensors")
+}
+
 /// The checkpoint directory of `step` under `out`.
 pub fn dir_for(out: &Path, step: u64) -> PathBuf {
     out.join("checkpoints").join(format!("step-{step:08}"))
@@ -597,9 +602,7 @@ pub fn validate(dir: &Path) -> Result<Valid> {
     }
     let optimizer_files: Vec<String> = match &manifest.optimizer {
         OptimizerLayout::Replicated => vec!["optimizer.safetensors".into()],
-        OptimizerLayout::Sharded(l) => (0..l.ranks)
-            .map(|r| crate::sharded::shard_file_name(r, l.ranks))
-            .collect(),
+        OptimizerLayout::Sharded(l) => (0..l.ranks).map(|r| shard_file_name(r, l.ranks)).collect(),
     };
     for name in &optimizer_files {
         if !manifest.files.iter().any(|f| &f.path == name) || !dir.join(name).is_file() {

@@ -26,6 +26,7 @@ pub mod context;
 pub mod data;
 pub mod memory_measure;
 pub mod memory_plan;
+pub mod memory_run;
 pub mod optim;
 pub mod parallel;
 pub mod perturb;

@@ -9,6 +9,7 @@ use serde::Serialize;
 use rsd_train::config::{ConfigOverrides, TrainConfig};
 use rsd_train::memory_measure::{self as measure, Measured};
 use rsd_train::memory_plan::{self, Category, MemoryPlan, PlanInput};
+use rsd_train::memory_run;
 use rsd_train::step::prefix_reuse_floor;
 
 #[derive(Args, Clone)]
@@ -140,7 +141,7 @@ fn ratio(plan: u64, measured: u64) -> Option<f64> {
 
 /// `rsd-train memory`.
 pub fn run(a: MemoryArgs) -> Result<()> {
-    let rank_dir = std::env::var_os(measure::DIR_ENV).filter(|_| a.measure.is_some());
+    let rank_dir = std::env::var_os(memory_run::DIR_ENV).filter(|_| a.measure.is_some());
     let launched = std::env::var_os("WORLD_SIZE").is_some();
     // Resolving the config and planning make no tensor: a rank of a measurement still counts
     // from its first tensor on.
@@ -154,7 +155,7 @@ pub fn run(a: MemoryArgs) -> Result<()> {
         let steps = a.measure.unwrap_or(1);
         let mcfg = measure_cfg(&cfg, &arch, &input, steps, Path::new(dir));
         start_counting(&mcfg)?;
-        measure::run_rank(mcfg, Path::new(dir))?;
+        memory_run::run_rank(mcfg, Path::new(dir))?;
         return Ok(());
     }
     let mut report = Report {
@@ -167,7 +168,7 @@ pub fn run(a: MemoryArgs) -> Result<()> {
         objective: input.objective.to_string(),
     };
     if let Some(steps) = a.measure {
-        if cfg.device.starts_with("cuda") && measure::measure_device(&cfg.device) == "cpu" {
+        if cfg.device.starts_with("cuda") && memory_run::measure_device(&cfg.device) == "cpu" {
             eprintln!("note: libtorch sees no CUDA device here: measuring on this CPU");
         }
         let ranks = measure_run(&cfg, &a, &input, world, steps)?;
@@ -249,7 +250,7 @@ fn measure_cfg(
     steps: u64,
     dir: &Path,
 ) -> TrainConfig {
-    let mut m = measure::measure_config(cfg, arch, input.seq_len, input.dp as usize, steps, dir);
+    let mut m = memory_run::measure_config(cfg, arch, input.seq_len, input.dp as usize, steps, dir);
     m.dp = input.dp as usize;
     m.cp = input.cp as usize;
     m
@@ -280,19 +281,19 @@ fn measure_run(
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let result = (|| -> Result<Vec<Measured>> {
         let rows = (1 + steps) * input.dp * input.micro_batch + input.micro_batch;
-        measure::write_shards(&dir, input.seq_len, rows, input.model.vocab_size as u64)?;
+        memory_run::write_shards(&dir, input.seq_len, rows, input.model.vocab_size as u64)?;
         if world == 1 {
             let mcfg = measure_cfg(cfg, &arch, input, steps, &dir);
             start_counting(&mcfg)?;
-            return Ok(vec![measure::run_rank(mcfg, &dir)?]);
+            return Ok(vec![memory_run::run_rank(mcfg, &dir)?]);
         }
         // The ranks run this same command line and find the data through the environment.
-        std::env::set_var(measure::DIR_ENV, &dir);
+        std::env::set_var(memory_run::DIR_ENV, &dir);
         match crate::launch::run(world as usize)? {
             0 => {}
             code => bail!("the measurement's ranks failed (exit status {code})"),
         }
-        Ok(measure::read_ranks(&dir, world as usize)?)
+        Ok(memory_run::read_ranks(&dir, world as usize)?)
     })();
     let _ = std::fs::remove_dir_all(&dir);
     result

@@ -22,8 +22,8 @@ use crate::perturb::{
 };
 use crate::step::{
     grad_norm, long_ce_weights, perturbed_tokens, perturbed_work, prefix_reuse_floor,
-    reference_loss, step_micro, step_micro_with, zero_grads, Draws, LossNormalizers, MicroBatch,
-    Objective, SecondView, StepExtras, StepOptions, Sums,
+    reference_loss, step_micro, zero_grads, Draws, LossNormalizers, MicroBatch, Objective,
+    SecondView, StepExtras, StepOptions, Sums,
 };
 use crate::{Error, Result};
 
@@ -541,19 +541,17 @@ fn run_once(
     }
     let mut sums = Sums::new(Device::Cpu);
     match split {
-        None if req.dump.is_some() => {
+        None => {
             let draws = Draws::default();
             let extras = StepExtras {
-                context: None,
-                draws: Some(&draws),
-                on_grads: None,
+                draws: req.dump.is_some().then_some(&draws),
+                ..StepExtras::default()
             };
-            step_micro_with(model, mb, views, opts, norm, &mut sums, extras)?;
+            step_micro(model, mb, views, opts, norm, &mut sums, extras)?;
             if let Some(path) = &req.dump {
                 write_draws(draws.into_inner(), path)?;
             }
         }
-        None => step_micro(model, mb, views, opts, norm, &mut sums)?,
         Some(s) => {
             let context = s.batch(views.is_some());
             let extras = StepExtras {
@@ -561,7 +559,7 @@ fn run_once(
                 draws: None,
                 on_grads: None,
             };
-            step_micro_with(model, mb, views, opts, norm, &mut sums, extras)?;
+            step_micro(model, mb, views, opts, norm, &mut sums, extras)?;
             let mut t = Tensor::f_stack(&[&sums.clm, &sums.kl, &sums.clm_pert], 0)?;
             s.cp.group().all_reduce(&mut t, rsd_dist::ReduceOp::Sum)?;
             sums.clm = t.f_get(0)?;

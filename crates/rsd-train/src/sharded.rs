@@ -38,7 +38,7 @@ use tch::{Device, Kind, Tensor};
 use rsd_dist::{PendingReduceScatter, ProcessGroup, ReduceOp};
 use rsd_model::Model;
 
-use crate::checkpoint::{SavedBucket, SavedParam, ShardLayout};
+use crate::checkpoint::{shard_file_name, SavedBucket, SavedParam, ShardLayout};
 use crate::optim::{shape as shape_str, AdamWConfig, Update};
 use crate::step::GradsDone;
 use crate::{io_err, Error, Result};
@@ -648,11 +648,6 @@ pub struct SavedShards {
     files: Vec<(PathBuf, memmap2::Mmap)>,
     /// Parameter name → (bucket, first element in its flat layout, elements).
     index: HashMap<String, (usize, i64, i64)>,
-}
-
-/// The file rank `rank` of `ranks` writes its optimizer blocks to.
-pub fn shard_file_name(rank: usize, ranks: usize) -> String {
-    format!("optimizer-{rank:05}-of-{ranks:05}.safetensors")
 }
 
 impl SavedShards {

@@ -34,7 +34,7 @@ use crate::perturb::{
     clip_docs, control_view, perturb_real, row_seed, KlNorm, RowView, Sampler, Scope,
 };
 use crate::step::{
-    step_micro_with, GradsDone, LossNormalizers, MicroBatch, Objective, SecondView, StepExtras,
+    step_micro, GradsDone, LossNormalizers, MicroBatch, Objective, SecondView, StepExtras,
     StepOptions, Sums,
 };
 use crate::tokenizer;
@@ -690,7 +690,7 @@ impl Trainer {
                 draws: None,
                 on_grads: Some(&on_grads),
             };
-            step_micro_with(
+            step_micro(
                 &self.model,
                 mb,
                 views.as_deref(),

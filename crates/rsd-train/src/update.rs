@@ -9,11 +9,11 @@ use tch::{Kind, Tensor};
 use rsd_dist::ReduceOp;
 use rsd_model::Model;
 
-use crate::checkpoint::{self, FileEntry, Manifest, OptimizerLayout};
+use crate::checkpoint::{self, shard_file_name, FileEntry, Manifest, OptimizerLayout};
 use crate::config::TrainConfig;
 use crate::optim::{clip_coef, clip_grads, AdamW, AdamWConfig};
 use crate::parallel::DataParallel;
-use crate::sharded::{shard_file_name, SavedShards, ShardedAdamW};
+use crate::sharded::{SavedShards, ShardedAdamW};
 use crate::step::{grad_norm, zero_grads, GradsDone};
 use crate::{Error, Result};
 

@@ -5,7 +5,7 @@ use rsd_model::{Model, ModelConfig, ModelOptions};
 use rsd_train::perturb::{perturb_row, Perturbation, RowView, Scope};
 use rsd_train::step::{
     reference_loss, step_micro, zero_grads, KlDirection, LossNormalizers, MicroBatch, Objective,
-    StepOptions, Sums,
+    StepExtras, StepOptions, Sums,
 };
 use serde_json::json;
 
@@ -93,7 +93,7 @@ fn fast(m: &Model, mb: &MicroBatch, v: &[RowView], o: StepOptions) -> Out {
     };
     let mut sums = Sums::new(Device::Cpu);
     let v = o.objective.needs_perturbed().then_some(v);
-    step_micro(m, mb, v, &o, norm, &mut sums).unwrap();
+    step_micro(m, mb, v, &o, norm, &mut sums, StepExtras::default()).unwrap();
     let (c, k, cp) = sums.values(norm);
     let second = if o.objective == Objective::TwoViewClm {
         cp

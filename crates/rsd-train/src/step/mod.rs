@@ -539,20 +539,6 @@ pub fn evaluate(
     Ok((clm, kl))
 }
 
-/// Forward both views, compute the chunked loss (closed-form logit gradients), then one backward
-/// through the LM head and the decoder. Accumulates parameter gradients (scaled by `norm`) and
-/// adds the step's loss terms to `sums`.
-pub fn step_micro(
-    model: &Model,
-    mb: &MicroBatch,
-    views: Option<&[RowView]>,
-    opts: &StepOptions,
-    norm: LossNormalizers,
-    sums: &mut Sums,
-) -> Result<()> {
-    step_micro_with(model, mb, views, opts, norm, sums, StepExtras::default())
-}
-
 /// What a step may take beyond one process's micro-batch.
 #[derive(Clone, Copy, Default)]
 pub struct StepExtras<'a> {
@@ -638,8 +624,11 @@ impl GradsDone {
 /// only: the plain backward completes everything at once): the place to reduce and free them.
 pub type OnGrads<'a> = &'a dyn Fn(GradsDone) -> Result<()>;
 
-/// [`step_micro`] with [`StepExtras`]: context-parallel rows, recorded draws, the gradients hook.
-pub fn step_micro_with(
+/// Forward both views, compute the chunked loss (closed-form logit gradients), then one backward
+/// through the LM head and the decoder. Accumulates parameter gradients (scaled by `norm`) and
+/// adds the step's loss terms to `sums`. `extras` (default: none) adds context-parallel rows,
+/// recorded draws or the gradients hook.
+pub fn step_micro(
     model: &Model,
     mb: &MicroBatch,
     views: Option<&[RowView]>,
