@@ -102,7 +102,7 @@ pub struct ForwardArgs<'a> {
     pub return_kv: bool,
     /// Context parallelism: the tokens are some chunks of longer sequences split over ranks
     /// (no `docs` or `prefix` with it yet).
-    pub context: Option<&'a ContextChunks<'a>>,
+    pub cp: Option<&'a ContextChunks<'a>>,
 }
 
 impl<'a> ForwardArgs<'a> {
@@ -114,7 +114,7 @@ impl<'a> ForwardArgs<'a> {
             docs: None,
             prefix: None,
             return_kv: false,
-            context: None,
+            cp: None,
         }
     }
 }
@@ -228,7 +228,7 @@ struct SelfAttention {
 struct Ctx<'a> {
     rotary: &'a Rotary,
     docs: Option<&'a DocBoundaries>,
-    context: Option<&'a ContextChunks<'a>>,
+    cp: Option<&'a ContextChunks<'a>>,
     /// Changes to the attention scores or probabilities (materialised attention).
     scores: Option<&'a ScoreChanges<'a>>,
 }
@@ -269,7 +269,7 @@ impl SelfAttention {
         // 4. The one primitive: [prefix, unmasked] + [own block, causal], per document; changed
         // scores or probabilities need them materialised.
         let scale = 1.0 / (self.head_dim as f64).sqrt();
-        let attn = match (ctx.context, ctx.scores) {
+        let attn = match (ctx.cp, ctx.scores) {
             (Some(cc), _) => attend_context(&q, &k, &v, cc, scale)?,
             (None, Some(sc)) => attend_materialised(&q, &k, &v, ctx.docs, scale, sc)?,
             (None, None) => {
@@ -661,7 +661,7 @@ impl Model {
     /// Runs the decoder. See [`ForwardArgs`]; returns final hidden states and optionally K/V.
     pub fn forward(&self, args: &ForwardArgs<'_>) -> Result<ForwardOutput> {
         self.check_args(args)?;
-        if args.context.is_some() && (args.docs.is_some() || args.prefix.is_some()) {
+        if args.cp.is_some() && (args.docs.is_some() || args.prefix.is_some()) {
             return Err(ModelError::Input(
                 "context parallelism with document boundaries or a K/V prefix is not supported \
                  yet"
@@ -675,7 +675,7 @@ impl Model {
             .then(|| Vec::with_capacity(self.layers.len()));
         for i in 0..self.layers.len() {
             let prefix = args.prefix.map(|p| &p[i]);
-            let (y, kv) = match args.context {
+            let (y, kv) = match args.cp {
                 Some(cc) => self.layer_forward_split(i, &x, &rotary, cc)?,
                 None => self.layer_forward(i, &x, &rotary, args.docs, prefix)?,
             };
@@ -724,7 +724,7 @@ impl Model {
         let ctx = Ctx {
             rotary,
             docs,
-            context: None,
+            cp: None,
             scores: None,
         };
         self.layer(i)?.forward(x, &ctx, prefix)
@@ -744,7 +744,7 @@ impl Model {
         let ctx = Ctx {
             rotary,
             docs,
-            context: None,
+            cp: None,
             scores: Some(changes),
         };
         Ok(self.layer(i)?.forward(x, &ctx, None)?.0)
@@ -763,12 +763,12 @@ impl Model {
         i: usize,
         x: &Tensor,
         rotary: &Rotary,
-        context: &ContextChunks<'_>,
+        cp: &ContextChunks<'_>,
     ) -> Result<(Tensor, LayerKv)> {
         let ctx = Ctx {
             rotary,
             docs: None,
-            context: Some(context),
+            cp: Some(cp),
             scores: None,
         };
         self.layer(i)?.forward(x, &ctx, None)

@@ -22,7 +22,7 @@
 pub mod checkpoint;
 pub mod comm;
 pub mod config;
-pub mod context;
+pub mod cp;
 pub mod data;
 pub mod memory_measure;
 pub mod memory_plan;

@@ -27,7 +27,7 @@ use rsd_dist::{Mesh, MeshShape, ProcessGroup, ReduceOp};
 use rsd_model::Model;
 
 use crate::config::TrainConfig;
-use crate::context::ContextParallel;
+use crate::cp::ContextParallel;
 use crate::step::{LossNormalizers, Sums};
 use crate::{Error, Result};
 
@@ -35,7 +35,7 @@ use crate::{Error, Result};
 pub struct DataParallel {
     mesh: Mesh,
     /// The ranks sharing this rank's sequences (context parallelism); `None` without.
-    context: Option<ContextParallel>,
+    cp: Option<ContextParallel>,
     /// Largest gradient bucket, in fp32 elements.
     bucket_elems: usize,
 }
@@ -45,7 +45,7 @@ impl DataParallel {
     pub fn single() -> Self {
         DataParallel {
             mesh: Mesh::single(tch::Device::Cpu),
-            context: None,
+            cp: None,
             bucket_elems: usize::MAX,
         }
     }
@@ -53,14 +53,14 @@ impl DataParallel {
     /// The trainer's side of `mesh`, with gradient buckets of at most `bucket_elems` fp32
     /// elements.
     pub fn of(mesh: Mesh, bucket_elems: usize) -> Result<Self> {
-        let context = if mesh.cp_size() > 1 {
+        let cp = if mesh.cp_size() > 1 {
             Some(ContextParallel::of(&mesh)?)
         } else {
             None
         };
         Ok(DataParallel {
             mesh,
-            context,
+            cp,
             bucket_elems,
         })
     }
@@ -121,8 +121,8 @@ impl DataParallel {
     }
 
     /// The context-parallel group this rank belongs to, if any.
-    pub fn context(&self) -> Option<&ContextParallel> {
-        self.context.as_ref()
+    pub fn cp(&self) -> Option<&ContextParallel> {
+        self.cp.as_ref()
     }
 
     /// Rank 0: the one that logs, prints and writes checkpoints.

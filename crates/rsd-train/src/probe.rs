@@ -13,7 +13,7 @@ use tch::{Device, Kind, Tensor};
 
 use rsd_model::{shape_str, DocBoundaries, Model, ModelConfig, ModelOptions};
 
-use crate::context::{ContextBatch, ContextParallel};
+use crate::cp::{ContextParallel, CpBatch};
 use rsd_common::rng::SplitMix64;
 
 use crate::perturb::{
@@ -553,9 +553,9 @@ fn run_once(
             }
         }
         Some(s) => {
-            let context = s.batch(views.is_some());
+            let cp_batch = s.batch(views.is_some());
             let extras = StepExtras {
-                context: Some(&context),
+                cp_batch: Some(&cp_batch),
                 draws: None,
                 on_grads: None,
             };
@@ -681,8 +681,8 @@ impl Split {
     }
 
     /// The step's view of the whole rows.
-    fn batch(&self, perturbed: bool) -> ContextBatch<'_> {
-        ContextBatch::from_whole(
+    fn batch(&self, perturbed: bool) -> CpBatch<'_> {
+        CpBatch::from_whole(
             &self.cp,
             self.whole_tokens.clone(),
             perturbed.then(|| self.whole_views.clone()),

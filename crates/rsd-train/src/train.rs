@@ -25,7 +25,7 @@ use rsd_model::{Model, ModelConfig, ModelOptions};
 
 use crate::checkpoint::{self, Manifest, TrainState, STATE_VERSION};
 use crate::config::{OnNonFinite, TrainConfig};
-use crate::context::ContextBatch;
+use crate::cp::CpBatch;
 use crate::data;
 use crate::memory_measure::{self as measure, Phase};
 use crate::optim::Schedule;
@@ -551,7 +551,7 @@ impl Trainer {
             let started = Instant::now();
             let (mbs, local_tokens) = self.next_micro_batches()?;
             let mut local = LossNormalizers::of_iter(mbs.iter().map(|(_, m)| m));
-            if self.dp.context().is_some_and(|cp| cp.rank() != 0) {
+            if self.dp.cp().is_some_and(|cp| cp.rank() != 0) {
                 // The ranks of a context-parallel group hold the same samples: count them once.
                 local.samples = 0.0;
             }
@@ -638,8 +638,8 @@ impl Trainer {
                 .next()
                 .ok_or_else(|| Error::Input("the loader ran out of data".into()))??;
             let rows = batch.row_offsets.len().saturating_sub(1);
-            let cp = self.dp.context().is_some();
-            tokens += counted_tokens(&batch, self.dp.context().map(|c| c.rank()));
+            let cp = self.dp.cp().is_some();
+            tokens += counted_tokens(&batch, self.dp.cp().map(|c| c.rank()));
             for (first, mb) in data::micro_batches(&batch, self.cfg.doc_mask, cp, device)? {
                 let global = (first..first + mb.rows())
                     .map(|j| self.dp.global_row(k, j, rows))
@@ -659,7 +659,7 @@ impl Trainer {
         norm: LossNormalizers,
     ) -> Result<StepLosses> {
         let mut sums = Sums::new(self.model.options().device);
-        let cp = self.dp.context();
+        let cp = self.dp.cp();
         // Sharded, each micro-batch's gradients are reduce-scattered and freed part by part as
         // the checkpointed backward completes them, the rest when its backward is over.
         let on_grads = |part: GradsDone| self.opt.grads_done(&self.dp, part);
@@ -673,20 +673,20 @@ impl Trainer {
             };
             // Under context parallelism `views` are the whole rows'; the step reads this rank's
             // parts of them, and the whole rows for the re-sharded perturbed suffix.
-            let (views, context) = match cp {
+            let (views, cp_batch) = match cp {
                 Some(cp) => {
                     // The perturbed suffix and LongCE's short contexts read the whole rows.
                     let batch = if views.is_some() || self.step_opts.long_ce.is_some() {
-                        ContextBatch::gather(cp, &mb.tokens, views)?
+                        CpBatch::gather(cp, &mb.tokens, views)?
                     } else {
-                        ContextBatch::from_whole(cp, Vec::new(), None)
+                        CpBatch::from_whole(cp, Vec::new(), None)
                     };
                     (batch.local_views()?, Some(batch))
                 }
                 None => (views, None),
             };
             let extras = StepExtras {
-                context: context.as_ref(),
+                cp_batch: cp_batch.as_ref(),
                 draws: None,
                 on_grads: Some(&on_grads),
             };
@@ -726,7 +726,7 @@ impl Trainer {
     /// the group's chunks): the views are the whole rows'.
     fn views(&self, rows: &[usize], mb: &MicroBatch) -> Result<Vec<RowView>> {
         let (seed, step) = (self.cfg.seed, self.state.step);
-        let Some(cp) = self.dp.context() else {
+        let Some(cp) = self.dp.cp() else {
             return Ok(sample_views_of_rows(&self.sampler, seed, step, rows, mb));
         };
         let full = cp.full_rows(&mb.positions)?;

@@ -14,7 +14,7 @@ use tch::{Kind, Tensor};
 use rsd_model::Model;
 
 use super::{LongCe, MicroBatch, IGNORE};
-use crate::context::ContextBatch;
+use crate::cp::CpBatch;
 use crate::Result;
 
 /// The labels' log-probabilities under the short context, and where they apply.
@@ -88,7 +88,7 @@ pub(super) fn short_context_logprobs(
     mb: &MicroBatch,
     lc: LongCe,
     chunk: i64,
-    split: Option<(&ContextBatch<'_>, &[(i64, i64)])>,
+    split: Option<(&CpBatch<'_>, &[(i64, i64)])>,
 ) -> Result<ShortContext> {
     let device = mb.tokens.device();
     let (b, l_out) = (mb.rows() as i64, mb.len());

@@ -495,9 +495,9 @@ pub fn perturbed_work(
     mb: &MicroBatch,
     views: Option<&[RowView]>,
     opts: &StepOptions,
-    context: Option<&crate::context::ContextBatch<'_>>,
+    cp_batch: Option<&crate::cp::CpBatch<'_>>,
 ) -> Result<(i64, f64)> {
-    let plan = Plan::new(model, mb, views, opts, context, None)?;
+    let plan = Plan::new(model, mb, views, opts, cp_batch, None)?;
     Ok((plan.perturbed_tokens(), plan.perturbed_flops()))
 }
 
@@ -547,7 +547,7 @@ pub struct StepExtras<'a> {
     /// the batch holds the whole rows, which prefix reuse re-shards the perturbed suffix from
     /// (module `prefix_reuse`). The step is then a collective: every rank of the
     /// context-parallel group runs the same micro-batches.
-    pub context: Option<&'a crate::context::ContextBatch<'a>>,
+    pub cp_batch: Option<&'a crate::cp::CpBatch<'a>>,
     /// Where to record the control views' random draws (checks against an independent
     /// implementation).
     pub draws: Option<&'a Draws>,
@@ -558,7 +558,7 @@ pub struct StepExtras<'a> {
 }
 
 /// Refuses a control view with options it does not combine with, naming the key.
-fn check_control(opts: &StepOptions, context: bool) -> Result<()> {
+fn check_control(opts: &StepOptions, cp: bool) -> Result<()> {
     opts.view.check()?;
     if opts.view == SecondView::Positions {
         return Ok(());
@@ -575,7 +575,7 @@ fn check_control(opts: &StepOptions, context: bool) -> Result<()> {
             opts.objective
         )));
     }
-    if context {
+    if cp {
         return Err(Error::Input(format!(
             "perturb {kind} under context parallelism (cp > 1) is not supported (set cp = 1)"
         )));
@@ -638,14 +638,14 @@ pub fn step_micro(
     extras: StepExtras<'_>,
 ) -> Result<()> {
     let StepExtras {
-        context,
+        cp_batch,
         draws,
         on_grads,
     } = extras;
-    check_control(opts, context.is_some())?;
-    if context.is_some_and(|c| c.tokens().is_empty()) && opts.long_ce.is_some() {
+    check_control(opts, cp_batch.is_some())?;
+    if cp_batch.is_some_and(|c| c.tokens().is_empty()) && opts.long_ce.is_some() {
         return Err(Error::Input(
-            "LongCE under context parallelism needs the whole rows' tokens (ContextBatch::gather)"
+            "LongCE under context parallelism needs the whole rows' tokens (CpBatch::gather)"
                 .into(),
         ));
     }
@@ -659,7 +659,7 @@ pub fn step_micro(
             opts.objective
         )));
     }
-    let plan = Plan::new(model, mb, views, opts, context, draws)?;
+    let plan = Plan::new(model, mb, views, opts, cp_batch, draws)?;
     let loss = LossStage {
         plan: &plan,
         mb,
@@ -734,7 +734,7 @@ impl LossStage<'_> {
                     self.mb,
                     lc,
                     self.opts.loss_chunk,
-                    self.plan.context_split(),
+                    self.plan.cp_split(),
                 )?),
                 None => None,
             };

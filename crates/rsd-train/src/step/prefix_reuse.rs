@@ -9,7 +9,7 @@
 //!
 //! Under context parallelism the standard view is cut zigzag over the group, so the rows after
 //! `P` sit unevenly on the ranks (a late `P` leaves them all on one rank). The suffix is
-//! re-sharded instead: zigzag over `[P, L)` itself ([`crate::context::suffix_chunks`]), each rank
+//! re-sharded instead: zigzag over `[P, L)` itself ([`crate::cp::suffix_chunks`]), each rank
 //! computing the same number of suffix rows with the same attention work. Per layer, a suffix
 //! piece attends to the standard view's gathered K/V of rows `0..P` (already gathered for the
 //! standard view's own attention: no extra traffic) and to the gathered suffix K/V before it.
@@ -23,7 +23,7 @@ use tch::Tensor;
 use rsd_model::{ContextChunks, DocBoundaries, LayerKv, Model, Rotary, ScoreChanges};
 
 use super::{Draws, MicroBatch, Objective, SecondView, StepOptions};
-use crate::context::{suffix_chunks, ContextBatch};
+use crate::cp::{suffix_chunks, CpBatch};
 use crate::perturb::RowView;
 use crate::{Error, Result};
 
@@ -55,15 +55,15 @@ struct SuffixPieces {
 }
 
 /// The standard view's context-parallel layout, and the group.
-struct ContextPlan<'a> {
-    batch: &'a ContextBatch<'a>,
+struct CpPlan<'a> {
+    batch: &'a CpBatch<'a>,
     /// This rank's chunks of the whole rows.
     chunks: Vec<(i64, i64)>,
     /// Whole rows' document boundaries.
     docs: Option<Vec<Vec<i64>>>,
 }
 
-impl ContextPlan<'_> {
+impl CpPlan<'_> {
     fn gather(&self, t: &Tensor) -> rsd_model::Result<Tensor> {
         self.batch
             .cp()
@@ -93,7 +93,7 @@ pub(super) struct Plan<'a> {
     /// Per row: its perturbed view (`None`: no perturbed view, or nothing changed in the row).
     rows: Vec<Option<PerturbedRow>>,
     /// Context parallelism: the rows are this rank's chunks of longer sequences.
-    context: Option<ContextPlan<'a>>,
+    cp_batch: Option<CpPlan<'a>>,
     /// A control view's randomness (`None` for position perturbations).
     control: Option<Control<'a>>,
 }
@@ -132,13 +132,13 @@ impl<'a> Plan<'a> {
         mb: &'a MicroBatch,
         views: Option<&[RowView]>,
         opts: &StepOptions,
-        context: Option<&'a ContextBatch<'a>>,
+        cp_batch: Option<&'a CpBatch<'a>>,
         draws: Option<&'a Draws>,
     ) -> Result<Self> {
         let device = mb.tokens.device();
         let all: Vec<i64> = (0..mb.rows() as i64).collect();
-        let context = match context {
-            Some(batch) => Some(ContextPlan {
+        let cp_batch = match cp_batch {
+            Some(batch) => Some(CpPlan {
                 batch,
                 chunks: batch.cp().chunks(mb.len() * batch.cp().size() as i64)?,
                 docs: mb.docs.clone(),
@@ -147,7 +147,7 @@ impl<'a> Plan<'a> {
         };
         // Under context parallelism the document boundaries are the whole rows' and reach the
         // attention through the context (`ContextChunks::docs`), not per pass.
-        let split = context.is_some();
+        let split = cp_batch.is_some();
         let docs = |rows: &[i64]| if split { Ok(None) } else { docs_of(mb, rows) };
         let std = if opts.objective != Objective::Pose {
             Some((
@@ -163,7 +163,7 @@ impl<'a> Plan<'a> {
             std,
             perturbed: Vec::new(),
             rows: Vec::new(),
-            context,
+            cp_batch,
             control: None,
         };
         if opts.view != SecondView::Positions {
@@ -196,7 +196,7 @@ impl<'a> Plan<'a> {
                 .map(|v| opts.objective != Objective::Rsd || v.changes_anything())
                 .collect();
             // Under context parallelism the shared prefix is a whole-row quantity.
-            let whole = match &plan.context {
+            let whole = match &plan.cp_batch {
                 Some(c) => c.batch.views().ok_or_else(|| {
                     Error::Input("context parallelism: the whole rows' views are missing".into())
                 })?,
@@ -205,8 +205,8 @@ impl<'a> Plan<'a> {
             let reuse = opts.prefix_reuse
                 && plan.std.is_some()
                 && whole.iter().any(|v| v.shared_prefix > 0);
-            if reuse && plan.context.is_some() {
-                plan.add_context_suffix_passes(mb, &needed)?;
+            if reuse && plan.cp_batch.is_some() {
+                plan.add_cp_suffix_passes(mb, &needed)?;
             } else if reuse {
                 plan.add_suffix_passes(mb, views, &needed)?;
             } else if needed.iter().any(|&n| n) {
@@ -303,7 +303,7 @@ impl<'a> Plan<'a> {
             .iter()
             .map(|g| {
                 let (rows, len) = (g.tokens.size()[0], g.tokens.size()[1]);
-                let queries = match (&g.suffix, &self.context) {
+                let queries = match (&g.suffix, &self.cp_batch) {
                     (Some(sp), _) => sp.chunks.clone(),
                     (None, Some(ctx)) => ctx.chunks.clone(),
                     (None, None) => vec![(g.start, len)],
@@ -351,9 +351,9 @@ impl<'a> Plan<'a> {
     /// Context parallelism: one perturbed pass per row over this rank's pieces of the row's
     /// re-sharded suffix. Every rank of the group plans the same passes (the views are the
     /// whole rows'), so the collectives inside them line up.
-    fn add_context_suffix_passes(&mut self, mb: &MicroBatch, needed: &[bool]) -> Result<()> {
+    fn add_cp_suffix_passes(&mut self, mb: &MicroBatch, needed: &[bool]) -> Result<()> {
         let device = mb.tokens.device();
-        let Some(ctx) = &self.context else {
+        let Some(ctx) = &self.cp_batch else {
             return Ok(());
         };
         let (batch, l_local) = (ctx.batch, mb.len());
@@ -416,8 +416,8 @@ impl<'a> Plan<'a> {
     }
 
     /// Context parallelism: the whole rows and this rank's chunks of them.
-    pub fn context_split(&self) -> Option<(&ContextBatch<'a>, &[(i64, i64)])> {
-        self.context
+    pub fn cp_split(&self) -> Option<(&CpBatch<'a>, &[(i64, i64)])> {
+        self.cp_batch
             .as_ref()
             .map(|c| (c.batch, c.chunks.as_slice()))
     }
@@ -450,7 +450,7 @@ impl<'a> Plan<'a> {
         let std = match (&self.std, &x.std) {
             (Some((rot, docs)), Some(xs)) => {
                 let changed = self.changes(i, STANDARD_PASS)?;
-                let y = match (&self.context, changed) {
+                let y = match (&self.cp_batch, changed) {
                     (Some(ctx), _) => {
                         let gather = |t: &Tensor| {
                             let g = ctx.gather(t)?;
@@ -483,7 +483,7 @@ impl<'a> Plan<'a> {
         };
         let mut perturbed = Vec::with_capacity(self.perturbed.len());
         for (g, xg) in self.perturbed.iter().zip(&x.perturbed) {
-            if let (Some(ctx), Some(sp)) = (&self.context, &g.suffix) {
+            if let (Some(ctx), Some(sp)) = (&self.cp_batch, &g.suffix) {
                 perturbed.push(self.suffix_layer(i, ctx, sp, g, xg, &gathered.borrow())?);
                 continue;
             }
@@ -498,7 +498,7 @@ impl<'a> Plan<'a> {
                 _ => None,
             };
             let changed = self.changes(i, PERTURBED_PASS)?;
-            let y = match (&self.context, changed) {
+            let y = match (&self.cp_batch, changed) {
                 (Some(ctx), _) => {
                     let gather = |t: &Tensor| ctx.gather(t);
                     let cc = ContextChunks {
@@ -531,7 +531,7 @@ impl<'a> Plan<'a> {
     fn suffix_layer(
         &self,
         i: usize,
-        ctx: &ContextPlan<'_>,
+        ctx: &CpPlan<'_>,
         sp: &SuffixPieces,
         g: &PerturbedPass,
         x: &Tensor,
@@ -649,7 +649,7 @@ impl<'a> Plan<'a> {
         let mut perturbed = Vec::with_capacity(x.perturbed.len());
         for (g, h) in self.perturbed.iter().zip(&x.perturbed) {
             let h = self.model.final_norm(h)?;
-            perturbed.push(match (&self.context, &g.suffix, &std) {
+            perturbed.push(match (&self.cp_batch, &g.suffix, &std) {
                 (Some(ctx), Some(sp), Some(hs)) => aligned_suffix(ctx, sp, &h, hs)?,
                 _ => h,
             });
@@ -666,12 +666,7 @@ impl<'a> Plan<'a> {
 /// the standard view's hidden state (`hs`, `[B, Llocal, D]`), as the one-process step's shared
 /// rows do. The all-to-all is differentiable: its backward returns each row's gradient to the
 /// rank that computed it.
-fn aligned_suffix(
-    ctx: &ContextPlan<'_>,
-    sp: &SuffixPieces,
-    h: &Tensor,
-    hs: &Tensor,
-) -> Result<Tensor> {
+fn aligned_suffix(ctx: &CpPlan<'_>, sp: &SuffixPieces, h: &Tensor, hs: &Tensor) -> Result<Tensor> {
     let cp = ctx.batch.cp();
     let (me, n) = (cp.rank(), cp.size() as i64);
     let l = hs.size()[1] * n;

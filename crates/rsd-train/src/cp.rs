@@ -85,7 +85,7 @@ impl ContextParallel {
     /// This rank's part of a whole row's perturbed view: its chunks of the positions and of the
     /// KL mask. `kl_rows` stays the whole row's count (the KL's per-sample normaliser);
     /// `shared_prefix` is 0 because it is a whole-row quantity: prefix reuse reads it from the
-    /// whole view ([`ContextBatch`]).
+    /// whole view ([`CpBatch`]).
     pub fn local_view(&self, v: &RowView) -> Result<RowView> {
         Ok(RowView {
             positions: self.local_of(&v.positions)?,
@@ -158,7 +158,7 @@ impl ContextParallel {
 /// perturbed view runs only the rows after the shared prefix, and those rows are re-sharded over
 /// the group (zigzag over the suffix itself, see [`suffix_chunks`]), so a rank computes rows
 /// whose tokens and perturbed positions it does not hold in its standard-view chunks.
-pub struct ContextBatch<'a> {
+pub struct CpBatch<'a> {
     cp: &'a ContextParallel,
     /// Whole rows' token ids.
     tokens: Vec<Vec<i64>>,
@@ -166,14 +166,14 @@ pub struct ContextBatch<'a> {
     views: Option<Vec<RowView>>,
 }
 
-impl<'a> ContextBatch<'a> {
+impl<'a> CpBatch<'a> {
     /// From whole rows every rank already holds (the probe reads the whole batch).
     pub fn from_whole(
         cp: &'a ContextParallel,
         tokens: Vec<Vec<i64>>,
         views: Option<Vec<RowView>>,
     ) -> Self {
-        ContextBatch { cp, tokens, views }
+        CpBatch { cp, tokens, views }
     }
 
     /// From this rank's chunks `local_tokens` (`[B][Llocal]`): the whole rows are gathered from
@@ -196,7 +196,7 @@ impl<'a> ContextBatch<'a> {
             .collect();
         debug_assert_eq!(rows.len() as i64, b);
         let tokens = cp.full_rows(&rows)?;
-        Ok(ContextBatch { cp, tokens, views })
+        Ok(CpBatch { cp, tokens, views })
     }
 
     /// The group.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rsd_dist::{Backend, ProcessGroup, ReduceOp, Rendezvous};
 use rsd_model::{ContextChunks, ForwardArgs, Model, ModelConfig, ModelOptions};
-use rsd_train::context::ContextParallel;
+use rsd_train::cp::ContextParallel;
 use tch::{Device, Kind, Tensor};
 
 const ROLE: &str = "RSD_TRAIN_CP_TEST_ROLE";
@@ -164,14 +164,14 @@ fn rank_cp_model() {
             cp.gather_kv(t)
                 .map_err(|e| rsd_model::ModelError::Input(e.to_string()))
         };
-        let context = ContextChunks {
+        let chunks = ContextChunks {
             chunks: cp.chunks(l).unwrap(),
             docs: docs.clone(),
             gather: &gather,
         };
         let local = model
             .forward(&ForwardArgs {
-                context: Some(&context),
+                cp: Some(&chunks),
                 ..ForwardArgs::new(
                     &cp.local_rows(&tokens, 1).unwrap(),
                     &cp.local_rows(&positions, 1).unwrap(),
