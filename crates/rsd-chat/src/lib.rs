@@ -16,10 +16,8 @@ use std::path::{Path, PathBuf};
 use chrono::format::{Item, StrftimeItems};
 use minijinja::syntax::SyntaxConfig;
 use minijinja::{Environment, Error as JinjaError, ErrorKind, Value};
-use rsd_common::hex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
-use sha2::{Digest, Sha256};
 
 /// What loading or rendering a chat template can go wrong with.
 #[derive(Debug, thiserror::Error)]
@@ -221,7 +219,7 @@ impl ChatTemplate {
         Ok(ChatTemplate {
             env,
             source_name: source_name.to_string(),
-            sha256: hex(&Sha256::digest(text.as_bytes())),
+            sha256: rsd_common::digest::sha256_hex(text.as_bytes()),
             bos,
             tokens,
         })

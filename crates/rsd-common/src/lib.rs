@@ -7,6 +7,7 @@
 //! their directory, regular files only, bounded reads, atomic writes that follow no planted link).
 //! Nothing rsd-specific.
 
+pub mod digest;
 pub mod mem;
 pub mod printable;
 pub mod progress;

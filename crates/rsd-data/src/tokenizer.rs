@@ -9,7 +9,6 @@ use std::path::Path;
 
 use rsd_common::safe_fs::{read_regular, MAX_METADATA_BYTES};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use tokenizers::pipeline::{EncodeOptions, PipelineToken, PipelineTokenizer};
 
 use crate::error::{DataError, Result};
@@ -124,7 +123,7 @@ impl Tokenizer {
                 e.column()
             ))
         })?;
-        let sha256 = format!("{:x}", Sha256::digest(bytes));
+        let sha256 = rsd_common::digest::sha256_hex(bytes);
         let vocab_size = vocab_size(&json)
             .ok_or_else(|| err("no model.vocab or added_tokens: not a tokenizer.json".into()))?;
 

@@ -487,9 +487,7 @@ fn sha256_of(path: &Path) -> crate::run::Result<String> {
     if path.join("test").is_dir() {
         all.push_str(&sha256_of(&path.join("test"))?);
     }
-    Ok(rsd_common::hex(&<sha2::Sha256 as sha2::Digest>::digest(
-        all.as_bytes(),
-    )))
+    Ok(rsd_common::digest::sha256_hex(all.as_bytes()))
 }
 
 /// `rsd-eval mc`: reads the benchmark, tokenizes each question's contexts (with the tokenizer's

@@ -13,9 +13,6 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
-
-use rsd_common::hex;
 
 /// The largest QA file read (HotpotQA's dev set is 46 MB).
 const QA_FILE_LIMIT: u64 = 1 << 30;
@@ -200,7 +197,7 @@ impl QaSet {
             docs,
             questions,
             path: path.clone(),
-            sha256: hex(&Sha256::digest(raw.as_bytes())),
+            sha256: rsd_common::digest::sha256_hex(raw.as_bytes()),
         })
     }
 }

@@ -23,7 +23,6 @@ use rsd_model::generate::{self as gen, GenerateOptions, TextTokenizer};
 use rsd_model::{Model, ModelConfig, ModelOptions, RopeScaling};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::qa::{QaData, QaSet, QaSource};
 use crate::results::{read_results, ItemResult};
@@ -247,16 +246,8 @@ pub fn parse_rope_scaling(s: &str, max_positions: i64) -> Result<Value> {
 }
 
 pub(crate) fn sha256_file(path: &Path) -> Result<String> {
-    let mut f = File::open(path).map_err(io_err(path))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).map_err(io_err(path))?;
-        if n == 0 {
-            return Ok(hex(&h.finalize()));
-        }
-        h.update(&buf[..n]);
-    }
+    let (_, digest) = rsd_common::digest::sha256_file(path).map_err(io_err(path))?;
+    Ok(hex(&digest))
 }
 
 /// The item keys of a run, in the order they are generated.
@@ -431,7 +422,10 @@ fn check_haystack_tokenizer(dir: &Path, tok_path: &Path, opts: &RunOptions) -> R
         },
     };
     let model = ModelTokenizer {
-        tokenizer: Some((tok_path.to_path_buf(), tokenizer_match::sha256(&bytes))),
+        tokenizer: Some((
+            tok_path.to_path_buf(),
+            rsd_common::digest::sha256_hex(&bytes),
+        )),
         ..model
     };
     let problems = tokenizer_match::mismatches(dir, &model).map_err(shard_err)?;

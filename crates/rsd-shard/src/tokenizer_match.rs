@@ -9,9 +9,9 @@
 //! `config.json` `vocab_size` (always; a randomly initialised model has no tokenizer).
 use std::path::{Path, PathBuf};
 
+use rsd_common::digest::sha256_hex;
 use rsd_common::safe_fs::{self, FsError, NamedBy};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::{Manifest, Result, ShardError, TokenizerInfo, MANIFEST_FILE, TOKENIZER_FILE};
 
@@ -33,7 +33,7 @@ impl ModelTokenizer {
         let file = dir.join(TOKENIZER_FILE);
         if file.is_file() {
             let bytes = safe_fs::read_regular(&file, safe_fs::MAX_METADATA_BYTES, "tokenizer")?;
-            side.tokenizer = Some((file, sha256(&bytes)));
+            side.tokenizer = Some((file, sha256_hex(&bytes)));
         }
         Ok(side)
     }
@@ -96,7 +96,7 @@ pub fn tokenizer_file(dir: &Path, info: &TokenizerInfo) -> (Option<PathBuf>, Opt
     let matches = |p: &Path| {
         p.is_file()
             && safe_fs::read_regular(p, safe_fs::MAX_METADATA_BYTES, "tokenizer")
-                .is_ok_and(|bytes| sha256(&bytes) == info.sha256)
+                .is_ok_and(|bytes| sha256_hex(&bytes) == info.sha256)
     };
     let own = dir.join(TOKENIZER_FILE);
     if matches(&own) {
@@ -111,11 +111,6 @@ pub fn tokenizer_file(dir: &Path, info: &TokenizerInfo) -> (Option<PathBuf>, Opt
         }
         Err(e) => (None, Some(format!("not looked for: {e}"))),
     }
-}
-
-/// sha256 of `bytes`, as lowercase hex (the manifest's spelling).
-pub fn sha256(bytes: &[u8]) -> String {
-    format!("{:x}", Sha256::digest(bytes))
 }
 
 /// A JSON file (bounded, regular), parsed.
@@ -148,7 +143,7 @@ mod tests {
     fn info(name: &str) -> TokenizerInfo {
         TokenizerInfo {
             name: name.to_string(),
-            sha256: sha256(TOKENIZER),
+            sha256: sha256_hex(TOKENIZER),
             vocab_size: 10,
             bos_id: None,
             eos_id: None,

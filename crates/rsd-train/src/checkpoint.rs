@@ -30,7 +30,6 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use tch::Tensor;
 
 use rsd_common::hex;
@@ -120,19 +119,7 @@ pub struct FileEntry {
 
 /// Length and sha256 (hex) of a file, read in 1 MiB pieces.
 pub fn file_digest(path: &Path) -> Result<(u64, [u8; 32])> {
-    let mut f = fs::File::open(path).map_err(io_err(path))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut n = 0u64;
-    loop {
-        let k = f.read(&mut buf).map_err(io_err(path))?;
-        if k == 0 {
-            break;
-        }
-        h.update(&buf[..k]);
-        n += k as u64;
-    }
-    Ok((n, h.finalize().into()))
+    rsd_common::digest::sha256_file(path).map_err(io_err(path))
 }
 
 /// [`FileEntry`]s of every file under `dir` (recursively) but those in `skip` and the manifest.

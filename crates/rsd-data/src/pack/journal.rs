@@ -13,7 +13,6 @@ use std::path::Path;
 use rsd_common::safe_fs::{read_regular, FsError, MAX_METADATA_BYTES};
 use rsd_shard::{ShardInfo, Totals};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use super::{Inputs, PackSettings};
 use crate::error::{Cause, DataError, Result};
@@ -99,7 +98,7 @@ pub(super) fn fingerprint(inputs: &Inputs, settings: &PackSettings) -> String {
     if inputs.read.max_doc_bytes != crate::source::DEFAULT_MAX_DOC_BYTES {
         key["max_doc_bytes"] = inputs.read.max_doc_bytes.into();
     }
-    format!("{:x}", Sha256::digest(key.to_string().as_bytes()))
+    rsd_common::digest::sha256_hex(key.to_string().as_bytes())
 }
 
 fn is_our_file(name: &str) -> bool {

@@ -1,0 +1,49 @@
+//! sha256, as manifests, run files and checkpoints record it: lowercase hex of the bytes, or of
+//! a file read in 1 MiB pieces.
+use std::io::Read;
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+/// sha256 of `bytes`, lowercase hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    crate::hex(&Sha256::digest(bytes))
+}
+
+/// The length and sha256 of the file at `path`, read in 1 MiB pieces (a checkpoint's weights
+/// need not fit in memory twice).
+pub fn sha256_file(path: &Path) -> std::io::Result<(u64, [u8; 32])> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut len = 0u64;
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            return Ok((len, hasher.finalize().into()));
+        }
+        hasher.update(&buf[..n]);
+        len += n as u64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_and_its_bytes_have_the_same_digest() {
+        // sha256("abc"), FIPS 180-2's example.
+        let abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+        assert_eq!(sha256_hex(b"abc"), abc);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let big: Vec<u8> = (0..(3 << 20) + 7).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &big).unwrap();
+        let (len, digest) = sha256_file(&path).unwrap();
+        assert_eq!(
+            (len, crate::hex(&digest)),
+            (big.len() as u64, sha256_hex(&big))
+        );
+    }
+}
