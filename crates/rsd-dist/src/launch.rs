@@ -76,12 +76,11 @@ fn launch_err(message: String) -> DistError {
     DistError::Launch { message }
 }
 
-/// A port nobody listens on now (the OS picks it), for rank 0's store.
-fn free_port() -> Result<u16> {
+/// A port on 127.0.0.1 nobody listens on now (the OS picks it), for rank 0's store.
+pub fn free_local_port() -> std::io::Result<u16> {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
-        .map_err(|e| launch_err(format!("finding a free port for the ranks: {e}")))
 }
 
 /// Runs the ranks and waits for them.
@@ -99,7 +98,8 @@ pub fn run(launch: &Launch) -> Result<Outcome> {
                 .into(),
         ));
     }
-    let port = free_port()?;
+    let port = free_local_port()
+        .map_err(|e| launch_err(format!("finding a free port for the ranks: {e}")))?;
     // SAFETY: the handler only stores to an atomic (async-signal-safe).
     unsafe {
         libc::signal(

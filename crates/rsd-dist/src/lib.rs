@@ -27,6 +27,7 @@ mod group;
 pub mod launch;
 mod mesh;
 mod store;
+pub mod testing;
 
 pub use env::Rendezvous;
 pub use error::{DistError, Result};

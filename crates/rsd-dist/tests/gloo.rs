@@ -3,73 +3,13 @@
 //! set; the ranks check their results against a single-process computation and exit non-zero on
 //! a mismatch. Rendezvous failures are checked in-process, with threads as ranks.
 use std::net::TcpListener;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rsd_dist::testing::{free_port, launch_ranks as launch, rank_world as world, LEFT, ROLE_ENV};
 use rsd_dist::{Backend, DistError, Mesh, MeshShape, ProcessGroup, ReduceOp, Rendezvous};
 use tch::{Device, Kind, Tensor};
 
-/// Set in a child: which `rank_*` function it runs.
-const ROLE: &str = "RSD_DIST_TEST_ROLE";
-/// What a rank prints when it leaves on purpose, mid-test.
-const LEFT: &str = "[rank left on purpose]";
 const TIMEOUT: Duration = Duration::from_secs(20);
-
-/// A port nobody listens on right now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Runs `role` as `world` ranks (child processes) and fails with their output unless all succeed.
-fn launch(role: &str, world: usize) {
-    let port = free_port();
-    let exe = std::env::current_exe().unwrap();
-    let children: Vec<_> = (0..world)
-        .map(|rank| {
-            Command::new(&exe)
-                .args([
-                    role,
-                    "--exact",
-                    "--ignored",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
-                .env(ROLE, role)
-                .envs(Rendezvous::local(port, rank, world).to_env())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    let mut failed = Vec::new();
-    for (rank, child) in children.into_iter().enumerate() {
-        let out = child.wait_with_output().unwrap();
-        let text = format!(
-            "--- rank {rank}: {}\n{}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        // The harness prints "1 passed" only when the rank function returned.
-        if !out.status.success() || !(text.contains("1 passed") || text.contains(LEFT)) {
-            failed.push(text);
-        }
-    }
-    assert!(failed.is_empty(), "{role} failed:\n{}", failed.join("\n"));
-}
-
-/// The world of a child launched by `launch`, or `None` when run any other way.
-fn world(role: &str, timeout: Duration) -> Option<ProcessGroup> {
-    if std::env::var(ROLE).ok()?.as_str() != role {
-        return None;
-    }
-    Some(ProcessGroup::from_env(Backend::Gloo, timeout).expect("rendezvous"))
-}
 
 /// Rank `r`'s input in the collective checks: distinct on every rank and element.
 fn input(r: usize, kind: Kind) -> Tensor {
@@ -637,7 +577,7 @@ fn a_mesh_splits_the_world_into_dp_by_cp() {
 #[test]
 #[ignore = "one rank of a_mesh_splits_the_world_into_dp_by_cp"]
 fn rank_mesh() {
-    if std::env::var(ROLE).ok().as_deref() != Some("rank_mesh") {
+    if std::env::var(ROLE_ENV).ok().as_deref() != Some("rank_mesh") {
         return;
     }
     let rdzv = Rendezvous::from_env().unwrap();

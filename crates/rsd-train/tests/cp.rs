@@ -2,69 +2,13 @@
 //! this test binary, each running one `rank_*` function (ignored in normal runs) as one rank with
 //! torchrun's variables set. Each rank computes the single-process forward and backward itself,
 //! then its zigzag share with K/V gathered from the other rank, and exits non-zero on a mismatch.
-use std::net::TcpListener;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use rsd_dist::{Backend, ProcessGroup, ReduceOp, Rendezvous};
+use rsd_dist::testing::{launch_ranks as launch, rank_world};
+use rsd_dist::ReduceOp;
 use rsd_model::{ContextChunks, ForwardArgs, Model, ModelConfig, ModelOptions};
 use rsd_train::cp::ContextParallel;
 use tch::{Device, Kind, Tensor};
-
-const ROLE: &str = "RSD_TRAIN_CP_TEST_ROLE";
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Runs `role` as `world` ranks and fails with their output unless all pass.
-fn launch(role: &str, world: usize) {
-    let port = free_port();
-    let exe = std::env::current_exe().unwrap();
-    let children: Vec<_> = (0..world)
-        .map(|rank| {
-            Command::new(&exe)
-                .args([
-                    role,
-                    "--exact",
-                    "--ignored",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
-                .env(ROLE, role)
-                .envs(Rendezvous::local(port, rank, world).to_env())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    let mut failed = Vec::new();
-    for (rank, child) in children.into_iter().enumerate() {
-        let out = child.wait_with_output().unwrap();
-        let text = format!(
-            "--- rank {rank}: {}\n{}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        if !out.status.success() || !text.contains("1 passed") {
-            failed.push(text);
-        }
-    }
-    assert!(failed.is_empty(), "{role} failed:\n{}", failed.join("\n"));
-}
-
-fn world(role: &str) -> Option<ProcessGroup> {
-    if std::env::var(ROLE).ok()?.as_str() != role {
-        return None;
-    }
-    Some(ProcessGroup::from_env(Backend::Gloo, Duration::from_secs(30)).expect("rendezvous"))
-}
 
 /// A tiny config of the repository with a 512-token vocabulary.
 fn tiny(file: &str) -> ModelConfig {
@@ -107,7 +51,7 @@ fn context_parallel_forward_and_backward_equal_one_process() {
 #[test]
 #[ignore = "one rank of context_parallel_forward_and_backward_equal_one_process"]
 fn rank_cp_model() {
-    let Some(group) = world("rank_cp_model") else {
+    let Some(group) = rank_world("rank_cp_model", Duration::from_secs(30)) else {
         return;
     };
     let cp = ContextParallel::new(std::rc::Rc::new(group));
