@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The paper's comparison in miniature, on CPU, as pre-registered in docs/RESULTS.md (attempt 2):
+# The paper's comparison in miniature, on CPU, as pre-registered in docs/RESULTS.md (attempt 3):
 #
-#   1. one shared base, trained once from scratch at 256 tokens, in two stages: pair lists
-#      ("KEY VALUE." ×4, then again in another order), then a mix of gap lists (RULER's answer
-#      words between key and value), pair lists, 4-needle drills, key→value documents in the
-#      books (RULER's needle sentences, one-token keys and values) and the bundled books; its
+#   1. one shared base, trained once from scratch at 256 tokens, in two stages, each continued
+#      in blocks of 500 steps until held-out items of its skill are recalled (≥ 0.95): pair
+#      lists ("KEY VALUE." ×4, then again in another order); then a mix of gap lists (RULER's
+#      answer words between key and value), pair lists, 4-needle drills, key→value documents in
+#      the books (RULER's needle sentences, one-token keys and values) and the bundled books; its
 #      teacher-forced recall of `kv_multikey` at 256 tokens, per depth, against the bar fixed
 #      in advance;
 #   2. adaptation to 1024 tokens from that base (RoPE base raised ×8), on key→value documents of
@@ -20,11 +21,12 @@
 #      --baseline), against standard and against compute-matched standard.
 #
 #   scripts/miniature.sh                       # the whole study, runs/miniature/
-#   RSD_MINI_SEEDS=0 RSD_MINI_PAIRS_STEPS=20 RSD_MINI_BASE_STEPS=40 RSD_MINI_ADAPT_STEPS=20 \
-#     RSD_MINI_ITEMS=4 scripts/miniature.sh    # a quick look
+#   RSD_MINI_SEEDS=0 RSD_MINI_PAIRS_STEPS=20 RSD_MINI_BLOCK_STEPS=20 RSD_MINI_MAX_BLOCKS=1 \
+#     RSD_MINI_ADAPT_STEPS=20 RSD_MINI_ITEMS=4 RSD_MINI_IGNORE_BAR=1 scripts/miniature.sh   # a look
 #
 # Environment: RSD_MINI_OUT (output), RSD_MINI_SEEDS (comma-separated), RSD_MINI_PAIRS_STEPS (the
-# base's first stage), RSD_MINI_BASE_STEPS (its second), RSD_MINI_ADAPT_STEPS, RSD_MINI_ITEMS (per
+# base's first run), RSD_MINI_BLOCK_STEPS and RSD_MINI_MAX_BLOCKS (its stages' blocks, at most
+# that many per stage), RSD_MINI_ADAPT_STEPS, RSD_MINI_ITEMS (per
 # depth), RSD_MINI_DEPTHS, RSD_MINI_TRAIN_DOCS (documents per training file; default: the
 # design's), RSD_MINI_THREADS, RSD_MINI_BIN (binaries already built), RSD_MINI_IGNORE_BAR=1 (go
 # on when the base misses the bar: smoke runs only).
@@ -40,7 +42,10 @@ source .rsd-env
 out="${RSD_MINI_OUT:-runs/miniature}"
 seeds="${RSD_MINI_SEEDS:-0,1,2,3}"
 pairs_steps="${RSD_MINI_PAIRS_STEPS:-1500}"
-base_steps="${RSD_MINI_BASE_STEPS:-3000}"
+block_steps="${RSD_MINI_BLOCK_STEPS:-500}"
+max_blocks="${RSD_MINI_MAX_BLOCKS:-8}"
+# A stage of the base ends when its held-out items are recalled this well.
+criterion=0.95
 adapt_steps="${RSD_MINI_ADAPT_STEPS:-200}"
 items="${RSD_MINI_ITEMS:-32}"
 depths="${RSD_MINI_DEPTHS:-11}"
@@ -90,6 +95,9 @@ kv drills 40000 docs --seed 2002 --drill --most 4
 kv kv-base 9900 docs --seed 1001
 kv kv-adapt 9900 docs --seed 1002
 for length in 256 1024 2048 4096; do eval_items "$length"; done
+# Held-out items that end the base's stages (other seeds than the bar's and the training data's).
+kv pair-items 0 items --pairs 4 --items 64 --seed 79
+kv kv-items-256-seed17 0 items --lengths 256 --items 8 --depths 11 --seed 17
 for name in pairs gaps drills kv-base; do pack "$data/$name.jsonl" 256 "$name-256"; done
 pack "$data/kv-adapt.jsonl" 1024 kv-adapt-1024
 pack corpus/books 256 books-256
@@ -113,13 +121,46 @@ evaluate() {
     --out "$run" --quiet "$@" >/dev/null
 }
 
-say "base, stage 1: from scratch at 256 tokens on pair lists, $pairs_steps steps"
+# recall MODEL ITEMS RUN: the fraction of ITEMS (a file in $data) whose answer MODEL ranks first.
+recall() {
+  "$bin/rsd-eval" score --model "$1" --items "$data/$2" --batch-size 8 --out "$3" --quiet >/dev/null
+  python3 -c 'import json, sys
+rows = [json.loads(line)["score"] for line in open(sys.argv[1])]
+print(f"{sum(rows) / len(rows):.3f}")' "$3/results.jsonl"
+}
+# learn NAME FROM ITEMS MAX ARGS…: blocks of $block_steps steps at a constant lr from the model
+# FROM (NAME-b1, NAME-b2, …; block k draws its data order from seed k), until the model recalls
+# at least $criterion of ITEMS (held-out items of the stage's skill, never the bar's) or after MAX
+# blocks. Prints the model it ends with. A skill appears abruptly and at a step that depends on
+# the data order, so a stage ends when it is learnt, not after a fixed number of steps.
+learn() {
+  local name="$1" model="$2" items="$3" max="$4"; shift 4
+  local k r
+  for k in $(seq 1 "$max"); do
+    r="$(recall "$model" "$items" "$out/$name-b$k/eval-before")"
+    echo "    $name: held-out recall $r before block $k" >&2
+    python3 -c "import sys; sys.exit(0 if $r >= $criterion else 1)" && break
+    train "$out/$name-b$k" --model "$model" --init "" --objective standard --lr 1e-3 \
+      --warmup-ratio 0 --min-lr-ratio 1 --steps "$block_steps" --seed "$k" "$@" >&2
+    model="$out/$name-b$k/model"
+  done
+  echo "$model"
+}
+
+say "base, stage 1: from scratch at 256 tokens on pair lists, $pairs_steps steps, then blocks of" \
+  "$block_steps until held-out pair lists reach $criterion"
 train "$out/base-pairs" --shards "$data/pairs-256" --objective standard --lr 1e-3 \
   --steps "$pairs_steps" --seed 0 --init-seed 0
-say "base, stage 2: gap lists, pair lists, drills, kv documents and books, $base_steps steps"
-train "$out/base" --model "$out/base-pairs/model" --init "" \
+model="$(learn base-pairs "$out/base-pairs/model" pair-items.jsonl "$max_blocks" \
+  --shards "$data/pairs-256")"
+say "base, stage 2: gap lists, pair lists, drills, kv documents and books, in blocks of" \
+  "$block_steps until held-out kv_multikey items reach $criterion"
+model="$(learn base-mix "$model" kv-items-256-seed17.jsonl "$max_blocks" \
   --shards "$data/gaps-256,$data/pairs-256,$data/drills-256,$data/kv-base-256,$data/books-256" \
-  --weights 0.48,0.08,0.12,0.12,0.2 --objective standard --lr 1e-3 --steps "$base_steps" --seed 0
+  --weights 0.48,0.08,0.12,0.12,0.2)"
+mkdir -p "$out/base"
+[ -f "$out/base/model/config.json" ] || { rm -rf "$out/base/model.tmp"; cp -r "$model" "$out/base/model.tmp"; mv "$out/base/model.tmp" "$out/base/model"; }
+echo "$model" > "$out/base/from"
 evaluate "$out/base/model" "$out/base/eval-256" 256
 # The bar, per depth (the summary's by-depth table).
 RSD_MINI_BIN="$bin" bash scripts/miniature_report.sh bar "$out" "$bar" > "$out/base/bar.md"

@@ -17,8 +17,8 @@ EVALS = ("eval-1024", "eval-2048-yarn2", "eval-4096-yarn4")
 
 def miniature(out, ignore_bar=True):
     env = {**os.environ, "RSD_MINI_BIN": str(Path(exe("rsd-train")).parent), "RSD_MINI_OUT": str(out),
-           "RSD_MINI_SEEDS": "0", "RSD_MINI_PAIRS_STEPS": "2", "RSD_MINI_BASE_STEPS": "3",
-           "RSD_MINI_ADAPT_STEPS": "2", "RSD_MINI_ITEMS": "1", "RSD_MINI_DEPTHS": "2",
+           "RSD_MINI_SEEDS": "0", "RSD_MINI_PAIRS_STEPS": "2", "RSD_MINI_BLOCK_STEPS": "3",
+           "RSD_MINI_MAX_BLOCKS": "1", "RSD_MINI_ADAPT_STEPS": "2", "RSD_MINI_ITEMS": "1", "RSD_MINI_DEPTHS": "2",
            "RSD_MINI_TRAIN_DOCS": "30"}
     if ignore_bar:
         env["RSD_MINI_IGNORE_BAR"] = "1"
@@ -40,9 +40,15 @@ def test_miniature_runs_the_preregistered_design_and_resumes(tmp_path):
     assert "bar: 0.80 at every depth: NOT met" in bar, bar
     base_config = json.loads((out / "base/model/config.json").read_text())
     assert base_config["rope_theta"] == 10000.0  # raised only for the adaptation
-    # The base's two stages: pair lists alone, then the mix, continuing from the first.
+    # The base's two stages: pair lists alone, then the mix, each continued in blocks until its
+    # held-out items are recalled (a toy base never is: one block each, the most allowed).
     assert len(lines(out / "base-pairs/metrics.jsonl")) == 2
-    assert len(lines(out / "base/metrics.jsonl")) == 3
+    for stage, items in (("base-pairs", 64), ("base-mix", 88)):
+        block = lines(out / f"{stage}-b1/metrics.jsonl")
+        assert len(block) == 3 and {r["lr"] for r in block} == {1e-3}, block  # constant lr
+        assert len(lines(out / f"{stage}-b1/eval-before/results.jsonl")) == items
+        assert not (out / f"{stage}-b2").exists()
+    assert (out / "base/from").read_text().strip() == str(out / "base-mix-b1/model")
     base_items = lines(out / "base/eval-256/results.jsonl")
     assert len(base_items) == 2 and {r["task"] for r in base_items} == {"kv_multikey"}
 
@@ -95,7 +101,7 @@ def test_miniature_runs_the_preregistered_design_and_resumes(tmp_path):
     scored = (out / "seed-0/two-view-clm/eval-4096-yarn4/results.jsonl").read_text()
     p = miniature(out)
     assert p.returncode == 0, p.stderr[-4000:]
-    assert "base: done" in p.stderr and "seed-0/two-view-clm: done" in p.stderr
+    assert "base-mix-b1: done" in p.stderr and "seed-0/two-view-clm: done" in p.stderr
     assert (out / "seed-0/rsd/metrics.jsonl").read_text() == before
     assert (out / "seed-0/two-view-clm/eval-4096-yarn4/results.jsonl").read_text() == scored
 
