@@ -158,9 +158,9 @@ say "base, stage 2: gap lists, pair lists, drills, kv documents and books, in bl
 model="$(learn base-mix "$model" kv-items-256-seed17.jsonl "$max_blocks" \
   --shards "$data/gaps-256,$data/pairs-256,$data/drills-256,$data/kv-base-256,$data/books-256" \
   --weights 0.48,0.08,0.12,0.12,0.2)"
+# The base is the model the second stage ended with: base/model links to it.
 mkdir -p "$out/base"
-[ -f "$out/base/model/config.json" ] || { rm -rf "$out/base/model.tmp"; cp -r "$model" "$out/base/model.tmp"; mv "$out/base/model.tmp" "$out/base/model"; }
-echo "$model" > "$out/base/from"
+[ -e "$out/base/model" ] || ln -s "../${model#"$out/"}" "$out/base/model"
 evaluate "$out/base/model" "$out/base/eval-256" 256
 # The bar, per depth (the summary's by-depth table).
 RSD_MINI_BIN="$bin" bash scripts/miniature_report.sh bar "$out" "$bar" > "$out/base/bar.md"
