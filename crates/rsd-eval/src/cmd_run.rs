@@ -5,6 +5,7 @@ use anyhow::Result;
 use clap::Args;
 use rsd_eval::run::{run as run_eval, RunOptions, Scoring};
 use rsd_eval::tasks::{DepthGrid, Task};
+use rsd_model::cli::{DeviceArgs, RopeScalingArgs};
 
 const RUN_HELP: &str = "Items are generated from (seed, task, length, depth, sample) and the \
 model's tokenizer: a prompt plus its answer budget (--max-new-tokens, default per task as in \
@@ -52,16 +53,10 @@ pub struct RunArgs {
     /// Prompts per generation batch (does not change the outputs).
     #[arg(long, default_value_t = 4)]
     batch_size: usize,
-    /// cpu, cuda, cuda:N.
-    #[arg(long, default_value = "cpu")]
-    device: String,
-    /// fp32, bf16, fp16.
-    #[arg(long, default_value = "fp32")]
-    dtype: String,
-    /// RoPE scaling applied at evaluation only: yarn:4, linear:2, llama3:8 (TYPE:FACTOR over the
-    /// model's max_position_embeddings) or an HF rope_scaling dict as JSON.
-    #[arg(long)]
-    rope_scaling: Option<String>,
+    #[command(flatten)]
+    runtime: DeviceArgs,
+    #[command(flatten)]
+    rope: RopeScalingArgs,
     /// RoPE base applied at evaluation only.
     #[arg(long)]
     rope_theta: Option<f64>,
@@ -133,9 +128,8 @@ pub fn run(a: RunArgs) -> Result<()> {
         seed: a.seed,
         max_new_tokens: a.max_new_tokens,
         batch_size: a.batch_size,
-        device: a.device,
-        dtype: a.dtype,
-        rope_scaling: a.rope_scaling,
+        runtime: a.runtime,
+        rope_scaling: a.rope.rope_scaling,
         rope_theta: a.rope_theta,
         haystack: a.haystack,
         qa_dir: a.qa_dir,

@@ -20,15 +20,16 @@ use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use rsd_model::cli::{DeviceArgs, RopeScalingArgs};
 use rsd_model::generate::{self as gen, TextTokenizer};
-use rsd_model::{Model, ModelConfig, ModelOptions, RopeScaling};
+use rsd_model::{Model, ModelConfig, RopeScaling};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::results::{read_results, ItemResult};
 use crate::run::{
-    check_model_files, io_err, open_for_append, parse_rope_scaling, progress_bar, rank_first,
-    settle_run_json, sha256_file, Result, RunError, Scoring, Summary,
+    check_model_files, io_err, open_for_append, progress_bar, rank_first, settle_run_json,
+    sha256_file, Result, RunError, Scoring, Summary,
 };
 
 const SCORE_HELP: &str = "Each line of --items is one item, for example
@@ -64,16 +65,12 @@ pub struct ScoreArgs {
     /// Candidates per forward batch (does not change the scores).
     #[arg(long, default_value_t = 8)]
     pub batch_size: usize,
-    /// cpu, cuda, cuda:N.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// fp32, bf16, fp16.
-    #[arg(long, default_value = "fp32")]
-    pub dtype: String,
-    /// RoPE scaling applied at evaluation only: yarn:4, linear:2, llama3:8 (TYPE:FACTOR over the
-    /// model's max_position_embeddings) or an HF rope_scaling dict as JSON.
-    #[arg(long)]
-    pub rope_scaling: Option<String>,
+    /// --device, --dtype.
+    #[command(flatten)]
+    pub runtime: DeviceArgs,
+    /// --rope-scaling.
+    #[command(flatten)]
+    pub rope: RopeScalingArgs,
     /// RoPE base applied at evaluation only.
     #[arg(long)]
     pub rope_theta: Option<f64>,
@@ -419,12 +416,12 @@ pub(crate) fn score_user_items(
             cfg.vocab_size
         )));
     }
-    check_window(items_path, items, cfg, a.rope_scaling.is_some())?;
+    check_window(items_path, items, cfg, a.rope.rope_scaling.is_some())?;
     let rope_scaling = a
+        .rope
         .rope_scaling
-        .as_deref()
-        .map(|s| parse_rope_scaling(s, cfg.max_position_embeddings))
-        .transpose()?;
+        .as_ref()
+        .map(|s| s.to_dict(cfg.max_position_embeddings));
     let abs = |p: &Path| std::fs::canonicalize(p).map_err(io_err(p));
     let settings = ScoreSettings {
         model: abs(model)?.display().to_string(),
@@ -432,22 +429,18 @@ pub(crate) fn score_user_items(
         items: abs(items_path)?.display().to_string(),
         items_sha256: source.sha256.clone(),
         benchmark: source.benchmark.clone(),
-        dtype: a.dtype.clone(),
+        dtype: a.runtime.dtype.clone(),
         rope_scaling: rope_scaling.clone(),
         rope_theta: a.rope_theta,
         scoring: Scoring::TeacherForced,
     };
-    let options = ModelOptions {
-        device: rsd_model::parse_device(&a.device)?,
-        kind: rsd_model::parse_kind(&a.dtype)?,
-    };
-    rsd_model::check_device(options.device)?;
+    let options = a.runtime.options()?;
     std::fs::create_dir_all(&a.out).map_err(io_err(&a.out))?;
     let now = serde_json::to_value(&settings).map_err(|e| RunError::Json {
         path: a.out.join("run.json"),
         reason: e.to_string(),
     })?;
-    settle_run_json(&a.out, &now, &a.device)?;
+    settle_run_json(&a.out, &now, &a.runtime.device)?;
 
     let results_path = a.out.join("results.jsonl");
     let done_keys: HashSet<_> = if results_path.is_file() {

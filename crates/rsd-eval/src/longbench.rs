@@ -20,8 +20,9 @@ use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use rsd_model::cli::DeviceArgs;
 use rsd_model::generate::{self as gen, GenerateOptions, TextTokenizer};
-use rsd_model::{Model, ModelOptions};
+use rsd_model::Model;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -84,12 +85,9 @@ pub struct LongBenchArgs {
     /// "response"), into --out.
     #[arg(long, value_name = "FILE.jsonl", conflicts_with_all = ["model", "data"])]
     pub score: Option<PathBuf>,
-    /// cpu, cuda, cuda:N.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// fp32, bf16, fp16.
-    #[arg(long, default_value = "fp32")]
-    pub dtype: String,
+    /// --device, --dtype.
+    #[command(flatten)]
+    pub runtime: DeviceArgs,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -492,15 +490,11 @@ pub fn command(a: &LongBenchArgs) -> Result<String> {
         "chat_template": a.chat_template,
         "max_new_tokens": a.max_new_tokens,
         "cot_max_new_tokens": if a.cot { Some(a.cot_max_new_tokens) } else { None },
-        "dtype": a.dtype,
+        "dtype": a.runtime.dtype,
     });
-    let options = ModelOptions {
-        device: rsd_model::parse_device(&a.device)?,
-        kind: rsd_model::parse_kind(&a.dtype)?,
-    };
-    rsd_model::check_device(options.device)?;
+    let options = a.runtime.options()?;
     std::fs::create_dir_all(out).map_err(io_err(out))?;
-    settle_run_json(out, &settings, &a.device)?;
+    settle_run_json(out, &settings, &a.runtime.device)?;
     let results = out.join("longbench.jsonl");
     let mut done: Vec<Prediction> = if results.is_file() {
         read_predictions(&results)?

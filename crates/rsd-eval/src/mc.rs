@@ -9,6 +9,7 @@
 //! lm-eval reports it.
 use std::path::{Path, PathBuf};
 
+use rsd_model::cli::{DeviceArgs, RopeScalingArgs};
 use serde::Deserialize;
 
 /// What a published file can go wrong with.
@@ -459,12 +460,9 @@ pub struct McArgs {
     /// Choices per forward batch (does not change the scores).
     #[arg(long, default_value_t = 8)]
     pub batch_size: usize,
-    /// cpu, cuda, cuda:N.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// fp32, bf16, fp16.
-    #[arg(long, default_value = "fp32")]
-    pub dtype: String,
+    /// --device, --dtype.
+    #[command(flatten)]
+    pub runtime: DeviceArgs,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -580,9 +578,8 @@ pub fn command(a: &McArgs) -> crate::run::Result<crate::items::ScoreReport> {
         pred: None,
         out: a.out.clone(),
         batch_size: a.batch_size,
-        device: a.device.clone(),
-        dtype: a.dtype.clone(),
-        rope_scaling: None,
+        runtime: a.runtime.clone(),
+        rope: RopeScalingArgs { rope_scaling: None },
         rope_theta: None,
         quiet: a.quiet,
     };

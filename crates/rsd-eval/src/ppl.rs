@@ -24,7 +24,8 @@ use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
 use rsd_common::rng::SplitMix64;
-use rsd_model::{ForwardArgs, Model, ModelError, ModelOptions};
+use rsd_model::cli::DeviceArgs;
+use rsd_model::{ForwardArgs, Model, ModelError};
 use rsd_shard::{PackMode, ShardError, ShardSet};
 
 use crate::figure::{Figure, FigureError, Lines, Series};
@@ -124,13 +125,9 @@ pub struct PplArgs {
     /// Seed of the per-row (s, y) draws.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// cpu, cuda or cuda:N.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// Parameter dtype: fp32, bf16, fp16 or fp64 (log-softmax and KL run in fp32, in fp64 for fp64:
-    /// the setting for checks against a reference).
-    #[arg(long, default_value = "fp32")]
-    pub dtype: String,
+    /// --device, --dtype.
+    #[command(flatten)]
+    pub runtime: DeviceArgs,
     /// Directory for ppl.json and plots/ (created if needed).
     #[arg(long, default_value = ".")]
     pub out: PathBuf,
@@ -339,14 +336,10 @@ pub fn evaluate(args: &PplArgs) -> Result<PplReport, PplError> {
         let context = context.to_string();
         move |source| PplError::Model { context, source }
     };
-    let options = ModelOptions {
-        device: rsd_model::parse_device(&args.device).map_err(model_err("--device"))?,
-        kind: match args.dtype.as_str() {
-            "fp64" | "float64" | "f64" => Kind::Double,
-            other => rsd_model::parse_kind(other).map_err(model_err("--dtype"))?,
-        },
-    };
-    rsd_model::check_device(options.device).map_err(model_err("--device"))?;
+    let options = args
+        .runtime
+        .options()
+        .map_err(model_err("--device/--dtype"))?;
     if args.batches == 0 || args.batch_size == 0 || args.buckets == 0 {
         return Err(PplError::Input(
             "--batches, --batch-size and --buckets must be at least 1".into(),

@@ -19,8 +19,9 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 use rsd_common::hex;
 use rsd_common::progress::ProgressLines;
+use rsd_model::cli::{DeviceArgs, ScalingRequest};
 use rsd_model::generate::{self as gen, GenerateOptions, TextTokenizer};
-use rsd_model::{Model, ModelConfig, ModelOptions, RopeScaling};
+use rsd_model::{Model, ModelConfig, RopeScaling};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -64,12 +65,10 @@ pub struct RunOptions {
     pub max_new_tokens: Option<usize>,
     /// Prompts per generation batch.
     pub batch_size: usize,
-    /// cpu, cuda, cuda:N.
-    pub device: String,
-    /// fp32, bf16, fp16.
-    pub dtype: String,
-    /// RoPE scaling for evaluation: `yarn:4`, `linear:2`, `llama3:8`, … or an HF dict as JSON.
-    pub rope_scaling: Option<String>,
+    /// Device and dtype of the model.
+    pub runtime: DeviceArgs,
+    /// RoPE scaling applied at evaluation.
+    pub rope_scaling: Option<ScalingRequest>,
     /// RoPE base override for evaluation.
     pub rope_theta: Option<f64>,
     /// Haystack directory (text files or rsd shards); `None`: the bundled books.
@@ -212,37 +211,6 @@ pub struct RunReport {
     pub done: usize,
     /// Mean score over all items, if any.
     pub overall: Option<f64>,
-}
-
-/// Parses `--rope-scaling`: `TYPE:FACTOR` (yarn, linear, dynamic, llama3, …) or an HF dict as
-/// JSON, into the dict rsd-model's config takes. `original_max_position_embeddings` is the
-/// model's trained window.
-pub fn parse_rope_scaling(s: &str, max_positions: i64) -> Result<Value> {
-    if s.trim_start().starts_with('{') || s.trim() == "null" {
-        return serde_json::from_str(s)
-            .map_err(|e| RunError::Input(format!("--rope-scaling: not valid JSON: {e}")));
-    }
-    let (kind, factor) = s.split_once(':').ok_or_else(|| {
-        RunError::Input(format!(
-            "--rope-scaling \"{s}\": expected TYPE:FACTOR (e.g. yarn:4, linear:2) or an HF dict as JSON"
-        ))
-    })?;
-    let factor: f64 = factor
-        .parse()
-        .ok()
-        .filter(|f: &f64| f.is_finite() && *f > 0.0)
-        .ok_or_else(|| {
-            RunError::Input(format!(
-                "--rope-scaling \"{s}\": the factor must be a positive number"
-            ))
-        })?;
-    let mut v = serde_json::json!({"rope_type": kind, "factor": factor,
-        "original_max_position_embeddings": max_positions});
-    if kind == "llama3" {
-        v["low_freq_factor"] = 1.0.into();
-        v["high_freq_factor"] = 4.0.into();
-    }
-    Ok(v)
 }
 
 pub(crate) fn sha256_file(path: &Path) -> Result<String> {
@@ -539,9 +507,8 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
 
     let rope_scaling = opts
         .rope_scaling
-        .as_deref()
-        .map(|s| parse_rope_scaling(s, cfg.max_position_embeddings))
-        .transpose()?;
+        .as_ref()
+        .map(|s| s.to_dict(cfg.max_position_embeddings));
     let model_abs = std::fs::canonicalize(model_dir).map_err(io_err(model_dir))?;
     let settings = RunSettings {
         model: model_abs.display().to_string(),
@@ -553,7 +520,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         samples: opts.samples,
         seed: opts.seed,
         max_new_tokens: opts.max_new_tokens,
-        dtype: opts.dtype.clone(),
+        dtype: opts.runtime.dtype.clone(),
         rope_scaling: rope_scaling.clone(),
         rope_theta: opts.rope_theta,
         // The bundled books by name, not by where this checkout lies: run.json is compared on
@@ -579,11 +546,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
     };
     // An unusable device fails here, before run.json exists: a run.json left by a run that
     // never started would hold the next run to the failed one's settings.
-    let options = ModelOptions {
-        device: rsd_model::parse_device(&opts.device)?,
-        kind: rsd_model::parse_kind(&opts.dtype)?,
-    };
-    rsd_model::check_device(options.device)?;
+    let options = opts.runtime.options()?;
     std::fs::create_dir_all(out).map_err(io_err(out))?;
     let run_json = out.join("run.json");
     if run_json.is_file() {
@@ -598,7 +561,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
     let file = RunFile {
         settings: settings.clone(),
         batch_size: opts.batch_size,
-        device: opts.device.clone(),
+        device: opts.runtime.device.clone(),
         created_by: format!("rsd-eval {}", env!("CARGO_PKG_VERSION")),
     };
     let json = serde_json::to_string_pretty(&file).map_err(|e| RunError::Json {

@@ -14,10 +14,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
+use rsd_model::cli::{DeviceArgs, RopeScalingArgs};
 use rsd_model::generate::{self as gen, GenerateOptions, Sampling, TextTokenizer};
 use rsd_model::{
-    checkpoint::safetensors_files, kind_name, parse_device, parse_kind, shape_str, DocBoundaries,
-    ForwardArgs, Model, ModelConfig, ModelOptions, SaveOptions,
+    checkpoint::safetensors_files, kind_name, parse_kind, shape_str, DocBoundaries, ForwardArgs,
+    Model, ModelConfig, ModelOptions, SaveOptions,
 };
 use tch::{Kind, Tensor};
 
@@ -108,19 +109,13 @@ struct GenerateArgs {
     /// Prompts per batch.
     #[arg(long, default_value_t = 8)]
     batch_size: usize,
-    /// cpu, cuda, cuda:N.
-    #[arg(long, default_value = "cpu")]
-    device: String,
-    /// fp32, bf16, fp16.
-    #[arg(long, default_value = "fp32")]
-    dtype: String,
+    #[command(flatten)]
+    runtime: DeviceArgs,
     /// Override the RoPE base (ABF).
     #[arg(long)]
     rope_theta: Option<f64>,
-    /// Replace rope_scaling: an HF dict as JSON (e.g. '{"rope_type":"yarn","factor":4.0,
-    /// "original_max_position_embeddings":4096}') or null.
-    #[arg(long)]
-    rope_scaling: Option<String>,
+    #[command(flatten)]
+    rope: RopeScalingArgs,
     /// Write the JSONL here instead of stdout.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -141,12 +136,8 @@ struct LogitsArgs {
     /// per row. Tokens attend only within their document.
     #[arg(long)]
     doc_boundaries: Option<String>,
-    /// cpu, cuda, cuda:N.
-    #[arg(long, default_value = "cpu")]
-    device: String,
-    /// fp32, bf16, fp16.
-    #[arg(long, default_value = "fp32")]
-    dtype: String,
+    #[command(flatten)]
+    runtime: DeviceArgs,
     /// Override the RoPE base (ABF).
     #[arg(long)]
     rope_theta: Option<f64>,
@@ -405,11 +396,7 @@ fn read_config(path: &Path) -> Result<ModelConfig> {
 
 fn logits(a: LogitsArgs) -> Result<()> {
     // Phase 1: plain values, no I/O.
-    let options = ModelOptions {
-        device: parse_device(&a.device)?,
-        kind: parse_kind(&a.dtype)?,
-    };
-    rsd_model::check_device(options.device)?;
+    let options = a.runtime.options()?;
     // Phase 2: read and build.
     let tokens = read_ids(&a.tokens, "tokens")?;
     let (b, t) = (tokens.size()[0], tokens.size()[1]);
@@ -566,16 +553,7 @@ fn read_prompt_ids(path: &Path) -> Result<Vec<Vec<i64>>> {
 
 fn generate(a: GenerateArgs) -> Result<()> {
     // Phase 1: plain values, no I/O.
-    let options = ModelOptions {
-        device: parse_device(&a.device)?,
-        kind: parse_kind(&a.dtype)?,
-    };
-    let rope_scaling = a
-        .rope_scaling
-        .as_deref()
-        .map(serde_json::from_str::<serde_json::Value>)
-        .transpose()
-        .context("--rope-scaling: not valid JSON")?;
+    let options = a.runtime.options()?;
     let sampling = a
         .temperature
         .filter(|&t| t != 0.0)
@@ -587,7 +565,6 @@ fn generate(a: GenerateArgs) -> Result<()> {
     if a.prompt.is_empty() && a.prompts.is_none() && a.tokens.is_empty() {
         bail!("no prompts: pass --prompt TEXT, --prompts FILE.jsonl or --tokens T.npy");
     }
-    rsd_model::check_device(options.device)?;
     // Phase 2: read and build.
     let mut texts = a.prompt.clone();
     if let Some(p) = &a.prompts {
@@ -618,8 +595,9 @@ fn generate(a: GenerateArgs) -> Result<()> {
     if let Some(theta) = a.rope_theta {
         m.set_rope_theta(theta)?;
     }
-    if let Some(v) = rope_scaling {
-        m.set_rope_scaling(v)?;
+    if let Some(request) = &a.rope.rope_scaling {
+        let window = m.config().max_position_embeddings;
+        m.set_rope_scaling(request.to_dict(window))?;
     }
     let opts = GenerateOptions {
         max_new_tokens: a.max_new_tokens,

@@ -16,6 +16,8 @@
 pub mod alloc;
 pub mod attention;
 pub mod checkpoint;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod config;
 pub mod error;
 pub mod generate;

@@ -10,8 +10,9 @@
 //! (the loader's order and every perturbation are drawn from it). Every change is reported.
 //! `stop_at` belongs to one invocation, not to the run: a run stopped early resumes to its end
 //! unless the command stops it again.
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use crate::checkpoint::{self, Valid};
 use crate::config::{Stated, TrainConfig};
 use crate::{run_dir, Error, Result};
 
@@ -163,6 +164,138 @@ pub fn config(
 /// A value as TOML writes it, `(unset)` for an absent optional key.
 fn show(v: Option<&toml::Value>) -> String {
     v.map_or_else(|| "(unset)".into(), |v| v.to_string())
+}
+
+/// The run a command asks for: its config, and the checkpoint it continues (if any).
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// The config to run.
+    pub config: TrainConfig,
+    /// The checkpoint directory the run continues from; `None`: a fresh start.
+    pub checkpoint: Option<PathBuf>,
+}
+
+/// The run the command asks for: a fresh one (defaults ← `--config` ← flags, as `stated` holds
+/// them), or, with `--resume ARG`, a resumed one (the checkpoint's config ← the changes the
+/// command states, see [`config`]). What was found and decided on the way is pushed to `notes`,
+/// in the order a user should read it, also when an error follows. `rank0`: this process may
+/// clean up (only rank 0 writes checkpoints).
+pub fn resolve_run(
+    stated: Stated,
+    resume_arg: Option<&str>,
+    allow_change: &[String],
+    rank0: bool,
+    notes: &mut Vec<String>,
+) -> Result<Run> {
+    let found = match resume_arg {
+        None => None,
+        Some(arg) => find_checkpoint(arg, &stated, rank0, notes)?,
+    };
+    let Some((dir, valid)) = found else {
+        return Ok(Run {
+            config: stated.resolve()?,
+            checkpoint: None,
+        });
+    };
+    let step = valid.state.step;
+    let resumed = config(&dir, valid.config, stated, allow_change)?;
+    notes.push(format!(
+        "rsd-train: {}resuming from {} (step {step} of {}) with the run's config ({}){}",
+        if resume_arg == Some("auto") {
+            "--resume auto: "
+        } else {
+            ""
+        },
+        dir.display(),
+        resumed.config.steps,
+        dir.join("config.toml").display(),
+        if resumed.changes.is_empty() {
+            ", unchanged"
+        } else {
+            ", changed:"
+        }
+    ));
+    for c in &resumed.changes {
+        notes.push(format!("rsd-train:   {c}"));
+    }
+    Ok(Run {
+        config: resumed.config,
+        checkpoint: Some(dir),
+    })
+}
+
+/// The checkpoint `--resume ARG` names, checked with `checkpoint::validate` (the error names the
+/// damaged file): `""` the newest checkpoint, `auto` the newest that is complete (or a fresh
+/// start, `None`, when there is none), anything else a directory.
+fn find_checkpoint(
+    arg: &str,
+    stated: &Stated,
+    rank0: bool,
+    notes: &mut Vec<String>,
+) -> Result<Option<(PathBuf, Valid)>> {
+    let out = || match stated.out() {
+        Some(out) => Ok(PathBuf::from(out)),
+        None => Err(Error::Input(format!(
+            "--resume{}: which run? give its directory with --out DIR (or `out` in --config), \
+             or name a checkpoint: --resume DIR/checkpoints/step-N",
+            if arg.is_empty() { "" } else { " auto" }
+        ))),
+    };
+    let dir = match arg {
+        "auto" => {
+            let out = out()?;
+            if rank0 {
+                // Left by a writer killed mid-checkpoint (a preempted job); only rank 0 writes.
+                for dir in checkpoint::remove_stale_temporaries(&out) {
+                    notes.push(format!(
+                        "rsd-train: removed unfinished checkpoint {}",
+                        dir.display()
+                    ));
+                }
+            }
+            let found = checkpoint::auto_resume(&out);
+            for (dir, why) in &found.skipped {
+                notes.push(format!(
+                    "rsd-train: warning: skipping damaged checkpoint {}: {}",
+                    dir.display(),
+                    rsd_common::report::for_user_from_env(&why.to_string())
+                ));
+            }
+            return match found.chosen {
+                Some(chosen) => Ok(Some(chosen)),
+                // Damaged checkpoints and nothing to fall back to: starting over would discard
+                // the run's progress without anyone looking at why.
+                None if !found.skipped.is_empty() => Err(Error::Input(format!(
+                    "--resume auto: no complete checkpoint under {} ({} damaged, see the \
+                     warnings); remove them to start over, or resume one with --resume DIR",
+                    out.join("checkpoints").display(),
+                    found.skipped.len()
+                ))),
+                None => {
+                    notes.push(format!(
+                        "rsd-train: --resume auto: no checkpoint under {}; starting fresh",
+                        out.join("checkpoints").display()
+                    ));
+                    Ok(None)
+                }
+            };
+        }
+        "" => {
+            let out = out()?;
+            match checkpoint::list(&out).pop() {
+                Some((_, p)) => p,
+                None => {
+                    return Err(Error::Input(format!(
+                        "--resume: no checkpoint under {} (--resume auto starts fresh instead)",
+                        out.join("checkpoints").display()
+                    )))
+                }
+            }
+        }
+        p => PathBuf::from(p),
+    };
+    let valid = checkpoint::validate(&dir)?;
+    Ok(Some((dir, valid)))
 }
 
 #[cfg(test)]

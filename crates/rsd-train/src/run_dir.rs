@@ -103,6 +103,53 @@ pub fn keep_metrics_through(out: &Path, step: u64) -> Result<()> {
     Ok(())
 }
 
+/// Keeps runs apart: a new run (or one branched from another run's checkpoint) never writes
+/// into a directory that holds an earlier run, unless `overwrite` removes it first; a run
+/// continued from its own checkpoint keeps its log up to that checkpoint's step. `resume_arg` is
+/// `--resume`'s value, `resumed` the checkpoint it found. Every rank checks, rank 0 (`rank0`)
+/// alone removes or rewrites (the others take the same branch either way).
+pub fn prepare(
+    out: &Path,
+    resumed: Option<&Path>,
+    resume_arg: Option<&str>,
+    overwrite: bool,
+    rank0: bool,
+) -> Result<()> {
+    let continuing =
+        resumed.is_some_and(|ck| run_of_checkpoint(ck).is_some_and(|run| same_dir(&run, out)));
+    if let (true, Some(ck)) = (continuing, resumed) {
+        if rank0 {
+            let step = crate::checkpoint::read_state(ck)?.step;
+            keep_metrics_through(out, step)?;
+        }
+        return Ok(());
+    }
+    let earlier = earlier_run(out);
+    if earlier.is_empty() {
+        return Ok(());
+    }
+    // `--resume auto` that found no checkpoint: the same job restarted before its first one,
+    // which left only a partial log.
+    let restarted =
+        resume_arg == Some("auto") && resumed.is_none() && earlier == [out.join("metrics.jsonl")];
+    if overwrite || restarted {
+        if rank0 {
+            remove_earlier_run(out)?;
+        }
+        return Ok(());
+    }
+    let names: Vec<String> = earlier
+        .iter()
+        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .collect();
+    Err(Error::Input(format!(
+        "{} already holds a run ({}): continue it with --resume auto, start a new run there \
+         with --overwrite (removes those), or choose another --out",
+        out.display(),
+        names.join(", ")
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

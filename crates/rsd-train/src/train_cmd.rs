@@ -1,0 +1,280 @@
+//! `rsd-train` (train): resolves the run (fresh or resumed), starts the ranks a layout needs,
+//! trains, and prints what was done.
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+
+use rsd_train::config::{Stated, TrainConfig};
+use rsd_train::resume::{self, Run};
+use rsd_train::run_dir;
+use rsd_train::step::{prefix_reuse_floor, Objective};
+use rsd_train::train::{Summary, Trainer};
+
+use crate::args::TrainArgs;
+use crate::{launch, memory_cmd};
+
+/// The dp × cp layout the config asks for (dp 0: whatever the world size leaves).
+fn mesh_shape(cfg: &TrainConfig) -> rsd_dist::MeshShape {
+    rsd_dist::MeshShape {
+        dp: cfg.dp,
+        cp: cfg.cp.max(1),
+    }
+}
+
+/// The objective as the config and the command line write it (`rsd`, `two-view-clm`, …).
+fn objective_name(objective: Objective) -> String {
+    serde_json::to_value(objective)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// Whether this process prints start-up notes (rank 0, or not data-parallel).
+fn is_rank0() -> bool {
+    std::env::var("RANK").map_or(true, |r| r.trim() == "0")
+}
+
+/// A hint for errors whose cause is a full disk: what was kept, and how to go on.
+fn disk_full_hint(e: &anyhow::Error, out: &Path) -> Option<String> {
+    let full = e.chain().any(|c| {
+        let io = match c.downcast_ref::<rsd_train::Error>() {
+            Some(rsd_train::Error::Io { source, .. }) => Some(source),
+            _ => c.downcast_ref::<std::io::Error>(),
+        };
+        // libtorch's and the safetensors crate's writers report the OS error only as text.
+        io.is_some_and(|io| io.kind() == std::io::ErrorKind::StorageFull)
+            || c.to_string().contains("No space left on device")
+    });
+    if !full {
+        return None;
+    }
+    let kept = rsd_train::checkpoint::list(out)
+        .pop()
+        .map_or("none yet".to_string(), |(_, p)| p.display().to_string());
+    Some(format!(
+        "the disk is full; the unfinished checkpoint was removed and the last complete one is \
+         {kept}: free space, then run the same command with --resume auto"
+    ))
+}
+
+/// A loss for the final line: the number, or `n/a` when no step ran.
+fn loss_str(loss: Option<f64>) -> String {
+    loss.map_or_else(|| "n/a".to_string(), |l| format!("{l:.4}"))
+}
+
+/// Set for the ranks `--nproc` starts: the launching process has printed how the run was
+/// resolved, so they do not print it again.
+const NOTES_SHOWN: &str = "RSD_TRAIN_NOTES_SHOWN";
+
+/// `rsd-train` and `rsd-train train`.
+pub fn run(a: TrainArgs) -> Result<()> {
+    let stated = Stated::read(a.config.as_deref(), a.overrides.clone())?;
+    let mut notes = Vec::new();
+    let resolved = resume::resolve_run(
+        stated,
+        a.resume.as_deref(),
+        &a.allow_change,
+        is_rank0(),
+        &mut notes,
+    );
+    let Run {
+        config: cfg,
+        checkpoint: resume,
+    } = match resolved {
+        Ok(run) => run,
+        Err(e) => {
+            // What was found before the error (damaged checkpoints, say) explains it.
+            for n in &notes {
+                eprintln!("{n}");
+            }
+            return Err(e.into());
+        }
+    };
+    if a.print_config {
+        for n in &notes {
+            eprintln!("{n}");
+        }
+        print!("{}", cfg.to_toml());
+        return Ok(());
+    }
+    if let Some(arch) = &a.print_memory_plan {
+        let arch = (!arch.is_empty()).then(|| PathBuf::from(arch));
+        return memory_cmd::print_plan(&cfg, arch.as_deref(), a.nproc, a.gpu_gib);
+    }
+    // A CUDA run whose plan does not fit its GPUs stops here, naming the change that fits.
+    memory_cmd::refuse_if_too_big(&cfg, a.nproc, a.gpu_gib)?;
+    let nproc = ranks_to_start(&cfg, a.nproc)?;
+    if is_rank0() && std::env::var_os(NOTES_SHOWN).is_none() {
+        for n in &notes {
+            eprintln!("{n}");
+        }
+    }
+    if let Some(n) = nproc {
+        // SAFETY (set_var): no other thread runs yet; the ranks inherit the environment.
+        std::env::set_var(NOTES_SHOWN, "1");
+        match launch::run(n)? {
+            0 => return Ok(()),
+            code => std::process::exit(code),
+        }
+    }
+    let out = PathBuf::from(&cfg.out);
+    run_dir::prepare(
+        &out,
+        resume.as_deref(),
+        a.resume.as_deref(),
+        a.overwrite,
+        is_rank0(),
+    )?;
+    let stop = stop_on_ctrl_c()?;
+    let mut trainer = Trainer::new(cfg.clone(), resume.as_deref())?;
+    let main = trainer.is_main();
+    if main {
+        print_start(&trainer, &cfg, &out);
+    }
+    let summary = trainer.run(stop.clone()).map_err(|e| {
+        let e = anyhow::Error::from(e);
+        match disk_full_hint(&e, &out) {
+            Some(hint) => e.context(hint),
+            None => e,
+        }
+    })?;
+    if !main {
+        if stop.load(Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        return Ok(());
+    }
+    print_done(&summary)?;
+    if stop.load(Ordering::SeqCst) {
+        std::process::exit(130);
+    }
+    Ok(())
+}
+
+/// How many ranks this process starts itself (`None`: it is one, or the only one). `--dp N` /
+/// `--cp N` alone (no launcher around this process) start the ranks they need; `--nproc N` that
+/// does not fit the dp × cp mesh is refused before any starts (the error names --nproc, --dp and
+/// --cp).
+fn ranks_to_start(cfg: &TrainConfig, nproc: Option<usize>) -> Result<Option<usize>> {
+    let launched = std::env::var_os("WORLD_SIZE").is_some();
+    let shape = mesh_shape(cfg);
+    Ok(match nproc {
+        Some(n) => {
+            rsd_dist::layout(n, shape)?;
+            Some(n)
+        }
+        None if !launched => rsd_dist::MeshShape {
+            dp: shape.dp.max(1),
+            ..shape
+        }
+        .processes()
+        .filter(|&w| w > 1),
+        None => None,
+    })
+}
+
+/// The flag the first Ctrl-C sets (the trainer finishes its step and writes a checkpoint); a
+/// second exits at once.
+fn stop_on_ctrl_c() -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    ctrlc::set_handler(move || {
+        if flag.swap(true, Ordering::SeqCst) {
+            eprintln!("second interrupt: exiting without a checkpoint");
+            std::process::exit(130);
+        }
+        eprintln!("interrupt: finishing this step, writing a checkpoint (Ctrl-C again to abandon)");
+    })
+    .context("installing the Ctrl-C handler")?;
+    Ok(stop)
+}
+
+/// What the main rank prints before the first step: the layout, the model and the batch.
+fn print_start(trainer: &Trainer, cfg: &TrainConfig, out: &Path) {
+    if trainer.ranks() > 1 {
+        eprintln!(
+            "rsd-train: {} data-parallel ranks, {} micro-batch(es) each per step",
+            trainer.ranks(),
+            trainer.accum() / trainer.ranks()
+        );
+    }
+    if trainer.cp_size() > 1 {
+        eprintln!(
+            "rsd-train: context parallelism over {} ranks: each holds 2 of every sequence's {} \
+             chunks (zigzag), K/V gathered per layer; with prefix reuse the perturbed suffix is \
+             re-sharded zigzag over the ranks",
+            trainer.cp_size(),
+            2 * trainer.cp_size()
+        );
+    }
+    eprintln!(
+        "rsd-train: {} params, seq_len {}, {} micro-batch(es) of {} row(s) per step, objective \
+         {}, out {}",
+        trainer.model().config().num_parameters(),
+        trainer.seq_len(),
+        trainer.accum(),
+        cfg.micro_batch,
+        objective_name(cfg.objective),
+        out.display()
+    );
+    if cfg.objective.loss() == Objective::Rsd {
+        eprintln!(
+            "rsd-train: FLOP floor of the rsd skip step with prefix reuse: {:.2}× a standard step \
+             (s uniform; `python benches/train_bench.py --config CONFIG.json --len L` measures the real \
+             ratio)",
+            prefix_reuse_floor(trainer.model().config(), trainer.seq_len() as i64)
+        );
+    }
+}
+
+/// What the main rank prints after the last step: the summary as JSON on stdout, one line on
+/// stderr.
+fn print_done(summary: &Summary) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(summary)?);
+    eprintln!(
+        "done: {} steps, loss {} -> {} (means over the first and last {} step{}); checkpoint {}; \
+         model {}; metrics {}",
+        summary.steps,
+        loss_str(summary.first_loss_mean),
+        loss_str(summary.last_loss_mean),
+        summary.loss_window,
+        if summary.loss_window == 1 { "" } else { "s" },
+        summary
+            .checkpoint
+            .as_deref()
+            .map_or("-".into(), |p: &Path| p.display().to_string()),
+        summary
+            .final_model
+            .as_deref()
+            .map_or("(interrupted)".into(), |p: &Path| p.display().to_string()),
+        summary.metrics.display()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disk_full_is_recognised_through_typed_and_text_only_errors() {
+        let out = Path::new("/nonexistent-rsd-train-out");
+        let typed = anyhow::Error::new(std::io::Error::from(std::io::ErrorKind::StorageFull))
+            .context("writing a checkpoint");
+        let text = anyhow::anyhow!(
+            "safetensors error x/optimizer.safetensors: IoError(Os {{ code: 28, kind: StorageFull, \
+             message: \"No space left on device\" }})"
+        );
+        let other = anyhow::anyhow!("permission denied");
+        for e in [typed, text] {
+            let hint = disk_full_hint(&e, out).expect("a disk-full hint");
+            assert!(
+                hint.contains("none yet") && hint.contains("--resume auto"),
+                "{hint}"
+            );
+        }
+        assert!(disk_full_hint(&other, out).is_none());
+    }
+}
