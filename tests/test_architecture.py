@@ -83,3 +83,21 @@ def test_no_crate_has_a_module_cycle():
     assert not any(found.values()), {k: v for k, v in found.items() if v}
     # The check sees cycles: two modules naming each other are one.
     assert cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
+
+
+def test_binaries_are_thin_and_share_the_model_flags():
+    """A binary's main.rs holds its command line and dispatches (each subcommand's work is in the
+    libraries, its printing in a `*_cmd.rs` beside main.rs); the flags every tool that loads a
+    model takes (--device/--dtype, --rope-scaling) are one definition, rsd_model::cli."""
+    for main in sorted((REPO / "crates").glob("*/src/main.rs")):
+        lines = len(main.read_text().splitlines())
+        assert lines <= 160, f"{main.relative_to(REPO)}: {lines} lines"
+    shared = REPO / "crates/rsd-model/src/cli.rs"
+    for f in sorted((REPO / "crates").rglob("*.rs")):
+        if f == shared or "target" in f.parts:
+            continue
+        code = f.read_text()
+        assert '#[arg(long, default_value = "cpu")]' not in code, \
+            f"{f.relative_to(REPO)}: a --device flag of its own; flatten rsd_model::cli::DeviceArgs"
+        assert not re.search(r"rope_scaling: Option<String>", code), \
+            f"{f.relative_to(REPO)}: a --rope-scaling of its own; flatten RopeScalingArgs"
