@@ -14,7 +14,7 @@ holds the files the docs name as placeholders:
 Sizes are shrunk so the whole file runs in a few minutes (SUBSTITUTIONS below, applied in order,
 each a (pattern, replacement) of Python's `re.sub`); training commands that do not name `--steps`
 run 2 steps. A line that is a synopsis (`[--optional]`, `…`) is not a command; a few commands are
-not run, each for a stated reason (SKIPPED). The docs' page on tests (docs/DESIGN.md, "Testing
+not run, each for a stated reason (SKIPPED). The docs' page on tests (docs/TESTS.md, "Testing
 the docs") holds the same table.
 """
 
