@@ -364,7 +364,11 @@ impl AtomicFile {
     /// Start writing `dest`: create `<dest>.tmp` new (never opening an existing name, so a
     /// planted link is not followed), after removing a stale temporary of ours.
     pub fn create(dest: &Path) -> Result<AtomicFile> {
-        let tmp = temporary_name(dest);
+        AtomicFile::create_under(dest, temporary_name(dest))
+    }
+
+    /// Start writing `dest` under the temporary name `tmp` (see [`AtomicFile::create`]).
+    fn create_under(dest: &Path, tmp: PathBuf) -> Result<AtomicFile> {
         remove_stale_temporary(&tmp)?;
         let file = OpenOptions::new()
             .write(true)
@@ -427,6 +431,19 @@ impl Drop for AtomicFile {
 /// Write `bytes` to `dest` atomically ([`AtomicFile`]).
 pub fn write_file_atomic(dest: &Path, bytes: &[u8]) -> Result<()> {
     let mut file = AtomicFile::create(dest)?;
+    file.write_all(bytes).map_err(io_error(&file.tmp))?;
+    file.commit()
+}
+
+/// Write `bytes` to `dest` atomically when several processes may write the same file at the same
+/// time (every data-parallel rank saving a model's tokenizer): each writes under a temporary name
+/// of its own, `<dest>.tmp-<pid>-<n>`, and renames it into place, so readers see one whole copy.
+pub fn write_file_atomic_shared(dest: &Path, bytes: &[u8]) -> Result<()> {
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut tmp = temporary_name(dest).into_os_string();
+    tmp.push(format!("-{}-{n}", std::process::id()));
+    let mut file = AtomicFile::create_under(dest, PathBuf::from(tmp))?;
     file.write_all(bytes).map_err(io_error(&file.tmp))?;
     file.commit()
 }
@@ -526,6 +543,28 @@ mod tests {
         assert_eq!(read_regular(&f, 100, "test file").unwrap().len(), 100);
         let err = read_regular(&f, 99, "test file").unwrap_err();
         assert!(matches!(err, FsError::TooLarge { limit: 99, .. }), "{err}");
+    }
+
+    #[test]
+    fn shared_atomic_writes_from_many_threads_leave_one_whole_copy_and_no_temporary() {
+        let td = tempfile::tempdir().unwrap();
+        let dest = td.path().join("tokenizer.json");
+        let big: Vec<u8> = (0..1 << 20).map(|i| (i % 251) as u8).collect();
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    for _ in 0..5 {
+                        write_file_atomic_shared(&dest, &big).unwrap();
+                        assert_eq!(std::fs::read(&dest).unwrap(), big);
+                    }
+                });
+            }
+        });
+        let names: Vec<_> = std::fs::read_dir(td.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["tokenizer.json"]);
     }
 
     #[test]

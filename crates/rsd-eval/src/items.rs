@@ -351,7 +351,7 @@ fn score_predictions(pred: &Path, out: &Path) -> Result<ScoreReport> {
         })?;
         text.push('\n');
     }
-    rsd_shard::write_file_atomic(&path, text.as_bytes())
+    rsd_common::safe_fs::write_file_atomic(&path, text.as_bytes())
         .map_err(|e| RunError::Input(format!("writing {}: {e}", path.display())))?;
     let summary = Summary::of(&results, &[]);
     summary.write(out)?;

@@ -333,7 +333,7 @@ fn write_summary(out: &Path, s: &LongBenchSummary, note: &str) -> Result<()> {
         path: path.clone(),
         reason: e.to_string(),
     })?;
-    rsd_shard::write_file_atomic(&path, format!("{json}\n").as_bytes())
+    rsd_common::safe_fs::write_file_atomic(&path, format!("{json}\n").as_bytes())
         .map_err(|e| RunError::Input(format!("writing {}: {e}", path.display())))?;
     let mut md = format!(
         "# LongBench v2\n\n{note}\n\n| Overall | Easy | Hard | Short | Medium | Long |\n|---:|---:|---:|---:|---:|---:|\n| {:.1} |",
@@ -362,7 +362,7 @@ fn write_summary(out: &Path, s: &LongBenchSummary, note: &str) -> Result<()> {
     }
     md += "\nAccuracy in percent (LongBench's result.py: hard is every difficulty but easy, long every length but short and medium). A share over n questions has a standard error of at most 50/√n points.\n";
     let path = out.join("summary.md");
-    rsd_shard::write_file_atomic(&path, md.as_bytes())
+    rsd_common::safe_fs::write_file_atomic(&path, md.as_bytes())
         .map_err(|e| RunError::Input(format!("writing {}: {e}", path.display())))
 }
 
@@ -408,7 +408,7 @@ pub fn command(a: &LongBenchArgs) -> Result<String> {
             text.push('\n');
         }
         let path = out.join("longbench.jsonl");
-        rsd_shard::write_file_atomic(&path, text.as_bytes())
+        rsd_common::safe_fs::write_file_atomic(&path, text.as_bytes())
             .map_err(|e| RunError::Input(format!("writing {}: {e}", path.display())))?;
         let s = summarize(&preds);
         write_summary(out, &s, &format!("Responses from {}.", file.display()))?;
@@ -469,7 +469,7 @@ pub fn command(a: &LongBenchArgs) -> Result<String> {
                 "truncated": cut, "answer": q.answer});
             text += &format!("{line}\n");
         }
-        rsd_shard::write_file_atomic(dump, text.as_bytes())
+        rsd_common::safe_fs::write_file_atomic(dump, text.as_bytes())
             .map_err(|e| RunError::Input(format!("writing {}: {e}", dump.display())))?;
         return Ok(format!(
             "wrote {} prompts to {}",

@@ -228,7 +228,7 @@ pub fn write_predictions(
             text += &line;
             text.push('\n');
         }
-        rsd_shard::write_file_atomic(&path, text.as_bytes())
+        rsd_common::safe_fs::write_file_atomic(&path, text.as_bytes())
             .map_err(|e| RunError::Input(format!("writing {}: {e}", path.display())))?;
     }
     Ok(())

@@ -568,7 +568,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         path: run_json.clone(),
         reason: e.to_string(),
     })?;
-    rsd_shard::write_file_atomic(&run_json, format!("{json}\n").as_bytes())
+    rsd_common::safe_fs::write_file_atomic(&run_json, format!("{json}\n").as_bytes())
         .map_err(|e| RunError::Input(format!("writing {}: {e}", run_json.display())))?;
 
     // Finished items, and a results file ready to append to (a torn last line is cut off).
@@ -908,7 +908,7 @@ pub(crate) fn settle_run_json(out: &Path, settings: &Value, device: &str) -> Res
         );
     }
     let json = serde_json::to_string_pretty(&file).map_err(json_err)?;
-    rsd_shard::write_file_atomic(&run_json, format!("{json}\n").as_bytes())
+    rsd_common::safe_fs::write_file_atomic(&run_json, format!("{json}\n").as_bytes())
         .map_err(|e| RunError::Input(format!("writing {}: {e}", run_json.display())))
 }
 

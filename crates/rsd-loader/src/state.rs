@@ -242,7 +242,7 @@ impl LoaderState {
             path: path.to_path_buf(),
             what: e.to_string(),
         })?;
-        rsd_shard::write_file_atomic(path, text.as_bytes())?;
+        rsd_common::safe_fs::write_file_atomic(path, text.as_bytes())?;
         Ok(())
     }
 }

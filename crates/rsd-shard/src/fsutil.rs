@@ -9,18 +9,6 @@ use rsd_common::safe_fs::{self, NamedBy};
 use crate::error::Result;
 use crate::manifest::{mask_prefix, ShardInfo, MANIFEST_FILE};
 
-/// Write `bytes` to `path` atomically: a temporary file beside it created new (never following a
-/// planted link), fsync, rename, fsync the directory. Readers see the old file or the new one,
-/// never a torn one.
-pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    Ok(safe_fs::write_file_atomic(path, bytes)?)
-}
-
-/// fsync a directory so that renames inside it survive a crash.
-pub fn fsync_dir(dir: &Path) -> Result<()> {
-    Ok(safe_fs::fsync_dir(dir)?)
-}
-
 /// The `.bin` and `.idx` of the manifest's shard `k` (`info`) inside `dir`: its prefix must be a
 /// plain relative name that stays inside `dir`, and both files regular files; else the error
 /// names the manifest and the field `shards[k].prefix`.

@@ -27,7 +27,6 @@ mod writer;
 
 pub use dtype::TokenDtype;
 pub use error::{Result, ShardError};
-pub use fsutil::{fsync_dir, write_file_atomic};
 pub use idx::{IdxHeader, IDX_MAGIC, IDX_VERSION};
 pub use manifest::{
     mask_prefix, BadInput, LossMaskInfo, Manifest, MaskFiles, PackMode, ShardInfo, SourceInfo,

@@ -59,6 +59,9 @@ pub enum Error {
         /// The OS error.
         source: std::io::Error,
     },
+    /// Writing a file atomically, or reading one a run directory holds.
+    #[error(transparent)]
+    File(#[from] rsd_common::safe_fs::FsError),
     /// From the process group (data-parallel runs).
     #[error(transparent)]
     Dist(#[from] rsd_dist::DistError),

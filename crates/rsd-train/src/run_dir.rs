@@ -6,6 +6,8 @@ use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
+use rsd_common::safe_fs::AtomicFile;
+
 use crate::{io_err, Error, Result};
 
 /// What a run writes into its directory, besides the tokenizer copy it rewrites every time.
@@ -88,19 +90,12 @@ pub fn keep_metrics_through(out: &Path, step: u64) -> Result<()> {
     if dropped == 0 {
         return Ok(());
     }
-    let tmp = out.join("metrics.jsonl.tmp");
-    let _ = fs::remove_file(&tmp);
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&tmp)
-        .map_err(io_err(&tmp))?;
+    let mut f = AtomicFile::create(&path)?;
     for line in &kept {
+        let tmp = f.temporary_path().to_path_buf();
         writeln!(f, "{line}").map_err(io_err(&tmp))?;
     }
-    f.sync_all().map_err(io_err(&tmp))?;
-    fs::rename(&tmp, &path).map_err(io_err(&path))?;
-    Ok(())
+    Ok(f.commit()?)
 }
 
 /// Keeps runs apart: a new run (or one branched from another run's checkpoint) never writes

@@ -15,6 +15,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use rsd_common::safe_fs;
 use rsd_shard::tokenizer_match::{self, ModelTokenizer};
 use rsd_shard::{Manifest, TokenizerInfo, TOKENIZER_FILE};
 use serde_json::Value;
@@ -152,12 +153,9 @@ fn write_tokenizer_dir(file: &Path, info: &TokenizerInfo, dir: &Path) -> Result<
         "clean_up_tokenization_spaces": false,
     });
     let text = serde_json::to_string_pretty(&config).map_err(|e| Error::Input(e.to_string()))?;
-    // Written under unique names and renamed: data-parallel ranks may do this at the same time.
+    // Data-parallel ranks may do this at the same time: each under a temporary name of its own.
     let put = |name: &str, bytes: &[u8]| -> Result<()> {
-        let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-        fs::write(&tmp, bytes).map_err(io_err(&tmp))?;
-        let to = dir.join(name);
-        fs::rename(&tmp, &to).map_err(io_err(&to))
+        Ok(safe_fs::write_file_atomic_shared(&dir.join(name), bytes)?)
     };
     put(TOKENIZER_FILE, &fs::read(file).map_err(io_err(file))?)?;
     put("tokenizer_config.json", text.as_bytes())

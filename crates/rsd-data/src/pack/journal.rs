@@ -233,10 +233,10 @@ pub(super) fn write(
             bytes.extend_from_slice(&s.mask);
         }
     }
-    rsd_shard::write_file_atomic(&out.join(JOURNAL_TOKENS), &bytes)?;
+    super::write_output(&out.join(JOURNAL_TOKENS), &bytes)?;
     let text = serde_json::to_string(journal)
         .map_err(|e| DataError::Config(format!("cannot serialize journal: {e}")))?;
-    rsd_shard::write_file_atomic(&out.join(JOURNAL), text.as_bytes())?;
+    super::write_output(&out.join(JOURNAL), text.as_bytes())?;
     Ok(())
 }
 

@@ -311,6 +311,12 @@ fn choose_tokenizers(
     Ok((target, Some(SourceDecoder::new(source)?)))
 }
 
+/// Writes one of the pack's own files atomically. Its errors are about the output, so they go
+/// through the shard format's error, which `--skip-bad` never counts as a bad input.
+fn write_output(path: &Path, bytes: &[u8]) -> Result<()> {
+    Ok(rsd_common::safe_fs::write_file_atomic(path, bytes).map_err(rsd_shard::ShardError::from)?)
+}
+
 /// Pack resolved inputs: check the output directory (fresh, resume or refuse), run the stages,
 /// write the manifest, remove the journal.
 fn pack(
@@ -392,7 +398,7 @@ fn pack(
     }
     let manifest = manifest(inputs, settings, dtype, pad_id, &journal, source_info);
     // The tokenizer goes in before the manifest, which marks the directory complete.
-    rsd_shard::write_file_atomic(
+    write_output(
         &settings.out.join(rsd_shard::TOKENIZER_FILE),
         tok.json_bytes(),
     )?;
