@@ -35,7 +35,8 @@
 #   RSD_GPU_CHECK_SKIP=NAME      # skip step 3's tests whose names contain NAME
 #   RSD_GPU_CHECK_TORCH_ALLOC=1  # step 8 also measures with torch's default allocator settings
 #   RSD_GPU_CHECK_NO_SCALE=1     # stop after step 9 (step 10 takes 4 minutes and 72 GiB)
-# docs/GPU.md records each run of this script: what passed, what failed, what was fixed.
+# docs/GPU.md says what has passed; docs/NOTES.md records each session's run: what passed, what
+# failed, what was fixed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 say() { printf '\n==> [%ss] %s\n' "$SECONDS" "$*" >&2; }

@@ -24,9 +24,12 @@ use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
 use rsd_common::rng::SplitMix64;
+use rsd_loader::RowRules;
 use rsd_model::cli::DeviceArgs;
 use rsd_model::{ForwardArgs, Model, ModelError};
 use rsd_shard::{PackMode, ShardError, ShardSet};
+use rsd_train::perturb::{perturb_row, KlNorm, PerturbKind, Perturbation, Sampler, Scope};
+use rsd_train::step::kl_rows_of;
 
 use crate::figure::{Figure, FigureError, Lines, Series};
 
@@ -205,12 +208,34 @@ pub struct PplReport {
     pub views: Vec<RowView>,
 }
 
-/// The (s, y) of sample `sample`'s skip view of a row of `len` tokens.
+/// The (s, y) of sample `sample`'s skip view of a row of `len ≥ 2` tokens: `rsd-train`'s skip
+/// sampler, drawing from a generator keyed by (`seed`, `sample`).
 pub fn skip_view(seed: u64, sample: u64, len: i64, max_skip: Option<i64>) -> (i64, i64) {
-    let mut g = SplitMix64::keyed(&[seed, sample]);
-    let split = g.range(0, len - 1);
-    let skip = g.range(1, max_skip.unwrap_or(len).max(1));
-    (split, skip)
+    let sampler = Sampler {
+        kind: PerturbKind::Skip,
+        scope: Scope::Sequence,
+        skip_range: max_skip,
+        fixed_split: None,
+        chunks: 1,
+        kl_norm: KlNorm::Rows,
+    };
+    match sampler.sample(&mut SplitMix64::keyed(&[seed, sample]), len) {
+        Perturbation::Skip { split, skip } => (split, skip),
+        // A row of one token has nothing to perturb; ppl refuses rows that short.
+        _ => (0, 0),
+    }
+}
+
+/// The positions of the skip view `(s, y)` of a row, as training perturbs the standard ones
+/// `std_pos`: `i` for `i < s`, `i + y` for `i ≥ s`.
+fn skip_positions(std_pos: &[i64], (split, skip): (i64, i64)) -> Vec<i64> {
+    perturb_row(
+        std_pos,
+        None,
+        Scope::Sequence,
+        &[Perturbation::Skip { split, skip }],
+    )
+    .positions
 }
 
 /// Sums of one bucket, accumulated over batches.
@@ -254,7 +279,14 @@ fn batch_terms(
     let size = tokens.size();
     let (b, l) = (size[0], size[1]);
     let device = tokens.device();
-    let std_pos: Vec<i64> = (0..b).flat_map(|_| 0..l).collect();
+    // A fixed-mode row is one document with every next token a target: positions `0..L`, and
+    // every logit row but the last labelled (the training row's rules).
+    let row = RowRules {
+        real_len: l as usize,
+        ..RowRules::default()
+    }
+    .positions(l as usize);
+    let std_pos: Vec<i64> = (0..b).flat_map(|_| row.iter().copied()).collect();
     let std_pos = Tensor::from_slice(&std_pos).view([b, l]).to_device(device);
     let forward = |pos: &Tensor, what: &str| {
         model
@@ -269,7 +301,7 @@ fn batch_terms(
     let pert_hidden = if with_view {
         let pos: Vec<i64> = views
             .iter()
-            .flat_map(|&(s, y)| (0..l).map(move |i| if i >= s { i + y } else { i }))
+            .flat_map(|&v| skip_positions(&row, v))
             .collect();
         let pos = Tensor::from_slice(&pos).view([b, l]).to_device(device);
         Some(forward(&pos, "perturbed")?)
@@ -304,8 +336,7 @@ fn batch_terms(
             let lq = log_probs(model, &ph.f_narrow(1, c0, n).ctx("chunk")?)?;
             let terms = lp
                 .f_exp()
-                .and_then(|p| p.f_mul(&lp.f_sub(&lq)?))
-                .and_then(|t| t.f_sum_dim_intlist(-1, false, None::<Kind>))
+                .and_then(|p| kl_rows_of(&p, &lp, &lq, lp.kind()))
                 .ctx("KL")?;
             let got = host(&terms, "KL")?;
             for r in 0..b {
@@ -425,6 +456,8 @@ pub fn evaluate(args: &PplArgs) -> Result<PplReport, PplError> {
                 b.tokens += 1;
             }
             if let Some(kl) = &kl {
+                // Training's KL rows for s ≥ 1; a split at 0 shifts the whole row (no row can
+                // differ, training skips it) but is still measured here, as documented.
                 for i in s as usize..l {
                     let b = &mut sums[bucket_of(i)];
                     b.kl += kl[r * l + i];

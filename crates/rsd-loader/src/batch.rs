@@ -270,8 +270,9 @@ impl Batch {
     /// The full-layout arrays of this batch: copied for a `Full` batch, derived for a `Compact`
     /// one from `raw_tokens`, `next_ids`, `row_meta`, `chunks`, `full_row_offsets` and
     /// `doc_offsets` — identical to what a `Full` loader produces for the same step. The outputs
-    /// are cleared first; their allocations are reused. These rules define the compact layout
-    /// (a device-side implementation does the same, vectorised):
+    /// are cleared first; their allocations are reused. What a row's labels and positions are is
+    /// defined once, in [`RowRules`](crate::RowRules); for the compact layout's chunks that
+    /// reads (a device-side implementation does the same, vectorised):
     ///
     /// * `tokens[i] = raw_tokens[i]`;
     /// * for local index `i` at full-row position `j` of chunk `c = [lo, hi)` of a row: the

@@ -12,7 +12,8 @@
 //! * Worker threads assemble [`Batch`]es from the mapped bytes — labels shifted on the full row,
 //!   position ids, document boundaries, zigzag CP chunks — and pass them through bounded channels
 //!   ([`Loader`]). In the compact [`BatchLayout`] only the ids are copied, as stored, and
-//!   [`Batch::materialize`] (or the trainer, on its device) derives labels and positions. With
+//!   [`Batch::materialize`] (or the trainer, on its device) derives labels and positions, as
+//!   [`RowRules`] defines them for every consumer of rows (`row`). With
 //!   [`ReadMethod::Map`] the copied-out pages are released again (`pages`).
 //! * [`LoaderState`] records the global cursor, so a stream resumes exactly, also on another DP size.
 //!
@@ -28,6 +29,7 @@ mod pages;
 mod parallel;
 pub mod perm;
 mod plan;
+pub mod row;
 mod state;
 pub mod synth;
 
@@ -37,6 +39,7 @@ pub use error::{LoaderError, Result};
 pub use ids::IdBuf;
 pub use loader::Loader;
 pub use parallel::{Parallel, Rank};
+pub use row::RowRules;
 pub use state::{DatasetState, LoaderState, STATE_VERSION};
 
 /// How many rows a rank gets per step.

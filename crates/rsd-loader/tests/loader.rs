@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use rsd_loader::synth::{self, SynthSpec};
 use rsd_loader::{
     Batch, BatchLayout, Batching, Dataset, Loader, LoaderConfig, LoaderError, LoaderState,
-    Parallel, Positions, Rank, RawTokens, ReadMethod, IGNORE_INDEX,
+    Parallel, Positions, Rank, RawTokens, ReadMethod, RowRules, IGNORE_INDEX,
 };
 use rsd_shard::ShardSet;
 
@@ -831,6 +831,46 @@ fn compare_layouts(f: &Batch, c: &Batch, set: &ShardSet, what: &str) {
             RawTokens::I32(_) => assert!(wide, "{what}"),
         }
     }
+    full_rows_follow_the_row_rules(f, set, what);
+}
+
+/// Each chunk the full layout holds is that slice of the row [`RowRules`] defines from the stored
+/// sample (its pieces as document boundaries, the row facts in `row_meta`), CP padding included.
+fn full_rows_follow_the_row_rules(f: &Batch, set: &ShardSet, what: &str) {
+    let per_row = f.chunks.len() / f.rows();
+    let mut i = 0;
+    for (r, s) in f.samples.iter().enumerate() {
+        let m = f.row_meta[r];
+        let sample = set.shards()[s.shard as usize]
+            .sample(s.index as usize)
+            .unwrap();
+        let mut bounds = vec![0usize];
+        for &p in &sample.pieces {
+            bounds.push(bounds.last().unwrap() + p as usize);
+        }
+        let rules = RowRules {
+            real_len: (m.len - m.tail_pad) as usize,
+            doc_bounds: Some(&bounds),
+            mask_doc_boundaries: m.mask_doc_boundaries,
+            doc_positions: m.doc_positions,
+            trained: None,
+        };
+        let (mut tokens, _) = stored_row(set, s);
+        let padded = (m.len + m.cp_pad) as usize;
+        tokens.resize(padded, m.pad_id);
+        let (labels, positions) = (rules.labels(&tokens), rules.positions(padded));
+        let base = f.full_row_offsets[r] as usize;
+        for k in r * per_row..(r + 1) * per_row {
+            let [lo, hi] = f.chunks[k];
+            for j in lo as usize - base..hi as usize - base {
+                let got = (f.tokens[i], f.labels[i], f.position_ids[i] as i64);
+                let want = (tokens[j], labels[j], positions[j]);
+                assert_eq!(got, want, "{what}: row {r} position {j}");
+                i += 1;
+            }
+        }
+    }
+    assert_eq!(i, f.tokens.len(), "{what}");
 }
 
 /// Without CP, a compact row is the sample's stored ids, slice for slice (a memcpy of the map).

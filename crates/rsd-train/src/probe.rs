@@ -15,6 +15,7 @@ use rsd_model::{shape_str, DocBoundaries, Model, ModelConfig, ModelOptions};
 
 use crate::cp::{ContextParallel, CpBatch};
 use rsd_common::rng::SplitMix64;
+use rsd_loader::RowRules;
 
 use crate::perturb::{
     clip_docs, control_view, perturb_real, row_seed, KlNorm, PerturbKind, Perturbation, RowView,
@@ -178,78 +179,85 @@ pub struct ProbeReport {
     pub comm_s_per_run: f64,
 }
 
-/// Runs the probe. See the module docs.
-pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
-    let kind = match req.dtype.as_str() {
-        "fp32" | "float32" => Kind::Float,
-        "fp64" | "float64" => Kind::Double,
-        d => return Err(Error::Input(format!("--dtype \"{d}\": fp32 or fp64"))),
-    };
-    let model = load_model(&req.model, kind)?;
-    let rows = read_tokens(&req.tokens)?;
-    let (b, l) = (rows.len(), rows.first().map_or(0, |r| r.len() as i64));
-    let docs: Option<Vec<Vec<i64>>> = match &req.docs {
-        None => None,
-        Some(spec) => Some(DocBoundaries::parse(spec, b, l)?.rows().to_vec()),
-    };
-    let ignore = i64::from(rsd_loader::IGNORE_INDEX);
-    let real: Vec<i64> = match per_row(&req.real_len, "real-len", b)? {
-        Some(v) => v.iter().map(|&n| n.clamp(0, l)).collect(),
-        None => vec![l; b],
-    };
-    let loss_mask = match &req.loss_mask {
-        None => None,
-        Some(path) => {
-            let m = read_tokens(path)?;
-            if m.len() != b || m.iter().any(|r| r.len() as i64 != l) {
-                return Err(Error::Input(format!(
-                    "{}: the loss mask must have the tokens' shape [{b}, {l}]",
-                    path.display()
-                )));
+/// A probe's rows as training defines them ([`RowRules`]): tokens, labels, positions, document
+/// boundaries and real lengths.
+struct ProbeRows {
+    tokens: Vec<Vec<i64>>,
+    labels: Vec<Vec<i64>>,
+    positions: Vec<Vec<i64>>,
+    docs: Option<Vec<Vec<i64>>>,
+    real: Vec<i64>,
+}
+
+impl ProbeRows {
+    /// Reads `--tokens` (and `--loss-mask`) and derives each row's labels and positions: the next
+    /// token, none for the last real token and the padding after it, nor (with
+    /// `mask_doc_starts`) for the last token of a document, nor for a token before one the loss
+    /// mask leaves out; positions `0..L`, or restarting at each document.
+    fn read(req: &ProbeRequest) -> Result<ProbeRows> {
+        let tokens = read_tokens(&req.tokens)?;
+        let (b, l) = (tokens.len(), tokens.first().map_or(0, |r| r.len() as i64));
+        let docs: Option<Vec<Vec<i64>>> = match &req.docs {
+            None => None,
+            Some(spec) => Some(DocBoundaries::parse(spec, b, l)?.rows().to_vec()),
+        };
+        let real: Vec<i64> = match per_row(&req.real_len, "real-len", b)? {
+            Some(v) => v.iter().map(|&n| n.clamp(0, l)).collect(),
+            None => vec![l; b],
+        };
+        let trained = match &req.loss_mask {
+            None => None,
+            Some(path) => {
+                let m = read_tokens(path)?;
+                if m.len() != b || m.iter().any(|r| r.len() as i64 != l) {
+                    return Err(Error::Input(format!(
+                        "{}: the loss mask must have the tokens' shape [{b}, {l}]",
+                        path.display()
+                    )));
+                }
+                let marked = |r: &Vec<i64>| r.iter().map(|&v| v == 1).collect::<Vec<bool>>();
+                Some(m.iter().map(marked).collect::<Vec<_>>())
             }
-            Some(m)
-        }
-    };
-    // Labels: the next token, none for the last real token and the padding after it, nor (with
-    // `mask_doc_starts`) for the last token of a document, nor for a token before one the loss
-    // mask leaves out.
-    let labels: Vec<Vec<i64>> = rows
-        .iter()
-        .zip(&real)
-        .enumerate()
-        .map(|(k, (r, &n))| {
-            let starts: &[i64] = match (&docs, req.mask_doc_starts) {
-                (Some(d), true) => &d[k],
-                _ => &[],
+        };
+        let (mut labels, mut positions) = (Vec::with_capacity(b), Vec::with_capacity(b));
+        for (k, row) in tokens.iter().enumerate() {
+            let bounds: Option<Vec<usize>> = docs
+                .as_ref()
+                .map(|d| d[k].iter().map(|&o| o as usize).collect());
+            let rules = RowRules {
+                real_len: real[k] as usize,
+                doc_bounds: bounds.as_deref(),
+                mask_doc_boundaries: req.mask_doc_starts,
+                doc_positions: true,
+                trained: trained.as_ref().map(|t| t[k].as_slice()),
             };
-            r[1..]
-                .iter()
-                .chain([&ignore])
-                .enumerate()
-                .map(|(j, &t)| {
-                    let next = j as i64 + 1;
-                    let trained = loss_mask
-                        .as_ref()
-                        .is_none_or(|m| m[k].get(next as usize) == Some(&1));
-                    if next < n && !starts.contains(&next) && trained {
-                        t
-                    } else {
-                        ignore
-                    }
-                })
-                .collect()
+            labels.push(rules.labels(row));
+            positions.push(rules.positions(row.len()));
+        }
+        Ok(ProbeRows {
+            tokens,
+            labels,
+            positions,
+            docs,
+            real,
         })
-        .collect();
-    let positions: Vec<Vec<i64>> = match &docs {
-        None => vec![(0..l).collect(); b],
-        Some(d) => d
-            .iter()
-            .map(|cu| cu.windows(2).flat_map(|w| 0..w[1] - w[0]).collect())
-            .collect(),
-    };
-    let mb = MicroBatch::from_rows(&rows, &labels, positions.clone(), docs.clone(), Device::Cpu)?
-        .with_real_len(real.clone())?;
-    let objective = req.step.objective;
+    }
+
+    fn len(&self) -> usize {
+        self.tokens.len()
+    }
+}
+
+fn parse_dtype(dtype: &str) -> Result<Kind> {
+    match dtype {
+        "fp32" | "float32" => Ok(Kind::Float),
+        "fp64" | "float64" => Ok(Kind::Double),
+        d => Err(Error::Input(format!("--dtype \"{d}\": fp32 or fp64"))),
+    }
+}
+
+/// Refuses a perturbation the step's second view or the process layout cannot run.
+fn check_view(req: &ProbeRequest) -> Result<()> {
     let control = req.perturb.is_control();
     if control != (req.step.view != SecondView::Positions) {
         return Err(Error::Input(format!(
@@ -263,49 +271,117 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
             req.cp, req.perturb
         )));
     }
-    let perts = if objective.needs_perturbed() && !control {
-        perturbations(req.perturb, &req.params, &real)?
-    } else {
-        vec![Perturbation::None; b]
-    };
-    let views: Vec<RowView> = (0..b)
+    Ok(())
+}
+
+/// Each row's second view: its perturbation applied to the real tokens, or (control kinds) the
+/// view row `r` of step 0 of a training run with `req.seed` gets.
+fn row_views(req: &ProbeRequest, rows: &ProbeRows, perts: &[Perturbation]) -> Vec<RowView> {
+    (0..rows.len())
         .map(|r| {
-            let d = docs.as_ref().map(|d| clip_docs(&d[r], real[r]));
-            let mut v = if control {
+            let real = rows.real[r];
+            let docs = rows.docs.as_ref().map(|d| clip_docs(&d[r], real));
+            let positions = &rows.positions[r];
+            let mut v = if req.perturb.is_control() {
                 // As training draws row r of step 0: the row's generator, then its seed.
                 let mut g = SplitMix64::keyed(&[req.seed, 0, r as u64]);
                 let seed = row_seed(&mut g);
-                control_view(&positions[r], real[r], d.as_deref(), req.perturb, seed)
+                control_view(positions, real, docs.as_deref(), req.perturb, seed)
             } else {
-                perturb_real(
-                    &positions[r],
-                    real[r],
-                    d.as_deref(),
-                    Scope::Sequence,
-                    &perts[r..=r],
-                )
+                let pert = &perts[r..=r];
+                perturb_real(positions, real, docs.as_deref(), Scope::Sequence, pert)
             };
             if req.kl_norm == KlNorm::Length {
-                v.kl_norm = real[r] as f64;
+                v.kl_norm = real as f64;
             }
             v
         })
-        .collect();
+        .collect()
+}
+
+/// What the runs measured, for the report.
+struct Measured {
+    /// The CLM term and the second term of the last run.
+    terms: (f64, f64),
+    step_seconds: Vec<f64>,
+    comm_bytes_per_run: u64,
+    comm_s_per_run: f64,
+}
+
+/// Runs the step `req.repeat` times (gradients zeroed between runs), timing each and counting
+/// this rank's collective traffic; under context parallelism the gradients are then summed over
+/// the ranks, each holding its rows' share.
+fn run_repeated(
+    model: &Model,
+    mb: &MicroBatch,
+    views: Option<&[RowView]>,
+    req: &ProbeRequest,
+    norm: LossNormalizers,
+    split: Option<&Split>,
+) -> Result<Measured> {
+    let mut step_seconds = Vec::new();
+    let mut terms = (0.0, 0.0);
+    let comm0 = split.map(|s| s.cp.group().stats());
+    for _ in 0..req.repeat.max(1) {
+        zero_grads(model);
+        let t0 = std::time::Instant::now();
+        terms = run_once(model, mb, views, req, norm, split)?;
+        step_seconds.push(t0.elapsed().as_secs_f64());
+    }
+    let runs = f64::from(req.repeat.max(1));
+    let (comm_bytes_per_run, comm_s_per_run) = match (split, comm0) {
+        (Some(s), Some(c0)) => {
+            let c = s.cp.group().stats();
+            (
+                ((c.bytes - c0.bytes) as f64 / runs) as u64,
+                (c.seconds - c0.seconds) / runs,
+            )
+        }
+        _ => (0, 0.0),
+    };
+    if let Some(s) = split {
+        for (_, p) in model.named_parameters() {
+            let mut g = p.grad();
+            if g.defined() {
+                s.cp.group().all_reduce(&mut g, rsd_dist::ReduceOp::Sum)?;
+            }
+        }
+    }
+    Ok(Measured {
+        terms,
+        step_seconds,
+        comm_bytes_per_run,
+        comm_s_per_run,
+    })
+}
+
+/// Runs the probe. See the module docs.
+pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
+    let model = load_model(&req.model, parse_dtype(&req.dtype)?)?;
+    let rows = ProbeRows::read(req)?;
+    check_view(req)?;
+    let mb = MicroBatch::from_rows(
+        &rows.tokens,
+        &rows.labels,
+        rows.positions.clone(),
+        rows.docs.clone(),
+        Device::Cpu,
+    )?
+    .with_real_len(rows.real.clone())?;
+    let objective = req.step.objective;
+    let perts = if objective.needs_perturbed() && !req.perturb.is_control() {
+        perturbations(req.perturb, &req.params, &rows.real)?
+    } else {
+        vec![Perturbation::None; rows.len()]
+    };
+    let views = row_views(req, &rows, &perts);
     let perturbed_tokens = if objective.needs_perturbed() {
         perturbed_tokens(&model, &mb, Some(&views), &req.step)?
     } else {
         0
     };
     let norm = LossNormalizers::of(std::slice::from_ref(&mb));
-    let split = Split::new(
-        req,
-        &rows,
-        &labels,
-        &positions,
-        &views,
-        docs.as_ref(),
-        &real,
-    )?;
+    let split = Split::new(req, &rows, &views)?;
     let (mb_run, views_run) = match &split {
         Some(s) => (&s.mb, &s.views),
         None => (&mb, &views),
@@ -322,37 +398,7 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
             (vec![t], vec![f])
         }
     };
-    let mut step_seconds = Vec::new();
-    let mut terms = (0.0, 0.0);
-    let comm0 = split.as_ref().map(|s| s.cp.group().stats());
-    for _ in 0..req.repeat.max(1) {
-        zero_grads(&model);
-        let t0 = std::time::Instant::now();
-        terms = run_once(&model, mb_run, views_arg, req, norm, split.as_ref())?;
-        step_seconds.push(t0.elapsed().as_secs_f64());
-    }
-    let runs = f64::from(req.repeat.max(1));
-    let (comm_bytes_per_run, comm_s_per_run) = match (&split, comm0) {
-        (Some(s), Some(c0)) => {
-            let c = s.cp.group().stats();
-            (
-                ((c.bytes - c0.bytes) as f64 / runs) as u64,
-                (c.seconds - c0.seconds) / runs,
-            )
-        }
-        _ => (0, 0.0),
-    };
-    if let Some(s) = &split {
-        // Each rank holds its rows' share of every gradient: the sum is the batch's.
-        for (_, p) in model.named_parameters() {
-            let mut g = p.grad();
-            if g.defined() {
-                s.cp.group().all_reduce(&mut g, rsd_dist::ReduceOp::Sum)?;
-            }
-        }
-    }
-    let (clm, second) = terms;
-    let seconds = step_seconds.iter().copied().fold(f64::INFINITY, f64::min);
+    let measured = run_repeated(&model, mb_run, views_arg, req, norm, split.as_ref())?;
     let grad_norm = grad_norm(&model)?;
     let main = split.as_ref().is_none_or(|s| s.cp.rank() == 0);
     if let (Some(path), true) = (&req.grads_out, main) {
@@ -366,28 +412,22 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
         }
         _ => None,
     };
+    let (clm, second) = measured.terms;
     // `second` is the KL for rsd, the perturbed CLM for two-view-clm; pose has only one term.
     let weighted = objective.needs_perturbed() && objective != Objective::Pose;
+    let only = |o: Objective| if objective == o { second } else { 0.0 };
     Ok(ProbeReport {
         objective,
         perturb: req.perturb,
         kl_direction: req.step.kl,
         lambda: req.step.lambda,
         clm,
-        kl: if objective == Objective::Rsd {
-            second
-        } else {
-            0.0
-        },
-        clm_pert: if objective == Objective::TwoViewClm {
-            second
-        } else {
-            0.0
-        },
+        kl: only(Objective::Rsd),
+        clm_pert: only(Objective::TwoViewClm),
         loss: clm + req.step.lambda * second * f64::from(u8::from(weighted)),
         grad_norm,
         label_tokens: mb.label_tokens,
-        samples: b as i64,
+        samples: rows.len() as i64,
         perturbed_tokens,
         perturbed_tokens_per_rank,
         perturbed_flops_per_rank,
@@ -398,18 +438,22 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
                 perturbation,
                 kl_rows: v.kl_rows,
                 shared_prefix: v.shared_prefix,
-                seed: control.then_some(v.seed),
+                seed: req.perturb.is_control().then_some(v.seed),
             })
             .collect(),
         dtype: req.dtype.clone(),
-        seconds,
-        step_seconds,
+        seconds: measured
+            .step_seconds
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min),
+        step_seconds: measured.step_seconds,
         flop_floor_rsd_over_standard: prefix_reuse_floor(model.config(), mb.len()),
         long_ce_weights,
         peak_rss: rsd_common::mem::Memory::now().peak_rss,
         cp: req.cp.max(1),
-        comm_bytes_per_run,
-        comm_s_per_run,
+        comm_bytes_per_run: measured.comm_bytes_per_run,
+        comm_s_per_run: measured.comm_s_per_run,
     })
 }
 
@@ -622,15 +666,7 @@ struct Split {
 impl Split {
     /// `None` without context parallelism; otherwise joins the world (torchrun's variables)
     /// and keeps this rank's chunks.
-    fn new(
-        req: &ProbeRequest,
-        tokens: &[Vec<i64>],
-        labels: &[Vec<i64>],
-        positions: &[Vec<i64>],
-        views: &[RowView],
-        docs: Option<&Vec<Vec<i64>>>,
-        real_len: &[i64],
-    ) -> Result<Option<Split>> {
+    fn new(req: &ProbeRequest, rows: &ProbeRows, views: &[RowView]) -> Result<Option<Split>> {
         if req.cp <= 1 {
             return Ok(None);
         }
@@ -658,15 +694,15 @@ impl Split {
             rows.iter().map(|r| cp.local_of(r)).collect()
         };
         let mb = MicroBatch::from_rows(
-            &local(tokens)?,
-            &local(labels)?,
-            local(positions)?,
-            // The whole rows' boundaries: the chunks' attention needs them (see StepExtras::context).
-            docs.cloned(),
+            &local(&rows.tokens)?,
+            &local(&rows.labels)?,
+            local(&rows.positions)?,
+            // The whole rows' boundaries: the chunks' attention needs them (see StepExtras::cp_batch).
+            rows.docs.clone(),
             Device::Cpu,
         )?
         // Whole-row coordinates, as the trainer's context-parallel micro-batches have them.
-        .with_real_len(real_len.to_vec())?;
+        .with_real_len(rows.real.clone())?;
         let local_views = views
             .iter()
             .map(|v| cp.local_view(v))
@@ -675,7 +711,7 @@ impl Split {
             cp,
             mb,
             views: local_views,
-            whole_tokens: tokens.to_vec(),
+            whole_tokens: rows.tokens.clone(),
             whole_views: views.to_vec(),
         }))
     }

@@ -355,6 +355,21 @@ pub(super) fn long_ce_importance(
     Ok(w.f_where_self(&scored.f_gt(0.5)?, &w.f_ones_like()?)?)
 }
 
+/// `KL(a ‖ b)` of each row of distributions over the vocabulary (last dimension), given `a`'s
+/// probabilities `p_a` and both log-probabilities: `Σ_v a_v (log a_v − log b_v)`, summed in
+/// `kind`. The one definition of the views' divergence: the forward-direction training
+/// term and `rsd-eval ppl`'s view gap take it from here (the reverse direction's fused form
+/// below computes the same sum in place).
+pub fn kl_rows_of(
+    p_a: &Tensor,
+    log_a: &Tensor,
+    log_b: &Tensor,
+    kind: Kind,
+) -> std::result::Result<Tensor, tch::TchError> {
+    p_a.f_mul(&log_a.f_sub(log_b)?)?
+        .f_sum_dim_intlist(-1, false, kind)
+}
+
 /// Per-row KL between the perturbed view (`logits`, raw) and the detached teacher
 /// log-probabilities `logq`, and the closed-form gradient with respect to the perturbed logits,
 /// scaled per row by `w`:
@@ -372,8 +387,9 @@ fn kl_rows(
     let w = w.f_unsqueeze(1)?;
     match dir {
         KlDirection::Reverse => {
-            // Few passes over [rows × vocab]: d = log p − log q in place, the row sums as a
-            // batched dot product (no product tensor), then g = (d − KL) ⊙ p ⊙ w in place.
+            // `kl_rows_of(p, log p, log q)` in fewer passes over [rows × vocab]: d = log p − log q
+            // in place, the row sums as a batched dot product (no product tensor), then
+            // g = (d − KL) ⊙ p ⊙ w in place.
             let p = logp.f_exp()?;
             let mut d = logp.f_sub_(logq)?;
             let (m, v) = (d.size()[0], d.size()[1]);
@@ -388,9 +404,7 @@ fn kl_rows(
         }
         KlDirection::Forward => {
             let q = logq.f_exp()?;
-            let kl = q
-                .f_mul(&logq.f_sub(&logp)?)?
-                .f_sum_dim_intlist(-1, false, kind)?;
+            let kl = kl_rows_of(&q, logq, &logp, kind)?;
             let _ = logp.f_exp_()?;
             let _ = logp.f_sub_(&q)?;
             let _ = logp.f_mul_(&w)?;

@@ -48,6 +48,7 @@ use crate::{Error, Result};
 use loss::{chunked_loss, LossGrads, LossInputs};
 use prefix_reuse::{Plan, Stage};
 
+pub use loss::kl_rows_of;
 pub use prefix_reuse::prefix_reuse_floor;
 pub use reference::reference_loss;
 
