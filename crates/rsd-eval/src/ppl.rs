@@ -26,7 +26,7 @@ use tch::{Device, Kind, Tensor};
 use rsd_common::rng::SplitMix64;
 use rsd_loader::RowRules;
 use rsd_model::cli::DeviceArgs;
-use rsd_model::{ForwardArgs, Model, ModelError};
+use rsd_model::{ForwardArgs, Model, ModelError, ModelOptions};
 use rsd_shard::{PackMode, ShardError, ShardSet};
 use rsd_train::perturb::{perturb_row, KlNorm, PerturbKind, Perturbation, Sampler, Scope};
 use rsd_train::step::kl_rows_of;
@@ -360,13 +360,13 @@ fn check_tokenizer(args: &PplArgs) -> Result<(), PplError> {
         .map_err(PplError::Input)
 }
 
-/// Evaluates `args` and returns the report (nothing written).
-pub fn evaluate(args: &PplArgs) -> Result<PplReport, PplError> {
-    // Phase 1: plain values, no I/O.
-    let model_err = |context: &str| {
-        let context = context.to_string();
-        move |source| PplError::Model { context, source }
-    };
+fn model_err(context: &str) -> impl FnOnce(ModelError) -> PplError {
+    let context = context.to_string();
+    move |source| PplError::Model { context, source }
+}
+
+/// The run's device and dtype, once the counts and `--max-skip` are known to be usable.
+fn check_args(args: &PplArgs) -> Result<ModelOptions, PplError> {
     let options = args
         .runtime
         .options()
@@ -379,7 +379,12 @@ pub fn evaluate(args: &PplArgs) -> Result<PplReport, PplError> {
     if args.max_skip.is_some_and(|y| y < 1) {
         return Err(PplError::Input("--max-skip must be at least 1".into()));
     }
-    // Phase 2: read and build.
+    Ok(options)
+}
+
+/// Opens the shards (fixed mode, the model's tokenizer) and returns them with the row length
+/// `L` and the number of rows to evaluate (whole batches of usable samples).
+fn open_rows(args: &PplArgs) -> Result<(ShardSet, usize, u64), PplError> {
     let set = ShardSet::open(&args.shards)?;
     check_tokenizer(args)?;
     let manifest = set.manifest();
@@ -409,12 +414,73 @@ pub fn evaluate(args: &PplArgs) -> Result<PplReport, PplError> {
             args.batch_size
         )));
     }
+    Ok((set, l, rows))
+}
+
+/// Adds one batch's per-position NLL `[B, L−1]` and KL `[B, L]` to the buckets' sums: every
+/// labelled pair for the NLL, the pairs `i ≥ s` of each row for the view gap.
+fn accumulate(sums: &mut [Sums], l: usize, views: &[(i64, i64)], nll: &[f64], kl: Option<&[f64]>) {
+    let k = sums.len();
+    let bucket_of = |i: usize| i * k / l;
+    for (r, &(s, _)) in views.iter().enumerate() {
+        for i in 0..l - 1 {
+            let b = &mut sums[bucket_of(i)];
+            b.nll += nll[r * (l - 1) + i];
+            b.tokens += 1;
+        }
+        if let Some(kl) = kl {
+            // Training's KL rows for s ≥ 1; a split at 0 shifts the whole row (no row can
+            // differ, training skips it) but is still measured here, as documented.
+            for i in s as usize..l {
+                let b = &mut sums[bucket_of(i)];
+                b.kl += kl[r * l + i];
+                b.gap_rows += 1;
+            }
+        }
+    }
+}
+
+/// The buckets' means, and the means over every bucket (`nll`, `view_gap`).
+fn bucket_means(sums: &[Sums], l: usize) -> (Vec<Bucket>, f64, Option<f64>) {
+    let k = sums.len();
+    let buckets = sums
+        .iter()
+        .enumerate()
+        .map(|(j, s)| {
+            let nll = (s.tokens > 0).then(|| s.nll / s.tokens as f64);
+            Bucket {
+                start: j * l / k,
+                end: (j + 1) * l / k,
+                tokens: s.tokens,
+                nll,
+                ppl: nll.map(f64::exp),
+                gap_rows: s.gap_rows,
+                view_gap: (s.gap_rows > 0).then(|| s.kl / s.gap_rows as f64),
+            }
+        })
+        .collect();
+    let total = |f: fn(&Sums) -> (f64, u64)| {
+        let (v, n) = sums
+            .iter()
+            .map(f)
+            .fold((0.0, 0), |(a, m), (v, n)| (a + v, m + n));
+        (n > 0).then(|| v / n as f64)
+    };
+    let nll = total(|s| (s.nll, s.tokens)).unwrap_or(f64::NAN);
+    (buckets, nll, total(|s| (s.kl, s.gap_rows)))
+}
+
+/// Evaluates `args` and returns the report (nothing written).
+pub fn evaluate(args: &PplArgs) -> Result<PplReport, PplError> {
+    // Phase 1: plain values, no I/O.
+    let options = check_args(args)?;
+    // Phase 2: read and build.
+    let (set, l, rows) = open_rows(args)?;
     let model = Model::load(&args.model, options)
         .map_err(model_err(&format!("loading {}", args.model.display())))?;
     let with_view = args.perturb == ViewKind::Skip;
     let _guard = tch::no_grad_guard();
     let mut sums = vec![Sums::default(); args.buckets];
-    let bucket_of = |i: usize| i * args.buckets / l;
     let mut views = Vec::with_capacity(rows as usize);
     let mut ids = Vec::with_capacity(args.batch_size * l);
     // A line every 30 s with the time left: at long lengths a batch takes minutes.
@@ -449,22 +515,7 @@ pub fn evaluate(args: &PplArgs) -> Result<PplReport, PplError> {
             .view([args.batch_size as i64, l as i64])
             .to_device(options.device);
         let (nll, kl) = batch_terms(&model, &tokens, &batch_views, with_view)?;
-        for (r, &(s, _)) in batch_views.iter().enumerate() {
-            for i in 0..l - 1 {
-                let b = &mut sums[bucket_of(i)];
-                b.nll += nll[r * (l - 1) + i];
-                b.tokens += 1;
-            }
-            if let Some(kl) = &kl {
-                // Training's KL rows for s ≥ 1; a split at 0 shifts the whole row (no row can
-                // differ, training skips it) but is still measured here, as documented.
-                for i in s as usize..l {
-                    let b = &mut sums[bucket_of(i)];
-                    b.kl += kl[r * l + i];
-                    b.gap_rows += 1;
-                }
-            }
-        }
+        accumulate(&mut sums, l, &batch_views, &nll, kl.as_deref());
         let done = first + args.batch_size as u64;
         if done < rows {
             if let Some(line) = progress.update(done) {
@@ -472,30 +523,7 @@ pub fn evaluate(args: &PplArgs) -> Result<PplReport, PplError> {
             }
         }
     }
-    let buckets: Vec<Bucket> = sums
-        .iter()
-        .enumerate()
-        .map(|(k, s)| {
-            let nll = (s.tokens > 0).then(|| s.nll / s.tokens as f64);
-            Bucket {
-                start: k * l / args.buckets,
-                end: (k + 1) * l / args.buckets,
-                tokens: s.tokens,
-                nll,
-                ppl: nll.map(f64::exp),
-                gap_rows: s.gap_rows,
-                view_gap: (s.gap_rows > 0).then(|| s.kl / s.gap_rows as f64),
-            }
-        })
-        .collect();
-    let total = |f: fn(&Sums) -> (f64, u64)| {
-        let (v, n) = sums
-            .iter()
-            .map(f)
-            .fold((0.0, 0), |(a, m), (v, n)| (a + v, m + n));
-        (n > 0).then(|| v / n as f64)
-    };
-    let nll = total(|s| (s.nll, s.tokens)).unwrap_or(f64::NAN);
+    let (buckets, nll, view_gap) = bucket_means(&sums, l);
     Ok(PplReport {
         model: args.model.clone(),
         shards: args.shards.clone(),
@@ -507,11 +535,7 @@ pub fn evaluate(args: &PplArgs) -> Result<PplReport, PplError> {
         seed: args.seed,
         nll,
         ppl: nll.exp(),
-        view_gap: if with_view {
-            total(|s| (s.kl, s.gap_rows))
-        } else {
-            None
-        },
+        view_gap: if with_view { view_gap } else { None },
         buckets,
         views,
     })

@@ -66,7 +66,7 @@ pub fn logits(a: LogitsArgs) -> Result<()> {
             .unsqueeze(0)
             .repeat([b, 1]),
     };
-    let docs = a
+    let doc_bounds = a
         .doc_boundaries
         .as_deref()
         .map(|s| DocBoundaries::parse(s, b as usize, t))
@@ -83,7 +83,7 @@ pub fn logits(a: LogitsArgs) -> Result<()> {
         positions.to_device(options.device),
     );
     let args = ForwardArgs {
-        docs: docs.as_ref(),
+        doc_bounds: doc_bounds.as_ref(),
         ..ForwardArgs::new(&tokens, &positions)
     };
     let hidden = m.forward(&args)?.hidden;

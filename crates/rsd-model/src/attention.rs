@@ -312,7 +312,7 @@ pub fn attend_materialised(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
-    docs: Option<&DocBoundaries>,
+    doc_bounds: Option<&DocBoundaries>,
     scale: f64,
     changes: &ScoreChanges<'_>,
 ) -> Result<Tensor> {
@@ -341,7 +341,7 @@ pub fn attend_materialised(
             "attention: dropout rate {p} must lie in [0, 1)"
         )));
     }
-    let allowed = allowed_keys(docs, b, l, q.device())?;
+    let allowed = allowed_keys(doc_bounds, b, l, q.device())?;
     let acc = crate::accum_kind(q.kind());
     let (hkv, d) = (k.size()[1], q.size()[3]);
     let f = || -> std::result::Result<Tensor, tch::TchError> {
@@ -373,20 +373,25 @@ pub fn attend_materialised(
 }
 
 /// `[B, 1, L, L]` booleans: query i sees key j ≤ i of its own document.
-fn allowed_keys(docs: Option<&DocBoundaries>, b: i64, l: i64, device: Device) -> Result<Tensor> {
+fn allowed_keys(
+    doc_bounds: Option<&DocBoundaries>,
+    b: i64,
+    l: i64,
+    device: Device,
+) -> Result<Tensor> {
     let causal = Tensor::f_ones([l, l], (Kind::Bool, device))
         .and_then(|t| t.f_tril(0))
         .ctx("attention: causal mask")?;
-    let Some(docs) = docs else {
+    let Some(doc_bounds) = doc_bounds else {
         return causal.f_view([1, 1, l, l]).ctx("attention: causal mask");
     };
-    if docs.rows.len() as i64 != b || docs.rows.iter().any(|cu| cu.last() != Some(&l)) {
+    if doc_bounds.rows.len() as i64 != b || doc_bounds.rows.iter().any(|cu| cu.last() != Some(&l)) {
         return Err(ModelError::Input(format!(
             "document boundaries of {} rows for {b} rows of {l} tokens",
-            docs.rows.len()
+            doc_bounds.rows.len()
         )));
     }
-    let ids: Vec<i64> = docs
+    let ids: Vec<i64> = doc_bounds
         .rows
         .iter()
         .flat_map(|cu| {
@@ -480,13 +485,13 @@ pub fn attend_documents(
     k: &Tensor,
     v: &Tensor,
     prefix: Option<(&Tensor, &Tensor)>,
-    docs: Option<&DocBoundaries>,
+    doc_bounds: Option<&DocBoundaries>,
     scale: f64,
 ) -> Result<Attended> {
     let lp = prefix
         .map(|(pk, _)| pk.size().get(2).copied().unwrap_or(0))
         .unwrap_or(0);
-    let Some(docs) = docs else {
+    let Some(doc_bounds) = doc_bounds else {
         let mut blocks = Vec::with_capacity(2);
         if let Some((pk, pv)) = prefix {
             blocks.push(KvBlock {
@@ -503,15 +508,15 @@ pub fn attend_documents(
         return attend(q, &blocks, scale);
     };
     let (batch, lq) = (q.size()[0], q.size()[2]);
-    if docs.rows.len() as i64 != batch {
+    if doc_bounds.rows.len() as i64 != batch {
         return Err(ModelError::Input(format!(
             "document boundaries have {} rows, the batch has {batch}",
-            docs.rows.len()
+            doc_bounds.rows.len()
         )));
     }
     let mut row_outs = Vec::with_capacity(batch as usize);
     let mut row_lses = Vec::with_capacity(batch as usize);
-    for (b, cu) in docs.rows.iter().enumerate() {
+    for (b, cu) in doc_bounds.rows.iter().enumerate() {
         let end = cu.last().copied().unwrap_or(0);
         if end != lp + lq {
             return Err(ModelError::Input(format!(
@@ -525,8 +530,8 @@ pub fn attend_documents(
         row_lses.push(a.lse);
     }
     Ok(Attended {
-        out: Tensor::f_cat(&row_outs, 0).ctx("docs: concat rows")?,
-        lse: Tensor::f_cat(&row_lses, 0).ctx("docs: concat rows")?,
+        out: Tensor::f_cat(&row_outs, 0).ctx("doc_bounds: concat rows")?,
+        lse: Tensor::f_cat(&row_lses, 0).ctx("doc_bounds: concat rows")?,
     })
 }
 
@@ -544,7 +549,7 @@ fn attend_row_documents(
     let lp = prefix
         .map(|(pk, _)| pk.size().get(2).copied().unwrap_or(0))
         .unwrap_or(0);
-    let row = |t: &Tensor| t.f_narrow(0, b, 1).ctx("docs");
+    let row = |t: &Tensor| t.f_narrow(0, b, 1).ctx("doc_bounds");
     let (qb, kb, vb) = (row(q)?, row(k)?, row(v)?);
     let mut outs = Vec::new();
     let mut lses = Vec::new();
@@ -555,7 +560,7 @@ fn attend_row_documents(
         }
         let qs = start.max(lp) - lp;
         let n = end - lp - qs;
-        let seg = |t: &Tensor| t.f_narrow(2, qs, n).ctx("docs: segment");
+        let seg = |t: &Tensor| t.f_narrow(2, qs, n).ctx("doc_bounds: segment");
         let (sq, sk, sv) = (seg(&qb)?, seg(&kb)?, seg(&vb)?);
         let mut blocks = Vec::with_capacity(2);
         let pre;
@@ -563,7 +568,7 @@ fn attend_row_documents(
             let pseg = |t: &Tensor| {
                 t.f_narrow(0, b, 1)
                     .and_then(|t| t.f_narrow(2, start, lp - start))
-                    .ctx("docs: prefix segment")
+                    .ctx("doc_bounds: prefix segment")
             };
             pre = (pseg(pk)?, pseg(pv)?);
             blocks.push(KvBlock {
@@ -582,8 +587,8 @@ fn attend_row_documents(
         lses.push(a.lse);
     }
     Ok(Attended {
-        out: Tensor::f_cat(&outs, 2).ctx("docs: concat")?,
-        lse: Tensor::f_cat(&lses, 2).ctx("docs: concat")?,
+        out: Tensor::f_cat(&outs, 2).ctx("doc_bounds: concat")?,
+        lse: Tensor::f_cat(&lses, 2).ctx("doc_bounds: concat")?,
     })
 }
 
@@ -752,11 +757,11 @@ mod tests {
         k: &Tensor,
         v: &Tensor,
         prefix: Option<(&Tensor, &Tensor)>,
-        docs: &DocBoundaries,
+        doc_bounds: &DocBoundaries,
     ) -> Tensor {
         let lp = prefix.map_or(0, |(pk, _)| pk.size()[2]);
         let mut rows = Vec::new();
-        for (r, cu) in docs.rows().iter().enumerate() {
+        for (r, cu) in doc_bounds.rows().iter().enumerate() {
             let row = |t: &Tensor| t.narrow(0, r as i64, 1);
             let mut segs = Vec::new();
             for w in cu.windows(2).filter(|w| w[1] > lp) {
@@ -802,11 +807,11 @@ mod tests {
             let (k, v) = (rand(&[2, hkv, lq, d]), rand(&[2, hkv, lq, d]));
             let g = Tensor::randn([2, h, lq, d], (Kind::Double, Device::Cpu));
             let what = format!("documents, H {h}, Hkv {hkv}");
-            let docs = DocBoundaries::new(vec![vec![0, 3, 7, 9], vec![0, 9]], lq).unwrap();
-            let fast = attend_documents(&q, &k, &v, None, Some(&docs), 0.35)
+            let doc_bounds = DocBoundaries::new(vec![vec![0, 3, 7, 9], vec![0, 9]], lq).unwrap();
+            let fast = attend_documents(&q, &k, &v, None, Some(&doc_bounds), 0.35)
                 .unwrap()
                 .out;
-            let slow = documents_reference(&q, &k, &v, None, &docs);
+            let slow = documents_reference(&q, &k, &v, None, &doc_bounds);
             let names = ["out", "dq", "dk", "dv"];
             let mut f = vec![fast.shallow_clone()];
             f.extend(grads(&fast, &g, &[&q, &k, &v]));
@@ -814,12 +819,13 @@ mod tests {
             s.extend(grads(&slow, &g, &[&q, &k, &v]));
             assert_close(&what, &names, &f, &s);
             // Over [prefix ; queries] = 13 tokens; the document [2, 6) straddles the prefix.
-            let docs = DocBoundaries::new(vec![vec![0, 2, 6, 13], vec![0, 13]], lp + lq).unwrap();
+            let doc_bounds =
+                DocBoundaries::new(vec![vec![0, 2, 6, 13], vec![0, 13]], lp + lq).unwrap();
             let prefix = Some((&pk, &pv));
-            let fast = attend_documents(&q, &k, &v, prefix, Some(&docs), 0.35)
+            let fast = attend_documents(&q, &k, &v, prefix, Some(&doc_bounds), 0.35)
                 .unwrap()
                 .out;
-            let slow = documents_reference(&q, &k, &v, prefix, &docs);
+            let slow = documents_reference(&q, &k, &v, prefix, &doc_bounds);
             let inputs = [&q, &pk, &pv, &k, &v];
             let names = ["out", "dq", "dpk", "dpv", "dk", "dv"];
             let mut f = vec![fast.shallow_clone()];
@@ -845,11 +851,11 @@ mod tests {
             let inputs = [&q, &k, &v];
             let names = ["out", "dq", "dk", "dv"];
             let what = format!("materialised, H {h}, Hkv {hkv}");
-            let docs = DocBoundaries::new(vec![vec![0, 4, 9], vec![0, 2, 9]], l).unwrap();
-            for docs in [None, Some(&docs)] {
+            let doc_bounds = DocBoundaries::new(vec![vec![0, 4, 9], vec![0, 2, 9]], l).unwrap();
+            for doc_bounds in [None, Some(&doc_bounds)] {
                 let none = ScoreChanges::default();
-                let fast = attend_materialised(&q, &k, &v, docs, 0.35, &none).unwrap();
-                let slow = match docs {
+                let fast = attend_materialised(&q, &k, &v, doc_bounds, 0.35, &none).unwrap();
+                let slow = match doc_bounds {
                     None => {
                         let own = KvBlock {
                             k: &k,
@@ -858,13 +864,18 @@ mod tests {
                         };
                         attend_reference(&q, &[own], 0.35).unwrap().out
                     }
-                    Some(docs) => documents_reference(&q, &k, &v, None, docs),
+                    Some(doc_bounds) => documents_reference(&q, &k, &v, None, doc_bounds),
                 };
                 let mut f = vec![fast.shallow_clone()];
                 f.extend(grads(&fast, &g, &inputs));
                 let mut s = vec![slow.shallow_clone()];
                 s.extend(grads(&slow, &g, &inputs));
-                assert_close(&format!("{what}, docs {}", docs.is_some()), &names, &f, &s);
+                assert_close(
+                    &format!("{what}, doc_bounds {}", doc_bounds.is_some()),
+                    &names,
+                    &f,
+                    &s,
+                );
             }
             let noise = Tensor::randn([b, h, l, l], (Kind::Double, Device::Cpu));
             let keep = Tensor::rand([b, h, l, l], (Kind::Double, Device::Cpu)).gt(0.3);
@@ -944,8 +955,8 @@ mod tests {
         let t = || Tensor::randn([1, h, l, d], (Kind::Float, Device::Cpu));
         let (q, k, v) = (t(), t(), t());
         let cu = vec![0, 3, 8, 10];
-        let docs = DocBoundaries::same_for_all(cu.clone(), 1, l).unwrap();
-        let masked = attend_documents(&q, &k, &v, None, Some(&docs), 0.3).unwrap();
+        let doc_bounds = DocBoundaries::same_for_all(cu.clone(), 1, l).unwrap();
+        let masked = attend_documents(&q, &k, &v, None, Some(&doc_bounds), 0.3).unwrap();
         for w in cu.windows(2) {
             let seg = |x: &Tensor| x.narrow(2, w[0], w[1] - w[0]);
             let alone = attend_documents(&seg(&q), &seg(&k), &seg(&v), None, None, 0.3).unwrap();
@@ -961,7 +972,7 @@ mod tests {
             &tail(&k),
             &tail(&v),
             Some((&head(&k), &head(&v))),
-            Some(&docs),
+            Some(&doc_bounds),
             0.3,
         )
         .unwrap();
@@ -976,10 +987,12 @@ mod tests {
         let (b, h, hkv, l, d) = (2, 4, 2, 9, 8);
         let t = |heads| Tensor::randn([b, heads, l, d], (Kind::Float, Device::Cpu));
         let (q, k, v) = (t(h), t(hkv), t(hkv));
-        let docs = DocBoundaries::new(vec![vec![0, 4, 9], vec![0, 9]], l).unwrap();
-        for docs in [None, Some(&docs)] {
-            let fused = attend_documents(&q, &k, &v, None, docs, 0.3).unwrap().out;
-            let none = attend_materialised(&q, &k, &v, docs, 0.3, &ScoreChanges::default());
+        let doc_bounds = DocBoundaries::new(vec![vec![0, 4, 9], vec![0, 9]], l).unwrap();
+        for doc_bounds in [None, Some(&doc_bounds)] {
+            let fused = attend_documents(&q, &k, &v, None, doc_bounds, 0.3)
+                .unwrap()
+                .out;
+            let none = attend_materialised(&q, &k, &v, doc_bounds, 0.3, &ScoreChanges::default());
             assert!(max_diff(&fused, &none.unwrap()) < 1e-5);
             let zeros = Tensor::zeros([b, h, l, l], (Kind::Float, Device::Cpu));
             let ones = Tensor::ones([b, h, l, l], (Kind::Float, Device::Cpu));
@@ -987,7 +1000,7 @@ mod tests {
                 score_noise: Some(&zeros),
                 dropout: Some((&ones, 0.0)),
             };
-            let same = attend_materialised(&q, &k, &v, docs, 0.3, &changes).unwrap();
+            let same = attend_materialised(&q, &k, &v, doc_bounds, 0.3, &changes).unwrap();
             assert!(max_diff(&fused, &same) < 1e-5);
         }
         // Dropping every key of query row 3 (rate ½) zeroes its output; the rest doubles.

@@ -94,14 +94,14 @@ pub struct ForwardArgs<'a> {
     /// Position ids `[B, T]` (int64): any integers, one per token.
     pub positions: &'a Tensor,
     /// Optional document boundaries; with a prefix they cover `[prefix ; tokens]`.
-    pub docs: Option<&'a DocBoundaries>,
+    pub doc_bounds: Option<&'a DocBoundaries>,
     /// Optional K/V of an earlier pass, one entry per layer, `[B, Hkv, Lp, head_dim]`: the tokens
     /// attend to all of it (within their document) and then causally to themselves.
     pub prefix: Option<&'a [LayerKv]>,
     /// Return every layer's K/V (for a later pass to reuse as its prefix).
     pub return_kv: bool,
     /// Context parallelism: the tokens are some chunks of longer sequences split over ranks
-    /// (no `docs` or `prefix` with it yet).
+    /// (no `doc_bounds` or `prefix` with it yet).
     pub cp: Option<&'a ContextChunks<'a>>,
 }
 
@@ -111,7 +111,7 @@ impl<'a> ForwardArgs<'a> {
         ForwardArgs {
             tokens,
             positions,
-            docs: None,
+            doc_bounds: None,
             prefix: None,
             return_kv: false,
             cp: None,
@@ -135,7 +135,7 @@ pub struct ContextChunks<'a> {
     pub chunks: Vec<(i64, i64)>,
     /// Document boundaries of each whole sequence (`[0, …, L]` per batch row), for
     /// document-masked attention: a query sees earlier keys of its own document only.
-    pub docs: Option<Vec<Vec<i64>>>,
+    pub doc_bounds: Option<Vec<Vec<i64>>>,
     /// The K/V gather.
     pub gather: &'a KvGather<'a>,
 }
@@ -227,7 +227,7 @@ struct SelfAttention {
 /// Per-forward state every layer needs.
 struct Ctx<'a> {
     rotary: &'a Rotary,
-    docs: Option<&'a DocBoundaries>,
+    doc_bounds: Option<&'a DocBoundaries>,
     cp: Option<&'a ContextChunks<'a>>,
     /// Changes to the attention scores or probabilities (materialised attention).
     scores: Option<&'a ScoreChanges<'a>>,
@@ -271,9 +271,17 @@ impl SelfAttention {
         let scale = 1.0 / (self.head_dim as f64).sqrt();
         let attn = match (ctx.cp, ctx.scores) {
             (Some(cc), _) => attend_context(&q, &k, &v, cc, scale)?,
-            (None, Some(sc)) => attend_materialised(&q, &k, &v, ctx.docs, scale, sc)?,
+            (None, Some(sc)) => attend_materialised(&q, &k, &v, ctx.doc_bounds, scale, sc)?,
             (None, None) => {
-                attend_documents(&q, &k, &v, prefix.map(|p| (&p.k, &p.v)), ctx.docs, scale)?.out
+                attend_documents(
+                    &q,
+                    &k,
+                    &v,
+                    prefix.map(|p| (&p.k, &p.v)),
+                    ctx.doc_bounds,
+                    scale,
+                )?
+                .out
             }
         };
         // 5. (B, H, T, D) -> (B, T, H·D) -> o_proj
@@ -313,9 +321,9 @@ fn attend_context(
         let part = |t: &Tensor, at: i64, len: i64| t.f_narrow(2, at, len).ctx("context chunk");
         let (qc, kc, vc) = (part(q, off, n)?, part(k, off, n)?, part(v, off, n)?);
         let (kp, vp) = (part(&k_all, 0, start)?, part(&v_all, 0, start)?);
-        if let Some(docs) = &cc.docs {
+        if let Some(doc_bounds) = &cc.doc_bounds {
             let end = start + n;
-            let clipped = docs
+            let clipped = doc_bounds
                 .iter()
                 .map(|cu| {
                     let mut c: Vec<i64> = cu.iter().copied().take_while(|&o| o < end).collect();
@@ -323,9 +331,9 @@ fn attend_context(
                     c
                 })
                 .collect();
-            let docs = DocBoundaries::new(clipped, end)?;
+            let doc_bounds = DocBoundaries::new(clipped, end)?;
             let prefix = (start > 0).then_some((&kp, &vp));
-            outs.push(attend_documents(&qc, &kc, &vc, prefix, Some(&docs), scale)?.out);
+            outs.push(attend_documents(&qc, &kc, &vc, prefix, Some(&doc_bounds), scale)?.out);
             off += n;
             continue;
         }
@@ -345,7 +353,7 @@ fn attend_context(
         off += n;
     }
     let out = Tensor::f_cat(&outs, 2).ctx("context chunks")?;
-    if cc.docs.is_none() {
+    if cc.doc_bounds.is_none() {
         return Ok(out);
     }
     // The gather's backward is a collective that every rank of the group must run. Under
@@ -661,7 +669,7 @@ impl Model {
     /// Runs the decoder. See [`ForwardArgs`]; returns final hidden states and optionally K/V.
     pub fn forward(&self, args: &ForwardArgs<'_>) -> Result<ForwardOutput> {
         self.check_args(args)?;
-        if args.cp.is_some() && (args.docs.is_some() || args.prefix.is_some()) {
+        if args.cp.is_some() && (args.doc_bounds.is_some() || args.prefix.is_some()) {
             return Err(ModelError::Input(
                 "context parallelism with document boundaries or a K/V prefix is not supported \
                  yet"
@@ -677,7 +685,7 @@ impl Model {
             let prefix = args.prefix.map(|p| &p[i]);
             let (y, kv) = match args.cp {
                 Some(cc) => self.layer_forward_split(i, &x, &rotary, cc)?,
-                None => self.layer_forward(i, &x, &rotary, args.docs, prefix)?,
+                None => self.layer_forward(i, &x, &rotary, args.doc_bounds, prefix)?,
             };
             x = y;
             if let Some(kvs) = kvs.as_mut() {
@@ -712,18 +720,18 @@ impl Model {
     }
 
     /// Decoder layer `i` on `x` `[B, T, hidden]`: returns its output and its post-RoPE K/V.
-    /// `docs` and `prefix` mean what they mean in [`ForwardArgs`].
+    /// `doc_bounds` and `prefix` mean what they mean in [`ForwardArgs`].
     pub fn layer_forward(
         &self,
         i: usize,
         x: &Tensor,
         rotary: &Rotary,
-        docs: Option<&DocBoundaries>,
+        doc_bounds: Option<&DocBoundaries>,
         prefix: Option<&LayerKv>,
     ) -> Result<(Tensor, LayerKv)> {
         let ctx = Ctx {
             rotary,
-            docs,
+            doc_bounds,
             cp: None,
             scores: None,
         };
@@ -738,12 +746,12 @@ impl Model {
         i: usize,
         x: &Tensor,
         rotary: &Rotary,
-        docs: Option<&DocBoundaries>,
+        doc_bounds: Option<&DocBoundaries>,
         changes: &ScoreChanges<'_>,
     ) -> Result<Tensor> {
         let ctx = Ctx {
             rotary,
-            docs,
+            doc_bounds,
             cp: None,
             scores: Some(changes),
         };
@@ -767,7 +775,7 @@ impl Model {
     ) -> Result<(Tensor, LayerKv)> {
         let ctx = Ctx {
             rotary,
-            docs: None,
+            doc_bounds: None,
             cp: Some(cp),
             scores: None,
         };
@@ -841,7 +849,7 @@ mod tests {
         // reads a key before its own start.
         let cc = ContextChunks {
             chunks: vec![(0, 4), (12, 4)],
-            docs: Some(vec![vec![0, 4, 12, 16]]),
+            doc_bounds: Some(vec![vec![0, 4, 12, 16]]),
             gather: &gather,
         };
         let out = attend_context(&q, &k, &v, &cc, 0.3).unwrap();

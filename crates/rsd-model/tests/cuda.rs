@@ -33,7 +33,7 @@ struct Case {
     len: i64,
     prefix: i64,
     head_dim: i64,
-    docs: Option<Vec<i64>>,
+    doc_bounds: Option<Vec<i64>>,
 }
 
 /// Runs `case` on CUDA in `kind` and on the CPU in fp64 (the reference: scores materialised,
@@ -56,7 +56,7 @@ fn compare(case: &Case, kind: Kind, device: Device) -> Vec<(String, f64)> {
     let grad0 = Tensor::randn(shape(case.heads, case.len), (Kind::Double, Device::Cpu));
     let scale = 1.0 / (case.head_dim as f64).sqrt();
     let total = case.prefix + case.len;
-    let docs = case.docs.as_ref().map(|cu| {
+    let doc_bounds = case.doc_bounds.as_ref().map(|cu| {
         DocBoundaries::same_for_all(cu.clone(), case.batch as usize, total).expect("boundaries")
     });
 
@@ -64,7 +64,8 @@ fn compare(case: &Case, kind: Kind, device: Device) -> Vec<(String, f64)> {
     let leaf = |t: &Tensor| t.to_device(device).to_kind(kind).set_requires_grad(true);
     let (q, k, v, pk, pv) = (leaf(&q0), leaf(&k0), leaf(&v0), leaf(&pk0), leaf(&pv0));
     let prefix = (case.prefix > 0).then_some((&pk, &pv));
-    let got = attend_documents(&q, &k, &v, prefix, docs.as_ref(), scale).expect("device attention");
+    let got =
+        attend_documents(&q, &k, &v, prefix, doc_bounds.as_ref(), scale).expect("device attention");
     // d(Σ out·g)/d out = g: the backward receives g as the upstream gradient.
     let g = grad0.to_device(device).to_kind(Kind::Float);
     (got.out.to_kind(Kind::Float) * g)
@@ -80,7 +81,7 @@ fn compare(case: &Case, kind: Kind, device: Device) -> Vec<(String, f64)> {
         leaf64(&pk0),
         leaf64(&pv0),
     );
-    let bounds = match &case.docs {
+    let bounds = match &case.doc_bounds {
         Some(cu) => cu.clone(),
         None => vec![0, total],
     };
@@ -161,7 +162,7 @@ impl Case {
             len,
             prefix,
             head_dim,
-            docs: None,
+            doc_bounds: None,
         }
     }
 }
@@ -174,7 +175,7 @@ fn causal_gqa() -> Case {
 /// a single token.
 fn documents_with_prefix() -> Case {
     Case {
-        docs: Some(vec![0, 60, 170, 171, 400]),
+        doc_bounds: Some(vec![0, 60, 170, 171, 400]),
         ..Case::new(2, 4, 1, 300, 100, 64)
     }
 }

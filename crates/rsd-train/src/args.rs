@@ -80,8 +80,8 @@ pub struct ProbeArgs {
     #[arg(long)]
     pub tokens: PathBuf,
     /// Document boundaries per row: "0,5,12;0,3,12" (document-masked attention, positions restart).
-    #[arg(long)]
-    pub docs: Option<String>,
+    #[arg(long = "docs")]
+    pub doc_bounds: Option<String>,
     /// With --docs: the first token of each document is not predicted, as training with
     /// `doc_mask` (ProLong's collator).
     #[arg(long)]

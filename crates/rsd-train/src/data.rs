@@ -150,7 +150,7 @@ pub fn micro_batches(
         let mut toks = Vec::new();
         let mut labels = Vec::new();
         let mut pos = Vec::new();
-        let mut docs = Vec::new();
+        let mut doc_bounds = Vec::new();
         let mut real = Vec::new();
         for k in r..e {
             let (a, b) = (ro[k] as usize, ro[k + 1] as usize);
@@ -177,7 +177,7 @@ pub fn micro_batches(
             if d.last() != Some(&((db - da) as i64)) {
                 d.push((db - da) as i64);
             }
-            docs.push(d);
+            doc_bounds.push(d);
             // Whole-row coordinates: the pack's tail padding ends the stored row, CP padding
             // follows it.
             real.push(batch.row_meta.get(k).map_or((db - da) as i64, |m| {
@@ -186,7 +186,7 @@ pub fn micro_batches(
         }
         out.push((
             r,
-            MicroBatch::from_rows(&toks, &labels, pos, doc_mask.then_some(docs), device)?
+            MicroBatch::from_rows(&toks, &labels, pos, doc_mask.then_some(doc_bounds), device)?
                 .with_real_len(real)?,
         ));
         r = e;
@@ -271,7 +271,7 @@ mod tests {
                     let masked = labels[r][start as usize - 1] == ignore;
                     assert_eq!(masked, doc_mask, "row {r}, document start {start}");
                 }
-                match &mb.docs {
+                match &mb.doc_bounds {
                     Some(d) => assert_eq!(d[r], cu),
                     None => assert!(!doc_mask),
                 }

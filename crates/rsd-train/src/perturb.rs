@@ -228,6 +228,37 @@ impl Sampler {
     }
 }
 
+impl Sampler {
+    /// The second view of one row, given its draws: the standard positions `std_pos` of which
+    /// `n` are real, the row's document boundaries `doc_bounds` (already ending at `n`, [`clip_doc_bounds`]),
+    /// and the row's perturbations `perts` (one, or one per document with document scope). A
+    /// control kind's view takes its seed from the row's generator `g` ([`row_seed`]); the KL
+    /// normaliser is the one [`KlNorm`] asks for. Training and the probe build every view here.
+    pub fn view(
+        &self,
+        std_pos: &[i64],
+        n: i64,
+        doc_bounds: Option<&[i64]>,
+        perts: &[Perturbation],
+        g: &mut SplitMix64,
+    ) -> RowView {
+        let scope = if doc_bounds.is_some() {
+            self.scope
+        } else {
+            Scope::Sequence
+        };
+        let mut v = if self.kind.is_control() {
+            control_view(std_pos, n, doc_bounds, self.kind, row_seed(g))
+        } else {
+            perturb_real(std_pos, n, doc_bounds, scope, perts)
+        };
+        if self.kl_norm == KlNorm::Length {
+            v.kl_norm = n as f64;
+        }
+        v
+    }
+}
+
 /// The perturbed view of one row.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RowView {
@@ -254,10 +285,10 @@ impl RowView {
     }
 }
 
-/// Document boundaries `docs` (`[0, …, L]`) cut at the row's real length `n`: the pack's tail
+/// Document boundaries `doc_bounds` (`[0, …, L]`) cut at the row's real length `n`: the pack's tail
 /// padding and context-parallel padding (each the row's last "document") drop out.
-pub fn clip_docs(docs: &[i64], n: i64) -> Vec<i64> {
-    let mut d: Vec<i64> = docs.iter().copied().filter(|&o| o < n).collect();
+pub fn clip_doc_bounds(doc_bounds: &[i64], n: i64) -> Vec<i64> {
+    let mut d: Vec<i64> = doc_bounds.iter().copied().filter(|&o| o < n).collect();
     if d.first() != Some(&0) {
         d.insert(0, 0);
     }
@@ -268,17 +299,17 @@ pub fn clip_docs(docs: &[i64], n: i64) -> Vec<i64> {
 /// [`perturb_row`] on the row's first `n` tokens (its real ones), the view extended over the
 /// padding after them: standard positions there and no KL rows, so padding never enters the KL
 /// or its normaliser, and a padded row's view equals the unpadded row's on the real tokens.
-/// `docs` must already end at `n` ([`clip_docs`]).
+/// `doc_bounds` must already end at `n` ([`clip_doc_bounds`]).
 pub fn perturb_real(
     std_pos: &[i64],
     n: i64,
-    docs: Option<&[i64]>,
+    doc_bounds: Option<&[i64]>,
     scope: Scope,
     perts: &[Perturbation],
 ) -> RowView {
     let l = std_pos.len() as i64;
     let n = n.clamp(0, l);
-    let mut v = perturb_row(&std_pos[..n as usize], docs, scope, perts);
+    let mut v = perturb_row(&std_pos[..n as usize], doc_bounds, scope, perts);
     if n < l {
         v.positions.extend_from_slice(&std_pos[n as usize..]);
         v.kl_mask.resize(l as usize, false);
@@ -290,16 +321,16 @@ pub fn perturb_real(
 }
 
 /// Applies `perts` (one for sequence scope, one per document for document scope) to a row with
-/// standard positions `std_pos` and optional document boundaries `docs` (`[0, e1, …, L]`).
+/// standard positions `std_pos` and optional document boundaries `doc_bounds` (`[0, e1, …, L]`).
 pub fn perturb_row(
     std_pos: &[i64],
-    docs: Option<&[i64]>,
+    doc_bounds: Option<&[i64]>,
     scope: Scope,
     perts: &[Perturbation],
 ) -> RowView {
     let l = std_pos.len() as i64;
     let whole = [0, l];
-    let spans = docs.unwrap_or(&whole);
+    let spans = doc_bounds.unwrap_or(&whole);
     let delta: Vec<i64> = match scope {
         Scope::Sequence => perts[0].offsets(l),
         Scope::Document => spans
@@ -338,8 +369,8 @@ pub fn row_seed(g: &mut SplitMix64) -> i64 {
 }
 
 /// The second view of a control kind ([`PerturbKind::is_control`]) for a row with standard
-/// positions `std_pos`, `n` real tokens and document boundaries `docs` (already ending at `n`,
-/// [`clip_docs`]). Positions stay the standard ones and nothing is shared (the second pass runs
+/// positions `std_pos`, `n` real tokens and document boundaries `doc_bounds` (already ending at `n`,
+/// [`clip_doc_bounds`]). Positions stay the standard ones and nothing is shared (the second pass runs
 /// whole: no prefix reuse). The rows that can differ, which carry the KL:
 ///
 /// * NoPE and attention noise: every row with at least two visible keys, i.e. each document's
@@ -349,14 +380,14 @@ pub fn row_seed(g: &mut SplitMix64) -> i64 {
 pub fn control_view(
     std_pos: &[i64],
     n: i64,
-    docs: Option<&[i64]>,
+    doc_bounds: Option<&[i64]>,
     kind: PerturbKind,
     seed: i64,
 ) -> RowView {
     let l = std_pos.len() as i64;
     let n = n.clamp(0, l);
     let whole = [0, n];
-    let spans = docs.unwrap_or(&whole);
+    let spans = doc_bounds.unwrap_or(&whole);
     let first = i64::from(kind != PerturbKind::Dropout);
     let mut kl_mask = vec![false; l as usize];
     for w in spans.windows(2) {
@@ -440,11 +471,11 @@ mod tests {
     fn padding_is_outside_the_view() {
         // 5 real tokens, 3 of padding (its own document in the shard).
         let pos = row(8);
-        let docs = clip_docs(&[0, 2, 5, 8], 5);
-        assert_eq!(docs, vec![0, 2, 5]);
+        let doc_bounds = clip_doc_bounds(&[0, 2, 5, 8], 5);
+        assert_eq!(doc_bounds, vec![0, 2, 5]);
         let p = [Perturbation::Cyclic { shift: 2 }];
-        let v = perturb_real(&pos, 5, Some(&docs), Scope::Sequence, &p);
-        let u = perturb_row(&pos[..5], Some(&docs), Scope::Sequence, &p);
+        let v = perturb_real(&pos, 5, Some(&doc_bounds), Scope::Sequence, &p);
+        let u = perturb_row(&pos[..5], Some(&doc_bounds), Scope::Sequence, &p);
         assert_eq!(&v.positions[..5], &u.positions[..]);
         assert_eq!(&v.positions[5..], &[5, 6, 7]);
         assert_eq!(&v.kl_mask[..5], &u.kl_mask[..]);
@@ -505,7 +536,7 @@ mod tests {
     #[test]
     fn control_views_keep_positions_and_mark_the_rows_that_can_differ() {
         let pos = vec![0, 1, 2, 0, 1, 2, 3, 4];
-        let docs = clip_docs(&[0, 3, 8], 6);
+        let doc_bounds = clip_doc_bounds(&[0, 3, 8], 6);
         for (kind, mask) in [
             (PerturbKind::Nope, [false, true, true, false, true, true]),
             (
@@ -514,7 +545,7 @@ mod tests {
             ),
             (PerturbKind::Dropout, [true; 6]),
         ] {
-            let v = control_view(&pos, 6, Some(&docs), kind, 7);
+            let v = control_view(&pos, 6, Some(&doc_bounds), kind, 7);
             assert_eq!(v.positions, pos);
             assert_eq!(&v.kl_mask[..6], &mask);
             assert_eq!(&v.kl_mask[6..], &[false, false], "padding carries nothing");

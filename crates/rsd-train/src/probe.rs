@@ -17,10 +17,7 @@ use crate::cp::{ContextParallel, CpBatch};
 use rsd_common::rng::SplitMix64;
 use rsd_loader::RowRules;
 
-use crate::perturb::{
-    clip_docs, control_view, perturb_real, row_seed, KlNorm, PerturbKind, Perturbation, RowView,
-    Scope,
-};
+use crate::perturb::{clip_doc_bounds, KlNorm, PerturbKind, Perturbation, RowView, Sampler, Scope};
 use crate::step::{
     grad_norm, long_ce_weights, perturbed_tokens, perturbed_work, prefix_reuse_floor,
     reference_loss, step_micro, zero_grads, Draws, LossNormalizers, MicroBatch, Objective,
@@ -66,7 +63,7 @@ pub struct ProbeRequest {
     pub tokens: PathBuf,
     /// Document boundaries spec (see [`DocBoundaries::parse`]): document-masked attention, and
     /// positions restart at each document.
-    pub docs: Option<String>,
+    pub doc_bounds: Option<String>,
     /// Which perturbation makes the second view.
     pub perturb: PerturbKind,
     /// The KL's per-sample normaliser.
@@ -74,7 +71,7 @@ pub struct ProbeRequest {
     /// Real tokens per row (one value or one per row; `None` = all): the rest is padding, with
     /// no labels and outside the perturbation and the KL rows.
     pub real_len: Option<Vec<i64>>,
-    /// With `docs`: the first token of each document is not predicted (no label on the token
+    /// With `doc_bounds`: the first token of each document is not predicted (no label on the token
     /// before it), as training with `doc_mask` (ProLong's collator).
     pub mask_doc_starts: bool,
     /// A loss mask, an integer `.npy` of shape `[B, L]` (1 = the token is a training target), as
@@ -185,7 +182,7 @@ struct ProbeRows {
     tokens: Vec<Vec<i64>>,
     labels: Vec<Vec<i64>>,
     positions: Vec<Vec<i64>>,
-    docs: Option<Vec<Vec<i64>>>,
+    doc_bounds: Option<Vec<Vec<i64>>>,
     real: Vec<i64>,
 }
 
@@ -197,7 +194,7 @@ impl ProbeRows {
     fn read(req: &ProbeRequest) -> Result<ProbeRows> {
         let tokens = read_tokens(&req.tokens)?;
         let (b, l) = (tokens.len(), tokens.first().map_or(0, |r| r.len() as i64));
-        let docs: Option<Vec<Vec<i64>>> = match &req.docs {
+        let doc_bounds: Option<Vec<Vec<i64>>> = match &req.doc_bounds {
             None => None,
             Some(spec) => Some(DocBoundaries::parse(spec, b, l)?.rows().to_vec()),
         };
@@ -221,7 +218,7 @@ impl ProbeRows {
         };
         let (mut labels, mut positions) = (Vec::with_capacity(b), Vec::with_capacity(b));
         for (k, row) in tokens.iter().enumerate() {
-            let bounds: Option<Vec<usize>> = docs
+            let bounds: Option<Vec<usize>> = doc_bounds
                 .as_ref()
                 .map(|d| d[k].iter().map(|&o| o as usize).collect());
             let rules = RowRules {
@@ -238,7 +235,7 @@ impl ProbeRows {
             tokens,
             labels,
             positions,
-            docs,
+            doc_bounds,
             real,
         })
     }
@@ -277,24 +274,32 @@ fn check_view(req: &ProbeRequest) -> Result<()> {
 /// Each row's second view: its perturbation applied to the real tokens, or (control kinds) the
 /// view row `r` of step 0 of a training run with `req.seed` gets.
 fn row_views(req: &ProbeRequest, rows: &ProbeRows, perts: &[Perturbation]) -> Vec<RowView> {
+    let sampler = Sampler {
+        kind: req.perturb,
+        scope: Scope::Sequence,
+        skip_range: None,
+        fixed_split: None,
+        chunks: 1,
+        kl_norm: req.kl_norm,
+    };
     (0..rows.len())
         .map(|r| {
             let real = rows.real[r];
-            let docs = rows.docs.as_ref().map(|d| clip_docs(&d[r], real));
-            let positions = &rows.positions[r];
-            let mut v = if req.perturb.is_control() {
-                // As training draws row r of step 0: the row's generator, then its seed.
-                let mut g = SplitMix64::keyed(&[req.seed, 0, r as u64]);
-                let seed = row_seed(&mut g);
-                control_view(positions, real, docs.as_deref(), req.perturb, seed)
-            } else {
-                let pert = &perts[r..=r];
-                perturb_real(positions, real, docs.as_deref(), Scope::Sequence, pert)
-            };
-            if req.kl_norm == KlNorm::Length {
-                v.kl_norm = real as f64;
-            }
-            v
+            let doc_bounds = rows
+                .doc_bounds
+                .as_ref()
+                .map(|d| clip_doc_bounds(&d[r], real));
+            // As training draws row r of step 0: the row's generator (a control kind draws no
+            // perturbation from it, only its seed).
+            let mut g = SplitMix64::keyed(&[req.seed, 0, r as u64]);
+            let pert = &perts[r..=r];
+            sampler.view(
+                &rows.positions[r],
+                real,
+                doc_bounds.as_deref(),
+                pert,
+                &mut g,
+            )
         })
         .collect()
 }
@@ -364,7 +369,7 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
         &rows.tokens,
         &rows.labels,
         rows.positions.clone(),
-        rows.docs.clone(),
+        rows.doc_bounds.clone(),
         Device::Cpu,
     )?
     .with_real_len(rows.real.clone())?;
@@ -698,7 +703,7 @@ impl Split {
             &local(&rows.labels)?,
             local(&rows.positions)?,
             // The whole rows' boundaries: the chunks' attention needs them (see StepExtras::cp_batch).
-            rows.docs.clone(),
+            rows.doc_bounds.clone(),
             Device::Cpu,
         )?
         // Whole-row coordinates, as the trainer's context-parallel micro-batches have them.

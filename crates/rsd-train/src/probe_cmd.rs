@@ -55,7 +55,7 @@ pub fn run(a: ProbeArgs) -> Result<()> {
     let request = ProbeRequest {
         model,
         tokens: a.tokens,
-        docs: a.docs,
+        doc_bounds: a.doc_bounds,
         perturb: a.perturb,
         kl_norm: a.kl_norm,
         real_len: list(&a.real_len, "real-len")?,

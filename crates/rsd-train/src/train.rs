@@ -30,9 +30,7 @@ use crate::data;
 use crate::memory_measure::{self as measure, Phase};
 use crate::optim::Schedule;
 use crate::parallel::DataParallel;
-use crate::perturb::{
-    clip_docs, control_view, perturb_real, row_seed, KlNorm, RowView, Sampler, Scope,
-};
+use crate::perturb::{clip_doc_bounds, RowView, Sampler, Scope};
 use crate::step::{
     step_micro, GradsDone, LossNormalizers, MicroBatch, Objective, SecondView, StepExtras,
     StepOptions, Sums,
@@ -279,7 +277,7 @@ pub fn sample_views_of_rows(
         rows,
         &mb.positions,
         &mb.real_len,
-        mb.docs.as_deref(),
+        mb.doc_bounds.as_deref(),
     )
 }
 
@@ -293,7 +291,7 @@ fn views_at(
     rows: &[usize],
     positions: &[Vec<i64>],
     real: &[i64],
-    docs: Option<&[Vec<i64>]>,
+    doc_bounds: Option<&[Vec<i64>]>,
 ) -> Vec<RowView> {
     (0..positions.len())
         .map(|r| {
@@ -304,28 +302,15 @@ fn views_at(
                 .copied()
                 .unwrap_or(pos.len() as i64)
                 .clamp(0, pos.len() as i64);
-            let docs = docs.map(|d| clip_docs(&d[r], n));
-            let perts: Vec<_> = match (sampler.scope, &docs) {
+            let doc_bounds = doc_bounds.map(|d| clip_doc_bounds(&d[r], n));
+            let perts: Vec<_> = match (sampler.scope, &doc_bounds) {
                 (Scope::Document, Some(d)) => d
                     .windows(2)
                     .map(|w| sampler.sample(&mut g, w[1] - w[0]))
                     .collect(),
                 _ => vec![sampler.sample(&mut g, n)],
             };
-            let scope = if docs.is_some() {
-                sampler.scope
-            } else {
-                Scope::Sequence
-            };
-            let mut v = if sampler.kind.is_control() {
-                control_view(pos, n, docs.as_deref(), sampler.kind, row_seed(&mut g))
-            } else {
-                perturb_real(pos, n, docs.as_deref(), scope, &perts)
-            };
-            if sampler.kl_norm == KlNorm::Length {
-                v.kl_norm = n as f64;
-            }
-            v
+            sampler.view(pos, n, doc_bounds.as_deref(), &perts, &mut g)
         })
         .collect()
 }
@@ -371,6 +356,30 @@ fn resumed(
     Ok((model, st, loader))
 }
 
+/// Micro-batches per optimizer step over all ranks: enough for `tokens_per_step` (1 without it).
+fn micro_batches_per_step(cfg: &TrainConfig, seq_len: u64) -> usize {
+    let per_micro = (cfg.micro_batch as u64 * seq_len).max(1);
+    if cfg.tokens_per_step == 0 {
+        1
+    } else {
+        cfg.tokens_per_step.div_ceil(per_micro) as usize
+    }
+}
+
+/// The steps `epochs` passes over the loader's datasets take, said on the main rank.
+fn steps_of_epochs(cfg: &TrainConfig, loader: &Loader, accum: usize, main: bool) -> u64 {
+    let rows_per_step = cfg.micro_batch * accum;
+    let steps = steps_for_epochs(cfg.epochs, &loader.dataset_sizes(), rows_per_step);
+    if main {
+        eprintln!(
+            "rsd-train: {} epoch(s) of {} rows at {rows_per_step} rows per step: {steps} steps",
+            cfg.epochs,
+            loader.dataset_sizes().iter().sum::<u64>(),
+        );
+    }
+    steps
+}
+
 impl Trainer {
     /// Builds a fresh run, or resumes from `resume` (a checkpoint directory).
     pub fn new(mut cfg: TrainConfig, resume: Option<&Path>) -> Result<Self> {
@@ -409,25 +418,10 @@ impl Trainer {
         data::guard_vocabulary(&mut loader, model.config().vocab_size)?;
         data::check_loss_mask(&loader, cfg.objective)?;
         let seq_len = loader.seq_len();
-        let per_micro = (cfg.micro_batch as u64 * seq_len).max(1);
-        let accum = if cfg.tokens_per_step == 0 {
-            1
-        } else {
-            cfg.tokens_per_step.div_ceil(per_micro) as usize
-        };
+        let accum = micro_batches_per_step(&cfg, seq_len);
         let local_accum = dp.local_accum(accum, &cfg, seq_len)?;
         if cfg.epochs > 0.0 {
-            cfg.steps =
-                steps_for_epochs(cfg.epochs, &loader.dataset_sizes(), cfg.micro_batch * accum);
-            if dp.is_main() {
-                eprintln!(
-                    "rsd-train: {} epoch(s) of {} rows at {} rows per step: {} steps",
-                    cfg.epochs,
-                    loader.dataset_sizes().iter().sum::<u64>(),
-                    cfg.micro_batch * accum,
-                    cfg.steps
-                );
-            }
+            cfg.steps = steps_of_epochs(&cfg, &loader, accum, dp.is_main());
         }
         let schedule = Schedule {
             lr: cfg.lr,
@@ -459,13 +453,11 @@ impl Trainer {
         };
         let (step_opts, sampler) = objective_of(&cfg)?;
         let heldout = if cfg.heldout_every > 0 {
+            let vocab = model.config().vocab_size;
+            let slice = heldout_slice(&cfg, &sampler, vocab, options.device)?;
+            // Each rank evaluates every `world`-th micro-batch of the slice.
             let (rank, world) = (dp.rank(), dp.world());
-            heldout_slice(&cfg, &sampler, model.config().vocab_size, options.device)?
-                .into_iter()
-                .enumerate()
-                .filter(|(i, _)| i % world == rank)
-                .map(|(_, b)| b)
-                .collect()
+            slice.into_iter().skip(rank).step_by(world).collect()
         } else {
             Vec::new()
         };
@@ -738,7 +730,7 @@ impl Trainer {
             rows,
             &full,
             &mb.real_len,
-            mb.docs.as_deref(),
+            mb.doc_bounds.as_deref(),
         ))
     }
 

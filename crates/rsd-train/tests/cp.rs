@@ -57,7 +57,7 @@ fn rank_cp_model() {
     let cp = ContextParallel::new(std::rc::Rc::new(group));
     // Documents crossing the chunk boundaries (chunks of 6 rows), different in each row.
     let documents = vec![vec![0, 5, 13, 24], vec![0, 16, 17, 24]];
-    for (file, kind, tol, docs) in [
+    for (file, kind, tol, doc_bounds) in [
         ("tiny-llama.json", Kind::Double, 1e-10, None),
         ("tiny-qwen3.json", Kind::Double, 1e-10, None),
         ("tiny-qwen3.json", Kind::Float, 1e-5, None),
@@ -89,12 +89,12 @@ fn rank_cp_model() {
         let w = Tensor::randn([b, l, d], (kind, Device::Cpu));
 
         // One process: the whole sequences.
-        let boundaries = docs
+        let boundaries = doc_bounds
             .clone()
             .map(|d| rsd_model::DocBoundaries::new(d, l).unwrap());
         let full = model
             .forward(&ForwardArgs {
-                docs: boundaries.as_ref(),
+                doc_bounds: boundaries.as_ref(),
                 ..ForwardArgs::new(&tokens, &positions)
             })
             .unwrap()
@@ -110,7 +110,7 @@ fn rank_cp_model() {
         };
         let chunks = ContextChunks {
             chunks: cp.chunks(l).unwrap(),
-            docs: docs.clone(),
+            doc_bounds: doc_bounds.clone(),
             gather: &gather,
         };
         let local = model
@@ -124,7 +124,7 @@ fn rank_cp_model() {
             .unwrap()
             .hidden;
         let r = rel(&local, &cp.local_rows(&full, 1).unwrap());
-        let what = format!("{file} {kind:?} documents {}", docs.is_some());
+        let what = format!("{file} {kind:?} documents {}", doc_bounds.is_some());
         assert!(r <= tol, "{what}: hidden states differ by {r:e}");
         (&local * cp.local_rows(&w, 1).unwrap())
             .sum(kind)

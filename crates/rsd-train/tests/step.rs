@@ -29,7 +29,7 @@ fn model(kind: Kind) -> Model {
     .unwrap()
 }
 
-fn batch(docs: bool) -> MicroBatch {
+fn batch(doc_bounds: bool) -> MicroBatch {
     let (b, l) = (2usize, 17usize);
     let rows: Vec<Vec<i64>> = (0..b)
         .map(|r| {
@@ -43,7 +43,7 @@ fn batch(docs: bool) -> MicroBatch {
         .map(|r| r[1..].iter().copied().chain([IGNORE]).collect())
         .collect();
     labels[1][4] = IGNORE; // a masked label inside the row
-    let (pos, d) = if docs {
+    let (pos, d) = if doc_bounds {
         let d = vec![vec![0, 6, 17], vec![0, 3, 10, 17]];
         let pos = d
             .iter()
@@ -59,7 +59,7 @@ fn batch(docs: bool) -> MicroBatch {
 fn views(mb: &MicroBatch, p: &[Perturbation]) -> Vec<RowView> {
     (0..mb.rows())
         .map(|r| {
-            let d = mb.docs.as_ref().map(|d| d[r].as_slice());
+            let d = mb.doc_bounds.as_ref().map(|d| d[r].as_slice());
             perturb_row(&mb.positions[r], d, Scope::Sequence, &p[r..=r])
         })
         .collect()
@@ -153,8 +153,8 @@ fn prefix_reuse_equals_naive_two_passes_fp32_and_fp64() {
     ];
     for (kind, tol) in [(Kind::Float, 2e-5), (Kind::Double, 1e-10)] {
         let m = model(kind);
-        for docs in [false, true] {
-            let mb = batch(docs);
+        for doc_bounds in [false, true] {
+            let mb = batch(doc_bounds);
             let v = views(&mb, &skip);
             for kl in [KlDirection::Reverse, KlDirection::Forward] {
                 let o = StepOptions {
@@ -172,7 +172,12 @@ fn prefix_reuse_equals_naive_two_passes_fp32_and_fp64() {
                     },
                 );
                 assert!(reuse.loss.1 > 0.0, "the KL must be non-trivial");
-                assert_close(&reuse, &naive, tol, &format!("{kind:?} docs={docs} {kl:?}"));
+                assert_close(
+                    &reuse,
+                    &naive,
+                    tol,
+                    &format!("{kind:?} doc_bounds={doc_bounds} {kl:?}"),
+                );
             }
         }
     }
@@ -231,8 +236,8 @@ fn chunked_loss_equals_full_logits_for_every_objective() {
             ],
         ),
     ];
-    for docs in [false, true] {
-        let mb = batch(docs);
+    for doc_bounds in [false, true] {
+        let mb = batch(doc_bounds);
         for (obj, p) in &cases {
             let v = views(&mb, p);
             let r = reference(&m, &mb, &v, opts(*obj));
@@ -251,7 +256,7 @@ fn chunked_loss_equals_full_logits_for_every_objective() {
                     &f,
                     &r,
                     1e-8,
-                    &format!("{obj:?} {p:?} chunk {chunk} docs={docs}"),
+                    &format!("{obj:?} {p:?} chunk {chunk} doc_bounds={doc_bounds}"),
                 );
             }
         }
@@ -261,8 +266,8 @@ fn chunked_loss_equals_full_logits_for_every_objective() {
 #[test]
 fn checkpointed_layers_equal_plain() {
     let m = model(Kind::Double);
-    for docs in [false, true] {
-        let mb = batch(docs);
+    for doc_bounds in [false, true] {
+        let mb = batch(doc_bounds);
         for p in [
             vec![
                 Perturbation::Skip { split: 5, skip: 9 },
@@ -285,7 +290,12 @@ fn checkpointed_layers_equal_plain() {
                         ..opts(obj)
                     },
                 );
-                assert_close(&ck, &plain, 1e-11, &format!("{obj:?} {p:?} docs={docs}"));
+                assert_close(
+                    &ck,
+                    &plain,
+                    1e-11,
+                    &format!("{obj:?} {p:?} doc_bounds={doc_bounds}"),
+                );
             }
         }
     }

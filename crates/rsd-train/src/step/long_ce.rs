@@ -46,11 +46,13 @@ pub(super) fn short_start(p: i64, doc_start: i64, lc: LongCe) -> Option<i64> {
 }
 
 /// The windows of a micro-batch whose rows have `real[r]` real tokens and (document-masked
-/// batches) the document boundaries `docs[r]`, in row order.
-pub(super) fn windows(real: &[i64], docs: Option<&[Vec<i64>]>, lc: LongCe) -> Vec<Window> {
+/// batches) the document boundaries `doc_bounds[r]`, in row order.
+pub(super) fn windows(real: &[i64], doc_bounds: Option<&[Vec<i64>]>, lc: LongCe) -> Vec<Window> {
     let mut out: Vec<Window> = Vec::new();
     for (row, &n) in real.iter().enumerate() {
-        let bounds = docs.and_then(|d| d.get(row)).map_or(&[][..], |d| &d[..]);
+        let bounds = doc_bounds
+            .and_then(|d| d.get(row))
+            .map_or(&[][..], |d| &d[..]);
         let mut doc = 0;
         let mut next = 1;
         for p in 0..n {
@@ -96,7 +98,7 @@ pub(super) fn short_context_logprobs(
     // `first`).
     let (tokens, l_src, jobs): (Tensor, i64, Vec<(Window, i64)>) = match split {
         None => {
-            let jobs = windows(&mb.real_len, mb.docs.as_deref(), lc)
+            let jobs = windows(&mb.real_len, mb.doc_bounds.as_deref(), lc)
                 .into_iter()
                 .map(|w| (w, w.row as i64 * l_out + w.first))
                 .collect();
@@ -107,7 +109,7 @@ pub(super) fn short_context_logprobs(
             let l = whole.first().map_or(0, Vec::len) as i64;
             let flat: Vec<i64> = whole.iter().flatten().copied().collect();
             let mut jobs = Vec::new();
-            for w in windows(&mb.real_len, mb.docs.as_deref(), lc) {
+            for w in windows(&mb.real_len, mb.doc_bounds.as_deref(), lc) {
                 let mut local = 0;
                 for &(cs, cn) in chunks {
                     let (first, end) = (w.first.max(cs), w.end.min(cs + cn));

@@ -59,14 +59,14 @@ pub use reference::reference_loss;
 pub fn long_ce_weights(model: &Model, mb: &MicroBatch, lc: LongCe, chunk: i64) -> Result<Tensor> {
     tch::no_grad(|| -> Result<Tensor> {
         let short = long_ce::short_context_logprobs(model, mb, lc, chunk, None)?;
-        let docs = match &mb.docs {
+        let doc_bounds = match &mb.doc_bounds {
             Some(d) => Some(rsd_model::DocBoundaries::new(d.clone(), mb.len())?),
             None => None,
         };
         let pos = prefix_reuse::pos_tensor(&mb.positions, mb.tokens.device())?;
         let hidden = model
             .forward(&rsd_model::ForwardArgs {
-                docs: docs.as_ref(),
+                doc_bounds: doc_bounds.as_ref(),
                 ..rsd_model::ForwardArgs::new(&mb.tokens, &pos)
             })?
             .hidden;
@@ -330,7 +330,7 @@ pub struct MicroBatch {
     /// Standard position ids per row.
     pub positions: Vec<Vec<i64>>,
     /// Document boundaries per row (`[0, …, L]`) for document-masked batches.
-    pub docs: Option<Vec<Vec<i64>>>,
+    pub doc_bounds: Option<Vec<Vec<i64>>>,
     /// Number of labels that carry a loss.
     pub label_tokens: i64,
     /// Real tokens per row, in whole-row coordinates (the rest is the pack's tail padding or
@@ -344,7 +344,7 @@ impl MicroBatch {
         tokens: &[Vec<i64>],
         labels: &[Vec<i64>],
         positions: Vec<Vec<i64>>,
-        docs: Option<Vec<Vec<i64>>>,
+        doc_bounds: Option<Vec<Vec<i64>>>,
         device: tch::Device,
     ) -> Result<Self> {
         let b = tokens.len();
@@ -368,7 +368,7 @@ impl MicroBatch {
             labels: flat(labels)?,
             real_len: vec![l as i64; b],
             positions,
-            docs,
+            doc_bounds,
             label_tokens,
         })
     }

@@ -37,7 +37,7 @@ struct PerturbedPass {
     /// Token ids `[rows, L − start]`.
     tokens: Tensor,
     rotary: Rotary,
-    docs: Option<DocBoundaries>,
+    doc_bounds: Option<DocBoundaries>,
     /// Context parallelism with prefix reuse: this rank's pieces of the row's re-sharded suffix.
     suffix: Option<SuffixPieces>,
 }
@@ -51,7 +51,7 @@ struct SuffixPieces {
     /// The pieces `(first row, rows)` in whole-row coordinates (rows ≥ L are padding).
     chunks: Vec<(i64, i64)>,
     /// The row's document boundaries over `[0, P + padded)`, the padding its own document.
-    docs: Option<Vec<i64>>,
+    doc_bounds: Option<Vec<i64>>,
 }
 
 /// The standard view's context-parallel layout, and the group.
@@ -60,7 +60,7 @@ struct CpPlan<'a> {
     /// This rank's chunks of the whole rows.
     chunks: Vec<(i64, i64)>,
     /// Whole rows' document boundaries.
-    docs: Option<Vec<Vec<i64>>>,
+    doc_bounds: Option<Vec<Vec<i64>>>,
 }
 
 impl CpPlan<'_> {
@@ -141,18 +141,18 @@ impl<'a> Plan<'a> {
             Some(batch) => Some(CpPlan {
                 batch,
                 chunks: batch.cp().chunks(mb.len() * batch.cp().size() as i64)?,
-                docs: mb.docs.clone(),
+                doc_bounds: mb.doc_bounds.clone(),
             }),
             None => None,
         };
         // Under context parallelism the document boundaries are the whole rows' and reach the
-        // attention through the context (`ContextChunks::docs`), not per pass.
+        // attention through the context (`ContextChunks::doc_bounds`), not per pass.
         let split = cp_batch.is_some();
-        let docs = |rows: &[i64]| if split { Ok(None) } else { docs_of(mb, rows) };
+        let doc_bounds = |rows: &[i64]| if split { Ok(None) } else { docs_of(mb, rows) };
         let std = if opts.objective != Objective::Pose {
             Some((
                 model.rotary(&pos_tensor(&mb.positions, device)?)?,
-                docs(&all)?,
+                doc_bounds(&all)?,
             ))
         } else {
             None
@@ -176,7 +176,7 @@ impl<'a> Plan<'a> {
             plan.rows = vec![None; mb.rows()];
             if !rows.is_empty() {
                 let nope = opts.view == SecondView::Nope;
-                plan.add_full_pass(mb, views, &rows, docs(&rows)?, nope)?;
+                plan.add_full_pass(mb, views, &rows, doc_bounds(&rows)?, nope)?;
             }
             plan.control = Some(Control {
                 view: opts.view,
@@ -219,7 +219,7 @@ impl<'a> Plan<'a> {
                         .filter(|&r| needed[r as usize])
                         .collect()
                 };
-                plan.add_full_pass(mb, views, &rows, docs(&rows)?, false)?;
+                plan.add_full_pass(mb, views, &rows, doc_bounds(&rows)?, false)?;
             } else {
                 plan.rows = vec![None; mb.rows()];
             }
@@ -234,7 +234,7 @@ impl<'a> Plan<'a> {
         mb: &MicroBatch,
         views: &[RowView],
         rows: &[i64],
-        docs: Option<DocBoundaries>,
+        doc_bounds: Option<DocBoundaries>,
         nope: bool,
     ) -> Result<()> {
         let device = mb.tokens.device();
@@ -257,7 +257,7 @@ impl<'a> Plan<'a> {
             } else {
                 self.model.rotary(&pos_tensor(&pert, device)?)?
             },
-            docs,
+            doc_bounds,
             suffix: None,
         });
         self.rows = vec![None; mb.rows()];
@@ -341,7 +341,7 @@ impl<'a> Plan<'a> {
                 start: p,
                 tokens: mb.tokens.f_narrow(0, r as i64, 1)?.f_narrow(1, p, l - p)?,
                 rotary: self.model.rotary(&pos_tensor(&suffix, device)?)?,
-                docs: docs_of(mb, &[r as i64])?,
+                doc_bounds: docs_of(mb, &[r as i64])?,
                 suffix: None,
             });
         }
@@ -381,7 +381,7 @@ impl<'a> Plan<'a> {
                     last + 1 + i - l
                 });
             }
-            let docs = ctx.docs.as_ref().map(|d| {
+            let doc_bounds = ctx.doc_bounds.as_ref().map(|d| {
                 let mut cu = d[b].clone();
                 if p + padded > l {
                     cu.push(p + padded);
@@ -401,12 +401,12 @@ impl<'a> Plan<'a> {
                     .f_view([1, count])?
                     .f_to_device(device)?,
                 rotary: self.model.rotary(&pos_tensor(&[pos], device)?)?,
-                docs: None,
+                doc_bounds: None,
                 suffix: Some(SuffixPieces {
                     row: b as i64,
                     prefix: p,
                     chunks,
-                    docs,
+                    doc_bounds,
                 }),
             });
         }
@@ -448,7 +448,7 @@ impl<'a> Plan<'a> {
         // rsd-model's attention gathers them in), for the suffix passes' prefixes.
         let gathered: RefCell<Vec<Tensor>> = RefCell::new(Vec::new());
         let std = match (&self.std, &x.std) {
-            (Some((rot, docs)), Some(xs)) => {
+            (Some((rot, doc_bounds)), Some(xs)) => {
                 let changed = self.changes(i, STANDARD_PASS)?;
                 let y = match (&self.cp_batch, changed) {
                     (Some(ctx), _) => {
@@ -459,7 +459,7 @@ impl<'a> Plan<'a> {
                         };
                         let cc = ContextChunks {
                             chunks: ctx.chunks.clone(),
-                            docs: ctx.docs.clone(),
+                            doc_bounds: ctx.doc_bounds.clone(),
                             gather: &gather,
                         };
                         self.model.layer_forward_split(i, xs, rot, &cc)?.0
@@ -468,11 +468,13 @@ impl<'a> Plan<'a> {
                         i,
                         xs,
                         rot,
-                        docs.as_ref(),
+                        doc_bounds.as_ref(),
                         &c.as_changes(),
                     )?,
                     (None, None) => {
-                        let (y, k) = self.model.layer_forward(i, xs, rot, docs.as_ref(), None)?;
+                        let (y, k) =
+                            self.model
+                                .layer_forward(i, xs, rot, doc_bounds.as_ref(), None)?;
                         kv = Some(k);
                         y
                     }
@@ -503,7 +505,7 @@ impl<'a> Plan<'a> {
                     let gather = |t: &Tensor| ctx.gather(t);
                     let cc = ContextChunks {
                         chunks: ctx.chunks.clone(),
-                        docs: ctx.docs.clone(),
+                        doc_bounds: ctx.doc_bounds.clone(),
                         gather: &gather,
                     };
                     self.model.layer_forward_split(i, xg, &g.rotary, &cc)?.0
@@ -512,12 +514,12 @@ impl<'a> Plan<'a> {
                     i,
                     xg,
                     &g.rotary,
-                    g.docs.as_ref(),
+                    g.doc_bounds.as_ref(),
                     &c.as_changes(),
                 )?,
                 (None, None) => {
                     self.model
-                        .layer_forward(i, xg, &g.rotary, g.docs.as_ref(), prefix.as_ref())?
+                        .layer_forward(i, xg, &g.rotary, g.doc_bounds.as_ref(), prefix.as_ref())?
                         .0
                 }
             };
@@ -558,7 +560,7 @@ impl<'a> Plan<'a> {
         };
         let cc = ContextChunks {
             chunks: sp.chunks.clone(),
-            docs: sp.docs.clone().map(|d| vec![d]),
+            doc_bounds: sp.doc_bounds.clone().map(|d| vec![d]),
             gather: &gather,
         };
         Ok(self.model.layer_forward_split(i, x, &g.rotary, &cc)?.0)
@@ -771,7 +773,9 @@ fn checked_views<'v>(mb: &MicroBatch, views: Option<&'v [RowView]>) -> Result<&'
 
 /// The document mask of the given rows (document-masked batches only).
 fn docs_of(mb: &MicroBatch, rows: &[i64]) -> Result<Option<DocBoundaries>> {
-    let Some(d) = &mb.docs else { return Ok(None) };
+    let Some(d) = &mb.doc_bounds else {
+        return Ok(None);
+    };
     let sel = rows.iter().map(|&r| d[r as usize].clone()).collect();
     Ok(Some(DocBoundaries::new(sel, mb.len())?))
 }

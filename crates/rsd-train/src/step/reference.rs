@@ -33,7 +33,7 @@ pub fn reference_loss(
     }
     let device = mb.tokens.device();
     let (b, l) = (mb.rows() as i64, mb.len());
-    let docs = match &mb.docs {
+    let doc_bounds = match &mb.doc_bounds {
         Some(d) => Some(DocBoundaries::new(d.clone(), l)?),
         None => None,
     };
@@ -41,7 +41,7 @@ pub fn reference_loss(
         let p = pos_tensor(pos, device)?;
         let h = model
             .forward(&rsd_model::ForwardArgs {
-                docs: docs.as_ref(),
+                doc_bounds: doc_bounds.as_ref(),
                 ..rsd_model::ForwardArgs::new(&mb.tokens, &p)
             })?
             .hidden;
