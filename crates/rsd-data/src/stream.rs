@@ -44,7 +44,7 @@ pub struct RowSummary {
     /// Labels that count in the loss.
     pub labels: usize,
     /// Document ends inside the row, in row coordinates.
-    pub docs: Vec<u32>,
+    pub doc_ends: Vec<u32>,
     /// The `[start, end)` chunks of the row this rank holds, in row coordinates.
     pub chunks: Vec<[u32; 2]>,
     /// The full row's length (padding for context parallelism included).
@@ -113,7 +113,7 @@ fn summarize(b: &Batch, row: usize, edge: usize, full: bool) -> RowSummary {
     let pos = &b.position_ids[lo..hi];
     let base = b.full_row_offsets[row];
     let end = b.full_row_offsets[row + 1];
-    let docs: Vec<u32> = b
+    let doc_ends: Vec<u32> = b
         .doc_offsets
         .iter()
         .filter(|&&d| d > base && d <= end)
@@ -137,7 +137,7 @@ fn summarize(b: &Batch, row: usize, edge: usize, full: bool) -> RowSummary {
             .iter()
             .filter(|&&l| l != IGNORE_INDEX)
             .count(),
-        docs,
+        doc_ends,
         chunks: chunks.iter().map(|[x, y]| [x - base, y - base]).collect(),
         row_len: end - base,
         full: full.then(|| FullRow {

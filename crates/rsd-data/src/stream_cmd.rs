@@ -201,7 +201,7 @@ fn row_json(r: &RowSummary) -> serde_json::Value {
         "last": r.last,
         "pos": [r.positions.0, r.positions.1],
         "labels": r.labels,
-        "docs": r.docs,
+        "docs": r.doc_ends,
         "chunks": r.chunks,
         "row_len": r.row_len,
     });

@@ -100,6 +100,24 @@ pub fn run(launch: &Launch) -> Result<Outcome> {
     }
     let port = free_local_port()
         .map_err(|e| launch_err(format!("finding a free port for the ranks: {e}")))?;
+    catch_signals();
+    // One waiter thread per rank reports its exit at once, so the first rank to fail is the one
+    // named (the others then fail too, seeing its connections close).
+    let (exits, exited) = mpsc::channel();
+    let Started { pids, pipes } = spawn_ranks(launch, port, exits)?;
+    let Ended { failed, forwarded } = wait_for_ranks(launch, pids, exited)?;
+    for p in pipes {
+        let _ = p.join();
+    }
+    Ok(match (failed, forwarded) {
+        (Some((rank, status)), _) => Outcome::RankFailed { rank, status },
+        (None, Some(signal)) => Outcome::Interrupted { signal },
+        (None, None) => Outcome::Done,
+    })
+}
+
+/// From now on SIGINT and SIGTERM are recorded in [`SIGNAL`], to be passed on to the ranks.
+fn catch_signals() {
     // SAFETY: the handler only stores to an atomic (async-signal-safe).
     unsafe {
         libc::signal(
@@ -111,9 +129,24 @@ pub fn run(launch: &Launch) -> Result<Outcome> {
             on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
         );
     }
-    // One waiter thread per rank reports its exit at once, so the first rank to fail is the one
-    // named (the others then fail too, seeing its connections close).
-    let (exits, exited) = mpsc::channel();
+}
+
+/// A rank's exit as its waiter thread reports it.
+type Exit = (usize, std::io::Result<ExitStatus>);
+
+/// The ranks started.
+struct Started {
+    /// Their process ids (`None` once a rank's exit is reported).
+    pids: Vec<Option<libc::pid_t>>,
+    /// The threads copying their stderr.
+    pipes: Vec<thread::JoinHandle<()>>,
+}
+
+/// Starts every rank, each with a thread copying its stderr and one sending its exit to
+/// `exits` (dropped here: the receiver disconnects once every waiter has sent). A rank that
+/// cannot start is an error, the ranks already started killed.
+fn spawn_ranks(launch: &Launch, port: u16, exits: mpsc::Sender<Exit>) -> Result<Started> {
+    let nproc = launch.nproc;
     let mut pids: Vec<Option<libc::pid_t>> = Vec::with_capacity(nproc);
     let mut pipes = Vec::with_capacity(nproc);
     for rank in 0..nproc {
@@ -144,7 +177,24 @@ pub fn run(launch: &Launch) -> Result<Outcome> {
             let _ = exits.send((rank, child.wait()));
         });
     }
-    drop(exits);
+    Ok(Started { pids, pipes })
+}
+
+/// How the ranks ended.
+struct Ended {
+    /// The rank that failed first, and its status.
+    failed: Option<(usize, ExitStatus)>,
+    /// The last signal passed on.
+    forwarded: Option<libc::c_int>,
+}
+
+/// Waits for every rank in `pids` to exit, passing signals on; the first rank to fail gets the
+/// others killed.
+fn wait_for_ranks(
+    launch: &Launch,
+    mut pids: Vec<Option<libc::pid_t>>,
+    exited: mpsc::Receiver<Exit>,
+) -> Result<Ended> {
     let mut failed: Option<(usize, ExitStatus)> = None;
     // A rank whose collective failed usually only saw another rank fail (its connections close
     // before that rank's process is gone): wait briefly for the rank that failed first.
@@ -189,14 +239,7 @@ pub fn run(launch: &Launch) -> Result<Outcome> {
         }
     }
     let failed = failed.or(lost_peer.map(|(rank, status, _)| (rank, status)));
-    for p in pipes {
-        let _ = p.join();
-    }
-    Ok(match (failed, forwarded) {
-        (Some((rank, status)), _) => Outcome::RankFailed { rank, status },
-        (None, Some(signal)) => Outcome::Interrupted { signal },
-        (None, None) => Outcome::Done,
-    })
+    Ok(Ended { failed, forwarded })
 }
 
 /// Sends `sig` to every rank still running.

@@ -30,6 +30,11 @@ fn collectives_match_a_single_process() {
     launch("rank_collectives", 2);
 }
 
+/// Every collective of the process group, checked on each rank against the single-process result.
+///
+/// Long because: it is one sequence of checks that every rank runs in lockstep (each collective
+/// must be entered in the same order on all ranks); split into helpers, that order would be spread
+/// over several functions and the shared inputs passed between them.
 #[test]
 #[ignore = "one rank of collectives_match_a_single_process"]
 fn rank_collectives() {

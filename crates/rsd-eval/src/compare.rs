@@ -113,34 +113,7 @@ fn describe(run: &Path, p: &Pairs) -> String {
 /// Compares runs given as (label, directory, records).
 pub fn compare(runs: &[(String, PathBuf, Vec<ItemResult>)]) -> Result<Comparison, PlotError> {
     let sets: Vec<Pairs> = runs.iter().map(|(_, _, items)| pairs(items)).collect();
-    for i in 0..runs.len() {
-        for j in i + 1..runs.len() {
-            if sets[i].is_disjoint(&sets[j]) {
-                return Err(PlotError::Input(format!(
-                    "runs {} and {} share no (task, length) to compare: {}; {}",
-                    runs[i].1.display(),
-                    runs[j].1.display(),
-                    describe(&runs[i].1, &sets[i]),
-                    describe(&runs[j].1, &sets[j])
-                )));
-            }
-        }
-    }
-    let mut common = sets[0].clone();
-    for s in &sets[1..] {
-        common = common.intersection(s).cloned().collect();
-    }
-    if common.is_empty() {
-        let all: Vec<String> = runs
-            .iter()
-            .zip(&sets)
-            .map(|((_, dir, _), s)| describe(dir, s))
-            .collect();
-        return Err(PlotError::Input(format!(
-            "no (task, length) is in every run: {}",
-            all.join("; ")
-        )));
-    }
+    let common = common_pairs(runs, &sets)?;
     let shared: Vec<Vec<&ItemResult>> = runs
         .iter()
         .map(|(_, _, items)| {
@@ -168,44 +141,15 @@ pub fn compare(runs: &[(String, PathBuf, Vec<ItemResult>)]) -> Result<Comparison
     columns.push("all".into());
     let by_length_depth = shared
         .iter()
-        .map(|items| {
-            lengths
-                .iter()
-                .map(|&l| {
-                    depths
-                        .iter()
-                        .map(|&d| {
-                            cell(
-                                items
-                                    .iter()
-                                    .copied()
-                                    .filter(|r| r.length == l && r.depth == Some(d)),
-                            )
-                        })
-                        .collect()
-                })
-                .collect()
-        })
+        .map(|items| by_length_and_depth(items, &lengths, &depths))
         .collect();
     let rows = runs
         .iter()
         .zip(&shared)
-        .map(|((label, dir, _), items)| {
-            let mut cells: Vec<Option<Cell>> = lengths
-                .iter()
-                .map(|&l| cell(items.iter().copied().filter(|r| r.length == l)))
-                .collect();
-            cells.extend(
-                depths
-                    .iter()
-                    .map(|&d| cell(items.iter().copied().filter(|r| r.depth == Some(d)))),
-            );
-            cells.push(cell(items.iter().copied()));
-            Row {
-                label: label.clone(),
-                run: dir.clone(),
-                cells,
-            }
+        .map(|((label, dir, _), items)| Row {
+            label: label.clone(),
+            run: dir.clone(),
+            cells: row_cells(items, &lengths, &depths),
         })
         .collect();
     let left_out = sets
@@ -222,6 +166,83 @@ pub fn compare(runs: &[(String, PathBuf, Vec<ItemResult>)]) -> Result<Comparison
         paired: None,
         by_length_depth,
     })
+}
+
+/// The (task, length) pairs every run has (`sets`, one per run). Two runs that share none, or
+/// runs with none common to all, are refused, naming what each has.
+fn common_pairs(
+    runs: &[(String, PathBuf, Vec<ItemResult>)],
+    sets: &[Pairs],
+) -> Result<Pairs, PlotError> {
+    for i in 0..runs.len() {
+        for j in i + 1..runs.len() {
+            if sets[i].is_disjoint(&sets[j]) {
+                return Err(PlotError::Input(format!(
+                    "runs {} and {} share no (task, length) to compare: {}; {}",
+                    runs[i].1.display(),
+                    runs[j].1.display(),
+                    describe(&runs[i].1, &sets[i]),
+                    describe(&runs[j].1, &sets[j])
+                )));
+            }
+        }
+    }
+    let mut common = sets[0].clone();
+    for s in &sets[1..] {
+        common = common.intersection(s).cloned().collect();
+    }
+    if common.is_empty() {
+        let all: Vec<String> = runs
+            .iter()
+            .zip(sets)
+            .map(|((_, dir, _), s)| describe(dir, s))
+            .collect();
+        return Err(PlotError::Input(format!(
+            "no (task, length) is in every run: {}",
+            all.join("; ")
+        )));
+    }
+    Ok(common)
+}
+
+/// One run's cells per shared length, per depth (the per-length figure's points).
+fn by_length_and_depth(
+    items: &[&ItemResult],
+    lengths: &[usize],
+    depths: &[f64],
+) -> Vec<Vec<Option<Cell>>> {
+    lengths
+        .iter()
+        .map(|&l| {
+            depths
+                .iter()
+                .map(|&d| {
+                    cell(
+                        items
+                            .iter()
+                            .copied()
+                            .filter(|r| r.length == l && r.depth == Some(d)),
+                    )
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// One run's row of the table: a cell per length (all depths), per depth (all lengths), and
+/// over all its shared records.
+fn row_cells(items: &[&ItemResult], lengths: &[usize], depths: &[f64]) -> Vec<Option<Cell>> {
+    let mut cells: Vec<Option<Cell>> = lengths
+        .iter()
+        .map(|&l| cell(items.iter().copied().filter(|r| r.length == l)))
+        .collect();
+    cells.extend(
+        depths
+            .iter()
+            .map(|&d| cell(items.iter().copied().filter(|r| r.depth == Some(d)))),
+    );
+    cells.push(cell(items.iter().copied()));
+    cells
 }
 
 impl Comparison {

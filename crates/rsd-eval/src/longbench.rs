@@ -390,34 +390,7 @@ fn read_predictions(path: &Path) -> Result<Vec<Prediction>> {
 /// What `rsd-eval longbench` did, as a line for the user.
 pub fn command(a: &LongBenchArgs) -> Result<String> {
     if let Some(file) = &a.score {
-        let out = a
-            .out
-            .as_ref()
-            .ok_or_else(|| RunError::Input("--score needs --out RUN/".into()))?;
-        let preds: Vec<Prediction> = read_predictions(file)?
-            .into_iter()
-            .map(Prediction::judged)
-            .collect();
-        std::fs::create_dir_all(out).map_err(io_err(out))?;
-        let mut text = String::new();
-        for p in &preds {
-            text += &serde_json::to_string(p).map_err(|e| RunError::Json {
-                path: out.join("longbench.jsonl"),
-                reason: e.to_string(),
-            })?;
-            text.push('\n');
-        }
-        let path = out.join("longbench.jsonl");
-        rsd_common::safe_fs::write_file_atomic(&path, text.as_bytes())
-            .map_err(|e| RunError::Input(format!("writing {}: {e}", path.display())))?;
-        let s = summarize(&preds);
-        write_summary(out, &s, &format!("Responses from {}.", file.display()))?;
-        return Ok(format!(
-            "{} responses scored: overall {:.1}% (see {})",
-            s.n,
-            s.overall,
-            out.join("summary.md").display()
-        ));
+        return score_responses(a, file);
     }
     let data = a
         .data
@@ -446,52 +419,19 @@ pub fn command(a: &LongBenchArgs) -> Result<String> {
     } else {
         None
     };
-    // The prompt text after truncation, rendered, and its ids.
-    let prepare = |text: &str| -> Result<(String, Vec<i64>, bool)> {
-        let (text, cut) = truncate_middle(&tok, text, a.max_len)?;
-        let text = match &chat {
-            Some(c) => c.render_user(&text)?,
-            None => text,
-        };
-        let bos_in_text = chat
-            .as_ref()
-            .and_then(ChatTemplate::bos)
-            .is_some_and(|b| !b.is_empty() && text.starts_with(b));
-        let ids = tok.encode(&text, !bos_in_text)?;
-        Ok((text, ids, cut))
+    let prompter = Prompter {
+        tok: &tok,
+        chat: chat.as_ref(),
+        max_len: a.max_len,
     };
-    let first_template = if a.cot { ZERO_SHOT_COT } else { ZERO_SHOT };
     if let Some(dump) = &a.dump_prompts {
-        let mut text = String::new();
-        for q in &questions {
-            let (prompt, ids, cut) = prepare(&fill(first_template, q, ""))?;
-            let line = serde_json::json!({"_id": q.id, "prompt": prompt, "prompt_token_ids": ids,
-                "truncated": cut, "answer": q.answer});
-            text += &format!("{line}\n");
-        }
-        rsd_common::safe_fs::write_file_atomic(dump, text.as_bytes())
-            .map_err(|e| RunError::Input(format!("writing {}: {e}", dump.display())))?;
-        return Ok(format!(
-            "wrote {} prompts to {}",
-            questions.len(),
-            dump.display()
-        ));
+        return dump_prompts(dump, &questions, &prompter, a.cot);
     }
     let (Some(model_dir), Some(out)) = (&a.model, &a.out) else {
         return Err(RunError::Input("give --model DIR and --out RUN/".into()));
     };
     check_model_files(model_dir)?;
-    let settings = serde_json::json!({
-        "model": std::fs::canonicalize(model_dir).map_err(io_err(model_dir))?.display().to_string(),
-        "tokenizer_sha256": sha256_file(&tok_path)?,
-        "data_sha256": sha256_file(data)?,
-        "cot": a.cot,
-        "max_len": a.max_len,
-        "chat_template": a.chat_template,
-        "max_new_tokens": a.max_new_tokens,
-        "cot_max_new_tokens": if a.cot { Some(a.cot_max_new_tokens) } else { None },
-        "dtype": a.runtime.dtype,
-    });
+    let settings = settings(a, model_dir, &tok_path, data)?;
     let options = a.runtime.options()?;
     std::fs::create_dir_all(out).map_err(io_err(out))?;
     settle_run_json(out, &settings, &a.runtime.device)?;
@@ -506,66 +446,17 @@ pub fn command(a: &LongBenchArgs) -> Result<String> {
     let already = questions.len() - pending.len();
     if !pending.is_empty() {
         let model = Model::load(model_dir, options)?;
-        let eos = gen::eos_token_ids(model_dir)?;
-        let generate = |ids: Vec<i64>, max_new_tokens: usize| -> Result<String> {
-            let gopts = GenerateOptions {
-                max_new_tokens,
-                eos: eos.clone(),
-                batch_size: 1,
-                ..Default::default()
-            };
-            let g = gen::generate(&model, &[ids], &gopts, Some(&tok))?;
-            Ok(g.into_iter()
-                .next()
-                .and_then(|g| g.text)
-                .unwrap_or_default()
-                .trim()
-                .to_string())
+        let answerer = Answerer {
+            model: &model,
+            prompter: &prompter,
+            eos: gen::eos_token_ids(model_dir)?,
+            a,
         };
         let mut file = open_for_append(&results)?;
         let bar = progress_bar(!a.quiet, questions.len() as u64, already as u64);
         for q in pending {
-            let (_, ids, mut cut) = prepare(&fill(first_template, q, ""))?;
-            let mut prompt_tokens = ids.len();
-            let first = generate(
-                ids,
-                if a.cot {
-                    a.cot_max_new_tokens
-                } else {
-                    a.max_new_tokens
-                },
-            )?;
-            let (response_cot, response) = if a.cot {
-                let (_, ids, cut2) = prepare(&fill(ZERO_SHOT_COT_ANSWER, q, &first))?;
-                cut |= cut2;
-                prompt_tokens = ids.len();
-                (Some(first), generate(ids, a.max_new_tokens)?)
-            } else {
-                (None, first)
-            };
-            let p = Prediction {
-                id: q.id.clone(),
-                domain: q.domain.clone(),
-                sub_domain: q.sub_domain.clone(),
-                difficulty: q.difficulty.clone(),
-                length: q.length.clone(),
-                question: q.question.clone(),
-                answer: q.answer.clone(),
-                response_cot,
-                response,
-                pred: None,
-                judge: false,
-                prompt_tokens: Some(prompt_tokens),
-                truncated: Some(cut),
-            }
-            .judged();
-            let line = serde_json::to_string(&p).map_err(|e| RunError::Json {
-                path: results.clone(),
-                reason: e.to_string(),
-            })?;
-            writeln!(file, "{line}")
-                .and_then(|_| file.flush())
-                .map_err(io_err(&results))?;
+            let p = answerer.answer(q)?;
+            append(&mut file, &results, &p)?;
             done.push(p);
             bar.inc(1);
         }
@@ -590,6 +481,192 @@ pub fn command(a: &LongBenchArgs) -> Result<String> {
         s.overall,
         out.join("summary.md").display()
     ))
+}
+
+/// The settings run.json records: what defines the prompts and the responses.
+fn settings(a: &LongBenchArgs, model_dir: &Path, tok_path: &Path, data: &Path) -> Result<Value> {
+    Ok(serde_json::json!({
+        "model": std::fs::canonicalize(model_dir).map_err(io_err(model_dir))?.display().to_string(),
+        "tokenizer_sha256": sha256_file(tok_path)?,
+        "data_sha256": sha256_file(data)?,
+        "cot": a.cot,
+        "max_len": a.max_len,
+        "chat_template": a.chat_template,
+        "max_new_tokens": a.max_new_tokens,
+        "cot_max_new_tokens": if a.cot { Some(a.cot_max_new_tokens) } else { None },
+        "dtype": a.runtime.dtype,
+    }))
+}
+
+/// Appends one prediction to longbench.jsonl and flushes it, so that a killed run keeps every
+/// answered question.
+fn append(file: &mut std::fs::File, path: &Path, p: &Prediction) -> Result<()> {
+    let line = serde_json::to_string(p).map_err(|e| RunError::Json {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    writeln!(file, "{line}")
+        .and_then(|_| file.flush())
+        .map_err(io_err(path))
+}
+
+/// `--score FILE`: judges responses made elsewhere, writes them as RUN/longbench.jsonl and
+/// summarises them.
+fn score_responses(a: &LongBenchArgs, file: &Path) -> Result<String> {
+    let out = a
+        .out
+        .as_ref()
+        .ok_or_else(|| RunError::Input("--score needs --out RUN/".into()))?;
+    let preds: Vec<Prediction> = read_predictions(file)?
+        .into_iter()
+        .map(Prediction::judged)
+        .collect();
+    std::fs::create_dir_all(out).map_err(io_err(out))?;
+    let mut text = String::new();
+    for p in &preds {
+        text += &serde_json::to_string(p).map_err(|e| RunError::Json {
+            path: out.join("longbench.jsonl"),
+            reason: e.to_string(),
+        })?;
+        text.push('\n');
+    }
+    let path = out.join("longbench.jsonl");
+    rsd_common::safe_fs::write_file_atomic(&path, text.as_bytes())
+        .map_err(|e| RunError::Input(format!("writing {}: {e}", path.display())))?;
+    let s = summarize(&preds);
+    write_summary(out, &s, &format!("Responses from {}.", file.display()))?;
+    Ok(format!(
+        "{} responses scored: overall {:.1}% (see {})",
+        s.n,
+        s.overall,
+        out.join("summary.md").display()
+    ))
+}
+
+/// Turns a filled-in prompt into what the model reads.
+struct Prompter<'a> {
+    tok: &'a TextTokenizer,
+    chat: Option<&'a ChatTemplate>,
+    max_len: usize,
+}
+
+impl Prompter<'_> {
+    /// The prompt text after truncation, rendered, its ids, and whether it was truncated.
+    fn prepare(&self, text: &str) -> Result<(String, Vec<i64>, bool)> {
+        let (text, cut) = truncate_middle(self.tok, text, self.max_len)?;
+        let text = match self.chat {
+            Some(c) => c.render_user(&text)?,
+            None => text,
+        };
+        let bos_in_text = self
+            .chat
+            .and_then(ChatTemplate::bos)
+            .is_some_and(|b| !b.is_empty() && text.starts_with(b));
+        let ids = self.tok.encode(&text, !bos_in_text)?;
+        Ok((text, ids, cut))
+    }
+}
+
+/// The first prompt a question is asked with: the zero-shot one, or with `cot` the
+/// chain-of-thought one.
+fn first_template(cot: bool) -> &'static str {
+    if cot {
+        ZERO_SHOT_COT
+    } else {
+        ZERO_SHOT
+    }
+}
+
+/// `--dump-prompts FILE`: writes every question's first prompt, as the model would read it.
+fn dump_prompts(
+    dump: &Path,
+    questions: &[Question],
+    prompter: &Prompter<'_>,
+    cot: bool,
+) -> Result<String> {
+    let mut text = String::new();
+    for q in questions {
+        let (prompt, ids, cut) = prompter.prepare(&fill(first_template(cot), q, ""))?;
+        let line = serde_json::json!({"_id": q.id, "prompt": prompt, "prompt_token_ids": ids,
+            "truncated": cut, "answer": q.answer});
+        text += &format!("{line}\n");
+    }
+    rsd_common::safe_fs::write_file_atomic(dump, text.as_bytes())
+        .map_err(|e| RunError::Input(format!("writing {}: {e}", dump.display())))?;
+    Ok(format!(
+        "wrote {} prompts to {}",
+        questions.len(),
+        dump.display()
+    ))
+}
+
+/// Asks the model the questions, one at a time.
+struct Answerer<'a> {
+    model: &'a Model,
+    prompter: &'a Prompter<'a>,
+    eos: Vec<i64>,
+    a: &'a LongBenchArgs,
+}
+
+impl Answerer<'_> {
+    /// The model's greedy response to `ids`, trimmed.
+    fn generate(&self, ids: Vec<i64>, max_new_tokens: usize) -> Result<String> {
+        let gopts = GenerateOptions {
+            max_new_tokens,
+            eos: self.eos.clone(),
+            batch_size: 1,
+            ..Default::default()
+        };
+        let g = gen::generate(self.model, &[ids], &gopts, Some(self.prompter.tok))?;
+        Ok(g.into_iter()
+            .next()
+            .and_then(|g| g.text)
+            .unwrap_or_default()
+            .trim()
+            .to_string())
+    }
+
+    /// The judged prediction for `q`: with `--cot` its reasoning first, then the answer prompt
+    /// with the reasoning in place of the document.
+    fn answer(&self, q: &Question) -> Result<Prediction> {
+        let a = self.a;
+        let (_, ids, mut cut) = self.prompter.prepare(&fill(first_template(a.cot), q, ""))?;
+        let mut prompt_tokens = ids.len();
+        let first = self.generate(
+            ids,
+            if a.cot {
+                a.cot_max_new_tokens
+            } else {
+                a.max_new_tokens
+            },
+        )?;
+        let (response_cot, response) = if a.cot {
+            let (_, ids, cut2) = self
+                .prompter
+                .prepare(&fill(ZERO_SHOT_COT_ANSWER, q, &first))?;
+            cut |= cut2;
+            prompt_tokens = ids.len();
+            (Some(first), self.generate(ids, a.max_new_tokens)?)
+        } else {
+            (None, first)
+        };
+        Ok(Prediction {
+            id: q.id.clone(),
+            domain: q.domain.clone(),
+            sub_domain: q.sub_domain.clone(),
+            difficulty: q.difficulty.clone(),
+            length: q.length.clone(),
+            question: q.question.clone(),
+            answer: q.answer.clone(),
+            response_cot,
+            response,
+            pred: None,
+            judge: false,
+            prompt_tokens: Some(prompt_tokens),
+            truncated: Some(cut),
+        }
+        .judged())
+    }
 }
 
 #[cfg(test)]

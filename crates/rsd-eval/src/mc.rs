@@ -511,56 +511,7 @@ pub fn command(a: &McArgs) -> crate::run::Result<crate::items::ScoreReport> {
     rsd_model::checkpoint::safetensors_files(&a.model)?;
     let mut items = Vec::with_capacity(questions.len());
     for (i, q) in questions.iter().enumerate() {
-        let examples = examples_for(q, &pool, a.fewshot);
-        if examples.len() < a.fewshot {
-            return Err(RunError::Input(format!(
-                "{}: --fewshot {} but --fewshot-data has {} example(s){}",
-                q.origin,
-                a.fewshot,
-                examples.len(),
-                if q.group.is_empty() {
-                    String::new()
-                } else {
-                    format!(" for \"{}\"", q.group)
-                }
-            )));
-        }
-        let contexts = q
-            .full_contexts(&examples)
-            .iter()
-            .map(|c| tok.encode(c, true))
-            .collect::<Result<Vec<_>, _>>()?;
-        let continuations = q
-            .continuations
-            .iter()
-            .map(|c| tok.encode(c, false))
-            .collect::<Result<Vec<_>, _>>()?;
-        if let Some(j) = continuations.iter().position(Vec::is_empty) {
-            return Err(RunError::Input(format!(
-                "{}: choice {:?} has no tokens",
-                q.origin, q.choices[j]
-            )));
-        }
-        let longest = contexts
-            .iter()
-            .max_by_key(|c| c.len())
-            .cloned()
-            .unwrap_or_default();
-        items.push(crate::items::UserItem {
-            line: i,
-            task: a.task.name().to_string(),
-            depth: None,
-            length: 0,
-            ids: longest,
-            candidates: q.choices.clone(),
-            continuations,
-            gold: q.gold,
-            per_candidate: (contexts.len() > 1).then_some(contexts),
-            norm_chars: a
-                .task
-                .reports_acc_norm()
-                .then(|| q.choices.iter().map(|c| c.chars().count()).collect()),
-        });
+        items.push(user_item(a, &tok, i, q, &pool)?);
     }
     // One length bucket per benchmark: its longest prompt, rounded up to a power of two.
     let bucket = items
@@ -586,21 +537,88 @@ pub fn command(a: &McArgs) -> crate::run::Result<crate::items::ScoreReport> {
     let source = crate::items::ItemsSource {
         path: a.data.clone(),
         sha256: sha256_of(&a.data)?,
-        benchmark: Some(format!(
-            "{}{}{}",
-            a.task.name(),
-            match a.limit {
-                Some(n) => format!(" (first {n})"),
-                None => String::new(),
-            },
-            if a.fewshot > 0 {
-                format!(", {}-shot", a.fewshot)
-            } else {
-                String::new()
-            }
-        )),
+        benchmark: Some(benchmark_name(a)),
     };
     crate::items::score_user_items(&args, &a.model, &cfg, &items, &source)
+}
+
+/// Question `i` as an item to score: its contexts after `a.fewshot` examples of `pool`, and
+/// its choices, tokenized (its length bucket is set later).
+fn user_item(
+    a: &McArgs,
+    tok: &rsd_model::generate::TextTokenizer,
+    i: usize,
+    q: &McQuestion,
+    pool: &[McQuestion],
+) -> crate::run::Result<crate::items::UserItem> {
+    use crate::run::RunError;
+    let examples = examples_for(q, pool, a.fewshot);
+    if examples.len() < a.fewshot {
+        return Err(RunError::Input(format!(
+            "{}: --fewshot {} but --fewshot-data has {} example(s){}",
+            q.origin,
+            a.fewshot,
+            examples.len(),
+            if q.group.is_empty() {
+                String::new()
+            } else {
+                format!(" for \"{}\"", q.group)
+            }
+        )));
+    }
+    let contexts = q
+        .full_contexts(&examples)
+        .iter()
+        .map(|c| tok.encode(c, true))
+        .collect::<Result<Vec<_>, _>>()?;
+    let continuations = q
+        .continuations
+        .iter()
+        .map(|c| tok.encode(c, false))
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Some(j) = continuations.iter().position(Vec::is_empty) {
+        return Err(RunError::Input(format!(
+            "{}: choice {:?} has no tokens",
+            q.origin, q.choices[j]
+        )));
+    }
+    let longest = contexts
+        .iter()
+        .max_by_key(|c| c.len())
+        .cloned()
+        .unwrap_or_default();
+    Ok(crate::items::UserItem {
+        line: i,
+        task: a.task.name().to_string(),
+        depth: None,
+        length: 0,
+        ids: longest,
+        candidates: q.choices.clone(),
+        continuations,
+        gold: q.gold,
+        per_candidate: (contexts.len() > 1).then_some(contexts),
+        norm_chars: a
+            .task
+            .reports_acc_norm()
+            .then(|| q.choices.iter().map(|c| c.chars().count()).collect()),
+    })
+}
+
+/// The benchmark as the summary names it: the task, how many questions, how many shots.
+fn benchmark_name(a: &McArgs) -> String {
+    format!(
+        "{}{}{}",
+        a.task.name(),
+        match a.limit {
+            Some(n) => format!(" (first {n})"),
+            None => String::new(),
+        },
+        if a.fewshot > 0 {
+            format!(", {}-shot", a.fewshot)
+        } else {
+            String::new()
+        }
+    )
 }
 
 #[cfg(test)]

@@ -237,6 +237,9 @@ fn quantile(v: &[f64], q: f64) -> f64 {
     v[lo] + (v[hi] - v[lo]) * (pos - lo as f64)
 }
 
+/// The confidence level of the intervals.
+const LEVEL: f64 = 0.95;
+
 /// Paired differences of every arm against `baseline` (see the module docs).
 pub fn paired(
     arms: &Arms,
@@ -244,7 +247,6 @@ pub fn paired(
     resamples: usize,
     seed: u64,
 ) -> Result<Paired, PlotError> {
-    const LEVEL: f64 = 0.95;
     let labels: Vec<&str> = arms.iter().map(|(l, _)| l.as_str()).collect();
     let Some(base) = arms.iter().find(|(l, _)| l == baseline) else {
         return Err(PlotError::Input(format!(
@@ -257,105 +259,14 @@ pub fn paired(
             "--bootstrap {resamples}: use at least 100 resamples (2000 is the default)"
         )));
     }
-    let base_recs: BTreeMap<&str, Records> = base
-        .1
-        .iter()
-        .map(|(r, items)| Ok((r.as_str(), records(baseline, r, items)?)))
-        .collect::<Result<_, PlotError>>()?;
+    let base_recs = replica_records(baseline, &base.1)?;
     let mut out = Vec::new();
     for (label, reps) in arms.iter().filter(|(l, _)| l != baseline) {
-        let recs: BTreeMap<&str, Records> = reps
-            .iter()
-            .map(|(r, items)| Ok((r.as_str(), records(label, r, items)?)))
-            .collect::<Result<_, PlotError>>()?;
-        let shared: Vec<&str> = recs
-            .keys()
-            .filter(|r| base_recs.contains_key(*r))
-            .copied()
-            .collect();
-        if shared.is_empty() {
-            return Err(PlotError::Input(format!(
-                "{label} and the baseline {baseline} share no replica to pair: {label} has {}, \
-                 {baseline} has {} (name them alike with --replicas)",
-                recs.keys().copied().collect::<Vec<_>>().join(", "),
-                base_recs.keys().copied().collect::<Vec<_>>().join(", ")
-            )));
-        }
-        let all: Vec<&Records> = shared
-            .iter()
-            .flat_map(|r| [&recs[r], &base_recs[r]])
-            .collect();
-        let keys: BTreeSet<&Key> = all[0]
-            .keys()
-            .filter(|k| all.iter().all(|rec| rec.contains_key(*k)))
-            .collect();
-        if keys.is_empty() {
-            return Err(PlotError::Input(format!(
-                "{label} and the baseline {baseline} share no item (the same task, length, \
-                 depth and sample in every paired replica)"
-            )));
-        }
-        // Cells: (length, depth), items in key order.
-        let mut cells: BTreeMap<(usize, Option<u64>), Vec<Key>> = BTreeMap::new();
-        for k in &keys {
-            cells.entry((k.1, k.2)).or_default().push((*k).clone());
-        }
-        let lengths: Vec<usize> = cells
-            .keys()
-            .map(|(l, _)| *l)
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        let cells: Vec<Vec<Key>> = cells.into_values().collect();
-        let arm_reps: Vec<&Records> = shared.iter().map(|r| &recs[r]).collect();
-        let base_reps: Vec<&Records> = shared.iter().map(|r| &base_recs[r]).collect();
-        let (a, b) = (
-            dense(&arm_reps, &cells, &lengths),
-            dense(&base_reps, &cells, &lengths),
-        );
-        // A secondary measure is compared only when both sides carry it.
-        let with_lp = a.logprob.is_some() && b.logprob.is_some();
-        let with_greedy = a.greedy.is_some() && b.greedy.is_some();
-        let keep = |d: Dense| Dense {
-            logprob: d.logprob.filter(|_| with_lp),
-            greedy: d.greedy.filter(|_| with_greedy),
-            ..d
-        };
-        let (a, b) = (keep(a), keep(b));
-        let full = Draw::all(shared.len(), &cells);
-        let (point_a, point_b) = (measures(&a, &full), measures(&b, &full));
-        let mut rng = SplitMix64::keyed(&[seed, out.len() as u64]);
-        let mut diffs: Vec<Vec<f64>> = vec![Vec::with_capacity(resamples); point_a.len()];
-        for _ in 0..resamples {
-            let draw = Draw::resample(&mut rng, shared.len(), &cells);
-            let (ma, mb) = (measures(&a, &draw), measures(&b, &draw));
-            for (j, (x, y)) in ma.iter().zip(&mb).enumerate() {
-                diffs[j].push(x - y);
-            }
-        }
-        let measures = names(&lengths, with_lp, with_greedy)
-            .into_iter()
-            .zip(diffs.iter_mut())
-            .enumerate()
-            .map(|(j, ((name, primary), ds))| {
-                ds.sort_by(f64::total_cmp);
-                let tail = (1.0 - LEVEL) / 2.0;
-                Measure {
-                    name,
-                    primary,
-                    arm: point_a[j],
-                    baseline: point_b[j],
-                    diff: point_a[j] - point_b[j],
-                    ci: [quantile(ds, tail), quantile(ds, 1.0 - tail)],
-                }
-            })
-            .collect();
-        out.push(ArmDiff {
-            label: label.clone(),
-            replicas: shared.iter().map(|r| r.to_string()).collect(),
-            items: keys.len(),
-            measures,
-        });
+        let recs = replica_records(label, reps)?;
+        let rng = SplitMix64::keyed(&[seed, out.len() as u64]);
+        out.push(arm_diff(
+            label, &recs, baseline, &base_recs, resamples, rng,
+        )?);
     }
     Ok(Paired {
         baseline: baseline.to_string(),
@@ -364,6 +275,131 @@ pub fn paired(
         seed,
         arms: out,
     })
+}
+
+/// The records of each replica of the arm `label`, by replica name.
+fn replica_records<'a>(
+    label: &str,
+    reps: &'a [(String, Vec<ItemResult>)],
+) -> Result<BTreeMap<&'a str, Records>, PlotError> {
+    reps.iter()
+        .map(|(r, items)| Ok((r.as_str(), records(label, r, items)?)))
+        .collect()
+}
+
+/// The paired differences of the arm `label` (its replicas' records `recs`) against the
+/// baseline's (`base_recs`), over the replicas and items both have, with intervals from
+/// `resamples` draws of `rng`.
+fn arm_diff(
+    label: &str,
+    recs: &BTreeMap<&str, Records>,
+    baseline: &str,
+    base_recs: &BTreeMap<&str, Records>,
+    resamples: usize,
+    mut rng: SplitMix64,
+) -> Result<ArmDiff, PlotError> {
+    let shared: Vec<&str> = recs
+        .keys()
+        .filter(|r| base_recs.contains_key(*r))
+        .copied()
+        .collect();
+    if shared.is_empty() {
+        return Err(PlotError::Input(format!(
+            "{label} and the baseline {baseline} share no replica to pair: {label} has {}, \
+             {baseline} has {} (name them alike with --replicas)",
+            recs.keys().copied().collect::<Vec<_>>().join(", "),
+            base_recs.keys().copied().collect::<Vec<_>>().join(", ")
+        )));
+    }
+    let all: Vec<&Records> = shared
+        .iter()
+        .flat_map(|r| [&recs[r], &base_recs[r]])
+        .collect();
+    let keys: BTreeSet<&Key> = all[0]
+        .keys()
+        .filter(|k| all.iter().all(|rec| rec.contains_key(*k)))
+        .collect();
+    if keys.is_empty() {
+        return Err(PlotError::Input(format!(
+            "{label} and the baseline {baseline} share no item (the same task, length, \
+             depth and sample in every paired replica)"
+        )));
+    }
+    // Cells: (length, depth), items in key order.
+    let mut cells: BTreeMap<(usize, Option<u64>), Vec<Key>> = BTreeMap::new();
+    for k in &keys {
+        cells.entry((k.1, k.2)).or_default().push((*k).clone());
+    }
+    let lengths: Vec<usize> = cells
+        .keys()
+        .map(|(l, _)| *l)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let cells: Vec<Vec<Key>> = cells.into_values().collect();
+    let arm_reps: Vec<&Records> = shared.iter().map(|r| &recs[r]).collect();
+    let base_reps: Vec<&Records> = shared.iter().map(|r| &base_recs[r]).collect();
+    let (a, b) = (
+        dense(&arm_reps, &cells, &lengths),
+        dense(&base_reps, &cells, &lengths),
+    );
+    // A secondary measure is compared only when both sides carry it.
+    let with_lp = a.logprob.is_some() && b.logprob.is_some();
+    let with_greedy = a.greedy.is_some() && b.greedy.is_some();
+    let keep = |d: Dense| Dense {
+        logprob: d.logprob.filter(|_| with_lp),
+        greedy: d.greedy.filter(|_| with_greedy),
+        ..d
+    };
+    let (a, b) = (keep(a), keep(b));
+    let names = names(&lengths, with_lp, with_greedy);
+    let measures = bootstrap(&a, &b, names, shared.len(), &cells, resamples, &mut rng);
+    Ok(ArmDiff {
+        label: label.to_string(),
+        replicas: shared.iter().map(|r| r.to_string()).collect(),
+        items: keys.len(),
+        measures,
+    })
+}
+
+/// The measures `names` of arm `a` and baseline `b` on all of their `replicas` and `cells`,
+/// with percentile intervals of their differences over `resamples` draws of both.
+fn bootstrap(
+    a: &Dense,
+    b: &Dense,
+    names: Vec<(String, bool)>,
+    replicas: usize,
+    cells: &[Vec<Key>],
+    resamples: usize,
+    rng: &mut SplitMix64,
+) -> Vec<Measure> {
+    let full = Draw::all(replicas, cells);
+    let (point_a, point_b) = (measures(a, &full), measures(b, &full));
+    let mut diffs: Vec<Vec<f64>> = vec![Vec::with_capacity(resamples); point_a.len()];
+    for _ in 0..resamples {
+        let draw = Draw::resample(rng, replicas, cells);
+        let (ma, mb) = (measures(a, &draw), measures(b, &draw));
+        for (j, (x, y)) in ma.iter().zip(&mb).enumerate() {
+            diffs[j].push(x - y);
+        }
+    }
+    names
+        .into_iter()
+        .zip(diffs.iter_mut())
+        .enumerate()
+        .map(|(j, ((name, primary), ds))| {
+            ds.sort_by(f64::total_cmp);
+            let tail = (1.0 - LEVEL) / 2.0;
+            Measure {
+                name,
+                primary,
+                arm: point_a[j],
+                baseline: point_b[j],
+                diff: point_a[j] - point_b[j],
+                ci: [quantile(ds, tail), quantile(ds, 1.0 - tail)],
+            }
+        })
+        .collect()
 }
 
 impl Paired {

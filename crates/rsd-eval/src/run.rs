@@ -424,6 +424,9 @@ fn load_chat_template(opts: &RunOptions, tok_path: &Path) -> Result<Option<ChatT
     }))
 }
 
+/// An item of the plan: task, length, depth (for tasks with one), sample.
+type PlanKey = (Task, usize, Option<f64>, usize);
+
 /// Runs the evaluation (or only writes the prompts). See the module docs.
 pub fn run(opts: &RunOptions) -> Result<RunReport> {
     check_options(opts)?;
@@ -440,14 +443,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         Some(m) => Some(check_model(m, &tok, opts)?),
         None => None,
     };
-    let hay_dir = match &opts.haystack {
-        Some(dir) => dir.clone(),
-        None => Haystack::bundled_dir()?,
-    };
-    if hay_dir.join(rsd_shard::MANIFEST_FILE).is_file() {
-        check_haystack_tokenizer(&hay_dir, &tok_path, opts)?;
-    }
-    let haystack = Haystack::from_path(&hay_dir, &tok)?;
+    let haystack = load_haystack(opts, &tok_path, &tok)?;
     let chat = load_chat_template(opts, &tok_path)?;
     let qa = load_qa(opts)?;
     let mut generator = Generator::new(&tok, &haystack, opts.seed).with_qa(&qa);
@@ -455,36 +451,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         generator = generator.with_chat_template(c);
     }
     let mut plan = plan(opts);
-    // A (task, length) too short for the task's smallest instance is skipped, with a line saying
-    // why (and in the summary); when nothing is left, that is the error. Before anything is
-    // written or loaded.
-    let mut checked = HashSet::new();
-    let mut too_short: Vec<Skipped> = Vec::new();
-    for &(t, l, d, s) in &plan {
-        if checked.insert((t, l)) {
-            match generator.item(t, l, d, s, opts.max_new_tokens) {
-                Ok(_) => {}
-                Err(e @ TaskError::TooShort { .. }) => too_short.push(Skipped {
-                    task: t.name().to_string(),
-                    length: l,
-                    reason: e.to_string(),
-                }),
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
-    plan.retain(|(t, l, _, _)| {
-        !too_short
-            .iter()
-            .any(|k| k.task == t.name() && k.length == *l)
-    });
-    if plan.is_empty() {
-        let reasons: Vec<&str> = too_short.iter().map(|k| k.reason.as_str()).collect();
-        return Err(RunError::Input(reasons.join("\n")));
-    }
-    for k in &too_short {
-        eprintln!("rsd-eval: skipped: {}", k.reason);
-    }
+    let too_short = drop_too_short(&mut plan, &generator, opts)?;
 
     if opts.progress && opts.model.is_some() {
         eprintln!("rsd-eval: {}", precision_line(&plan));
@@ -509,10 +476,147 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         .rope_scaling
         .as_ref()
         .map(|s| s.to_dict(cfg.max_position_embeddings));
+    let settings = settings_of(
+        opts,
+        model_dir,
+        &tok_path,
+        &haystack,
+        chat.as_ref(),
+        &qa,
+        rope_scaling.clone(),
+    )?;
+    // An unusable device fails here, before run.json exists: a run.json left by a run that
+    // never started would hold the next run to the failed one's settings.
+    let options = opts.runtime.options()?;
+    write_run_json(out, settings, opts)?;
+
+    let (mut results, pending) = Results::open(&out.join("results.jsonl"), &plan)?;
+    let skipped = plan.len() - pending.len();
+
+    let mut done = 0;
+    if !pending.is_empty() {
+        let model = load_model(model_dir, options, opts.rope_theta, rope_scaling)?;
+        let scorer = Scorer {
+            model: &model,
+            tok: &tok,
+            eos: gen::eos_token_ids(model_dir)?,
+            opts,
+        };
+        let progress = RunProgress::new(opts.progress, plan.len(), skipped);
+        done = score_pending(&scorer, &generator, &pending, &mut results, progress)?;
+    }
+    let all = read_results(&results.path)?;
+    if opts.scoring == Scoring::Generate && (done > 0 || !out.join("ruler").is_dir()) {
+        write_ruler_predictions(out, &plan, &all, &generator, opts)?;
+    }
+    let summary = write_summary(out, &all, too_short, opts)?;
+    Ok(RunReport {
+        total: plan.len(),
+        skipped,
+        done,
+        overall: summary.overall,
+    })
+}
+
+/// The model, loaded, with the run's RoPE base and scaling.
+fn load_model(
+    dir: &Path,
+    options: rsd_model::ModelOptions,
+    rope_theta: Option<f64>,
+    rope_scaling: Option<Value>,
+) -> Result<Model> {
+    let mut model = Model::load(dir, options)?;
+    if let Some(theta) = rope_theta {
+        model.set_rope_theta(theta)?;
+    }
+    if let Some(v) = rope_scaling {
+        model.set_rope_scaling(v)?;
+    }
+    Ok(model)
+}
+
+/// Writes summary.json and summary.md from every result: the (task, length)s skipped as too
+/// short listed, and a note where the bundled books stood in for RULER's essays.
+fn write_summary(
+    out: &Path,
+    all: &[ItemResult],
+    too_short: Vec<Skipped>,
+    opts: &RunOptions,
+) -> Result<Summary> {
+    let mut summary = Summary::of(all, &opts.tasks);
+    summary.skipped = too_short;
+    if opts.haystack.is_none() && opts.tasks.iter().any(|t| t.uses_haystack_text()) {
+        summary.haystack_note = Some(BUNDLED_HAYSTACK_NOTE.to_string());
+    }
+    summary.write(out)?;
+    Ok(summary)
+}
+
+/// The haystack: `--haystack`, else the bundled books; a directory of shards must have been
+/// made with the evaluated tokenizer (see [`check_haystack_tokenizer`]).
+fn load_haystack(opts: &RunOptions, tok_path: &Path, tok: &TextTokenizer) -> Result<Haystack> {
+    let hay_dir = match &opts.haystack {
+        Some(dir) => dir.clone(),
+        None => Haystack::bundled_dir()?,
+    };
+    if hay_dir.join(rsd_shard::MANIFEST_FILE).is_file() {
+        check_haystack_tokenizer(&hay_dir, tok_path, opts)?;
+    }
+    Ok(Haystack::from_path(&hay_dir, tok)?)
+}
+
+/// A (task, length) too short for the task's smallest instance is taken out of `plan`, with a
+/// line saying why (and in the summary); when nothing is left, that is the error. Before
+/// anything is written or loaded.
+fn drop_too_short(
+    plan: &mut Vec<PlanKey>,
+    generator: &Generator<'_>,
+    opts: &RunOptions,
+) -> Result<Vec<Skipped>> {
+    let mut checked = HashSet::new();
+    let mut too_short: Vec<Skipped> = Vec::new();
+    for &(t, l, d, s) in plan.iter() {
+        if checked.insert((t, l)) {
+            match generator.item(t, l, d, s, opts.max_new_tokens) {
+                Ok(_) => {}
+                Err(e @ TaskError::TooShort { .. }) => too_short.push(Skipped {
+                    task: t.name().to_string(),
+                    length: l,
+                    reason: e.to_string(),
+                }),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    plan.retain(|(t, l, _, _)| {
+        !too_short
+            .iter()
+            .any(|k| k.task == t.name() && k.length == *l)
+    });
+    if plan.is_empty() {
+        let reasons: Vec<&str> = too_short.iter().map(|k| k.reason.as_str()).collect();
+        return Err(RunError::Input(reasons.join("\n")));
+    }
+    for k in &too_short {
+        eprintln!("rsd-eval: skipped: {}", k.reason);
+    }
+    Ok(too_short)
+}
+
+/// The settings run.json records for this run (`rope_scaling` as an HF dict).
+fn settings_of(
+    opts: &RunOptions,
+    model_dir: &Path,
+    tok_path: &Path,
+    haystack: &Haystack,
+    chat: Option<&ChatTemplate>,
+    qa: &QaData,
+    rope_scaling: Option<Value>,
+) -> Result<RunSettings> {
     let model_abs = std::fs::canonicalize(model_dir).map_err(io_err(model_dir))?;
-    let settings = RunSettings {
+    Ok(RunSettings {
         model: model_abs.display().to_string(),
-        tokenizer_sha256: sha256_file(&tok_path)?,
+        tokenizer_sha256: sha256_file(tok_path)?,
         tasks: opts.tasks.iter().map(|t| t.name().to_string()).collect(),
         lengths: opts.lengths.clone(),
         depths: opts.depths,
@@ -521,7 +625,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         seed: opts.seed,
         max_new_tokens: opts.max_new_tokens,
         dtype: opts.runtime.dtype.clone(),
-        rope_scaling: rope_scaling.clone(),
+        rope_scaling,
         rope_theta: opts.rope_theta,
         // The bundled books by name, not by where this checkout lies: run.json is compared on
         // resume, and the words' sha256 is what identifies them.
@@ -530,7 +634,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
             None => BUNDLED_HAYSTACK_NAME.to_string(),
         },
         haystack_sha256: haystack.sha256().to_string(),
-        chat_template: chat.as_ref().map(|c| ChatSetting {
+        chat_template: chat.map(|c| ChatSetting {
             source: c.source_name().to_string(),
             sha256: c.sha256().to_string(),
         }),
@@ -543,10 +647,11 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
             })
             .collect(),
         scoring: opts.scoring,
-    };
-    // An unusable device fails here, before run.json exists: a run.json left by a run that
-    // never started would hold the next run to the failed one's settings.
-    let options = opts.runtime.options()?;
+    })
+}
+
+/// Creates the run directory and writes its run.json, after refusing one whose settings differ.
+fn write_run_json(out: &Path, settings: RunSettings, opts: &RunOptions) -> Result<()> {
     std::fs::create_dir_all(out).map_err(io_err(out))?;
     let run_json = out.join("run.json");
     if run_json.is_file() {
@@ -559,7 +664,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         compare_settings(out, &old, &settings)?;
     }
     let file = RunFile {
-        settings: settings.clone(),
+        settings,
         batch_size: opts.batch_size,
         device: opts.runtime.device.clone(),
         created_by: format!("rsd-eval {}", env!("CARGO_PKG_VERSION")),
@@ -569,132 +674,166 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
         reason: e.to_string(),
     })?;
     rsd_common::safe_fs::write_file_atomic(&run_json, format!("{json}\n").as_bytes())
-        .map_err(|e| RunError::Input(format!("writing {}: {e}", run_json.display())))?;
+        .map_err(|e| RunError::Input(format!("writing {}: {e}", run_json.display())))
+}
 
-    // Finished items, and a results file ready to append to (a torn last line is cut off).
-    let results_path = out.join("results.jsonl");
-    let done_keys: HashSet<_> = if results_path.is_file() {
-        read_results(&results_path)?
-            .iter()
-            .map(ItemResult::key)
-            .collect()
-    } else {
-        HashSet::new()
-    };
-    let mut results_file = open_for_append(&results_path)?;
-    let pending: Vec<_> = plan
-        .iter()
-        .filter(|(t, l, d, s)| !done_keys.contains(&key_of(*t, *l, *d, *s)))
-        .copied()
-        .collect();
-    let skipped = plan.len() - pending.len();
+/// results.jsonl, open for appending.
+struct Results {
+    file: File,
+    path: PathBuf,
+}
 
-    let mut done = 0;
-    if !pending.is_empty() {
-        let mut model = Model::load(model_dir, options)?;
-        if let Some(theta) = opts.rope_theta {
-            model.set_rope_theta(theta)?;
-        }
-        if let Some(v) = rope_scaling {
-            model.set_rope_scaling(v)?;
-        }
-        let eos = gen::eos_token_ids(model_dir)?;
-        let bar = progress_bar(opts.progress, plan.len() as u64, skipped as u64);
-        // Without a terminal the bar draws nothing: lines instead, every 30 s.
-        let mut lines = (opts.progress && !std::io::stderr().is_terminal()).then(|| {
-            ProgressLines::new(
-                "items",
-                plan.len() as u64,
-                skipped as u64,
-                Duration::from_secs(30),
-            )
-        });
-        let mut report_progress = |done: usize| {
-            if let Some(line) = lines
-                .as_mut()
-                .and_then(|p| p.update((skipped + done) as u64))
-            {
-                eprintln!("rsd-eval: {line}");
-            }
+impl Results {
+    /// Opens results.jsonl at `path` for appending (a torn last line is cut off), with the items
+    /// of `plan` it does not hold yet.
+    fn open(path: &Path, plan: &[PlanKey]) -> Result<(Results, Vec<PlanKey>)> {
+        let done_keys: HashSet<_> = if path.is_file() {
+            read_results(path)?.iter().map(ItemResult::key).collect()
+        } else {
+            HashSet::new()
         };
-        report_progress(0);
-        // Batches never mix (task, length): their prompts have about the same length and the
-        // same number of new tokens.
-        let mut i = 0;
-        while i < pending.len() {
-            let (t0, l0, _, _) = pending[i];
-            let mut j = i;
-            while j < pending.len()
-                && j - i < opts.batch_size
-                && pending[j].0 == t0
-                && pending[j].1 == l0
-            {
-                j += 1;
-            }
-            let items: Vec<Item> = pending[i..j]
-                .iter()
-                .map(|&(t, l, d, s)| generator.item(t, l, d, s, opts.max_new_tokens))
-                .collect::<Result<_, TaskError>>()?;
-            let scored: Vec<ItemResult> = match opts.scoring {
-                Scoring::Generate => {
-                    let gopts = GenerateOptions {
-                        max_new_tokens: items[0].max_new_tokens,
-                        eos: eos.clone(),
-                        batch_size: opts.batch_size,
-                        ..Default::default()
-                    };
-                    let prompts: Vec<Vec<i64>> = items.iter().map(|it| it.ids.clone()).collect();
-                    let gens = gen::generate(&model, &prompts, &gopts, Some(&tok))?;
-                    items
-                        .iter()
-                        .zip(gens)
-                        .map(|(item, g)| {
-                            let output = g.text.unwrap_or_default();
-                            ItemResult {
-                                score: score(item, &output),
-                                output,
-                                ..result_of(item)
-                            }
-                        })
-                        .collect()
-                }
-                Scoring::TeacherForced => items
-                    .iter()
-                    .map(|item| teacher_forced(&model, &tok, item, opts.batch_size))
-                    .collect::<Result<_>>()?,
-            };
-            for r in scored {
-                let line = serde_json::to_string(&r).map_err(|e| RunError::Json {
-                    path: results_path.clone(),
-                    reason: e.to_string(),
-                })?;
-                writeln!(results_file, "{line}")
-                    .and_then(|_| results_file.flush())
-                    .map_err(io_err(&results_path))?;
-                done += 1;
-                bar.inc(1);
-            }
-            report_progress(done);
-            i = j;
+        let results = Results {
+            file: open_for_append(path)?,
+            path: path.to_path_buf(),
+        };
+        let pending: Vec<_> = plan
+            .iter()
+            .filter(|(t, l, d, s)| !done_keys.contains(&key_of(*t, *l, *d, *s)))
+            .copied()
+            .collect();
+        Ok((results, pending))
+    }
+
+    /// Appends one result and flushes it, so that a killed run keeps every finished item.
+    fn append(&mut self, r: &ItemResult) -> Result<()> {
+        let line = serde_json::to_string(r).map_err(|e| RunError::Json {
+            path: self.path.clone(),
+            reason: e.to_string(),
+        })?;
+        writeln!(self.file, "{line}")
+            .and_then(|_| self.file.flush())
+            .map_err(io_err(&self.path))
+    }
+}
+
+/// The progress of the items: a bar on a terminal; without one the bar draws nothing, so
+/// lines instead, every 30 s.
+struct RunProgress {
+    bar: ProgressBar,
+    lines: Option<ProgressLines>,
+    skipped: usize,
+}
+
+impl RunProgress {
+    fn new(show: bool, total: usize, skipped: usize) -> Self {
+        RunProgress {
+            bar: progress_bar(show, total as u64, skipped as u64),
+            lines: (show && !std::io::stderr().is_terminal()).then(|| {
+                ProgressLines::new(
+                    "items",
+                    total as u64,
+                    skipped as u64,
+                    Duration::from_secs(30),
+                )
+            }),
+            skipped,
         }
-        bar.finish_and_clear();
     }
-    let all = read_results(&results_path)?;
-    if opts.scoring == Scoring::Generate && (done > 0 || !out.join("ruler").is_dir()) {
-        write_ruler_predictions(out, &plan, &all, &generator, opts)?;
+
+    /// Prints a line when one is due, `done` items scored by this run.
+    fn report(&mut self, done: usize) {
+        if let Some(line) = self
+            .lines
+            .as_mut()
+            .and_then(|p| p.update((self.skipped + done) as u64))
+        {
+            eprintln!("rsd-eval: {line}");
+        }
     }
-    let mut summary = Summary::of(&all, &opts.tasks);
-    summary.skipped = too_short;
-    if opts.haystack.is_none() && opts.tasks.iter().any(|t| t.uses_haystack_text()) {
-        summary.haystack_note = Some(BUNDLED_HAYSTACK_NOTE.to_string());
+}
+
+/// What scores a batch of items: the loaded model, its tokenizer and end-of-sequence tokens.
+struct Scorer<'a> {
+    model: &'a Model,
+    tok: &'a TextTokenizer,
+    eos: Vec<i64>,
+    opts: &'a RunOptions,
+}
+
+impl Scorer<'_> {
+    /// The results of one batch's items, by the run's scoring.
+    fn score(&self, items: &[Item]) -> Result<Vec<ItemResult>> {
+        let batch_size = self.opts.batch_size;
+        match self.opts.scoring {
+            Scoring::Generate => {
+                let gopts = GenerateOptions {
+                    max_new_tokens: items[0].max_new_tokens,
+                    eos: self.eos.clone(),
+                    batch_size,
+                    ..Default::default()
+                };
+                let prompts: Vec<Vec<i64>> = items.iter().map(|it| it.ids.clone()).collect();
+                let gens = gen::generate(self.model, &prompts, &gopts, Some(self.tok))?;
+                Ok(items
+                    .iter()
+                    .zip(gens)
+                    .map(|(item, g)| {
+                        let output = g.text.unwrap_or_default();
+                        ItemResult {
+                            score: score(item, &output),
+                            output,
+                            ..result_of(item)
+                        }
+                    })
+                    .collect())
+            }
+            Scoring::TeacherForced => items
+                .iter()
+                .map(|item| teacher_forced(self.model, self.tok, item, batch_size))
+                .collect(),
+        }
     }
-    summary.write(out)?;
-    Ok(RunReport {
-        total: plan.len(),
-        skipped,
-        done,
-        overall: summary.overall,
-    })
+}
+
+/// Scores `pending` batch by batch, each result appended to results.jsonl as its batch
+/// finishes; returns how many were scored.
+fn score_pending(
+    scorer: &Scorer<'_>,
+    generator: &Generator<'_>,
+    pending: &[PlanKey],
+    results: &mut Results,
+    mut progress: RunProgress,
+) -> Result<usize> {
+    let opts = scorer.opts;
+    let mut done = 0;
+    progress.report(0);
+    // Batches never mix (task, length): their prompts have about the same length and the
+    // same number of new tokens.
+    let mut i = 0;
+    while i < pending.len() {
+        let (t0, l0, _, _) = pending[i];
+        let mut j = i;
+        while j < pending.len()
+            && j - i < opts.batch_size
+            && pending[j].0 == t0
+            && pending[j].1 == l0
+        {
+            j += 1;
+        }
+        let items: Vec<Item> = pending[i..j]
+            .iter()
+            .map(|&(t, l, d, s)| generator.item(t, l, d, s, opts.max_new_tokens))
+            .collect::<Result<_, TaskError>>()?;
+        for r in scorer.score(&items)? {
+            results.append(&r)?;
+            done += 1;
+            progress.bar.inc(1);
+        }
+        progress.report(done);
+        i = j;
+    }
+    progress.bar.finish_and_clear();
+    Ok(done)
 }
 
 /// The standard error a score in [0, 1] averaged over n items can have at most: 0.5 / √n, in

@@ -351,14 +351,14 @@ fn step(
     pads: &[i64],
 ) -> Result<Tensor> {
     let t = tokens.size()[1];
-    let docs = pad_documents(pads, cache.len() + t)?;
+    let doc_bounds = pad_documents(pads, cache.len() + t)?;
     let prefix = if cache.is_empty() {
         None
     } else {
         Some(cache.prefix()?)
     };
     let out = model.forward(&ForwardArgs {
-        docs: docs.as_ref(),
+        doc_bounds: doc_bounds.as_ref(),
         prefix: prefix.as_deref(),
         return_kv: true,
         ..ForwardArgs::new(tokens, positions)
@@ -512,31 +512,17 @@ fn generate_batch(
     let mut done: Vec<Option<StopReason>> = vec![None; n];
     if opts.max_new_tokens > 0 {
         let device = model.options().device;
-        let lens: Vec<i64> = prompts.iter().map(|p| p.len() as i64).collect();
-        let width = lens.iter().copied().max().unwrap_or(0);
-        let pads: Vec<i64> = lens.iter().map(|&l| width - l).collect();
-        let mut tok = vec![PAD_ID; n * width as usize];
-        let mut pos = vec![0i64; n * width as usize];
-        for (r, p) in prompts.iter().enumerate() {
-            let row = r * width as usize + pads[r] as usize;
-            tok[row..row + p.len()].copy_from_slice(p);
-            for (j, x) in pos[row..row + p.len()].iter_mut().enumerate() {
-                *x = j as i64;
-            }
-        }
-        let to_batch = |v: &[i64], cols: i64| {
-            Tensor::f_from_slice(v)
-                .and_then(|t| t.f_view([n as i64, cols]))
-                .and_then(|t| t.f_to_device(device))
-                .ctx("batch to device")
-        };
+        let padded = LeftPadded::of(prompts);
+        let (lens, width, pads) = (&padded.lens, padded.width, &padded.pads);
+        let to_batch =
+            |v: &[i64], cols: i64| batch_on(device, v, n as i64, cols, "batch to device");
         let mut cache = KvCache::new(model, n as i64, width + opts.max_new_tokens as i64)?;
         let mut logits = prefill(
             model,
             &mut cache,
-            &to_batch(&tok, width)?,
-            &to_batch(&pos, width)?,
-            &pads,
+            &to_batch(&padded.tokens, width)?,
+            &to_batch(&padded.positions, width)?,
+            pads,
             opts.prefill_chunk,
         )?;
         let mut rngs: Vec<SplitMix64> = (0..n)
@@ -546,38 +532,8 @@ fn generate_batch(
             })
             .collect();
         for s in 0..opts.max_new_tokens {
-            let next: Vec<i64> = match &opts.sampling {
-                None => Vec::<i64>::try_from(
-                    &logits
-                        .f_argmax(-1, false)
-                        .and_then(|t| t.f_to_device(Device::Cpu))
-                        .ctx("argmax")?,
-                )
-                .ctx("argmax")?,
-                Some(sp) => {
-                    let cpu = logits.f_to_device(Device::Cpu).ctx("logits to cpu")?;
-                    let v = cpu.size()[1] as usize;
-                    let flat =
-                        Vec::<f32>::try_from(&cpu.f_reshape([-1]).ctx("logits")?).ctx("logits")?;
-                    flat.chunks(v)
-                        .zip(rngs.iter_mut())
-                        .map(|(row, rng)| sample(row, sp, rng))
-                        .collect()
-                }
-            };
-            for r in 0..n {
-                if done[r].is_some() {
-                    continue;
-                }
-                ids[r].push(next[r]);
-                if opts.eos.contains(&next[r]) {
-                    done[r] = Some(StopReason::Eos);
-                } else if let (Some(tk), false) = (tokenizer, opts.stop.is_empty()) {
-                    if let Some((_, s)) = find_stop(&tk.decode(&ids[r])?, &opts.stop) {
-                        done[r] = Some(StopReason::Stop(s.clone()));
-                    }
-                }
-            }
+            let next = next_tokens(&logits, opts.sampling.as_ref(), &mut rngs)?;
+            append_tokens(&mut ids, &mut done, &next, opts, tokenizer)?;
             if s + 1 == opts.max_new_tokens || done.iter().all(Option::is_some) {
                 break;
             }
@@ -588,29 +544,134 @@ fn generate_batch(
                 &mut cache,
                 &to_batch(&next, 1)?,
                 &to_batch(&step_pos, 1)?,
-                &pads,
+                pads,
             )?;
         }
     }
     ids.into_iter()
         .zip(done)
-        .map(|(ids, stop)| {
-            let stop = stop.unwrap_or(StopReason::Length);
-            let text = match tokenizer {
-                None => None,
-                Some(tk) => {
-                    let mut text = tk.decode(&ids)?;
-                    if let StopReason::Stop(s) = &stop {
-                        if let Some(at) = text.find(s.as_str()) {
-                            text.truncate(at);
-                        }
-                    }
-                    Some(text)
-                }
-            };
-            Ok(Generation { ids, text, stop })
-        })
+        .map(|(ids, stop)| generation(ids, stop.unwrap_or(StopReason::Length), tokenizer))
         .collect()
+}
+
+/// `v` as a `[rows, cols]` tensor on `device`; `what` names it in an error.
+fn batch_on(device: Device, v: &[i64], rows: i64, cols: i64, what: &'static str) -> Result<Tensor> {
+    Tensor::f_from_slice(v)
+        .and_then(|t| t.f_view([rows, cols]))
+        .and_then(|t| t.f_to_device(device))
+        .ctx(what)
+}
+
+/// A batch of prompts left-padded to the longest, row-major.
+struct LeftPadded {
+    /// The prompts' lengths.
+    lens: Vec<i64>,
+    /// The longest prompt's length: the batch's width.
+    width: i64,
+    /// Padding before each prompt.
+    pads: Vec<i64>,
+    /// Token ids, `PAD_ID` in the padding.
+    tokens: Vec<i64>,
+    /// Each prompt's positions from 0 (0 in the padding).
+    positions: Vec<i64>,
+}
+
+impl LeftPadded {
+    fn of(prompts: &[Vec<i64>]) -> Self {
+        let n = prompts.len();
+        let lens: Vec<i64> = prompts.iter().map(|p| p.len() as i64).collect();
+        let width = lens.iter().copied().max().unwrap_or(0);
+        let pads: Vec<i64> = lens.iter().map(|&l| width - l).collect();
+        let mut tokens = vec![PAD_ID; n * width as usize];
+        let mut positions = vec![0i64; n * width as usize];
+        for (r, p) in prompts.iter().enumerate() {
+            let row = r * width as usize + pads[r] as usize;
+            tokens[row..row + p.len()].copy_from_slice(p);
+            for (j, x) in positions[row..row + p.len()].iter_mut().enumerate() {
+                *x = j as i64;
+            }
+        }
+        LeftPadded {
+            lens,
+            width,
+            pads,
+            tokens,
+            positions,
+        }
+    }
+}
+
+/// Each row's next token from its last logits `[rows, vocab]`: the argmax, or drawn with
+/// `sampling` from the row's own generator.
+fn next_tokens(
+    logits: &Tensor,
+    sampling: Option<&Sampling>,
+    rngs: &mut [SplitMix64],
+) -> Result<Vec<i64>> {
+    Ok(match sampling {
+        None => Vec::<i64>::try_from(
+            &logits
+                .f_argmax(-1, false)
+                .and_then(|t| t.f_to_device(Device::Cpu))
+                .ctx("argmax")?,
+        )
+        .ctx("argmax")?,
+        Some(sp) => {
+            let cpu = logits.f_to_device(Device::Cpu).ctx("logits to cpu")?;
+            let v = cpu.size()[1] as usize;
+            let flat = Vec::<f32>::try_from(&cpu.f_reshape([-1]).ctx("logits")?).ctx("logits")?;
+            flat.chunks(v)
+                .zip(rngs.iter_mut())
+                .map(|(row, rng)| sample(row, sp, rng))
+                .collect()
+        }
+    })
+}
+
+/// Appends `next` to the rows not done yet, marking those it ends (an end-of-sequence token, or
+/// a stop string in the decoded text).
+fn append_tokens(
+    ids: &mut [Vec<i64>],
+    done: &mut [Option<StopReason>],
+    next: &[i64],
+    opts: &GenerateOptions,
+    tokenizer: Option<&TextTokenizer>,
+) -> Result<()> {
+    for r in 0..ids.len() {
+        if done[r].is_some() {
+            continue;
+        }
+        ids[r].push(next[r]);
+        if opts.eos.contains(&next[r]) {
+            done[r] = Some(StopReason::Eos);
+        } else if let (Some(tk), false) = (tokenizer, opts.stop.is_empty()) {
+            if let Some((_, s)) = find_stop(&tk.decode(&ids[r])?, &opts.stop) {
+                done[r] = Some(StopReason::Stop(s.clone()));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A row's generation: its ids and, with a tokenizer, its text up to the stop string.
+fn generation(
+    ids: Vec<i64>,
+    stop: StopReason,
+    tokenizer: Option<&TextTokenizer>,
+) -> Result<Generation> {
+    let text = match tokenizer {
+        None => None,
+        Some(tk) => {
+            let mut text = tk.decode(&ids)?;
+            if let StopReason::Stop(s) = &stop {
+                if let Some(at) = text.find(s.as_str()) {
+                    text.truncate(at);
+                }
+            }
+            Some(text)
+        }
+    };
+    Ok(Generation { ids, text, stop })
 }
 
 /// The teacher-forced score of one continuation of a prompt.
@@ -657,19 +718,14 @@ pub fn score_continuations(
     let _guard = tch::no_grad_guard();
     let device = model.options().device;
     let p = prompt.len() as i64;
-    let ids = |v: &[i64], rows: i64, cols: i64| {
-        Tensor::f_from_slice(v)
-            .and_then(|t| t.f_view([rows, cols]))
-            .and_then(|t| t.f_to_device(device))
-            .ctx("teacher forcing: ids to device")
-    };
     let positions: Vec<i64> = (0..p).collect();
     let mut cache = KvCache::new(model, 1, p)?;
+    let what = "teacher forcing: ids to device";
     let first = prefill(
         model,
         &mut cache,
-        &ids(prompt, 1, p)?,
-        &ids(&positions, 1, p)?,
+        &batch_on(device, prompt, 1, p, what)?,
+        &batch_on(device, &positions, 1, p, what)?,
         &[0],
         prefill_chunk,
     )?
@@ -680,45 +736,7 @@ pub fn score_continuations(
     let prefix = cache.prefix()?;
     let mut out = Vec::with_capacity(continuations.len());
     for batch in continuations.chunks(batch_size) {
-        let rows = batch.len() as i64;
-        // Inputs are each continuation without its last token; the outputs at input j score
-        // token j + 1.
-        let width = batch.iter().map(|c| c.len() as i64 - 1).max().unwrap_or(0);
-        let later = if width > 0 {
-            let mut tok = vec![PAD_ID; (rows * width) as usize];
-            for (r, c) in batch.iter().enumerate() {
-                let row = r * width as usize;
-                tok[row..row + c.len() - 1].copy_from_slice(&c[..c.len() - 1]);
-            }
-            let pos: Vec<i64> = (0..rows).flat_map(|_| p..p + width).collect();
-            let expanded: Vec<LayerKv> = prefix
-                .iter()
-                .map(|l| {
-                    let shape = |t: &Tensor| {
-                        let s = t.size();
-                        [rows, s[1], s[2], s[3]]
-                    };
-                    Ok(LayerKv {
-                        k: l.k.f_expand(shape(&l.k), false)?.f_contiguous()?,
-                        v: l.v.f_expand(shape(&l.v), false)?.f_contiguous()?,
-                    })
-                })
-                .collect::<std::result::Result<_, tch::TchError>>()
-                .ctx("teacher forcing: prompt K/V per row")?;
-            let fwd = model.forward(&ForwardArgs {
-                prefix: Some(&expanded),
-                ..ForwardArgs::new(&ids(&tok, rows, width)?, &ids(&pos, rows, width)?)
-            })?;
-            let lp = model
-                .logits(&fwd.hidden)?
-                .f_log_softmax(-1, Kind::Double)
-                .and_then(|t| t.f_to_device(Device::Cpu))
-                .ctx("teacher forcing: continuation distributions")?;
-            let argmax = lp.f_argmax(-1, false).ctx("argmax")?;
-            Some((lp, argmax))
-        } else {
-            None
-        };
+        let later = later_distributions(model, &prefix, batch, p)?;
         for (r, c) in batch.iter().enumerate() {
             let mut token_logprobs = Vec::with_capacity(c.len());
             let mut greedy = true;
@@ -741,6 +759,60 @@ pub fn score_continuations(
         }
     }
     Ok(out)
+}
+
+/// The distributions (log-probabilities `[rows, width, vocab]`, fp64, on the CPU) and their
+/// argmaxes that score a batch of continuations' tokens after the first, from one forward pass
+/// over the prompt's K/V `prefix` (`p` tokens); `None` when every continuation has one token.
+fn later_distributions(
+    model: &Model,
+    prefix: &[LayerKv],
+    batch: &[Vec<i64>],
+    p: i64,
+) -> Result<Option<(Tensor, Tensor)>> {
+    let device = model.options().device;
+    let rows = batch.len() as i64;
+    // Inputs are each continuation without its last token; the outputs at input j score
+    // token j + 1.
+    let width = batch.iter().map(|c| c.len() as i64 - 1).max().unwrap_or(0);
+    if width == 0 {
+        return Ok(None);
+    }
+    let mut tok = vec![PAD_ID; (rows * width) as usize];
+    for (r, c) in batch.iter().enumerate() {
+        let row = r * width as usize;
+        tok[row..row + c.len() - 1].copy_from_slice(&c[..c.len() - 1]);
+    }
+    let pos: Vec<i64> = (0..rows).flat_map(|_| p..p + width).collect();
+    let expanded: Vec<LayerKv> = prefix
+        .iter()
+        .map(|l| {
+            let shape = |t: &Tensor| {
+                let s = t.size();
+                [rows, s[1], s[2], s[3]]
+            };
+            Ok(LayerKv {
+                k: l.k.f_expand(shape(&l.k), false)?.f_contiguous()?,
+                v: l.v.f_expand(shape(&l.v), false)?.f_contiguous()?,
+            })
+        })
+        .collect::<std::result::Result<_, tch::TchError>>()
+        .ctx("teacher forcing: prompt K/V per row")?;
+    let what = "teacher forcing: ids to device";
+    let fwd = model.forward(&ForwardArgs {
+        prefix: Some(&expanded),
+        ..ForwardArgs::new(
+            &batch_on(device, &tok, rows, width, what)?,
+            &batch_on(device, &pos, rows, width, what)?,
+        )
+    })?;
+    let lp = model
+        .logits(&fwd.hidden)?
+        .f_log_softmax(-1, Kind::Double)
+        .and_then(|t| t.f_to_device(Device::Cpu))
+        .ctx("teacher forcing: continuation distributions")?;
+    let argmax = lp.f_argmax(-1, false).ctx("argmax")?;
+    Ok(Some((lp, argmax)))
 }
 
 #[cfg(test)]

@@ -202,10 +202,58 @@ impl<'a> Lexer<'a> {
 /// ignored). `file_len` is the whole file's size; the data after the header must be exactly what
 /// the header declares. `path` is for messages only.
 pub fn parse_header(path: &Path, bytes: &[u8], file_len: u64) -> Result<Header, NpyError> {
-    let header_err = |reason: String| NpyError::Header {
+    let header_err = |reason: String| header_error(path, reason);
+    let (text, data_offset) = header_text(path, bytes)?;
+    let items = Lexer { text, at: 0 }.dict().map_err(header_err)?;
+    let (descr, fortran, shape) = header_fields(path, items)?;
+    let Some((kind, item)) = dtype(&descr) else {
+        return Err(NpyError::Dtype {
+            path: path.to_path_buf(),
+            descr,
+        });
+    };
+    if fortran {
+        return Err(NpyError::FortranOrder {
+            path: path.to_path_buf(),
+        });
+    }
+    let data_offset = data_offset as u64;
+    let declared = shape
+        .iter()
+        .try_fold(item, |acc, &d| acc.checked_mul(d))
+        // libtorch sizes are i64: a shape whose element count does not fit is refused too.
+        .filter(|&n| i64::try_from(n).is_ok());
+    let found = file_len.saturating_sub(data_offset);
+    if file_len < data_offset || declared != Some(found) {
+        return Err(NpyError::Size {
+            path: path.to_path_buf(),
+            shape,
+            descr,
+            declared,
+            found,
+        });
+    }
+    Ok(Header {
+        descr,
+        kind,
+        shape,
+        data_offset,
+        data_bytes: found,
+    })
+}
+
+/// A header that is not what `.npy` files hold: `reason`.
+fn header_error(path: &Path, reason: String) -> NpyError {
+    NpyError::Header {
         path: path.to_path_buf(),
         reason,
-    };
+    }
+}
+
+/// The header's text, after the magic bytes, the version and the header length have been
+/// checked, and the offset of the data after it.
+fn header_text<'a>(path: &Path, bytes: &'a [u8]) -> Result<(&'a str, usize), NpyError> {
+    let header_err = |reason: String| header_error(path, reason);
     if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
         return Err(NpyError::NotNpy {
             path: path.to_path_buf(),
@@ -247,8 +295,16 @@ pub fn parse_header(path: &Path, bytes: &[u8], file_len: u64) -> Result<Header, 
     };
     let text = std::str::from_utf8(text)
         .map_err(|e| header_err(format!("the header is not text: {e}")))?;
-    let items = Lexer { text, at: 0 }.dict().map_err(header_err)?;
+    Ok((text, start + header_len))
+}
 
+/// The header dict's three fields, `descr`, `fortran_order` and `shape`: each present once,
+/// with its type, and no other.
+fn header_fields(
+    path: &Path,
+    items: Vec<(String, Value)>,
+) -> Result<(String, bool, Vec<u64>), NpyError> {
+    let header_err = |reason: String| header_error(path, reason);
     let mut descr = None;
     let mut fortran = None;
     let mut shape = None;
@@ -276,40 +332,7 @@ pub fn parse_header(path: &Path, bytes: &[u8], file_len: u64) -> Result<Header, 
     let descr = descr.ok_or_else(|| missing("descr"))?;
     let fortran = fortran.ok_or_else(|| missing("fortran_order"))?;
     let shape = shape.ok_or_else(|| missing("shape"))?;
-    let Some((kind, item)) = dtype(&descr) else {
-        return Err(NpyError::Dtype {
-            path: path.to_path_buf(),
-            descr,
-        });
-    };
-    if fortran {
-        return Err(NpyError::FortranOrder {
-            path: path.to_path_buf(),
-        });
-    }
-    let data_offset = (start + header_len) as u64;
-    let declared = shape
-        .iter()
-        .try_fold(item, |acc, &d| acc.checked_mul(d))
-        // libtorch sizes are i64: a shape whose element count does not fit is refused too.
-        .filter(|&n| i64::try_from(n).is_ok());
-    let found = file_len.saturating_sub(data_offset);
-    if file_len < data_offset || declared != Some(found) {
-        return Err(NpyError::Size {
-            path: path.to_path_buf(),
-            shape,
-            descr,
-            declared,
-            found,
-        });
-    }
-    Ok(Header {
-        descr,
-        kind,
-        shape,
-        data_offset,
-        data_bytes: found,
-    })
+    Ok((descr, fortran, shape))
 }
 
 /// Reads a `.npy` file as a CPU tensor, after checking its header against its size (see the

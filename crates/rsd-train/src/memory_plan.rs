@@ -335,48 +335,122 @@ fn layer_saved_per_token(w: &Widths, b: u64) -> u64 {
     input + norm1 + qkv + qk + attn + x1 + mlp
 }
 
-/// Computes the plan (see the module docs and docs/MEMORY.md for every formula).
-pub fn plan(p: &PlanInput) -> MemoryPlan {
-    let m = &p.model;
-    let w = Widths::of(m);
-    let params = m.num_parameters() as u64;
-    let b = p.dtype_bytes;
-    let acc = 4; // losses, norms' statistics, optimizer state: fp32 (bf16 and fp32 models)
-    let cp = p.cp.max(1);
-    let dp = p.dp.max(1);
-    let world = dp * cp;
-    let views: u64 = match p.objective.loss() {
-        Objective::Standard | Objective::Pose => 1,
-        _ => 2,
-    };
-    // Rows per view on this rank: the standard view's chunks, and the perturbed view at its
-    // largest (a split after the first token runs every row but one; under context parallelism
-    // the re-sharded suffix spreads them evenly).
-    let rows = p.micro_batch * p.seq_len.div_ceil(cp);
-    let view_rows = views * rows;
-    let mut items: Vec<PlanItem> = Vec::new();
-    let mut add = |name, category, bytes, how: String| {
-        items.push(PlanItem {
-            name,
-            category,
-            bytes,
-            how,
-        })
-    };
+/// Losses, norms' statistics and optimizer state are fp32 for bf16 and fp32 models alike.
+const ACC: u64 = 4;
 
-    // --- static: weights, gradients, optimizer state
+/// What every item of the plan is counted from: the widths, and the sizes the config implies.
+struct Shape {
+    /// The architecture's widths.
+    w: Widths,
+    /// Parameters.
+    params: u64,
+    /// Bytes per value of the model's dtype.
+    b: u64,
+    cp: u64,
+    dp: u64,
+    world: u64,
+    /// Passes per step: 1 for the objectives with one view, else 2.
+    views: u64,
+    /// Rows per view on this rank.
+    rows: u64,
+    /// Rows over all views on this rank.
+    view_rows: u64,
+    /// The optimizer state is sharded (asked for, and more than one rank).
+    sharded: bool,
+    /// The largest gradient bucket, elements.
+    bucket_elems: u64,
+}
+
+impl Shape {
+    fn of(p: &PlanInput) -> Self {
+        let m = &p.model;
+        let w = Widths::of(m);
+        let params = m.num_parameters() as u64;
+        let cp = p.cp.max(1);
+        let dp = p.dp.max(1);
+        let world = dp * cp;
+        let views: u64 = match p.objective.loss() {
+            Objective::Standard | Objective::Pose => 1,
+            _ => 2,
+        };
+        // Rows per view on this rank: the standard view's chunks, and the perturbed view at its
+        // largest (a split after the first token runs every row but one; under context
+        // parallelism the re-sharded suffix spreads them evenly).
+        let rows = p.micro_batch * p.seq_len.div_ceil(cp);
+        let sharded = p.shard_optimizer && world > 1;
+        // Replicated, one all-reduce bucket of at most grad_bucket_mb (a larger parameter is a
+        // bucket of its own); sharded, the buckets follow the model's parts (top, layers,
+        // embedding).
+        let bucket_elems = if sharded {
+            w.largest.min(params) + w.d
+        } else {
+            (p.bucket_bytes / 4).max(w.largest.min(params))
+        };
+        Shape {
+            params,
+            b: p.dtype_bytes,
+            cp,
+            dp,
+            world,
+            views,
+            rows,
+            view_rows: views * rows,
+            sharded,
+            bucket_elems,
+            w,
+        }
+    }
+
+    /// The K/V a layer gathers from its context-parallel group (whole sequence, every view);
+    /// 0 without context parallelism.
+    fn gathered_kv(&self, p: &PlanInput) -> u64 {
+        if self.cp > 1 {
+            self.views * 2 * p.micro_batch * p.seq_len * self.w.kv * self.b
+        } else {
+            0
+        }
+    }
+}
+
+/// Appends one item to the plan.
+fn add(items: &mut Vec<PlanItem>, name: &'static str, category: Category, bytes: u64, how: String) {
+    items.push(PlanItem {
+        name,
+        category,
+        bytes,
+        how,
+    })
+}
+
+/// Computes the plan (see the module docs and docs/MEMORY.md for every formula): the static
+/// items, then each phase's, then the sums and the runtime on top.
+pub fn plan(p: &PlanInput) -> MemoryPlan {
+    let s = Shape::of(p);
+    let mut items: Vec<PlanItem> = Vec::new();
+    weights_and_gradients(p, &s, &mut items);
+    optimizer_state(&s, &mut items);
+    saved_activations(p, &s, &mut items);
+    transient(p, &s, &mut items);
+    gradient_buckets(&s, &mut items);
+    update_temporaries(p, &s, &mut items);
+    with_totals(p, &s, items)
+}
+
+/// The weights, the gradients kept between steps, and cuBLAS's workspaces.
+fn weights_and_gradients(p: &PlanInput, s: &Shape, items: &mut Vec<PlanItem>) {
+    let (params, b) = (s.params, s.b);
     add(
+        items,
         "weights",
         Category::Weights,
         params * b,
         format!("{params} parameters × {b} B"),
     );
-    let state_per_param = if b < 4 { 12 } else { 8 };
-    let sharded = p.shard_optimizer && world > 1;
-    if sharded {
+    if s.sharded {
         // ZeRO-2: each part's gradients are reduce-scattered into the fp32 block (optimizer
         // state) and freed as the backward completes them: none stays from step to step.
         add(
+            items,
             "gradients",
             Category::Gradients,
             0,
@@ -384,6 +458,7 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
         );
     } else {
         add(
+            items,
             "gradients",
             Category::Gradients,
             params * b,
@@ -395,34 +470,37 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
     // CUBLAS_WORKSPACE_CONFIG=:0:0 CUBLASLT_WORKSPACE_SIZE=0 (docs/GPU.md).
     if !p.gloo {
         add(
+            items,
             "cuBLAS workspaces",
             Category::Gradients,
             64 << 20,
             "the backward's cuBLAS workspaces (measured, torch 2.11 on Hopper)".into(),
         );
     }
-    // Replicated, one all-reduce bucket of at most grad_bucket_mb (a larger parameter is a bucket
-    // of its own); sharded, the buckets follow the model's parts (top, layers, embedding).
-    let bucket_elems = if sharded {
-        w.largest.min(params) + w.d
-    } else {
-        (p.bucket_bytes / 4).max(w.largest.min(params))
-    };
-    if sharded {
+}
+
+/// AdamW's state: sharded over the ranks with the summed gradient block, or replicated.
+fn optimizer_state(s: &Shape, items: &mut Vec<PlanItem>) {
+    let (params, b, world) = (s.params, s.b, s.world);
+    if s.sharded {
         add(
+            items,
             "AdamW state",
             Category::OptimizerState,
             (params * 12).div_ceil(world),
             format!("12 B/parameter (fp32 master + 2 moments) ÷ {world} ranks (sharded)"),
         );
         add(
+            items,
             "summed gradient block",
             Category::OptimizerState,
             (params * 4).div_ceil(world),
             format!("4 B/parameter ÷ {world} ranks (fp32)"),
         );
     } else {
+        let state_per_param = if b < 4 { 12 } else { 8 };
         add(
+            items,
             "AdamW state",
             Category::OptimizerState,
             params * state_per_param,
@@ -432,46 +510,21 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
             ),
         );
     }
+}
 
-    // --- forward and backward
-    let per_token = layer_saved_per_token(&w, b);
-    let rotary = views * 2 * rows * w.head_dim * b;
-    let chunk = p.loss_chunk.min(rows);
-    // Loss chunk temporaries, fp32: rsd keeps the teacher's log-probabilities while the
-    // perturbed chunk forms logits, log-probabilities and probabilities.
-    let chunk_tensors: u64 = match p.objective.loss() {
-        Objective::Rsd => 4,
-        _ => 3,
-    };
-    let mut loss_chunk = chunk_tensors * chunk * w.vocab * acc;
-    if b < 4 {
-        // Below fp32 the LM head's backward casts the chunk's logit gradient to the model's
-        // dtype and forms the weight gradient there before adding it in fp32, next to the
-        // teacher and the gradient itself.
-        loss_chunk = loss_chunk
-            .max(2 * chunk * w.vocab * acc + chunk * w.vocab * b + w.vocab * w.d * (b + acc));
-    }
-    // The LM head's gradient, accumulated over the chunks (fp32), and the hidden states'
-    // gradients the chunked loss hands the backward.
-    let head_grad = w.vocab * w.d * acc;
-    let hidden_grad = view_rows * w.d * b;
+/// What the step holds at the end of its forward: every layer's saved tensors (or, checkpointed,
+/// only the layers' inputs) and the RoPE tables.
+fn saved_activations(p: &PlanInput, s: &Shape, items: &mut Vec<PlanItem>) {
+    let (w, b, views, rows, view_rows) = (&s.w, s.b, s.views, s.rows, s.view_rows);
+    let per_token = layer_saved_per_token(w, b);
     // Context parallelism, per layer and view: the chunks attend to views of the K/V gathered
     // from the group (the whole sequence's, unexpanded; the perturbed suffix's pieces to the
     // standard view's first P rows joined with the gathered suffix, again the whole row), and
     // the attention keeps those views, so the gathered K/V stay.
-    let context_per_layer = if cp > 1 {
-        views * 2 * p.micro_batch * p.seq_len * w.kv * b
-    } else {
-        0
-    };
-    // The K/V gathered for a layer (whole sequence, both views) while it runs.
-    let gathered = if cp > 1 {
-        views * 2 * p.micro_batch * p.seq_len * w.kv * b
-    } else {
-        0
-    };
+    let context_per_layer = s.gathered_kv(p);
     if p.checkpoint_layers {
         add(
+            items,
             "checkpointed layer inputs",
             Category::SavedActivations,
             view_rows * (w.layers + 1) * w.d * b,
@@ -482,6 +535,7 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
         );
     } else {
         add(
+            items,
             "saved tensors of every layer",
             Category::SavedActivations,
             view_rows * (w.layers * per_token + 3 * w.d * b) + w.layers * context_per_layer,
@@ -489,7 +543,7 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
                 "{views} view(s) × {rows} rows × ({} layers × {per_token} B/token + the final \
                  norm's input, normalised value and output){}",
                 w.layers,
-                if cp > 1 {
+                if s.cp > 1 {
                     " + per layer the gathered K/V"
                 } else {
                     ""
@@ -497,7 +551,9 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
             ),
         );
     }
+    let rotary = views * 2 * rows * w.head_dim * b;
     add(
+        items,
         "RoPE tables",
         Category::SavedActivations,
         rotary,
@@ -506,55 +562,31 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
             w.head_dim
         ),
     );
-    // The working set above the saved activations: the loss phase, or one layer's backward.
+}
+
+/// The working set above the saved activations: the larger of the loss phase and one layer's
+/// backward.
+fn transient(p: &PlanInput, s: &Shape, items: &mut Vec<PlanItem>) {
+    let (w, b, view_rows) = (&s.w, s.b, s.view_rows);
+    let (chunk_tensors, chunk, loss_chunk) = loss_chunk(p, s);
+    // The LM head's gradient, accumulated over the chunks (fp32), and the hidden states'
+    // gradients the chunked loss hands the backward.
+    let head_grad = w.vocab * w.d * ACC;
+    let hidden_grad = view_rows * w.d * b;
     // After the chunks, the LM head's surrogate backward: its weight times the accumulated
     // gradient (fp32) and that gradient back through the product (cast to the model's dtype).
-    let surrogate = w.vocab * w.d * acc + if b < 4 { w.vocab * w.d * b } else { 0 };
+    let surrogate = w.vocab * w.d * ACC + if b < 4 { w.vocab * w.d * b } else { 0 };
     let loss_phase = head_grad + hidden_grad + loss_chunk.max(surrogate);
-    // A layer's backward: the MLP's two gradients at its width (one pass at a time).
-    let mlp_grads = 2 * rows * w.f * b;
-    // On CUDA in half precision the attention's backward is flash attention's, which accumulates
-    // dq in fp32 over rows rounded to 128 and a head size rounded to 32 (64 above 128), with an
-    // fp32 row statistic per head; per KV group the call's dk/dv come next to the group's sums.
-    // (Measured on an H200 at Llama-3-8B's widths, 32K tokens: 624 MiB above the CPU-derived
-    // transient; this term is 644 MiB there.)
-    let flash_backward = if !p.gloo && b < 4 {
-        let rows_r = p.micro_batch * (p.seq_len.div_ceil(cp)).div_ceil(128) * 128;
-        let d_r = if w.head_dim <= 128 {
-            w.head_dim.div_ceil(32) * 32
-        } else {
-            w.head_dim.div_ceil(64) * 64
-        };
-        rows_r * w.heads * (d_r + 1) * acc + 2 * rows * w.kv * b
-    } else {
-        0
-    };
-    let layer_phase = mlp_grads
-        + flash_backward
-        + if p.checkpoint_layers {
-            // One layer recomputed (both views) with its gathered K/V, its gradients flowing down
-            // (two hidden-width tensors per view) and the final norm's output kept.
-            view_rows * per_token + context_per_layer + gathered + 3 * hidden_grad
-        } else {
-            gathered + 3 * hidden_grad
-        };
-    // Sharded and overlapped, each part's gradients are reduce-scattered during the next
-    // part's backward: with per-layer hooks, the largest bucket (the LM head's) is still in
-    // flight — flat in fp32, Gloo's copy of it, the reduced block — while a layer's backward
-    // runs. Without the hooks every bucket is reduced after the backward, when nothing else is.
-    let in_flight = if sharded && p.overlap_grad_reduce && p.checkpoint_layers {
-        let bucket = bucket_elems.min(params) * 4;
-        bucket * if p.gloo { 2 } else { 1 } + bucket.div_ceil(world)
-    } else {
-        0
-    };
-    let layer_phase = layer_phase + in_flight;
     let final_norm = if p.checkpoint_layers {
         2 * view_rows * w.d * b
     } else {
         0
     };
+    let flash_backward = flash_backward(p, s);
+    let in_flight = in_flight_bucket(p, s);
+    let layer_phase = layer_backward(p, s, hidden_grad) + flash_backward + in_flight;
     add(
+        items,
         "loss phase",
         Category::Transient,
         (loss_phase + final_norm).max(layer_phase),
@@ -580,52 +612,119 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
             ""
         },
     );
+}
 
-    // --- gradient reduction
-    if world > 1 && !sharded {
-        let bucket = bucket_elems.min(params) * 4;
-        let (bytes, how) = if sharded {
-            (
-                bucket + bucket.div_ceil(world) + if p.gloo { bucket } else { 0 },
-                format!(
-                    "one fp32 bucket flattened ({} MiB) + its reduced block{}",
-                    bucket >> 20,
-                    if p.gloo {
-                        " + Gloo's copy of the bucket (NCCL reduce-scatters in place)"
-                    } else {
-                        ""
-                    }
-                ),
-            )
-        } else {
-            (
-                bucket,
-                format!("one fp32 bucket flattened ({} MiB)", bucket >> 20),
-            )
-        };
-        add("gradient buckets", Category::Communication, bytes, how);
+/// One loss chunk's temporaries: how many fp32 tensors of the chunk's logits, its rows, and
+/// the bytes they take at their largest.
+fn loss_chunk(p: &PlanInput, s: &Shape) -> (u64, u64, u64) {
+    let (w, b) = (&s.w, s.b);
+    let chunk = p.loss_chunk.min(s.rows);
+    // Loss chunk temporaries, fp32: rsd keeps the teacher's log-probabilities while the
+    // perturbed chunk forms logits, log-probabilities and probabilities.
+    let chunk_tensors: u64 = match p.objective.loss() {
+        Objective::Rsd => 4,
+        _ => 3,
+    };
+    let mut bytes = chunk_tensors * chunk * w.vocab * ACC;
+    if b < 4 {
+        // Below fp32 the LM head's backward casts the chunk's logit gradient to the model's
+        // dtype and forms the weight gradient there before adding it in fp32, next to the
+        // teacher and the gradient itself.
+        bytes =
+            bytes.max(2 * chunk * w.vocab * ACC + chunk * w.vocab * b + w.vocab * w.d * (b + ACC));
     }
+    (chunk_tensors, chunk, bytes)
+}
 
-    // --- optimizer update: the gradient norm upcasts each gradient to fp64 and squares it;
-    // AdamW's arithmetic holds about three fp32 temporaries of the parameter it updates.
-    let update_elems = if sharded {
-        bucket_elems.min(params).div_ceil(world)
+/// A layer's backward, flash attention's workspace and a bucket in flight aside: the MLP's two
+/// gradients at its width (one pass at a time), the layer's gathered K/V and the gradients
+/// flowing down; checkpointed, the layer recomputed as well.
+fn layer_backward(p: &PlanInput, s: &Shape, hidden_grad: u64) -> u64 {
+    let mlp_grads = 2 * s.rows * s.w.f * s.b;
+    // The K/V gathered for a layer (whole sequence, both views) while it runs.
+    let gathered = s.gathered_kv(p);
+    let recomputed = if p.checkpoint_layers {
+        // One layer recomputed (both views) with its gathered K/V (the attention keeps its
+        // views of them, as saved_activations counts per layer), its gradients flowing down
+        // (two hidden-width tensors per view) and the final norm's output kept.
+        s.view_rows * layer_saved_per_token(&s.w, s.b) + s.gathered_kv(p)
     } else {
-        w.largest.min(params)
+        0
+    };
+    mlp_grads + recomputed + gathered + 3 * hidden_grad
+}
+
+/// On CUDA in half precision the attention's backward is flash attention's, which accumulates
+/// dq in fp32 over rows rounded to 128 and a head size rounded to 32 (64 above 128), with an
+/// fp32 row statistic per head; per KV group the call's dk/dv come next to the group's sums.
+/// (Measured on an H200 at Llama-3-8B's widths, 32K tokens: 624 MiB above the CPU-derived
+/// transient; this term is 644 MiB there.) 0 elsewhere.
+fn flash_backward(p: &PlanInput, s: &Shape) -> u64 {
+    let w = &s.w;
+    if !p.gloo && s.b < 4 {
+        let rows_r = p.micro_batch * (p.seq_len.div_ceil(s.cp)).div_ceil(128) * 128;
+        let d_r = if w.head_dim <= 128 {
+            w.head_dim.div_ceil(32) * 32
+        } else {
+            w.head_dim.div_ceil(64) * 64
+        };
+        rows_r * w.heads * (d_r + 1) * ACC + 2 * s.rows * w.kv * s.b
+    } else {
+        0
+    }
+}
+
+/// Sharded and overlapped, each part's gradients are reduce-scattered during the next part's
+/// backward: with per-layer hooks, the largest bucket (the LM head's) is still in flight — flat
+/// in fp32, Gloo's copy of it, the reduced block — while a layer's backward runs. Without the
+/// hooks every bucket is reduced after the backward, when nothing else is: 0.
+fn in_flight_bucket(p: &PlanInput, s: &Shape) -> u64 {
+    if s.sharded && p.overlap_grad_reduce && p.checkpoint_layers {
+        let bucket = s.bucket_elems.min(s.params) * 4;
+        bucket * if p.gloo { 2 } else { 1 } + bucket.div_ceil(s.world)
+    } else {
+        0
+    }
+}
+
+/// The gradient reduction, replicated on several ranks: one fp32 bucket flattened for the
+/// all-reduce. (Sharded, the reduce-scatters run during the backward, counted there.)
+fn gradient_buckets(s: &Shape, items: &mut Vec<PlanItem>) {
+    if s.world > 1 && !s.sharded {
+        let bucket = s.bucket_elems.min(s.params) * 4;
+        add(
+            items,
+            "gradient buckets",
+            Category::Communication,
+            bucket,
+            format!("one fp32 bucket flattened ({} MiB)", bucket >> 20),
+        );
+    }
+}
+
+/// The optimizer update: the gradient norm upcasts each gradient to fp64 and squares it;
+/// AdamW's arithmetic holds about three fp32 temporaries of the parameter it updates.
+fn update_temporaries(p: &PlanInput, s: &Shape, items: &mut Vec<PlanItem>) {
+    let (params, sharded) = (s.params, s.sharded);
+    let update_elems = if sharded {
+        s.bucket_elems.min(params).div_ceil(s.world)
+    } else {
+        s.w.largest.min(params)
     };
     let norm_elems = if sharded {
         update_elems
     } else {
-        w.largest.min(params)
+        s.w.largest.min(params)
     };
     // Sharded, each bucket's new parameters are all-gathered whole in the model's dtype (Gloo
     // gathers through a copy of its own).
     let gather = if sharded {
-        bucket_elems.min(params) * b * if p.gloo { 2 } else { 1 }
+        s.bucket_elems.min(params) * s.b * if p.gloo { 2 } else { 1 }
     } else {
         0
     };
     add(
+        items,
         "update temporaries",
         Category::OptimizerUpdate,
         (2 * 8 * norm_elems).max(3 * 4 * update_elems).max(gather),
@@ -639,7 +738,11 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
             }
         ),
     );
+}
 
+/// The plan from its items: the static items plus the largest phase (the CPU peak), and the
+/// CUDA runtime on top.
+fn with_totals(p: &PlanInput, s: &Shape, mut items: Vec<PlanItem>) -> MemoryPlan {
     let sum = |c: Category, items: &[PlanItem]| -> u64 {
         items
             .iter()
@@ -669,10 +772,10 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
         peak_cpu,
         total: peak_cpu + runtime,
         gpu_bytes: p.gpu_bytes,
-        world,
-        dp,
-        cp,
-        parameters: params,
+        world: s.world,
+        dp: s.dp,
+        cp: s.cp,
+        parameters: s.params,
         shard_optimizer: p.shard_optimizer,
         checkpoint_layers: p.checkpoint_layers,
     }

@@ -294,97 +294,126 @@ fn read_or_end(input: &mut impl Read, buf: &mut [u8]) -> std::io::Result<bool> {
 /// IPC file that does not fit is an error at once (the reader loads dictionaries when it opens).
 /// Reads message headers only, skipping bodies.
 fn scan(path: &Path, is_file: bool) -> Result<Option<(usize, Stop)>> {
-    let io = |e| DataError::io(path, e);
     let file = open_regular(path)?;
-    let file_len = file.metadata().map_err(io)?.len();
+    let file_len = file.metadata().map_err(|e| DataError::io(path, e))?.len();
     let mut input = BufReader::with_capacity(64 << 10, file);
-    // Whether `offset + a + b` (each declared as a signed number) lies inside the file.
-    let fits = |offset: i64, a: i64, b: i64| -> bool {
-        match (u64::try_from(offset), u64::try_from(a), u64::try_from(b)) {
-            (Ok(o), Ok(a), Ok(b)) => o
-                .checked_add(a)
-                .and_then(|x| x.checked_add(b))
-                .is_some_and(|end| end <= file_len),
-            _ => false,
-        }
-    };
     if is_file {
-        // `<footer> <footer length: i32> ARROW1` at the end; a damaged tail is reported by the
-        // reader (and the file as truncated, see `reader`).
-        if file_len < 10 {
-            return Ok(None);
-        }
-        let mut tail = [0u8; 10];
-        input.seek(SeekFrom::End(-10)).map_err(io)?;
-        input.read_exact(&mut tail).map_err(io)?;
-        let footer_len = i32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
-        let Ok(footer_len) = u64::try_from(footer_len) else {
-            return Ok(None);
-        };
-        if &tail[4..] != b"ARROW1" || footer_len > file_len - 10 {
-            return Ok(None);
-        }
-        input
-            .seek(SeekFrom::Start(file_len - 10 - footer_len))
-            .map_err(io)?;
-        let mut footer = vec![0u8; footer_len as usize];
-        input.read_exact(&mut footer).map_err(io)?;
-        let Ok(footer) = arrow::ipc::root_as_footer(&footer) else {
-            return Ok(None);
-        };
-        let describe = |what: &str, k: usize, b: &arrow::ipc::Block| {
-            format!(
-                "the footer's {what} block {k} (offset {}, {} bytes of metadata, {} bytes of body) \
-                 does not lie inside the file ({file_len} bytes)",
-                b.offset(),
-                b.metaDataLength(),
-                b.bodyLength()
-            )
-        };
-        for (k, b) in footer
-            .dictionaries()
-            .into_iter()
-            .flat_map(|v| v.iter())
-            .enumerate()
-        {
-            if !fits(b.offset(), i64::from(b.metaDataLength()), b.bodyLength()) {
-                return Err(DataError::bad_file(
-                    path,
-                    Cause::Corrupt,
-                    format!("corrupt Arrow IPC file: {}", describe("dictionary", k, b)),
-                ));
-            }
-        }
-        for (k, b) in footer
-            .recordBatches()
-            .into_iter()
-            .flat_map(|v| v.iter())
-            .enumerate()
-        {
-            if !fits(b.offset(), i64::from(b.metaDataLength()), b.bodyLength()) {
-                let what = describe("record batch", k, b);
-                return Ok(Some((
-                    k,
-                    Stop {
-                        truncated: false,
-                        what,
-                    },
-                )));
-            }
-        }
+        scan_file(path, &mut input, file_len)
+    } else {
+        scan_stream(path, &mut input, file_len)
+    }
+}
+
+/// Whether `offset + a + b` (each declared as a signed number) lies inside a file of
+/// `file_len` bytes.
+fn fits(file_len: u64, offset: i64, a: i64, b: i64) -> bool {
+    match (u64::try_from(offset), u64::try_from(a), u64::try_from(b)) {
+        (Ok(o), Ok(a), Ok(b)) => o
+            .checked_add(a)
+            .and_then(|x| x.checked_add(b))
+            .is_some_and(|end| end <= file_len),
+        _ => false,
+    }
+}
+
+/// [`scan`] for an IPC file: the blocks its footer lists.
+fn scan_file(
+    path: &Path,
+    input: &mut BufReader<File>,
+    file_len: u64,
+) -> Result<Option<(usize, Stop)>> {
+    let io = |e| DataError::io(path, e);
+    // `<footer> <footer length: i32> ARROW1` at the end; a damaged tail is reported by the
+    // reader (and the file as truncated, see `reader`).
+    if file_len < 10 {
         return Ok(None);
     }
-    // A stream: messages of `[0xFFFFFFFF] <metadata length: i32> <metadata> <body>` until a zero
-    // length or the end of the file.
+    let mut tail = [0u8; 10];
+    input.seek(SeekFrom::End(-10)).map_err(io)?;
+    input.read_exact(&mut tail).map_err(io)?;
+    let footer_len = i32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
+    let Ok(footer_len) = u64::try_from(footer_len) else {
+        return Ok(None);
+    };
+    if &tail[4..] != b"ARROW1" || footer_len > file_len - 10 {
+        return Ok(None);
+    }
+    input
+        .seek(SeekFrom::Start(file_len - 10 - footer_len))
+        .map_err(io)?;
+    let mut footer = vec![0u8; footer_len as usize];
+    input.read_exact(&mut footer).map_err(io)?;
+    let Ok(footer) = arrow::ipc::root_as_footer(&footer) else {
+        return Ok(None);
+    };
+    let describe = |what: &str, k: usize, b: &arrow::ipc::Block| {
+        format!(
+            "the footer's {what} block {k} (offset {}, {} bytes of metadata, {} bytes of body) \
+             does not lie inside the file ({file_len} bytes)",
+            b.offset(),
+            b.metaDataLength(),
+            b.bodyLength()
+        )
+    };
+    let inside = |b: &arrow::ipc::Block| {
+        fits(
+            file_len,
+            b.offset(),
+            i64::from(b.metaDataLength()),
+            b.bodyLength(),
+        )
+    };
+    for (k, b) in footer
+        .dictionaries()
+        .into_iter()
+        .flat_map(|v| v.iter())
+        .enumerate()
+    {
+        if !inside(b) {
+            return Err(DataError::bad_file(
+                path,
+                Cause::Corrupt,
+                format!("corrupt Arrow IPC file: {}", describe("dictionary", k, b)),
+            ));
+        }
+    }
+    for (k, b) in footer
+        .recordBatches()
+        .into_iter()
+        .flat_map(|v| v.iter())
+        .enumerate()
+    {
+        if !inside(b) {
+            let what = describe("record batch", k, b);
+            return Ok(Some((
+                k,
+                Stop {
+                    truncated: false,
+                    what,
+                },
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// [`scan`] for an IPC stream: messages of `[0xFFFFFFFF] <metadata length: i32> <metadata>
+/// <body>` until a zero length or the end of the file.
+fn scan_stream(
+    path: &Path,
+    input: &mut BufReader<File>,
+    file_len: u64,
+) -> Result<Option<(usize, Stop)>> {
+    let io = |e| DataError::io(path, e);
     let (mut pos, mut batches, mut k) = (0u64, 0usize, 0usize);
     loop {
         let mut word = [0u8; 4];
-        if !read_or_end(&mut input, &mut word).map_err(io)? {
+        if !read_or_end(input, &mut word).map_err(io)? {
             return Ok(None);
         }
         let mut prefix = 4u64;
         if word == [0xff; 4] {
-            if !read_or_end(&mut input, &mut word).map_err(io)? {
+            if !read_or_end(input, &mut word).map_err(io)? {
                 return Ok(None);
             }
             prefix = 8;
@@ -395,7 +424,7 @@ fn scan(path: &Path, is_file: bool) -> Result<Option<(usize, Stop)>> {
         }
         let stop = |truncated, what: String| Ok(Some((batches, Stop { truncated, what })));
         let meta_start = pos + prefix;
-        if !fits(meta_start as i64, i64::from(meta_len), 0) {
+        if !fits(file_len, meta_start as i64, i64::from(meta_len), 0) {
             return stop(
                 meta_len > 0,
                 format!(
@@ -414,7 +443,7 @@ fn scan(path: &Path, is_file: bool) -> Result<Option<(usize, Stop)>> {
         };
         let body = message.bodyLength();
         let body_start = meta_start + meta_len as u64;
-        if !fits(body_start as i64, body, 0) {
+        if !fits(file_len, body_start as i64, body, 0) {
             return stop(
                 body >= 0,
                 format!(

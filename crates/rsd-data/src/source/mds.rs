@@ -191,108 +191,13 @@ impl MdsDataset {
                 format!("not valid JSON {}", json_error(&e)),
             )
         })?;
-        let bad = |what: String| DataError::bad_file(index, Cause::Schema, what);
         let shards = json
             .get("shards")
             .and_then(Value::as_array)
-            .ok_or_else(|| bad("no \"shards\" list".into()))?;
+            .ok_or_else(|| schema_error(index, "no \"shards\" list".into()))?;
         let mut entries = vec![];
         for (k, shard) in shards.iter().enumerate() {
-            let format = shard.get("format").and_then(Value::as_str).unwrap_or("");
-            if format != "mds" {
-                return Err(bad(format!(
-                    "shard {k} has format \"{format}\"; only \"mds\" is supported"
-                )));
-            }
-            let names = str_list(shard.get("column_names"))
-                .ok_or_else(|| bad(format!("shard {k}: no column_names")))?;
-            let encodings = str_list(shard.get("column_encodings"))
-                .ok_or_else(|| bad(format!("shard {k}: no column_encodings")))?;
-            let sizes: Vec<Option<u64>> = shard
-                .get("column_sizes")
-                .and_then(Value::as_array)
-                .map(|a| a.iter().map(Value::as_u64).collect())
-                .ok_or_else(|| bad(format!("shard {k}: no column_sizes")))?;
-            if names.len() != encodings.len() || names.len() != sizes.len() {
-                return Err(bad(format!(
-                    "shard {k}: column_names, column_encodings and column_sizes differ in length"
-                )));
-            }
-            // A fixed column size is part of every sample, whose size is a u32 in the shard.
-            if let Some((c, size)) = sizes
-                .iter()
-                .enumerate()
-                .find_map(|(c, s)| s.filter(|&s| s > u32::MAX as u64).map(|s| (c, s)))
-            {
-                return Err(DataError::bad_file(
-                    index,
-                    Cause::Corrupt,
-                    format!(
-                        "field shards[{k}].column_sizes[{c}]: {size} bytes, more than an MDS \
-                         sample can hold ({})",
-                        u32::MAX
-                    ),
-                ));
-            }
-            for want in ["input_ids", "indices"] {
-                match names.iter().position(|n| n == want) {
-                    None => {
-                        return Err(bad(format!(
-                            "shard {k} has no column \"{want}\" (it has: {}); rsd reads ProLong-style MDS with input_ids and indices",
-                            names.join(", ")
-                        )))
-                    }
-                    Some(c) => check_ids_encoding(&encodings[c])
-                        .map_err(|what| bad(format!("shard {k}: column \"{want}\" {what}")))?,
-                }
-            }
-            let columns = names
-                .into_iter()
-                .zip(encodings)
-                .zip(sizes)
-                .map(|((n, e), s)| (n, parse_encoding(&e), s))
-                .collect::<Vec<_>>();
-            let compression = shard.get("compression").and_then(Value::as_str);
-            let zstd = match compression {
-                None => false,
-                Some(c) if c == "zstd" || c.starts_with("zstd:") => true,
-                Some(other) => return Err(bad(format!("shard {k} is compressed with \"{other}\"; only uncompressed or zstd MDS is supported"))),
-            };
-            let data_field = if zstd { "zip_data" } else { "raw_data" };
-            let data = shard.get(data_field);
-            let basename = data
-                .and_then(|d| d.get("basename"))
-                .and_then(Value::as_str)
-                .ok_or_else(|| {
-                    bad(format!(
-                        "shard {k}: no {} basename",
-                        if zstd { "zip_data" } else { "raw_data" }
-                    ))
-                })?;
-            let bytes = data
-                .and_then(|d| d.get("bytes"))
-                .and_then(Value::as_u64)
-                .unwrap_or(0);
-            let raw_bytes = shard
-                .get("raw_data")
-                .and_then(|d| d.get("bytes"))
-                .and_then(Value::as_u64);
-            // The name comes from a file anyone may have written: it must stay inside `dir`.
-            let named_by = NamedBy::new(index, format!("shards[{k}].{data_field}.basename"));
-            let file = confined_name(dir, basename, &named_by)?;
-            let samples = shard
-                .get("samples")
-                .and_then(Value::as_u64)
-                .ok_or_else(|| bad(format!("shard {k}: no samples count")))?;
-            entries.push(ShardEntry {
-                file,
-                zstd,
-                samples,
-                bytes,
-                raw_bytes,
-                columns,
-                max_doc_bytes: u64::MAX,
-            });
+            entries.push(shard_entry(dir, index, k, shard)?);
         }
         Ok(MdsDataset {
             dir: dir.to_path_buf(),
@@ -319,6 +224,128 @@ impl MdsDataset {
                 Err(e) => Box::new(std::iter::once(Err(e))),
             })
     }
+}
+
+/// An index.json that does not describe ProLong-style MDS as rsd reads it.
+fn schema_error(index: &Path, what: String) -> DataError {
+    DataError::bad_file(index, Cause::Schema, what)
+}
+
+/// Shard `k` of `index` (the `index.json` of `dir`): its format, columns, compression, data
+/// file (a plain name inside `dir`) and sample count.
+fn shard_entry(dir: &Path, index: &Path, k: usize, shard: &Value) -> Result<ShardEntry> {
+    let bad = |what: String| schema_error(index, what);
+    let format = shard.get("format").and_then(Value::as_str).unwrap_or("");
+    if format != "mds" {
+        return Err(bad(format!(
+            "shard {k} has format \"{format}\"; only \"mds\" is supported"
+        )));
+    }
+    let columns = shard_columns(index, k, shard)?;
+    let compression = shard.get("compression").and_then(Value::as_str);
+    let zstd = match compression {
+        None => false,
+        Some(c) if c == "zstd" || c.starts_with("zstd:") => true,
+        Some(other) => {
+            return Err(bad(format!(
+                "shard {k} is compressed with \"{other}\"; only uncompressed or zstd MDS is \
+                 supported"
+            )))
+        }
+    };
+    let data_field = if zstd { "zip_data" } else { "raw_data" };
+    let data = shard.get(data_field);
+    let basename = data
+        .and_then(|d| d.get("basename"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            bad(format!(
+                "shard {k}: no {} basename",
+                if zstd { "zip_data" } else { "raw_data" }
+            ))
+        })?;
+    let bytes = data
+        .and_then(|d| d.get("bytes"))
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    let raw_bytes = shard
+        .get("raw_data")
+        .and_then(|d| d.get("bytes"))
+        .and_then(Value::as_u64);
+    // The name comes from a file anyone may have written: it must stay inside `dir`.
+    let named_by = NamedBy::new(index, format!("shards[{k}].{data_field}.basename"));
+    let file = confined_name(dir, basename, &named_by)?;
+    let samples = shard
+        .get("samples")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| bad(format!("shard {k}: no samples count")))?;
+    Ok(ShardEntry {
+        file,
+        zstd,
+        samples,
+        bytes,
+        raw_bytes,
+        columns,
+        max_doc_bytes: u64::MAX,
+    })
+}
+
+/// Shard `k`'s columns (name, encoding, fixed size), checked: as many names as encodings and
+/// sizes, every fixed size within a sample, and `input_ids` and `indices` integer ndarrays.
+fn shard_columns(
+    index: &Path,
+    k: usize,
+    shard: &Value,
+) -> Result<Vec<(String, Column, Option<u64>)>> {
+    let bad = |what: String| schema_error(index, what);
+    let names = str_list(shard.get("column_names"))
+        .ok_or_else(|| bad(format!("shard {k}: no column_names")))?;
+    let encodings = str_list(shard.get("column_encodings"))
+        .ok_or_else(|| bad(format!("shard {k}: no column_encodings")))?;
+    let sizes: Vec<Option<u64>> = shard
+        .get("column_sizes")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().map(Value::as_u64).collect())
+        .ok_or_else(|| bad(format!("shard {k}: no column_sizes")))?;
+    if names.len() != encodings.len() || names.len() != sizes.len() {
+        return Err(bad(format!(
+            "shard {k}: column_names, column_encodings and column_sizes differ in length"
+        )));
+    }
+    // A fixed column size is part of every sample, whose size is a u32 in the shard.
+    if let Some((c, size)) = sizes
+        .iter()
+        .enumerate()
+        .find_map(|(c, s)| s.filter(|&s| s > u32::MAX as u64).map(|s| (c, s)))
+    {
+        return Err(DataError::bad_file(
+            index,
+            Cause::Corrupt,
+            format!(
+                "field shards[{k}].column_sizes[{c}]: {size} bytes, more than an MDS \
+                 sample can hold ({})",
+                u32::MAX
+            ),
+        ));
+    }
+    for want in ["input_ids", "indices"] {
+        match names.iter().position(|n| n == want) {
+            None => {
+                return Err(bad(format!(
+                    "shard {k} has no column \"{want}\" (it has: {}); rsd reads ProLong-style MDS with input_ids and indices",
+                    names.join(", ")
+                )))
+            }
+            Some(c) => check_ids_encoding(&encodings[c])
+                .map_err(|what| bad(format!("shard {k}: column \"{want}\" {what}")))?,
+        }
+    }
+    Ok(names
+        .into_iter()
+        .zip(encodings)
+        .zip(sizes)
+        .map(|((n, e), s)| (n, parse_encoding(&e), s))
+        .collect())
 }
 
 fn str_list(v: Option<&Value>) -> Option<Vec<String>> {
@@ -357,6 +384,122 @@ fn parse_encoding(enc: &str) -> Column {
     Column::NdArray { dtype, fixed_shape }
 }
 
+/// A zstd shard's bytes, decoded no further than the size the index declares (or the most an
+/// MDS shard can have): a small file that decompresses to gigabytes is refused, not held in
+/// memory. Data that does not decode to the end gives what did decode and the damage.
+fn decode_zstd(entry: &ShardEntry, file: std::fs::File) -> Result<(Vec<u8>, Option<DataError>)> {
+    let path = &entry.file;
+    let cap = entry
+        .raw_bytes
+        .unwrap_or(MAX_SHARD_BYTES)
+        .min(MAX_SHARD_BYTES);
+    let mut raw = vec![];
+    let decoded = zstd::stream::read::Decoder::new(file)
+        .and_then(|d| d.take(cap.saturating_add(1)).read_to_end(&mut raw));
+    if raw.len() as u64 > cap {
+        return Err(DataError::bad_file(
+            path,
+            Cause::Corrupt,
+            format!(
+                "decompresses to more than {cap} bytes, the size {} declares for it \
+                 (raw_data.bytes); a zstd bomb or a damaged index",
+                if entry.raw_bytes.is_some() {
+                    "index.json"
+                } else {
+                    "the MDS format allows"
+                }
+            ),
+        ));
+    }
+    let mut damage = None;
+    if let Err(e) = decoded {
+        let cause = if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            Cause::Truncated
+        } else {
+            Cause::Corrupt
+        };
+        damage = Some(DataError::bad_file(
+            path,
+            cause,
+            format!(
+                "{} zstd data after decompressed byte {}: {e}",
+                if cause == Cause::Truncated {
+                    "truncated"
+                } else {
+                    "corrupt"
+                },
+                raw.len()
+            ),
+        ));
+    }
+    Ok((raw, damage))
+}
+
+/// Checks a shard's header and offset table against its `samples` count and its size: how many
+/// samples can be read, and the damage reported after them (`damage`, that of the zstd data,
+/// if any, else a table that runs past the end). With damaged zstd data, the decoding error
+/// explains whatever else is wrong.
+fn readable_samples(
+    path: &Path,
+    bytes: &[u8],
+    samples: u64,
+    mut damage: Option<DataError>,
+) -> Result<(usize, Option<DataError>)> {
+    let mut fail = |cause, what: String| {
+        damage
+            .take()
+            .unwrap_or_else(|| DataError::bad_file(path, cause, what))
+    };
+    if bytes.len() < 8 {
+        return Err(fail(
+            Cause::Truncated,
+            format!("{} bytes: too short for an MDS shard header", bytes.len()),
+        ));
+    }
+    let n = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
+    if n as u64 != samples {
+        return Err(fail(
+            Cause::Corrupt,
+            format!("header says {n} samples, index.json says {samples}"),
+        ));
+    }
+    let table_end = 4 + 4 * (n + 1);
+    if bytes.len() < table_end {
+        return Err(fail(
+            Cause::Truncated,
+            format!(
+                "truncated: {} bytes, the offset table alone needs {table_end}",
+                bytes.len()
+            ),
+        ));
+    }
+    let last = u32_at(bytes, 4 + 4 * n) as usize;
+    // Samples that end inside the file are intact even if the file is cut short.
+    let intact = (0..n)
+        .take_while(|&i| (u32_at(bytes, 8 + 4 * i) as usize) <= bytes.len())
+        .count();
+    if damage.is_none() && last > bytes.len() {
+        damage = Some(DataError::bad_file(
+            path,
+            Cause::Truncated,
+            format!(
+                "truncated: the offset table ends at byte {last} but the file has {} bytes; samples {intact}.. are lost",
+                bytes.len()
+            ),
+        ));
+    } else if damage.is_none() && last < bytes.len() {
+        return Err(DataError::bad_file(
+            path,
+            Cause::Corrupt,
+            format!(
+                "padded: the offset table ends at byte {last} but the file has {} bytes",
+                bytes.len()
+            ),
+        ));
+    }
+    Ok((if damage.is_some() { intact } else { n }, damage))
+}
+
 enum Bytes {
     Mapped(Mmap),
     Owned(Vec<u8>),
@@ -391,115 +534,20 @@ impl ShardDocs {
         let file = open_regular(path)?;
         // A zstd shard that does not decode to the end keeps what did decode: the samples before
         // the damage are read, then the damage is reported.
-        let mut damage = None;
-        let bytes = if entry.zstd {
-            // Decoded no further than the size the index declares (or the most an MDS shard can
-            // have): a small file that decompresses to gigabytes is refused, not held in memory.
-            let cap = entry
-                .raw_bytes
-                .unwrap_or(MAX_SHARD_BYTES)
-                .min(MAX_SHARD_BYTES);
-            let mut raw = vec![];
-            let decoded = zstd::stream::read::Decoder::new(file)
-                .and_then(|d| d.take(cap.saturating_add(1)).read_to_end(&mut raw));
-            if raw.len() as u64 > cap {
-                return Err(DataError::bad_file(
-                    path,
-                    Cause::Corrupt,
-                    format!(
-                        "decompresses to more than {cap} bytes, the size {} declares for it \
-                         (raw_data.bytes); a zstd bomb or a damaged index",
-                        if entry.raw_bytes.is_some() {
-                            "index.json"
-                        } else {
-                            "the MDS format allows"
-                        }
-                    ),
-                ));
-            }
-            if let Err(e) = decoded {
-                let cause = if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                    Cause::Truncated
-                } else {
-                    Cause::Corrupt
-                };
-                damage = Some(DataError::bad_file(
-                    path,
-                    cause,
-                    format!(
-                        "{} zstd data after decompressed byte {}: {e}",
-                        if cause == Cause::Truncated {
-                            "truncated"
-                        } else {
-                            "corrupt"
-                        },
-                        raw.len()
-                    ),
-                ));
-            }
-            Bytes::Owned(raw)
+        let (bytes, damage) = if entry.zstd {
+            let (raw, damage) = decode_zstd(&entry, file)?;
+            (Bytes::Owned(raw), damage)
         } else {
             // SAFETY: read-only map of an input file we do not modify.
-            Bytes::Mapped(unsafe { Mmap::map(&file) }.map_err(|e| DataError::io(path, e))?)
+            let map = unsafe { Mmap::map(&file) }.map_err(|e| DataError::io(path, e))?;
+            (Bytes::Mapped(map), None)
         };
-        // With damaged zstd data, the decoding error explains whatever else is wrong.
-        let mut fail = |cause, what: String| {
-            damage
-                .take()
-                .unwrap_or_else(|| DataError::bad_file(path, cause, what))
-        };
-        if bytes.len() < 8 {
-            return Err(fail(
-                Cause::Truncated,
-                format!("{} bytes: too short for an MDS shard header", bytes.len()),
-            ));
-        }
-        let n = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
-        if n as u64 != entry.samples {
-            return Err(fail(
-                Cause::Corrupt,
-                format!("header says {n} samples, index.json says {}", entry.samples),
-            ));
-        }
-        let table_end = 4 + 4 * (n + 1);
-        if bytes.len() < table_end {
-            return Err(fail(
-                Cause::Truncated,
-                format!(
-                    "truncated: {} bytes, the offset table alone needs {table_end}",
-                    bytes.len()
-                ),
-            ));
-        }
-        let last = u32_at(&bytes, 4 + 4 * n) as usize;
-        // Samples that end inside the file are intact even if the file is cut short.
-        let intact = (0..n)
-            .take_while(|&i| (u32_at(&bytes, 8 + 4 * i) as usize) <= bytes.len())
-            .count();
-        if damage.is_none() && last > bytes.len() {
-            damage = Some(DataError::bad_file(
-                path,
-                Cause::Truncated,
-                format!(
-                    "truncated: the offset table ends at byte {last} but the file has {} bytes; samples {intact}.. are lost",
-                    bytes.len()
-                ),
-            ));
-        } else if damage.is_none() && last < bytes.len() {
-            return Err(DataError::bad_file(
-                path,
-                Cause::Corrupt,
-                format!(
-                    "padded: the offset table ends at byte {last} but the file has {} bytes",
-                    bytes.len()
-                ),
-            ));
-        }
+        let (n, damage) = readable_samples(path, &bytes, entry.samples, damage)?;
         Ok(ShardDocs {
             path: Arc::from(entry.file.as_path()),
             entry,
             bytes: Arc::new(bytes),
-            n: if damage.is_some() { intact } else { n },
+            n,
             sample: 0,
             pending: Vec::new().into_iter(),
             damage,

@@ -28,7 +28,7 @@ use parquet::arrow::arrow_reader::{
     ParquetRecordBatchReaderBuilder,
 };
 use parquet::arrow::ProjectionMask;
-use parquet::file::metadata::ParquetMetaData;
+use parquet::file::metadata::{ColumnChunkMetaData, ParquetMetaData};
 use parquet::format::{Encoding, PageHeader, PageType};
 use parquet::thrift::TSerializable;
 
@@ -140,100 +140,153 @@ fn check_column(
     let leaves: Vec<usize> = (0..schema.num_columns())
         .filter(|&leaf| schema.get_column_root_idx(leaf) == index)
         .collect();
-    let page_limit = max_doc_bytes.saturating_add(PAGE_SLACK);
     let mut largest_delta = 0u64;
     // The file's first row in the row group, for messages (rows are counted across the file).
     let mut first_row = 0u64;
     for (rg, group) in metadata.row_groups().iter().enumerate() {
         for &leaf in &leaves {
-            let chunk = group.column(leaf);
-            let bad = |what: String| {
-                DataError::bad_file(
-                    path,
-                    Cause::Corrupt,
-                    format!("row group {rg} (first row {first_row}), column \"{field}\": {what}"),
-                )
+            let at = ChunkAt {
+                path,
+                rg,
+                first_row,
+                field,
             };
             let rows = u64::try_from(group.num_rows())
-                .map_err(|_| bad(format!("a row count of {}", group.num_rows())))?;
-            let start = chunk
-                .dictionary_page_offset()
-                .unwrap_or_else(|| chunk.data_page_offset());
-            // Checked here, not trusted: the parquet crate asserts (panics) on negative ones.
-            let (start, len) = match (u64::try_from(start), u64::try_from(chunk.compressed_size()))
-            {
-                (Ok(s), Ok(l)) if s.checked_add(l).is_some_and(|end| end <= file_len) => (s, l),
-                _ => {
-                    return Err(bad(format!(
-                        "the column chunk at offset {start}, {} bytes long, does not lie inside \
-                         the file ({file_len} bytes)",
-                        chunk.compressed_size()
-                    )))
-                }
-            };
-            let declared = chunk.uncompressed_size();
-            let chunk_limit = rows
-                .saturating_mul(max_doc_bytes.saturating_add(VALUE_OVERHEAD))
-                .saturating_add(CHUNK_SLACK);
-            if u64::try_from(declared).map_or(true, |d| d > chunk_limit) {
-                return Err(bad(format!(
-                    "the column chunk declares {declared} bytes uncompressed for {rows} rows, more \
-                     than --max-doc-bytes ({max_doc_bytes} bytes) per row allows ({chunk_limit} \
-                     bytes)"
-                )));
-            }
-            let mut pos = start;
-            let end = start + len;
-            let mut page = 0usize;
-            while pos < end {
-                input
-                    .seek(SeekFrom::Start(pos))
-                    .map_err(|e| DataError::io(path, e))?;
-                let mut counted = Counted {
-                    inner: (&mut input).take(end - pos),
-                    read: 0,
-                };
-                let header = {
-                    let mut protocol = thrift::protocol::TCompactInputProtocol::new(&mut counted);
-                    PageHeader::read_from_in_protocol(&mut protocol)
-                        .map_err(|e| bad(format!("page {page}: unreadable page header: {e}")))?
-                };
-                let (Ok(compressed), Ok(uncompressed)) = (
-                    u64::try_from(header.compressed_page_size),
-                    u64::try_from(header.uncompressed_page_size),
-                ) else {
-                    return Err(bad(format!(
-                        "page {page}: negative page size ({} compressed, {} uncompressed)",
-                        header.compressed_page_size, header.uncompressed_page_size
-                    )));
-                };
-                if uncompressed > page_limit {
-                    return Err(bad(format!(
-                        "page {page} declares {uncompressed} bytes uncompressed, more than \
-                         --max-doc-bytes ({max_doc_bytes} bytes) + {} MiB allows; not decoding it",
-                        PAGE_SLACK >> 20
-                    )));
-                }
-                let delta = match header.type_ {
-                    PageType::DATA_PAGE => header
-                        .data_page_header
-                        .as_ref()
-                        .is_some_and(|h| h.encoding == Encoding::DELTA_BYTE_ARRAY),
-                    PageType::DATA_PAGE_V2 => header
-                        .data_page_header_v2
-                        .as_ref()
-                        .is_some_and(|h| h.encoding == Encoding::DELTA_BYTE_ARRAY),
-                    _ => false,
-                };
-                if delta {
-                    largest_delta = largest_delta.max(uncompressed);
-                }
-                // Past the chunk's end is the reader's error to report (a truncated chunk).
-                pos = pos.saturating_add(counted.read).saturating_add(compressed);
-                page += 1;
-            }
+                .map_err(|_| at.bad(format!("a row count of {}", group.num_rows())))?;
+            let (start, end) =
+                chunk_extent(&at, group.column(leaf), rows, file_len, max_doc_bytes)?;
+            let delta = check_pages(&at, &mut input, start, end, max_doc_bytes)?;
+            largest_delta = largest_delta.max(delta);
         }
         first_row = first_row.saturating_add(u64::try_from(group.num_rows()).unwrap_or(0));
+    }
+    Ok(largest_delta)
+}
+
+/// Which column chunk [`check_column`] is checking, for its messages.
+struct ChunkAt<'a> {
+    path: &'a Path,
+    /// The row group.
+    rg: usize,
+    /// The file's first row in the row group.
+    first_row: u64,
+    field: &'a str,
+}
+
+impl ChunkAt<'_> {
+    /// The chunk is corrupt: `what`.
+    fn bad(&self, what: String) -> DataError {
+        let ChunkAt {
+            rg,
+            first_row,
+            field,
+            ..
+        } = self;
+        DataError::bad_file(
+            self.path,
+            Cause::Corrupt,
+            format!("row group {rg} (first row {first_row}), column \"{field}\": {what}"),
+        )
+    }
+}
+
+/// Where a column chunk of `rows` rows lies, `[start, end)`, checked to lie inside the file and
+/// to declare no more uncompressed bytes than `max_doc_bytes` per row allows.
+fn chunk_extent(
+    at: &ChunkAt<'_>,
+    chunk: &ColumnChunkMetaData,
+    rows: u64,
+    file_len: u64,
+    max_doc_bytes: u64,
+) -> Result<(u64, u64)> {
+    let start = chunk
+        .dictionary_page_offset()
+        .unwrap_or_else(|| chunk.data_page_offset());
+    // Checked here, not trusted: the parquet crate asserts (panics) on negative ones.
+    let (start, len) = match (u64::try_from(start), u64::try_from(chunk.compressed_size())) {
+        (Ok(s), Ok(l)) if s.checked_add(l).is_some_and(|end| end <= file_len) => (s, l),
+        _ => {
+            return Err(at.bad(format!(
+                "the column chunk at offset {start}, {} bytes long, does not lie inside \
+                 the file ({file_len} bytes)",
+                chunk.compressed_size()
+            )))
+        }
+    };
+    let declared = chunk.uncompressed_size();
+    let chunk_limit = rows
+        .saturating_mul(max_doc_bytes.saturating_add(VALUE_OVERHEAD))
+        .saturating_add(CHUNK_SLACK);
+    if u64::try_from(declared).map_or(true, |d| d > chunk_limit) {
+        return Err(at.bad(format!(
+            "the column chunk declares {declared} bytes uncompressed for {rows} rows, more \
+             than --max-doc-bytes ({max_doc_bytes} bytes) per row allows ({chunk_limit} \
+             bytes)"
+        )));
+    }
+    Ok((start, start + len))
+}
+
+/// Reads the headers of the pages in `[start, end)`, skipping the pages, and checks that none
+/// declares more than `max_doc_bytes + PAGE_SLACK` uncompressed bytes. Returns the largest
+/// uncompressed size of a `DELTA_BYTE_ARRAY` data page (0 if none).
+fn check_pages(
+    at: &ChunkAt<'_>,
+    input: &mut BufReader<&File>,
+    start: u64,
+    end: u64,
+    max_doc_bytes: u64,
+) -> Result<u64> {
+    let page_limit = max_doc_bytes.saturating_add(PAGE_SLACK);
+    let mut largest_delta = 0u64;
+    let mut pos = start;
+    let mut page = 0usize;
+    while pos < end {
+        input
+            .seek(SeekFrom::Start(pos))
+            .map_err(|e| DataError::io(at.path, e))?;
+        let mut counted = Counted {
+            inner: (&mut *input).take(end - pos),
+            read: 0,
+        };
+        let header = {
+            let mut protocol = thrift::protocol::TCompactInputProtocol::new(&mut counted);
+            PageHeader::read_from_in_protocol(&mut protocol)
+                .map_err(|e| at.bad(format!("page {page}: unreadable page header: {e}")))?
+        };
+        let (Ok(compressed), Ok(uncompressed)) = (
+            u64::try_from(header.compressed_page_size),
+            u64::try_from(header.uncompressed_page_size),
+        ) else {
+            return Err(at.bad(format!(
+                "page {page}: negative page size ({} compressed, {} uncompressed)",
+                header.compressed_page_size, header.uncompressed_page_size
+            )));
+        };
+        if uncompressed > page_limit {
+            return Err(at.bad(format!(
+                "page {page} declares {uncompressed} bytes uncompressed, more than \
+                 --max-doc-bytes ({max_doc_bytes} bytes) + {} MiB allows; not decoding it",
+                PAGE_SLACK >> 20
+            )));
+        }
+        let delta = match header.type_ {
+            PageType::DATA_PAGE => header
+                .data_page_header
+                .as_ref()
+                .is_some_and(|h| h.encoding == Encoding::DELTA_BYTE_ARRAY),
+            PageType::DATA_PAGE_V2 => header
+                .data_page_header_v2
+                .as_ref()
+                .is_some_and(|h| h.encoding == Encoding::DELTA_BYTE_ARRAY),
+            _ => false,
+        };
+        if delta {
+            largest_delta = largest_delta.max(uncompressed);
+        }
+        // Past the chunk's end is the reader's error to report (a truncated chunk).
+        pos = pos.saturating_add(counted.read).saturating_add(compressed);
+        page += 1;
     }
     Ok(largest_delta)
 }
