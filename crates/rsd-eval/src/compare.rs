@@ -18,9 +18,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::error::EvalError;
 use crate::figure::{Figure, Lines, Series};
 use crate::paired::{paired, Arms, Paired};
-use crate::plot::{cell, sorted_unique, Cell, PlotError};
+use crate::plot::{cell, sorted_unique, Cell};
 use crate::results::{read_results, ItemResult};
 
 /// Arguments of `rsd-eval compare`.
@@ -111,7 +112,7 @@ fn describe(run: &Path, p: &Pairs) -> String {
 }
 
 /// Compares runs given as (label, directory, records).
-pub fn compare(runs: &[(String, PathBuf, Vec<ItemResult>)]) -> Result<Comparison, PlotError> {
+pub fn compare(runs: &[(String, PathBuf, Vec<ItemResult>)]) -> Result<Comparison, EvalError> {
     let sets: Vec<Pairs> = runs.iter().map(|(_, _, items)| pairs(items)).collect();
     let common = common_pairs(runs, &sets)?;
     let shared: Vec<Vec<&ItemResult>> = runs
@@ -173,11 +174,11 @@ pub fn compare(runs: &[(String, PathBuf, Vec<ItemResult>)]) -> Result<Comparison
 fn common_pairs(
     runs: &[(String, PathBuf, Vec<ItemResult>)],
     sets: &[Pairs],
-) -> Result<Pairs, PlotError> {
+) -> Result<Pairs, EvalError> {
     for i in 0..runs.len() {
         for j in i + 1..runs.len() {
             if sets[i].is_disjoint(&sets[j]) {
-                return Err(PlotError::Input(format!(
+                return Err(EvalError::Input(format!(
                     "runs {} and {} share no (task, length) to compare: {}; {}",
                     runs[i].1.display(),
                     runs[j].1.display(),
@@ -197,7 +198,7 @@ fn common_pairs(
             .zip(sets)
             .map(|((_, dir, _), s)| describe(dir, s))
             .collect();
-        return Err(PlotError::Input(format!(
+        return Err(EvalError::Input(format!(
             "no (task, length) is in every run: {}",
             all.join("; ")
         )));
@@ -356,7 +357,7 @@ impl Comparison {
 /// hold the same (task, length) pairs; the pooled run is named by its first directory.
 pub fn pool_replicas(
     runs: Vec<(String, PathBuf, Vec<ItemResult>)>,
-) -> Result<Vec<(String, PathBuf, Vec<ItemResult>)>, PlotError> {
+) -> Result<Vec<(String, PathBuf, Vec<ItemResult>)>, EvalError> {
     let mut groups: Vec<Vec<(String, PathBuf, Vec<ItemResult>)>> = Vec::new();
     for run in runs {
         match groups.iter_mut().find(|g| g[0].0 == run.0) {
@@ -377,7 +378,7 @@ pub fn pool_replicas(
             for (replica, (_, d, mut its)) in group.into_iter().enumerate() {
                 let got = pairs(&its);
                 if got != want {
-                    return Err(PlotError::Input(format!(
+                    return Err(EvalError::Input(format!(
                         "runs labelled {label} are pooled as replicas and must hold the same \
                          (task, length) pairs: {}; {}",
                         describe(&dir, &want),
@@ -393,10 +394,10 @@ pub fn pool_replicas(
 }
 
 /// `rsd-eval compare`: writes the table, its numbers and the figure; returns the table.
-pub fn command(args: &CompareArgs) -> Result<String, PlotError> {
+pub fn command(args: &CompareArgs) -> Result<String, EvalError> {
     let labels: Vec<String> = match &args.labels {
         Some(l) if l.len() != args.runs.len() => {
-            return Err(PlotError::Input(format!(
+            return Err(EvalError::Input(format!(
                 "--labels names {} runs, {} were given",
                 l.len(),
                 args.runs.len()
@@ -414,7 +415,7 @@ pub fn command(args: &CompareArgs) -> Result<String, PlotError> {
     };
     let replicas: Vec<String> = match &args.replicas {
         Some(r) if r.len() != args.runs.len() => {
-            return Err(PlotError::Input(format!(
+            return Err(EvalError::Input(format!(
                 "--replicas names {} runs, {} were given",
                 r.len(),
                 args.runs.len()
@@ -433,7 +434,7 @@ pub fn command(args: &CompareArgs) -> Result<String, PlotError> {
         let path = dir.join("results.jsonl");
         let items = read_results(&path)?;
         if items.is_empty() {
-            return Err(PlotError::Input(format!(
+            return Err(EvalError::Input(format!(
                 "{}: no result records",
                 path.display()
             )));
@@ -465,18 +466,18 @@ pub fn command(args: &CompareArgs) -> Result<String, PlotError> {
         .collect();
     let mut cmp = compare(&pool_replicas(runs)?)?;
     cmp.paired = paired;
-    std::fs::create_dir_all(&args.out).map_err(|source| PlotError::Io {
+    std::fs::create_dir_all(&args.out).map_err(|source| EvalError::Io {
         path: args.out.clone(),
         source,
     })?;
     let write = |name: &str, text: String| {
         let path = args.out.join(name);
-        std::fs::write(&path, text).map_err(|source| PlotError::Io { path, source })
+        std::fs::write(&path, text).map_err(|source| EvalError::Io { path, source })
     };
     write("compare.md", cmp.report())?;
-    let json = serde_json::to_string_pretty(&cmp).map_err(|e| PlotError::Json {
+    let json = serde_json::to_string_pretty(&cmp).map_err(|e| EvalError::Json {
         path: args.out.join("compare.json"),
-        message: e.to_string(),
+        reason: e.to_string(),
     })?;
     write("compare.json", json + "\n")?;
     Figure::Lines(cmp.figure()).write(&args.out, "accuracy_by_depth")?;

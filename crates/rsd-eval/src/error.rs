@@ -1,4 +1,5 @@
-//! The error of `rsd-eval run` and of the modules it calls (tasks, RULER's files, results).
+//! The error of every `rsd-eval` command (run, score, mc, longbench, ppl, plot, compare). Task
+//! generation, results files and figures have errors of their own, which it carries.
 use std::path::{Path, PathBuf};
 
 use rsd_chat::ChatError;
@@ -6,9 +7,9 @@ use rsd_chat::ChatError;
 use crate::results::ResultsError;
 use crate::tasks::TaskError;
 
-/// What a run can go wrong with.
+/// What an `rsd-eval` command can go wrong with.
 #[derive(Debug, thiserror::Error)]
-pub enum RunError {
+pub enum EvalError {
     /// A setting is unusable (the message says which and why).
     #[error("{0}")]
     Input(String),
@@ -46,6 +47,28 @@ pub enum RunError {
     /// Loading or running the model failed.
     #[error(transparent)]
     Model(#[from] rsd_model::ModelError),
+    /// Loading or running the model failed while doing what `context` says.
+    #[error("{context}: {source}")]
+    ModelContext {
+        /// What was being done.
+        context: String,
+        /// The model crate's error.
+        source: rsd_model::ModelError,
+    },
+    /// A libtorch operation failed.
+    #[error("{context}: {source}")]
+    Torch {
+        /// What was being computed.
+        context: &'static str,
+        /// libtorch's error.
+        source: tch::TchError,
+    },
+    /// Opening or reading shards.
+    #[error(transparent)]
+    Shard(#[from] rsd_shard::ShardError),
+    /// Drawing or writing a figure.
+    #[error(transparent)]
+    Figure(#[from] crate::figure::FigureError),
     /// results.jsonl is damaged.
     #[error(transparent)]
     Results(#[from] ResultsError),
@@ -54,11 +77,11 @@ pub enum RunError {
     Chat(#[from] ChatError),
 }
 
-/// Result alias of `rsd-eval run` and the modules it calls.
-pub type Result<T, E = RunError> = std::result::Result<T, E>;
+/// Result alias of the `rsd-eval` commands.
+pub type Result<T, E = EvalError> = std::result::Result<T, E>;
 
-pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
-    move |source| RunError::Io {
+pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> EvalError + '_ {
+    move |source| EvalError::Io {
         path: path.to_path_buf(),
         source,
     }

@@ -26,10 +26,11 @@ use rsd_model::{Model, ModelConfig, RopeScaling};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::error::{EvalError, Result};
 use crate::results::{read_results, ItemResult};
 use crate::run::{
     check_model_files, io_err, open_for_append, progress_bar, rank_first, settle_run_json,
-    sha256_file, Result, RunError, Scoring, Summary,
+    sha256_file, Scoring, Summary,
 };
 
 const SCORE_HELP: &str = "Each line of --items is one item, for example
@@ -147,13 +148,13 @@ pub struct ScoreSettings {
 /// Reads and checks the items file: every error names the file, the line and the field.
 pub fn read_items(path: &Path, tok: &TextTokenizer) -> Result<Vec<UserItem>> {
     let text = rsd_common::safe_fs::read_text(path, 4 << 30, "items file")
-        .map_err(|e| RunError::Input(e.to_string()))?;
+        .map_err(|e| EvalError::Input(e.to_string()))?;
     let mut items = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         if raw.trim().is_empty() {
             continue;
         }
-        let at = |m: String| RunError::Input(format!("{}:{}: {m}", path.display(), i + 1));
+        let at = |m: String| EvalError::Input(format!("{}:{}: {m}", path.display(), i + 1));
         let l: Line = serde_json::from_str(raw).map_err(|e| {
             at(format!(
                 "{e} (expected {{\"context\": str, \"candidates\": [str, …], \"answer\": str}}, \
@@ -212,7 +213,7 @@ pub fn read_items(path: &Path, tok: &TextTokenizer) -> Result<Vec<UserItem>> {
         });
     }
     if items.is_empty() {
-        return Err(RunError::Input(format!(
+        return Err(EvalError::Input(format!(
             "{}: no items (one JSON object per line)",
             path.display()
         )));
@@ -230,7 +231,7 @@ fn check_window(path: &Path, items: &[UserItem], cfg: &ModelConfig, scaled: bool
         let longest = it.continuations.iter().map(Vec::len).max().unwrap_or(0);
         let n = it.ids.len() + longest;
         if n > max {
-            return Err(RunError::Input(format!(
+            return Err(EvalError::Input(format!(
                 "{}:{}: the context and its longest candidate are {n} tokens, beyond the model's \
                  max_position_embeddings {max}; pass --rope-scaling (e.g. yarn:{}) to evaluate \
                  beyond the trained window",
@@ -324,7 +325,7 @@ pub fn score(a: &ScoreArgs) -> Result<ScoreReport> {
     match (&a.model, &a.items, &a.pred) {
         (Some(model), Some(items), None) => score_items(a, model, items),
         (None, None, Some(pred)) => score_predictions(pred, &a.out),
-        _ => Err(RunError::Input(
+        _ => Err(EvalError::Input(
             "give --model DIR --items FILE.jsonl (teacher forcing) or --pred FILE_OR_DIR \
              (completions made elsewhere)"
                 .into(),
@@ -336,7 +337,7 @@ pub fn score(a: &ScoreArgs) -> Result<ScoreReport> {
 fn score_predictions(pred: &Path, out: &Path) -> Result<ScoreReport> {
     let results = crate::ruler::read_predictions(pred)?;
     if results.is_empty() {
-        return Err(RunError::Input(format!(
+        return Err(EvalError::Input(format!(
             "--pred {}: no predictions",
             pred.display()
         )));
@@ -345,14 +346,14 @@ fn score_predictions(pred: &Path, out: &Path) -> Result<ScoreReport> {
     let path = out.join("results.jsonl");
     let mut text = String::new();
     for r in &results {
-        text += &serde_json::to_string(r).map_err(|e| RunError::Json {
+        text += &serde_json::to_string(r).map_err(|e| EvalError::Json {
             path: path.clone(),
             reason: e.to_string(),
         })?;
         text.push('\n');
     }
     rsd_common::safe_fs::write_file_atomic(&path, text.as_bytes())
-        .map_err(|e| RunError::Input(format!("writing {}: {e}", path.display())))?;
+        .map_err(|e| EvalError::Input(format!("writing {}: {e}", path.display())))?;
     let summary = Summary::of(&results, &[]);
     summary.write(out)?;
     Ok(ScoreReport {
@@ -365,7 +366,7 @@ fn score_predictions(pred: &Path, out: &Path) -> Result<ScoreReport> {
 
 fn score_items(a: &ScoreArgs, model: &Path, items_path: &Path) -> Result<ScoreReport> {
     if a.batch_size == 0 {
-        return Err(RunError::Input("--batch-size must be at least 1".into()));
+        return Err(EvalError::Input("--batch-size must be at least 1".into()));
     }
     let tok_path = model.join("tokenizer.json");
     check_model_files(model)?;
@@ -409,7 +410,7 @@ pub(crate) fn score_user_items(
             .chain(it.per_candidate.iter().flatten().flatten())
             .any(|&t| t >= cfg.vocab_size)
     }) {
-        return Err(RunError::Input(format!(
+        return Err(EvalError::Input(format!(
             "{}:{}: a token id is beyond the model's embedding ({} rows): the tokenizer does not belong to this model",
             items_path.display(),
             it.line + 1,
@@ -436,7 +437,7 @@ pub(crate) fn score_user_items(
     };
     let options = a.runtime.options()?;
     std::fs::create_dir_all(&a.out).map_err(io_err(&a.out))?;
-    let now = serde_json::to_value(&settings).map_err(|e| RunError::Json {
+    let now = serde_json::to_value(&settings).map_err(|e| EvalError::Json {
         path: a.out.join("run.json"),
         reason: e.to_string(),
     })?;
@@ -468,7 +469,7 @@ pub(crate) fn score_user_items(
         let bar = progress_bar(!a.quiet, items.len() as u64, skipped as u64);
         for it in &pending {
             let r = score_item(&model, it, a.batch_size)?;
-            let line = serde_json::to_string(&r).map_err(|e| RunError::Json {
+            let line = serde_json::to_string(&r).map_err(|e| EvalError::Json {
                 path: results_path.clone(),
                 reason: e.to_string(),
             })?;

@@ -26,9 +26,9 @@ use rsd_model::Model;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::error::{EvalError, Result};
 use crate::run::{
-    check_model_files, io_err, open_for_append, progress_bar, settle_run_json, sha256_file, Result,
-    RunError,
+    check_model_files, io_err, open_for_append, progress_bar, settle_run_json, sha256_file,
 };
 use rsd_chat::ChatTemplate;
 
@@ -132,9 +132,9 @@ pub struct Question {
 /// Reads data.json: every error names the file, the record and the field.
 pub fn read_data(path: &Path) -> Result<Vec<Question>> {
     let text = rsd_common::safe_fs::read_text(path, 64 << 30, "LongBench data")
-        .map_err(|e| RunError::Input(e.to_string()))?;
+        .map_err(|e| EvalError::Input(e.to_string()))?;
     let values: Vec<Value> = serde_json::from_str(&text).map_err(|e| {
-        RunError::Input(format!(
+        EvalError::Input(format!(
             "{}: {e}; expected LongBench v2's data.json, a JSON array of questions",
             path.display()
         ))
@@ -144,14 +144,14 @@ pub fn read_data(path: &Path) -> Result<Vec<Question>> {
         .enumerate()
         .map(|(i, v)| {
             let q: Question = serde_json::from_value(v).map_err(|e| {
-                RunError::Input(format!(
+                EvalError::Input(format!(
                     "{}: question {i}: {e}; expected _id, difficulty, length, question, \
                      choice_A … choice_D, answer, context",
                     path.display()
                 ))
             })?;
             if !["A", "B", "C", "D"].contains(&q.answer.as_str()) {
-                return Err(RunError::Input(format!(
+                return Err(EvalError::Input(format!(
                     "{}: question {i} ({}): \"answer\" is {:?}, expected A, B, C or D",
                     path.display(),
                     q.id,
@@ -329,12 +329,12 @@ pub fn summarize(preds: &[Prediction]) -> LongBenchSummary {
 
 fn write_summary(out: &Path, s: &LongBenchSummary, note: &str) -> Result<()> {
     let path = out.join("summary.json");
-    let json = serde_json::to_string_pretty(s).map_err(|e| RunError::Json {
+    let json = serde_json::to_string_pretty(s).map_err(|e| EvalError::Json {
         path: path.clone(),
         reason: e.to_string(),
     })?;
     rsd_common::safe_fs::write_file_atomic(&path, format!("{json}\n").as_bytes())
-        .map_err(|e| RunError::Input(format!("writing {}: {e}", path.display())))?;
+        .map_err(|e| EvalError::Input(format!("writing {}: {e}", path.display())))?;
     let mut md = format!(
         "# LongBench v2\n\n{note}\n\n| Overall | Easy | Hard | Short | Medium | Long |\n|---:|---:|---:|---:|---:|---:|\n| {:.1} |",
         s.overall
@@ -363,19 +363,19 @@ fn write_summary(out: &Path, s: &LongBenchSummary, note: &str) -> Result<()> {
     md += "\nAccuracy in percent (LongBench's result.py: hard is every difficulty but easy, long every length but short and medium). A share over n questions has a standard error of at most 50/√n points.\n";
     let path = out.join("summary.md");
     rsd_common::safe_fs::write_file_atomic(&path, md.as_bytes())
-        .map_err(|e| RunError::Input(format!("writing {}: {e}", path.display())))
+        .map_err(|e| EvalError::Input(format!("writing {}: {e}", path.display())))
 }
 
 fn read_predictions(path: &Path) -> Result<Vec<Prediction>> {
     let text = rsd_common::safe_fs::read_text(path, 4 << 30, "LongBench predictions")
-        .map_err(|e| RunError::Input(e.to_string()))?;
+        .map_err(|e| EvalError::Input(e.to_string()))?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
         let p: Prediction = serde_json::from_str(line).map_err(|e| {
-            RunError::Input(format!(
+            EvalError::Input(format!(
                 "{}:{}: {e}; expected a LongBench prediction line (_id, difficulty, length, \
                  answer, response)",
                 path.display(),
@@ -395,18 +395,18 @@ pub fn command(a: &LongBenchArgs) -> Result<String> {
     let data = a
         .data
         .as_ref()
-        .ok_or_else(|| RunError::Input("give --data data.json (or --score FILE)".into()))?;
+        .ok_or_else(|| EvalError::Input("give --data data.json (or --score FILE)".into()))?;
     let tok_path = match (&a.model, &a.tokenizer) {
         (Some(m), _) => m.join("tokenizer.json"),
         (None, Some(t)) if a.dump_prompts.is_some() => t.clone(),
         _ => {
-            return Err(RunError::Input(
+            return Err(EvalError::Input(
                 "give --model DIR (or --tokenizer with --dump-prompts)".into(),
             ))
         }
     };
     if a.max_len < 2 {
-        return Err(RunError::Input("--max-len must be at least 2".into()));
+        return Err(EvalError::Input("--max-len must be at least 2".into()));
     }
     let mut questions = read_data(data)?;
     if let Some(n) = a.limit {
@@ -428,7 +428,7 @@ pub fn command(a: &LongBenchArgs) -> Result<String> {
         return dump_prompts(dump, &questions, &prompter, a.cot);
     }
     let (Some(model_dir), Some(out)) = (&a.model, &a.out) else {
-        return Err(RunError::Input("give --model DIR and --out RUN/".into()));
+        return Err(EvalError::Input("give --model DIR and --out RUN/".into()));
     };
     check_model_files(model_dir)?;
     let settings = settings(a, model_dir, &tok_path, data)?;
@@ -501,7 +501,7 @@ fn settings(a: &LongBenchArgs, model_dir: &Path, tok_path: &Path, data: &Path) -
 /// Appends one prediction to longbench.jsonl and flushes it, so that a killed run keeps every
 /// answered question.
 fn append(file: &mut std::fs::File, path: &Path, p: &Prediction) -> Result<()> {
-    let line = serde_json::to_string(p).map_err(|e| RunError::Json {
+    let line = serde_json::to_string(p).map_err(|e| EvalError::Json {
         path: path.to_path_buf(),
         reason: e.to_string(),
     })?;
@@ -516,7 +516,7 @@ fn score_responses(a: &LongBenchArgs, file: &Path) -> Result<String> {
     let out = a
         .out
         .as_ref()
-        .ok_or_else(|| RunError::Input("--score needs --out RUN/".into()))?;
+        .ok_or_else(|| EvalError::Input("--score needs --out RUN/".into()))?;
     let preds: Vec<Prediction> = read_predictions(file)?
         .into_iter()
         .map(Prediction::judged)
@@ -524,7 +524,7 @@ fn score_responses(a: &LongBenchArgs, file: &Path) -> Result<String> {
     std::fs::create_dir_all(out).map_err(io_err(out))?;
     let mut text = String::new();
     for p in &preds {
-        text += &serde_json::to_string(p).map_err(|e| RunError::Json {
+        text += &serde_json::to_string(p).map_err(|e| EvalError::Json {
             path: out.join("longbench.jsonl"),
             reason: e.to_string(),
         })?;
@@ -532,7 +532,7 @@ fn score_responses(a: &LongBenchArgs, file: &Path) -> Result<String> {
     }
     let path = out.join("longbench.jsonl");
     rsd_common::safe_fs::write_file_atomic(&path, text.as_bytes())
-        .map_err(|e| RunError::Input(format!("writing {}: {e}", path.display())))?;
+        .map_err(|e| EvalError::Input(format!("writing {}: {e}", path.display())))?;
     let s = summarize(&preds);
     write_summary(out, &s, &format!("Responses from {}.", file.display()))?;
     Ok(format!(
@@ -592,7 +592,7 @@ fn dump_prompts(
         text += &format!("{line}\n");
     }
     rsd_common::safe_fs::write_file_atomic(dump, text.as_bytes())
-        .map_err(|e| RunError::Input(format!("writing {}: {e}", dump.display())))?;
+        .map_err(|e| EvalError::Input(format!("writing {}: {e}", dump.display())))?;
     Ok(format!(
         "wrote {} prompts to {}",
         questions.len(),

@@ -469,7 +469,7 @@ pub struct McArgs {
 }
 
 /// SHA-256 of a file, or of a directory's files in name order.
-fn sha256_of(path: &Path) -> crate::run::Result<String> {
+fn sha256_of(path: &Path) -> crate::error::Result<String> {
     if !path.is_dir() {
         return crate::run::sha256_file(path);
     }
@@ -490,17 +490,17 @@ fn sha256_of(path: &Path) -> crate::run::Result<String> {
 
 /// `rsd-eval mc`: reads the benchmark, tokenizes each question's contexts (with the tokenizer's
 /// special tokens) and choices (alone, appended), and scores them by teacher forcing.
-pub fn command(a: &McArgs) -> crate::run::Result<crate::items::ScoreReport> {
-    use crate::run::RunError;
-    let mut questions = read(a.task, &a.data).map_err(|e| RunError::Input(e.to_string()))?;
+pub fn command(a: &McArgs) -> crate::error::Result<crate::items::ScoreReport> {
+    use crate::error::EvalError;
+    let mut questions = read(a.task, &a.data).map_err(|e| EvalError::Input(e.to_string()))?;
     if let Some(n) = a.limit {
         questions.truncate(n);
     }
     let pool = match (a.fewshot, &a.fewshot_data) {
         (0, _) => Vec::new(),
-        (_, Some(p)) => read(a.task, p).map_err(|e| RunError::Input(e.to_string()))?,
+        (_, Some(p)) => read(a.task, p).map_err(|e| EvalError::Input(e.to_string()))?,
         (_, None) => {
-            return Err(RunError::Input(
+            return Err(EvalError::Input(
                 "--fewshot needs --fewshot-data PATH (MMLU: its dev directory)".into(),
             ))
         }
@@ -550,11 +550,11 @@ fn user_item(
     i: usize,
     q: &McQuestion,
     pool: &[McQuestion],
-) -> crate::run::Result<crate::items::UserItem> {
-    use crate::run::RunError;
+) -> crate::error::Result<crate::items::UserItem> {
+    use crate::error::EvalError;
     let examples = examples_for(q, pool, a.fewshot);
     if examples.len() < a.fewshot {
-        return Err(RunError::Input(format!(
+        return Err(EvalError::Input(format!(
             "{}: --fewshot {} but --fewshot-data has {} example(s){}",
             q.origin,
             a.fewshot,
@@ -577,7 +577,7 @@ fn user_item(
         .map(|c| tok.encode(c, false))
         .collect::<Result<Vec<_>, _>>()?;
     if let Some(j) = continuations.iter().position(Vec::is_empty) {
-        return Err(RunError::Input(format!(
+        return Err(EvalError::Input(format!(
             "{}: choice {:?} has no tokens",
             q.origin, q.choices[j]
         )));

@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use rsd_common::rng::SplitMix64;
 use serde::Serialize;
 
-use crate::plot::PlotError;
+use crate::error::EvalError;
 use crate::results::ItemResult;
 
 /// An item's identity across runs: task, length, depth bits, sample.
@@ -95,12 +95,12 @@ fn key(r: &ItemResult) -> Key {
     )
 }
 
-fn records(label: &str, replica: &str, items: &[ItemResult]) -> Result<Records, PlotError> {
+fn records(label: &str, replica: &str, items: &[ItemResult]) -> Result<Records, EvalError> {
     let mut out = Records::new();
     for r in items {
         let greedy = r.greedy.map(|g| if g { 1.0 } else { 0.0 });
         if out.insert(key(r), (r.score, r.logprob, greedy)).is_some() {
-            return Err(PlotError::Input(format!(
+            return Err(EvalError::Input(format!(
                 "{label}, replica {replica}: the item {} at length {}, depth {:?}, sample {} is \
                  recorded twice (two runs of one replica must hold different items)",
                 r.task, r.length, r.depth, r.sample
@@ -246,16 +246,16 @@ pub fn paired(
     baseline: &str,
     resamples: usize,
     seed: u64,
-) -> Result<Paired, PlotError> {
+) -> Result<Paired, EvalError> {
     let labels: Vec<&str> = arms.iter().map(|(l, _)| l.as_str()).collect();
     let Some(base) = arms.iter().find(|(l, _)| l == baseline) else {
-        return Err(PlotError::Input(format!(
+        return Err(EvalError::Input(format!(
             "--baseline {baseline}: no run has that label (labels: {})",
             labels.join(", ")
         )));
     };
     if resamples < 100 {
-        return Err(PlotError::Input(format!(
+        return Err(EvalError::Input(format!(
             "--bootstrap {resamples}: use at least 100 resamples (2000 is the default)"
         )));
     }
@@ -281,7 +281,7 @@ pub fn paired(
 fn replica_records<'a>(
     label: &str,
     reps: &'a [(String, Vec<ItemResult>)],
-) -> Result<BTreeMap<&'a str, Records>, PlotError> {
+) -> Result<BTreeMap<&'a str, Records>, EvalError> {
     reps.iter()
         .map(|(r, items)| Ok((r.as_str(), records(label, r, items)?)))
         .collect()
@@ -297,14 +297,14 @@ fn arm_diff(
     base_recs: &BTreeMap<&str, Records>,
     resamples: usize,
     mut rng: SplitMix64,
-) -> Result<ArmDiff, PlotError> {
+) -> Result<ArmDiff, EvalError> {
     let shared: Vec<&str> = recs
         .keys()
         .filter(|r| base_recs.contains_key(*r))
         .copied()
         .collect();
     if shared.is_empty() {
-        return Err(PlotError::Input(format!(
+        return Err(EvalError::Input(format!(
             "{label} and the baseline {baseline} share no replica to pair: {label} has {}, \
              {baseline} has {} (name them alike with --replicas)",
             recs.keys().copied().collect::<Vec<_>>().join(", "),
@@ -320,7 +320,7 @@ fn arm_diff(
         .filter(|k| all.iter().all(|rec| rec.contains_key(*k)))
         .collect();
     if keys.is_empty() {
-        return Err(PlotError::Input(format!(
+        return Err(EvalError::Input(format!(
             "{label} and the baseline {baseline} share no item (the same task, length, \
              depth and sample in every paired replica)"
         )));

@@ -15,39 +15,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::error::EvalError;
 use crate::figure::{Figure, FigureError, Heatmap, Lines, Series};
 use crate::ppl::{write_ppl_figures, PplReport};
-use crate::results::{read_results, ItemResult, ResultsError};
-
-/// What `plot` and `compare` can go wrong with.
-#[derive(Debug, thiserror::Error)]
-pub enum PlotError {
-    /// Reading a results file.
-    #[error(transparent)]
-    Results(#[from] ResultsError),
-    /// Drawing or writing a figure.
-    #[error(transparent)]
-    Figure(#[from] FigureError),
-    /// A file could not be read or written.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// A JSON file of ours does not parse.
-    #[error("{path}: {message}")]
-    Json {
-        /// The file.
-        path: PathBuf,
-        /// serde's description.
-        message: String,
-    },
-    /// Nothing to plot or compare.
-    #[error("{0}")]
-    Input(String),
-}
+use crate::results::{read_results, ItemResult};
 
 /// The aggregate of one cell (a set of records): what every figure and table shows.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -208,17 +179,17 @@ pub struct PlotArgs {
 }
 
 /// Reads `RUN/ppl.json`.
-pub fn read_ppl(path: &Path) -> Result<PplReport, PlotError> {
+pub fn read_ppl(path: &Path) -> Result<PplReport, EvalError> {
     let text = rsd_common::safe_fs::read_text(path, 1 << 30, "ppl.json")
-        .map_err(|e| PlotError::Input(e.to_string()))?;
-    serde_json::from_str(&text).map_err(|e| PlotError::Json {
+        .map_err(|e| EvalError::Input(e.to_string()))?;
+    serde_json::from_str(&text).map_err(|e| EvalError::Json {
         path: path.to_path_buf(),
-        message: e.to_string(),
+        reason: e.to_string(),
     })
 }
 
 /// `rsd-eval plot`: writes the figures; returns a line per file written, for the user.
-pub fn command(args: &PlotArgs) -> Result<String, PlotError> {
+pub fn command(args: &PlotArgs) -> Result<String, EvalError> {
     let out = args.out.clone().unwrap_or_else(|| args.run.join("plots"));
     let results = args.run.join("results.jsonl");
     let ppl = args.run.join("ppl.json");
@@ -227,7 +198,7 @@ pub fn command(args: &PlotArgs) -> Result<String, PlotError> {
     if results.exists() || !ppl.exists() {
         let items = read_results(&results)?;
         if items.is_empty() {
-            return Err(PlotError::Input(format!(
+            return Err(EvalError::Input(format!(
                 "{}: no result records to plot",
                 results.display()
             )));

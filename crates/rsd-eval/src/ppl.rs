@@ -27,57 +27,20 @@ use rsd_common::rng::SplitMix64;
 use rsd_loader::RowRules;
 use rsd_model::cli::DeviceArgs;
 use rsd_model::{ForwardArgs, Model, ModelError, ModelOptions};
-use rsd_shard::{PackMode, ShardError, ShardSet};
+use rsd_shard::{PackMode, ShardSet};
 use rsd_train::perturb::{perturb_row, KlNorm, PerturbKind, Perturbation, Sampler, Scope};
 use rsd_train::step::kl_rows_of;
 
+use crate::error::EvalError;
 use crate::figure::{Figure, FigureError, Lines, Series};
 
-/// What `ppl` can go wrong with.
-#[derive(Debug, thiserror::Error)]
-pub enum PplError {
-    /// Loading or running the model.
-    #[error("{context}: {source}")]
-    Model {
-        /// What was being done.
-        context: String,
-        /// The model crate's error.
-        source: ModelError,
-    },
-    /// Opening or reading the shards.
-    #[error(transparent)]
-    Shard(#[from] ShardError),
-    /// A libtorch operation failed.
-    #[error("{context}: {source}")]
-    Torch {
-        /// What was being computed.
-        context: &'static str,
-        /// libtorch's error.
-        source: tch::TchError,
-    },
-    /// Writing the report or its figures.
-    #[error(transparent)]
-    Figure(#[from] FigureError),
-    /// A file could not be written.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// Arguments or data that cannot be evaluated.
-    #[error("{0}")]
-    Input(String),
-}
-
 trait TorchContext<T> {
-    fn ctx(self, context: &'static str) -> Result<T, PplError>;
+    fn ctx(self, context: &'static str) -> Result<T, EvalError>;
 }
 
 impl<T> TorchContext<T> for Result<T, tch::TchError> {
-    fn ctx(self, context: &'static str) -> Result<T, PplError> {
-        self.map_err(|source| PplError::Torch { context, source })
+    fn ctx(self, context: &'static str) -> Result<T, EvalError> {
+        self.map_err(|source| EvalError::Torch { context, source })
     }
 }
 
@@ -250,7 +213,7 @@ struct Sums {
 /// Logit rows computed at once: bounds the `[B, rows, vocab]` fp32 logits of long rows.
 const ROW_CHUNK: i64 = 512;
 
-fn host(t: &Tensor, context: &'static str) -> Result<Vec<f64>, PplError> {
+fn host(t: &Tensor, context: &'static str) -> Result<Vec<f64>, EvalError> {
     let flat = t
         .f_to_kind(Kind::Double)
         .and_then(|t| t.f_to_device(Device::Cpu))
@@ -259,11 +222,13 @@ fn host(t: &Tensor, context: &'static str) -> Result<Vec<f64>, PplError> {
     Vec::<f64>::try_from(&flat).ctx(context)
 }
 
-fn log_probs(model: &Model, hidden: &Tensor) -> Result<Tensor, PplError> {
-    let logits = model.logits(hidden).map_err(|source| PplError::Model {
-        context: "lm_head".into(),
-        source,
-    })?;
+fn log_probs(model: &Model, hidden: &Tensor) -> Result<Tensor, EvalError> {
+    let logits = model
+        .logits(hidden)
+        .map_err(|source| EvalError::ModelContext {
+            context: "lm_head".into(),
+            source,
+        })?;
     logits
         .f_log_softmax(-1, rsd_model::accum_kind(logits.kind()))
         .ctx("log-softmax")
@@ -275,7 +240,7 @@ fn batch_terms(
     tokens: &Tensor,
     views: &[(i64, i64)],
     with_view: bool,
-) -> Result<(Vec<f64>, Option<Vec<f64>>), PplError> {
+) -> Result<(Vec<f64>, Option<Vec<f64>>), EvalError> {
     let size = tokens.size();
     let (b, l) = (size[0], size[1]);
     let device = tokens.device();
@@ -292,7 +257,7 @@ fn batch_terms(
         model
             .forward(&ForwardArgs::new(tokens, pos))
             .map(|o| o.hidden)
-            .map_err(|source| PplError::Model {
+            .map_err(|source| EvalError::ModelContext {
                 context: format!("forward pass ({what} view)"),
                 source,
             })
@@ -353,43 +318,43 @@ fn batch_terms(
 /// The shards' ids must be the model's tokenizer's: another tokenizer's ids give a perplexity of
 /// nothing in particular. Refused as `rsd-train` refuses them, unless
 /// `--allow-tokenizer-mismatch` (then a warning).
-fn check_tokenizer(args: &PplArgs) -> Result<(), PplError> {
+fn check_tokenizer(args: &PplArgs) -> Result<(), EvalError> {
     use rsd_shard::tokenizer_match::{mismatches, ModelTokenizer};
     let problems = mismatches(&args.shards, &ModelTokenizer::of_dir(&args.model)?)?;
     crate::refuse_other_tokenizer(problems, args.allow_tokenizer_mismatch, "evaluate anyway")
-        .map_err(PplError::Input)
+        .map_err(EvalError::Input)
 }
 
-fn model_err(context: &str) -> impl FnOnce(ModelError) -> PplError {
+fn model_err(context: &str) -> impl FnOnce(ModelError) -> EvalError {
     let context = context.to_string();
-    move |source| PplError::Model { context, source }
+    move |source| EvalError::ModelContext { context, source }
 }
 
 /// The run's device and dtype, once the counts and `--max-skip` are known to be usable.
-fn check_args(args: &PplArgs) -> Result<ModelOptions, PplError> {
+fn check_args(args: &PplArgs) -> Result<ModelOptions, EvalError> {
     let options = args
         .runtime
         .options()
         .map_err(model_err("--device/--dtype"))?;
     if args.batches == 0 || args.batch_size == 0 || args.buckets == 0 {
-        return Err(PplError::Input(
+        return Err(EvalError::Input(
             "--batches, --batch-size and --buckets must be at least 1".into(),
         ));
     }
     if args.max_skip.is_some_and(|y| y < 1) {
-        return Err(PplError::Input("--max-skip must be at least 1".into()));
+        return Err(EvalError::Input("--max-skip must be at least 1".into()));
     }
     Ok(options)
 }
 
 /// Opens the shards (fixed mode, the model's tokenizer) and returns them with the row length
 /// `L` and the number of rows to evaluate (whole batches of usable samples).
-fn open_rows(args: &PplArgs) -> Result<(ShardSet, usize, u64), PplError> {
+fn open_rows(args: &PplArgs) -> Result<(ShardSet, usize, u64), EvalError> {
     let set = ShardSet::open(&args.shards)?;
     check_tokenizer(args)?;
     let manifest = set.manifest();
     if manifest.mode != PackMode::Fixed {
-        return Err(PplError::Input(format!(
+        return Err(EvalError::Input(format!(
             "{}: {} shards; ppl reads fixed-mode shards (every row seq_len tokens, positions 0..L)",
             args.shards.display(),
             manifest.mode.name()
@@ -397,7 +362,7 @@ fn open_rows(args: &PplArgs) -> Result<(ShardSet, usize, u64), PplError> {
     }
     let l = manifest.seq_len as usize;
     if l < 2 || args.buckets > l {
-        return Err(PplError::Input(format!(
+        return Err(EvalError::Input(format!(
             "{}: rows of {l} tokens cannot make {} position buckets",
             args.shards.display(),
             args.buckets
@@ -408,7 +373,7 @@ fn open_rows(args: &PplArgs) -> Result<(ShardSet, usize, u64), PplError> {
     let wanted = (args.batches * args.batch_size) as u64;
     let rows = wanted.min(usable - usable % args.batch_size as u64);
     if rows == 0 {
-        return Err(PplError::Input(format!(
+        return Err(EvalError::Input(format!(
             "{}: {usable} usable samples, fewer than one batch of {}",
             args.shards.display(),
             args.batch_size
@@ -471,7 +436,7 @@ fn bucket_means(sums: &[Sums], l: usize) -> (Vec<Bucket>, f64, Option<f64>) {
 }
 
 /// Evaluates `args` and returns the report (nothing written).
-pub fn evaluate(args: &PplArgs) -> Result<PplReport, PplError> {
+pub fn evaluate(args: &PplArgs) -> Result<PplReport, EvalError> {
     // Phase 1: plain values, no I/O.
     let options = check_args(args)?;
     // Phase 2: read and build.
@@ -496,7 +461,7 @@ pub fn evaluate(args: &PplArgs) -> Result<PplReport, PplError> {
         for g in first..first + args.batch_size as u64 {
             let sample = set.sample(g)?;
             if sample.tokens.len() != l {
-                return Err(PplError::Input(format!(
+                return Err(EvalError::Input(format!(
                     "{}: sample {g} has {} tokens, the manifest's seq_len is {l}",
                     args.shards.display(),
                     sample.tokens.len()
@@ -542,23 +507,23 @@ pub fn evaluate(args: &PplArgs) -> Result<PplReport, PplError> {
 }
 
 /// Writes `dir/ppl.json` and the figures in `dir/plots/`.
-pub fn write(report: &PplReport, dir: &Path) -> Result<Vec<PathBuf>, PplError> {
-    std::fs::create_dir_all(dir).map_err(|source| PplError::Io {
+pub fn write(report: &PplReport, dir: &Path) -> Result<Vec<PathBuf>, EvalError> {
+    std::fs::create_dir_all(dir).map_err(|source| EvalError::Io {
         path: dir.to_path_buf(),
         source,
     })?;
     let path = dir.join("ppl.json");
     let text = serde_json::to_string_pretty(report)
-        .map_err(|e| PplError::Input(format!("serializing ppl.json: {e}")))?;
+        .map_err(|e| EvalError::Input(format!("serializing ppl.json: {e}")))?;
     rsd_common::safe_fs::write_file_atomic(&path, (text + "\n").as_bytes())
-        .map_err(|e| PplError::Input(e.to_string()))?;
+        .map_err(|e| EvalError::Input(e.to_string()))?;
     let mut out = vec![path];
     out.extend(write_ppl_figures(report, &dir.join("plots"))?);
     Ok(out)
 }
 
 /// `rsd-eval ppl`: evaluates, writes, and returns a table for the user.
-pub fn command(args: &PplArgs) -> Result<String, PplError> {
+pub fn command(args: &PplArgs) -> Result<String, EvalError> {
     let report = evaluate(args)?;
     let written = write(&report, &args.out)?;
     let mut s = format!(

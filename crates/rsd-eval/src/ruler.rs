@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::error::{io_err, Result, RunError};
+use crate::error::{io_err, EvalError, Result};
 use crate::results::ItemResult;
 use crate::score::metric;
 
@@ -221,7 +221,7 @@ pub fn write_predictions(
         let path = d.join(format!("{task}.jsonl"));
         let mut text = String::new();
         for p in lines {
-            let line = serde_json::to_string(p).map_err(|e| RunError::Json {
+            let line = serde_json::to_string(p).map_err(|e| EvalError::Json {
                 path: path.clone(),
                 reason: e.to_string(),
             })?;
@@ -229,7 +229,7 @@ pub fn write_predictions(
             text.push('\n');
         }
         rsd_common::safe_fs::write_file_atomic(&path, text.as_bytes())
-            .map_err(|e| RunError::Input(format!("writing {}: {e}", path.display())))?;
+            .map_err(|e| EvalError::Input(format!("writing {}: {e}", path.display())))?;
     }
     Ok(())
 }
@@ -241,7 +241,7 @@ fn prediction_files(path: &Path) -> Result<Vec<PathBuf>> {
         return Ok(vec![path.to_path_buf()]);
     }
     if !path.is_dir() {
-        return Err(RunError::Input(format!(
+        return Err(EvalError::Input(format!(
             "--pred {}: no such file or directory",
             path.display()
         )));
@@ -260,7 +260,7 @@ fn prediction_files(path: &Path) -> Result<Vec<PathBuf>> {
     }
     out.sort();
     if out.is_empty() {
-        return Err(RunError::Input(format!(
+        return Err(EvalError::Input(format!(
             "--pred {}: no *.jsonl prediction files in it",
             path.display()
         )));
@@ -286,7 +286,7 @@ pub fn read_predictions(path: &Path) -> Result<Vec<ItemResult>> {
     let mut seen: HashMap<(String, usize, Option<u64>, usize), String> = HashMap::new();
     for file in prediction_files(path)? {
         let text = rsd_common::safe_fs::read_text(&file, 16 << 30, "prediction file")
-            .map_err(|e| RunError::Input(e.to_string()))?;
+            .map_err(|e| EvalError::Input(e.to_string()))?;
         let stem = file
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
@@ -295,7 +295,7 @@ pub fn read_predictions(path: &Path) -> Result<Vec<ItemResult>> {
             if raw.trim().is_empty() {
                 continue;
             }
-            let at = |m: &str| RunError::Input(format!("{}:{}: {m}", file.display(), i + 1));
+            let at = |m: &str| EvalError::Input(format!("{}:{}: {m}", file.display(), i + 1));
             let v: Value = serde_json::from_str(raw).map_err(|e| at(&format!("not JSON ({e})")))?;
             // rsd's own keys ride in `others` of the files it writes, where RULER's top-level
             // `length` is the prompt plus the answer budget; rsd's dumps have them at the top.

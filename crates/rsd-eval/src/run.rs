@@ -40,7 +40,7 @@ const BUNDLED_HAYSTACK_NOTE: &str = "Haystack: the bundled public-domain books (
     --haystack PaulGrahamEssays.json (RULER's file) for RULER's own text.";
 
 pub(crate) use crate::error::io_err;
-pub use crate::error::{Result, RunError};
+use crate::error::{EvalError, Result};
 
 /// Everything `rsd-eval run` was asked to do.
 #[derive(Debug, Clone)]
@@ -261,7 +261,7 @@ fn key_of(
 
 /// Checks the plain values (no I/O).
 fn check_options(opts: &RunOptions) -> Result<()> {
-    let bad = |m: &str| Err(RunError::Input(m.to_string()));
+    let bad = |m: &str| Err(EvalError::Input(m.to_string()));
     if opts.tasks.is_empty() {
         return bad("no tasks: pass --tasks niah_single_1,…");
     }
@@ -287,7 +287,7 @@ fn check_options(opts: &RunOptions) -> Result<()> {
             .map(|t| t.name())
             .collect();
         if !multi.is_empty() {
-            return Err(RunError::Input(format!(
+            return Err(EvalError::Input(format!(
                 "--scoring teacher-forced ranks one expected value among the context's values; \
                  {} ask for several answers (use the generate scoring for them)",
                 multi.join(", ")
@@ -303,14 +303,14 @@ fn check_options(opts: &RunOptions) -> Result<()> {
 /// The files a model directory needs, before any is read.
 pub(crate) fn check_model_files(dir: &Path) -> Result<()> {
     if !dir.is_dir() {
-        return Err(RunError::Input(format!(
+        return Err(EvalError::Input(format!(
             "--model {}: no such directory",
             dir.display()
         )));
     }
     for f in ["config.json", "tokenizer.json"] {
         if !dir.join(f).is_file() {
-            return Err(RunError::Input(format!(
+            return Err(EvalError::Input(format!(
                 "{}: no {f} (a model directory holds config.json, *.safetensors and tokenizer.json)",
                 dir.display()
             )));
@@ -326,7 +326,7 @@ fn check_model(dir: &Path, tok: &TextTokenizer, opts: &RunOptions) -> Result<Mod
     rsd_model::checkpoint::safetensors_files(dir)?;
     let vocab = tok.vocab_size();
     if vocab as i64 > cfg.vocab_size {
-        return Err(RunError::Input(format!(
+        return Err(EvalError::Input(format!(
             "{}: tokenizer.json has {vocab} tokens but the model's embedding has {} rows: the tokenizer does not belong to this model",
             dir.display(),
             cfg.vocab_size
@@ -336,7 +336,7 @@ fn check_model(dir: &Path, tok: &TextTokenizer, opts: &RunOptions) -> Result<Mod
     let scaled = opts.rope_scaling.is_some() || cfg.rope_scaling != RopeScaling::None;
     if let Some(&l) = opts.lengths.iter().find(|&&l| l as i64 > max) {
         if !scaled {
-            return Err(RunError::Input(format!(
+            return Err(EvalError::Input(format!(
                 "length {l} is beyond the model's max_position_embeddings {max}; to evaluate beyond the trained window pass --rope-scaling (e.g. yarn:{})",
                 (l as f64 / max as f64).ceil()
             )));
@@ -376,8 +376,8 @@ fn load_qa(opts: &RunOptions) -> Result<QaData> {
 /// unless `allow_tokenizer_mismatch` (then a warning).
 fn check_haystack_tokenizer(dir: &Path, tok_path: &Path, opts: &RunOptions) -> Result<()> {
     use rsd_shard::tokenizer_match::{self, ModelTokenizer};
-    let shard_err = |e: rsd_shard::ShardError| RunError::Input(format!("haystack {e}"));
-    let bytes = std::fs::read(tok_path).map_err(|source| RunError::Io {
+    let shard_err = |e: rsd_shard::ShardError| EvalError::Input(format!("haystack {e}"));
+    let bytes = std::fs::read(tok_path).map_err(|source| EvalError::Io {
         path: tok_path.to_path_buf(),
         source,
     })?;
@@ -398,7 +398,7 @@ fn check_haystack_tokenizer(dir: &Path, tok_path: &Path, opts: &RunOptions) -> R
     };
     let problems = tokenizer_match::mismatches(dir, &model).map_err(shard_err)?;
     crate::refuse_other_tokenizer(problems, opts.allow_tokenizer_mismatch, "decode it anyway")
-        .map_err(|e| RunError::Input(format!("--haystack {e}")))
+        .map_err(|e| EvalError::Input(format!("--haystack {e}")))
 }
 
 /// The chat template asked for, if any: `--chat-template-file`, else the one of the model's
@@ -595,7 +595,7 @@ fn drop_too_short(
     });
     if plan.is_empty() {
         let reasons: Vec<&str> = too_short.iter().map(|k| k.reason.as_str()).collect();
-        return Err(RunError::Input(reasons.join("\n")));
+        return Err(EvalError::Input(reasons.join("\n")));
     }
     for k in &too_short {
         eprintln!("rsd-eval: skipped: {}", k.reason);
@@ -656,8 +656,8 @@ fn write_run_json(out: &Path, settings: RunSettings, opts: &RunOptions) -> Resul
     let run_json = out.join("run.json");
     if run_json.is_file() {
         let text = rsd_common::safe_fs::read_text(&run_json, 64 << 20, "run.json")
-            .map_err(|e| RunError::Input(e.to_string()))?;
-        let old: Value = serde_json::from_str(&text).map_err(|e| RunError::Json {
+            .map_err(|e| EvalError::Input(e.to_string()))?;
+        let old: Value = serde_json::from_str(&text).map_err(|e| EvalError::Json {
             path: run_json.clone(),
             reason: e.to_string(),
         })?;
@@ -669,12 +669,12 @@ fn write_run_json(out: &Path, settings: RunSettings, opts: &RunOptions) -> Resul
         device: opts.runtime.device.clone(),
         created_by: format!("rsd-eval {}", env!("CARGO_PKG_VERSION")),
     };
-    let json = serde_json::to_string_pretty(&file).map_err(|e| RunError::Json {
+    let json = serde_json::to_string_pretty(&file).map_err(|e| EvalError::Json {
         path: run_json.clone(),
         reason: e.to_string(),
     })?;
     rsd_common::safe_fs::write_file_atomic(&run_json, format!("{json}\n").as_bytes())
-        .map_err(|e| RunError::Input(format!("writing {}: {e}", run_json.display())))
+        .map_err(|e| EvalError::Input(format!("writing {}: {e}", run_json.display())))
 }
 
 /// results.jsonl, open for appending.
@@ -706,7 +706,7 @@ impl Results {
 
     /// Appends one result and flushes it, so that a killed run keeps every finished item.
     fn append(&mut self, r: &ItemResult) -> Result<()> {
-        let line = serde_json::to_string(r).map_err(|e| RunError::Json {
+        let line = serde_json::to_string(r).map_err(|e| EvalError::Json {
             path: self.path.clone(),
             reason: e.to_string(),
         })?;
@@ -954,7 +954,7 @@ fn teacher_forced(
     batch_size: usize,
 ) -> Result<ItemResult> {
     let expected = item.expected.first().ok_or_else(|| {
-        RunError::Input(format!(
+        EvalError::Input(format!(
             "{}: an item without an expected value",
             item.task.name()
         ))
@@ -964,7 +964,7 @@ fn teacher_forced(
         .iter()
         .position(|c| c == expected)
         .ok_or_else(|| {
-            RunError::Input(format!(
+            EvalError::Input(format!(
                 "{}: the expected value is not among the item's candidates",
                 item.task.name()
             ))
@@ -1013,7 +1013,7 @@ pub(crate) fn rank_first(scores: &[gen::ContinuationScore], gold: usize) -> (usi
 }
 
 fn compare_settings(dir: &Path, old: &Value, now: &RunSettings) -> Result<()> {
-    let now_v = serde_json::to_value(now).map_err(|e| RunError::Json {
+    let now_v = serde_json::to_value(now).map_err(|e| EvalError::Json {
         path: dir.join("run.json"),
         reason: e.to_string(),
     })?;
@@ -1028,13 +1028,13 @@ const NOT_SETTINGS: [&str; 3] = ["batch_size", "device", "created_by"];
 /// the settings, the `device` of this run and the program's version.
 pub(crate) fn settle_run_json(out: &Path, settings: &Value, device: &str) -> Result<()> {
     let run_json = out.join("run.json");
-    let json_err = |e: serde_json::Error| RunError::Json {
+    let json_err = |e: serde_json::Error| EvalError::Json {
         path: run_json.clone(),
         reason: e.to_string(),
     };
     if run_json.is_file() {
         let text = rsd_common::safe_fs::read_text(&run_json, 64 << 20, "run.json")
-            .map_err(|e| RunError::Input(e.to_string()))?;
+            .map_err(|e| EvalError::Input(e.to_string()))?;
         let old: Value = serde_json::from_str(&text).map_err(json_err)?;
         compare_fields(out, &old, settings)?;
     }
@@ -1048,7 +1048,7 @@ pub(crate) fn settle_run_json(out: &Path, settings: &Value, device: &str) -> Res
     }
     let json = serde_json::to_string_pretty(&file).map_err(json_err)?;
     rsd_common::safe_fs::write_file_atomic(&run_json, format!("{json}\n").as_bytes())
-        .map_err(|e| RunError::Input(format!("writing {}: {e}", run_json.display())))
+        .map_err(|e| EvalError::Input(format!("writing {}: {e}", run_json.display())))
 }
 
 /// Refuses a run directory whose run.json (`old`) differs from `now` in any setting either side
@@ -1073,7 +1073,7 @@ pub(crate) fn compare_fields(dir: &Path, old: &Value, now: &Value) -> Result<()>
     for name in names {
         let (was, is) = (old.get(&name), now.get(&name));
         if was.unwrap_or(&Value::Null) != is.unwrap_or(&Value::Null) {
-            return Err(RunError::Changed {
+            return Err(EvalError::Changed {
                 dir: dir.to_path_buf(),
                 setting: name,
                 was: shown(was),
@@ -1145,7 +1145,7 @@ fn dump_prompts(
             prompt: it.prompt,
             chat_template: chat.map(|c| c.source_name().to_string()),
         };
-        let json = serde_json::to_string(&line).map_err(|e| RunError::Json {
+        let json = serde_json::to_string(&line).map_err(|e| EvalError::Json {
             path: path.to_path_buf(),
             reason: e.to_string(),
         })?;
@@ -1307,7 +1307,7 @@ impl Summary {
     /// Writes `summary.json` and `summary.md` into `dir`.
     pub fn write(&self, dir: &Path) -> Result<()> {
         let path = dir.join("summary.json");
-        let json = serde_json::to_string_pretty(self).map_err(|e| RunError::Json {
+        let json = serde_json::to_string_pretty(self).map_err(|e| EvalError::Json {
             path: path.clone(),
             reason: e.to_string(),
         })?;
