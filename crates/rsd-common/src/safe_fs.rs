@@ -459,6 +459,41 @@ pub fn fsync_dir(dir: &Path) -> Result<()> {
     handle.sync_all().map_err(io_error(dir))
 }
 
+/// fsync every file under `dir` (recursively), then `dir` itself.
+pub fn fsync_tree(dir: &Path) -> Result<()> {
+    for entry in std::fs::read_dir(dir).map_err(io_error(dir))? {
+        let path = entry.map_err(io_error(dir))?.path();
+        if path.is_dir() {
+            fsync_tree(&path)?;
+        } else {
+            File::open(&path)
+                .and_then(|f| f.sync_all())
+                .map_err(io_error(&path))?;
+        }
+    }
+    fsync_dir(dir)
+}
+
+/// Publishes the directory `tmp`, written completely, as `dest` (in the same parent directory):
+/// every file under it fsynced, then renamed into place and the parent fsynced. An existing
+/// `dest` is moved aside first (`.<name>.old-<pid>`) and removed after, so a reader sees the old
+/// directory or the new one, each whole; a crash leaves at most `tmp` or the old copy behind,
+/// under a hidden name.
+pub fn publish_dir(tmp: &Path, dest: &Path) -> Result<()> {
+    fsync_tree(tmp)?;
+    let parent = dest.parent().unwrap_or(Path::new("."));
+    if dest.exists() {
+        let name = dest.file_name().unwrap_or_default().to_string_lossy();
+        let old = parent.join(format!(".{name}.old-{}", std::process::id()));
+        std::fs::rename(dest, &old).map_err(io_error(dest))?;
+        std::fs::rename(tmp, dest).map_err(io_error(dest))?;
+        std::fs::remove_dir_all(&old).map_err(io_error(&old))?;
+    } else {
+        std::fs::rename(tmp, dest).map_err(io_error(dest))?;
+    }
+    fsync_dir(parent)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -610,5 +645,28 @@ mod tests {
             assert!(temporary_name(&dest).exists());
         }
         assert!(!temporary_name(&dest).exists() && !dest.exists());
+    }
+
+    #[test]
+    fn published_directories_replace_the_old_one_whole() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dest = tmp.path().join("model");
+        for (round, text) in ["first", "second"].into_iter().enumerate() {
+            let staging = tmp.path().join(format!(".model.tmp-{round}"));
+            std::fs::create_dir_all(staging.join("sub")).unwrap();
+            std::fs::write(staging.join("sub/weights"), text).unwrap();
+            publish_dir(&staging, &dest).unwrap();
+            assert!(!staging.exists());
+            assert_eq!(
+                std::fs::read_to_string(dest.join("sub/weights")).unwrap(),
+                text
+            );
+        }
+        // Nothing else is left beside it: no staging copy, no old copy.
+        let names: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["model"]);
     }
 }

@@ -54,6 +54,9 @@ pub enum DataError {
     /// file or is too large; on an input `--skip-bad` skips and counts it.
     #[error(transparent)]
     File(#[from] rsd_common::safe_fs::FsError),
+    /// Writing one of the pack's own output files failed: never a bad input.
+    #[error(transparent)]
+    OutputFile(rsd_common::safe_fs::FsError),
     /// The tokenizer cannot be loaded or used.
     #[error("tokenizer {name}: {what}")]
     Tokenizer {

@@ -414,15 +414,7 @@ impl Model {
             let _ = std::fs::remove_dir_all(&tmp);
             return Err(e);
         }
-        if dir.exists() {
-            let old = parent.join(format!(".{base}.old-{}", std::process::id()));
-            std::fs::rename(dir, &old).map_err(io_err(dir))?;
-            std::fs::rename(&tmp, dir).map_err(io_err(dir))?;
-            std::fs::remove_dir_all(&old).map_err(io_err(&old))?;
-        } else {
-            std::fs::rename(&tmp, dir).map_err(io_err(dir))?;
-        }
-        Ok(())
+        Ok(safe_fs::publish_dir(&tmp, dir)?)
     }
 
     fn write_into(

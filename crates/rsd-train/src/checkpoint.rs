@@ -255,24 +255,6 @@ pub fn list(out: &Path) -> Vec<(u64, PathBuf)> {
     v
 }
 
-/// fsyncs every file and directory under `dir` (directories too: their entries must be durable
-/// before the rename publishes them).
-fn fsync_tree(dir: &Path) -> Result<()> {
-    for e in fs::read_dir(dir).map_err(io_err(dir))? {
-        let p = e.map_err(io_err(dir))?.path();
-        if p.is_dir() {
-            fsync_tree(&p)?;
-        } else {
-            fs::File::open(&p)
-                .and_then(|f| f.sync_all())
-                .map_err(io_err(&p))?;
-        }
-    }
-    fs::File::open(dir)
-        .and_then(|f| f.sync_all())
-        .map_err(io_err(dir))
-}
-
 /// The temporary directory a checkpoint of `step` is written into, `pid` being the writing
 /// process's (rank 0's in a multi-process run).
 pub fn temp_dir_for(out: &Path, step: u64, pid: u32) -> PathBuf {
@@ -347,17 +329,9 @@ pub fn publish(
     let mp = tmp.join(MANIFEST);
     let json = serde_json::to_string_pretty(&manifest).map_err(|e| Error::Input(e.to_string()))?;
     fs::write(&mp, json).map_err(io_err(&mp))?;
-    fsync_tree(tmp)?;
     fault::die_at("rename", step, 0);
     let target = dir_for(out, step);
-    let parent = target.parent().unwrap_or(out).to_path_buf();
-    if target.exists() {
-        fs::remove_dir_all(&target).map_err(io_err(&target))?;
-    }
-    fs::rename(tmp, &target).map_err(io_err(&target))?;
-    if let Ok(d) = fs::File::open(&parent) {
-        let _ = d.sync_all();
-    }
+    rsd_common::safe_fs::publish_dir(tmp, &target)?;
     fault::die_at("published", step, 0);
     let all = list(out);
     if all.len() > keep.max(1) {

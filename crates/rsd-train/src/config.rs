@@ -347,8 +347,7 @@ impl Stated {
         let file = match file {
             Some(path) => {
                 let bytes =
-                    rsd_common::safe_fs::read_regular(path, MAX_CONFIG_BYTES, "training config")
-                        .map_err(|e| Error::Input(e.to_string()))?;
+                    rsd_common::safe_fs::read_regular(path, MAX_CONFIG_BYTES, "training config")?;
                 let text = String::from_utf8(bytes).map_err(|e| {
                     Error::Input(format!("{}: not UTF-8 text: {e}", path.display()))
                 })?;

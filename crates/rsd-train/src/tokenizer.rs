@@ -41,8 +41,7 @@ fn shard_dirs(cfg: &TrainConfig) -> Vec<PathBuf> {
 
 fn read_json(path: &Path) -> Result<Value> {
     let text =
-        rsd_common::safe_fs::read_text(path, rsd_common::safe_fs::MAX_METADATA_BYTES, "JSON")
-            .map_err(|e| Error::Input(e.to_string()))?;
+        rsd_common::safe_fs::read_text(path, rsd_common::safe_fs::MAX_METADATA_BYTES, "JSON")?;
     serde_json::from_str(&text).map_err(|e| Error::Input(format!("{}: {e}", path.display())))
 }
 

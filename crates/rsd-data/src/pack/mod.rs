@@ -311,10 +311,10 @@ fn choose_tokenizers(
     Ok((target, Some(SourceDecoder::new(source)?)))
 }
 
-/// Writes one of the pack's own files atomically. Its errors are about the output, so they go
-/// through the shard format's error, which `--skip-bad` never counts as a bad input.
+/// Writes one of the pack's own files atomically; its errors are output errors, which
+/// `--skip-bad` never counts as bad inputs.
 fn write_output(path: &Path, bytes: &[u8]) -> Result<()> {
-    Ok(rsd_common::safe_fs::write_file_atomic(path, bytes).map_err(rsd_shard::ShardError::from)?)
+    rsd_common::safe_fs::write_file_atomic(path, bytes).map_err(DataError::OutputFile)
 }
 
 /// Pack resolved inputs: check the output directory (fresh, resume or refuse), run the stages,
