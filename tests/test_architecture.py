@@ -88,7 +88,7 @@ def test_no_crate_has_a_module_cycle():
 def test_binaries_are_thin_and_share_the_model_flags():
     """A binary's main.rs holds its command line and dispatches (each subcommand's work is in the
     libraries, its printing in a `*_cmd.rs` beside main.rs); the flags every tool that loads a
-    model takes (--device/--dtype, --rope-scaling) are one definition, rsd_model::cli."""
+    model takes (--model, --device/--dtype, --rope-scaling) are one definition, rsd_model::cli."""
     for main in sorted((REPO / "crates").glob("*/src/main.rs")):
         lines = len(main.read_text().splitlines())
         assert lines <= 150, f"{main.relative_to(REPO)}: {lines} lines"
@@ -97,6 +97,8 @@ def test_binaries_are_thin_and_share_the_model_flags():
         if f == shared or "target" in f.parts:
             continue
         code = f.read_text()
+        assert not re.search(r"#\[arg\(long\)\]\s*pub model: PathBuf", code), \
+            f"{f.relative_to(REPO)}: --model is rsd_model::cli::ModelDirArgs"
         assert '#[arg(long, default_value = "cpu")]' not in code, \
             f"{f.relative_to(REPO)}: a --device flag of its own; flatten rsd_model::cli::DeviceArgs"
         assert not re.search(r"rope_scaling: Option<String>", code), \

@@ -9,7 +9,7 @@
 //! lm-eval reports it.
 use std::path::{Path, PathBuf};
 
-use rsd_model::cli::{DeviceArgs, RopeScalingArgs};
+use rsd_model::cli::{DeviceArgs, ModelDirArgs, RopeScalingArgs};
 use serde::Deserialize;
 
 /// What a published file can go wrong with.
@@ -439,9 +439,9 @@ pub struct McArgs {
     /// Its published file (MMLU: a directory of SUBJECT_test.csv, or its parent, or one file).
     #[arg(long, value_name = "PATH")]
     pub data: PathBuf,
-    /// Checkpoint directory (config.json, *.safetensors, tokenizer.json).
-    #[arg(long)]
-    pub model: PathBuf,
+    /// --model.
+    #[command(flatten)]
+    pub checkpoint: ModelDirArgs,
     /// Run directory (run.json, results.jsonl, summary.json, summary.md).
     #[arg(long)]
     pub out: PathBuf,
@@ -505,10 +505,11 @@ pub fn command(a: &McArgs) -> crate::error::Result<crate::items::ScoreReport> {
             ))
         }
     };
-    crate::run::check_model_files(&a.model)?;
-    let tok = rsd_model::generate::TextTokenizer::from_file(&a.model.join("tokenizer.json"))?;
-    let cfg = rsd_model::ModelConfig::from_dir(&a.model)?;
-    rsd_model::checkpoint::safetensors_files(&a.model)?;
+    crate::run::check_model_files(&a.checkpoint.model)?;
+    let tok =
+        rsd_model::generate::TextTokenizer::from_file(&a.checkpoint.model.join("tokenizer.json"))?;
+    let cfg = rsd_model::ModelConfig::from_dir(&a.checkpoint.model)?;
+    rsd_model::checkpoint::safetensors_files(&a.checkpoint.model)?;
     let mut items = Vec::with_capacity(questions.len());
     for (i, q) in questions.iter().enumerate() {
         items.push(user_item(a, &tok, i, q, &pool)?);
@@ -524,7 +525,7 @@ pub fn command(a: &McArgs) -> crate::error::Result<crate::items::ScoreReport> {
         it.length = bucket;
     }
     let args = crate::items::ScoreArgs {
-        model: Some(a.model.clone()),
+        model: Some(a.checkpoint.model.clone()),
         items: Some(a.data.clone()),
         pred: None,
         out: a.out.clone(),
@@ -539,7 +540,7 @@ pub fn command(a: &McArgs) -> crate::error::Result<crate::items::ScoreReport> {
         sha256: sha256_of(&a.data)?,
         benchmark: Some(benchmark_name(a)),
     };
-    crate::items::score_user_items(&args, &a.model, &cfg, &items, &source)
+    crate::items::score_user_items(&args, &a.checkpoint.model, &cfg, &items, &source)
 }
 
 /// Question `i` as an item to score: its contexts after `a.fewshot` examples of `pool`, and

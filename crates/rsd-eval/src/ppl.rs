@@ -25,7 +25,7 @@ use tch::{Device, Kind, Tensor};
 
 use rsd_common::rng::SplitMix64;
 use rsd_loader::RowRules;
-use rsd_model::cli::DeviceArgs;
+use rsd_model::cli::{DeviceArgs, ModelDirArgs};
 use rsd_model::{ForwardArgs, Model, ModelError, ModelOptions};
 use rsd_shard::{PackMode, ShardSet};
 use rsd_train::perturb::{perturb_row, KlNorm, PerturbKind, Perturbation, Sampler, Scope};
@@ -67,9 +67,9 @@ impl ViewKind {
 /// Arguments of `rsd-eval ppl`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct PplArgs {
-    /// HF checkpoint directory (Llama or Qwen3).
-    #[arg(long)]
-    pub model: PathBuf,
+    /// --model.
+    #[command(flatten)]
+    pub checkpoint: ModelDirArgs,
     /// Held-out shard directory (fixed mode); rows are its first samples, in order.
     #[arg(long)]
     pub shards: PathBuf,
@@ -320,7 +320,10 @@ fn batch_terms(
 /// `--allow-tokenizer-mismatch` (then a warning).
 fn check_tokenizer(args: &PplArgs) -> Result<(), EvalError> {
     use rsd_shard::tokenizer_match::{mismatches, ModelTokenizer};
-    let problems = mismatches(&args.shards, &ModelTokenizer::of_dir(&args.model)?)?;
+    let problems = mismatches(
+        &args.shards,
+        &ModelTokenizer::of_dir(&args.checkpoint.model)?,
+    )?;
     crate::refuse_other_tokenizer(problems, args.allow_tokenizer_mismatch, "evaluate anyway")
         .map_err(EvalError::Input)
 }
@@ -441,8 +444,10 @@ pub fn evaluate(args: &PplArgs) -> Result<PplReport, EvalError> {
     let options = check_args(args)?;
     // Phase 2: read and build.
     let (set, l, rows) = open_rows(args)?;
-    let model = Model::load(&args.model, options)
-        .map_err(model_err(&format!("loading {}", args.model.display())))?;
+    let model = Model::load(&args.checkpoint.model, options).map_err(model_err(&format!(
+        "loading {}",
+        args.checkpoint.model.display()
+    )))?;
     let with_view = args.perturb == ViewKind::Skip;
     let _guard = tch::no_grad_guard();
     let mut sums = vec![Sums::default(); args.buckets];
@@ -490,7 +495,7 @@ pub fn evaluate(args: &PplArgs) -> Result<PplReport, EvalError> {
     }
     let (buckets, nll, view_gap) = bucket_means(&sums, l);
     Ok(PplReport {
-        model: args.model.clone(),
+        model: args.checkpoint.model.clone(),
         shards: args.shards.clone(),
         seq_len: l,
         rows: rows as usize,

@@ -3,15 +3,16 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::Args;
+use rsd_model::cli::ModelDirArgs;
 use rsd_model::{
     checkpoint::safetensors_files, parse_kind, Model, ModelConfig, ModelOptions, SaveOptions,
 };
 
 #[derive(Args)]
 pub struct ConvertArgs {
-    /// Source checkpoint directory.
-    #[arg(long)]
-    pub model: PathBuf,
+    /// --model: the source checkpoint.
+    #[command(flatten)]
+    pub checkpoint: ModelDirArgs,
     /// Output directory (written atomically).
     #[arg(long)]
     pub out: PathBuf,
@@ -77,7 +78,7 @@ pub fn convert(a: ConvertArgs) -> Result<()> {
     let dtype = match &a.dtype {
         Some(d) => d.clone(),
         None => {
-            let stored = stored_float_dtype(&a.model)?;
+            let stored = stored_float_dtype(&a.checkpoint.model)?;
             let d = stored.unwrap_or("fp32");
             eprintln!(
                 "rsd-model: writing {d} ({}; --dtype chooses another)",
@@ -92,13 +93,13 @@ pub fn convert(a: ConvertArgs) -> Result<()> {
     };
     let kind = parse_kind(&dtype)?;
     let mut m = Model::load(
-        &a.model,
+        &a.checkpoint.model,
         ModelOptions {
             kind,
             ..Default::default()
         },
     )
-    .with_context(|| format!("loading {}", a.model.display()))?;
+    .with_context(|| format!("loading {}", a.checkpoint.model.display()))?;
     if let Some(theta) = a.rope_theta {
         m.set_rope_theta(theta)?;
     }
@@ -108,7 +109,7 @@ pub fn convert(a: ConvertArgs) -> Result<()> {
     let opts = SaveOptions {
         kind: Some(kind),
         max_shard_bytes: (a.max_shard_mb * 1e6).max(1.0) as u64,
-        tokenizer_from: Some(a.model.clone()),
+        tokenizer_from: Some(a.checkpoint.model.clone()),
         overwrite: a.overwrite,
     };
     m.save(&a.out, &opts)?;

@@ -3,7 +3,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use rsd_model::cli::{DeviceArgs, RopeScalingArgs};
+use rsd_model::cli::{DeviceArgs, ModelDirArgs, RopeScalingArgs};
 use rsd_model::generate::{self as gen, GenerateOptions, Sampling, TextTokenizer};
 use rsd_model::{kind_name, shape_str, Model};
 use tch::Kind;
@@ -21,9 +21,9 @@ tokenizer.json it is null. RoPE scaling in config.json applies (and --rope-scali
 
 #[derive(Args)]
 pub struct GenerateArgs {
-    /// Checkpoint directory (config.json, safetensors, tokenizer.json for text).
-    #[arg(long)]
-    pub model: PathBuf,
+    /// --model.
+    #[command(flatten)]
+    pub checkpoint: ModelDirArgs,
     /// A prompt text (repeatable).
     #[arg(long)]
     pub prompt: Vec<String>,
@@ -121,7 +121,7 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
     if let Some(p) = &a.prompts {
         texts.extend(gen::read_prompts_jsonl(p)?);
     }
-    let tokenizer_path = a.model.join("tokenizer.json");
+    let tokenizer_path = a.checkpoint.model.join("tokenizer.json");
     let tokenizer = if !texts.is_empty() || !a.stop.is_empty() || tokenizer_path.exists() {
         Some(TextTokenizer::from_file(&tokenizer_path)?)
     } else {
@@ -139,10 +139,10 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
     let eos = if a.ignore_eos {
         Vec::new()
     } else {
-        gen::eos_token_ids(&a.model)?
+        gen::eos_token_ids(&a.checkpoint.model)?
     };
-    let mut m =
-        Model::load(&a.model, options).with_context(|| format!("loading {}", a.model.display()))?;
+    let mut m = Model::load(&a.checkpoint.model, options)
+        .with_context(|| format!("loading {}", a.checkpoint.model.display()))?;
     if let Some(theta) = a.rope_theta {
         m.set_rope_theta(theta)?;
     }

@@ -3,15 +3,15 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use rsd_model::cli::DeviceArgs;
+use rsd_model::cli::{DeviceArgs, ModelDirArgs};
 use rsd_model::{kind_name, shape_str, DocBoundaries, ForwardArgs, Model};
 use tch::{Kind, Tensor};
 
 #[derive(Args)]
 pub struct LogitsArgs {
-    /// Checkpoint directory.
-    #[arg(long)]
-    pub model: PathBuf,
+    /// --model.
+    #[command(flatten)]
+    pub checkpoint: ModelDirArgs,
     /// Token ids, int32/int64 .npy of shape [B, T].
     #[arg(long)]
     pub tokens: PathBuf,
@@ -72,8 +72,8 @@ pub fn logits(a: LogitsArgs) -> Result<()> {
         .map(|s| DocBoundaries::parse(s, b as usize, t))
         .transpose()
         .context("--doc-boundaries")?;
-    let mut m =
-        Model::load(&a.model, options).with_context(|| format!("loading {}", a.model.display()))?;
+    let mut m = Model::load(&a.checkpoint.model, options)
+        .with_context(|| format!("loading {}", a.checkpoint.model.display()))?;
     if let Some(theta) = a.rope_theta {
         m.set_rope_theta(theta)?;
     }

@@ -7,6 +7,15 @@ use serde_json::Value;
 
 use crate::{check_device, parse_device, parse_kind, ModelOptions, Result};
 
+/// `--model`: the checkpoint a command loads.
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
+pub struct ModelDirArgs {
+    /// Checkpoint directory: an HF model directory (config.json, *.safetensors; tokenizer.json
+    /// where text is read or written), Llama or Qwen3.
+    #[arg(long, value_name = "DIR")]
+    pub model: std::path::PathBuf,
+}
+
 /// `--device` and `--dtype`: where the model runs and the dtype of its parameters.
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct DeviceArgs {
