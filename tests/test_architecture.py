@@ -103,6 +103,10 @@ def test_binaries_are_thin_and_share_the_model_flags():
             f"{f.relative_to(REPO)}: a --device flag of its own; flatten rsd_model::cli::DeviceArgs"
         assert not re.search(r"rope_scaling: Option<String>", code), \
             f"{f.relative_to(REPO)}: a --rope-scaling of its own; flatten RopeScalingArgs"
+    # rsd-train's commands read --nproc (the run's ranks) from one group.
+    nproc = [f for f in (REPO / "crates").rglob("*.rs")
+             if "target" not in f.parts and "pub nproc: Option<usize>" in f.read_text()]
+    assert nproc == [REPO / "crates/rsd-train/src/args.rs"], nproc
 
 
 FN = re.compile(r'^(\s*)(?:pub(?:\([^)]*\))?\s+)?(?:const\s+)?(?:async\s+)?(?:unsafe\s+)?'

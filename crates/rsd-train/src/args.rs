@@ -8,6 +8,17 @@ use rsd_train::config::ConfigOverrides;
 use rsd_train::perturb::{KlNorm, PerturbKind};
 use rsd_train::step::{KlDirection, LongCe, Objective};
 
+/// `--nproc`: how many ranks the run has, every command of rsd-train reading it the same way.
+#[derive(Args, Clone)]
+pub struct RanksArgs {
+    /// Ranks of the run. Training and `probe` start them on this machine as N copies of the
+    /// command (as torchrun would): data-parallel ranks for training (tokens_per_step stays the
+    /// global batch), context-parallel ones for `probe --cp N`. The memory plan is per rank of N
+    /// (default dp × cp, or WORLD_SIZE).
+    #[arg(long, value_name = "N")]
+    pub nproc: Option<usize>,
+}
+
 #[derive(Args, Clone)]
 pub struct TrainArgs {
     /// TOML config (flat keys; see configs/). Flags override its keys.
@@ -50,10 +61,9 @@ pub struct TrainArgs {
     /// GPU memory for --print-memory-plan and for the check that a CUDA run fits, GiB.
     #[arg(long, default_value_t = 80, value_name = "GIB")]
     pub gpu_gib: u64,
-    /// Run N data-parallel ranks on this machine (N copies of this command, as torchrun would);
-    /// tokens_per_step stays the global batch.
-    #[arg(long)]
-    pub nproc: Option<usize>,
+    /// --nproc.
+    #[command(flatten)]
+    pub ranks: RanksArgs,
     #[command(flatten)]
     pub overrides: ConfigOverrides,
 }
@@ -64,9 +74,9 @@ pub struct ProbeArgs {
     /// `cp = N` does; run with `--nproc N` or under torchrun. The JSON is the whole batch's.
     #[arg(long, default_value_t = 1)]
     pub cp: usize,
-    /// Run N local processes (as torchrun would), for `--cp N`.
-    #[arg(long)]
-    pub nproc: Option<usize>,
+    /// --nproc.
+    #[command(flatten)]
+    pub ranks: RanksArgs,
     /// HF model directory.
     #[arg(long)]
     pub model: Option<PathBuf>,

@@ -12,6 +12,8 @@ use rsd_train::memory_plan::{self, Category, MemoryPlan, PlanInput};
 use rsd_train::memory_run;
 use rsd_train::step::prefix_reuse_floor;
 
+use crate::args::RanksArgs;
+
 #[derive(Args, Clone)]
 pub struct MemoryArgs {
     /// TOML config (flat keys; see configs/). Flags override its keys (--dp, --cp,
@@ -22,9 +24,9 @@ pub struct MemoryArgs {
     /// (configs/model/ has Llama-3-8B's and Qwen3-4B's).
     #[arg(long, value_name = "CONFIG_JSON")]
     arch: Option<PathBuf>,
-    /// GPUs (ranks) of the run; default dp × cp (or WORLD_SIZE).
-    #[arg(long)]
-    nproc: Option<usize>,
+    /// --nproc.
+    #[command(flatten)]
+    ranks: RanksArgs,
     /// Memory of one GPU, GiB.
     #[arg(long, default_value_t = 80, value_name = "GIB")]
     gpu_gib: u64,
@@ -146,7 +148,7 @@ pub fn run(a: MemoryArgs) -> Result<()> {
     // Resolving the config and planning make no tensor: a rank of a measurement still counts
     // from its first tensor on.
     let cfg = TrainConfig::resolve(a.config.as_deref(), a.overrides.clone())?;
-    let world = world_of(&cfg, a.nproc)?;
+    let world = world_of(&cfg, a.ranks.nproc)?;
     let input = memory_plan::input_for(&cfg, a.arch.as_deref(), world, a.gpu_gib << 30)?;
     let plan = memory_plan::plan(&input);
     if let (Some(dir), true) = (&rank_dir, launched) {

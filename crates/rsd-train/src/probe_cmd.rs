@@ -20,7 +20,7 @@ fn list<T: std::str::FromStr>(s: &Option<String>, flag: &str) -> Result<Option<V
 
 /// `rsd-train probe`.
 pub fn run(a: ProbeArgs) -> Result<()> {
-    if let Some(n) = a.nproc {
+    if let Some(n) = a.ranks.nproc {
         rsd_dist::layout(
             n,
             rsd_dist::MeshShape {

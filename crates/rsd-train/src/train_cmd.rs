@@ -101,11 +101,11 @@ pub fn run(a: TrainArgs) -> Result<()> {
     }
     if let Some(arch) = &a.print_memory_plan {
         let arch = (!arch.is_empty()).then(|| PathBuf::from(arch));
-        return memory_cmd::print_plan(&cfg, arch.as_deref(), a.nproc, a.gpu_gib);
+        return memory_cmd::print_plan(&cfg, arch.as_deref(), a.ranks.nproc, a.gpu_gib);
     }
     // A CUDA run whose plan does not fit its GPUs stops here, naming the change that fits.
-    memory_cmd::refuse_if_too_big(&cfg, a.nproc, a.gpu_gib)?;
-    let nproc = ranks_to_start(&cfg, a.nproc)?;
+    memory_cmd::refuse_if_too_big(&cfg, a.ranks.nproc, a.gpu_gib)?;
+    let nproc = ranks_to_start(&cfg, a.ranks.nproc)?;
     if is_rank0() && std::env::var_os(NOTES_SHOWN).is_none() {
         for n in &notes {
             eprintln!("{n}");
