@@ -51,6 +51,13 @@ if ! command -v clippy-driver >/dev/null && ! rustup which clippy-driver >/dev/n
   log "rust: adding the clippy component"
   act rustup component add clippy || die "rustup component add clippy failed (see above)"
 fi
+# 1c. rustfmt: scripts/test.sh checks formatting first.
+if ! cargo fmt --version >/dev/null 2>&1; then
+  command -v rustup >/dev/null \
+    || die "rustfmt not found and no rustup to install it; install Rust's rustfmt component"
+  log "rust: adding the rustfmt component"
+  act rustup component add rustfmt || die "rustup component add rustfmt failed (see above)"
+fi
 
 # 2. The torch venv. torch is installed first and then held as a constraint while the peers are
 #    installed, or pip upgrades it through a dependency and tch (which expects exactly 2.13) stops

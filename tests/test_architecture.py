@@ -97,7 +97,7 @@ def test_binaries_are_thin_and_share_the_model_flags():
         if f == shared or "target" in f.parts:
             continue
         code = f.read_text()
-        assert not re.search(r"#\[arg\(long\)\]\s*pub model: PathBuf", code), \
+        assert not re.search(r"#\[arg\(long[^\]]*\)\]\s*(pub(\(\w+\))?\s+)?model:\s*PathBuf", code), \
             f"{f.relative_to(REPO)}: --model is rsd_model::cli::ModelDirArgs"
         assert '#[arg(long, default_value = "cpu")]' not in code, \
             f"{f.relative_to(REPO)}: a --device flag of its own; flatten rsd_model::cli::DeviceArgs"
@@ -120,11 +120,13 @@ def functions(lines):
         m = FN.match(line)
         if not m:
             continue
-        # The signature ends at the first `{` (a body) or `;` (a declaration, no body).
-        j, body = i, None
+        # The signature ends at the first `{` (a body) or `;` outside brackets (a declaration,
+        # no body; `[u8; 32]` is a type).
+        j, body, depth = i, None, 0
         while j < len(lines) and body is None:
             for ch in lines[j]:
-                if ch in "{;":
+                depth += (ch in "([") - (ch in ")]")
+                if ch == "{" or (ch == ";" and depth == 0):
                     body = ch == "{"
                     break
             else:
@@ -146,8 +148,9 @@ def test_no_function_is_long_without_a_reason():
     attributes)."""
     # The measure sees bodies, one-liners and declarations as they are.
     sample = ["fn a() {", "    x", "}", "    fn b(&self);", "fn c() -> u8 { 1 }",
-              "pub(crate) fn d(", "    y: u8,", ") {", "    if y {", "    }", "}"]
-    assert list(functions(sample)) == [(0, "a", 3), (4, "c", 1), (5, "d", 6)]
+              "pub(crate) fn d(", "    y: u8,", ") {", "    if y {", "    }", "}",
+              "fn e(x: [u8; 4]) -> [u8; 4] {", "    x", "}"]
+    assert list(functions(sample)) == [(0, "a", 3), (4, "c", 1), (5, "d", 6), (11, "e", 3)]
     patterns = ("crates/*/src/**/*.rs", "crates/*/tests/*.rs", "crates/*/benches/*.rs")
     long = []
     for f in sorted({f for pattern in patterns for f in REPO.glob(pattern)}):

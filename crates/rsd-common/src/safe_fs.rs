@@ -475,12 +475,17 @@ pub fn fsync_tree(dir: &Path) -> Result<()> {
 }
 
 /// Publishes the directory `tmp`, written completely, as `dest` (in the same parent directory):
-/// every file under it fsynced, then renamed into place and the parent fsynced. An existing
+/// every file under it fsynced ([`fsync_tree`]), then [`replace_dir`].
+pub fn publish_dir(tmp: &Path, dest: &Path) -> Result<()> {
+    fsync_tree(tmp)?;
+    replace_dir(tmp, dest)
+}
+
+/// Renames the directory `tmp`, already durable, to `dest` and fsyncs the parent. An existing
 /// `dest` is moved aside first (`.<name>.old-<pid>`) and removed after, so a reader sees the old
 /// directory or the new one, each whole; a crash leaves at most `tmp` or the old copy behind,
 /// under a hidden name.
-pub fn publish_dir(tmp: &Path, dest: &Path) -> Result<()> {
-    fsync_tree(tmp)?;
+pub fn replace_dir(tmp: &Path, dest: &Path) -> Result<()> {
     let parent = dest.parent().unwrap_or(Path::new("."));
     if dest.exists() {
         let name = dest.file_name().unwrap_or_default().to_string_lossy();

@@ -95,25 +95,12 @@ fn main() {
     };
     if let Err(e) = result {
         // Errors quote data (names, values): escape its control characters (see `printable`).
-        eprintln!("error: {}", printable_text(&error_text(&e)));
+        let line = rsd_common::report::one_line(e.chain().map(|c| c.to_string()));
+        eprintln!("error: {}", printable_text(&line));
         std::process::exit(if INTERRUPTED.load(Ordering::SeqCst) {
             130
         } else {
             1
         });
     }
-}
-
-/// An error and its causes on one line, each cause once: errors that name a file already show
-/// their OS error, which is also their `source`.
-fn error_text(e: &anyhow::Error) -> String {
-    let mut text = e.to_string();
-    for cause in e.chain().skip(1) {
-        let cause = cause.to_string();
-        if !text.contains(&cause) {
-            text.push_str(": ");
-            text.push_str(&cause);
-        }
-    }
-    text
 }

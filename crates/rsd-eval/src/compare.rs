@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::error::EvalError;
+use crate::error::{io_err, EvalError};
 use crate::figure::{Figure, Lines, Series};
 use crate::paired::{paired, Arms, Paired};
 use crate::plot::{cell, sorted_unique, Cell};
@@ -466,13 +466,10 @@ pub fn command(args: &CompareArgs) -> Result<String, EvalError> {
         .collect();
     let mut cmp = compare(&pool_replicas(runs)?)?;
     cmp.paired = paired;
-    std::fs::create_dir_all(&args.out).map_err(|source| EvalError::Io {
-        path: args.out.clone(),
-        source,
-    })?;
+    std::fs::create_dir_all(&args.out).map_err(io_err(&args.out))?;
     let write = |name: &str, text: String| {
         let path = args.out.join(name);
-        std::fs::write(&path, text).map_err(|source| EvalError::Io { path, source })
+        std::fs::write(&path, text).map_err(io_err(&path))
     };
     write("compare.md", cmp.report())?;
     let json = serde_json::to_string_pretty(&cmp).map_err(|e| EvalError::Json {

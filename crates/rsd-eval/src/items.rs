@@ -26,11 +26,11 @@ use rsd_model::{Model, ModelConfig, RopeScaling};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::error::{EvalError, Result};
+use crate::error::{io_err, EvalError, Result};
 use crate::results::{read_results, ItemResult};
 use crate::run::{
-    check_model_files, io_err, open_for_append, progress_bar, rank_first, settle_run_json,
-    sha256_file, Scoring, Summary,
+    check_model_files, open_for_append, progress_bar, rank_first, settle_run_json, sha256_file,
+    Scoring, Summary,
 };
 
 const SCORE_HELP: &str = "Each line of --items is one item, for example

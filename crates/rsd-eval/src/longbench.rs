@@ -26,10 +26,8 @@ use rsd_model::Model;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::error::{EvalError, Result};
-use crate::run::{
-    check_model_files, io_err, open_for_append, progress_bar, settle_run_json, sha256_file,
-};
+use crate::error::{io_err, EvalError, Result};
+use crate::run::{check_model_files, open_for_append, progress_bar, settle_run_json, sha256_file};
 use rsd_chat::ChatTemplate;
 
 const ZERO_SHOT: &str = "Please read the following text and answer the question below.\n\n<text>\n$DOC$\n</text>\n\nWhat is the correct answer to this question: $Q$\nChoices:\n(A) $C_A$\n(B) $C_B$\n(C) $C_C$\n(D) $C_D$\n\nFormat your response as follows: \"The correct answer is (insert answer here)\".";

@@ -474,7 +474,7 @@ fn sha256_of(path: &Path) -> crate::error::Result<String> {
         return crate::run::sha256_file(path);
     }
     let mut files: Vec<PathBuf> = std::fs::read_dir(path)
-        .map_err(crate::run::io_err(path))?
+        .map_err(crate::error::io_err(path))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .collect();
     files.sort();

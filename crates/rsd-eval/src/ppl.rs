@@ -28,10 +28,10 @@ use rsd_loader::RowRules;
 use rsd_model::cli::{DeviceArgs, ModelDirArgs};
 use rsd_model::{ForwardArgs, Model, ModelError, ModelOptions};
 use rsd_shard::{PackMode, ShardSet};
-use rsd_train::perturb::{perturb_row, KlNorm, PerturbKind, Perturbation, Sampler, Scope};
+use rsd_train::perturb::{KlNorm, PerturbKind, Perturbation, Sampler, Scope};
 use rsd_train::step::kl_rows_of;
 
-use crate::error::EvalError;
+use crate::error::{io_err, EvalError};
 use crate::figure::{Figure, FigureError, Lines, Series};
 
 trait TorchContext<T> {
@@ -192,13 +192,8 @@ pub fn skip_view(seed: u64, sample: u64, len: i64, max_skip: Option<i64>) -> (i6
 /// The positions of the skip view `(s, y)` of a row, as training perturbs the standard ones
 /// `std_pos`: `i` for `i < s`, `i + y` for `i ≥ s`.
 fn skip_positions(std_pos: &[i64], (split, skip): (i64, i64)) -> Vec<i64> {
-    perturb_row(
-        std_pos,
-        None,
-        Scope::Sequence,
-        &[Perturbation::Skip { split, skip }],
-    )
-    .positions
+    let offsets = Perturbation::Skip { split, skip }.offsets(std_pos.len() as i64);
+    std_pos.iter().zip(offsets).map(|(p, d)| p + d).collect()
 }
 
 /// Sums of one bucket, accumulated over batches.
@@ -244,13 +239,8 @@ fn batch_terms(
     let size = tokens.size();
     let (b, l) = (size[0], size[1]);
     let device = tokens.device();
-    // A fixed-mode row is one document with every next token a target: positions `0..L`, and
-    // every logit row but the last labelled (the training row's rules).
-    let row = RowRules {
-        real_len: l as usize,
-        ..RowRules::default()
-    }
-    .positions(l as usize);
+    // A fixed-mode row is one document: positions `0..L`, as the training row's rules give them.
+    let row = RowRules::default().positions(l as usize);
     let std_pos: Vec<i64> = (0..b).flat_map(|_| row.iter().copied()).collect();
     let std_pos = Tensor::from_slice(&std_pos).view([b, l]).to_device(device);
     let forward = |pos: &Tensor, what: &str| {
@@ -505,7 +495,7 @@ pub fn evaluate(args: &PplArgs) -> Result<PplReport, EvalError> {
         seed: args.seed,
         nll,
         ppl: nll.exp(),
-        view_gap: if with_view { view_gap } else { None },
+        view_gap,
         buckets,
         views,
     })
@@ -513,10 +503,7 @@ pub fn evaluate(args: &PplArgs) -> Result<PplReport, EvalError> {
 
 /// Writes `dir/ppl.json` and the figures in `dir/plots/`.
 pub fn write(report: &PplReport, dir: &Path) -> Result<Vec<PathBuf>, EvalError> {
-    std::fs::create_dir_all(dir).map_err(|source| EvalError::Io {
-        path: dir.to_path_buf(),
-        source,
-    })?;
+    std::fs::create_dir_all(dir).map_err(io_err(dir))?;
     let path = dir.join("ppl.json");
     let text = serde_json::to_string_pretty(report)
         .map_err(|e| EvalError::Input(format!("serializing ppl.json: {e}")))?;

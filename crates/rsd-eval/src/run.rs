@@ -39,7 +39,7 @@ const BUNDLED_HAYSTACK_NOTE: &str = "Haystack: the bundled public-domain books (
     substitute for RULER's Paul Graham essays (and, for cwe, its word lists); pass \
     --haystack PaulGrahamEssays.json (RULER's file) for RULER's own text.";
 
-pub(crate) use crate::error::io_err;
+use crate::error::io_err;
 use crate::error::{EvalError, Result};
 
 /// Everything `rsd-eval run` was asked to do.
@@ -925,7 +925,6 @@ pub(crate) fn open_for_append(path: &Path) -> Result<File> {
     Ok(f)
 }
 
-/// Refuses a run directory whose run.json differs from `now` in any setting, naming it.
 /// An item's record before it is scored.
 fn result_of(item: &Item) -> ItemResult {
     ItemResult {

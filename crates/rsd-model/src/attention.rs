@@ -530,8 +530,8 @@ pub fn attend_documents(
         row_lses.push(a.lse);
     }
     Ok(Attended {
-        out: Tensor::f_cat(&row_outs, 0).ctx("doc_bounds: concat rows")?,
-        lse: Tensor::f_cat(&row_lses, 0).ctx("doc_bounds: concat rows")?,
+        out: Tensor::f_cat(&row_outs, 0).ctx("docs: concat rows")?,
+        lse: Tensor::f_cat(&row_lses, 0).ctx("docs: concat rows")?,
     })
 }
 
@@ -549,7 +549,7 @@ fn attend_row_documents(
     let lp = prefix
         .map(|(pk, _)| pk.size().get(2).copied().unwrap_or(0))
         .unwrap_or(0);
-    let row = |t: &Tensor| t.f_narrow(0, b, 1).ctx("doc_bounds");
+    let row = |t: &Tensor| t.f_narrow(0, b, 1).ctx("docs");
     let (qb, kb, vb) = (row(q)?, row(k)?, row(v)?);
     let mut outs = Vec::new();
     let mut lses = Vec::new();
@@ -560,7 +560,7 @@ fn attend_row_documents(
         }
         let qs = start.max(lp) - lp;
         let n = end - lp - qs;
-        let seg = |t: &Tensor| t.f_narrow(2, qs, n).ctx("doc_bounds: segment");
+        let seg = |t: &Tensor| t.f_narrow(2, qs, n).ctx("docs: segment");
         let (sq, sk, sv) = (seg(&qb)?, seg(&kb)?, seg(&vb)?);
         let mut blocks = Vec::with_capacity(2);
         let pre;
@@ -568,7 +568,7 @@ fn attend_row_documents(
             let pseg = |t: &Tensor| {
                 t.f_narrow(0, b, 1)
                     .and_then(|t| t.f_narrow(2, start, lp - start))
-                    .ctx("doc_bounds: prefix segment")
+                    .ctx("docs: prefix segment")
             };
             pre = (pseg(pk)?, pseg(pv)?);
             blocks.push(KvBlock {
@@ -587,8 +587,8 @@ fn attend_row_documents(
         lses.push(a.lse);
     }
     Ok(Attended {
-        out: Tensor::f_cat(&outs, 2).ctx("doc_bounds: concat")?,
-        lse: Tensor::f_cat(&lses, 2).ctx("doc_bounds: concat")?,
+        out: Tensor::f_cat(&outs, 2).ctx("docs: concat")?,
+        lse: Tensor::f_cat(&lses, 2).ctx("docs: concat")?,
     })
 }
 

@@ -329,9 +329,10 @@ pub fn publish(
     let mp = tmp.join(MANIFEST);
     let json = serde_json::to_string_pretty(&manifest).map_err(|e| Error::Input(e.to_string()))?;
     fs::write(&mp, json).map_err(io_err(&mp))?;
+    rsd_common::safe_fs::fsync_tree(tmp)?;
     fault::die_at("rename", step, 0);
     let target = dir_for(out, step);
-    rsd_common::safe_fs::publish_dir(tmp, &target)?;
+    rsd_common::safe_fs::replace_dir(tmp, &target)?;
     fault::die_at("published", step, 0);
     let all = list(out);
     if all.len() > keep.max(1) {
@@ -613,8 +614,9 @@ pub fn auto_resume(out: &Path) -> AutoResume {
 }
 
 /// Removes the temporary directories (`.step-N.tmp-<pid>`) that writers killed mid-checkpoint
-/// left under `out/checkpoints` (a preempted job), skipping any whose process is still alive on
-/// this machine. They are never taken for checkpoints ([`list`] ignores them), but each holds up
+/// left under `out/checkpoints` (a preempted job), and the old copies (`.step-N.old-<pid>`) a
+/// writer killed while replacing a checkpoint of the same step left, skipping any whose process
+/// is still alive on this machine. They are never taken for checkpoints ([`list`] ignores them), but each holds up
 /// to a checkpoint's size of disk. Returns the directories removed.
 pub fn remove_stale_temporaries(out: &Path) -> Vec<PathBuf> {
     let alive = |pid: &str| {
@@ -630,7 +632,7 @@ pub fn remove_stale_temporaries(out: &Path) -> Vec<PathBuf> {
         let name = e.file_name().to_string_lossy().into_owned();
         let Some(pid) = name
             .strip_prefix(".step-")
-            .and_then(|n| n.split_once(".tmp-"))
+            .and_then(|n| n.split_once(".tmp-").or_else(|| n.split_once(".old-")))
             .map(|(_, pid)| pid.to_string())
         else {
             continue;
@@ -877,13 +879,17 @@ mod tests {
         let ck = dir.path().join("checkpoints");
         // No process has a pid this large (pid_max ≤ 2^22), and this test's own is alive.
         let dead = ck.join(".step-00000009.tmp-4294967290");
+        let dead_old = ck.join(".step-00000008.old-4294967290");
         let mine = ck.join(format!(".step-00000010.tmp-{}", std::process::id()));
-        for d in [&dead, &mine, &ck.join("step-00000002")] {
+        for d in [&dead, &dead_old, &mine, &ck.join("step-00000002")] {
             fs::create_dir_all(d).expect("mkdir");
         }
         assert_eq!(list(dir.path()), vec![(2, ck.join("step-00000002"))]);
-        assert_eq!(remove_stale_temporaries(dir.path()), vec![dead.clone()]);
-        assert!(!dead.exists() && mine.exists());
+        assert_eq!(
+            remove_stale_temporaries(dir.path()),
+            vec![dead_old.clone(), dead.clone()]
+        );
+        assert!(!dead.exists() && !dead_old.exists() && mine.exists());
     }
 
     mod state_properties {

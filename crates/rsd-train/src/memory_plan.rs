@@ -647,7 +647,7 @@ fn layer_backward(p: &PlanInput, s: &Shape, hidden_grad: u64) -> u64 {
         // One layer recomputed (both views) with its gathered K/V (the attention keeps its
         // views of them, as saved_activations counts per layer), its gradients flowing down
         // (two hidden-width tensors per view) and the final norm's output kept.
-        s.view_rows * layer_saved_per_token(&s.w, s.b) + s.gathered_kv(p)
+        s.view_rows * layer_saved_per_token(&s.w, s.b) + gathered
     } else {
         0
     };

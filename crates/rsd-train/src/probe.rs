@@ -313,51 +313,138 @@ struct Measured {
     comm_s_per_run: f64,
 }
 
-/// Runs the step `req.repeat` times (gradients zeroed between runs), timing each and counting
-/// this rank's collective traffic; under context parallelism the gradients are then summed over
-/// the ranks, each holding its rows' share.
-fn run_repeated(
-    model: &Model,
-    mb: &MicroBatch,
-    views: Option<&[RowView]>,
-    req: &ProbeRequest,
+/// The probed step: this process's rows, their views (`None` when the objective has no second
+/// view), the request, the loss normalisers, and this rank's share under context parallelism.
+struct ProbeStep<'a> {
+    model: &'a Model,
+    mb: &'a MicroBatch,
+    views: Option<&'a [RowView]>,
+    req: &'a ProbeRequest,
     norm: LossNormalizers,
-    split: Option<&Split>,
-) -> Result<Measured> {
-    let mut step_seconds = Vec::new();
-    let mut terms = (0.0, 0.0);
-    let comm0 = split.map(|s| s.cp.group().stats());
-    for _ in 0..req.repeat.max(1) {
-        zero_grads(model);
-        let t0 = std::time::Instant::now();
-        terms = run_once(model, mb, views, req, norm, split)?;
-        step_seconds.push(t0.elapsed().as_secs_f64());
-    }
-    let runs = f64::from(req.repeat.max(1));
-    let (comm_bytes_per_run, comm_s_per_run) = match (split, comm0) {
-        (Some(s), Some(c0)) => {
-            let c = s.cp.group().stats();
-            (
-                ((c.bytes - c0.bytes) as f64 / runs) as u64,
-                (c.seconds - c0.seconds) / runs,
-            )
-        }
-        _ => (0, 0.0),
-    };
-    if let Some(s) = split {
-        for (_, p) in model.named_parameters() {
-            let mut g = p.grad();
-            if g.defined() {
-                s.cp.group().all_reduce(&mut g, rsd_dist::ReduceOp::Sum)?;
+    split: Option<&'a Split>,
+}
+
+impl ProbeStep<'_> {
+    /// Every rank's share of the perturbed view's work, in rank order: tokens it computes and
+    /// the matmul FLOPs of its decoder forward (one entry without context parallelism).
+    fn work_per_rank(&self) -> Result<(Vec<i64>, Vec<f64>)> {
+        let ProbeStep {
+            model,
+            mb,
+            views,
+            req,
+            split,
+            ..
+        } = *self;
+        match split {
+            Some(s) => {
+                let batch = s.batch(views.is_some());
+                let (t, f) = perturbed_work(model, mb, views, &req.step, Some(&batch))?;
+                s.per_rank(t, f)
+            }
+            None => {
+                let (t, f) = perturbed_work(model, mb, views, &req.step, None)?;
+                Ok((vec![t], vec![f]))
             }
         }
     }
-    Ok(Measured {
-        terms,
-        step_seconds,
-        comm_bytes_per_run,
-        comm_s_per_run,
-    })
+
+    /// Runs the step `req.repeat` times (gradients zeroed between runs), timing each and counting
+    /// this rank's collective traffic; under context parallelism the gradients are then summed over
+    /// the ranks, each holding its rows' share.
+    fn repeated(&self) -> Result<Measured> {
+        let ProbeStep {
+            model, req, split, ..
+        } = *self;
+        let mut step_seconds = Vec::new();
+        let mut terms = (0.0, 0.0);
+        let comm0 = split.map(|s| s.cp.group().stats());
+        for _ in 0..req.repeat.max(1) {
+            zero_grads(model);
+            let t0 = std::time::Instant::now();
+            terms = self.once()?;
+            step_seconds.push(t0.elapsed().as_secs_f64());
+        }
+        let runs = f64::from(req.repeat.max(1));
+        let (comm_bytes_per_run, comm_s_per_run) = match (split, comm0) {
+            (Some(s), Some(c0)) => {
+                let c = s.cp.group().stats();
+                (
+                    ((c.bytes - c0.bytes) as f64 / runs) as u64,
+                    (c.seconds - c0.seconds) / runs,
+                )
+            }
+            _ => (0, 0.0),
+        };
+        if let Some(s) = split {
+            for (_, p) in model.named_parameters() {
+                let mut g = p.grad();
+                if g.defined() {
+                    s.cp.group().all_reduce(&mut g, rsd_dist::ReduceOp::Sum)?;
+                }
+            }
+        }
+        Ok(Measured {
+            terms,
+            step_seconds,
+            comm_bytes_per_run,
+            comm_s_per_run,
+        })
+    }
+
+    /// One run of the step: the CLM term and the second term (KL, or the perturbed CLM for
+    /// `two-view-clm`).
+    fn once(&self) -> Result<(f64, f64)> {
+        let ProbeStep {
+            model,
+            mb,
+            views,
+            req,
+            norm,
+            split,
+        } = *self;
+        let opts = &req.step;
+        if req.reference {
+            let (total, clm, second) = reference_loss(model, mb, views, opts, norm)?;
+            total.f_backward()?;
+            return Ok((clm, second));
+        }
+        let mut sums = Sums::new(Device::Cpu);
+        match split {
+            None => {
+                let draws = Draws::default();
+                let extras = StepExtras {
+                    draws: req.dump.is_some().then_some(&draws),
+                    ..StepExtras::default()
+                };
+                step_micro(model, mb, views, opts, norm, &mut sums, extras)?;
+                if let Some(path) = &req.dump {
+                    write_draws(draws.into_inner(), path)?;
+                }
+            }
+            Some(s) => {
+                let cp_batch = s.batch(views.is_some());
+                let extras = StepExtras {
+                    cp_batch: Some(&cp_batch),
+                    draws: None,
+                    on_grads: None,
+                };
+                step_micro(model, mb, views, opts, norm, &mut sums, extras)?;
+                let mut t = Tensor::f_stack(&[&sums.clm, &sums.kl, &sums.clm_pert], 0)?;
+                s.cp.group().all_reduce(&mut t, rsd_dist::ReduceOp::Sum)?;
+                sums.clm = t.f_get(0)?;
+                sums.kl = t.f_get(1)?;
+                sums.clm_pert = t.f_get(2)?;
+            }
+        }
+        let (clm, kl, clm_pert) = sums.values(norm);
+        let second = if opts.objective == Objective::TwoViewClm {
+            clm_pert
+        } else {
+            kl
+        };
+        Ok((clm, second))
+    }
 }
 
 /// Runs the probe. See the module docs.
@@ -391,19 +478,16 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
         Some(s) => (&s.mb, &s.views),
         None => (&mb, &views),
     };
-    let views_arg = objective.needs_perturbed().then_some(views_run.as_slice());
-    let (perturbed_tokens_per_rank, perturbed_flops_per_rank) = match &split {
-        Some(s) => {
-            let batch = s.batch(objective.needs_perturbed());
-            let (t, f) = perturbed_work(&model, mb_run, views_arg, &req.step, Some(&batch))?;
-            s.per_rank(t, f)?
-        }
-        None => {
-            let (t, f) = perturbed_work(&model, &mb, views_arg, &req.step, None)?;
-            (vec![t], vec![f])
-        }
+    let step = ProbeStep {
+        model: &model,
+        mb: mb_run,
+        views: objective.needs_perturbed().then_some(views_run.as_slice()),
+        req,
+        norm,
+        split: split.as_ref(),
     };
-    let measured = run_repeated(&model, mb_run, views_arg, req, norm, split.as_ref())?;
+    let (perturbed_tokens_per_rank, perturbed_flops_per_rank) = step.work_per_rank()?;
+    let measured = step.repeated()?;
     let grad_norm = grad_norm(&model)?;
     let main = split.as_ref().is_none_or(|s| s.cp.rank() == 0);
     if let (Some(path), true) = (&req.grads_out, main) {
@@ -570,59 +654,6 @@ fn per_row<T: Clone>(values: &Option<Vec<T>>, name: &str, rows: usize) -> Result
             }
         ))),
     }
-}
-
-/// One run of the step: the CLM term and the second term (KL, or the perturbed CLM for
-/// `two-view-clm`).
-fn run_once(
-    model: &Model,
-    mb: &MicroBatch,
-    views: Option<&[RowView]>,
-    req: &ProbeRequest,
-    norm: LossNormalizers,
-    split: Option<&Split>,
-) -> Result<(f64, f64)> {
-    let opts = &req.step;
-    if req.reference {
-        let (total, clm, second) = reference_loss(model, mb, views, opts, norm)?;
-        total.f_backward()?;
-        return Ok((clm, second));
-    }
-    let mut sums = Sums::new(Device::Cpu);
-    match split {
-        None => {
-            let draws = Draws::default();
-            let extras = StepExtras {
-                draws: req.dump.is_some().then_some(&draws),
-                ..StepExtras::default()
-            };
-            step_micro(model, mb, views, opts, norm, &mut sums, extras)?;
-            if let Some(path) = &req.dump {
-                write_draws(draws.into_inner(), path)?;
-            }
-        }
-        Some(s) => {
-            let cp_batch = s.batch(views.is_some());
-            let extras = StepExtras {
-                cp_batch: Some(&cp_batch),
-                draws: None,
-                on_grads: None,
-            };
-            step_micro(model, mb, views, opts, norm, &mut sums, extras)?;
-            let mut t = Tensor::f_stack(&[&sums.clm, &sums.kl, &sums.clm_pert], 0)?;
-            s.cp.group().all_reduce(&mut t, rsd_dist::ReduceOp::Sum)?;
-            sums.clm = t.f_get(0)?;
-            sums.kl = t.f_get(1)?;
-            sums.clm_pert = t.f_get(2)?;
-        }
-    }
-    let (clm, kl, clm_pert) = sums.values(norm);
-    let second = if opts.objective == Objective::TwoViewClm {
-        clm_pert
-    } else {
-        kl
-    };
-    Ok((clm, second))
 }
 
 /// The control views' draws as safetensors (dropout masks as uint8 0/1, noise in its dtype).

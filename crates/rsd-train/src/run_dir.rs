@@ -3,10 +3,8 @@
 //! earlier run's later steps would make a new run delete the checkpoint it just wrote), and a
 //! resumed run's log holds every step once.
 use std::fs;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-
-use rsd_common::safe_fs::AtomicFile;
 
 use crate::{io_err, Error, Result};
 
@@ -90,12 +88,11 @@ pub fn keep_metrics_through(out: &Path, step: u64) -> Result<()> {
     if dropped == 0 {
         return Ok(());
     }
-    let mut f = AtomicFile::create(&path)?;
-    for line in &kept {
-        let tmp = f.temporary_path().to_path_buf();
-        writeln!(f, "{line}").map_err(io_err(&tmp))?;
-    }
-    Ok(f.commit()?)
+    let text: String = kept.iter().map(|line| format!("{line}\n")).collect();
+    Ok(rsd_common::safe_fs::write_file_atomic(
+        &path,
+        text.as_bytes(),
+    )?)
 }
 
 /// Keeps runs apart: a new run (or one branched from another run's checkpoint) never writes

@@ -29,7 +29,7 @@ fn model(kind: Kind) -> Model {
     .unwrap()
 }
 
-fn batch(doc_bounds: bool) -> MicroBatch {
+fn batch(with_docs: bool) -> MicroBatch {
     let (b, l) = (2usize, 17usize);
     let rows: Vec<Vec<i64>> = (0..b)
         .map(|r| {
@@ -43,7 +43,7 @@ fn batch(doc_bounds: bool) -> MicroBatch {
         .map(|r| r[1..].iter().copied().chain([IGNORE]).collect())
         .collect();
     labels[1][4] = IGNORE; // a masked label inside the row
-    let (pos, d) = if doc_bounds {
+    let (pos, d) = if with_docs {
         let d = vec![vec![0, 6, 17], vec![0, 3, 10, 17]];
         let pos = d
             .iter()
@@ -153,8 +153,8 @@ fn prefix_reuse_equals_naive_two_passes_fp32_and_fp64() {
     ];
     for (kind, tol) in [(Kind::Float, 2e-5), (Kind::Double, 1e-10)] {
         let m = model(kind);
-        for doc_bounds in [false, true] {
-            let mb = batch(doc_bounds);
+        for with_docs in [false, true] {
+            let mb = batch(with_docs);
             let v = views(&mb, &skip);
             for kl in [KlDirection::Reverse, KlDirection::Forward] {
                 let o = StepOptions {
@@ -176,7 +176,7 @@ fn prefix_reuse_equals_naive_two_passes_fp32_and_fp64() {
                     &reuse,
                     &naive,
                     tol,
-                    &format!("{kind:?} doc_bounds={doc_bounds} {kl:?}"),
+                    &format!("{kind:?} docs={with_docs} {kl:?}"),
                 );
             }
         }
@@ -236,8 +236,8 @@ fn chunked_loss_equals_full_logits_for_every_objective() {
             ],
         ),
     ];
-    for doc_bounds in [false, true] {
-        let mb = batch(doc_bounds);
+    for with_docs in [false, true] {
+        let mb = batch(with_docs);
         for (obj, p) in &cases {
             let v = views(&mb, p);
             let r = reference(&m, &mb, &v, opts(*obj));
@@ -256,7 +256,7 @@ fn chunked_loss_equals_full_logits_for_every_objective() {
                     &f,
                     &r,
                     1e-8,
-                    &format!("{obj:?} {p:?} chunk {chunk} doc_bounds={doc_bounds}"),
+                    &format!("{obj:?} {p:?} chunk {chunk} docs={with_docs}"),
                 );
             }
         }
@@ -266,8 +266,8 @@ fn chunked_loss_equals_full_logits_for_every_objective() {
 #[test]
 fn checkpointed_layers_equal_plain() {
     let m = model(Kind::Double);
-    for doc_bounds in [false, true] {
-        let mb = batch(doc_bounds);
+    for with_docs in [false, true] {
+        let mb = batch(with_docs);
         for p in [
             vec![
                 Perturbation::Skip { split: 5, skip: 9 },
@@ -294,7 +294,7 @@ fn checkpointed_layers_equal_plain() {
                     &ck,
                     &plain,
                     1e-11,
-                    &format!("{obj:?} {p:?} doc_bounds={doc_bounds}"),
+                    &format!("{obj:?} {p:?} docs={with_docs}"),
                 );
             }
         }

@@ -488,7 +488,7 @@ pub fn perturbed_tokens(
 /// pass, heads, L, L]`: for checking the step against an independent implementation.
 pub type Draws = std::cell::RefCell<std::collections::BTreeMap<String, Tensor>>;
 
-/// This rank's share of the perturbed view's work under `opts` (with `context`: of a
+/// This rank's share of the perturbed view's work under `opts` (with `cp_batch`: of a
 /// context-parallel micro-batch, `mb` and `views` being this rank's parts): `(tokens, matmul
 /// FLOPs of the decoder forward)`, see `Plan::perturbed_flops`. Plans the step, runs nothing.
 pub fn perturbed_work(

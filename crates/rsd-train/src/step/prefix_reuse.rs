@@ -136,7 +136,6 @@ impl<'a> Plan<'a> {
         draws: Option<&'a Draws>,
     ) -> Result<Self> {
         let device = mb.tokens.device();
-        let all: Vec<i64> = (0..mb.rows() as i64).collect();
         let cp_batch = match cp_batch {
             Some(batch) => Some(CpPlan {
                 batch,
@@ -145,86 +144,107 @@ impl<'a> Plan<'a> {
             }),
             None => None,
         };
-        // Under context parallelism the document boundaries are the whole rows' and reach the
-        // attention through the context (`ContextChunks::doc_bounds`), not per pass.
-        let split = cp_batch.is_some();
-        let doc_bounds = |rows: &[i64]| if split { Ok(None) } else { docs_of(mb, rows) };
-        let std = if opts.objective != Objective::Pose {
-            Some((
-                model.rotary(&pos_tensor(&mb.positions, device)?)?,
-                doc_bounds(&all)?,
-            ))
-        } else {
-            None
-        };
         let mut plan = Plan {
             model,
             tokens: &mb.tokens,
-            std,
+            std: None,
             perturbed: Vec::new(),
             rows: Vec::new(),
             cp_batch,
             control: None,
         };
-        if opts.view != SecondView::Positions {
-            // A control view: one batched second pass over the rows with KL rows, at the standard
-            // positions (nothing is shared, so no prefix reuse).
-            let views = checked_views(mb, views)?;
-            let rows: Vec<i64> = (0..mb.rows() as i64)
-                .filter(|&r| views[r as usize].changes_anything())
-                .collect();
-            plan.rows = vec![None; mb.rows()];
-            if !rows.is_empty() {
-                let nope = opts.view == SecondView::Nope;
-                plan.add_full_pass(mb, views, &rows, doc_bounds(&rows)?, nope)?;
-            }
-            plan.control = Some(Control {
-                view: opts.view,
-                seeds: views.iter().map(|v| v.seed).collect(),
-                perturbed_rows: rows,
-                draws,
-            });
-            return Ok(plan);
+        if opts.objective != Objective::Pose {
+            let all: Vec<i64> = (0..mb.rows() as i64).collect();
+            let rotary = model.rotary(&pos_tensor(&mb.positions, device)?)?;
+            plan.std = Some((rotary, plan.pass_doc_bounds(mb, &all)?));
         }
-        if opts.objective.needs_perturbed() {
-            let views = checked_views(mb, views)?;
-            // For rsd a row whose view changes no logit row carries nothing (no KL; the CLM is the
-            // standard view's): its perturbed view is not computed. The other objectives train on
-            // the perturbed logits themselves, so every row runs.
-            let needed: Vec<bool> = views
-                .iter()
-                .map(|v| opts.objective != Objective::Rsd || v.changes_anything())
-                .collect();
-            // Under context parallelism the shared prefix is a whole-row quantity.
-            let whole = match &plan.cp_batch {
-                Some(c) => c.batch.views().ok_or_else(|| {
-                    Error::Input("context parallelism: the whole rows' views are missing".into())
-                })?,
-                None => views,
-            };
-            let reuse = opts.prefix_reuse
-                && plan.std.is_some()
-                && whole.iter().any(|v| v.shared_prefix > 0);
-            if reuse && plan.cp_batch.is_some() {
-                plan.add_cp_suffix_passes(mb, &needed)?;
-            } else if reuse {
-                plan.add_suffix_passes(mb, views, &needed)?;
-            } else if needed.iter().any(|&n| n) {
-                // Every rank of a context-parallel group decides alike (`kl_rows` is the whole
-                // sequence's); its attention takes the whole micro-batch, so all rows run there.
-                let rows: Vec<i64> = if split {
-                    all.clone()
-                } else {
-                    (0..mb.rows() as i64)
-                        .filter(|&r| needed[r as usize])
-                        .collect()
-                };
-                plan.add_full_pass(mb, views, &rows, doc_bounds(&rows)?, false)?;
-            } else {
-                plan.rows = vec![None; mb.rows()];
-            }
+        if opts.view != SecondView::Positions {
+            plan.add_control(mb, views, opts.view, draws)?;
+        } else if opts.objective.needs_perturbed() {
+            plan.add_perturbed(mb, views, opts)?;
         }
         Ok(plan)
+    }
+
+    /// Document boundaries of `rows` for one pass; none under context parallelism, where the
+    /// whole rows' reach the attention through the context (`ContextChunks::doc_bounds`).
+    fn pass_doc_bounds(&self, mb: &MicroBatch, rows: &[i64]) -> Result<Option<DocBoundaries>> {
+        if self.cp_batch.is_some() {
+            Ok(None)
+        } else {
+            doc_bounds_of(mb, rows)
+        }
+    }
+
+    /// A control view: one batched second pass over the rows with KL rows, at the standard
+    /// positions (nothing is shared, so no prefix reuse).
+    fn add_control(
+        &mut self,
+        mb: &'a MicroBatch,
+        views: Option<&[RowView]>,
+        view: SecondView,
+        draws: Option<&'a Draws>,
+    ) -> Result<()> {
+        let views = checked_views(mb, views)?;
+        let rows: Vec<i64> = (0..mb.rows() as i64)
+            .filter(|&r| views[r as usize].changes_anything())
+            .collect();
+        self.rows = vec![None; mb.rows()];
+        if !rows.is_empty() {
+            let nope = view == SecondView::Nope;
+            let doc_bounds = self.pass_doc_bounds(mb, &rows)?;
+            self.add_full_pass(mb, views, &rows, doc_bounds, nope)?;
+        }
+        self.control = Some(Control {
+            view,
+            seeds: views.iter().map(|v| v.seed).collect(),
+            perturbed_rows: rows,
+            draws,
+        });
+        Ok(())
+    }
+
+    /// The perturbed view's passes: suffix passes over the shared prefix's K/V where prefix
+    /// reuse applies, else one full pass over the rows that need it.
+    fn add_perturbed(
+        &mut self,
+        mb: &'a MicroBatch,
+        views: Option<&[RowView]>,
+        opts: &StepOptions,
+    ) -> Result<()> {
+        let views = checked_views(mb, views)?;
+        // For rsd a row whose view changes no logit row carries nothing (no KL; the CLM is the
+        // standard view's): its perturbed view is not computed. The other objectives train on
+        // the perturbed logits themselves, so every row runs.
+        let needed: Vec<bool> = views
+            .iter()
+            .map(|v| opts.objective != Objective::Rsd || v.changes_anything())
+            .collect();
+        // Under context parallelism the shared prefix is a whole-row quantity.
+        let whole = match &self.cp_batch {
+            Some(c) => c.batch.views().ok_or_else(|| {
+                Error::Input("context parallelism: the whole rows' views are missing".into())
+            })?,
+            None => views,
+        };
+        let reuse =
+            opts.prefix_reuse && self.std.is_some() && whole.iter().any(|v| v.shared_prefix > 0);
+        if reuse && self.cp_batch.is_some() {
+            self.add_cp_suffix_passes(mb, &needed)?;
+        } else if reuse {
+            self.add_suffix_passes(mb, views, &needed)?;
+        } else if needed.iter().any(|&n| n) {
+            // Every rank of a context-parallel group decides alike (`kl_rows` is the whole
+            // sequence's); its attention takes the whole micro-batch, so all rows run there.
+            let rows: Vec<i64> = (0..mb.rows() as i64)
+                .filter(|&r| self.cp_batch.is_some() || needed[r as usize])
+                .collect();
+            let doc_bounds = self.pass_doc_bounds(mb, &rows)?;
+            self.add_full_pass(mb, views, &rows, doc_bounds, false)?;
+        } else {
+            self.rows = vec![None; mb.rows()];
+        }
+        Ok(())
     }
 
     /// One batched perturbed pass over the given rows from row 0 (`nope`: without rotary
@@ -341,7 +361,7 @@ impl<'a> Plan<'a> {
                 start: p,
                 tokens: mb.tokens.f_narrow(0, r as i64, 1)?.f_narrow(1, p, l - p)?,
                 rotary: self.model.rotary(&pos_tensor(&suffix, device)?)?,
-                doc_bounds: docs_of(mb, &[r as i64])?,
+                doc_bounds: doc_bounds_of(mb, &[r as i64])?,
                 suffix: None,
             });
         }
@@ -772,7 +792,7 @@ fn checked_views<'v>(mb: &MicroBatch, views: Option<&'v [RowView]>) -> Result<&'
 }
 
 /// The document mask of the given rows (document-masked batches only).
-fn docs_of(mb: &MicroBatch, rows: &[i64]) -> Result<Option<DocBoundaries>> {
+fn doc_bounds_of(mb: &MicroBatch, rows: &[i64]) -> Result<Option<DocBoundaries>> {
     let Some(d) = &mb.doc_bounds else {
         return Ok(None);
     };
