@@ -17,7 +17,6 @@
 //! (`sample`, 0-based) with its task, length and depth: runs of several models over one items file
 //! pair item by item, and a rerun skips the items already scored.
 use std::collections::HashSet;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use rsd_model::cli::{DeviceArgs, RopeScalingArgs};
@@ -27,10 +26,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{io_err, EvalError, Result};
-use crate::results::{read_results, ItemResult};
+use crate::results::{item_key, read_results, ItemResult};
 use crate::run::{
-    check_model_files, open_for_append, progress_bar, rank_first, settle_run_json, sha256_file,
-    Scoring, Summary,
+    check_model_files, done_keys, load_model, progress_bar, rank_first, settle_run_json,
+    sha256_file, Results, Scoring, Summary,
 };
 
 const SCORE_HELP: &str = "Each line of --items is one item, for example
@@ -309,15 +308,6 @@ fn score_item(model: &Model, it: &UserItem, batch_size: usize) -> Result<ItemRes
     })
 }
 
-fn key(
-    task: &str,
-    length: usize,
-    depth: Option<f64>,
-    sample: usize,
-) -> (String, usize, Option<u64>, usize) {
-    (task.to_string(), length, depth.map(f64::to_bits), sample)
-}
-
 /// `rsd-eval score`: with `--items`, reads and checks the items, then scores those not yet in
 /// RUN/results.jsonl by teacher forcing; with `--pred`, scores the completions in them and
 /// writes RUN/results.jsonl anew.
@@ -444,38 +434,18 @@ pub(crate) fn score_user_items(
     settle_run_json(&a.out, &now, &a.runtime.device)?;
 
     let results_path = a.out.join("results.jsonl");
-    let done_keys: HashSet<_> = if results_path.is_file() {
-        read_results(&results_path)?
-            .iter()
-            .map(ItemResult::key)
-            .collect()
-    } else {
-        HashSet::new()
-    };
-    let mut results_file = open_for_append(&results_path)?;
+    let finished = done_keys(&results_path)?;
+    let mut results = Results::open(&results_path)?;
     let pending: Vec<&UserItem> = items
         .iter()
-        .filter(|it| !done_keys.contains(&key(&it.task, it.length, it.depth, it.line)))
+        .filter(|it| !finished.contains(&item_key(&it.task, it.length, it.depth, it.line)))
         .collect();
     let skipped = items.len() - pending.len();
     if !pending.is_empty() {
-        let mut model = Model::load(model, options)?;
-        if let Some(theta) = a.rope_theta {
-            model.set_rope_theta(theta)?;
-        }
-        if let Some(v) = rope_scaling {
-            model.set_rope_scaling(v)?;
-        }
+        let model = load_model(model, options, a.rope_theta, rope_scaling)?;
         let bar = progress_bar(!a.quiet, items.len() as u64, skipped as u64);
         for it in &pending {
-            let r = score_item(&model, it, a.batch_size)?;
-            let line = serde_json::to_string(&r).map_err(|e| EvalError::Json {
-                path: results_path.clone(),
-                reason: e.to_string(),
-            })?;
-            writeln!(results_file, "{line}")
-                .and_then(|_| results_file.flush())
-                .map_err(io_err(&results_path))?;
+            results.append(&score_item(&model, it, a.batch_size)?)?;
             bar.inc(1);
         }
         bar.finish_and_clear();

@@ -17,7 +17,6 @@
 //! plus `response`, `pred`, `judge`), so its `result.py` reads them, with rsd's `prompt_tokens`
 //! and `truncated`. LongBench samples at temperature 0.1; rsd decodes greedily.
 use std::collections::HashSet;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use rsd_model::cli::DeviceArgs;
@@ -27,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{io_err, EvalError, Result};
-use crate::run::{check_model_files, open_for_append, progress_bar, settle_run_json, sha256_file};
+use crate::run::{check_model_files, progress_bar, settle_run_json, sha256_file, Results};
 use rsd_chat::ChatTemplate;
 
 const ZERO_SHOT: &str = "Please read the following text and answer the question below.\n\n<text>\n$DOC$\n</text>\n\nWhat is the correct answer to this question: $Q$\nChoices:\n(A) $C_A$\n(B) $C_B$\n(C) $C_C$\n(D) $C_D$\n\nFormat your response as follows: \"The correct answer is (insert answer here)\".";
@@ -450,11 +449,11 @@ pub fn command(a: &LongBenchArgs) -> Result<String> {
             eos: gen::eos_token_ids(model_dir)?,
             a,
         };
-        let mut file = open_for_append(&results)?;
+        let mut file = Results::open(&results)?;
         let bar = progress_bar(!a.quiet, questions.len() as u64, already as u64);
         for q in pending {
             let p = answerer.answer(q)?;
-            append(&mut file, &results, &p)?;
+            file.append(&p)?;
             done.push(p);
             bar.inc(1);
         }
@@ -494,18 +493,6 @@ fn settings(a: &LongBenchArgs, model_dir: &Path, tok_path: &Path, data: &Path) -
         "cot_max_new_tokens": if a.cot { Some(a.cot_max_new_tokens) } else { None },
         "dtype": a.runtime.dtype,
     }))
-}
-
-/// Appends one prediction to longbench.jsonl and flushes it, so that a killed run keeps every
-/// answered question.
-fn append(file: &mut std::fs::File, path: &Path, p: &Prediction) -> Result<()> {
-    let line = serde_json::to_string(p).map_err(|e| EvalError::Json {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
-    writeln!(file, "{line}")
-        .and_then(|_| file.flush())
-        .map_err(io_err(path))
 }
 
 /// `--score FILE`: judges responses made elsewhere, writes them as RUN/longbench.jsonl and

@@ -48,15 +48,18 @@ pub struct ItemResult {
     pub score_norm: Option<f64>,
 }
 
+/// What identifies an item across runs: task, length, depth (its bits), sample.
+pub type ItemKey = (String, usize, Option<u64>, usize);
+
+/// The key of an item, the one a rerun uses to skip finished items.
+pub fn item_key(task: &str, length: usize, depth: Option<f64>, sample: usize) -> ItemKey {
+    (task.to_string(), length, depth.map(f64::to_bits), sample)
+}
+
 impl ItemResult {
-    /// The key a rerun uses to skip finished items.
-    pub fn key(&self) -> (String, usize, Option<u64>, usize) {
-        (
-            self.task.clone(),
-            self.length,
-            self.depth.map(f64::to_bits),
-            self.sample,
-        )
+    /// This result's [`item_key`].
+    pub fn key(&self) -> ItemKey {
+        item_key(&self.task, self.length, self.depth, self.sample)
     }
 }
 

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::qa::{QaData, QaSet, QaSource};
-use crate::results::{read_results, ItemResult};
+use crate::results::{item_key, read_results, ItemKey, ItemResult};
 use crate::score::score;
 use crate::tasks::{depths, ruler_depth, DepthGrid, Generator, Haystack, Item, Task, TaskError};
 use rsd_chat::ChatTemplate;
@@ -186,20 +186,6 @@ pub struct ChatSetting {
     pub sha256: String,
 }
 
-/// `run.json`: the settings, plus what may change between resumed runs.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RunFile {
-    /// The settings a resumed run must match.
-    #[serde(flatten)]
-    pub settings: RunSettings,
-    /// Prompts per batch (does not change outputs: generation is batch-invariant).
-    pub batch_size: usize,
-    /// Device of the latest run.
-    pub device: String,
-    /// Program and version.
-    pub created_by: String,
-}
-
 /// What a run did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunReport {
@@ -243,20 +229,6 @@ pub fn plan(opts: &RunOptions) -> Vec<(Task, usize, Option<f64>, usize)> {
         }
     }
     out
-}
-
-fn key_of(
-    task: Task,
-    length: usize,
-    depth: Option<f64>,
-    sample: usize,
-) -> (String, usize, Option<u64>, usize) {
-    (
-        task.name().to_string(),
-        length,
-        depth.map(f64::to_bits),
-        sample,
-    )
 }
 
 /// Checks the plain values (no I/O).
@@ -490,7 +462,14 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
     let options = opts.runtime.options()?;
     write_run_json(out, settings, opts)?;
 
-    let (mut results, pending) = Results::open(&out.join("results.jsonl"), &plan)?;
+    let results_path = out.join("results.jsonl");
+    let finished = done_keys(&results_path)?;
+    let pending: Vec<PlanKey> = plan
+        .iter()
+        .filter(|(t, l, d, s)| !finished.contains(&item_key(t.name(), *l, *d, *s)))
+        .copied()
+        .collect();
+    let mut results = Results::open(&results_path)?;
     let skipped = plan.len() - pending.len();
 
     let mut done = 0;
@@ -519,7 +498,7 @@ pub fn run(opts: &RunOptions) -> Result<RunReport> {
 }
 
 /// The model, loaded, with the run's RoPE base and scaling.
-fn load_model(
+pub(crate) fn load_model(
     dir: &Path,
     options: rsd_model::ModelOptions,
     rope_theta: Option<f64>,
@@ -653,60 +632,34 @@ fn settings_of(
 /// Creates the run directory and writes its run.json, after refusing one whose settings differ.
 fn write_run_json(out: &Path, settings: RunSettings, opts: &RunOptions) -> Result<()> {
     std::fs::create_dir_all(out).map_err(io_err(out))?;
-    let run_json = out.join("run.json");
-    if run_json.is_file() {
-        let text = rsd_common::safe_fs::read_text(&run_json, 64 << 20, "run.json")
-            .map_err(|e| EvalError::Input(e.to_string()))?;
-        let old: Value = serde_json::from_str(&text).map_err(|e| EvalError::Json {
-            path: run_json.clone(),
-            reason: e.to_string(),
-        })?;
-        compare_settings(out, &old, &settings)?;
-    }
-    let file = RunFile {
-        settings,
-        batch_size: opts.batch_size,
-        device: opts.runtime.device.clone(),
-        created_by: format!("rsd-eval {}", env!("CARGO_PKG_VERSION")),
-    };
-    let json = serde_json::to_string_pretty(&file).map_err(|e| EvalError::Json {
-        path: run_json.clone(),
+    let mut now = serde_json::to_value(&settings).map_err(|e| EvalError::Json {
+        path: out.join("run.json"),
         reason: e.to_string(),
     })?;
-    rsd_common::safe_fs::write_file_atomic(&run_json, format!("{json}\n").as_bytes())
-        .map_err(|e| EvalError::Input(format!("writing {}: {e}", run_json.display())))
+    // Not a setting (generation is batch-invariant): recorded, never compared.
+    now["batch_size"] = opts.batch_size.into();
+    settle_run_json(out, &now, &opts.runtime.device)
 }
 
-/// results.jsonl, open for appending.
-struct Results {
+/// An appendable JSON-lines results file (results.jsonl, longbench.jsonl): each record is
+/// written whole and flushed, so that a killed run keeps every finished one.
+pub(crate) struct Results {
     file: File,
     path: PathBuf,
 }
 
 impl Results {
-    /// Opens results.jsonl at `path` for appending (a torn last line is cut off), with the items
-    /// of `plan` it does not hold yet.
-    fn open(path: &Path, plan: &[PlanKey]) -> Result<(Results, Vec<PlanKey>)> {
-        let done_keys: HashSet<_> = if path.is_file() {
-            read_results(path)?.iter().map(ItemResult::key).collect()
-        } else {
-            HashSet::new()
-        };
-        let results = Results {
+    /// Opens `path` for appending (a torn last line is cut off).
+    pub(crate) fn open(path: &Path) -> Result<Results> {
+        Ok(Results {
             file: open_for_append(path)?,
             path: path.to_path_buf(),
-        };
-        let pending: Vec<_> = plan
-            .iter()
-            .filter(|(t, l, d, s)| !done_keys.contains(&key_of(*t, *l, *d, *s)))
-            .copied()
-            .collect();
-        Ok((results, pending))
+        })
     }
 
-    /// Appends one result and flushes it, so that a killed run keeps every finished item.
-    fn append(&mut self, r: &ItemResult) -> Result<()> {
-        let line = serde_json::to_string(r).map_err(|e| EvalError::Json {
+    /// Appends one record and flushes it.
+    pub(crate) fn append(&mut self, record: &impl Serialize) -> Result<()> {
+        let line = serde_json::to_string(record).map_err(|e| EvalError::Json {
             path: self.path.clone(),
             reason: e.to_string(),
         })?;
@@ -714,6 +667,15 @@ impl Results {
             .and_then(|_| self.file.flush())
             .map_err(io_err(&self.path))
     }
+}
+
+/// The keys of the items the results.jsonl at `path` holds (none without the file).
+pub(crate) fn done_keys(path: &Path) -> Result<HashSet<ItemKey>> {
+    Ok(if path.is_file() {
+        read_results(path)?.iter().map(ItemResult::key).collect()
+    } else {
+        HashSet::new()
+    })
 }
 
 /// The progress of the items: a bar on a terminal; without one the bar draws nothing, so
@@ -881,7 +843,7 @@ fn write_ruler_predictions(
     let mut index: std::collections::HashMap<(Task, usize), usize> = Default::default();
     for &(t, l, d, s) in plan {
         let i = index.entry((t, l)).or_default();
-        if let Some(r) = by_key.get(&key_of(t, l, d, s)) {
+        if let Some(r) = by_key.get(&item_key(t.name(), l, d, s)) {
             let item = generator.item(t, l, d, s, opts.max_new_tokens)?;
             preds
                 .entry((t.name().to_string(), l))
@@ -1011,14 +973,6 @@ pub(crate) fn rank_first(scores: &[gen::ContinuationScore], gold: usize) -> (usi
     (above + 1, best)
 }
 
-fn compare_settings(dir: &Path, old: &Value, now: &RunSettings) -> Result<()> {
-    let now_v = serde_json::to_value(now).map_err(|e| EvalError::Json {
-        path: dir.join("run.json"),
-        reason: e.to_string(),
-    })?;
-    compare_fields(dir, old, &now_v)
-}
-
 /// What run.json holds beside the settings: free to change between resumed runs.
 const NOT_SETTINGS: [&str; 3] = ["batch_size", "device", "created_by"];
 
@@ -1060,11 +1014,8 @@ pub(crate) fn compare_fields(dir: &Path, old: &Value, now: &Value) -> Result<()>
             .unwrap_or_default()
     };
     let mut names = keys(now);
-    names.extend(
-        keys(old)
-            .into_iter()
-            .filter(|k| !NOT_SETTINGS.contains(&k.as_str())),
-    );
+    names.extend(keys(old));
+    names.retain(|k| !NOT_SETTINGS.contains(&k.as_str()));
     let shown = |v: Option<&Value>| match v {
         None => "absent (the default)".to_string(),
         Some(v) => v.to_string(),
