@@ -10,20 +10,30 @@
 //   P_ij = exp(scale·q_i·k_j − lse_i),  D_i = Σ_d dO_id·O_id,  dS_ij = P_ij (dO_i·v_j − D_i).
 // So forward and backward cost what one fused call over the visible keys costs.
 //
-// GQA without expanding K/V: query head h uses KV head h / G (G = H / Hkv), so the queries are
-// viewed as [B, Hkv, G, Lq, D]. The prefix block has no mask, so the G query heads of a KV head
-// are folded into its query rows, [B, Hkv, G·Lq, D]: one kernel call over the unexpanded K/V. The
-// causal block's mask depends on the query row, so it runs once per g over q[:, :, g]
-// ([B, Hkv, Lq, D], same span as the keys, so the kernel's top-left causal alignment is right);
-// its dK/dV are the sums over g.
+// GQA without expanding K/V: query head h uses KV head h / G (G = H / Hkv). The CUDA kernels
+// used in half precision (cuDNN's and flash) take K/V at Hkv heads natively: each block is one
+// kernel call, forward and backward, whatever G is (the kernels sum dK/dV over the G query heads
+// themselves). Elsewhere (the CPU kernel, and the memory-efficient kernel CUDA uses in fp32) the
+// queries are viewed as [B, Hkv, G, Lq, D]: the prefix block has no mask, so the G query heads of
+// a KV head are folded into its query rows, [B, Hkv, G·Lq, D], one call over the unexpanded K/V;
+// the causal block's mask depends on the query row, so it runs once per g over q[:, :, g]
+// ([B, Hkv, Lq, D], same span as the keys, so the kernel's top-left causal alignment is right),
+// and its dK/dV are the sums over g.
+//
+// Every call and its backward are timed as "attention forward" / "attention backward" when the
+// phase clock is on (phase_clock.h).
 //
 // The C ABI takes and returns `torch::Tensor*` (tch's C_tensor), so no tch internals are needed.
 #include <torch/torch.h>
+
+#include <cstdlib>
 
 #include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "phase_clock.h"
 
 namespace {
 
@@ -36,20 +46,59 @@ torch::ScalarType accum_type(const Tensor& q) {
   return q.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
 }
 
-enum class Kernel { CpuFlash, CudaFlash, CudaEfficient };
+enum class Kernel { CpuFlash, CudaFlash, CudaEfficient, CudaCudnn };
 
-// CPU: the flash kernel (any float dtype). CUDA: the flash kernel for fp16/bf16 with a head size
-// up to 256 (there is never dropout here), else memory-efficient (fp32).
+// What the user forced with RSD_ATTENTION_KERNEL (read once): "cudnn", "flash", or anything
+// else / unset for the automatic choice below.
+enum class Forced { Auto, Cudnn, Flash };
+Forced forced_kernel() {
+  static const Forced forced = [] {
+    const char* v = std::getenv("RSD_ATTENTION_KERNEL");
+    if (v == nullptr) return Forced::Auto;
+    if (std::strcmp(v, "cudnn") == 0) return Forced::Cudnn;
+    if (std::strcmp(v, "flash") == 0) return Forced::Flash;
+    return Forced::Auto;
+  }();
+  return forced;
+}
+
+// The fused SDPA backend libtorch itself would run for these inputs (SDPBackend's numbering:
+// 1 flash, 2 memory-efficient, 3 cuDNN), as torch's scaled_dot_product_attention with
+// enable_gqa picks it: it knows each card's preferences (cuDNN first on Hopper and Blackwell,
+// flash first on Ampere) and each kernel's limits (head sizes, dtypes).
+constexpr int64_t kSdpCudnn = 3;
+
+// CPU: the flash kernel (any float dtype). CUDA, fp16/bf16: cuDNN's attention where libtorch
+// would choose it for this call (on an H100/H200 at Llama-3-8B's heads it ran forward + backward
+// in ~0.6 of flash's time), else flash with a head size up to 256 (there is never dropout here).
+// fp32 and larger heads: memory-efficient. RSD_ATTENTION_KERNEL=cudnn|flash forces one of the two
+// half-precision kernels (for measurements; cuDNN then must accept the call).
 //
 // A half-precision head size that is not a multiple of 8 goes to flash too, padded (below): on an
 // H200 (torch 2.11) the memory-efficient kernel's backward gave NaN dq/dk for the second KV head
 // of a GQA call with head size 20 in bf16 and fp16 (padded; fp32, or no GQA, were exact), while
 // flash with GQA was exact at every size tried.
-Kernel kernel_for(const Tensor& q) {
+Kernel kernel_for(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
   if (!q.is_cuda()) return Kernel::CpuFlash;
   bool half = q.scalar_type() == torch::kHalf || q.scalar_type() == torch::kBFloat16;
   int64_t d = q.size(-1);
-  return half && d <= 256 ? Kernel::CudaFlash : Kernel::CudaEfficient;
+  if (!half || d > 256) return Kernel::CudaEfficient;
+  switch (forced_kernel()) {
+    case Forced::Cudnn:
+      return Kernel::CudaCudnn;
+    case Forced::Flash:
+      return Kernel::CudaFlash;
+    case Forced::Auto:
+      break;
+  }
+  int64_t choice = at::_fused_sdp_choice(q, k, v, std::nullopt, 0.0, causal, scale, true);
+  return choice == kSdpCudnn ? Kernel::CudaCudnn : Kernel::CudaFlash;
+}
+
+// Whether the kernel takes K/V at fewer heads than q in one call (else the fold and the loop over
+// g above).
+bool native_gqa(Kernel kernel) {
+  return kernel == Kernel::CudaFlash || kernel == Kernel::CudaCudnn;
 }
 
 // Both CUDA kernels need a head size that is a multiple of 8 (flash requires it; the
@@ -75,8 +124,10 @@ struct Call {
   std::vector<Tensor> state;
 };
 
-Call call_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale) {
-  switch (kernel_for(q)) {
+Call call_forward(Kernel kernel, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                  double scale) {
+  rsd::PhaseScope timed("attention forward");
+  switch (kernel) {
     case Kernel::CpuFlash: {
       auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal,
                                                                        std::nullopt, scale);
@@ -92,6 +143,15 @@ Call call_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal
               std::get<1>(r).to(accum_type(q)),
               {std::get<2>(r), std::get<3>(r), std::get<6>(r), std::get<7>(r)}};
     }
+    case Kernel::CudaCudnn: {
+      // -> (out, lse [B, H, Lq, 1] fp32, cum_seq_q, cum_seq_k, max_q, max_k, philox_seed,
+      //     philox_offset, debug_attn_mask); the backward takes the seed and offset. Causal is
+      //     top-left aligned: only for a block of the queries' own span (Lq == Lk).
+      auto r = at::_scaled_dot_product_cudnn_attention(q, k, v, std::nullopt, true, 0.0, causal,
+                                                       false, scale);
+      return {std::get<0>(r), std::get<1>(r).squeeze(-1).to(accum_type(q)),
+              {std::get<6>(r), std::get<7>(r)}};
+    }
     case Kernel::CudaEfficient: {
       const int64_t d = q.size(-1);
       auto r = at::_scaled_dot_product_efficient_attention(
@@ -105,12 +165,13 @@ Call call_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal
 }
 
 // The fused backward of one call, against the merged `out` and `lse` ([B, Hq, Lq], accum_type).
-std::tuple<Tensor, Tensor, Tensor> call_backward(const Tensor& dout, const Tensor& q,
+std::tuple<Tensor, Tensor, Tensor> call_backward(Kernel kernel, const Tensor& dout, const Tensor& q,
                                                  const Tensor& k, const Tensor& v,
                                                  const Tensor& out, const Tensor& lse,
                                                  const std::vector<Tensor>& state, bool causal,
                                                  double scale) {
-  switch (kernel_for(q)) {
+  rsd::PhaseScope timed("attention backward");
+  switch (kernel) {
     case Kernel::CpuFlash:
       return at::_scaled_dot_product_flash_attention_for_cpu_backward(
           dout, q, k, v, out, lse.contiguous(), 0.0, causal, std::nullopt, scale);
@@ -118,10 +179,18 @@ std::tuple<Tensor, Tensor, Tensor> call_backward(const Tensor& dout, const Tenso
       // Non-varlen: max_q / max_k are the sequence lengths, as the forward returned them.
       const int64_t d = q.size(-1);
       auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_backward(
-          pad_head(dout), pad_head(q), pad_head(k), pad_head(v), pad_head(out),
-          lse.to(torch::kFloat).contiguous(), state[0], state[1], q.size(2), k.size(2), 0.0,
+          pad_head(dout.stride(-1) == 1 ? dout : dout.contiguous()), pad_head(q), pad_head(k),
+          pad_head(v), pad_head(out), lse.to(torch::kFloat).contiguous(), state[0], state[1], q.size(2), k.size(2), 0.0,
           causal, state[2], state[3], scale);
       return {unpad_head(dq, d), unpad_head(dk, d), unpad_head(dv, d)};
+    }
+    case Kernel::CudaCudnn: {
+      // Non-varlen: no cumulative sequence lengths; max_q / max_k are the sequence lengths. dO in
+      // the layout of O (older cuDNN releases assume it).
+      Tensor d = dout.strides() == out.strides() ? dout : at::empty_like(out).copy_(dout);
+      return at::_scaled_dot_product_cudnn_attention_backward(
+          d, q, k, v, out, lse.to(torch::kFloat).unsqueeze(-1).contiguous(), state[0],
+          state[1], Tensor(), Tensor(), Tensor(), q.size(2), k.size(2), 0.0, causal, scale);
     }
     case Kernel::CudaEfficient: {
       // The kernel expects its own padded LSE layout: [B, H, ceil32(Lq)].
@@ -161,54 +230,136 @@ Tensor group(const Tensor& t, int64_t hkv) {
   return t.view(s);
 }
 
+// One block's forward: queries [B, H, Lq, D] over K/V [B, Hkv, Lk, D], in one call where the
+// kernel takes GQA natively, else folded (unmasked) or per g (causal). Returns the output
+// [B, H, Lq, D], the LSE [B, H, Lq] (accum_type) and each call's backward state.
+struct Block {
+  Tensor out;
+  Tensor lse;
+  std::vector<std::vector<Tensor>> state;
+};
+
+Block block_forward(Kernel kernel, const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                    double scale) {
+  const int64_t heads = q.size(1), hkv = k.size(1), groups = heads / hkv;
+  if (native_gqa(kernel) || groups == 1) {
+    Call c = call_forward(kernel, q, k, v, causal, scale);
+    return {c.out, c.lse, {std::move(c.state)}};
+  }
+  if (!causal) {
+    Call c = call_forward(kernel, fold(q, hkv), k, v, false, scale);
+    return {unfold_heads(c.out, heads), unfold3(c.lse, heads), {std::move(c.state)}};
+  }
+  Tensor qg = group(q, hkv);
+  Block b{torch::empty(q.sizes(), q.options()),
+          torch::empty({q.size(0), heads, q.size(2)}, q.options().dtype(accum_type(q))),
+          {}};
+  Tensor out_g = group(b.out, hkv), lse_g = group(b.lse, hkv);
+  for (int64_t g = 0; g < groups; ++g) {
+    Call c = call_forward(kernel, qg.select(2, g), k, v, true, scale);
+    out_g.select(2, g).copy_(c.out);
+    lse_g.select(2, g).copy_(c.lse);
+    b.state.push_back(std::move(c.state));
+  }
+  return b;
+}
+
+// One block's backward against the merged `out` and `lse`: (dq [B, H, Lq, D], dk, dv at Hkv).
+std::tuple<Tensor, Tensor, Tensor> block_backward(Kernel kernel, const Tensor& dout,
+                                                  const Tensor& q, const Tensor& k,
+                                                  const Tensor& v, const Tensor& out,
+                                                  const Tensor& lse,
+                                                  const std::vector<std::vector<Tensor>>& state,
+                                                  bool causal, double scale) {
+  const int64_t heads = q.size(1), hkv = k.size(1), groups = heads / hkv;
+  if (native_gqa(kernel)) {
+    return call_backward(kernel, dout, q, k, v, out, lse, state[0], causal, scale);
+  }
+  const Tensor dout_c = dout.contiguous();
+  if (groups == 1) {
+    return call_backward(kernel, dout_c, q, k, v, out, lse, state[0], causal, scale);
+  }
+  if (!causal) {
+    auto [dq, dk, dv] = call_backward(kernel, fold(dout_c, hkv), fold(q, hkv), k, v, fold(out, hkv),
+                                      fold3(lse, hkv), state[0], false, scale);
+    return {unfold_heads(dq, heads), dk, dv};
+  }
+  Tensor qg = group(q, hkv), doutg = group(dout_c, hkv), outg = group(out, hkv);
+  Tensor lseg = group(lse, hkv);
+  Tensor dq = torch::empty(q.sizes(), q.options());
+  Tensor dq_g = group(dq, hkv);
+  Tensor dk, dv;
+  for (int64_t g = 0; g < groups; ++g) {
+    auto [dqg, dkg, dvg] = call_backward(kernel, doutg.select(2, g), qg.select(2, g), k, v,
+                                         outg.select(2, g), lseg.select(2, g), state[g], true,
+                                         scale);
+    dq_g.select(2, g).copy_(dqg);
+    // dK/dV of the shared KV head: the sum over its G query heads, in one buffer.
+    if (g == 0) {
+      dk = dkg;
+      dv = dvg;
+    } else {
+      dk.add_(dkg);
+      dv.add_(dvg);
+    }
+  }
+  return {dq, dk, dv};
+}
+
+// Backward state as one flat list for saved_data, with the number of calls' entries first.
+std::vector<Tensor> flatten_state(const std::vector<std::vector<Tensor>>& state) {
+  std::vector<Tensor> flat;
+  for (const auto& s : state) {
+    flat.push_back(torch::tensor(static_cast<int64_t>(s.size())));
+    flat.insert(flat.end(), s.begin(), s.end());
+  }
+  return flat;
+}
+std::vector<std::vector<Tensor>> unflatten_state(const std::vector<Tensor>& flat) {
+  std::vector<std::vector<Tensor>> state;
+  for (size_t i = 0; i < flat.size();) {
+    const auto n = static_cast<size_t>(flat[i].item<int64_t>());
+    state.emplace_back(flat.begin() + i + 1, flat.begin() + i + 1 + n);
+    i += 1 + n;
+  }
+  return state;
+}
+
 struct GqaAttention : public torch::autograd::Function<GqaAttention> {
   // The prefix (`kp`, `vp`) or the own block (`ks`, `vs`) may be absent (not both): then it is a
   // placeholder (autograd functions take no undefined inputs) and its flag is false.
   static variable_list forward(AutogradContext* ctx, Tensor q, Tensor kp, Tensor vp, Tensor ks,
                                Tensor vs, double scale, bool has_prefix, bool has_own) {
-    const int64_t heads = q.size(1);
-    const int64_t hkv = (has_prefix ? kp : ks).size(1);
-    const int64_t groups = heads / hkv;
     const auto acc = accum_type(q);
     Tensor out, lse;
-    std::vector<Tensor> state_p;
-    std::vector<std::vector<Tensor>> state_s;
     if (has_prefix) {
-      Call c = call_forward(fold(q, hkv), kp, vp, false, scale);
-      out = unfold_heads(c.out, heads);
-      lse = unfold3(c.lse, heads);
-      state_p = std::move(c.state);
+      const Kernel kernel = kernel_for(q, kp, vp, false, scale);
+      Block b = block_forward(kernel, q, kp, vp, false, scale);
+      out = b.out;
+      lse = b.lse;
+      ctx->saved_data["kernel_p"] = static_cast<int64_t>(kernel);
+      ctx->saved_data["state_p"] = flatten_state(b.state);
     }
     if (has_own) {
-      Tensor qg = group(q, hkv);
-      Tensor out_s = torch::empty(q.sizes(), q.options());
-      Tensor lse_s = torch::empty({q.size(0), heads, q.size(2)}, q.options().dtype(acc));
-      Tensor out_sg = group(out_s, hkv), lse_sg = group(lse_s, hkv);
-      for (int64_t g = 0; g < groups; ++g) {
-        Call c = call_forward(qg.select(2, g), ks, vs, true, scale);
-        out_sg.select(2, g).copy_(c.out);
-        lse_sg.select(2, g).copy_(c.lse);
-        state_s.push_back(std::move(c.state));
-      }
+      const Kernel kernel = kernel_for(q, ks, vs, true, scale);
+      Block b = block_forward(kernel, q, ks, vs, true, scale);
+      ctx->saved_data["kernel_s"] = static_cast<int64_t>(kernel);
+      ctx->saved_data["state_s"] = flatten_state(b.state);
       if (has_prefix) {
-        Tensor merged = torch::logaddexp(lse, lse_s);
+        Tensor merged = torch::logaddexp(lse, b.lse);
         out = (out.to(acc) * (lse - merged).exp().unsqueeze(-1) +
-               out_s.to(acc) * (lse_s - merged).exp().unsqueeze(-1))
+               b.out.to(acc) * (b.lse - merged).exp().unsqueeze(-1))
                   .to(q.scalar_type());
         lse = merged;
       } else {
-        out = out_s;
-        lse = lse_s;
+        out = b.out;
+        lse = b.lse;
       }
     }
     ctx->save_for_backward({q, kp, vp, ks, vs, out, lse});
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["has_prefix"] = has_prefix;
     ctx->saved_data["has_own"] = has_own;
-    ctx->saved_data["state_p"] = state_p;
-    for (size_t g = 0; g < state_s.size(); ++g) {
-      ctx->saved_data["state_s" + std::to_string(g)] = state_s[g];
-    }
     ctx->mark_non_differentiable({lse});
     return {out, lse};
   }
@@ -222,39 +373,24 @@ struct GqaAttention : public torch::autograd::Function<GqaAttention> {
     const double scale = ctx->saved_data["scale"].toDouble();
     const bool has_prefix = ctx->saved_data["has_prefix"].toBool();
     const bool has_own = ctx->saved_data["has_own"].toBool();
-    const int64_t heads = q.size(1);
-    const int64_t hkv = (has_prefix ? kp : ks).size(1);
-    const int64_t groups = heads / hkv;
-    Tensor dout = grads[0].contiguous();
+    const auto kernel_of = [&](const char* key) {
+      return static_cast<Kernel>(ctx->saved_data[key].toInt());
+    };
+    const auto state_of = [&](const char* key) {
+      return unflatten_state(ctx->saved_data[key].toTensorVector());
+    };
+    // The native kernels take the upstream gradient in the layout it arrives in (call_backward);
+    // the folded and per-g paths view it, so they need it contiguous.
+    Tensor dout = grads[0];
     Tensor dq, dkp, dvp, dks, dvs;
     if (has_prefix) {
-      auto state = ctx->saved_data["state_p"].toTensorVector();
-      auto [dqf, dk, dv] = call_backward(fold(dout, hkv), fold(q, hkv), kp, vp, fold(out, hkv),
-                                         fold3(lse, hkv), state, false, scale);
-      dq = unfold_heads(dqf, heads);
-      dkp = dk;
-      dvp = dv;
+      std::tie(dq, dkp, dvp) = block_backward(kernel_of("kernel_p"), dout, q, kp, vp, out, lse,
+                                              state_of("state_p"), false, scale);
     }
     if (has_own) {
-      Tensor qg = group(q, hkv), doutg = group(dout, hkv), outg = group(out, hkv);
-      Tensor lseg = group(lse, hkv);
-      Tensor dq_s = torch::empty(q.sizes(), q.options());
-      Tensor dq_sg = group(dq_s, hkv);
-      for (int64_t g = 0; g < groups; ++g) {
-        auto state = ctx->saved_data["state_s" + std::to_string(g)].toTensorVector();
-        auto [dqg, dk, dv] = call_backward(doutg.select(2, g), qg.select(2, g), ks, vs,
-                                           outg.select(2, g), lseg.select(2, g), state, true,
-                                           scale);
-        dq_sg.select(2, g).copy_(dqg);
-        // dK/dV of the shared KV head: the sum over its G query heads, in one buffer.
-        if (g == 0) {
-          dks = dk;
-          dvs = dv;
-        } else {
-          dks.add_(dk);
-          dvs.add_(dv);
-        }
-      }
+      Tensor dq_s;
+      std::tie(dq_s, dks, dvs) = block_backward(kernel_of("kernel_s"), dout, q, ks, vs, out, lse,
+                                                state_of("state_s"), true, scale);
       dq = dq.defined() ? dq + dq_s : dq_s;
     }
     return {dq, dkp, dvp, dks, dvs, Tensor(), Tensor(), Tensor()};

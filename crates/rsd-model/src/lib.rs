@@ -23,6 +23,7 @@ pub mod error;
 pub mod generate;
 pub mod model;
 pub mod npy;
+pub mod phases;
 pub mod rope;
 
 pub use attention::{attend, Attended, DocBoundaries, KvBlock, Mask, ScoreChanges};

@@ -35,8 +35,8 @@ pub struct TrainArgs {
     /// With --resume: the config keys this command may change from the checkpoint's run
     /// (comma-separated, e.g. `steps,lr`). A changed key that alters what the run computes
     /// (objective, lambda, data, model, layout, schedule, out) is refused unless named here;
-    /// operational keys (progress, threads, loader_workers, save_every, keep, stop_at,
-    /// dist_timeout, heldout_*, device) change freely; the seed never changes. Every change is
+    /// operational keys (progress, profile, save_at_end, threads, loader_workers, save_every,
+    /// keep, stop_at, dist_timeout, heldout_*, device) change freely; the seed never changes. Every change is
     /// printed.
     #[arg(
         long,

@@ -201,6 +201,15 @@ config! {
     stop_at: u64 = 0;
     /// Show a progress bar (off when stderr is not a terminal).
     progress: bool = true;
+    /// Time each step's phases on the device that runs them (CUDA events; clock readings on
+    /// the CPU): data, forward, attention, loss, backward, optimizer. Logged as `phases` in
+    /// metrics.jsonl, with a table of medians at the end; the step itself is unchanged.
+    #[serde(default)]
+    profile: bool = false, flag;
+    /// Write a checkpoint and the final model when the run ends. Off for benchmarks and trials:
+    /// only `save_every`'s checkpoints are written, and nothing at the end.
+    #[serde(default = "on")]
+    save_at_end: bool = true;
     /// Loader assembling threads.
     loader_workers: usize = 1;
     /// Every N steps, evaluate on the held-out slice (`heldout_shards`) without a graph: the

@@ -31,6 +31,7 @@ pub mod optim;
 pub mod parallel;
 pub mod perturb;
 pub mod probe;
+pub mod profile;
 pub mod resume;
 pub mod run_dir;
 pub mod sharded;

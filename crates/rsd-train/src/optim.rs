@@ -38,10 +38,8 @@ pub(crate) struct Update {
     lr: f64,
     beta1: f64,
     beta2: f64,
-    /// 1 − β1ᵗ.
-    bc1: f64,
-    /// √(1 − β2ᵗ).
-    bc2_sqrt: f64,
+    /// The update's number t (1-based): the bias corrections are 1 − β1ᵗ and √(1 − β2ᵗ).
+    step: u64,
     eps: f64,
     weight_decay: f64,
 }
@@ -49,13 +47,11 @@ pub(crate) struct Update {
 impl Update {
     /// The update number `step` (1-based) at rate `lr`.
     pub(crate) fn new(cfg: &AdamWConfig, lr: f64, step: u64) -> Self {
-        let t = step as i32;
         Update {
             lr,
             beta1: cfg.beta1,
             beta2: cfg.beta2,
-            bc1: 1.0 - cfg.beta1.powi(t),
-            bc2_sqrt: (1.0 - cfg.beta2.powi(t)).sqrt(),
+            step,
             eps: cfg.eps,
             weight_decay: cfg.weight_decay,
         }
@@ -69,25 +65,89 @@ impl Update {
         Ok(())
     }
 
-    /// Moments and parameter step from gradient `g`, in place (PyTorch's `torch.optim.AdamW`).
+    /// Moments and parameter step of every `params[i]` from its gradient `grads[i]`, in place
+    /// (PyTorch's `torch.optim.AdamW` after [`Update::decay`]), in libtorch's fused AdamW kernel:
+    /// one pass over each tensor instead of ~15 elementwise ones. The four lists hold tensors
+    /// of one shape pairwise, all of one dtype and device.
     pub(crate) fn apply(
         &self,
-        p: &mut Tensor,
-        g: &Tensor,
-        m: &mut Tensor,
-        v: &mut Tensor,
+        params: &[Tensor],
+        grads: &[Tensor],
+        m: &[Tensor],
+        v: &[Tensor],
     ) -> Result<()> {
-        let (b1, b2) = (self.beta1, self.beta2);
-        let _ = m.f_mul_scalar_(b1)?.f_add_(&g.f_mul_scalar(1.0 - b1)?)?;
-        let _ = v
-            .f_mul_scalar_(b2)?
-            .f_add_(&g.f_mul(g)?.f_mul_scalar(1.0 - b2)?)?;
-        let denom = v
-            .f_sqrt()?
-            .f_div_scalar(self.bc2_sqrt)?
-            .f_add_scalar(self.eps)?;
-        let _ = p.f_sub_(&m.f_div(&denom)?.f_mul_scalar(self.lr / self.bc1)?)?;
+        let n = params.len();
+        if grads.len() != n || m.len() != n || v.len() != n {
+            return Err(Error::Input(format!(
+                "internal: AdamW over {n} parameters with {} gradients and {}/{} moments",
+                grads.len(),
+                m.len(),
+                v.len()
+            )));
+        }
+        let Some(first) = params.first() else {
+            return Ok(());
+        };
+        // The kernel reads the update's number from a device tensor; a fill needs no copy from
+        // the host (and so no synchronisation).
+        let step = Tensor::f_full([], self.step as f64, (Kind::Float, first.device()))?;
+        let ptrs = |ts: &[Tensor]| -> Vec<*mut torch_sys::C_tensor> {
+            ts.iter().map(|t| t.as_ptr() as *mut _).collect()
+        };
+        let (p, g, m, v) = (ptrs(params), ptrs(grads), ptrs(m), ptrs(v));
+        let mut err = vec![0u8; 1024];
+        // SAFETY: four arrays of `n` live tensors and a live step tensor for the duration of the
+        // call; the kernel updates params, m and v in place and keeps no reference.
+        let rc = unsafe {
+            shim::rsd_fused_adamw(
+                p.as_ptr(),
+                g.as_ptr(),
+                m.as_ptr(),
+                v.as_ptr(),
+                n,
+                step.as_ptr(),
+                self.lr,
+                self.beta1,
+                self.beta2,
+                0.0,
+                self.eps,
+                err.as_mut_ptr().cast(),
+                err.len(),
+            )
+        };
+        if rc != 0 {
+            let end = err.iter().position(|&c| c == 0).unwrap_or(err.len());
+            return Err(Error::Input(format!(
+                "AdamW: the fused kernel failed: {}",
+                String::from_utf8_lossy(&err[..end])
+            )));
+        }
         Ok(())
+    }
+}
+
+/// `csrc/fused_adamw.cpp`.
+mod shim {
+    use std::ffi::{c_char, c_int};
+    use torch_sys::C_tensor;
+
+    extern "C" {
+        #[allow(clippy::too_many_arguments)]
+        pub fn rsd_fused_adamw(
+            params: *const *mut C_tensor,
+            grads: *const *mut C_tensor,
+            exp_avgs: *const *mut C_tensor,
+            exp_avg_sqs: *const *mut C_tensor,
+            n: usize,
+            step: *const C_tensor,
+            lr: f64,
+            beta1: f64,
+            beta2: f64,
+            weight_decay: f64,
+            eps: f64,
+            err: *mut c_char,
+            err_len: usize,
+        ) -> c_int;
     }
 }
 
@@ -144,22 +204,30 @@ impl AdamW {
         self.steps += 1;
         let update = Update::new(&self.cfg, lr, self.steps);
         tch::no_grad(|| -> Result<()> {
-            for s in &mut self.slots {
-                let g = s.param.grad();
-                if !g.defined() {
+            let (mut p, mut g, mut m, mut v) = (vec![], vec![], vec![], vec![]);
+            for s in &self.slots {
+                let grad = s.param.grad();
+                if !grad.defined() {
                     continue;
                 }
-                let g = g.f_to_kind(s.m.kind())?;
-                let mut p = match &s.master {
+                let mut target = match &s.master {
                     Some(m) => m.shallow_clone(),
                     None => s.param.shallow_clone(),
                 };
                 if s.decay {
-                    update.decay(&mut p)?;
+                    update.decay(&mut target)?;
                 }
-                update.apply(&mut p, &g, &mut s.m, &mut s.v)?;
-                if s.master.is_some() {
-                    s.param.f_copy_(&p)?;
+                p.push(target);
+                g.push(grad.f_to_kind(s.m.kind())?);
+                m.push(s.m.shallow_clone());
+                v.push(s.v.shallow_clone());
+            }
+            update.apply(&p, &g, &m, &v)?;
+            for s in &mut self.slots {
+                if let Some(master) = &s.master {
+                    if s.param.grad().defined() {
+                        s.param.f_copy_(master)?;
+                    }
                 }
             }
             Ok(())

@@ -43,6 +43,8 @@ impl std::fmt::Display for Change {
 /// command's value without asking.
 const OPERATIONAL: &[&str] = &[
     "progress",
+    "profile",
+    "save_at_end",
     "loader_workers",
     "threads",
     "save_every",

@@ -241,22 +241,26 @@ impl ShardedAdamW {
         Ok(())
     }
 
-    /// The norm of the summed gradient over all ranks' blocks (every rank gets the same value).
+    /// The norm of the summed gradient over all ranks' blocks (every rank gets the same value):
+    /// each block's norm on the device (accumulated in its dtype, fp32 or fp64), their squares
+    /// summed in fp64 and over the ranks, and one host read.
     pub fn grad_norm(&self, group: &ProcessGroup) -> Result<f64> {
-        let mut sq = 0f64;
+        let mut norms = Vec::with_capacity(self.buckets.len());
         for b in &self.buckets {
-            sq += b
-                .grad
-                .f_to_kind(Kind::Double)?
+            let acc = rsd_model::accum_kind(b.grad.kind());
+            norms.push(
+                b.grad
+                    .f_norm_scalaropt_dtype(2.0, acc)?
+                    .f_to_kind(Kind::Double)?,
+            );
+        }
+        let mut t = match norms.is_empty() {
+            true => Tensor::f_zeros([1], (Kind::Double, group_device(&self.buckets)))?,
+            false => Tensor::f_stack(&norms, 0)?
                 .f_square()?
                 .f_sum(Kind::Double)?
-                .double_value(&[]);
-        }
-        let device = self
-            .buckets
-            .first()
-            .map_or(Device::Cpu, |b| b.grad.device());
-        let mut t = Tensor::from_slice(&[sq]).f_to_device(device)?;
+                .f_reshape([1])?,
+        };
         group.all_reduce(&mut t, ReduceOp::Sum)?;
         Ok(t.f_double_value(&[0])?.sqrt())
     }
@@ -274,7 +278,8 @@ impl ShardedAdamW {
                 for &(start, len) in &b.decayed {
                     update.decay(&mut b.master.f_narrow(0, start, len)?)?;
                 }
-                update.apply(&mut b.master, &b.grad, &mut b.m, &mut b.v)?;
+                let one = |t: &Tensor| [t.shallow_clone()];
+                update.apply(&one(&b.master), &one(&b.grad), &one(&b.m), &one(&b.v))?;
                 b.gather_parameters(group)?;
             }
             Ok(())
@@ -430,6 +435,11 @@ impl ShardedAdamW {
 }
 
 /// `elems` fp32 elements in whole MiB (what `grad_bucket_mb` was).
+/// The device the buckets live on (the CPU when there are none).
+fn group_device(buckets: &[Bucket]) -> Device {
+    buckets.first().map_or(Device::Cpu, |b| b.grad.device())
+}
+
 fn mib_of(elems: usize) -> usize {
     (elems * std::mem::size_of::<f32>()) >> 20
 }

@@ -21,6 +21,7 @@ use rsd_common::progress::ProgressLines;
 use serde::Serialize;
 
 use rsd_loader::Loader;
+use rsd_model::phases::{self, timed};
 use rsd_model::{Model, ModelConfig, ModelOptions};
 
 use crate::checkpoint::{self, Manifest, TrainState, STATE_VERSION};
@@ -67,12 +68,20 @@ pub struct StepRecord {
     pub step_s: f64,
     /// Peak resident memory so far, bytes.
     pub peak_rss: u64,
+    /// On CUDA: the most the caching allocator has held from the device so far (peak reserved),
+    /// bytes; what `torch.cuda.max_memory_reserved()` reports for a PyTorch process.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_peak_reserved: Option<u64>,
     /// Payload bytes this rank handed to collectives in this step (0 for one process).
     pub comm_bytes: u64,
     /// Seconds this rank spent in collectives in this step (waiting for the others included).
     pub comm_s: f64,
     /// Update skipped (non-finite values).
     pub skipped: bool,
+    /// Seconds per phase of the step, timed on its device (config key `profile` only; paths in
+    /// `crate::profile`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phases: Option<std::collections::BTreeMap<String, f64>>,
     /// The held-out slice's standard-view CLM after this step (`heldout_every` steps only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub heldout_clm: Option<f64>,
@@ -525,6 +534,10 @@ impl Trainer {
             self.dp.is_main(),
         )?;
         let mut run = RunProgress::default();
+        let mut profiled = Vec::new();
+        if self.cfg.profile {
+            crate::profile::start(self.model.options().device)?;
+        }
         while self.state.step < end {
             // The step's traffic: from this decision to the update's (held-out evaluation apart).
             let comm0 = self.dp.comm_stats();
@@ -541,7 +554,7 @@ impl Trainer {
                 )));
             }
             let started = Instant::now();
-            let (mbs, local_tokens) = self.next_micro_batches()?;
+            let (mbs, local_tokens) = timed("data", || self.next_micro_batches())?;
             let mut local = LossNormalizers::of_iter(mbs.iter().map(|(_, m)| m));
             if self.dp.cp().is_some_and(|cp| cp.rank() != 0) {
                 // The ranks of a context-parallel group hold the same samples: count them once.
@@ -550,15 +563,30 @@ impl Trainer {
             let (norm, tokens) = self.dp.global_normalizers(local, local_tokens)?;
             let losses = self.forward_backward(&mbs, norm)?;
             measure::mark(Phase::Backward);
-            self.opt.reduce_gradients(&self.dp, &self.model)?;
+            timed("reduce", || {
+                self.opt.reduce_gradients(&self.dp, &self.model)
+            })?;
             measure::mark(Phase::Reduced);
-            let grad_norm = self.grad_norm()?;
             let lr = self.state.schedule.lr(self.state.step);
-            let skipped = !self.update_if_finite(&losses, grad_norm, lr, &mut run, &log)?;
-            self.opt.zero_grad(&self.model)?;
+            let (grad_norm, skipped) = {
+                let _optimizer = phases::Phase::begin("optimizer");
+                let grad_norm = timed("gradient norm", || self.grad_norm())?;
+                let skipped = !self.update_if_finite(&losses, grad_norm, lr, &mut run, &log)?;
+                self.opt.zero_grad(&self.model)?;
+                (grad_norm, skipped)
+            };
             measure::mark(Phase::Updated);
             self.advance(tokens);
+            // Profiled, the step ends when its device work does (reading the clock waits for it).
+            let times = match self.cfg.profile {
+                true => Some(crate::profile::take()?),
+                false => None,
+            };
             let step_s = started.elapsed().as_secs_f64();
+            let phases = times.map(|t| crate::profile::step_phases(&t, step_s));
+            if let Some(p) = &phases {
+                profiled.push((step_s, p.clone()));
+            }
             let comm = self.dp.comm_stats();
             let (heldout_clm, view_gap) = self.evaluate_heldout()?;
             log.record(&StepRecord {
@@ -573,11 +601,18 @@ impl Trainer {
                 tokens_per_s: tokens as f64 / step_s.max(1e-9),
                 step_s,
                 peak_rss: Memory::now().peak_rss,
+                device_peak_reserved: match self.model.options().device {
+                    tch::Device::Cuda(n) => {
+                        rsd_model::alloc::cuda_memory(n).map(|m| m.peak_reserved)
+                    }
+                    _ => None,
+                },
                 comm_bytes: comm.bytes - comm0.bytes,
                 comm_s: comm.seconds - comm0.seconds,
                 skipped,
                 heldout_clm,
                 view_gap,
+                phases,
             })?;
             run.losses.push(losses.total);
             self.state.elapsed_s = elapsed0 + t0.elapsed().as_secs_f64();
@@ -586,6 +621,9 @@ impl Trainer {
             }
         }
         log.finish();
+        if !profiled.is_empty() && self.dp.is_main() {
+            eprint!("{}", crate::profile::table(&profiled));
+        }
         run.interrupted |= self.state.step < self.cfg.steps;
         self.state.elapsed_s = elapsed0 + t0.elapsed().as_secs_f64();
         self.finish(run, log.path, t0)
@@ -860,9 +898,11 @@ impl Trainer {
     /// `summary.json`.
     fn finish(&mut self, run: RunProgress, metrics: PathBuf, t0: Instant) -> Result<Summary> {
         let (first_loss_mean, last_loss_mean, loss_window) = loss_means(&run.losses);
-        // Always leave a checkpoint of where we are (unless the last one is exactly this step).
-        // Rank 0 decides, so every rank takes part in the same barriers.
+        // Leave a checkpoint of where we are (unless the last one is exactly this step, or the
+        // run saves nothing at its end). Rank 0 decides, so every rank takes part in the same
+        // barriers.
         let due = self.dp.is_main()
+            && self.cfg.save_at_end
             && !matches!(checkpoint::list(&self.out).pop(), Some((step, _)) if step == self.state.step);
         let checkpoint = if self.dp.any(due)? {
             self.save()?
@@ -889,7 +929,7 @@ impl Trainer {
                 skipped: self.state.skipped,
             });
         }
-        let final_model = if run.interrupted {
+        let final_model = if run.interrupted || !self.cfg.save_at_end {
             None
         } else {
             let dir = self.out.join("model");

@@ -41,6 +41,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
+use rsd_model::phases::{timed, Phase};
 use rsd_model::Model;
 
 use crate::perturb::{PerturbKind, RowView};
@@ -671,7 +672,7 @@ pub fn step_micro(
     if opts.checkpoint_layers {
         return checkpointed_forward_backward(&loss, sums, on_grads);
     }
-    let h = plan.forward()?;
+    let h = timed("forward", || plan.forward())?;
     crate::memory_measure::mark(crate::memory_measure::Phase::Forward);
     loss.backward(&h, sums)
 }
@@ -686,6 +687,7 @@ fn checkpointed_forward_backward(
     let done = |part| on_grads.map_or(Ok(()), |f| f(part));
     let (plan, layers) = (loss.plan, loss.plan.model.num_layers());
     let mut inputs: Vec<Stage> = Vec::with_capacity(layers + 1);
+    let forward = Phase::begin("forward");
     tch::no_grad(|| -> Result<()> {
         let mut x = plan.embed()?;
         for i in 0..layers {
@@ -696,6 +698,7 @@ fn checkpointed_forward_backward(
         inputs.push(x.detached());
         Ok(())
     })?;
+    drop(forward);
     crate::memory_measure::mark(crate::memory_measure::Phase::Forward);
     let top = inputs.pop().expect("final stage input");
     let leaf = top.leaves();
@@ -704,12 +707,14 @@ fn checkpointed_forward_backward(
     done(GradsDone::Top)?;
     let mut grads = leaf.grads();
     for i in (0..layers).rev() {
+        let _backward = Phase::begin("backward");
         let leaf = inputs.pop().expect("layer input").leaves();
-        let y = plan.layer(i, &leaf)?;
+        let y = timed("recompute", || plan.layer(i, &leaf))?;
         surrogate_backward(y.tensors().zip(&grads))?;
         grads = leaf.grads();
         done(GradsDone::Layer(std::cmp::Reverse(i)))?;
     }
+    let _backward = Phase::begin("backward");
     let emb = plan.embed()?;
     surrogate_backward(emb.tensors().zip(&grads))?;
     done(GradsDone::Embedding)
@@ -728,6 +733,7 @@ impl LossStage<'_> {
     /// Runs the chunked loss on the final hidden states `h` (in the graph) and back-propagates
     /// it: into the LM head and through `h` into the decoder, in one backward.
     fn backward(&self, h: &Stage, sums: &mut Sums) -> Result<()> {
+        let loss = Phase::begin("loss");
         let g = tch::no_grad(|| -> Result<LossGrads> {
             let short = match self.opts.long_ce {
                 Some(lc) => Some(long_ce::short_context_logprobs(
@@ -749,6 +755,8 @@ impl LossStage<'_> {
             };
             chunked_loss(&inputs, &h.detached(), sums)
         })?;
+        drop(loss);
+        let _backward = Phase::begin("backward");
         let w = self.plan.model.lm_head_weight();
         surrogate_backward(
             h.tensors()
@@ -779,20 +787,28 @@ fn surrogate_backward<'a>(pairs: impl IntoIterator<Item = (&'a Tensor, &'a Tenso
     Ok(())
 }
 
-/// Global L2 norm of the parameters' gradients (fp64 accumulation; one host sync).
+/// Global L2 norm of the parameters' gradients: each gradient's norm on its device (accumulated in
+/// fp32, fp64 for fp64 models, read in place without a widened copy), their squares summed in
+/// fp64, and one host read at the end (the one synchronisation of the update).
 pub fn grad_norm(model: &Model) -> Result<f64> {
-    let mut sq = 0f64;
+    let mut norms = Vec::new();
     for (_, p) in model.named_parameters() {
         let g = p.grad();
         if g.defined() {
-            sq += g
-                .f_to_kind(Kind::Double)?
-                .f_square()?
-                .f_sum(Kind::Double)?
-                .double_value(&[]);
+            let acc = rsd_model::accum_kind(g.kind());
+            norms.push(
+                g.f_norm_scalaropt_dtype(2.0, acc)?
+                    .f_to_kind(Kind::Double)?,
+            );
         }
     }
-    Ok(sq.sqrt())
+    if norms.is_empty() {
+        return Ok(0.0);
+    }
+    let sq = Tensor::f_stack(&norms, 0)?
+        .f_square()?
+        .f_sum(Kind::Double)?;
+    Ok(sq.f_double_value(&[])?.sqrt())
 }
 
 /// Sets every parameter's gradient to zero (or leaves it undefined if it never had one).
