@@ -104,7 +104,19 @@ def run_rsd(args, cfg_path, L, objective, out):
     peak = max((r.get("device_peak_reserved") or 0) for r in rows) or None
     return {"step_s": median_after(steps, args.warmup), "steps_s": steps, "phases": phases,
             "peak_bytes": peak, "peak_rss": max(r["peak_rss"] for r in rows),
-            "profile_table": p.stderr[p.stderr.find("phases, median"):].strip()}
+            "profile_table": profile_table(p.stderr)}
+
+
+def profile_table(stderr):
+    """rsd-train's table of phase medians, from its stderr."""
+    lines = stderr.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("phases, median")), None)
+    if start is None:
+        return ""
+    end = start + 1
+    while end < len(lines) and lines[end].startswith("  "):
+        end += 1
+    return "\n".join(lines[start:end])
 
 
 def run_reference(args, c, L, compiled):
@@ -248,7 +260,7 @@ def report(shape, peak):
             tf, mfu = "—", "—"
         else:
             tflops = flops / s / 1e12
-            tf, mfu = f"{tflops:.1f}", (f"{100 * tflops / peak:.0f}%" if peak else "—")
+            tf, mfu = f"{tflops:.3g}", (f"{100 * tflops / peak:.0f}%" if peak else "—")
         mem_ratio = (f"{r['peak_bytes'] / ref['peak_bytes']:.2f}"
                      if r.get("peak_bytes") and ref.get("peak_bytes") else "—")
         print(f"| {name} | {s:.3f} | {tf} | {mfu} | {fmt_bytes(r.get('peak_bytes'))} "

@@ -14,6 +14,8 @@
 #      losses equal to 1e-4 relative; the same 2 steps on the CPU, equal to 1e-3 relative;
 #   6. one bf16 step on cuda:0 (finite loss);
 #   7. the process's GPU memory during bf16 steps (nvidia-smi) against `rsd-train memory`'s plan;
+#  11. (after 10) rsd-train's step against transformers + SDPA, side by side (benches/gpu_step.py):
+#      seconds per step, TFLOP/s, MFU, peak memory, ratios, rsd's phases and torch.profiler's table;
 #  10. at paper scale per rank: Llama-3-8B's layer widths (4 of its 32 layers, its 128K vocabulary,
 #      1.9B parameters), rsd, bf16, layers checkpointed, 32K and 64K tokens per rank: memory
 #      against the plan, from one `rsd-train memory --measure` run each (three steps, the
@@ -34,7 +36,10 @@
 #   RSD_GPU_CHECK_KEEP_GOING=1   # a failed NCCL step (4, 5) is reported at the end, not fatal
 #   RSD_GPU_CHECK_SKIP=NAME      # skip step 3's tests whose names contain NAME
 #   RSD_GPU_CHECK_TORCH_ALLOC=1  # step 8 also measures with torch's default allocator settings
-#   RSD_GPU_CHECK_NO_SCALE=1     # stop after step 9 (step 10 takes 4 minutes and 72 GiB)
+#   RSD_GPU_CHECK_NO_SCALE=1     # stop after step 9 (steps 10 and 11 take minutes and 72+ GiB)
+#   RSD_GPU_CHECK_BENCH=only     # steps 1-3, then step 11 alone: the speed benchmark first
+#   RSD_GPU_CHECK_BENCH_SHAPES="llama3-8b:32768 qwen3-4b:65536"   # step 11's shapes (4 layers)
+#   RSD_GPU_CHECK_BENCH_STEPS=8  # step 11's steps per run (the first 2 left out of medians)
 # docs/GPU.md says what has passed; docs/NOTES.md records each session's run: what passed, what
 # failed, what was fixed.
 set -euo pipefail
@@ -89,16 +94,24 @@ fi
 ! command -v readelf >/dev/null || readelf -d "$bin/rsd-train" | grep -q 'libtorch_cuda' \
   || die "$bin/rsd-train does not link libtorch_cuda (NEEDED): --device cuda would find no GPU"
 
-say "3. the attention kernels on the GPU against the fp64 reference"
-"${attention_test[@]}" --nocapture --test-threads 1 ${RSD_GPU_CHECK_SKIP:+--skip "$RSD_GPU_CHECK_SKIP"}
+say "3. the attention kernels on the GPU against the fp64 reference (the automatic choice, then each half-precision kernel forced)"
+for kernel in auto flash cudnn; do
+  echo "RSD_ATTENTION_KERNEL=$kernel"
+  RSD_ATTENTION_KERNEL=$kernel "${attention_test[@]}" --nocapture --test-threads 1 \
+    ${RSD_GPU_CHECK_SKIP:+--skip "$RSD_GPU_CHECK_SKIP"}
+done
+bench_only=""
+[ "${RSD_GPU_CHECK_BENCH:-}" = only ] && bench_only=1
 
-say "4. NCCL at world size 1 (rsd-dist's NCCL tests)"
-"${nccl_test[@]}" || {
-  rc=$?
-  [ -n "${RSD_GPU_CHECK_KEEP_GOING:-}" ] || die "rsd-dist's NCCL test failed (exit $rc)"
-  echo "rsd-dist's NCCL test failed (exit $rc); RSD_GPU_CHECK_KEEP_GOING: going on" >&2
-  failed+=("4. NCCL (exit $rc)")
-}
+if [ -z "$bench_only" ]; then
+  say "4. NCCL at world size 1 (rsd-dist's NCCL tests)"
+  "${nccl_test[@]}" || {
+    rc=$?
+    [ -n "${RSD_GPU_CHECK_KEEP_GOING:-}" ] || die "rsd-dist's NCCL test failed (exit $rc)"
+    echo "rsd-dist's NCCL test failed (exit $rc); RSD_GPU_CHECK_KEEP_GOING: going on" >&2
+    failed+=("4. NCCL (exit $rc)")
+  }
+fi
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -117,6 +130,25 @@ else
       --tokenizer "$llama3" --force >/dev/null
   done
 fi
+# 11. rsd-train's step against the PyTorch reference (benches/gpu_step.py), side by side: the
+# standard and rsd objectives, Llama-3-8B's widths at 32K and 64K and Qwen3-4B's at 64K (4 layers
+# each), rsd's step split by phase, torch.profiler's table for the reference.
+bench() {
+  say "11. rsd-train's step against transformers + SDPA on this GPU (benches/gpu_step.py)"
+  local shapes=()
+  for s in ${RSD_GPU_CHECK_BENCH_SHAPES:-llama3-8b:32768 llama3-8b:65536 qwen3-4b:65536}; do
+    shapes+=(--shape "configs/model/${s%%:*}.json:4:${s##*:}")
+  done
+  "$py" benches/gpu_step.py --bin "$bin" --data "$data" --device cuda "${shapes[@]}" \
+    --steps "${RSD_GPU_CHECK_BENCH_STEPS:-8}" --warmup 2 --compile --torch-profile \
+    --json "$keep/gpu-step.json" | tee "$keep/gpu-step.md"
+}
+if [ -n "$bench_only" ]; then
+  bench
+  say "steps 1-3 and 11 done (RSD_GPU_CHECK_BENCH=only)"
+  exit 0
+fi
+
 common=(--config configs/tiny-cpu.toml --shards "$small"
   --save-every 0 --heldout-every 0 --progress false)
 last_loss() { "$py" -c 'import json,sys; print([json.loads(l)["loss"] for l in open(sys.argv[1])][-1])' "$1"; }
@@ -266,5 +298,6 @@ for len in 32768 65536; do
       --measure 2 | sed -n '/^measured on/,$p' | tee "$keep/measure-8b-4l-$len-torch-default.txt"
   fi
 done
+bench
 if [ ${#failed[@]} -gt 0 ]; then die "failed: ${failed[*]}"; fi
 say "all GPU checks passed"

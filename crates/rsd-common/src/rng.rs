@@ -38,6 +38,12 @@ impl SplitMix64 {
         g
     }
 
+    /// Jumps `n` outputs ahead, as `n` calls of [`SplitMix64::next_u64`] would (the state is a
+    /// counter): a long stream can be drawn in parallel pieces with the same values.
+    pub fn skip(&mut self, n: u64) {
+        self.state = self.state.wrapping_add(GOLDEN.wrapping_mul(n));
+    }
+
     /// Next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         let out = mix(self.state);
@@ -67,6 +73,17 @@ impl SplitMix64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn skip_jumps_exactly_n_outputs() {
+        let mut a = SplitMix64::from_state(12345);
+        let mut b = a.clone();
+        for _ in 0..1000 {
+            a.next_u64();
+        }
+        b.skip(1000);
+        assert_eq!(a.next_u64(), b.next_u64());
+    }
 
     #[test]
     fn matches_the_reference_sequence() {

@@ -72,7 +72,7 @@ constexpr int64_t kSdpCudnn = 3;
 // would choose it for this call (on an H100/H200 at Llama-3-8B's heads it ran forward + backward
 // in ~0.6 of flash's time), else flash with a head size up to 256 (there is never dropout here).
 // fp32 and larger heads: memory-efficient. RSD_ATTENTION_KERNEL=cudnn|flash forces one of the two
-// half-precision kernels (for measurements; cuDNN then must accept the call).
+// half-precision kernels (for measurements and tests; cuDNN then must accept the call's shapes).
 //
 // A half-precision head size that is not a multiple of 8 goes to flash too, padded (below): on an
 // H200 (torch 2.11) the memory-efficient kernel's backward gave NaN dq/dk for the second KV head
@@ -85,7 +85,8 @@ Kernel kernel_for(const Tensor& q, const Tensor& k, const Tensor& v, bool causal
   if (!half || d > 256) return Kernel::CudaEfficient;
   switch (forced_kernel()) {
     case Forced::Cudnn:
-      return Kernel::CudaCudnn;
+      // cuDNN takes head sizes that are multiples of 8 only; others stay on padded flash.
+      return d % 8 == 0 ? Kernel::CudaCudnn : Kernel::CudaFlash;
     case Forced::Flash:
       return Kernel::CudaFlash;
     case Forced::Auto:

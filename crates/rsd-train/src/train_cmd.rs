@@ -245,10 +245,13 @@ fn print_done(summary: &Summary) -> Result<()> {
             .checkpoint
             .as_deref()
             .map_or("-".into(), |p: &Path| p.display().to_string()),
-        summary
-            .final_model
-            .as_deref()
-            .map_or("(interrupted)".into(), |p: &Path| p.display().to_string()),
+        summary.final_model.as_deref().map_or_else(
+            || match summary.interrupted {
+                true => "(interrupted)".into(),
+                false => "(not saved: save_at_end = false)".into(),
+            },
+            |p: &Path| p.display().to_string()
+        ),
         summary.metrics.display()
     );
     Ok(())
