@@ -13,31 +13,36 @@
 //! which equals one softmax over all keys. The merged LSE is returned for callers that merge
 //! further (context parallelism).
 //!
-//! **Kernels.** CPU: `_scaled_dot_product_flash_attention_for_cpu`. CUDA:
-//! `_scaled_dot_product_flash_attention` for fp16/bf16 with a head_dim of at most 256 (its LSE is
-//! `[B, H, Lq]`), else `_scaled_dot_product_efficient_attention` (fp32; its LSE is padded to a
-//! multiple of 32 rows and cut back). A head_dim that is not a multiple of 8 is zero-padded to one
-//! for either kernel, exactly (zero columns change no score). There is never dropout. The choice
-//! is made per call from the query tensor alone (`kernel_for` in the C++ file).
+//! **Kernels.** CPU: `_scaled_dot_product_flash_attention_for_cpu`. CUDA, fp16/bf16 with a
+//! head_dim of at most 256: the kernel libtorch's `scaled_dot_product_attention` would pick for the
+//! call, cuDNN's (`_scaled_dot_product_cudnn_attention`, Hopper and Blackwell; LSE `[B, H, Lq, 1]`)
+//! or flash (`_scaled_dot_product_flash_attention`, elsewhere; LSE `[B, H, Lq]`);
+//! `RSD_ATTENTION_KERNEL=flash|cudnn` forces one. Otherwise `_scaled_dot_product_efficient_attention`
+//! (fp32; its LSE is padded to a multiple of 32 rows and cut back). A head_dim that is not a
+//! multiple of 8 is zero-padded to one for flash and memory-efficient, exactly (zero columns change
+//! no score), and never goes to cuDNN. There is never dropout. The choice is made per block in the
+//! forward and kept for its backward (`kernel_for` in the C++ file).
 //!
 //! **GQA, never expanded.** Queries are `[B, H, Lq, D]`, every K/V block `[B, Hkv, Lk, D]`, and
-//! query head `h` uses KV head `h / G` (`G = H / Hkv`). K/V are never copied to the query heads:
-//! the queries are viewed as `[B, Hkv, G, Lq, D]`. The unmasked prefix folds the G query heads of
-//! a KV head into its query rows, `[B, Hkv, G·Lq, D]` (a copy of q when its layout needs it),
-//! and runs one kernel call against the unexpanded prefix K/V. The causal block runs one kernel
-//! call per `g` with `q[:, :, g]` (`[B, Hkv, Lq, D]`, the same span as the keys, so the kernels'
-//! top-left causal alignment is right) and writes into one `[B, H, Lq, D]` output; in the
-//! backward its dK/dV are summed over `g` into one `[B, Hkv, Lq, D]` buffer (one group's gradient
-//! is the only transient). Exact, in the same order of heads as expanding with
-//! `unsqueeze(2).expand(..).reshape(..)` would give.
+//! query head `h` uses KV head `h / G` (`G = H / Hkv`). K/V are never copied to the query heads.
+//! cuDNN's and flash take Hkv < H natively: one kernel call per block, forward and backward (the
+//! kernel sums dK/dV over the query heads). For the CPU and memory-efficient kernels the queries
+//! are viewed as `[B, Hkv, G, Lq, D]`: the unmasked prefix folds the G query heads of a KV head
+//! into its query rows, `[B, Hkv, G·Lq, D]` (a copy of q when its layout needs it), and runs one
+//! kernel call against the unexpanded prefix K/V; the causal block runs one kernel call per `g`
+//! with `q[:, :, g]` (`[B, Hkv, Lq, D]`, the same span as the keys, so the kernels' top-left
+//! causal alignment is right) and writes into one `[B, H, Lq, D]` output; in the backward its
+//! dK/dV are summed over `g` into one `[B, Hkv, Lq, D]` buffer. Exact, in the same order of heads
+//! as expanding with `unsqueeze(2).expand(..).reshape(..)` would give.
 //!
 //! **Gradients.** The fused kernels do not differentiate their LSE output, and tch cannot define
 //! autograd functions, so every case (plain CLM = one causal block; prefix only; prefix + causal)
 //! is one C++ autograd function (`csrc/merged_attention.cpp`, compiled by build.rs against the
 //! same libtorch): its backward runs each block's fused backward against the *merged* output and
 //! LSE, which is exactly that block's share of the gradient of one softmax over all keys. Forward
-//! and backward therefore cost one fused call per block (per `g` for the causal block), as one
-//! call over the visible keys would. The returned LSE is a value (for diagnostics and for merging
+//! and backward therefore cost one fused call per block (per `g` for the causal block on the
+//! kernels without GQA), as one call over the visible keys would. With the phase clock on
+//! ([`crate::phases`]) every call is timed as `attention forward` / `attention backward`. The returned LSE is a value (for diagnostics and for merging
 //! across context-parallel ranks in the forward); it carries no gradient.
 //!
 //! **What [`attend`] saves for backward** (the C++ function's `save_for_backward`, exactly; `Lp`
