@@ -568,20 +568,11 @@ impl Trainer {
             })?;
             measure::mark(Phase::Reduced);
             let lr = self.state.schedule.lr(self.state.step);
-            let (grad_norm, skipped) = {
-                let _optimizer = phases::Phase::begin("optimizer");
-                let grad_norm = timed("gradient norm", || self.grad_norm())?;
-                let skipped = !self.update_if_finite(&losses, grad_norm, lr, &mut run, &log)?;
-                self.opt.zero_grad(&self.model)?;
-                (grad_norm, skipped)
-            };
+            let (grad_norm, skipped) = self.optimize(&losses, lr, &mut run, &log)?;
             measure::mark(Phase::Updated);
             self.advance(tokens);
             // Profiled, the step ends when its device work does (reading the clock waits for it).
-            let times = match self.cfg.profile {
-                true => Some(crate::profile::take()?),
-                false => None,
-            };
+            let times = self.cfg.profile.then(crate::profile::take).transpose()?;
             let step_s = started.elapsed().as_secs_f64();
             let phases = times.map(|t| crate::profile::step_phases(&t, step_s));
             if let Some(p) = &phases {
@@ -601,12 +592,7 @@ impl Trainer {
                 tokens_per_s: tokens as f64 / step_s.max(1e-9),
                 step_s,
                 peak_rss: Memory::now().peak_rss,
-                device_peak_reserved: match self.model.options().device {
-                    tch::Device::Cuda(n) => {
-                        rsd_model::alloc::cuda_memory(n).map(|m| m.peak_reserved)
-                    }
-                    _ => None,
-                },
+                device_peak_reserved: device_peak_reserved(self.model.options().device),
                 comm_bytes: comm.bytes - comm0.bytes,
                 comm_s: comm.seconds - comm0.seconds,
                 skipped,
@@ -781,6 +767,23 @@ impl Trainer {
         } else {
             gn
         })
+    }
+
+    /// The update of one step, timed as the `optimizer` phase: the gradient norm, then clipping
+    /// and AdamW when the loss and the norm are finite ([`Trainer::update_if_finite`]), and the
+    /// gradients zeroed. Returns the norm and whether the update was skipped.
+    fn optimize(
+        &mut self,
+        losses: &StepLosses,
+        lr: f64,
+        run: &mut RunProgress,
+        log: &StepLog,
+    ) -> Result<(f64, bool)> {
+        let _optimizer = phases::Phase::begin("optimizer");
+        let grad_norm = timed("gradient norm", || self.grad_norm())?;
+        let skipped = !self.update_if_finite(losses, grad_norm, lr, run, log)?;
+        self.opt.zero_grad(&self.model)?;
+        Ok((grad_norm, skipped))
     }
 
     /// Clips and applies the update when the loss and gradient norm are finite, and returns
@@ -964,6 +967,14 @@ impl Trainer {
         fs::write(&sp, text).map_err(io_err(&sp))?;
         self.dp.barrier()?;
         Ok(summary)
+    }
+}
+
+/// On CUDA, the most the caching allocator has held from the device so far.
+fn device_peak_reserved(device: tch::Device) -> Option<u64> {
+    match device {
+        tch::Device::Cuda(n) => rsd_model::alloc::cuda_memory(n).map(|m| m.peak_reserved),
+        _ => None,
     }
 }
 
