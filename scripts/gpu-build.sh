@@ -67,6 +67,7 @@ tar --exclude=./target --exclude=./.git -cf - . | tar -xf - -C "$work"
   cargo build "${patch[@]}" --release -q -p rsd-train -p rsd-data -p rsd-eval --features rsd-dist/nccl
   cargo test "${patch[@]}" --release -q --no-run -p rsd-model --test cuda 2>&1 | tail -3
   cargo test "${patch[@]}" --release -q --no-run -p rsd-dist --features nccl 2>&1 | tail -3
+  cargo test "${patch[@]}" --release -q --no-run -p rsd-train --lib 2>&1 | tail -3
 )
 mkdir -p "$out/bin"
 for b in rsd-train rsd-data rsd-eval; do
@@ -75,6 +76,7 @@ done
 newest() { ls -t "$work"/target/release/deps/"$1"-* 2>/dev/null | grep -v '\.d$' | head -1; }
 cp "$(newest cuda)" "$out/bin/test-rsd-model-cuda"
 cp "$(newest gloo)" "$out/bin/test-rsd-dist-gloo"
+cp "$(newest rsd_train)" "$out/bin/test-rsd-train-lib"
 strip "$out"/bin/*
 readelf -d "$out/bin/rsd-train" | grep -q libtorch_cuda \
   || die "rsd-train does not link libtorch_cuda: --device cuda would find no GPU"

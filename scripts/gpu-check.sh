@@ -26,7 +26,8 @@
 #   RSD_GPU_CHECK_BYPASS=1 scripts/gpu-check.sh   # try a torch other than the one tch expects
 #   RSD_GPU_CHECK_BIN=DIR RSD_GPU_CHECK_DATA=DIR scripts/gpu-check.sh
 #       # a machine without cargo or a network: DIR holds rsd-train and the test binaries
-#       # test-rsd-model-cuda and test-rsd-dist-gloo, built elsewhere against the same torch
+#       # test-rsd-model-cuda, test-rsd-dist-gloo (and test-rsd-train-lib, optional), built
+#       # elsewhere by scripts/gpu-build.sh against the same torch
 #       # version with `--features rsd-dist/nccl`; DATA holds shards-512 (corpus/books, the
 #       # default tokenizer), shards-32k and shards-64k (corpus/books, Llama-3's tokenizer, rows
 #       # of 32768 and 65536 tokens), `rsd-data pack` output, chat-512 (`rsd-data pack --chat` of
@@ -73,6 +74,9 @@ if [ -n "$prebuilt" ]; then
   done
   attention_test=("$bin/test-rsd-model-cuda")
   nccl_test=("$bin/test-rsd-dist-gloo" nccl)
+  # The trainer's own CUDA unit tests (`cuda_` in their names), where gpu-build.sh built them.
+  train_cuda_test=()
+  [ -x "$bin/test-rsd-train-lib" ] && train_cuda_test=("$bin/test-rsd-train-lib" cuda_)
 else
   say "2. build against torch $have_torch"
   command -v cargo >/dev/null || die "cargo not found; install Rust (rustup) to build rsd here"
@@ -90,6 +94,7 @@ scripts/setup.sh (a venv with torch==$want_torch), or try this torch with RSD_GP
   bin=target/release
   attention_test=(cargo test --release -q -p rsd-model --test cuda --)
   nccl_test=(cargo test --release -q -p rsd-dist --features nccl nccl)
+  train_cuda_test=(cargo test --release -q -p rsd-train --lib cuda_)
 fi
 ! command -v readelf >/dev/null || readelf -d "$bin/rsd-train" | grep -q 'libtorch_cuda' \
   || die "$bin/rsd-train does not link libtorch_cuda (NEEDED): --device cuda would find no GPU"
@@ -100,6 +105,10 @@ for kernel in auto flash cudnn; do
   RSD_ATTENTION_KERNEL=$kernel "${attention_test[@]}" --nocapture --test-threads 1 \
     ${RSD_GPU_CHECK_SKIP:+--skip "$RSD_GPU_CHECK_SKIP"}
 done
+if [ ${#train_cuda_test[@]} -gt 0 ]; then
+  echo "the trainer's CUDA unit tests (the LM head's fp32 gradient accumulation)"
+  "${train_cuda_test[@]}" --nocapture --test-threads 1
+fi
 bench_only=""
 [ "${RSD_GPU_CHECK_BENCH:-}" = only ] && bench_only=1
 

@@ -29,6 +29,8 @@
 #include <cstdlib>
 
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -68,6 +70,32 @@ Forced forced_kernel() {
 // flash first on Ampere) and each kernel's limits (head sizes, dtypes).
 constexpr int64_t kSdpCudnn = 3;
 
+// cuDNN builds an execution plan for every new shape (hundreds of milliseconds, reported for
+// H100/H20/B200), and rsd's perturbed suffixes and document segments change shape every step.
+// So cuDNN takes a call whose shape it has taken before, or a new shape while fewer than
+// RSD_CUDNN_SHAPES (default 4) shapes have gone to it; every other call goes to flash. The
+// standard view's whole-row causal block (one shape for the run) and context parallelism's chunks
+// (a few) stay on cuDNN; per-step shapes cost at most a few plans at the start.
+bool cudnn_takes_shape(const Tensor& q, const Tensor& k, bool causal) {
+  static std::mutex mu;
+  static std::set<std::vector<int64_t>> taken;
+  static const size_t budget = [] {
+    const char* v = std::getenv("RSD_CUDNN_SHAPES");
+    return v == nullptr ? size_t{4} : static_cast<size_t>(std::strtoull(v, nullptr, 10));
+  }();
+  std::vector<int64_t> key{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3),
+                           causal ? 1 : 0, static_cast<int64_t>(q.scalar_type()),
+                           q.get_device()};
+  for (const Tensor* t : {&q, &k}) {
+    for (int64_t st : t->strides()) key.push_back(st);
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  if (taken.count(key) > 0) return true;
+  if (taken.size() >= budget) return false;
+  taken.insert(key);
+  return true;
+}
+
 // CPU: the flash kernel (any float dtype). CUDA, fp16/bf16: cuDNN's attention where libtorch
 // would choose it for this call (on an H100/H200 at Llama-3-8B's heads it ran forward + backward
 // in ~0.6 of flash's time), else flash with a head size up to 256 (there is never dropout here).
@@ -93,7 +121,8 @@ Kernel kernel_for(const Tensor& q, const Tensor& k, const Tensor& v, bool causal
       break;
   }
   int64_t choice = at::_fused_sdp_choice(q, k, v, std::nullopt, 0.0, causal, scale, true);
-  return choice == kSdpCudnn ? Kernel::CudaCudnn : Kernel::CudaFlash;
+  return choice == kSdpCudnn && cudnn_takes_shape(q, k, causal) ? Kernel::CudaCudnn
+                                                                : Kernel::CudaFlash;
 }
 
 // Whether the kernel takes K/V at fewer heads than q in one call (else the fold and the loop over

@@ -16,7 +16,9 @@
 //! **Kernels.** CPU: `_scaled_dot_product_flash_attention_for_cpu`. CUDA, fp16/bf16 with a
 //! head_dim of at most 256: the kernel libtorch's `scaled_dot_product_attention` would pick for the
 //! call, cuDNN's (`_scaled_dot_product_cudnn_attention`, Hopper and Blackwell; LSE `[B, H, Lq, 1]`)
-//! or flash (`_scaled_dot_product_flash_attention`, elsewhere; LSE `[B, H, Lq]`);
+//! or flash (`_scaled_dot_product_flash_attention`, elsewhere; LSE `[B, H, Lq]`); cuDNN only for
+//! shapes it has taken before or while fewer than `RSD_CUDNN_SHAPES` (4) have gone to it, since
+//! it builds a plan per shape and perturbed suffixes change shape every step;
 //! `RSD_ATTENTION_KERNEL=flash|cudnn` forces one. Otherwise `_scaled_dot_product_efficient_attention`
 //! (fp32; its LSE is padded to a multiple of 32 rows and cut back). A head_dim that is not a
 //! multiple of 8 is zero-padded to one for flash and memory-efficient, exactly (zero columns change

@@ -120,7 +120,7 @@ pub(super) fn short_context_logprobs(
                     local += cn;
                 }
             }
-            (Tensor::f_from_slice(&flat)?.f_to_device(device)?, l, jobs)
+            (super::upload(&flat, device)?, l, jobs)
         }
     };
     let w = model.lm_head_weight();
@@ -149,7 +149,7 @@ pub(super) fn short_context_logprobs(
         }
         let n = group.len() as i64;
         let idx =
-            |v: &[i64]| -> Result<Tensor> { Ok(Tensor::f_from_slice(v)?.f_to_device(device)?) };
+            |v: &[i64]| -> Result<Tensor> { super::upload(v, device) };
         let x = tokens
             .f_index_select(0, &idx(&gather)?)?
             .f_view([n, width])?;

@@ -95,18 +95,39 @@ impl<'a> Head<'a> {
     fn backward(&mut self, g: &Tensor, x: &Tensor, mut dx: Tensor) -> Result<()> {
         let g = g.f_to_kind(self.kind)?;
         let _ = dx.f_addmm_(&g, self.weight)?;
+        let gt = g.f_tr()?;
         if self.kind == self.loss_kind {
-            let _ = self.grad.f_addmm_(&g.f_tr()?, x)?;
-        } else {
+            let _ = self.grad.f_addmm_(&gt, x)?;
+        } else if !(x.device().is_cuda() && accumulate_in_fp32(&self.grad, &gt, x)) {
             let _ = self
                 .grad
-                .f_add_(&g.f_tr()?.f_matmul(x)?.f_to_kind(self.loss_kind)?)?;
+                .f_add_(&gt.f_matmul(x)?.f_to_kind(self.loss_kind)?)?;
         }
         Ok(())
     }
 
     fn weights(&self, n: i64, v: f64, device: tch::Device) -> Result<Tensor> {
         Ok(Tensor::f_full([n], v, (self.loss_kind, device))?)
+    }
+}
+
+/// Whether the half-precision product `a b` could be added to the fp32 `acc` in place by one
+/// matrix multiply with an fp32 output (`addmm` with `out_dtype`, libtorch ≥ 2.8 on CUDA): the
+/// `[vocab × d]` product is then neither rounded to half precision nor materialised and upcast
+/// (three passes over the LM head's size per loss chunk). Where libtorch refuses it, the caller
+/// takes the plain path, and this is not tried again.
+fn accumulate_in_fp32(acc: &Tensor, a: &Tensor, b: &Tensor) -> bool {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static REFUSED: AtomicBool = AtomicBool::new(false);
+    if REFUSED.load(Ordering::Relaxed) {
+        return false;
+    }
+    match acc.f_addmm_dtype_out(acc, a, b, acc.kind()) {
+        Ok(_) => true,
+        Err(_) => {
+            REFUSED.store(true, Ordering::Relaxed);
+            false
+        }
     }
 }
 
@@ -178,9 +199,7 @@ impl<'a> RowLoss<'a> {
             Some(v) if inp.opts.objective == Objective::Rsd && v.kl_rows > 0 => {
                 let m: Vec<f64> = v.kl_mask.iter().map(|&x| x as u8 as f64).collect();
                 Some((
-                    Tensor::f_from_slice(&m)?
-                        .f_to_kind(head.loss_kind)?
-                        .f_to_device(device)?,
+                    super::upload(&m, device)?.f_to_kind(head.loss_kind)?,
                     v.kl_norm,
                 ))
             }
@@ -410,5 +429,30 @@ fn kl_rows(
             let _ = logp.f_mul_(&w)?;
             Ok((kl, logp))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// On CUDA: the LM head's gradient accumulates a bf16 product into fp32 in one multiply, and
+    /// the sum is the fp32 product's (to bf16's input rounding). `scripts/gpu-check.sh` runs the
+    /// library's `cuda_` tests on a GPU; here, without one, it returns at once.
+    #[test]
+    fn cuda_head_gradient_accumulates_in_fp32() {
+        if !tch::Cuda::is_available() {
+            eprintln!("no CUDA device: skipped");
+            return;
+        }
+        let dev = tch::Device::Cuda(0);
+        tch::manual_seed(3);
+        let a = Tensor::randn([64, 48], (Kind::Float, dev)).to_kind(Kind::BFloat16);
+        let b = Tensor::randn([48, 32], (Kind::Float, dev)).to_kind(Kind::BFloat16);
+        let acc = Tensor::randn([64, 32], (Kind::Float, dev));
+        let want = &acc + a.to_kind(Kind::Float).matmul(&b.to_kind(Kind::Float));
+        assert!(accumulate_in_fp32(&acc, &a, &b), "addmm with an fp32 output was refused");
+        let err = (&acc - &want).abs().max().double_value(&[]);
+        assert!(err < 1e-3, "max |Δ| {err}");
     }
 }

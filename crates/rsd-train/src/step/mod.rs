@@ -104,6 +104,20 @@ pub fn long_ce_weights(model: &Model, mb: &MicroBatch, lc: LongCe, chunk: i64) -
     })
 }
 
+/// Host values as a tensor on `device`, without making the host wait for the device: on CUDA the
+/// values are staged in pinned memory and copied asynchronously on the current stream (a copy from
+/// pageable memory waits for every kernel queued before it, a synchronisation inside the step; the
+/// caching host allocator keeps the staging buffer until the copy has run). Elsewhere a plain copy.
+pub(crate) fn upload<T: tch::kind::Element>(values: &[T], device: tch::Device) -> Result<Tensor> {
+    let t = Tensor::f_from_slice(values)?;
+    Ok(match device {
+        tch::Device::Cuda(_) => t
+            .f_pin_memory(device)?
+            .f_to_device_(device, t.kind(), true, false)?,
+        _ => t.f_to_device(device)?,
+    })
+}
+
 /// The label that carries no loss, as the tensors hold it.
 const IGNORE: i64 = rsd_loader::IGNORE_INDEX as i64;
 
@@ -359,9 +373,7 @@ impl MicroBatch {
         }
         let flat = |v: &[Vec<i64>]| -> Result<Tensor> {
             let f: Vec<i64> = v.iter().flatten().copied().collect();
-            Ok(Tensor::f_from_slice(&f)?
-                .f_view([b as i64, l as i64])?
-                .f_to_device(device)?)
+            Ok(upload(&f, device)?.f_view([b as i64, l as i64])?)
         };
         let label_tokens = labels.iter().flatten().filter(|&&x| x != IGNORE).count() as i64;
         Ok(MicroBatch {

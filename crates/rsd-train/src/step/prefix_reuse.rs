@@ -121,9 +121,7 @@ pub(super) fn pos_tensor(rows: &[Vec<i64>], device: tch::Device) -> Result<Tenso
         rows.first().map_or(0, |r| r.len()) as i64,
     );
     let flat: Vec<i64> = rows.iter().flatten().copied().collect();
-    Ok(Tensor::f_from_slice(&flat)?
-        .f_view([b, l])?
-        .f_to_device(device)?)
+    Ok(super::upload(&flat, device)?.f_view([b, l])?)
 }
 
 impl<'a> Plan<'a> {
@@ -266,7 +264,7 @@ impl<'a> Plan<'a> {
             mb.tokens.shallow_clone()
         } else {
             mb.tokens
-                .f_index_select(0, &Tensor::f_from_slice(rows)?.f_to_device(device)?)?
+                .f_index_select(0, &super::upload(rows, device)?)?
         };
         self.perturbed.push(PerturbedPass {
             prefix_row: 0,
@@ -417,9 +415,7 @@ impl<'a> Plan<'a> {
             passes.push(PerturbedPass {
                 prefix_row: b as i64,
                 start: p,
-                tokens: Tensor::f_from_slice(&tok)?
-                    .f_view([1, count])?
-                    .f_to_device(device)?,
+                tokens: super::upload(&tok, device)?.f_view([1, count])?,
                 rotary: self.model.rotary(&pos_tensor(&[pos], device)?)?,
                 doc_bounds: None,
                 suffix: Some(SuffixPieces {
@@ -725,7 +721,7 @@ fn aligned_suffix(ctx: &CpPlan<'_>, sp: &SuffixPieces, h: &Tensor, hs: &Tensor) 
     let device = h.device();
     let send = h
         .f_squeeze_dim(0)?
-        .f_index_select(0, &Tensor::f_from_slice(&send)?.f_to_device(device)?)?;
+        .f_index_select(0, &super::upload(&send, device)?)?;
     let received = cp.group().all_to_all_autograd(&send)?;
     // Row i ≥ P of this rank's chunks arrived in block `suf_owner(i)`, after the earlier rows
     // of that block (this rank's chunks are in row order).
@@ -747,7 +743,7 @@ fn aligned_suffix(ctx: &CpPlan<'_>, sp: &SuffixPieces, h: &Tensor, hs: &Tensor) 
         }
         if start + rows_in > shared_end {
             let index: Vec<i64> = (shared_end..start + rows_in).map(&mut place).collect();
-            let index = Tensor::f_from_slice(&index)?.f_to_device(device)?;
+            let index = super::upload(&index, device)?;
             parts.push(received.f_index_select(0, &index)?.f_unsqueeze(0)?);
         }
         at += rows_in;
