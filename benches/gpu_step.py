@@ -83,7 +83,16 @@ def median_after(values, warmup):
     return statistics.median(kept)
 
 
-def run_rsd(args, cfg_path, L, objective, out):
+def parse_variant(s):
+    """NAME:KEY=VALUE[,KEY=VALUE…] -> (NAME, {KEY: VALUE})."""
+    name, _, assignments = s.partition(":")
+    env = dict(a.split("=", 1) for a in assignments.split(",") if "=" in a)
+    if not name or not env:
+        raise argparse.ArgumentTypeError(f"--variant {s!r}: expected NAME:KEY=VALUE[,KEY=VALUE…]")
+    return name, env
+
+
+def run_rsd(args, cfg_path, L, objective, out, env=None):
     cmd = [str(Path(args.bin) / "rsd-train"), "--config", str(REPO / "configs/llama3-8b-64k.toml"),
            "--init", str(cfg_path), "--shards", str(shards_for(args.data, L)),
            "--dp", "1", "--cp", "1", "--shard-optimizer", "false", "--doc-mask", "false",
@@ -93,7 +102,7 @@ def run_rsd(args, cfg_path, L, objective, out):
            "--save-every", "0", "--save-at-end", "false", "--profile", "--out", str(out)]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})})
     if p.returncode != 0:
         sys.exit(f"gpu_step: rsd-train failed ({p.returncode}):\n{' '.join(cmd)}\n{p.stderr[-4000:]}")
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -219,6 +228,11 @@ def main():
     ap.add_argument("--torch-profile", action="store_true", help="torch.profiler's table of one reference step")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads for both (0 = default)")
     ap.add_argument("--peak-tflops", type=float, default=0.0, help="the card's dense bf16 peak (default: by name)")
+    ap.add_argument("--variant", action="append", type=parse_variant, default=[],
+                    help="NAME:KEY=VALUE[,…]: rsd-train's runs again with these environment variables "
+                         "(e.g. flash:RSD_ATTENTION_KERNEL=flash), reported as 'rsd OBJECTIVE (NAME)'")
+    ap.add_argument("--no-reference", action="store_true",
+                    help="rsd-train only (ratios are then to the first rsd run)")
     ap.add_argument("--json", type=Path, help="write every measurement here")
     args = ap.parse_args()
     if args.warmup >= args.steps:
@@ -237,9 +251,13 @@ def main():
             shape = {"config": str(cfg_path), "layers": layers, "L": L, "model_flops": flops, "runs": {}}
             for objective in args.objectives.split(","):
                 shape["runs"][f"rsd {objective}"] = run_rsd(args, arch, L, objective, Path(tmp) / objective)
-            shape["runs"]["reference"] = run_reference(args, c, L, compiled=False)
-            if args.compile:
-                shape["runs"]["reference compiled"] = run_reference(args, c, L, compiled=True)
+                for name, env in args.variant:
+                    shape["runs"][f"rsd {objective} ({name})"] = run_rsd(
+                        args, arch, L, objective, Path(tmp) / f"{objective}-{name}", env)
+            if not args.no_reference:
+                shape["runs"]["reference"] = run_reference(args, c, L, compiled=False)
+                if args.compile:
+                    shape["runs"]["reference compiled"] = run_reference(args, c, L, compiled=True)
         results["shapes"].append(shape)
         report(shape, peak)
     if args.json:
@@ -248,15 +266,16 @@ def main():
 
 def report(shape, peak):
     runs, flops = shape["runs"], shape["model_flops"]
-    ref = runs["reference"]
+    ref = runs.get("reference") or next(iter(runs.values()))
     print(f"## {Path(shape['config']).stem} × {shape['layers']} layers, L = {shape['L']}\n")
-    print("| run | s/step | TFLOP/s | MFU | peak memory | ÷ reference (time) | ÷ reference (memory) |")
+    against = "reference" if "reference" in runs else next(iter(runs))
+    print(f"| run | s/step | TFLOP/s | MFU | peak memory | ÷ {against} (time) | ÷ {against} (memory) |")
     print("|---|---|---|---|---|---|---|")
     for name, r in runs.items():
         s = r["step_s"]
         # The rsd objective does more than a standard step's model FLOPs: TFLOP/s and MFU are
         # stated for standard steps only.
-        if name == "rsd rsd":
+        if name.startswith("rsd rsd"):
             tf, mfu = "—", "—"
         else:
             tflops = flops / s / 1e12

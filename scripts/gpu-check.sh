@@ -41,6 +41,7 @@
 #   RSD_GPU_CHECK_BENCH=only     # steps 1-3, then step 11 alone: the speed benchmark first
 #   RSD_GPU_CHECK_BENCH_SHAPES="llama3-8b:32768 qwen3-4b:65536"   # step 11's shapes (4 layers)
 #   RSD_GPU_CHECK_BENCH_STEPS=8  # step 11's steps per run (the first 2 left out of medians)
+#   RSD_GPU_CHECK_BENCH_VARIANTS=0   # skip step 11's kernel variants (flash only; cuDNN for every shape)
 # docs/GPU.md says what has passed; docs/NOTES.md records each session's run: what passed, what
 # failed, what was fixed.
 set -euo pipefail
@@ -151,6 +152,15 @@ bench() {
   "$py" benches/gpu_step.py --bin "$bin" --data "$data" --device cuda "${shapes[@]}" \
     --steps "${RSD_GPU_CHECK_BENCH_STEPS:-8}" --warmup 2 --compile --torch-profile \
     --json "$keep/gpu-step.json" | tee "$keep/gpu-step.md"
+  if [ "${RSD_GPU_CHECK_BENCH_VARIANTS:-1}" != 0 ]; then
+    # Which attention kernel the perturbed suffixes (a new shape every step) should use: flash
+    # everywhere, and cuDNN for every shape (a plan built per new shape), against the default.
+    "$py" benches/gpu_step.py --bin "$bin" --data "$data" --device cuda \
+      --shape configs/model/llama3-8b.json:4:32768 --steps "${RSD_GPU_CHECK_BENCH_STEPS:-8}" \
+      --warmup 2 --no-reference --variant flash:RSD_ATTENTION_KERNEL=flash \
+      --variant cudnn-every-shape:RSD_CUDNN_SHAPES=1000000000 \
+      --json "$keep/gpu-step-kernels.json" | tee "$keep/gpu-step-kernels.md"
+  fi
 }
 if [ -n "$bench_only" ]; then
   bench

@@ -104,3 +104,25 @@ def test_nothing_is_saved_at_the_end_of_a_benchmark_run(tmp_path, bench_run):
     assert "not saved: save_at_end = false" in res.stderr, res.stderr
     lines = (d / "run" / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 2 and "phases" not in json.loads(lines[0])  # profile is off by default
+
+
+def test_variants_rerun_rsd_with_their_environment_and_bad_ones_are_refused(tmp_path):
+    d = tmp_path
+    run("rsd-data", "pack", "--len", "128", "--src", REPO / "corpus" / "books", "--tokenizer",
+        REPO / "assets" / "tokenizers" / "mini-1k" / "tokenizer.json", "--out", d / "data" / "shards-128")
+    config = json.loads((REPO / "configs" / "model" / "tiny-qwen3-64.json").read_text())
+    config.update(vocab_size=1024, bos_token_id=0, eos_token_id=0)
+    (d / "tiny.json").write_text(json.dumps(config))
+    base = [sys.executable, str(BENCH), "--bin", str(BIN_DIR), "--data", str(d / "data"), "--device", "cpu",
+            "--dtype", "fp32", "--shape", f"{d / 'tiny.json'}:2:128", "--steps", "2", "--warmup", "1",
+            "--threads", "1", "--objectives", "standard", "--no-reference"]
+    p = subprocess.run(base + ["--variant", "flash:RSD_ATTENTION_KERNEL=flash", "--json", str(d / "v.json")],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    runs = json.loads((d / "v.json").read_text())["shapes"][0]["runs"]
+    assert set(runs) == {"rsd standard", "rsd standard (flash)"}
+    assert "÷ rsd standard (time)" in p.stdout, p.stdout
+    bad = subprocess.run(base + ["--variant", "flash"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "expected NAME:KEY=VALUE" in bad.stderr, bad.stderr
+    missing = subprocess.run(base[:5] + [str(d / "nowhere")] + base[6:], capture_output=True, text=True)
+    assert missing.returncode != 0 and "no shards for L=128" in missing.stderr, missing.stderr

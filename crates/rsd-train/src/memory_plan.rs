@@ -702,19 +702,16 @@ fn gradient_buckets(s: &Shape, items: &mut Vec<PlanItem>) {
     }
 }
 
-/// The optimizer update: the gradient norm upcasts each gradient to fp64 and squares it;
-/// AdamW's arithmetic holds about three fp32 temporaries of the parameter it updates.
+/// The optimizer update: the gradient norm reads each gradient where it is (a reduction, no
+/// copy); the fused AdamW kernel runs in the state's dtype, so a half-precision model's gradient
+/// is copied to fp32 one parameter at a time (replicated; a sharded bucket's summed gradient is
+/// fp32 already); sharded, each bucket's new parameters are all-gathered whole.
 fn update_temporaries(p: &PlanInput, s: &Shape, items: &mut Vec<PlanItem>) {
     let (params, sharded) = (s.params, s.sharded);
-    let update_elems = if sharded {
-        s.bucket_elems.min(params).div_ceil(s.world)
+    let upcast = if !sharded && s.b < 4 {
+        4 * s.w.largest.min(params)
     } else {
-        s.w.largest.min(params)
-    };
-    let norm_elems = if sharded {
-        update_elems
-    } else {
-        s.w.largest.min(params)
+        0
     };
     // Sharded, each bucket's new parameters are all-gathered whole in the model's dtype (Gloo
     // gathers through a copy of its own).
@@ -727,16 +724,16 @@ fn update_temporaries(p: &PlanInput, s: &Shape, items: &mut Vec<PlanItem>) {
         items,
         "update temporaries",
         Category::OptimizerUpdate,
-        (2 * 8 * norm_elems).max(3 * 4 * update_elems).max(gather),
-        format!(
-            "the largest of the gradient norm's 2 fp64 copies of {norm_elems} elements, \
-             AdamW's 3 fp32 temporaries of {update_elems}{}",
-            if sharded {
-                " and the all-gathered bucket of new parameters"
-            } else {
-                ""
-            }
-        ),
+        upcast.max(gather),
+        match (sharded, upcast > 0) {
+            (true, _) => "the all-gathered bucket of new parameters".into(),
+            (false, true) => format!(
+                "the fp32 copy of the largest parameter's gradient ({} elements) the fused AdamW \
+                 kernel reads",
+                s.w.largest.min(params)
+            ),
+            (false, false) => "none: the fused AdamW kernel reads the gradients in place".into(),
+        },
     );
 }
 

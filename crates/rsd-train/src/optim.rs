@@ -199,35 +199,30 @@ impl AdamW {
         })
     }
 
-    /// One update at learning rate `lr` from the parameters' current gradients.
+    /// One update at learning rate `lr` from the parameters' current gradients. One fused call
+    /// per parameter, so that one parameter's gradient exists in fp32 at a time (as the memory
+    /// plan counts), not every parameter's at once.
     pub fn step(&mut self, lr: f64) -> Result<()> {
         self.steps += 1;
         let update = Update::new(&self.cfg, lr, self.steps);
         tch::no_grad(|| -> Result<()> {
-            let (mut p, mut g, mut m, mut v) = (vec![], vec![], vec![], vec![]);
-            for s in &self.slots {
-                let grad = s.param.grad();
-                if !grad.defined() {
+            for s in &mut self.slots {
+                let g = s.param.grad();
+                if !g.defined() {
                     continue;
                 }
-                let mut target = match &s.master {
+                let mut p = match &s.master {
                     Some(m) => m.shallow_clone(),
                     None => s.param.shallow_clone(),
                 };
                 if s.decay {
-                    update.decay(&mut target)?;
+                    update.decay(&mut p)?;
                 }
-                p.push(target);
-                g.push(grad.f_to_kind(s.m.kind())?);
-                m.push(s.m.shallow_clone());
-                v.push(s.v.shallow_clone());
-            }
-            update.apply(&p, &g, &m, &v)?;
-            for s in &mut self.slots {
-                if let Some(master) = &s.master {
-                    if s.param.grad().defined() {
-                        s.param.f_copy_(master)?;
-                    }
+                let one = |t: &Tensor| [t.shallow_clone()];
+                let g = g.f_to_kind(s.m.kind())?;
+                update.apply(&one(&p), &[g], &one(&s.m), &one(&s.v))?;
+                if s.master.is_some() {
+                    s.param.f_copy_(&p)?;
                 }
             }
             Ok(())

@@ -147,20 +147,46 @@ pub struct Trainer {
 }
 
 /// The device this rank trains on: the config's, where `device = "cuda"` in a multi-process run
-/// means each rank's own GPU, as torchrun scripts use `cuda:LOCAL_RANK` (an explicit `cuda:N` is
-/// taken as written). An error when that device is not there.
+/// means each rank's own GPU ([`local_gpu`]; an explicit `cuda:N` is taken as written). An
+/// error when that device is not there.
 pub fn rank_device(cfg: &TrainConfig) -> Result<tch::Device> {
-    let mut device = rsd_model::parse_device(&cfg.device)?;
-    if cfg.device == "cuda" {
-        if let Some(local) = std::env::var("LOCAL_RANK")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-        {
-            device = tch::Device::Cuda(local);
+    let local = std::env::var("LOCAL_RANK")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok());
+    let device = match local {
+        Some(local) if cfg.device == "cuda" => {
+            local_gpu(local, tch::Cuda::device_count().max(0) as usize)?
         }
-    }
+        _ => rsd_model::parse_device(&cfg.device)?,
+    };
     rsd_model::check_device(device)?;
     Ok(device)
+}
+
+/// The GPU of the rank with node-local rank `local` in a process that sees `visible` GPUs:
+/// - several visible (torchrun, or SLURM with every GPU of the node given to each task): the
+///   node's GPU number `local`, `cuda:LOCAL_RANK`;
+/// - one visible (SLURM with `--gpus-per-task=1`, where each task's `CUDA_VISIBLE_DEVICES` names
+///   its own GPU): that one, `cuda:0`, whatever the local rank.
+///
+/// More local ranks than visible GPUs is an error that says what to change.
+pub fn local_gpu(local: usize, visible: usize) -> Result<tch::Device> {
+    match visible {
+        0 => Err(Error::Input(format!(
+            "device = \"cuda\" on local rank {local}, but this process sees no CUDA device \
+             (CUDA_VISIBLE_DEVICES={})",
+            std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_else(|_| "unset".into())
+        ))),
+        1 => Ok(tch::Device::Cuda(0)),
+        n if local < n => Ok(tch::Device::Cuda(local)),
+        n => Err(Error::Input(format!(
+            "device = \"cuda\" on local rank {local}, but this process sees {n} GPUs \
+             (CUDA_VISIBLE_DEVICES={}): start at most {n} ranks per node (torchrun \
+             --nproc-per-node), give each task its own GPU (srun --gpus-per-task=1), or name \
+             the device (device = \"cuda:N\")",
+            std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_else(|_| "unset".into())
+        ))),
+    }
 }
 
 /// The steps `epochs` passes over datasets of `rows` packed samples take at `rows_per_step` rows
@@ -1179,7 +1205,32 @@ mod fault {
 
 #[cfg(test)]
 mod tests {
-    use super::loss_means;
+    use super::{local_gpu, loss_means};
+
+    #[test]
+    fn a_rank_gets_its_node_gpu_or_the_one_its_task_sees() {
+        use tch::Device::Cuda;
+        // torchrun: every GPU of the node visible, one rank per GPU.
+        for local in 0..8 {
+            assert_eq!(local_gpu(local, 8).unwrap(), Cuda(local));
+        }
+        // SLURM --gpus-per-task=1: each task sees its one GPU, whatever its local rank.
+        for local in 0..8 {
+            assert_eq!(local_gpu(local, 1).unwrap(), Cuda(0));
+        }
+        // More ranks than GPUs, or none: errors that say what to change.
+        let err = local_gpu(4, 4).unwrap_err().to_string();
+        assert!(
+            err.contains("local rank 4") && err.contains("sees 4 GPUs"),
+            "{err}"
+        );
+        assert!(
+            err.contains("--gpus-per-task=1") && err.contains("cuda:N"),
+            "{err}"
+        );
+        let err = local_gpu(0, 0).unwrap_err().to_string();
+        assert!(err.contains("no CUDA device"), "{err}");
+    }
 
     #[test]
     fn loss_means_average_a_tenth_of_the_steps_at_each_end() {

@@ -148,8 +148,7 @@ pub(super) fn short_context_logprobs(
             to.extend((win.first..win.end).map(|p| dst + p - win.first));
         }
         let n = group.len() as i64;
-        let idx =
-            |v: &[i64]| -> Result<Tensor> { super::upload(v, device) };
+        let idx = |v: &[i64]| -> Result<Tensor> { super::upload(v, device) };
         let x = tokens
             .f_index_select(0, &idx(&gather)?)?
             .f_view([n, width])?;

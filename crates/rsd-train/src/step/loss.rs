@@ -451,7 +451,10 @@ mod tests {
         let b = Tensor::randn([48, 32], (Kind::Float, dev)).to_kind(Kind::BFloat16);
         let acc = Tensor::randn([64, 32], (Kind::Float, dev));
         let want = &acc + a.to_kind(Kind::Float).matmul(&b.to_kind(Kind::Float));
-        assert!(accumulate_in_fp32(&acc, &a, &b), "addmm with an fp32 output was refused");
+        assert!(
+            accumulate_in_fp32(&acc, &a, &b),
+            "addmm with an fp32 output was refused"
+        );
         let err = (&acc - &want).abs().max().double_value(&[]);
         assert!(err < 1e-3, "max |Δ| {err}");
     }

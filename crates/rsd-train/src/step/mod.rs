@@ -111,9 +111,10 @@ pub fn long_ce_weights(model: &Model, mb: &MicroBatch, lc: LongCe, chunk: i64) -
 pub(crate) fn upload<T: tch::kind::Element>(values: &[T], device: tch::Device) -> Result<Tensor> {
     let t = Tensor::f_from_slice(values)?;
     Ok(match device {
-        tch::Device::Cuda(_) => t
-            .f_pin_memory(device)?
-            .f_to_device_(device, t.kind(), true, false)?,
+        tch::Device::Cuda(_) => {
+            t.f_pin_memory(device)?
+                .f_to_device_(device, t.kind(), true, false)?
+        }
         _ => t.f_to_device(device)?,
     })
 }

@@ -263,8 +263,7 @@ impl<'a> Plan<'a> {
         let tokens = if rows.len() == mb.rows() {
             mb.tokens.shallow_clone()
         } else {
-            mb.tokens
-                .f_index_select(0, &super::upload(rows, device)?)?
+            mb.tokens.f_index_select(0, &super::upload(rows, device)?)?
         };
         self.perturbed.push(PerturbedPass {
             prefix_row: 0,
