@@ -1,10 +1,12 @@
 //! The attention kernels on a CUDA device against the materialised reference on the CPU in fp64:
 //! flash attention (bf16, fp16), memory-efficient attention (fp32), a head size not a multiple of
-//! 8 (zero-padded), GQA, a key prefix, documents. Values and the gradients of q, k, v.
+//! 8 (zero-padded), GQA, a key prefix, documents. Values and the gradients of q, k, v. And the
+//! fused RMSNorm the model uses in half precision on CUDA.
 //!
 //! Every test returns at once, saying so, where libtorch sees no CUDA device: the CPU suite builds
 //! these and `scripts/gpu-check.sh` runs them on a GPU machine.
 use rsd_model::attention::{attend_documents, attend_reference};
+use rsd_model::model::rms_norm;
 use rsd_model::{DocBoundaries, KvBlock, Mask};
 use tch::{Device, Kind, Tensor};
 
@@ -242,6 +244,43 @@ fn the_same_comparison_on_the_cpu_holds_which_checks_this_files_reference() {
         for (what, err) in compare(&case, Kind::Float, Device::Cpu) {
             assert!(err <= FP32, "cpu fp32: {what} differs by {err:.3e}");
         }
+    }
+}
+
+/// RMSNorm in bf16 on CUDA runs libtorch's fused kernel (`rsd_model::model::rms_norm`): its
+/// values and gradients (input and weight) against the fp64 inputs through the eager path on the
+/// CPU, within bf16's precision.
+#[test]
+fn the_fused_rms_norm_matches_the_eager_reference() {
+    let Some(device) = cuda() else { return };
+    tch::manual_seed(11);
+    let x0 = Tensor::randn([3, 17, 256], (Kind::Double, Device::Cpu));
+    let w0 = Tensor::randn([256], (Kind::Double, Device::Cpu)) * 0.1 + 1.0;
+    let g0 = Tensor::randn([3, 17, 256], (Kind::Double, Device::Cpu));
+    let leaf = |t: &Tensor| {
+        t.to_device(device)
+            .to_kind(Kind::BFloat16)
+            .set_requires_grad(true)
+    };
+    let (x, w) = (leaf(&x0), leaf(&w0));
+    let y = rms_norm(&x, &w, 1e-5).expect("fused rms_norm");
+    (y.to_kind(Kind::Float) * g0.to_device(device).to_kind(Kind::Float))
+        .sum(Kind::Float)
+        .backward();
+    let (xr, wr) = (
+        x0.copy().set_requires_grad(true),
+        w0.copy().set_requires_grad(true),
+    );
+    let yr = rms_norm(&xr, &wr, 1e-5).expect("eager rms_norm");
+    (&yr * &g0).sum(Kind::Double).backward();
+    for (what, got, want, tol) in [
+        ("values", &y, &yr, BF16),
+        ("d input", &x.grad(), &xr.grad(), 2.0 * BF16),
+        ("d weight", &w.grad(), &wr.grad(), 2.0 * BF16),
+    ] {
+        let err = rel_err(got, want);
+        eprintln!("fused rms_norm {what}: {err:.2e}");
+        assert!(err <= tol, "fused rms_norm {what} differs by {err:.3e}");
     }
 }
 
