@@ -9,6 +9,9 @@
 * a rank that fails makes the launcher stop the others and exit non-zero naming it, in seconds;
 * Ctrl-C reaches every rank, rank 0 checkpoints, exit 130;
 * a 2-rank checkpoint resumes with 2 ranks or 1 to the losses of an uninterrupted run;
+* ranks that would resume different checkpoints (one host's lagging view, by a fault hook) all
+  refuse, naming both steps; a rank that fails to load the checkpoint stops every rank at once,
+  also when the ranks were started by hand with no launcher to stop the others;
 * a global batch the ranks cannot share equally is refused, saying what to set.
 
 Measured (tiny Qwen3, 3 steps of rsd, 2 CPU cores): each rank sums its own micro-batches'
@@ -272,3 +275,55 @@ def test_the_paper_configs_print_a_memory_plan_that_fits_their_gpus():
             "--print-memory-plan", check=False)
     assert p.returncode != 0 and "config.json: not found" in p.stderr, p.stderr
     assert "--arch path/to/config.json" in p.stderr, p.stderr
+
+def two_checkpoints(shards, out):
+    """A 2-rank run with checkpoints at steps 2 and 3 (the run stopped at 2, then at 3)."""
+    args = train_args(shards, out, "--tokens-per-step", 256, steps=6)
+    run("rsd-train", *args, "--stop-at", 2, "--nproc", 2, check=False)
+    run("rsd-train", *args, "--stop-at", 3, "--nproc", 2, "--resume", check=False)
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000002", "step-00000003"]
+    return args
+
+
+def test_ranks_that_would_resume_different_checkpoints_all_refuse(shards, tmp_path):
+    """Rank 1 sees an older checkpoint (a lagging view of a shared run directory, by the fault
+    hook): every rank stops, naming both steps, before anything is trained."""
+    out = tmp_path / "run"
+    args = two_checkpoints(shards, out)
+    lines = len(metrics(out))
+    p = run("rsd-train", *args, "--nproc", 2, "--resume", "auto", check=False, timeout=120,
+            env={"RSD_TRAIN_FAULT_OLDER_CHECKPOINT_RANK": "1"})
+    assert p.returncode != 0
+    for rank in (0, 1):
+        assert f"[rank {rank}] rsd-train: error: ranks disagree on where to start: rank 0 resumes " \
+               "step 3" in p.stderr, p.stderr
+    assert "rank 1 resumes step 2" in p.stderr and "step-00000002" in p.stderr, p.stderr
+    assert len(metrics(out)) == lines  # nothing trained
+    # Without the fault the same command resumes step 3 on both.
+    run("rsd-train", *args, "--nproc", 2, "--resume", "auto", "--stop-at", 4, check=False)
+    assert [r["step"] for r in metrics(out)][-1] == 4
+
+
+def test_a_rank_that_cannot_load_the_checkpoint_stops_every_rank_at_once(shards, tmp_path):
+    """Ranks started by hand (as on several hosts, with no launcher to stop the others): rank 1
+    fails to load the checkpoint; rank 0 stops too, naming rank 1, long before its collective
+    timeout (300 s) would end it."""
+    import os
+    import socket
+
+    out = tmp_path / "run"
+    args = two_checkpoints(shards, out)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in (0, 1):
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
+               "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2",
+               "RSD_TRAIN_FAULT_LOAD_FAIL_RANK": "1"}
+        procs.append(subprocess.Popen([exe("rsd-train"), *map(str, args), "--resume", "auto"],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    errs = [p.communicate(timeout=120)[1] for p in procs]
+    assert all(p.returncode != 0 for p in procs), errs
+    assert "fault injection: rank 1 fails to load the checkpoint" in errs[1], errs[1]
+    assert "loading the checkpoint failed on rank 1" in errs[0] and "every rank stops" in errs[0], errs[0]

@@ -256,6 +256,66 @@ impl DataParallel {
         Ok(t.f_int64_value(&[0])? != 0)
     }
 
+    /// `result` on every rank when it holds on every rank. When `what` failed on any rank,
+    /// every rank stops now with an error (the failed ranks with their own, the others naming
+    /// them), instead of the others waiting in their next collective until its timeout. One
+    /// all-gather of a flag.
+    pub fn all_ok<T>(&self, what: &str, result: Result<T>) -> Result<T> {
+        let Some(g) = self.group() else {
+            return result;
+        };
+        let flag =
+            Tensor::f_from_slice(&[i64::from(result.is_err())])?.f_to_device(self.mesh.device())?;
+        let all = Vec::<i64>::try_from(&g.all_gather(&flag)?.f_to_device(tch::Device::Cpu)?)?;
+        let failed: Vec<String> = (0..all.len())
+            .filter(|&r| all[r] != 0)
+            .map(|r| r.to_string())
+            .collect();
+        match result {
+            Ok(_) if !failed.is_empty() => Err(Error::Input(format!(
+                "{what} failed on rank {} (its own message says why); every rank stops",
+                failed.join(", ")
+            ))),
+            other => other,
+        }
+    }
+
+    /// Stops every rank unless every rank starts from the same point as rank 0: the same
+    /// checkpoint (step and the sha256 of its manifest, which holds every file's checksum), or a
+    /// fresh start on all. Ranks resolve `--resume` on their own, before the mesh exists; a
+    /// shared filesystem whose view lags on one host, or a checkpoint one host failed to
+    /// validate, would otherwise make that rank resume another step, with other optimizer
+    /// blocks, data position and schedule.
+    pub fn agree_on_resume(&self, mine: &ResumePoint) -> Result<()> {
+        let Some(g) = self.group() else {
+            return Ok(());
+        };
+        let words = mine.words();
+        let t = Tensor::f_from_slice(&words)?.f_to_device(self.mesh.device())?;
+        let all = Vec::<i64>::try_from(&g.all_gather(&t)?.f_to_device(tch::Device::Cpu)?)?;
+        let points: Vec<ResumePoint> = all
+            .chunks(words.len())
+            .map(ResumePoint::from_words)
+            .collect();
+        let Some(other) = points.iter().position(|p| p != &points[0]) else {
+            return Ok(());
+        };
+        Err(Error::Input(format!(
+            "ranks disagree on where to start: rank 0 {}, rank {other} {}; this rank ({}) \
+             read {}. Every rank stops. A run directory on a shared filesystem whose view lags on \
+             some hosts, or a checkpoint that failed validation on one of them: wait and run \
+             again, or name the checkpoint for every rank (--resume DIR)",
+            points[0],
+            points[other],
+            self.rank(),
+            mine.path
+                .as_ref()
+                .map_or("no checkpoint (a fresh start)".into(), |p| p
+                    .display()
+                    .to_string()),
+        )))
+    }
+
     /// Waits until every rank gets here.
     pub fn barrier(&self) -> Result<()> {
         match self.group() {
@@ -402,5 +462,82 @@ mod tests {
                 assert_eq!(union, one, "micro_batch {micro_batch}, {n} ranks");
             }
         }
+    }
+}
+
+/// Where a rank starts: a checkpoint's step and the sha256 of its `manifest.json`, or a fresh
+/// start (step 0, no digest). Compared across ranks by [`DataParallel::agree_on_resume`]: equal
+/// when step and digest are (the path is where this rank read it, which may differ by host).
+#[derive(Debug, Clone)]
+pub struct ResumePoint {
+    /// The checkpoint's step; 0 for a fresh start.
+    pub step: u64,
+    /// sha256 of the checkpoint's manifest; zeros for a fresh start.
+    pub digest: [u8; 32],
+    /// Where this rank read it (not compared: paths differ between hosts).
+    pub path: Option<std::path::PathBuf>,
+}
+
+impl ResumePoint {
+    /// A fresh start.
+    pub fn fresh() -> Self {
+        ResumePoint {
+            step: 0,
+            digest: [0; 32],
+            path: None,
+        }
+    }
+
+    /// The step and manifest digest of the checkpoint in `dir`.
+    pub fn of_checkpoint(dir: &std::path::Path) -> Result<Self> {
+        let step = crate::checkpoint::read_state(dir)?.step;
+        let (_, digest) = crate::checkpoint::file_digest(&dir.join(crate::checkpoint::MANIFEST))?;
+        Ok(ResumePoint {
+            step,
+            digest,
+            path: Some(dir.to_path_buf()),
+        })
+    }
+
+    fn words(&self) -> Vec<i64> {
+        let mut w = vec![self.step as i64];
+        w.extend(
+            self.digest
+                .chunks(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap_or_default())),
+        );
+        w
+    }
+
+    fn from_words(w: &[i64]) -> Self {
+        let mut digest = [0u8; 32];
+        for (i, x) in w.iter().skip(1).take(4).enumerate() {
+            digest[8 * i..8 * i + 8].copy_from_slice(&x.to_le_bytes());
+        }
+        ResumePoint {
+            step: w.first().copied().unwrap_or(0) as u64,
+            digest,
+            path: None,
+        }
+    }
+}
+
+impl PartialEq for ResumePoint {
+    fn eq(&self, other: &ResumePoint) -> bool {
+        self.step == other.step && self.digest == other.digest
+    }
+}
+
+impl std::fmt::Display for ResumePoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.digest == [0; 32] {
+            return write!(f, "starts fresh");
+        }
+        write!(
+            f,
+            "resumes step {} (manifest sha256 {}…)",
+            self.step,
+            &rsd_common::hex(&self.digest)[..12]
+        )
     }
 }

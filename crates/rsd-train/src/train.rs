@@ -30,7 +30,7 @@ use crate::cp::CpBatch;
 use crate::data;
 use crate::memory_measure::{self as measure, Phase};
 use crate::optim::Schedule;
-use crate::parallel::DataParallel;
+use crate::parallel::{DataParallel, ResumePoint};
 use crate::perturb::{clip_doc_bounds, RowView, Sampler, Scope};
 use crate::step::{
     step_micro, GradsDone, LossNormalizers, MicroBatch, Objective, SecondView, StepExtras,
@@ -370,6 +370,54 @@ fn initial_model(cfg: &TrainConfig, options: ModelOptions) -> Result<Model> {
 }
 
 /// Model, state and loader of a checkpoint directory.
+/// The model, state and loader a run starts from: the checkpoint `resume` names, or a fresh
+/// model and loader. Every rank starts from rank 0's point or none starts
+/// ([`DataParallel::agree_on_resume`]), and a rank that fails to read the checkpoint stops
+/// every rank at once ([`DataParallel::all_ok`]).
+#[allow(clippy::type_complexity)]
+fn starting_point(
+    cfg: &TrainConfig,
+    options: ModelOptions,
+    resume: Option<&Path>,
+    dp: &DataParallel,
+) -> Result<(Model, Option<TrainState>, Loader)> {
+    let older = resume
+        .filter(|_| fault::older_checkpoint(dp.rank()))
+        .and_then(previous_checkpoint);
+    let resume = older.as_deref().or(resume);
+    let point = match resume {
+        Some(dir) => ResumePoint::of_checkpoint(dir),
+        None => Ok(ResumePoint::fresh()),
+    };
+    dp.agree_on_resume(&dp.all_ok("reading the checkpoint to resume", point)?)?;
+    Ok(match resume {
+        Some(dir) => {
+            let loaded = match fault::load_fails(dp.rank()) {
+                true => Err(Error::Input(format!(
+                    "fault injection: rank {} fails to load the checkpoint",
+                    dp.rank()
+                ))),
+                false => resumed(cfg, options, dir, dp),
+            };
+            let (model, st, loader) = dp.all_ok("loading the checkpoint", loaded)?;
+            (model, Some(st), loader)
+        }
+        None => (
+            initial_model(cfg, options)?,
+            None,
+            Loader::new(data::loader_config(cfg, dp.loader_parallel())?)?,
+        ),
+    })
+}
+
+/// The checkpoint of the same run before `dir` (`<run>/checkpoints/step-N`), if any.
+fn previous_checkpoint(dir: &Path) -> Option<PathBuf> {
+    let run = dir.parent()?.parent()?;
+    let all = checkpoint::list(run);
+    let i = all.iter().position(|(_, p)| p == dir)?;
+    i.checked_sub(1).map(|j| all[j].1.clone())
+}
+
 fn resumed(
     cfg: &TrainConfig,
     options: ModelOptions,
@@ -437,17 +485,7 @@ impl Trainer {
                 eprintln!("warning: {w}");
             }
         }
-        let (model, state, mut loader) = match resume {
-            Some(dir) => {
-                let (model, st, loader) = resumed(&cfg, options, dir, &dp)?;
-                (model, Some(st), loader)
-            }
-            None => (
-                initial_model(&cfg, options)?,
-                None,
-                Loader::new(data::loader_config(&cfg, dp.loader_parallel())?)?,
-            ),
-        };
+        let (model, state, mut loader) = starting_point(&cfg, options, resume, &dp)?;
         dp.broadcast_parameters(&model)?;
         measure::mark(Phase::Model);
         data::guard_vocabulary(&mut loader, model.config().vocab_size)?;
@@ -469,10 +507,12 @@ impl Trainer {
         let state = match state {
             Some(st) => {
                 let dir = resume.unwrap_or(&out);
-                let manifest = checkpoint::read_manifest(dir)?;
                 // Each rank verifies a share of the files against their checksums.
-                checkpoint::verify_checksums(dir, &manifest, dp.rank(), dp.world())?;
-                opt.load(dir, &manifest, st.step - st.skipped)?;
+                let loaded = checkpoint::read_manifest(dir).and_then(|manifest| {
+                    checkpoint::verify_checksums(dir, &manifest, dp.rank(), dp.world())?;
+                    opt.load(dir, &manifest, st.step - st.skipped)
+                });
+                dp.all_ok("verifying the checkpoint and loading the optimizer", loaded)?;
                 TrainState { schedule, ..st }
             }
             None => TrainState {
@@ -1200,6 +1240,37 @@ mod fault {
     #[cfg(not(feature = "fault-injection"))]
     pub fn fail_rank(_rank: usize) -> bool {
         false
+    }
+
+    /// `RSD_TRAIN_FAULT_OLDER_CHECKPOINT_RANK=K`: rank K resumes the checkpoint before the one it
+    /// was given, as a host whose view of a shared run directory lags would.
+    #[cfg(feature = "fault-injection")]
+    pub fn older_checkpoint(rank: usize) -> bool {
+        rank_named("RSD_TRAIN_FAULT_OLDER_CHECKPOINT_RANK", rank)
+    }
+
+    #[cfg(not(feature = "fault-injection"))]
+    pub fn older_checkpoint(_rank: usize) -> bool {
+        false
+    }
+
+    /// `RSD_TRAIN_FAULT_LOAD_FAIL_RANK=K`: rank K fails to load the checkpoint.
+    #[cfg(feature = "fault-injection")]
+    pub fn load_fails(rank: usize) -> bool {
+        rank_named("RSD_TRAIN_FAULT_LOAD_FAIL_RANK", rank)
+    }
+
+    #[cfg(not(feature = "fault-injection"))]
+    pub fn load_fails(_rank: usize) -> bool {
+        false
+    }
+
+    #[cfg(feature = "fault-injection")]
+    fn rank_named(var: &str, rank: usize) -> bool {
+        std::env::var(var)
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            == Some(rank)
     }
 }
 
