@@ -10,8 +10,8 @@
 * Ctrl-C reaches every rank, rank 0 checkpoints, exit 130;
 * a 2-rank checkpoint resumes with 2 ranks or 1 to the losses of an uninterrupted run;
 * ranks that would resume different checkpoints (one host's lagging view, by a fault hook) all
-  refuse, naming both steps; a rank that fails to load the checkpoint stops every rank at once,
-  also when the ranks were started by hand with no launcher to stop the others;
+  refuse, naming both steps; a rank that fails to load or to write a checkpoint stops every rank
+  at once, also when the ranks were started by hand with no launcher to stop the others;
 * a global batch the ranks cannot share equally is refused, saying what to set.
 
 Measured (tiny Qwen3, 3 steps of rsd, 2 CPU cores): each rank sums its own micro-batches'
@@ -308,22 +308,39 @@ def test_a_rank_that_cannot_load_the_checkpoint_stops_every_rank_at_once(shards,
     """Ranks started by hand (as on several hosts, with no launcher to stop the others): rank 1
     fails to load the checkpoint; rank 0 stops too, naming rank 1, long before its collective
     timeout (300 s) would end it."""
+    out = tmp_path / "run"
+    args = two_checkpoints(shards, out)
+    errs = two_ranks_by_hand([*args, "--resume", "auto"], {"RSD_TRAIN_FAULT_LOAD_FAIL_RANK": "1"})
+    assert "fault injection: rank 1 fails to load the checkpoint" in errs[1], errs[1]
+    assert "loading the checkpoint failed on rank 1" in errs[0] and "every rank stops" in errs[0], errs[0]
+
+
+def test_a_rank_that_cannot_write_the_checkpoint_stops_every_rank_at_once(shards, tmp_path):
+    """Rank 0's disk fills while it writes step 2's checkpoint (the fault hook): rank 1, waiting
+    for it, stops too, naming rank 0, instead of waiting out its collective timeout."""
+    args = train_args(shards, tmp_path / "run", "--tokens-per-step", 256, steps=4)
+    args[args.index("--save-every") + 1] = 2
+    errs = two_ranks_by_hand(args, {"RSD_TRAIN_FAULT_DISK_FULL_AT": "2:optimizer.safetensors"})
+    assert "No space left on device" in errs[0], errs[0]
+    assert "writing the checkpoint's model and state failed on rank 0" in errs[1], errs[1]
+
+
+def two_ranks_by_hand(args, fault_env):
+    """Two rsd-train ranks started by hand (the rendezvous variables set here, as a multi-host
+    launch would, with no launcher to stop the others); both must fail, each within 120 s (the
+    collective timeout is 300 s). Returns their stderr."""
     import os
     import socket
 
-    out = tmp_path / "run"
-    args = two_checkpoints(shards, out)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     procs = []
     for rank in (0, 1):
         env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
-               "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2",
-               "RSD_TRAIN_FAULT_LOAD_FAIL_RANK": "1"}
-        procs.append(subprocess.Popen([exe("rsd-train"), *map(str, args), "--resume", "auto"],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+               "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2", **fault_env}
+        procs.append(subprocess.Popen([exe("rsd-train"), *map(str, args)], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     errs = [p.communicate(timeout=120)[1] for p in procs]
     assert all(p.returncode != 0 for p in procs), errs
-    assert "fault injection: rank 1 fails to load the checkpoint" in errs[1], errs[1]
-    assert "loading the checkpoint failed on rank 1" in errs[0] and "every rank stops" in errs[0], errs[0]
+    return errs

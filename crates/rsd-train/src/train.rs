@@ -920,45 +920,49 @@ impl Trainer {
         };
         let tmp = checkpoint::temp_dir_for(&self.out, step, pid);
         let mut cleanup = checkpoint::RemoveOnDrop(None);
-        if self.dp.is_main() {
-            checkpoint::create_temp(&tmp)?;
-            cleanup.0 = Some(tmp.clone());
-        }
-        self.dp.barrier()?;
+        // Each phase ends with every rank learning whether it held on all (DataParallel::all_ok,
+        // which also waits for all as a barrier would): a rank that fails to write stops every
+        // rank at once, not after the others' collective timeout.
+        let created = match self.dp.is_main() {
+            true => checkpoint::create_temp(&tmp).map(|()| cleanup.0 = Some(tmp.clone())),
+            false => Ok(()),
+        };
+        self.dp
+            .all_ok("creating the checkpoint's directory", created)?;
         let files = self.opt.save_shards(&self.dp, &tmp, step)?;
-        if self.dp.is_main() {
-            checkpoint::write_main(
+        let written = match self.dp.is_main() {
+            true => checkpoint::write_main(
                 &tmp,
                 &self.model,
                 self.opt.replicated_state().as_deref(),
                 &self.state,
                 &self.cfg,
                 self.tokenizer_dir.as_deref(),
-            )?;
-            checkpoint::die_at("main", step, rank);
-        }
+            )
+            .map(|()| checkpoint::die_at("main", step, rank)),
+            false => Ok(()),
+        };
         // Every rank's file is written and fsynced before the manifest names it.
-        self.dp.barrier()?;
-        let mut path = None;
-        if self.dp.is_main() {
-            let manifest = Manifest {
-                version: checkpoint::MANIFEST_VERSION,
-                world: self.dp.world(),
-                dp: self.dp.size(),
-                cp: self.dp.cp_size(),
-                optimizer: self.opt.layout(),
-                files,
-            };
-            path = Some(checkpoint::publish(
-                &self.out,
-                &tmp,
-                step,
-                manifest,
-                self.cfg.keep,
-            )?);
+        self.dp
+            .all_ok("writing the checkpoint's model and state", written)?;
+        let published = match self.dp.is_main() {
+            true => {
+                let manifest = Manifest {
+                    version: checkpoint::MANIFEST_VERSION,
+                    world: self.dp.world(),
+                    dp: self.dp.size(),
+                    cp: self.dp.cp_size(),
+                    optimizer: self.opt.layout(),
+                    files,
+                };
+                checkpoint::publish(&self.out, &tmp, step, manifest, self.cfg.keep).map(Some)
+            }
+            false => Ok(None),
+        };
+        let path = self.dp.all_ok("publishing the checkpoint", published)?;
+        if path.is_some() {
             cleanup.0 = None;
         }
-        self.dp.barrier()?;
         checkpoint::die_at("after", step, rank);
         Ok(path)
     }

@@ -149,9 +149,12 @@ impl Optimizer {
         };
         let (rank, ranks) = (g.rank(), g.size());
         let path = tmp.join(shard_file_name(rank, ranks));
-        o.save_shard(&path)?;
-        checkpoint::die_at("shard", step, rank);
-        let (bytes, digest) = checkpoint::file_digest(&path)?;
+        let written = o.save_shard(&path).and_then(|()| {
+            checkpoint::die_at("shard", step, rank);
+            checkpoint::file_digest(&path)
+        });
+        // A rank that fails to write its shard stops every rank here, before the all-gather.
+        let (bytes, digest) = dp.all_ok("writing the optimizer shards", written)?;
         let mut words = vec![bytes as i64];
         words.extend(
             digest
