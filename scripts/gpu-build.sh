@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything a GPU machine without cargo or a network needs, built here in one command: rsd's
-# binaries against the GPU machine's torch (with NCCL), stripped, and the data scripts/gpu-check.sh
-# and benches/gpu_step.py read. Then carry OUT to the GPU machine and run the command printed at
+# binaries against the GPU machine's torch (with NCCL), stripped, and the Llama-3 tokenizer the
+# data of scripts/gpu-check.sh and benches/gpu_step.py is packed with there. Then carry OUT to the GPU machine and run the command printed at
 # the end (docs/GPU.md).
 #
 #   scripts/gpu-build.sh OUT                         # torch 2.11.0 (what the GPU machines carry)
@@ -14,8 +14,9 @@
 #      (scripts/patch_torch_sys.py), used through cargo's [patch] in a copy of the workspace, so
 #      the repository's Cargo.lock is untouched;
 #   3. release builds of rsd-train, rsd-data, rsd-eval and the GPU test binaries, stripped
-#      (~50 minutes on 2 cores the first time);
-#   4. the data: shards-512, shards-32k, shards-64k, chat-512, items-256.jsonl.
+#      (17 minutes on this project's 2-core machine the first time);
+#   4. the Llama-3 tokenizer beside them (OUT/assets): gpu-check.sh packs the data on the GPU
+#      machine with OUT/bin/rsd-data, so OUT stays under the 64 MiB a borrowed machine takes.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo="$PWD"
@@ -39,8 +40,8 @@ fi
 "$venv/bin/pip" install -q "torch==$torch_v" "nvidia-nccl-cu13==$nccl_v" \
   "nvidia-cuda-crt==13.0.*" "nvidia-cuda-cccl==13.0.*" \
   || die "pip install torch==$torch_v and the CUDA header wheels failed (see above)"
-torch_dir="$("$venv/bin/python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')"
-have="$("$venv/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])')"
+torch_dir="$("$venv/bin/python" -W ignore -c 'import os, torch; print(os.path.dirname(torch.__file__))')"
+have="$("$venv/bin/python" -W ignore -c 'import torch; print(torch.__version__.split("+")[0])')"
 [ "$have" = "$torch_v" ] || die "the venv holds torch $have, not $torch_v"
 
 say "2. torch-sys patched for torch $torch_v"
@@ -57,8 +58,24 @@ fi
 say "3. release build against torch $torch_v (with NCCL), in a copy of the workspace"
 work="$cache/gpu-build-torch-$torch_v"
 mkdir -p "$work"
-# The sources, not target/ or .git: the copy keeps its own target/ between runs.
-tar --exclude=./target --exclude=./.git -cf - . | tar -xf - -C "$work"
+# The sources, not target/ or .git: the copy keeps its own target/ between runs. Only files whose
+# content changed are written, with the current time: cargo then rebuilds exactly what changed
+# (a copy that kept the sources' older times would look older than the last build, and stale).
+python3 - "$repo" "$work" <<'PY'
+import filecmp, os, shutil, sys
+src, dst = sys.argv[1:]
+for root, dirs, files in os.walk(src):
+    if root == src:
+        dirs[:] = [d for d in dirs if d not in ("target", ".git")]
+    for f in files:
+        s = os.path.join(root, f)
+        d = os.path.join(dst, os.path.relpath(s, src))
+        if os.path.exists(d) and filecmp.cmp(s, d, shallow=False):
+            continue
+        os.makedirs(os.path.dirname(d), exist_ok=True)
+        shutil.copyfile(s, d)
+        shutil.copymode(s, d)
+PY
 (
   cd "$work"
   export LIBTORCH="$torch_dir" LIBTORCH_BYPASS_VERSION_CHECK=1
@@ -81,23 +98,17 @@ strip "$out"/bin/*
 readelf -d "$out/bin/rsd-train" | grep -q libtorch_cuda \
   || die "rsd-train does not link libtorch_cuda: --device cuda would find no GPU"
 
-say "4. data"
-llama3="${RSD_ASSETS:-$cache/assets}/llama3-tokenizer.json"
-bin="$out/bin"
-mkdir -p "$out/data"
-[ -d "$out/data/shards-512" ] || "$bin/rsd-data" pack --len 512 --src corpus/books --out "$out/data/shards-512"
-for k in 32 64; do
-  [ -d "$out/data/shards-${k}k" ] || "$bin/rsd-data" pack --len $((k * 1024)) --src corpus/books \
-    --tokenizer "$llama3" --out "$out/data/shards-${k}k"
-done
-[ -d "$out/data/chat-512" ] || "$bin/rsd-data" pack --chat --src corpus/chat/train.jsonl --len 512 \
-  --out "$out/data/chat-512"
-[ -f "$out/data/items-256.jsonl" ] || python3 scripts/miniature_kv.py items "$out/data/items-256.jsonl" --lengths 256 --seed 7
-du -sh "$out"
+say "4. the Llama-3 tokenizer (the GPU machine packs the data with bin/rsd-data)"
+mkdir -p "$out/assets"
+cp "${RSD_ASSETS:-$cache/assets}/llama3-tokenizer.json" "$out/assets/"
+bytes="$(du -sb "$out" | cut -f1)"
+echo "$out: $((bytes / 1048576)) MiB (binaries $(du -sh "$out/bin" | cut -f1), tokenizer $(du -sh "$out/assets" | cut -f1))"
+[ "$bytes" -le $((64 * 1048576)) ] \
+  || echo "warning: $out is above 64 MiB, what a borrowed GPU machine takes; leave out rsd-eval (only steps 8-9 need it)" >&2
 say "done. On the GPU machine, from a checkout of this commit with $out beside it:"
 cat >&2 <<EOF
-  RSD_GPU_CHECK_BIN=$out/bin RSD_GPU_CHECK_DATA=$out/data RSD_GPU_CHECK_OUT=gpu-out \\
+  RSD_GPU_CHECK_BIN=$out/bin RSD_ASSETS=$out/assets RSD_GPU_CHECK_OUT=gpu-out \\
     RSD_GPU_CHECK_BENCH=only scripts/gpu-check.sh      # attention under each kernel, then the benchmark
-  RSD_GPU_CHECK_BIN=$out/bin RSD_GPU_CHECK_DATA=$out/data RSD_GPU_CHECK_OUT=gpu-out \\
+  RSD_GPU_CHECK_BIN=$out/bin RSD_ASSETS=$out/assets RSD_GPU_CHECK_OUT=gpu-out \\
     scripts/gpu-check.sh                                # every check
 EOF

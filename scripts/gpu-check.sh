@@ -24,6 +24,9 @@
 #
 #   scripts/gpu-check.sh                   # everything, release build
 #   RSD_GPU_CHECK_BYPASS=1 scripts/gpu-check.sh   # try a torch other than the one tch expects
+#   RSD_GPU_CHECK_BIN=OUT/bin RSD_ASSETS=OUT/assets scripts/gpu-check.sh
+#       # binaries and the Llama-3 tokenizer from scripts/gpu-build.sh OUT (under 64 MiB); the
+#       # data is packed here with OUT/bin/rsd-data
 #   RSD_GPU_CHECK_BIN=DIR RSD_GPU_CHECK_DATA=DIR scripts/gpu-check.sh
 #       # a machine without cargo or a network: DIR holds rsd-train and the test binaries
 #       # test-rsd-model-cuda, test-rsd-dist-gloo (and test-rsd-train-lib, optional), built
@@ -70,7 +73,9 @@ if [ -n "$prebuilt" ]; then
   # Their rpath names the build machine's torch; this machine's is found through the loader path.
   torch_lib="$("$py" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')"
   export LD_LIBRARY_PATH="$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  for f in rsd-train rsd-eval test-rsd-model-cuda test-rsd-dist-gloo; do
+  need=(rsd-train rsd-eval test-rsd-model-cuda test-rsd-dist-gloo)
+  [ -n "$data" ] || need+=(rsd-data) # packs the data here
+  for f in "${need[@]}"; do
     [ -x "$bin/$f" ] || die "$bin/$f is missing (see the usage above)"
   done
   attention_test=("$bin/test-rsd-model-cuda")
@@ -134,7 +139,8 @@ else
   small="$work/shards-512"
   "$bin/rsd-data" pack --len 512 --src corpus/books --out "$small" --force >/dev/null
   llama3="${RSD_ASSETS:-$HOME/.cache/rsd/assets}/llama3-tokenizer.json"
-  [ -s "$llama3" ] || die "the Llama-3 tokenizer is missing: run scripts/setup.sh"
+  [ -s "$llama3" ] || die "the Llama-3 tokenizer is missing: run scripts/setup.sh (or set RSD_ASSETS to \
+the directory holding llama3-tokenizer.json, as scripts/gpu-build.sh's OUT/assets)"
   for k in 32 64; do
     "$bin/rsd-data" pack --len $((k * 1024)) --src corpus/books --out "$work/shards-${k}k" \
       --tokenizer "$llama3" --force >/dev/null
