@@ -344,3 +344,20 @@ def two_ranks_by_hand(args, fault_env):
     errs = [p.communicate(timeout=120)[1] for p in procs]
     assert all(p.returncode != 0 for p in procs), errs
     return errs
+
+
+def test_a_checkpoints_phases_wait_checkpoint_timeout_not_the_steps(shards, tmp_path):
+    """Rank 0 takes 4 s more to write each checkpoint (the fault hook, as a large model on a slow
+    filesystem would) while the step's collectives may wait 2 s: rank 1 waits it out under
+    `checkpoint_timeout` (30 s), and fails, naming the timeout, when that is 3 s."""
+    args = train_args(shards, tmp_path / "ok", "--tokens-per-step", 256, "--dist-timeout", 2, steps=2)
+    args[args.index("--save-every") + 1] = 1
+    slow = {"RSD_TRAIN_FAULT_SLOW_SAVE_S": "4"}
+    run("rsd-train", *args, "--checkpoint-timeout", 30, "--nproc", 2, env=slow, timeout=120)
+    assert sorted(p.name for p in (tmp_path / "ok" / "checkpoints").iterdir()) == \
+        ["step-00000001", "step-00000002"]
+    args[args.index("--out") + 1] = tmp_path / "short"
+    p = run("rsd-train", *args, "--checkpoint-timeout", 3, "--nproc", 2, env=slow, check=False,
+            timeout=120)
+    assert p.returncode != 0, p.stderr
+    assert "[rank 1]" in p.stderr and "timed out" in p.stderr.lower(), p.stderr

@@ -76,7 +76,8 @@ pub struct ProcessGroup {
     /// Where the backend wants its tensors: `cuda:N` for NCCL, the CPU for Gloo. Every
     /// collective moves its tensors here itself (and results back to the caller's device).
     device: Device,
-    timeout: Duration,
+    /// The collectives' timeout (changeable for a phase: [`ProcessGroup::with_timeout`]).
+    timeout: Cell<Duration>,
     /// Subgroups created so far: names the next one, identically on every member.
     children: Cell<u32>,
     /// Traffic of this group's collectives so far.
@@ -206,7 +207,7 @@ impl ProcessGroup {
             size,
             world_ranks,
             device,
-            timeout,
+            timeout: Cell::new(timeout),
             children: Cell::new(0),
             stats: Cell::new(CommStats::default()),
         })
@@ -256,22 +257,23 @@ impl ProcessGroup {
     }
 
     /// Runs `f` with the collectives' timeout set to `timeout`, then restores the group's.
-    pub fn with_timeout<R>(&mut self, timeout: Duration, f: impl FnOnce(&Self) -> R) -> R {
-        let before = std::mem::replace(&mut self.timeout, timeout);
+    pub fn with_timeout<R>(&self, timeout: Duration, f: impl FnOnce(&Self) -> R) -> R {
+        let before = self.timeout.replace(timeout);
         let r = f(self);
-        self.timeout = before;
+        self.timeout.set(before);
         r
     }
 
     /// How long a collective may take before it fails.
     pub fn timeout(&self) -> Duration {
-        self.timeout
+        self.timeout.get()
     }
 
     /// Changes the timeout of the collectives that follow (for example a long one for the first
-    /// step, which includes NCCL's lazy setup, then a short one).
-    pub fn set_timeout(&mut self, timeout: Duration) {
-        self.timeout = timeout;
+    /// step, which includes NCCL's lazy setup, then a short one). NCCL's watchdog keeps the
+    /// timeout the group was created with: create it with the longest wait any phase needs.
+    pub fn set_timeout(&self, timeout: Duration) {
+        self.timeout.set(timeout);
     }
 
     /// The rendezvous store, shared with the whole world, for small values all ranks need.
@@ -317,7 +319,7 @@ impl ProcessGroup {
             rank,
             world_ranks,
             self.device,
-            self.timeout,
+            self.timeout.get(),
         )
         .map(Some)
     }
@@ -349,7 +351,7 @@ impl ProcessGroup {
     }
 
     fn ms(&self) -> i64 {
-        ffi::millis(self.timeout)
+        ffi::millis(self.timeout.get())
     }
 
     /// Runs one collective of the shim, naming it, the group and the rank in the error.
@@ -630,7 +632,7 @@ impl std::fmt::Debug for ProcessGroup {
             .field("size", &self.size)
             .field("world_ranks", &self.world_ranks)
             .field("device", &self.device)
-            .field("timeout", &self.timeout)
+            .field("timeout", &self.timeout.get())
             .finish()
     }
 }

@@ -182,6 +182,34 @@ impl Mesh {
         })
     }
 
+    /// Sets the timeout of every group's collectives from now on ([`ProcessGroup::set_timeout`]).
+    pub fn set_timeout(&self, timeout: Duration) {
+        for g in [&self.world, &self.dp_group, &self.cp_group]
+            .into_iter()
+            .flatten()
+        {
+            g.set_timeout(timeout);
+        }
+    }
+
+    /// Runs `f` with every group's collectives allowed `timeout`, then restores each group's.
+    pub fn with_timeout<R>(&self, timeout: Duration, f: impl FnOnce() -> R) -> R {
+        let groups: Vec<&ProcessGroup> = [&self.world, &self.dp_group, &self.cp_group]
+            .into_iter()
+            .flatten()
+            .map(|g| g.as_ref())
+            .collect();
+        let before: Vec<Duration> = groups.iter().map(|g| g.timeout()).collect();
+        for g in &groups {
+            g.set_timeout(timeout);
+        }
+        let r = f();
+        for (g, t) in groups.iter().zip(before) {
+            g.set_timeout(t);
+        }
+        r
+    }
+
     /// This process's rank in the world, `0..world_size()`.
     pub fn rank(&self) -> usize {
         self.rank

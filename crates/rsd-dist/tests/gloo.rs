@@ -329,7 +329,7 @@ fn a_silent_peer_times_out_and_a_dead_peer_fails_fast() {
 #[test]
 #[ignore = "one rank of a_silent_peer_times_out_and_a_dead_peer_fails_fast"]
 fn rank_failures() {
-    let Some(mut pg) = world("rank_failures", TIMEOUT) else {
+    let Some(pg) = world("rank_failures", TIMEOUT) else {
         return;
     };
     let sub = pg.new_subgroup(&[0, 1]).unwrap().unwrap();
@@ -425,7 +425,6 @@ fn a_world_of_one_needs_no_peers() {
     assert_eq!((stats.calls, stats.bytes), (2, 2 * bytes));
     assert!(stats.seconds > 0.0);
     // A timeout for one call, then the group's again.
-    let mut pg = pg;
     let inner = pg.with_timeout(Duration::from_millis(1234), |g| g.timeout());
     assert_eq!(inner, Duration::from_millis(1234));
     assert_eq!(pg.timeout(), TIMEOUT);

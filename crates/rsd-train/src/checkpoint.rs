@@ -234,6 +234,37 @@ pub fn shard_file_name(rank: usize, ranks: usize) -> String {
     format!("optimizer-{rank:05}-of-{ranks:05}.safetensors")
 }
 
+/// How long a rank may wait for the others in a checkpoint's phases: `checkpoint_timeout`, or
+/// (0) sized from what rank 0 writes and hashes, the model in its dtype and the optimizer state
+/// (its 1/`dp` share when sharded), at 50 MB/s plus 10 minutes; never below `dist_timeout`. The
+/// parameter count comes from the model's config.json (`model` or `init`); unreadable, an hour.
+pub fn save_timeout(cfg: &TrainConfig, dp: usize) -> std::time::Duration {
+    let step = std::time::Duration::from_secs(cfg.dist_timeout);
+    if cfg.checkpoint_timeout > 0 {
+        return std::time::Duration::from_secs(cfg.checkpoint_timeout).max(step);
+    }
+    let config = match (&cfg.model, &cfg.init) {
+        (Some(dir), _) => Path::new(dir).join("config.json"),
+        (None, Some(init)) => PathBuf::from(init),
+        (None, None) => PathBuf::new(),
+    };
+    let Ok(params) = rsd_model::ModelConfig::from_file(&config).map(|c| c.num_parameters()) else {
+        return std::time::Duration::from_secs(3600).max(step);
+    };
+    let (weight, state) = match cfg.dtype.as_str() {
+        "bf16" | "bfloat16" | "fp16" | "float16" | "f16" => (2.0, 12.0),
+        "fp64" | "float64" | "f64" => (8.0, 16.0),
+        _ => (4.0, 8.0),
+    };
+    let share = if cfg.shard_optimizer {
+        dp.max(1) as f64
+    } else {
+        1.0
+    };
+    let bytes = params.max(0) as f64 * (weight + state / share);
+    std::time::Duration::from_secs_f64(600.0 + bytes / 50e6).max(step)
+}
+
 /// The checkpoint directory of `step` under `out`.
 pub fn dir_for(out: &Path, step: u64) -> PathBuf {
     out.join("checkpoints").join(format!("step-{step:08}"))
@@ -309,6 +340,7 @@ pub fn write_main(
     let cp = tmp.join("config.toml");
     fs::write(&cp, cfg.to_toml()).map_err(io_err(&cp))?;
     fault::disk_full(tmp)?;
+    fault::slow_save();
     Ok(())
 }
 
@@ -690,6 +722,21 @@ mod fault {
         Ok(())
     }
 
+    /// `RSD_TRAIN_FAULT_SLOW_SAVE_S=N`: rank 0 takes N more seconds to write each checkpoint's
+    /// model and state, as a large model on a slow filesystem does.
+    #[cfg(feature = "fault-injection")]
+    pub fn slow_save() {
+        if let Some(s) = std::env::var("RSD_TRAIN_FAULT_SLOW_SAVE_S")
+            .ok()
+            .and_then(|v| v.parse::<f64>().ok())
+        {
+            std::thread::sleep(std::time::Duration::from_secs_f64(s.max(0.0)));
+        }
+    }
+
+    #[cfg(not(feature = "fault-injection"))]
+    pub fn slow_save() {}
+
     /// `RSD_TRAIN_FAULT_DIE_AT=STEP:RANK:POINT`: rank RANK kills itself (SIGKILL, as `kill -9`)
     /// at POINT of step STEP's checkpoint: `shard` (its optimizer file written, before the
     /// barrier), `main` (rank 0: model and state written, before the barrier), `manifest` (rank
@@ -722,6 +769,48 @@ pub(crate) fn die_at(point: &str, step: u64, rank: usize) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_checkpoints_wait_is_sized_from_what_rank_0_writes() {
+        use std::time::Duration;
+        let llama = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../configs/model/llama3-8b.json"
+        );
+        let cfg = |dtype: &str, shard: bool, explicit: u64| TrainConfig {
+            init: Some(llama.into()),
+            dtype: dtype.into(),
+            shard_optimizer: shard,
+            checkpoint_timeout: explicit,
+            ..TrainConfig::default()
+        };
+        let params = rsd_model::ModelConfig::from_file(Path::new(llama))
+            .unwrap()
+            .num_parameters() as f64;
+        // bf16, replicated: 2 + 12 bytes a parameter at 50 MB/s, plus 10 minutes.
+        let want = 600.0 + params * 14.0 / 50e6;
+        let got = save_timeout(&cfg("bf16", false, 0), 8).as_secs_f64();
+        assert!((got - want).abs() < 1.0, "{got} vs {want}");
+        // Sharded over 8 ranks: rank 0 writes an eighth of the state.
+        let got = save_timeout(&cfg("bf16", true, 0), 8).as_secs_f64();
+        let want = 600.0 + params * (2.0 + 12.0 / 8.0) / 50e6;
+        assert!((got - want).abs() < 1.0, "{got} vs {want}");
+        // Stated: taken as given, never below the step's timeout (dist_timeout, 300 s).
+        assert_eq!(
+            save_timeout(&cfg("bf16", false, 4000), 1),
+            Duration::from_secs(4000)
+        );
+        assert_eq!(
+            save_timeout(&cfg("bf16", false, 8), 1),
+            Duration::from_secs(300)
+        );
+        // No readable config: an hour.
+        let none = TrainConfig {
+            init: Some("/nonexistent.json".into()),
+            ..TrainConfig::default()
+        };
+        assert_eq!(save_timeout(&none, 1), Duration::from_secs(3600));
+    }
+
     use super::*;
     use rsd_loader::synth::{self, SynthSpec};
     use rsd_loader::Loader;

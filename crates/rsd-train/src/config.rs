@@ -235,6 +235,12 @@ config! {
     shard_optimizer: bool = false, flag;
     /// Seconds a rank waits for the others (rendezvous, each collective) before failing.
     dist_timeout: u64 = 300;
+    /// Seconds a rank waits for the others in a checkpoint's phases (while rank 0 writes and
+    /// hashes the model) before failing; 0 = sized from the bytes rank 0 writes: 10 minutes plus
+    /// 20 s a GB (50 MB/s), at least `dist_timeout`. NCCL's watchdog is created with the longer of
+    /// the two timeouts; the step's collectives keep `dist_timeout`.
+    #[serde(default)]
+    checkpoint_timeout: u64 = 0;
     /// Largest gradient all-reduce bucket, MiB (fp32).
     grad_bucket_mb: usize = 25;
     /// With `shard_optimizer`: a bucket's gradient reduce-scatter runs while the backward

@@ -38,6 +38,9 @@ pub struct DataParallel {
     cp: Option<ContextParallel>,
     /// Largest gradient bucket, in fp32 elements.
     bucket_elems: usize,
+    /// How long the collectives of a checkpoint's phases may wait
+    /// ([`DataParallel::checkpoint_phase`]).
+    save_timeout: Duration,
 }
 
 impl DataParallel {
@@ -47,6 +50,7 @@ impl DataParallel {
             mesh: Mesh::single(tch::Device::Cpu),
             cp: None,
             bucket_elems: usize::MAX,
+            save_timeout: Duration::ZERO,
         }
     }
 
@@ -62,6 +66,7 @@ impl DataParallel {
             mesh,
             cp,
             bucket_elems,
+            save_timeout: Duration::ZERO,
         })
     }
 
@@ -73,9 +78,27 @@ impl DataParallel {
             dp: cfg.dp,
             cp: cfg.cp.max(1),
         };
-        let mesh = Mesh::from_env(shape, device, Duration::from_secs(cfg.dist_timeout))?;
+        // Groups are created with the longest wait any phase needs (NCCL's watchdog keeps it;
+        // the rendezvous may take it too), then the step's collectives get `dist_timeout`. The
+        // longest checkpoint wait is that of a replicated optimizer (dp = 1).
+        let step = Duration::from_secs(cfg.dist_timeout);
+        let longest = crate::checkpoint::save_timeout(cfg, 1).max(step);
+        let mesh = Mesh::from_env(shape, device, longest)?;
+        mesh.set_timeout(step);
         let bucket_elems = (cfg.grad_bucket_mb.max(1) << 20) / std::mem::size_of::<f32>();
-        Self::of(mesh, bucket_elems)
+        let mut dp = Self::of(mesh, bucket_elems)?;
+        dp.save_timeout = crate::checkpoint::save_timeout(cfg, dp.size());
+        Ok(dp)
+    }
+
+    /// Runs `f`, a phase of a checkpoint, with every collective allowed the checkpoint's timeout
+    /// (config key `checkpoint_timeout`): the other ranks wait in them while rank 0 writes and
+    /// hashes the model, which at paper scale takes longer than a step's collectives may.
+    pub fn checkpoint_phase<R>(&self, f: impl FnOnce() -> R) -> R {
+        match self.group() {
+            Some(_) => self.mesh.with_timeout(self.save_timeout, f),
+            None => f(),
+        }
     }
 
     /// The mesh: rank, layout, groups, device.

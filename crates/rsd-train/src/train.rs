@@ -903,6 +903,11 @@ impl Trainer {
     /// until it is complete, so none runs ahead and a kill after this point finds it whole. Its
     /// path on rank 0.
     fn save(&self) -> Result<Option<PathBuf>> {
+        self.dp.checkpoint_phase(|| self.save_now())
+    }
+
+    /// [`Trainer::save`]'s phases.
+    fn save_now(&self) -> Result<Option<PathBuf>> {
         let step = self.state.step;
         let rank = self.dp.rank();
         // Every rank writes into rank 0's temporary directory (a filesystem all ranks share).
@@ -985,7 +990,7 @@ impl Trainer {
         };
         if !self.dp.is_main() {
             // Wait for rank 0's final model and summary, so the run ends complete everywhere.
-            self.dp.barrier()?;
+            self.dp.checkpoint_phase(|| self.dp.barrier())?;
             return Ok(Summary {
                 steps: self.state.step,
                 tokens: self.state.tokens,
@@ -1035,7 +1040,7 @@ impl Trainer {
         let text =
             serde_json::to_string_pretty(&summary).map_err(|e| Error::Input(e.to_string()))?;
         fs::write(&sp, text).map_err(io_err(&sp))?;
-        self.dp.barrier()?;
+        self.dp.checkpoint_phase(|| self.dp.barrier())?;
         Ok(summary)
     }
 }
