@@ -116,12 +116,19 @@ def test_variants_rerun_rsd_with_their_environment_and_bad_ones_are_refused(tmp_
     base = [sys.executable, str(BENCH), "--bin", str(BIN_DIR), "--data", str(d / "data"), "--device", "cpu",
             "--dtype", "fp32", "--shape", f"{d / 'tiny.json'}:2:128", "--steps", "2", "--warmup", "1",
             "--threads", "1", "--objectives", "standard", "--no-reference"]
-    p = subprocess.run(base + ["--variant", "flash:RSD_ATTENTION_KERNEL=flash", "--json", str(d / "v.json")],
+    # A run that fails (here by the fault hook that stops rank 0 before its first step, as an
+    # out-of-memory would) is reported in its row; the others go on.
+    p = subprocess.run(base + ["--variant", "flash:RSD_ATTENTION_KERNEL=flash",
+                               "--variant", "broken:RSD_TRAIN_FAULT_FAIL_RANK=0", "--json", str(d / "v.json")],
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     runs = json.loads((d / "v.json").read_text())["shapes"][0]["runs"]
-    assert set(runs) == {"rsd standard", "rsd standard (flash)"}
+    assert set(runs) == {"rsd standard", "rsd standard (flash)", "rsd standard (broken)"}
+    assert runs["rsd standard (flash)"]["step_s"] > 0
+    assert runs["rsd standard (broken)"]["step_s"] is None
+    assert "fault injection" in runs["rsd standard (broken)"]["error"], runs
     assert "÷ rsd standard (time)" in p.stdout, p.stdout
+    assert "| rsd standard (broken) | — | rsd-train exited" in p.stdout, p.stdout
     bad = subprocess.run(base + ["--variant", "flash"], capture_output=True, text=True)
     assert bad.returncode == 2 and "expected NAME:KEY=VALUE" in bad.stderr, bad.stderr
     missing = subprocess.run(base[:5] + [str(d / "nowhere")] + base[6:], capture_output=True, text=True)
