@@ -172,3 +172,26 @@ def test_disk_full_while_checkpointing_stops_cleanly_and_resumes(shards, tmp_pat
     assert re.search(r"resuming from \S*step-00000002 \(step 2 of", p.stderr), p.stderr
     assert json.loads((out / "summary.json").read_text())["steps"] == 6
     assert checkpoints(out) == ["step-00000002", "step-00000004", "step-00000006"]
+
+
+def test_links_planted_at_the_runs_log_and_summary_are_not_written_through(shards, tmp_path):
+    """A resumed run appends to metrics.jsonl and rewrites summary.json; a symbolic link planted
+    at either name must not carry the write elsewhere: the log's is refused, naming it, and the
+    summary's is replaced by the run's own file. The files they point to are untouched."""
+    out = tmp_path / "run"
+    train(shards, out, "--steps", 3, "--stop-at", 1)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep")
+    # summary.json: replaced, not followed.
+    (out / "summary.json").unlink()
+    (out / "summary.json").symlink_to(outside)
+    train(shards, out, "--steps", 3, "--stop-at", 2, "--resume", "auto")
+    assert not (out / "summary.json").is_symlink()
+    assert json.loads((out / "summary.json").read_text())["steps"] == 2
+    assert outside.read_text() == "keep"
+    # metrics.jsonl: refused.
+    (out / "metrics.jsonl").unlink()
+    (out / "metrics.jsonl").symlink_to(outside)
+    p = train_fails(shards, out, "--steps", 3, "--resume", "auto")
+    assert "metrics.jsonl" in p.stderr and "a symbolic link" in p.stderr, p.stderr
+    assert outside.read_text() == "keep"

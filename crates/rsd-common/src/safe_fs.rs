@@ -113,6 +113,15 @@ pub enum FsError {
         /// What is there (`a symbolic link`, `a directory`, …).
         kind: &'static str,
     },
+    /// A file rsd appends to (a run's log) is not a regular file: a planted link is not written
+    /// through, and a FIFO would block.
+    #[error("{}: {kind}, not a regular file; rsd appends only to a regular file and writes through no link (remove it if it is yours)", path.display())]
+    NotAppendable {
+        /// The file.
+        path: PathBuf,
+        /// What is there (`a symbolic link`, `a FIFO (named pipe)`, …).
+        kind: &'static str,
+    },
     /// An operating-system error on a file.
     #[error("{}: {source}", path.display())]
     Io {
@@ -138,6 +147,7 @@ impl FsError {
             FsError::NotRegularFile { path, .. }
             | FsError::TooLarge { path, .. }
             | FsError::TemporaryInTheWay { path, .. }
+            | FsError::NotAppendable { path, .. }
             | FsError::Io { path, .. } => path,
         }
     }
@@ -284,6 +294,43 @@ pub fn open_regular(path: &Path) -> Result<File> {
     let meta = file.metadata().map_err(io_error(path))?;
     require_regular(path, &meta, None)?;
     Ok(file)
+}
+
+/// Open `path` to append to it (created if absent) without writing through a link planted at
+/// `path` (`O_NOFOLLOW`: refused) and only if it is a regular file (a FIFO is refused, not waited
+/// on: `O_NONBLOCK`).
+pub fn open_append(path: &Path) -> Result<File> {
+    let not_appendable = |meta: &Metadata| FsError::NotAppendable {
+        path: path.to_path_buf(),
+        kind: kind_of(meta),
+    };
+    own_regular_file(path)?;
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(io_error(path))?;
+    let meta = file.metadata().map_err(io_error(path))?;
+    if !meta.file_type().is_file() {
+        return Err(not_appendable(&meta));
+    }
+    Ok(file)
+}
+
+/// Whether a file rsd keeps and rewrites (a run's log) is there: `Ok(false)` when nothing is at
+/// `path`, `Ok(true)` for a regular file, and [`FsError::NotAppendable`] for anything else, a
+/// link (not followed), a FIFO or a directory.
+pub fn own_regular_file(path: &Path) -> Result<bool> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(io_error(path)(e)),
+        Ok(meta) if meta.file_type().is_file() => Ok(true),
+        Ok(meta) => Err(FsError::NotAppendable {
+            path: path.to_path_buf(),
+            kind: kind_of(&meta),
+        }),
+    }
 }
 
 /// The most bytes a metadata file (a manifest, an index, a `tokenizer.json`) may have: far above
@@ -502,6 +549,36 @@ pub fn replace_dir(tmp: &Path, dest: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn appending_refuses_links_and_fifos_and_appends_to_regular_files() {
+        let d = std::env::temp_dir().join(format!("rsd-append-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let log = d.join("metrics.jsonl");
+        open_append(&log).unwrap().write_all(b"a\n").unwrap();
+        open_append(&log).unwrap().write_all(b"b\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "a\nb\n");
+        // A link planted at the name is refused, and what it points to is untouched.
+        let outside = d.join("outside");
+        std::fs::write(&outside, "keep").unwrap();
+        let planted = d.join("planted.jsonl");
+        std::os::unix::fs::symlink(&outside, &planted).unwrap();
+        let err = open_append(&planted).unwrap_err().to_string();
+        assert!(
+            err.contains("a symbolic link") && err.contains("planted.jsonl"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "keep");
+        // A FIFO is refused at once, not waited on.
+        let fifo = d.join("fifo.jsonl");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let err = open_append(&fifo).unwrap_err().to_string();
+        assert!(err.contains("FIFO"), "{err}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
     use std::os::unix::fs::symlink;
 
     fn named() -> NamedBy {

@@ -57,11 +57,11 @@ pub fn same_dir(a: &Path, b: &Path) -> bool {
 /// that are not a JSON object with a `step` stop the rewrite with an error naming the line.
 pub fn keep_metrics_through(out: &Path, step: u64) -> Result<()> {
     let path = out.join("metrics.jsonl");
-    let file = match fs::File::open(&path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(io_err(&path)(e)),
-    };
+    // A link planted at the log's name is refused, neither read through nor rewritten.
+    if !rsd_common::safe_fs::own_regular_file(&path)? {
+        return Ok(());
+    }
+    let file = rsd_common::safe_fs::open_regular(&path)?;
     let mut kept = Vec::new();
     let mut dropped = 0usize;
     for (i, line) in BufReader::new(file).lines().enumerate() {

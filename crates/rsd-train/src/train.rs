@@ -9,7 +9,7 @@
 //! the scheduled rate, log a JSONL record, and checkpoint when due or when interrupted. With one
 //! process the data-parallel parts ([`DataParallel`]) do nothing; with several, rank 0 alone logs
 //! and writes checkpoints.
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -1039,7 +1039,9 @@ impl Trainer {
         let sp = self.out.join("summary.json");
         let text =
             serde_json::to_string_pretty(&summary).map_err(|e| Error::Input(e.to_string()))?;
-        fs::write(&sp, text).map_err(io_err(&sp))?;
+        // Written under a new name and renamed: a link planted at the name is replaced, never
+        // written through.
+        rsd_common::safe_fs::write_file_atomic(&sp, text.as_bytes())?;
         self.dp.checkpoint_phase(|| self.dp.barrier())?;
         Ok(summary)
     }
@@ -1139,16 +1141,10 @@ impl StepLog {
     fn open(out: &Path, end: u64, step: u64, progress: bool, main: bool) -> Result<Self> {
         let path = out.join("metrics.jsonl");
         let progress = progress && main;
-        let file = if main {
-            Some(
-                OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&path)
-                    .map_err(io_err(&path))?,
-            )
-        } else {
-            None
+        // A link planted at the log's name is refused, not appended through.
+        let file = match main {
+            true => Some(rsd_common::safe_fs::open_append(&path)?),
+            false => None,
         };
         let bar = if progress {
             ProgressBar::with_draw_target(Some(end), ProgressDrawTarget::stderr())
