@@ -35,14 +35,20 @@ def test_model_flops_at_llama3_8b_widths_are_the_stated_count():
     assert want == pytest.approx(3.80e14, rel=5e-3)
 
 
-@pytest.fixture(scope="module")
-def bench_run(tmp_path_factory):
-    d = tmp_path_factory.mktemp("gpu_step")
+def tiny_model_and_shards(d, shards):
+    """The bundled books in 128-token rows of the 1,024-token tokenizer at `shards`, and the tiny
+    Qwen3 at that vocabulary as `d/tiny.json`."""
     run("rsd-data", "pack", "--len", "128", "--src", REPO / "corpus" / "books", "--tokenizer",
-        REPO / "assets" / "tokenizers" / "mini-1k" / "tokenizer.json", "--out", d / "data" / "shards-128")
+        REPO / "assets" / "tokenizers" / "mini-1k" / "tokenizer.json", "--out", shards)
     config = json.loads((REPO / "configs" / "model" / "tiny-qwen3-64.json").read_text())
     config.update(vocab_size=1024, bos_token_id=0, eos_token_id=0)
     (d / "tiny.json").write_text(json.dumps(config))
+
+
+@pytest.fixture(scope="module")
+def bench_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gpu_step")
+    tiny_model_and_shards(d, d / "data" / "shards-128")
     p = subprocess.run([sys.executable, str(BENCH), "--bin", str(BIN_DIR), "--data", str(d / "data"),
                         "--device", "cpu", "--dtype", "fp32", "--shape", f"{d / 'tiny.json'}:2:128",
                         "--steps", "3", "--warmup", "1", "--threads", "1", "--torch-profile",
@@ -91,11 +97,7 @@ def test_nothing_is_saved_at_the_end_of_a_benchmark_run(tmp_path, bench_run):
     """--save-at-end false: no checkpoint and no final model (a 1.9 B-parameter run would
     otherwise write ~26 GB after every measurement)."""
     d = tmp_path
-    run("rsd-data", "pack", "--len", "128", "--src", REPO / "corpus" / "books", "--tokenizer",
-        REPO / "assets" / "tokenizers" / "mini-1k" / "tokenizer.json", "--out", d / "shards")
-    config = json.loads((REPO / "configs" / "model" / "tiny-qwen3-64.json").read_text())
-    config.update(vocab_size=1024, bos_token_id=0, eos_token_id=0)
-    (d / "tiny.json").write_text(json.dumps(config))
+    tiny_model_and_shards(d, d / "shards")
     res = run("rsd-train", "--config", REPO / "configs" / "tiny-cpu.toml", "--init", d / "tiny.json",
               "--shards", d / "shards", "--steps", "2", "--save-every", "0", "--save-at-end", "false",
               "--progress", "false", "--out", d / "run")
@@ -108,11 +110,7 @@ def test_nothing_is_saved_at_the_end_of_a_benchmark_run(tmp_path, bench_run):
 
 def test_variants_rerun_rsd_with_their_environment_and_bad_ones_are_refused(tmp_path):
     d = tmp_path
-    run("rsd-data", "pack", "--len", "128", "--src", REPO / "corpus" / "books", "--tokenizer",
-        REPO / "assets" / "tokenizers" / "mini-1k" / "tokenizer.json", "--out", d / "data" / "shards-128")
-    config = json.loads((REPO / "configs" / "model" / "tiny-qwen3-64.json").read_text())
-    config.update(vocab_size=1024, bos_token_id=0, eos_token_id=0)
-    (d / "tiny.json").write_text(json.dumps(config))
+    tiny_model_and_shards(d, d / "data" / "shards-128")
     base = [sys.executable, str(BENCH), "--bin", str(BIN_DIR), "--data", str(d / "data"), "--device", "cpu",
             "--dtype", "fp32", "--shape", f"{d / 'tiny.json'}:2:128", "--steps", "2", "--warmup", "1",
             "--threads", "1", "--objectives", "standard", "--no-reference"]
