@@ -65,46 +65,25 @@ impl Update {
         Ok(())
     }
 
-    /// Moments and parameter step of every `params[i]` from its gradient `grads[i]`, in place
-    /// (PyTorch's `torch.optim.AdamW` after [`Update::decay`]), in libtorch's fused AdamW kernel:
-    /// one pass over each tensor instead of ~15 elementwise ones. The four lists hold tensors
-    /// of one shape pairwise, all of one dtype and device.
-    pub(crate) fn apply(
-        &self,
-        params: &[Tensor],
-        grads: &[Tensor],
-        m: &[Tensor],
-        v: &[Tensor],
-    ) -> Result<()> {
-        let n = params.len();
-        if grads.len() != n || m.len() != n || v.len() != n {
-            return Err(Error::Input(format!(
-                "internal: AdamW over {n} parameters with {} gradients and {}/{} moments",
-                grads.len(),
-                m.len(),
-                v.len()
-            )));
-        }
-        let Some(first) = params.first() else {
-            return Ok(());
-        };
+    /// Moments and parameter step of `p` from its gradient `g`, in place (PyTorch's
+    /// `torch.optim.AdamW` after [`Update::decay`]), in libtorch's fused AdamW kernel: one pass
+    /// over each tensor instead of ~15 elementwise ones. All four of one shape, dtype and device.
+    pub(crate) fn apply(&self, p: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor) -> Result<()> {
         // The kernel reads the update's number from a device tensor; a fill needs no copy from
         // the host (and so no synchronisation).
-        let step = Tensor::f_full([], self.step as f64, (Kind::Float, first.device()))?;
-        let ptrs = |ts: &[Tensor]| -> Vec<*mut torch_sys::C_tensor> {
-            ts.iter().map(|t| t.as_ptr() as *mut _).collect()
-        };
-        let (p, g, m, v) = (ptrs(params), ptrs(grads), ptrs(m), ptrs(v));
+        let step = Tensor::f_full([], self.step as f64, (Kind::Float, p.device()))?;
+        let ptr = |t: &Tensor| [t.as_ptr() as *mut torch_sys::C_tensor];
+        let (p, g, m, v) = (ptr(p), ptr(g), ptr(m), ptr(v));
         let mut err = vec![0u8; 1024];
-        // SAFETY: four arrays of `n` live tensors and a live step tensor for the duration of the
-        // call; the kernel updates params, m and v in place and keeps no reference.
+        // SAFETY: four arrays of one live tensor each and a live step tensor for the duration of
+        // the call; the kernel updates p, m and v in place and keeps no reference.
         let rc = unsafe {
             shim::rsd_fused_adamw(
                 p.as_ptr(),
                 g.as_ptr(),
                 m.as_ptr(),
                 v.as_ptr(),
-                n,
+                1,
                 step.as_ptr(),
                 self.lr,
                 self.beta1,
@@ -218,9 +197,7 @@ impl AdamW {
                 if s.decay {
                     update.decay(&mut p)?;
                 }
-                let one = |t: &Tensor| [t.shallow_clone()];
-                let g = g.f_to_kind(s.m.kind())?;
-                update.apply(&one(&p), &[g], &one(&s.m), &one(&s.v))?;
+                update.apply(&p, &g.f_to_kind(s.m.kind())?, &s.m, &s.v)?;
                 if s.master.is_some() {
                     s.param.f_copy_(&p)?;
                 }

@@ -278,8 +278,7 @@ impl ShardedAdamW {
                 for &(start, len) in &b.decayed {
                     update.decay(&mut b.master.f_narrow(0, start, len)?)?;
                 }
-                let one = |t: &Tensor| [t.shallow_clone()];
-                update.apply(&one(&b.master), &one(&b.grad), &one(&b.m), &one(&b.v))?;
+                update.apply(&b.master, &b.grad, &b.m, &b.v)?;
                 b.gather_parameters(group)?;
             }
             Ok(())
