@@ -49,10 +49,43 @@ pub fn printable_text(s: &str) -> Cow<'_, str> {
     escape(s, |c| c == '\n' || c == '\t')
 }
 
+/// The most characters of one value [`shortened`] keeps: enough to recognise a name or a line,
+/// few enough that an error quoting a 300 KB line stays one screen.
+pub const SHORTENED_CHARS: usize = 200;
+
+/// `s` escaped as by [`printable`] and, when longer than [`SHORTENED_CHARS`] characters, cut to
+/// its first ones followed by how much was left out: for quoting a value from a file (a line, a
+/// key, a field) in a message.
+pub fn shortened(s: &str) -> Cow<'_, str> {
+    let total = s.chars().count();
+    if total <= SHORTENED_CHARS {
+        return printable(s);
+    }
+    let end = s
+        .char_indices()
+        .nth(SHORTENED_CHARS)
+        .map_or(s.len(), |(i, _)| i);
+    Cow::Owned(format!(
+        "{}… ({} more characters)",
+        printable(&s[..end]),
+        total - SHORTENED_CHARS
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn long_values_are_cut_and_say_how_much_was_left_out() {
+        assert_eq!(shortened("short\x1b"), "short\\u{1b}");
+        let long = "é".repeat(SHORTENED_CHARS + 50);
+        let cut = shortened(&long);
+        assert!(cut.starts_with(&"é".repeat(SHORTENED_CHARS)));
+        assert!(cut.ends_with("… (50 more characters)"), "{cut}");
+        assert_eq!(shortened(&"x".repeat(SHORTENED_CHARS)).len(), SHORTENED_CHARS);
+    }
 
     #[test]
     fn control_characters_are_escaped_and_text_is_kept() {

@@ -337,6 +337,9 @@ pub fn own_regular_file(path: &Path) -> Result<bool> {
 /// any real one (the largest tokenizers are tens of MB), far below what would exhaust memory.
 pub const MAX_METADATA_BYTES: u64 = 1 << 30;
 
+/// The most [`read_regular`] reserves before reading: beyond it the buffer grows with the data.
+const INITIAL_READ_RESERVE: u64 = 64 << 20;
+
 /// The whole of the regular file `path`, refused if it is larger than `limit` bytes (`what`
 /// names what it is read as, for the message). The limit bounds the read itself, so a file that
 /// grows while it is read cannot exceed it either.
@@ -351,7 +354,9 @@ pub fn read_regular(path: &Path, limit: u64, what: &'static str) -> Result<Vec<u
     if len > limit {
         return Err(too_large());
     }
-    let mut bytes = Vec::with_capacity(len as usize);
+    // Reserve no more than a modest amount up front: a sparse file may claim gigabytes it does not
+    // hold, and what is read grows the buffer only as bytes actually arrive.
+    let mut bytes = Vec::with_capacity(len.min(INITIAL_READ_RESERVE) as usize);
     file.take(limit.saturating_add(1))
         .read_to_end(&mut bytes)
         .map_err(io_error(path))?;
