@@ -195,3 +195,40 @@ def test_links_planted_at_the_runs_log_and_summary_are_not_written_through(shard
     p = train_fails(shards, out, "--steps", 3, "--resume", "auto")
     assert "metrics.jsonl" in p.stderr and "a symbolic link" in p.stderr, p.stderr
     assert outside.read_text() == "keep"
+
+
+def test_a_checkpoint_resumes_into_its_run_or_out_never_where_its_files_say(shards, tmp_path):
+    """A checkpoint carries the config.toml of the run that wrote it, which names that run's
+    directory. Copied out of its run, it resumes only where the command says (--out); its own
+    `out` is never written to."""
+    out = tmp_path / "run"
+    train(shards, out, "--steps", 3, "--stop-at", 2)
+    copied = tmp_path / "elsewhere" / "step-00000002"
+    shutil.copytree(out / "checkpoints" / "step-00000002", copied)
+    shutil.rmtree(out)
+    p = fails("rsd-train", "--resume", copied, "--progress", "false", "--threads", "2")
+    assert "not inside a run directory" in p.stderr and "--out DIR" in p.stderr, p.stderr
+    assert not out.exists(), "the copied checkpoint's own out was written to"
+    new = tmp_path / "new-run"
+    run("rsd-train", "--resume", copied, "--out", new, "--progress", "false", "--threads", "2")
+    assert steps_logged(new) == [3]
+    assert not out.exists()
+
+
+def test_a_forged_manifest_or_a_planted_fifo_stops_a_resume_at_once(shards, tmp_path):
+    """A manifest naming a file outside its checkpoint (/dev/zero would be hashed forever) and a
+    FIFO inside one (which would block its reader) are errors naming them, not hangs."""
+    import os
+    out = tmp_path / "run"
+    train(shards, out, "--steps", 3, "--stop-at", 1)
+    ck = out / "checkpoints" / "step-00000001"
+    manifest = json.loads((ck / "manifest.json").read_text())
+    manifest["files"][0]["path"] = "/dev/zero"
+    (ck / "manifest.json").write_text(json.dumps(manifest))
+    p = train_fails(shards, out, "--steps", 3, "--resume", ck)
+    assert "files[0].path" in p.stderr and "/dev/zero" in p.stderr, p.stderr
+    manifest["files"][0]["path"] = "config.toml"
+    (ck / "manifest.json").write_text(json.dumps(manifest))
+    os.mkfifo(ck / "model" / "model-00002-of-00002.safetensors")
+    p = train_fails(shards, out, "--steps", 3, "--resume", ck)
+    assert "model-00002-of-00002.safetensors" in p.stderr and "not a regular file" in p.stderr

@@ -72,6 +72,13 @@ pub fn shortened(s: &str) -> Cow<'_, str> {
     ))
 }
 
+/// A message of several lines (a parser's error that quotes the offending line under a caret)
+/// with every line escaped as by [`printable_text`] and cut as by [`shortened`]: a 300 KB line of
+/// a file stays one screen in the message.
+pub fn shortened_lines(s: &str) -> String {
+    s.lines().map(shortened).collect::<Vec<_>>().join("\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,7 +91,19 @@ mod tests {
         let cut = shortened(&long);
         assert!(cut.starts_with(&"é".repeat(SHORTENED_CHARS)));
         assert!(cut.ends_with("… (50 more characters)"), "{cut}");
-        assert_eq!(shortened(&"x".repeat(SHORTENED_CHARS)).len(), SHORTENED_CHARS);
+        assert_eq!(
+            shortened(&"x".repeat(SHORTENED_CHARS)).len(),
+            SHORTENED_CHARS
+        );
+    }
+
+    #[test]
+    fn each_line_of_a_message_is_cut_on_its_own() {
+        let msg = format!("TOML parse error at line 1\n1 | {}\n  | ^\nexpected `=`", "k".repeat(300_000));
+        let cut = shortened_lines(&msg);
+        assert!(cut.len() < 1000, "{}", cut.len());
+        assert!(cut.starts_with("TOML parse error at line 1\n1 | kkk"));
+        assert!(cut.ends_with("more characters)\n  | ^\nexpected `=`"), "{cut}");
     }
 
     #[test]

@@ -487,6 +487,24 @@ pub fn write_file_atomic(dest: &Path, bytes: &[u8]) -> Result<()> {
     file.commit()
 }
 
+/// Write `dest` atomically with a writer that opens the file by name itself (libtorch's npy and
+/// safetensors writers): `write` is given the temporary name, already created empty with
+/// `O_EXCL` (so it is ours, not a planted link), and the file is committed only if it succeeds.
+pub fn write_atomic_by_path<E: From<FsError>>(
+    dest: &Path,
+    write: impl FnOnce(&Path) -> std::result::Result<(), E>,
+) -> std::result::Result<(), E> {
+    let file = AtomicFile::create(dest)?;
+    write(file.temporary_path())?;
+    // The writer may have replaced the file rather than written into it: only a regular file
+    // that is still there is committed.
+    let meta = std::fs::symlink_metadata(file.temporary_path()).map_err(io_error(&file.tmp))?;
+    require_regular(&file.tmp, &meta, None)?;
+    let synced = File::open(file.temporary_path()).and_then(|f| f.sync_all());
+    synced.map_err(io_error(&file.tmp))?;
+    Ok(file.commit()?)
+}
+
 /// Write `bytes` to `dest` atomically when several processes may write the same file at the same
 /// time (every data-parallel rank saving a model's tokenizer): each writes under a temporary name
 /// of its own, `<dest>.tmp-<pid>-<n>`, and renames it into place, so readers see one whole copy.

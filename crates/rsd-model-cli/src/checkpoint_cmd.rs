@@ -120,6 +120,15 @@ pub fn convert(a: ConvertArgs) -> Result<()> {
 pub fn init(a: InitArgs) -> Result<()> {
     let kind = parse_kind(&a.dtype)?;
     let cfg = read_config(&a.config)?;
+    // A config within every per-key bound may still declare trillions of parameters: refuse it
+    // here with the byte count, before allocating aborts the process.
+    let dtype_bytes = kind.elt_size_in_bytes() as u64;
+    cfg.check_fits_in_memory(
+        &a.config,
+        rsd_model::kind_name(kind),
+        dtype_bytes,
+        rsd_model::alloc::available_bytes(),
+    )?;
     let options = ModelOptions {
         kind,
         ..Default::default()

@@ -91,9 +91,11 @@ pub fn logits(a: LogitsArgs) -> Result<()> {
         .logits(&hidden)?
         .to_kind(Kind::Float)
         .to_device(tch::Device::Cpu);
-    logits
-        .write_npy(&a.out)
-        .with_context(|| format!("writing {}", a.out.display()))?;
+    rsd_common::safe_fs::write_atomic_by_path(&a.out, |tmp| {
+        logits
+            .write_npy(tmp)
+            .with_context(|| format!("writing {}", a.out.display()))
+    })?;
     eprintln!(
         "rsd-model: wrote {} (fp32 logits, shape {:?})",
         a.out.display(),

@@ -122,29 +122,69 @@ pub fn file_digest(path: &Path) -> Result<(u64, [u8; 32])> {
     rsd_common::digest::sha256_file(path).map_err(io_err(path))
 }
 
-/// [`FileEntry`]s of every file under `dir` (recursively) but those in `skip` and the manifest.
-pub fn entries_under(dir: &Path, skip: &[String]) -> Result<Vec<FileEntry>> {
-    fn walk(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+/// The deepest a checkpoint's tree goes (rsd writes two levels: `model/…`).
+const MAX_TREE_DEPTH: usize = 8;
+
+/// The most entries a checkpoint's tree may hold (rsd writes a few dozen).
+const MAX_TREE_ENTRIES: usize = 100_000;
+
+/// The relative names of every file under checkpoint `dir`, sorted. A checkpoint rsd writes
+/// holds only directories and regular files, so anything else met on the way (a symbolic link,
+/// which could lead out of the checkpoint or back into it, a FIFO, a device) is an error naming
+/// it, and no link is followed; a tree deeper or larger than any checkpoint is refused too.
+pub fn files_under(dir: &Path) -> Result<Vec<String>> {
+    fn walk(root: &Path, dir: &Path, depth: usize, out: &mut Vec<String>) -> Result<()> {
+        let bad = |path: PathBuf, reason: String| Error::Checkpoint { path, reason };
+        if depth > MAX_TREE_DEPTH {
+            return Err(bad(
+                dir.to_path_buf(),
+                format!("directories nested deeper than {MAX_TREE_DEPTH}; not a checkpoint"),
+            ));
+        }
         for e in fs::read_dir(dir).map_err(io_err(dir))? {
-            let p = e.map_err(io_err(dir))?.path();
-            if p.is_dir() {
-                walk(root, &p, out)?;
+            let e = e.map_err(io_err(dir))?;
+            let p = e.path();
+            // The entry's own type: a link is reported as a link, never followed.
+            let t = e.file_type().map_err(io_err(&p))?;
+            if t.is_dir() {
+                walk(root, &p, depth + 1, out)?;
+            } else if t.is_file() {
+                let rel = p.strip_prefix(root).unwrap_or(&p);
+                out.push(rel.to_string_lossy().into_owned());
             } else {
-                out.push(p.strip_prefix(root).unwrap_or(&p).to_path_buf());
+                let what = if t.is_symlink() {
+                    "a symbolic link"
+                } else {
+                    "not a regular file"
+                };
+                return Err(bad(
+                    p,
+                    format!("{what}; a checkpoint holds only regular files and directories"),
+                ));
+            }
+            if out.len() > MAX_TREE_ENTRIES {
+                return Err(bad(
+                    root.to_path_buf(),
+                    format!("more than {MAX_TREE_ENTRIES} files; not a checkpoint"),
+                ));
             }
         }
         Ok(())
     }
     let mut files = Vec::new();
-    walk(dir, dir, &mut files)?;
+    walk(dir, dir, 0, &mut files)?;
     files.sort();
+    Ok(files)
+}
+
+/// [`FileEntry`]s of every file under `dir` (recursively) but those in `skip` and the manifest.
+pub fn entries_under(dir: &Path, skip: &[String]) -> Result<Vec<FileEntry>> {
     let mut out = Vec::new();
-    for rel in files {
-        let name = rel.to_string_lossy().into_owned();
+    for name in files_under(dir)? {
         if name == MANIFEST || skip.contains(&name) {
             continue;
         }
-        let (bytes, digest) = file_digest(&dir.join(&rel))?;
+        let (bytes, digest) = file_digest(&dir.join(&name))?;
         out.push(FileEntry {
             path: name,
             bytes,
@@ -177,7 +217,94 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest> {
             ),
         });
     }
+    check_manifest(dir, &m).map_err(|reason| Error::Checkpoint { path: p, reason })?;
     Ok(m)
+}
+
+/// What a manifest must hold before anything is sized or opened from it: file names that stay in
+/// the checkpoint, digests that are digests, and an optimizer layout whose counts the listed
+/// files can back (a layout is read into memory per rank and per bucket).
+fn check_manifest(dir: &Path, m: &Manifest) -> std::result::Result<(), String> {
+    for (i, f) in m.files.iter().enumerate() {
+        rsd_common::safe_fs::check_relative_name(&f.path).map_err(|why| {
+            format!(
+                "field files[{i}].path: the name \"{}\" {why}; only a relative path inside {} \
+                 is accepted",
+                rsd_common::printable::shortened(&f.path),
+                dir.display()
+            )
+        })?;
+        if f.sha256.len() != 64 || !f.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(format!(
+                "field files[{i}].sha256: \"{}\" is not a sha256 (64 hex digits)",
+                rsd_common::printable::shortened(&f.sha256)
+            ));
+        }
+    }
+    if m.world == 0 || m.dp == 0 || m.cp == 0 || m.dp.checked_mul(m.cp) != Some(m.world) {
+        return Err(format!(
+            "fields world/dp/cp: world {} is not dp {} × cp {}",
+            m.world, m.dp, m.cp
+        ));
+    }
+    if let OptimizerLayout::Sharded(l) = &m.optimizer {
+        check_shard_layout(l, m.files.len())?;
+    }
+    Ok(())
+}
+
+/// The most elements one saved parameter or bucket may have (2^40: far above any model's).
+const MAX_SAVED_ELEMS: i64 = 1 << 40;
+
+fn check_shard_layout(l: &ShardLayout, files: usize) -> std::result::Result<(), String> {
+    if l.ranks == 0 || l.ranks > files {
+        return Err(format!(
+            "field optimizer.ranks: {} ranks, but the manifest lists {files} files (one per \
+             rank at least)",
+            l.ranks
+        ));
+    }
+    for (j, b) in l.buckets.iter().enumerate() {
+        let capacity = b.block.checked_mul(l.ranks as i64);
+        if b.block < 1 || capacity.is_none_or(|c| c > MAX_SAVED_ELEMS) {
+            return Err(format!(
+                "field optimizer.buckets[{j}].block: {} elements per rank over {} ranks, \
+                 expected 1 to {MAX_SAVED_ELEMS} in all",
+                b.block, l.ranks
+            ));
+        }
+        let mut used = 0i64;
+        for (k, p) in b.params.iter().enumerate() {
+            let numel = p
+                .shape
+                .iter()
+                .try_fold(1i64, |n, &d| (d >= 0).then(|| n.checked_mul(d)).flatten());
+            used = match numel.and_then(|n| used.checked_add(n)) {
+                Some(u) if capacity.is_some_and(|c| u <= c) => u,
+                _ => {
+                    return Err(format!(
+                        "field optimizer.buckets[{j}].params[{k}].shape: {:?} does not fit the \
+                         bucket's {} elements",
+                        p.shape,
+                        capacity.unwrap_or(0)
+                    ))
+                }
+            };
+        }
+    }
+    Ok(())
+}
+
+/// The file entry `i` of `manifest` names in checkpoint `dir`: a regular file that stays inside
+/// the checkpoint (no `..`, no absolute path, no link out), or an error naming the field.
+pub fn manifest_file(dir: &Path, i: usize, entry: &FileEntry) -> Result<PathBuf> {
+    let named_by =
+        rsd_common::safe_fs::NamedBy::new(dir.join(MANIFEST), format!("files[{i}].path"));
+    Ok(rsd_common::safe_fs::confined_file(
+        dir,
+        &entry.path,
+        &named_by,
+    )?)
 }
 
 /// Verifies the sha256 of the manifest's files `i` with `i % ranks == rank` (each rank of a
@@ -187,7 +314,15 @@ pub fn verify_checksums(dir: &Path, manifest: &Manifest, rank: usize, ranks: usi
         if i % ranks.max(1) != rank {
             continue;
         }
-        let p = dir.join(&f.path);
+        let p = manifest_file(dir, i, f)?;
+        // The length first: a file of another size is damaged without reading it through.
+        let len = fs::metadata(&p).map_err(io_err(&p))?.len();
+        if len != f.bytes {
+            return Err(Error::Checkpoint {
+                reason: format!("{len} bytes, {MANIFEST} lists {}", f.bytes),
+                path: p,
+            });
+        }
         let (bytes, digest) = file_digest(&p)?;
         if bytes != f.bytes || hex(&digest) != f.sha256 {
             return Err(Error::Checkpoint {
@@ -277,6 +412,10 @@ pub fn list(out: &Path) -> Vec<(u64, PathBuf)> {
         .flatten()
         .flatten()
         .filter_map(|e| {
+            // A link planted among the checkpoints is not one (it could lead anywhere).
+            if !e.file_type().ok()?.is_dir() {
+                return None;
+            }
             let name = e.file_name().into_string().ok()?;
             let step = name.strip_prefix("step-")?.parse().ok()?;
             Some((step, e.path()))
@@ -465,7 +604,10 @@ pub fn read_config(dir: &Path) -> Result<TrainConfig> {
     let text = read_text(&p)?;
     toml::from_str(&text).map_err(|e| Error::Checkpoint {
         path: p,
-        reason: format!("not a training config: {e}"),
+        reason: format!(
+            "not a training config: {}",
+            rsd_common::printable::shortened_lines(&e.to_string())
+        ),
     })
 }
 
@@ -476,13 +618,14 @@ pub fn check_safetensors(path: &Path) -> Result<()> {
         path: path.to_path_buf(),
         reason,
     };
-    let mut f = fs::File::open(path).map_err(|e| bad(format!("cannot open: {e}")))?;
+    let mut f =
+        rsd_common::safe_fs::open_regular(path).map_err(|e| bad(format!("cannot open: {e}")))?;
     let len = f.metadata().map_err(io_err(path))?.len();
     let mut n = [0u8; 8];
     f.read_exact(&mut n)
         .map_err(|_| bad(format!("truncated: {len} bytes, no safetensors header")))?;
     let n = u64::from_le_bytes(n);
-    if n > len - 8 || n > 100 << 20 {
+    if n > len.saturating_sub(8) || n > 100 << 20 {
         return Err(bad(format!(
             "truncated: {len} bytes, the header alone claims {n}"
         )));
@@ -514,21 +657,6 @@ pub fn check_safetensors(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Every `*.safetensors` file under `dir`, recursively, sorted.
-fn safetensors_under(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    for e in fs::read_dir(dir).map_err(io_err(dir))? {
-        let p = e.map_err(io_err(dir))?.path();
-        if p.is_dir() {
-            out.extend(safetensors_under(&p)?);
-        } else if p.extension().is_some_and(|x| x == "safetensors") {
-            out.push(p);
-        }
-    }
-    out.sort();
-    Ok(out)
-}
-
 /// A checkpoint that passed [`validate`]: its state and its run's config.
 #[derive(Debug, Clone)]
 pub struct Valid {
@@ -549,6 +677,9 @@ pub fn validate(dir: &Path) -> Result<Valid> {
     if !dir.is_dir() {
         return Err(bad(dir.to_path_buf(), "no such directory".into()));
     }
+    // What the directory holds first: nothing below is opened through a planted link.
+    let manifest = read_manifest(dir)?;
+    check_tree(dir, &manifest)?;
     let st = read_state(dir)?;
     let sp = dir.join("state.json");
     let named_step = dir
@@ -589,9 +720,13 @@ pub fn validate(dir: &Path) -> Result<Valid> {
     let model = dir.join("model");
     let mc = model.join("config.json");
     rsd_model::ModelConfig::from_file(&mc)?;
-    let manifest = read_manifest(dir)?;
-    let files = safetensors_under(dir)?;
-    if !files.iter().any(|p| p.starts_with(&model)) {
+    let is_weights = |f: &&FileEntry| f.path.ends_with(".safetensors");
+    if !manifest
+        .files
+        .iter()
+        .filter(is_weights)
+        .any(|f| f.path.starts_with("model/"))
+    {
         return Err(bad(model, "no .safetensors weights".into()));
     }
     let optimizer_files: Vec<String> = match &manifest.optimizer {
@@ -603,14 +738,17 @@ pub fn validate(dir: &Path) -> Result<Valid> {
             return Err(bad(dir.join(name), "missing (the optimizer state)".into()));
         }
     }
-    for f in &files {
-        check_safetensors(f)?;
-    }
-    for f in &manifest.files {
+    for (i, f) in manifest.files.iter().enumerate() {
         let p = dir.join(&f.path);
-        let len = fs::metadata(&p)
-            .map_err(|e| bad(p.clone(), format!("missing (listed in {MANIFEST}): {e}")))?
-            .len();
+        if !p.exists() {
+            return Err(bad(p, format!("missing (listed in {MANIFEST})")));
+        }
+        let p = manifest_file(dir, i, f)?;
+        // A damaged weight file is named as such before its length is compared.
+        if is_weights(&f) {
+            check_safetensors(&p)?;
+        }
+        let len = fs::metadata(&p).map_err(io_err(&p))?.len();
         if len != f.bytes {
             return Err(bad(p, format!("{len} bytes, {MANIFEST} lists {}", f.bytes)));
         }
@@ -619,6 +757,27 @@ pub fn validate(dir: &Path) -> Result<Valid> {
         state: st,
         config: cfg,
     })
+}
+
+/// Checks that checkpoint `dir` holds exactly the files its manifest lists: the tree walked
+/// without following a link ([`files_under`]), every listed file there, and nothing else (a file
+/// added after the checkpoint was written would be read unverified: a weight map, a tokenizer).
+fn check_tree(dir: &Path, manifest: &Manifest) -> Result<()> {
+    let present = files_under(dir)?;
+    let listed: std::collections::BTreeSet<&str> =
+        manifest.files.iter().map(|f| f.path.as_str()).collect();
+    if let Some(extra) = present
+        .iter()
+        .find(|p| p.as_str() != MANIFEST && !listed.contains(p.as_str()))
+    {
+        return Err(Error::Checkpoint {
+            path: dir.join(extra),
+            reason: format!(
+                "not listed in {MANIFEST}: added after the checkpoint was written (remove it)"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// What `--resume auto` found under a run directory.
@@ -878,6 +1037,131 @@ mod tests {
             save(&out, &model, &opt.state_tensors(), &state, &cfg, 3, None).expect("save");
         }
         (out, cfg)
+    }
+
+    /// Rewrites checkpoint `dir`'s manifest through `edit`.
+    fn edit_manifest(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+        let p = dir.join(MANIFEST);
+        let mut m: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(&p).expect("read")).expect("json");
+        edit(&mut m);
+        fs::write(&p, m.to_string()).expect("write");
+    }
+
+    #[test]
+    fn a_manifest_names_no_file_outside_its_checkpoint() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let (out, _) = run_with_checkpoints(root.path());
+        let three = dir_for(&out, 3);
+        fs::write(root.path().join("outside"), b"secret").expect("write");
+        for (name, why) in [
+            ("../../../outside", "has a `..` component"),
+            ("/dev/zero", "absolute"),
+        ] {
+            edit_manifest(&three, |m| m["files"][0]["path"] = name.into());
+            let e = validate(&three).expect_err(name).to_string();
+            assert!(e.contains("field files[0].path") && e.contains(why), "{e}");
+            let m = read_manifest(&three);
+            assert!(m.is_err(), "{name}");
+        }
+        // Resolved through a link, a name that looks inside leads out: refused when the
+        // checksums are verified too.
+        let two = dir_for(&out, 2);
+        let manifest = read_manifest(&two).expect("manifest");
+        let first = two.join(&manifest.files[0].path);
+        fs::remove_file(&first).expect("remove");
+        std::os::unix::fs::symlink(root.path().join("outside"), &first).expect("link");
+        let e = verify_checksums(&two, &manifest, 0, 1)
+            .expect_err("link out")
+            .to_string();
+        assert!(e.contains("outside the directory"), "{e}");
+        let e = validate(&two).expect_err("link in the tree").to_string();
+        assert!(e.contains("a symbolic link"), "{e}");
+    }
+
+    #[test]
+    fn links_fifos_and_extra_files_in_a_checkpoint_are_refused_without_following_them() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let (out, _) = run_with_checkpoints(root.path());
+        let [one, two, three] = [1, 2, 3].map(|k| dir_for(&out, k));
+        // A loop (model/a → model) and a link to the root would make a walk that follows
+        // links exponential or endless.
+        std::os::unix::fs::symlink(".", three.join("model").join("a")).expect("link");
+        std::os::unix::fs::symlink("/", three.join("root")).expect("link");
+        let e = validate(&three).expect_err("links").to_string();
+        assert!(e.contains("a symbolic link"), "{e}");
+        // A FIFO named like weights would block whoever opens it.
+        let fifo = two.join("model").join("extra.safetensors");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = validate(&two).expect_err("fifo").to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        // A file added after the manifest was written would be read unverified.
+        fs::write(one.join("model").join("model.safetensors.index.json"), "{}").expect("write");
+        let e = validate(&one).expect_err("extra file").to_string();
+        assert!(e.contains("not listed in manifest.json"), "{e}");
+        // A link among the checkpoints is not one.
+        std::os::unix::fs::symlink(&one, out.join("checkpoints").join("step-00000009"))
+            .expect("link");
+        assert!(list(&out).iter().all(|(k, _)| *k != 9));
+    }
+
+    #[test]
+    fn a_sharded_layout_is_checked_before_anything_is_sized_from_it() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let (out, _) = run_with_checkpoints(root.path());
+        let three = dir_for(&out, 3);
+        let layout =
+            |ranks: serde_json::Value, block: serde_json::Value, shape: serde_json::Value| {
+                serde_json::json!({"kind": "sharded", "bucket_elems": 4, "ranks": ranks,
+                "state_dtype": "F32", "master": false,
+                "buckets": [{"block": block, "params": [{"name": "w", "shape": shape}]}]})
+            };
+        let cases = [
+            (
+                layout(
+                    10_000_000_000_000u64.into(),
+                    4.into(),
+                    serde_json::json!([4]),
+                ),
+                "optimizer.ranks",
+            ),
+            (
+                layout(1.into(), 0.into(), serde_json::json!([0])),
+                "buckets[0].block",
+            ),
+            (
+                layout(1.into(), (1i64 << 62).into(), serde_json::json!([1])),
+                "buckets[0].block",
+            ),
+            (
+                layout(1.into(), 4.into(), serde_json::json!([3, 2])),
+                "params[0].shape",
+            ),
+            (
+                layout(1.into(), 4.into(), serde_json::json!([-1, -4])),
+                "params[0].shape",
+            ),
+            (
+                layout(
+                    1.into(),
+                    4.into(),
+                    serde_json::json!([1i64 << 40, 1i64 << 40]),
+                ),
+                "params[0].shape",
+            ),
+        ];
+        for (optimizer, field) in cases {
+            edit_manifest(&three, |m| m["optimizer"] = optimizer.clone());
+            let e = read_manifest(&three).expect_err(field).to_string();
+            assert!(e.contains(field), "{e}");
+        }
+        edit_manifest(&three, |m| {
+            m["optimizer"] = serde_json::json!({"kind": "replicated"});
+            m["world"] = 4.into();
+        });
+        let e = read_manifest(&three).expect_err("world").to_string();
+        assert!(e.contains("world 4 is not dp 1 × cp 1"), "{e}");
     }
 
     fn truncate(p: &Path) {

@@ -366,8 +366,10 @@ impl Stated {
                 let text = String::from_utf8(bytes).map_err(|e| {
                     Error::Input(format!("{}: not UTF-8 text: {e}", path.display()))
                 })?;
-                let o: ConfigOverrides = toml::from_str(&text)
-                    .map_err(|e| Error::Input(format!("{}: {e}", path.display())))?;
+                let o: ConfigOverrides = toml::from_str(&text).map_err(|e| {
+                    let e = rsd_common::printable::shortened_lines(&e.to_string());
+                    Error::Input(format!("{}: {e}", path.display()))
+                })?;
                 Some((path.to_path_buf(), o))
             }
             None => None,
@@ -481,9 +483,10 @@ impl TrainConfig {
         if self.steps == 0 {
             return bad("steps", "must be ≥ 1");
         }
-        if self.lr.is_nan() || self.lr <= 0.0 {
-            return bad("lr", "must be > 0");
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return bad("lr", "must be a finite number > 0");
         }
+        self.check_ranges()?;
         if self.micro_batch == 0 {
             return bad("micro_batch", "must be ≥ 1");
         }
@@ -539,6 +542,125 @@ impl TrainConfig {
                     ),
                 );
             }
+        }
+        Ok(())
+    }
+
+    /// The numeric keys whose out-of-range values would not fail but compute nonsense (a β of 1
+    /// divides by zero in AdamW's bias correction, a NaN λ poisons every step, a timeout of 2^64
+    /// seconds overflows the milliseconds c10d takes), each with the range it must lie in.
+    fn check_ranges(&self) -> Result<()> {
+        let within = |key: &str, v: f64, lo: f64, hi: f64, hi_open: bool, what: &str| {
+            let inside = v.is_finite() && v >= lo && if hi_open { v < hi } else { v <= hi };
+            match inside {
+                true => Ok(()),
+                false => Err(Error::Input(format!("config key {key}: {v}; {what}"))),
+            }
+        };
+        within(
+            "lambda",
+            self.lambda,
+            0.0,
+            f64::MAX,
+            false,
+            "must be a finite number ≥ 0",
+        )?;
+        within(
+            "beta1",
+            self.beta1,
+            0.0,
+            1.0,
+            true,
+            "AdamW's β must lie in [0, 1)",
+        )?;
+        within(
+            "beta2",
+            self.beta2,
+            0.0,
+            1.0,
+            true,
+            "AdamW's β must lie in [0, 1)",
+        )?;
+        within(
+            "eps",
+            self.eps,
+            f64::MIN_POSITIVE,
+            1.0,
+            false,
+            "must lie in (0, 1]",
+        )?;
+        within(
+            "weight_decay",
+            self.weight_decay,
+            0.0,
+            1e3,
+            false,
+            "must lie in [0, 1000]",
+        )?;
+        within(
+            "clip",
+            self.clip,
+            0.0,
+            f64::MAX,
+            false,
+            "a norm ≥ 0 (0 = off)",
+        )?;
+        within(
+            "long_ce_gamma",
+            self.long_ce_gamma,
+            0.0,
+            f64::MAX,
+            false,
+            "must be ≥ 0",
+        )?;
+        if let Some(theta) = self.rope_theta {
+            within(
+                "rope_theta",
+                theta,
+                0.0,
+                1e12,
+                false,
+                "a RoPE base in (0, 1e12] (0 = keep)",
+            )?;
+        }
+        let week = 7 * 24 * 3600;
+        let counts: [(&str, u64, u64, u64); 7] = [
+            ("dist_timeout", self.dist_timeout, 1, week),
+            ("checkpoint_timeout", self.checkpoint_timeout, 0, week),
+            ("grad_bucket_mb", self.grad_bucket_mb as u64, 1, 1 << 20),
+            ("chunks", self.chunks as u64, 1, 1 << 20),
+            ("threads", self.threads.max(0) as u64, 0, 1 << 16),
+            (
+                "max_position_embeddings",
+                self.max_position_embeddings.unwrap_or(0).max(0) as u64,
+                0,
+                1 << 40,
+            ),
+            ("keep", self.keep as u64, 1, 1 << 20),
+        ];
+        for (key, v, lo, hi) in counts {
+            if v < lo || v > hi {
+                return Err(Error::Input(format!(
+                    "config key {key}: {v}; must lie in [{lo}, {hi}]"
+                )));
+            }
+        }
+        for (key, v) in [
+            ("threads", self.threads),
+            ("skip_range", self.skip_range),
+            (
+                "max_position_embeddings",
+                self.max_position_embeddings.unwrap_or(0),
+            ),
+        ] {
+            if v < 0 {
+                return Err(Error::Input(format!("config key {key}: {v}; must be ≥ 0")));
+            }
+        }
+        if self.heldout_every > 0 && self.heldout_batches == 0 {
+            return Err(Error::Input(
+                "config key heldout_batches: 0 with heldout_every set; must be ≥ 1".into(),
+            ));
         }
         Ok(())
     }
@@ -659,6 +781,117 @@ mod tests {
         assert_eq!(
             (c.model, c.init, c.rope_theta),
             (None, Some("y.json".into()), None)
+        );
+    }
+
+    /// Values that parse but would compute nonsense are refused, naming the key and the range.
+    #[test]
+    fn out_of_range_numbers_are_refused_naming_key_and_range() {
+        let ok = TrainConfig {
+            init: Some("x.json".into()),
+            ..TrainConfig::default()
+        };
+        ok.check().expect("the defaults are in range");
+        let cases: Vec<(TrainConfig, &str)> = vec![
+            (
+                TrainConfig {
+                    lr: f64::INFINITY,
+                    ..ok.clone()
+                },
+                "lr",
+            ),
+            (
+                TrainConfig {
+                    lambda: f64::NAN,
+                    ..ok.clone()
+                },
+                "lambda",
+            ),
+            (
+                TrainConfig {
+                    beta2: 1.0,
+                    ..ok.clone()
+                },
+                "beta2",
+            ),
+            (
+                TrainConfig {
+                    eps: 0.0,
+                    ..ok.clone()
+                },
+                "eps",
+            ),
+            (
+                TrainConfig {
+                    clip: -1.0,
+                    ..ok.clone()
+                },
+                "clip",
+            ),
+            (
+                TrainConfig {
+                    rope_theta: Some(f64::INFINITY),
+                    ..ok.clone()
+                },
+                "rope_theta",
+            ),
+            (
+                TrainConfig {
+                    dist_timeout: u64::MAX,
+                    ..ok.clone()
+                },
+                "dist_timeout",
+            ),
+            (
+                TrainConfig {
+                    grad_bucket_mb: usize::MAX,
+                    ..ok.clone()
+                },
+                "grad_bucket_mb",
+            ),
+            (
+                TrainConfig {
+                    keep: 0,
+                    ..ok.clone()
+                },
+                "keep",
+            ),
+            (
+                TrainConfig {
+                    skip_range: -3,
+                    ..ok.clone()
+                },
+                "skip_range",
+            ),
+            (
+                TrainConfig {
+                    heldout_every: 5,
+                    heldout_batches: 0,
+                    ..ok.clone()
+                },
+                "heldout_batches",
+            ),
+        ];
+        for (c, key) in cases {
+            let e = c.check().expect_err(key).to_string();
+            assert!(e.contains(&format!("config key {key}")), "{key}: {e}");
+        }
+    }
+
+    /// A config whose bad line is 300 KB long is an error of a few lines naming the file, not an
+    /// echo of the line.
+    #[test]
+    fn a_long_bad_line_is_cut_in_the_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        std::fs::write(&p, format!("steps = 3\nseed = \"{}\n", "9".repeat(300_000))).unwrap();
+        let e = Stated::read(Some(&p), ConfigOverrides::default())
+            .map(|_| ())
+            .expect_err("bad toml")
+            .to_string();
+        assert!(
+            e.len() < 2000 && e.contains("c.toml") && e.contains("more characters"),
+            "{e}"
         );
     }
 

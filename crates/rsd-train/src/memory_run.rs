@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 
 use crate::config::TrainConfig;
 use crate::memory_measure::{categorize, marks, marks_device, Measured};
-use crate::{io_err, Error, Result};
+use crate::{Error, Result};
 
 /// Where a measurement's ranks find its data and leave their results (the environment variable
 /// the parent sets before launching the ranks).
@@ -98,7 +98,7 @@ pub fn run_rank(cfg: TrainConfig, dir: &Path) -> Result<Measured> {
     m.peak_rss = rsd_common::mem::Memory::now().peak_rss;
     let file = rank_file(dir, rank);
     let text = serde_json::to_string(&m).map_err(|e| Error::Input(e.to_string()))?;
-    std::fs::write(&file, text).map_err(io_err(&file))?;
+    rsd_common::safe_fs::write_file_atomic(&file, text.as_bytes())?;
     Ok(m)
 }
 
@@ -111,7 +111,7 @@ pub fn read_ranks(dir: &Path, world: usize) -> Result<Vec<Measured>> {
     (0..world)
         .map(|r| {
             let file = rank_file(dir, r);
-            let text = std::fs::read_to_string(&file).map_err(io_err(&file))?;
+            let text = rsd_common::safe_fs::read_text(&file, 64 << 20, "memory measurement")?;
             serde_json::from_str(&text)
                 .map_err(|e| Error::Input(format!("{}: {e}", file.display())))
         })

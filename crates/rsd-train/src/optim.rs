@@ -221,8 +221,9 @@ impl AdamW {
 
     /// Writes moments and master weights as safetensors (`m.<name>`, `v.<name>`, `master.<name>`).
     pub fn save(&self, path: &Path) -> Result<()> {
-        Tensor::write_safetensors(&self.state_tensors(), path)?;
-        Ok(())
+        rsd_common::safe_fs::write_atomic_by_path(path, |tmp| {
+            Ok::<_, Error>(Tensor::write_safetensors(&self.state_tensors(), tmp)?)
+        })
     }
 
     /// Restores what [`AdamW::save`] wrote; every tensor must be there with the right shape.

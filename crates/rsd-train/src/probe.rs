@@ -672,8 +672,10 @@ fn write_draws(
             Ok((n, t))
         })
         .collect::<Result<_>>()?;
-    Tensor::write_safetensors(&tensors, path)
-        .map_err(|e| Error::Input(format!("writing {}: {e}", path.display())))
+    rsd_common::safe_fs::write_atomic_by_path(path, |tmp| {
+        Tensor::write_safetensors(&tensors, tmp)
+            .map_err(|e| Error::Input(format!("writing {}: {e}", path.display())))
+    })
 }
 
 fn write_grads(model: &Model, path: &std::path::Path) -> Result<()> {
@@ -683,8 +685,10 @@ fn write_grads(model: &Model, path: &std::path::Path) -> Result<()> {
         .filter(|(_, t)| t.grad().defined())
         .map(|(n, t)| Ok((n, t.grad().f_to_kind(Kind::Float)?)))
         .collect::<Result<_>>()?;
-    Tensor::write_safetensors(&grads, path)
-        .map_err(|e| Error::Input(format!("writing {}: {e}", path.display())))
+    rsd_common::safe_fs::write_atomic_by_path(path, |tmp| {
+        Tensor::write_safetensors(&grads, tmp)
+            .map_err(|e| Error::Input(format!("writing {}: {e}", path.display())))
+    })
 }
 
 /// This process's share of the batch under context parallelism.

@@ -101,10 +101,23 @@ pub fn config(
     let mut base = saved;
     // One invocation's own setting, not the run's: a run stopped early resumes to its end.
     base.stop_at = TrainConfig::default().stop_at;
-    // The run directory is where the checkpoint lies now (runs move between file systems); one
-    // copied out of its run keeps the directory it was written in.
-    if let Some(run) = run_dir::run_of_checkpoint(checkpoint) {
-        base.out = run.display().to_string();
+    // The run directory is where the checkpoint lies now (runs move between file systems). One
+    // copied out of its run goes where the command says, never where its own config.toml says:
+    // that file travels with the checkpoint and could name any directory.
+    match run_dir::run_of_checkpoint(checkpoint) {
+        Some(run) => base.out = run.display().to_string(),
+        None => match stated.out() {
+            Some(out) => base.out = out,
+            None => {
+                return Err(Error::Input(format!(
+                "resuming {}: it is not inside a run directory (RUN/checkpoints/step-N), so the \
+                 run it continues has no directory; say where it writes with --out DIR (its \
+                 config.toml names {}, which is not used unless you pass it)",
+                checkpoint.display(),
+                    rsd_common::printable::shortened(&base.out)
+                )))
+            }
+        },
     }
     let sources: Vec<(&'static str, Option<String>)> = TrainConfig::KEYS
         .iter()

@@ -340,7 +340,7 @@ impl ShardedAdamW {
             path: path.to_path_buf(),
             reason,
         };
-        let file = std::fs::File::open(path).map_err(io_err(path))?;
+        let file = rsd_common::safe_fs::open_regular(path)?;
         // SAFETY: the checkpoint is read-only while the run resumes from it (checkpoints are
         // written to a temporary directory and renamed into place, never modified in place).
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err(path))?;
@@ -665,7 +665,7 @@ impl SavedShards {
         let mut files = Vec::with_capacity(layout.ranks);
         for r in 0..layout.ranks {
             let path = dir.join(shard_file_name(r, layout.ranks));
-            let file = std::fs::File::open(&path).map_err(io_err(&path))?;
+            let file = rsd_common::safe_fs::open_regular(&path)?;
             // SAFETY: a checkpoint is read-only once published (written to a temporary
             // directory and renamed into place, never modified in place).
             let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err(&path))?;

@@ -156,6 +156,7 @@ fn write_tokenizer_dir(file: &Path, info: &TokenizerInfo, dir: &Path) -> Result<
     let put = |name: &str, bytes: &[u8]| -> Result<()> {
         Ok(safe_fs::write_file_atomic_shared(&dir.join(name), bytes)?)
     };
-    put(TOKENIZER_FILE, &fs::read(file).map_err(io_err(file))?)?;
+    let bytes = safe_fs::read_regular(file, safe_fs::MAX_METADATA_BYTES, "tokenizer.json")?;
+    put(TOKENIZER_FILE, &bytes)?;
     put("tokenizer_config.json", text.as_bytes())
 }
