@@ -101,6 +101,15 @@ def test_zero2_with_two_micro_batches_per_rank_trains_what_one_process_trains(
         overlapped, blocking = params(tmp_path / "zero"), params(tmp_path / "blocking")
         assert all(np.array_equal(overlapped[k], blocking[k]) for k in overlapped)
         assert [r["comm_bytes"] for r in metrics(tmp_path / "blocking")] == comm
+    # Each rank sums its two micro-batches locally, then one reduce-scatter a step: the same
+    # update up to the order of the fp64 additions, with less traffic (the exact payload is
+    # crates/rsd-train/tests/comm.rs's).
+    run("rsd-train", *train_args(shards, tmp_path / "per-step", *extra,
+                                 "--shard-optimizer", "true", "--grad-reduce", "step"),
+        "--nproc", 2)
+    assert_close_runs(tmp_path / "one", tmp_path / "per-step")
+    per_step = [r["comm_bytes"] for r in metrics(tmp_path / "per-step")]
+    assert len(set(per_step)) == 1 and 0 < per_step[0] < comm[0], (per_step, comm)
 
 
 def sharded_state(ckpt):

@@ -1305,6 +1305,51 @@ mod tests {
                     Err(e) => prop_assert!(e.to_string().contains("state.json"), "{e}"),
                 }
             }
+
+            /// A manifest with any names, counts and shapes, or damaged anywhere: an error
+            /// naming manifest.json, or a manifest whose names stay inside the checkpoint and
+            /// whose layout the sizing code can use without overflow (never a panic).
+            #[test]
+            fn any_manifest_is_an_error_or_usable(
+                path in prop_oneof![
+                    Just("model/model.safetensors".to_string()), Just("../x".to_string()),
+                    Just("/dev/zero".to_string()), "[a-z./]{0,12}"],
+                world in 0usize..5,
+                ranks in prop_oneof![0usize..4, Just(usize::MAX), Just(10_000_000_000_000)],
+                block in prop_oneof![-2i64..10, Just(i64::MAX), Just(1 << 40)],
+                shape in proptest::collection::vec(prop_oneof![-2i64..6, Just(i64::MAX)], 0..4),
+                edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..3),
+            ) {
+                let dir = tempfile::tempdir().expect("tempdir");
+                let manifest = serde_json::json!({
+                    "version": MANIFEST_VERSION, "world": world, "dp": world, "cp": 1,
+                    "optimizer": {"kind": "sharded", "bucket_elems": 4, "ranks": ranks,
+                        "state_dtype": "F32", "master": false,
+                        "buckets": [{"block": block, "params": [{"name": "w", "shape": shape}]}]},
+                    "files": [{"path": path, "bytes": 1, "sha256": "0".repeat(64)},
+                              {"path": "b", "bytes": 1, "sha256": "0".repeat(64)}],
+                });
+                let mut bytes = serde_json::to_vec(&manifest).expect("json");
+                for (at, b) in edits {
+                    let i = at.index(bytes.len());
+                    bytes[i] = b;
+                }
+                fs::write(dir.path().join(MANIFEST), &bytes).expect("write");
+                match read_manifest(dir.path()) {
+                    Ok(m) => {
+                        for f in &m.files {
+                            prop_assert!(rsd_common::safe_fs::check_relative_name(&f.path).is_ok());
+                        }
+                        if let OptimizerLayout::Sharded(l) = &m.optimizer {
+                            prop_assert!(l.ranks >= 1 && l.ranks <= m.files.len());
+                            for b in &l.buckets {
+                                prop_assert!(b.block.checked_mul(l.ranks as i64).is_some());
+                            }
+                        }
+                    }
+                    Err(e) => prop_assert!(e.to_string().contains("manifest.json"), "{e}"),
+                }
+            }
         }
     }
 }

@@ -17,7 +17,7 @@
 //! | loss sums | world | 3 × 8 B |
 //! | gradients, replicated: one all-reduce per bucket | world | Σ params × g |
 //! | sharded: the ranks' micro-batch count (max) | world | 8 B (i64) |
-//! | gradients, sharded: one reduce-scatter per bucket | world | Σ buckets ⌈n_b/W⌉·W × s |
+//! | gradients, sharded: one reduce-scatter per bucket, per micro-batch (`grad_reduce = "micro-batch"`) or per step (`"step"`) | world | Σ buckets ⌈n_b/W⌉·W × s |
 //! | sharded: the gradient norm | world | 8 B |
 //! | non-finite decision (`any`) | world | 4 B |
 //! | sharded: the parameters' all-gather per bucket | world | Σ buckets ⌈n_b/W⌉ × e |
@@ -44,8 +44,8 @@ pub struct Sharded {
     /// Bytes per element of the optimizer state the gradient is reduce-scattered in (4; 8 for
     /// fp64 models).
     pub state_bytes: usize,
-    /// Reduce-scatters of the gradient per step and bucket: 1 today (after the last
-    /// micro-batch); the number of local micro-batches once they run per micro-batch.
+    /// Reduce-scatters of the gradient per step and bucket: the local micro-batches with
+    /// `grad_reduce = "micro-batch"`, 1 with `"step"`.
     pub reduce_scatters: usize,
 }
 

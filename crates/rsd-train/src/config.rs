@@ -11,6 +11,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::perturb::{KlNorm, PerturbKind, Scope};
+use crate::sharded::GradReduce;
 use crate::step::{KlDirection, Objective};
 use crate::{Error, Result};
 
@@ -247,6 +248,12 @@ config! {
     /// computes the next layer's gradients (per layer with `checkpoint_layers`, else after the
     /// backward, one bucket ahead). The same sums; one more bucket's gradient is live.
     overlap_grad_reduce: bool = true;
+    /// With `shard_optimizer`: when the gradient is summed over the ranks. micro-batch (a
+    /// reduce-scatter after each micro-batch's backward; no rank holds the whole gradient) |
+    /// step (each rank sums its micro-batches into a whole-model fp32 buffer, 4 bytes per
+    /// parameter, then one reduce-scatter per step: 1/m of the traffic for m local micro-batches).
+    #[serde(default)]
+    grad_reduce: GradReduce = GradReduce::MicroBatch;
 }
 
 /// Serde default of keys that default to on (the resolved config's `bool`; in a file's

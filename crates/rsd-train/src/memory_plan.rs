@@ -46,6 +46,9 @@ pub struct PlanInput {
     pub checkpoint_layers: bool,
     /// Sharded: a bucket's reduce-scatter stays in flight during the next part's backward.
     pub overlap_grad_reduce: bool,
+    /// Sharded: the gradient is summed locally over the step's micro-batches and reduce-scattered
+    /// once per step (`grad_reduce = "step"`), in a whole-model fp32 buffer.
+    pub reduce_per_step: bool,
     /// The objective (which views run, which loss terms a chunk forms).
     pub objective: Objective,
     /// The perturbed view starts from the shared prefix.
@@ -217,6 +220,7 @@ pub fn input_for(
         shard_optimizer: cfg.shard_optimizer,
         checkpoint_layers: cfg.checkpoint_layers,
         overlap_grad_reduce: cfg.overlap_grad_reduce,
+        reduce_per_step: cfg.grad_reduce == crate::sharded::GradReduce::Step,
         objective: cfg.objective.loss(),
         prefix_reuse: cfg.prefix_reuse,
         loss_chunk: cfg.loss_chunk.max(1) as u64,
@@ -446,7 +450,18 @@ fn weights_and_gradients(p: &PlanInput, s: &Shape, items: &mut Vec<PlanItem>) {
         params * b,
         format!("{params} parameters × {b} B"),
     );
-    if s.sharded {
+    if s.sharded && p.reduce_per_step {
+        // Each rank's own sum of its micro-batches, flat in fp32 and padded to the ranks, lives
+        // through the step; the parameters' .grad are freed into it part by part.
+        let padded = s.params.div_ceil(s.world) * s.world;
+        add(
+            items,
+            "gradients",
+            Category::Gradients,
+            padded * 4,
+            format!("{padded} × 4 B (the local fp32 sum over the step's micro-batches, grad_reduce = step)"),
+        );
+    } else if s.sharded {
         // ZeRO-2: each part's gradients are reduce-scattered into the fp32 block (optimizer
         // state) and freed as the backward completes them: none stays from step to step.
         add(
@@ -936,6 +951,7 @@ mod tests {
             shard_optimizer: shard,
             checkpoint_layers: true,
             overlap_grad_reduce: true,
+            reduce_per_step: false,
             objective: Objective::Rsd,
             prefix_reuse: true,
             loss_chunk: 4096,

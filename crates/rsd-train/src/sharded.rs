@@ -33,6 +33,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use safetensors::{Dtype, SafeTensors};
+use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
 use rsd_dist::{PendingReduceScatter, ProcessGroup, ReduceOp};
@@ -42,6 +43,22 @@ use crate::checkpoint::{shard_file_name, SavedBucket, SavedParam, ShardLayout};
 use crate::optim::{shape as shape_str, AdamWConfig, Update};
 use crate::step::GradsDone;
 use crate::{io_err, Error, Result};
+
+/// When the sharded optimizer sums the gradient over the ranks (config key `grad_reduce`): the
+/// trade between memory and traffic.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum GradReduce {
+    /// A reduce-scatter of every bucket after each micro-batch's backward, the gradient freed at
+    /// once: no rank holds the whole gradient, and the payload is the padded gradient (fp32) ×
+    /// the local micro-batches.
+    #[default]
+    MicroBatch,
+    /// Each rank adds its micro-batches' gradients into a whole-model fp32 buffer, then one
+    /// reduce-scatter per bucket and step: the payload of one micro-batch, for 4 bytes per
+    /// parameter more on every rank.
+    Step,
+}
 
 /// One parameter's place in its bucket.
 struct Member {
@@ -74,6 +91,9 @@ struct Bucket {
     decayed: Vec<(i64, i64)>,
     /// Whether this micro-batch's gradients of the bucket have been reduced already.
     reduced: Cell<bool>,
+    /// With [`GradReduce::Step`], the rank's own gradient sum of the whole bucket over the
+    /// step's micro-batches (flat, padded, the state's dtype), reduce-scattered once per step.
+    local: Option<Tensor>,
 }
 
 /// AdamW over this rank's block of every bucket.
@@ -92,6 +112,8 @@ pub struct ShardedAdamW {
     /// The bucket whose reduce-scatter is in flight, if any (at most one: its flat gradient is
     /// the only one waiting).
     in_flight: RefCell<Option<(usize, PendingReduceScatter)>>,
+    /// When the gradient is summed over the ranks.
+    grad_reduce: GradReduce,
 }
 
 /// The buckets' members: the parameters grouped by part in backward order, each part cut into
@@ -170,7 +192,24 @@ impl ShardedAdamW {
             steps: 0,
             overlap: true,
             in_flight: RefCell::new(None),
+            grad_reduce: GradReduce::MicroBatch,
         })
+    }
+
+    /// Sums the gradient over the ranks after every micro-batch (the default) or once per step
+    /// from a local whole-bucket sum ([`GradReduce`]).
+    pub fn reducing(mut self, mode: GradReduce) -> Result<Self> {
+        for b in &mut self.buckets {
+            b.local = match mode {
+                GradReduce::MicroBatch => None,
+                GradReduce::Step => Some(Tensor::f_zeros(
+                    [b.block * b.ranks],
+                    (b.m.kind(), b.m.device()),
+                )?),
+            };
+        }
+        self.grad_reduce = mode;
+        Ok(self)
     }
 
     /// Whether a bucket's reduce-scatter runs while the backward computes the next part's
@@ -197,6 +236,9 @@ impl ShardedAdamW {
     /// overlap, finishes it at once. Overlapped, the last bucket of a part is on the wire while
     /// the backward computes the next part's gradients.
     fn reduce(&self, group: &ProcessGroup, i: usize) -> Result<()> {
+        if self.grad_reduce == GradReduce::Step {
+            return self.buckets[i].accumulate_local();
+        }
         let pending = self.buckets[i].start_reduce(group)?;
         let previous = self.in_flight.replace(Some((i, pending)));
         if let Some((j, p)) = previous {
@@ -230,6 +272,24 @@ impl ShardedAdamW {
             b.reduced.set(false);
         }
         Ok(())
+    }
+
+    /// After the step's last micro-batch: with [`GradReduce::Step`], reduce-scatters every
+    /// bucket's local sum (one in flight while the next starts) into the accumulators; with
+    /// [`GradReduce::MicroBatch`] that happened micro-batch by micro-batch and there is nothing
+    /// to do. A collective in step mode: every rank calls it once per step.
+    pub fn step_done(&self, group: &ProcessGroup) -> Result<()> {
+        if self.grad_reduce != GradReduce::Step {
+            return Ok(());
+        }
+        for (i, b) in self.buckets.iter().enumerate() {
+            let Some(local) = &b.local else { continue };
+            let pending = group.reduce_scatter_start(local, ReduceOp::Sum)?;
+            if let Some((j, p)) = self.in_flight.replace(Some((i, pending))) {
+                self.buckets[j].finish_reduce(group, p)?;
+            }
+        }
+        self.finish_in_flight(group)
     }
 
     /// Zeroes the summed gradient (after an update, or a skipped one).
@@ -492,6 +552,7 @@ impl Bucket {
             grad: zeros()?,
             decayed,
             reduced: Cell::new(false),
+            local: None,
         };
         let master = bucket
             .flat(|p| Ok(p.shallow_clone()))?
@@ -521,7 +582,8 @@ impl Bucket {
         Ok(pending)
     }
 
-    /// Waits for this bucket's reduce-scatter and adds this rank's block to the accumulator.
+    /// Waits for this bucket's reduce-scatter and adds this rank's block to the accumulator
+    /// (and, in step mode, clears the local sum it was computed from for the next step).
     fn finish_reduce(&self, group: &ProcessGroup, pending: PendingReduceScatter) -> Result<()> {
         let block = pending.wait(group)?;
         tch::no_grad(|| {
@@ -529,8 +591,34 @@ impl Bucket {
                 .grad
                 .shallow_clone()
                 .f_add_(&block.f_to_device(self.grad.device())?)?;
+            if let Some(local) = &self.local {
+                let _ = local.shallow_clone().f_zero_()?;
+            }
             Ok(())
         })
+    }
+
+    /// Step mode: adds the members' gradients of this micro-batch into the local sum, in place
+    /// (no flat copy), and frees them. A member without a gradient adds nothing.
+    fn accumulate_local(&self) -> Result<()> {
+        let Some(local) = &self.local else {
+            return Ok(());
+        };
+        tch::no_grad(|| -> Result<()> {
+            for m in &self.members {
+                let g = m.param.grad();
+                if g.defined() {
+                    let mut dst = local.f_narrow(0, m.offset, m.numel)?;
+                    let _ = dst.f_add_(&g.f_reshape([-1])?)?;
+                }
+            }
+            Ok(())
+        })?;
+        for m in &self.members {
+            free_grad(&m.param);
+        }
+        self.reduced.set(true);
+        Ok(())
     }
 
     /// `of(param)` of every member, in the state's dtype, laid out flat and zero-padded to

@@ -38,7 +38,8 @@ impl Optimizer {
         Ok(match dp.group() {
             Some(g) if cfg.shard_optimizer => Optimizer::Sharded(
                 ShardedAdamW::new(model, adamw, g, dp.bucket_elems())?
-                    .overlapped(cfg.overlap_grad_reduce),
+                    .overlapped(cfg.overlap_grad_reduce)
+                    .reducing(cfg.grad_reduce)?,
             ),
             _ => Optimizer::Replicated(AdamW::new(model, adamw)?),
         })
@@ -77,11 +78,13 @@ impl Optimizer {
     }
 
     /// After the step's last micro-batch: sums the model's gradients over the ranks (replicated;
-    /// sharded, they were reduced micro-batch by micro-batch already).
+    /// sharded, micro-batch by micro-batch already, or now from each rank's local sum with
+    /// `grad_reduce = "step"`).
     pub fn reduce_gradients(&mut self, dp: &DataParallel, model: &Model) -> Result<()> {
-        match self {
-            Optimizer::Sharded(_) => Ok(()),
-            Optimizer::Replicated(_) => dp.reduce_gradients(model),
+        match (self, dp.group()) {
+            (Optimizer::Sharded(o), Some(g)) => o.step_done(g),
+            (Optimizer::Sharded(_), None) => Ok(()),
+            (Optimizer::Replicated(_), _) => dp.reduce_gradients(model),
         }
     }
 

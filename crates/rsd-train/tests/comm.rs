@@ -28,13 +28,15 @@ struct Case {
     cp: usize,
     objective: &'static str,
     sharded: bool,
+    /// `grad_reduce`: micro-batch or step.
+    grad_reduce: &'static str,
 }
 
 /// Runs `case` for 2 steps and returns each step's logged `comm_bytes`.
 fn measured(dir: &Path, shards: &Path, init: &Path, case: &Case) -> Vec<u64> {
     let out = dir.join(format!(
-        "run-{}x{}-{}-{}",
-        case.dp, case.cp, case.objective, case.sharded
+        "run-{}x{}-{}-{}-{}",
+        case.dp, case.cp, case.objective, case.sharded, case.grad_reduce
     ));
     let nproc = (case.dp * case.cp).to_string();
     let status = Command::new(env!("CARGO_BIN_EXE_rsd-train"))
@@ -53,7 +55,7 @@ fn measured(dir: &Path, shards: &Path, init: &Path, case: &Case) -> Vec<u64> {
             "--shard-optimizer",
             if case.sharded { "true" } else { "false" },
         ])
-        .args(["--grad-bucket-mb", "1"])
+        .args(["--grad-bucket-mb", "1", "--grad-reduce", case.grad_reduce])
         .args(["--dp", &case.dp.to_string(), "--cp", &case.cp.to_string()])
         .args(["--nproc", &nproc])
         .arg("--shards")
@@ -104,21 +106,24 @@ fn logged_step_traffic_is_the_formula() {
         .map(|(_, p)| p.numel())
         .collect();
     let cases = [
-        (2, 1, "standard", false),
-        (2, 1, "rsd", false),
-        (2, 1, "rsd", true),
-        (2, 1, "standard", true),
-        (1, 2, "standard", false),
-        (1, 2, "rsd", false),
-        (1, 2, "rsd", true),
-        (2, 2, "rsd", true),
+        (2, 1, "standard", false, "micro-batch"),
+        (2, 1, "rsd", false, "micro-batch"),
+        (2, 1, "rsd", true, "micro-batch"),
+        (2, 1, "standard", true, "micro-batch"),
+        (2, 1, "standard", true, "step"),
+        (1, 2, "standard", false, "micro-batch"),
+        (1, 2, "rsd", false, "micro-batch"),
+        (1, 2, "rsd", true, "micro-batch"),
+        (2, 2, "rsd", true, "micro-batch"),
+        (2, 2, "rsd", true, "step"),
     ];
-    for (dp, cp, objective, sharded) in cases {
+    for (dp, cp, objective, sharded, grad_reduce) in cases {
         let case = Case {
             dp,
             cp,
             objective,
             sharded,
+            grad_reduce,
         };
         let got = measured(dir.path(), &shards, &init, &case);
         let rows = 1;
@@ -143,7 +148,7 @@ fn logged_step_traffic_is_the_formula() {
             checkpoint_layers: false,
             sharded: sharded.then_some(Sharded {
                 state_bytes: 4,
-                reduce_scatters: 4 / dp,
+                reduce_scatters: if grad_reduce == "step" { 1 } else { 4 / dp },
             }),
         };
         let want = expected_step_bytes(&layout);
@@ -151,7 +156,7 @@ fn logged_step_traffic_is_the_formula() {
         assert_eq!(
             got,
             vec![want, want],
-            "dp {dp} × cp {cp}, {objective}, sharded {sharded}"
+            "dp {dp} × cp {cp}, {objective}, sharded {sharded}, grad_reduce {grad_reduce}"
         );
     }
 }
