@@ -306,3 +306,33 @@ def test_a_layout_the_world_does_not_fit_is_refused_naming_the_flags(inputs, tmp
             inputs / "tokens.npy", "--objective", "standard", "--nproc", 3, "--cp", 2,
             check=False, timeout=300)
     assert p.returncode != 0 and "--cp 2" in p.stderr and "3 processes" in p.stderr, p.stderr
+
+
+def test_a_dp2_by_cp2_checkpoint_resumes_as_dp1_by_cp2_and_dp4_by_cp1(shards, tmp_path):
+    """A sharded checkpoint written by 4 ranks as dp 2 × cp 2 resumes under another layout of
+    data and context parallelism, and the resumed run trains what one process trains from the
+    start, to fp64 rounding: the optimizer blocks re-sharded, the loader position and schedule
+    the same whatever the layout."""
+    common = ["--dtype", "fp64", "--shard-optimizer", "true", "--micro-batch", 1]
+
+    def metrics_and_params(out, *extra, steps=4):
+        return train(shards, out, *common, *extra, steps=steps, tokens=512)
+
+    ref, p_ref = metrics_and_params(tmp_path / "one")
+    run("rsd-train", "--config", REPO / "configs" / "tiny-cpu.toml", "--shards", shards, "--init",
+        shards.parent / "tiny-1k.json", "--out", tmp_path / "first", "--progress", "false",
+        "--threads", 1, "--steps", 4, "--save-every", 0, "--tokens-per-step", 512, *common,
+        "--dp", 2, "--cp", 2, "--stop-at", 2, timeout=600)
+    for layout in (["--dp", 1, "--cp", 2], ["--dp", 4, "--cp", 1]):
+        name = f"dp{layout[1]}xcp{layout[3]}"
+        shutil.copytree(tmp_path / "first", tmp_path / name)
+        change = ["--allow-change", "dp,cp"]
+        got, p_got = metrics_and_params(tmp_path / name, *layout, *change, "--resume", "auto")
+        assert [r["step"] for r in got] == [1, 2, 3, 4], name
+        for a, b in zip(ref, got):
+            for k in ("loss", "clm", "kl", "grad_norm"):
+                assert b[k] == pytest.approx(a[k], rel=1e-10, abs=1e-14), (name, k, a, b)
+            assert a["tokens"] == b["tokens"], name
+        worst = max(float(np.abs(p_ref[k] - p_got[k]).max() / max(np.abs(p_ref[k]).max(), 1e-300))
+                    for k in p_ref)
+        assert worst <= 1e-10, (name, worst)
