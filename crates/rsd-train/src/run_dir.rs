@@ -3,7 +3,7 @@
 //! earlier run's later steps would make a new run delete the checkpoint it just wrote), and a
 //! resumed run's log holds every step once.
 use std::fs;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use crate::{io_err, Error, Result};
@@ -52,6 +52,10 @@ pub fn same_dir(a: &Path, b: &Path) -> bool {
     }
 }
 
+/// The longest line `metrics.jsonl` may have (a record is a few hundred bytes; a profiled one a
+/// few KB).
+const MAX_METRICS_LINE: u64 = 1 << 20;
+
 /// Drops the lines of `out/metrics.jsonl` logged after `step` (a run resumed from a checkpoint
 /// of `step` logs the later steps again). Written through a temporary file and a rename; lines
 /// that are not a JSON object with a `step` stop the rewrite with an error naming the line.
@@ -62,10 +66,36 @@ pub fn keep_metrics_through(out: &Path, step: u64) -> Result<()> {
         return Ok(());
     }
     let file = rsd_common::safe_fs::open_regular(&path)?;
+    let mut reader = BufReader::new(file);
     let mut kept = Vec::new();
     let mut dropped = 0usize;
-    for (i, line) in BufReader::new(file).lines().enumerate() {
-        let line = line.map_err(io_err(&path))?;
+    let mut bytes = Vec::new();
+    for i in 0.. {
+        bytes.clear();
+        // A line is read no further than a record can be long: a damaged log (a line of
+        // gigabytes) is an error, not an allocation.
+        let n = (&mut reader)
+            .take(MAX_METRICS_LINE + 1)
+            .read_until(b'\n', &mut bytes)
+            .map_err(io_err(&path))?;
+        if n == 0 {
+            break;
+        }
+        if bytes.len() as u64 > MAX_METRICS_LINE {
+            return Err(Error::Input(format!(
+                "{} line {}: longer than {MAX_METRICS_LINE} bytes, not a metrics record",
+                path.display(),
+                i + 1
+            )));
+        }
+        let Ok(line) = String::from_utf8(std::mem::take(&mut bytes)) else {
+            return Err(Error::Input(format!(
+                "{} line {}: not UTF-8 text, not a metrics record",
+                path.display(),
+                i + 1
+            )));
+        };
+        let line = line.trim_end_matches(['\n', '\r']).to_string();
         if line.trim().is_empty() {
             continue;
         }
@@ -145,6 +175,60 @@ pub fn prepare(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Any log, damaged or not: trimmed to the records of steps ≤ k, in order, or an error
+        /// naming metrics.jsonl and a line; never a panic.
+        #[test]
+        fn any_metrics_log_is_trimmed_or_refused_naming_the_line(
+            steps in proptest::collection::vec(0u64..8, 0..12),
+            k in 0u64..8,
+            edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..3),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let mut bytes: Vec<u8> = steps
+                .iter()
+                .flat_map(|s| format!("{{\"step\": {s}, \"loss\": 1.5}}\n").into_bytes())
+                .collect();
+            for (at, b) in &edits {
+                if !bytes.is_empty() {
+                    let i = at.index(bytes.len());
+                    bytes[i] = *b;
+                }
+            }
+            let path = dir.path().join("metrics.jsonl");
+            fs::write(&path, &bytes).unwrap();
+            match keep_metrics_through(dir.path(), k) {
+                Ok(()) => {
+                    let text = fs::read_to_string(&path).unwrap_or_default();
+                    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+                        let step = v["step"].as_u64().unwrap();
+                        // Untouched when nothing is dropped, else only steps ≤ k remain.
+                        prop_assert!(step <= k || text.as_bytes() == bytes.as_slice());
+                    }
+                }
+                Err(e) => {
+                    let e = e.to_string();
+                    prop_assert!(e.contains("metrics.jsonl line "), "{}", e);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_line_of_gigabytes_is_refused_without_being_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("metrics.jsonl");
+        let f = fs::File::create(&path).unwrap();
+        // Sparse: 8 GB claimed, none of it in memory unless read whole.
+        f.set_len(8 << 30).unwrap();
+        let e = keep_metrics_through(dir.path(), 1).unwrap_err().to_string();
+        assert!(e.contains("line 1: longer than 1048576 bytes"), "{e}");
+    }
 
     #[test]
     fn an_earlier_run_is_found_and_removed_and_nothing_else() {
