@@ -76,7 +76,28 @@ pub fn shortened(s: &str) -> Cow<'_, str> {
 /// with every line escaped as by [`printable_text`] and cut as by [`shortened`]: a 300 KB line of
 /// a file stays one screen in the message.
 pub fn shortened_lines(s: &str) -> String {
-    s.lines().map(shortened).collect::<Vec<_>>().join("\n")
+    cut_lines(s, SHORTENED_CHARS)
+}
+
+/// `s` escaped as by [`printable_text`], each line cut after `max_chars` characters with how
+/// much was left out.
+pub fn cut_lines(s: &str, max_chars: usize) -> String {
+    let cut = |line: &str| {
+        let total = line.chars().count();
+        if total <= max_chars {
+            return printable_text(line).into_owned();
+        }
+        let end = line
+            .char_indices()
+            .nth(max_chars)
+            .map_or(line.len(), |(i, _)| i);
+        format!(
+            "{}… ({} more characters)",
+            printable_text(&line[..end]),
+            total - max_chars
+        )
+    };
+    s.split('\n').map(cut).collect::<Vec<_>>().join("\n")
 }
 
 #[cfg(test)]
@@ -99,11 +120,17 @@ mod tests {
 
     #[test]
     fn each_line_of_a_message_is_cut_on_its_own() {
-        let msg = format!("TOML parse error at line 1\n1 | {}\n  | ^\nexpected `=`", "k".repeat(300_000));
+        let msg = format!(
+            "TOML parse error at line 1\n1 | {}\n  | ^\nexpected `=`",
+            "k".repeat(300_000)
+        );
         let cut = shortened_lines(&msg);
         assert!(cut.len() < 1000, "{}", cut.len());
         assert!(cut.starts_with("TOML parse error at line 1\n1 | kkk"));
-        assert!(cut.ends_with("more characters)\n  | ^\nexpected `=`"), "{cut}");
+        assert!(
+            cut.ends_with("more characters)\n  | ^\nexpected `=`"),
+            "{cut}"
+        );
     }
 
     #[test]

@@ -23,15 +23,22 @@ pub fn without_native_backtrace(text: &str) -> Option<&str> {
     Some(text.lines().next().unwrap_or("").trim_end())
 }
 
+/// The most characters of one line of an error a binary prints: a message quoting a value read
+/// from a file (a 300 KB line, a name) stays a screen, whatever the library that wrote it.
+pub const MAX_LINE_CHARS: usize = 2000;
+
 /// `text` as a binary should print it: summarised by [`without_native_backtrace`] with a hint,
-/// unless `full` (the text unchanged).
+/// unless `full` (the text unchanged); then, either way, with terminal control characters
+/// escaped (a name read from a file cannot rewrite the screen) and every line cut after
+/// [`MAX_LINE_CHARS`] characters.
 pub fn for_user(text: &str, full: bool) -> String {
-    match without_native_backtrace(text) {
+    let text = match without_native_backtrace(text) {
         Some(first) if !full => {
             format!("{first} ({BACKTRACE_ENV}=1 shows libtorch's full message)")
         }
         _ => text.to_string(),
-    }
+    };
+    crate::printable::cut_lines(&text, MAX_LINE_CHARS)
 }
 
 /// [`for_user`] with `full` read from [`BACKTRACE_ENV`].
@@ -80,6 +87,18 @@ mod tests {
         assert!(short.starts_with("libtorch: Internal torch error: index out of range in self ("));
         assert!(short.contains("RSD_BACKTRACE=1") && !short.contains("frame #"));
         assert_eq!(for_user(TORCH, true), TORCH);
+    }
+
+    #[test]
+    fn control_characters_are_escaped_and_long_lines_cut() {
+        let msg = format!("x.toml: bad\x1b[2J name\n{}", "v".repeat(300_000));
+        let shown = for_user(&msg, false);
+        assert!(
+            shown.starts_with("x.toml: bad\\u{1b}[2J name\nvvv"),
+            "{shown}"
+        );
+        assert!(shown.len() < MAX_LINE_CHARS + 200, "{}", shown.len());
+        assert!(shown.ends_with(&format!("({} more characters)", 300_000 - MAX_LINE_CHARS)));
     }
 
     #[test]
