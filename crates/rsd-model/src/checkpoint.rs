@@ -456,7 +456,10 @@ impl Model {
             for f in TOKENIZER_FILES {
                 let from = src.join(f);
                 if from.exists() {
-                    std::fs::copy(&from, tmp.join(f)).map_err(io_err(&from))?;
+                    // Read as data (a regular file, bounded), so a FIFO planted among the
+                    // tokenizer files stops the save with its name instead of blocking it.
+                    let bytes = safe_fs::read_regular(&from, safe_fs::MAX_METADATA_BYTES, f)?;
+                    std::fs::write(tmp.join(f), bytes).map_err(io_err(&from))?;
                 }
             }
         }
