@@ -133,7 +133,9 @@ fn measured_of(m: &Measured, c: Category) -> Option<u64> {
         Category::Transient => m.transient,
         Category::Communication => m.communication,
         Category::OptimizerUpdate => m.optimizer_update,
-        Category::Runtime => return None,
+        // Neither is measured: the held-out evaluation runs outside the measured step's marks,
+        // and the runtime is not the allocator's.
+        Category::Evaluation | Category::Runtime => return None,
     })
 }
 

@@ -7,12 +7,13 @@
 //! against libtorch's CPU allocator). A rank holds, over a step:
 //!
 //! * **static**: weights, gradients (kept from step to step, zeroed) and the optimizer state;
-//! * then the largest of three phases, which never overlap: the forward and backward (the saved
-//!   activations at the end of the forward, plus the transient working set above them), the
-//!   gradient reduction (communication buffers), and the optimizer update (its temporaries).
+//! * then the largest of four phases, which never overlap: the forward and backward (the saved
+//!   activations at the end of the forward, plus the transient working set above them, LongCE's
+//!   short-context pass included), the gradient reduction (communication buffers), the optimizer
+//!   update (its temporaries), and the held-out evaluation between steps (`heldout_every`).
 //!
-//! On CUDA the runtime (context, allocator slack) comes on top; it is listed apart and is not
-//! part of the CPU comparison. fp32 and bf16 differ by the dtype's bytes, except where the code
+//! On CUDA the runtime (context, allocator slack, and on several ranks NCCL's own buffers) comes
+//! on top; it is listed apart and is not part of the CPU comparison. fp32 and bf16 differ by the dtype's bytes, except where the code
 //! upcasts (RMSNorm statistics, losses, optimizer state: fp32 whatever the model's dtype).
 use std::fmt;
 use std::path::Path;
@@ -63,6 +64,69 @@ pub struct PlanInput {
     pub gloo: bool,
     /// Attention stays inside each document (`doc_mask`).
     pub doc_mask: bool,
+    /// LongCE's reference length and stride (`long_ce_window`, `long_ce_stride`); `None` when
+    /// LongCE is off.
+    pub long_ce: Option<(u64, u64)>,
+    /// Micro-batches in the held-out slice (`heldout_batches`, one loader batch each) when
+    /// `heldout_every > 0`; 0 when there is no held-out evaluation.
+    pub heldout_batches: u64,
+    /// NCCL's buffer sizes and channel bound (its environment, read when the plan is made).
+    pub nccl: NcclSizes,
+}
+
+/// What NCCL allocates per connection and how many channels it may use, from NCCL's defaults or
+/// the variables that change them (NCCL reads the same ones when it creates a communicator).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NcclSizes {
+    /// The Simple protocol's buffer per connection, bytes (`NCCL_BUFFSIZE`).
+    pub simple: u64,
+    /// The LL protocol's, bytes (`NCCL_LL_BUFFSIZE`).
+    pub ll: u64,
+    /// The LL128 protocol's, bytes (`NCCL_LL128_BUFFSIZE`).
+    pub ll128: u64,
+    /// Channels of a communicator at most (`NCCL_MAX_NCHANNELS`).
+    pub channels: u64,
+}
+
+impl NcclSizes {
+    /// NCCL's defaults: Simple `1 << 22`; LL `NCCL_LL_LINES_PER_THREAD` (8) ×
+    /// `NCCL_LL_MAX_NTHREADS` (512) × `NCCL_STEPS` (8) × 16 B; LL128
+    /// `NCCL_LL128_ELEMS_PER_THREAD` (120) × `NCCL_LL128_MAX_NTHREADS` (640) × `NCCL_STEPS` (8)
+    /// × 8 B; and 32 channels, the bound taken when `NCCL_MAX_NCHANNELS` is not set.
+    pub const DEFAULT: NcclSizes = NcclSizes {
+        simple: 1 << 22,
+        ll: 8 * 512 * 8 * 16,
+        ll128: 120 * 640 * 8 * 8,
+        channels: 32,
+    };
+
+    /// The sizes `get` (a variable's value by name) gives: a variable that is unset, not a
+    /// number or not positive leaves NCCL's default, as NCCL itself does.
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Self {
+        let read = |name: &str, default: u64| -> u64 {
+            get(name)
+                .and_then(|v| v.trim().parse::<i64>().ok())
+                .filter(|&v| v > 0)
+                .map_or(default, |v| v as u64)
+        };
+        let d = NcclSizes::DEFAULT;
+        NcclSizes {
+            simple: read("NCCL_BUFFSIZE", d.simple),
+            ll: read("NCCL_LL_BUFFSIZE", d.ll),
+            ll128: read("NCCL_LL128_BUFFSIZE", d.ll128),
+            channels: read("NCCL_MAX_NCHANNELS", d.channels),
+        }
+    }
+
+    /// The sizes of this process's environment.
+    pub fn from_env() -> Self {
+        NcclSizes::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// One connection's buffers: one per protocol.
+    pub fn per_connection(&self) -> u64 {
+        self.simple + self.ll + self.ll128
+    }
 }
 
 /// What an item of the plan is, as `rsd-train memory --measure` measures it.
@@ -83,13 +147,15 @@ pub enum Category {
     Communication,
     /// The optimizer update's temporaries (gradient norm, AdamW).
     OptimizerUpdate,
-    /// CUDA context and allocator slack (not on CPU).
+    /// The held-out evaluation's working set: between steps, a phase of its own.
+    Evaluation,
+    /// CUDA context, allocator slack and NCCL's buffers (not on CPU).
     Runtime,
 }
 
 impl Category {
     /// Every category, in the order the plan prints them.
-    pub const ALL: [Category; 8] = [
+    pub const ALL: [Category; 9] = [
         Category::Weights,
         Category::Gradients,
         Category::OptimizerState,
@@ -97,6 +163,7 @@ impl Category {
         Category::Transient,
         Category::Communication,
         Category::OptimizerUpdate,
+        Category::Evaluation,
         Category::Runtime,
     ];
 
@@ -110,6 +177,7 @@ impl Category {
             Category::Transient => "transient",
             Category::Communication => "communication",
             Category::OptimizerUpdate => "optimizer_update",
+            Category::Evaluation => "evaluation",
             Category::Runtime => "runtime",
         }
     }
@@ -228,6 +296,14 @@ pub fn input_for(
         gpu_bytes,
         gloo: !cfg.device.starts_with("cuda"),
         doc_mask: cfg.doc_mask,
+        long_ce: (cfg.long_ce_window > 0)
+            .then(|| (cfg.long_ce_window as u64, cfg.long_ce_stride.max(1) as u64)),
+        heldout_batches: if cfg.heldout_every > 0 {
+            cfg.heldout_batches as u64
+        } else {
+            0
+        },
+        nccl: NcclSizes::from_env(),
     })
 }
 
@@ -437,6 +513,7 @@ pub fn plan(p: &PlanInput) -> MemoryPlan {
     transient(p, &s, &mut items);
     gradient_buckets(&s, &mut items);
     update_temporaries(p, &s, &mut items);
+    heldout_evaluation(p, &s, &mut items);
     with_totals(p, &s, items)
 }
 
@@ -600,11 +677,12 @@ fn transient(p: &PlanInput, s: &Shape, items: &mut Vec<PlanItem>) {
     let flash_backward = flash_backward(p, s);
     let in_flight = in_flight_bucket(p, s);
     let layer_phase = layer_backward(p, s, hidden_grad) + flash_backward + in_flight;
+    let transient = (loss_phase + final_norm).max(layer_phase);
     add(
         items,
         "loss phase",
         Category::Transient,
-        (loss_phase + final_norm).max(layer_phase),
+        transient,
         format!(
             "the larger of the loss (LM-head gradient {}×{} fp32, hidden gradients, \
              {chunk_tensors} × {chunk} rows × {} vocab fp32) and one layer's backward{}{}",
@@ -627,12 +705,102 @@ fn transient(p: &PlanInput, s: &Shape, items: &mut Vec<PlanItem>) {
             ""
         },
     );
+    if let Some(short) = long_ce_pass(p, s) {
+        // The short-context pass runs at the start of the loss phase, with the final norm's
+        // graph kept; its log-probabilities stay through the chunked loss (not through the
+        // surrogate backward, which runs after them: counted with the chunks, where they are
+        // live). The item is what it adds to the transient's largest moment.
+        let with_long_ce = (loss_phase + final_norm + short.held)
+            .max(final_norm + short.peak)
+            .max(layer_phase);
+        add(
+            items,
+            "LongCE short context",
+            Category::Transient,
+            with_long_ce - transient,
+            format!(
+                "forwards without a graph of {} tokens of short-context windows ({} + {} − 1 \
+                 tokens each) and their {} × vocab log-softmax chunks: {} at their largest, with \
+                 the {} rows' fp32 log-probabilities kept through the loss; what that adds \
+                 above the step's transient",
+                short.tokens,
+                short.window,
+                short.stride,
+                short.chunk,
+                gib(final_norm + short.peak),
+                s.rows
+            ),
+        );
+    }
+}
+
+/// LongCE's short-context pass (`step/long_ce.rs`), at its largest, for this rank's rows.
+struct ShortPass {
+    window: u64,
+    stride: u64,
+    /// Tokens per forward.
+    tokens: u64,
+    /// Rows per log-softmax chunk.
+    chunk: u64,
+    /// Kept through the loss: the labels' short-context log-probabilities and the 0/1 `scored`
+    /// mask, fp32 per row of this rank.
+    held: u64,
+    /// The pass at its largest, `held` included.
+    peak: u64,
+}
+
+/// LongCE's pass: the rank's short-context windows (each `window … window + stride − 1` tokens
+/// of context, `window + stride − 1` tokens at most) stacked ⌊n / longest⌋ to a forward without
+/// a graph, so a forward runs at most max(n, window + stride − 1) tokens (n = this rank's rows);
+/// then the labels' log-probabilities formed `loss_chunk` rows at a time. `None` when LongCE is
+/// off or no row has a short context of its own (rows shorter than window + stride).
+fn long_ce_pass(p: &PlanInput, s: &Shape) -> Option<ShortPass> {
+    let (window, stride) = p.long_ce?;
+    let span = window + stride - 1;
+    if p.seq_len < window + stride {
+        return None;
+    }
+    let (w, b, n) = (&s.w, s.b, s.rows);
+    let tokens = n.max(span);
+    let held = 2 * n * ACC;
+    // int64 indices of a forward: the windows' tokens, the scored rows' source and destination,
+    // the stacked input; under context parallelism the whole rows' tokens, uploaded once.
+    let whole_rows = if s.cp > 1 {
+        8 * p.micro_batch * p.seq_len
+    } else {
+        0
+    };
+    let indices = 4 * 8 * tokens + whole_rows;
+    // The forward: one layer at its largest moment, and the pass's RoPE tables.
+    let forward = tokens * forward_layer_per_token(w, b) + 2 * tokens * w.head_dim * b;
+    // Then: the final hidden states, a chunk's rows gathered from them, its logits in the model's
+    // dtype, their fp32 copy and log-softmax.
+    let chunk = p.loss_chunk.min(tokens);
+    let logits = tokens * w.d * b + chunk * w.d * b + chunk * w.vocab * (b + 2 * ACC);
+    Some(ShortPass {
+        window,
+        stride,
+        tokens,
+        chunk,
+        held,
+        peak: held + indices + forward.max(logits),
+    })
+}
+
+/// A forward without a graph holds, per token, at one layer's largest moment: the MLP's (the
+/// layer's input, the input norm's output, the attention's output and the residual, the
+/// post-attention norm's output, the layer's K/V after RoPE (returned with its output), silu(gate),
+/// up, their product and down's output) or the attention's (input, normalised value, q and k as
+/// projected and after RoPE, v, the attention's output), whichever is larger.
+fn forward_layer_per_token(w: &Widths, b: u64) -> u64 {
+    let mlp = b * (6 * w.d + 2 * w.kv + 3 * w.f);
+    let attention = b * (2 * w.d + 3 * w.q + 3 * w.kv);
+    mlp.max(attention)
 }
 
 /// One loss chunk's temporaries: how many fp32 tensors of the chunk's logits, its rows, and
 /// the bytes they take at their largest.
 fn loss_chunk(p: &PlanInput, s: &Shape) -> (u64, u64, u64) {
-    let (w, b) = (&s.w, s.b);
     let chunk = p.loss_chunk.min(s.rows);
     // Loss chunk temporaries, fp32: rsd keeps the teacher's log-probabilities while the
     // perturbed chunk forms logits, log-probabilities and probabilities.
@@ -640,15 +808,24 @@ fn loss_chunk(p: &PlanInput, s: &Shape) -> (u64, u64, u64) {
         Objective::Rsd => 4,
         _ => 3,
     };
-    let mut bytes = chunk_tensors * chunk * w.vocab * ACC;
+    (
+        chunk_tensors,
+        chunk,
+        chunk_bytes(&s.w, s.b, chunk, chunk_tensors),
+    )
+}
+
+/// A loss chunk of `chunk` rows with `tensors` fp32 tensors of its logits, at its largest.
+fn chunk_bytes(w: &Widths, b: u64, chunk: u64, tensors: u64) -> u64 {
+    let bytes = tensors * chunk * w.vocab * ACC;
     if b < 4 {
         // Below fp32 the LM head's backward casts the chunk's logit gradient to the model's
         // dtype and forms the weight gradient there before adding it in fp32, next to the
         // teacher and the gradient itself.
-        bytes =
-            bytes.max(2 * chunk * w.vocab * ACC + chunk * w.vocab * b + w.vocab * w.d * (b + ACC));
+        bytes.max(2 * chunk * w.vocab * ACC + chunk * w.vocab * b + w.vocab * w.d * (b + ACC))
+    } else {
+        bytes
     }
-    (chunk_tensors, chunk, bytes)
 }
 
 /// A layer's backward, flash attention's workspace and a bucket in flight aside: the MLP's two
@@ -752,6 +929,122 @@ fn update_temporaries(p: &PlanInput, s: &Shape, items: &mut Vec<PlanItem>) {
     );
 }
 
+/// The held-out evaluation (`heldout_every > 0`, `step::evaluate`), between steps: each rank
+/// runs its share of the slice (micro-batches `rank, rank + world, …`) one micro-batch at a time
+/// as whole rows — no context parallelism, no graph — through both views (the standard one and
+/// the run's perturbed one, with the step's prefix reuse), then the chunked loss of `rsd`. The
+/// step's saved activations and transients are gone by then; the weights, the optimizer state and
+/// replicated gradients stay (the static items), so this is a phase of its own.
+fn heldout_evaluation(p: &PlanInput, s: &Shape, items: &mut Vec<PlanItem>) {
+    if p.heldout_batches == 0 {
+        return;
+    }
+    let (w, b) = (&s.w, s.b);
+    let t = p.micro_batch * p.seq_len;
+    // The rank's share of the slice stays on the device for the whole run: tokens and labels,
+    // int64 (a few MiB; during the step it is left to the runtime's slack).
+    let slice = p.heldout_batches.div_ceil(s.world) * 2 * 8 * t;
+    // The forward runs a layer for both views before the next: while the perturbed view's layer
+    // runs, the standard view's input and output of that layer stay (and its K/V, the perturbed
+    // rows' prefix under prefix reuse), with both views' RoPE tables.
+    let prefix_kv = if p.prefix_reuse { 2 * t * w.kv * b } else { 0 };
+    let forward = 2 * t * w.d * b
+        + prefix_kv
+        + t * forward_layer_per_token(w, b)
+        + 2 * 2 * t * w.head_dim * b;
+    // The loss: both views' final hidden states and the zeroed gradients the chunked loss fills
+    // (it forms them even without a graph), the LM head's fp32 gradient, and one chunk of rsd's
+    // four fp32 tensors.
+    let chunk = p.loss_chunk.min(t);
+    let loss = 4 * t * w.d * b + w.vocab * w.d * ACC + chunk_bytes(w, b, chunk, 4);
+    add(
+        items,
+        "held-out evaluation",
+        Category::Evaluation,
+        slice + forward.max(loss),
+        format!(
+            "whole rows ({t} tokens, no context parallelism), both views without a graph: the \
+             larger of a layer's forward ({}) and the chunked loss ({}), with the rank's {} \
+             held-out micro-batch(es) kept on the device",
+            gib(forward),
+            gib(loss),
+            p.heldout_batches.div_ceil(s.world)
+        ),
+    );
+}
+
+/// NCCL's own buffers (CUDA, several ranks): allocated by NCCL outside the caching allocator when
+/// a communicator first runs a collective, and kept until the end, so on top of every phase.
+/// Per channel, each connection holds one buffer per protocol (Simple, LL, LL128). The
+/// communicators of a dp × cp run (`rsd_dist::Mesh`; torch's ProcessGroupNCCL creates them lazily,
+/// at a group's first collective):
+///
+/// * the world: all-reduces (losses, flags, a replicated run's gradient buckets), the sharded
+///   optimizer's reduce-scatters and all-gathers, the first broadcast — ring connections (a send
+///   and a receive peer) and tree ones (all-reduce: a parent and up to three children,
+///   `NCCL_MAX_TREE_ARITY`);
+/// * with cp > 1 and dp > 1, the rank's context-parallel subgroup: the K/V all-gathers (their
+///   backward a reduce-scatter), ring only; with dp = 1 the world is that group;
+/// * prefix reuse under context parallelism re-shards the perturbed suffix with an all-to-all in
+///   that group: NCCL sends and receives to each other rank of it on the group's communicator
+///   (ProcessGroupNCCL makes its extra two-rank communicators only for send/recv, which rsd-train
+///   never calls);
+/// * the data-parallel subgroup is created but runs no collective: no communicator.
+///
+/// An upper bound: every connection on every channel up to the bound, and a buffer set for the
+/// send and the receive side alike (NCCL puts most of a connection's buffers on one side).
+fn nccl_buffers(p: &PlanInput, s: &Shape, items: &mut Vec<PlanItem>) {
+    if p.gloo || s.world <= 1 {
+        return;
+    }
+    const RING: u64 = 2;
+    const TREE: u64 = 4;
+    let all_to_all = if s.cp > 1 && p.prefix_reuse && p.objective.needs_perturbed() {
+        2 * (s.cp - 1)
+    } else {
+        0
+    };
+    let (world, cp_group) = match (s.dp, s.cp) {
+        (_, 1) => (RING + TREE, 0),
+        (1, _) => (RING + TREE + all_to_all, 0),
+        _ => (RING + TREE, RING + all_to_all),
+    };
+    let n = &p.nccl;
+    let bytes = (world + cp_group) * n.channels * n.per_connection();
+    add(
+        items,
+        "NCCL buffers",
+        Category::Runtime,
+        bytes,
+        format!(
+            "upper bound from NCCL's settings, not measured: {} connections × {} channels × \
+             (Simple {} + LL {} + LL128 {} B); per channel, the world: ring 2 + tree 4{}{}",
+            world + cp_group,
+            n.channels,
+            n.simple,
+            n.ll,
+            n.ll128,
+            if s.dp == 1 && all_to_all > 0 {
+                format!(" + all-to-all {all_to_all}")
+            } else {
+                String::new()
+            },
+            if cp_group > 0 {
+                format!(
+                    "; the context-parallel group: ring 2{}",
+                    if all_to_all > 0 {
+                        format!(" + all-to-all {all_to_all}")
+                    } else {
+                        String::new()
+                    }
+                )
+            } else {
+                String::new()
+            }
+        ),
+    );
+}
+
 /// The plan from its items: the static items plus the largest phase (the CPU peak), and the
 /// CUDA runtime on top.
 fn with_totals(p: &PlanInput, s: &Shape, mut items: Vec<PlanItem>) -> MemoryPlan {
@@ -767,11 +1060,13 @@ fn with_totals(p: &PlanInput, s: &Shape, mut items: Vec<PlanItem>) -> MemoryPlan
         + sum(Category::OptimizerState, &items);
     let phase = (sum(Category::SavedActivations, &items) + sum(Category::Transient, &items))
         .max(sum(Category::Communication, &items))
-        .max(sum(Category::OptimizerUpdate, &items));
+        .max(sum(Category::OptimizerUpdate, &items))
+        .max(sum(Category::Evaluation, &items));
     let peak_cpu = held + phase;
     // Measured on an H200 (docs/GPU.md): the context and the libraries' workspaces took 0.74
-    // GiB, the caching allocator (expandable segments) held 2.8–5.7% above the live peak. NCCL's
-    // buffers come on top on several GPUs; 1 GiB + 8% leaves them some room.
+    // GiB, the caching allocator (expandable segments) held 2.8–5.7% above the live peak, on one
+    // GPU. NCCL's buffers are an item of their own: NCCL allocates them outside the caching
+    // allocator, so no slack is counted on them.
     let runtime = (1u64 << 30) + peak_cpu * 2 / 25;
     items.push(PlanItem {
         name: "runtime",
@@ -779,6 +1074,8 @@ fn with_totals(p: &PlanInput, s: &Shape, mut items: Vec<PlanItem>) -> MemoryPlan
         bytes: runtime,
         how: "CUDA context + allocator slack: 1 GiB + 8% (not on CPU)".into(),
     });
+    nccl_buffers(p, s, &mut items);
+    let runtime = sum(Category::Runtime, &items);
     MemoryPlan {
         items,
         peak_cpu,
@@ -910,7 +1207,7 @@ impl fmt::Display for MemoryPlan {
         writeln!(
             f,
             "  {:<47} {:>11}   weights + gradients + optimizer state + the largest phase \
-             (saved + transient, communication, update)",
+             (saved + transient, communication, update, evaluation)",
             "peak (CPU, no runtime)",
             size(self.peak_cpu)
         )?;
@@ -959,6 +1256,9 @@ mod tests {
             gpu_bytes: 80 << 30,
             gloo: false,
             doc_mask: true,
+            long_ce: None,
+            heldout_batches: 0,
+            nccl: NcclSizes::DEFAULT,
         }
     }
 
@@ -1023,6 +1323,244 @@ mod tests {
         assert!(how.contains(" and "), "{how}");
         let e = not_fitting(&p, &plan(&p)).to_string();
         assert!(e.contains(&how), "{e}");
+    }
+
+    /// NCCL's default buffer set per connection: Simple 4 MiB + LL 8·512·8·16 + LL128
+    /// 120·640·8·8 bytes.
+    const NCCL_SET: u64 = 4_194_304 + 524_288 + 4_915_200;
+
+    #[test]
+    fn nccl_buffers_count_the_communicators_the_run_creates() {
+        assert_eq!(NcclSizes::DEFAULT.per_connection(), 9_633_792);
+        // dp 8 × cp 2 with prefix reuse: the world (ring 2 + tree 4) and the rank's CP group
+        // (ring 2 + the all-to-all's send and receive to its one other rank).
+        let llama = plan(&input(8, 2, true));
+        assert_eq!(item(&llama, "NCCL buffers"), (6 + 4) * 32 * NCCL_SET);
+        // cp 4: the all-to-all reaches three other ranks.
+        assert_eq!(
+            item(&plan(&input(8, 4, true)), "NCCL buffers"),
+            (6 + 2 + 2 * 3) * 32 * NCCL_SET
+        );
+        // dp 1: the world is the CP group, one communicator.
+        assert_eq!(
+            item(&plan(&input(1, 4, true)), "NCCL buffers"),
+            (6 + 2 * 3) * 32 * NCCL_SET
+        );
+        // cp 1: the world alone (the DP group is the world).
+        assert_eq!(
+            item(&plan(&input(16, 1, true)), "NCCL buffers"),
+            6 * 32 * NCCL_SET
+        );
+        // Without prefix reuse nothing re-shards the suffix: no all-to-all.
+        let no_reuse = PlanInput {
+            prefix_reuse: false,
+            ..input(8, 2, true)
+        };
+        assert_eq!(
+            item(&plan(&no_reuse), "NCCL buffers"),
+            (6 + 2) * 32 * NCCL_SET
+        );
+        // Gloo and one rank have none.
+        let gloo = PlanInput {
+            gloo: true,
+            ..input(8, 2, true)
+        };
+        assert!(plan(&gloo).items.iter().all(|i| i.name != "NCCL buffers"));
+        assert!(plan(&input(1, 1, false))
+            .items
+            .iter()
+            .all(|i| i.name != "NCCL buffers"));
+        // On top of the peak, beside the 1 GiB + 8% runtime.
+        let runtime = (1u64 << 30) + llama.peak_cpu * 2 / 25;
+        assert_eq!(llama.total, llama.peak_cpu + runtime + 10 * 32 * NCCL_SET);
+    }
+
+    #[test]
+    fn nccl_buffers_follow_the_environment() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let set = NcclSizes::from_vars(vars(&[
+            ("NCCL_BUFFSIZE", "8388608"),
+            ("NCCL_MAX_NCHANNELS", "16"),
+        ]));
+        assert_eq!(set.per_connection(), 8_388_608 + 524_288 + 4_915_200);
+        let p = plan(&PlanInput {
+            nccl: set,
+            ..input(8, 2, true)
+        });
+        assert_eq!(
+            item(&p, "NCCL buffers"),
+            (6 + 4) * 16 * (8_388_608 + 524_288 + 4_915_200)
+        );
+        // Unset, not a number or not positive: NCCL's default, as NCCL reads them.
+        let d = NcclSizes::from_vars(vars(&[
+            ("NCCL_BUFFSIZE", "lots"),
+            ("NCCL_LL_BUFFSIZE", "0"),
+            ("NCCL_LL128_BUFFSIZE", "-1"),
+        ]));
+        assert_eq!(d, NcclSizes::DEFAULT);
+        let small = NcclSizes::from_vars(vars(&[
+            ("NCCL_LL_BUFFSIZE", "65536"),
+            ("NCCL_LL128_BUFFSIZE", "131072"),
+        ]));
+        assert_eq!(small.per_connection(), 4_194_304 + 65_536 + 131_072);
+    }
+
+    #[test]
+    fn long_ce_adds_its_short_context_pass_where_it_is_the_largest_moment() {
+        // Llama-3-8B widths, 65536 tokens, one standard view, no checkpointing, one rank:
+        // here the short-context forward is the transient's largest moment.
+        let base = PlanInput {
+            objective: Objective::Standard,
+            checkpoint_layers: false,
+            loss_chunk: 1024,
+            ..input(1, 1, false)
+        };
+        let long_ce = PlanInput {
+            long_ce: Some((4096, 1024)),
+            ..base.clone()
+        };
+        let (n, d, f, kv, v, hd, b) = (
+            65_536u64, 4096u64, 14_336u64, 1024u64, 128_256u64, 128u64, 2u64,
+        );
+        // The step's transient without LongCE: the loss phase (LM-head gradient, hidden
+        // gradients, the head backward's casts of a 1024-row chunk) against one layer's backward
+        // (MLP gradients, gradients flowing down, flash attention's dq accumulator and dk/dv).
+        let loss_phase =
+            v * d * 4 + n * d * b + (2 * 1024 * v * 4 + 1024 * v * b + v * d * (b + 4));
+        let layer = 2 * n * f * b + 3 * n * d * b + (n * 32 * (128 + 1) * 4 + 2 * n * kv * b);
+        assert!(loss_phase > layer);
+        // The short pass: n tokens per forward (⌊65536 / 5119⌋ windows of 5119 at most), one
+        // layer's MLP moment per token b·(6d + 2kv + 3f) and the RoPE tables; the int64
+        // indices; the rows' fp32 log-probabilities and mask.
+        let forward = n * b * (6 * d + 2 * kv + 3 * f) + 2 * n * hd * b;
+        let short = 2 * n * 4 + 4 * 8 * n + forward;
+        assert_eq!(short, 9_162_981_376);
+        let without = plan(&base);
+        let with = plan(&long_ce);
+        assert_eq!(item(&without, "loss phase"), loss_phase);
+        assert_eq!(item(&with, "LongCE short context"), short - loss_phase);
+        assert_eq!(with.peak_cpu - without.peak_cpu, 2_059_403_264);
+        // Rows too short for a window of their own: no pass.
+        let short_rows = PlanInput {
+            seq_len: 4096 + 1023,
+            ..long_ce.clone()
+        };
+        assert!(plan(&short_rows)
+            .items
+            .iter()
+            .all(|i| i.name != "LongCE short context"));
+    }
+
+    #[test]
+    fn long_ce_at_the_papers_qwen_layout_stays_under_the_recomputed_layer() {
+        let qwen = ModelConfig::from_file(Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../configs/model/qwen3-4b.json"
+        )))
+        .unwrap();
+        let base = PlanInput {
+            model: qwen,
+            seq_len: 262_144,
+            ..input(8, 4, true)
+        };
+        let with = plan(&PlanInput {
+            long_ce: Some((4096, 1024)),
+            ..base.clone()
+        });
+        // 65536 rows per rank: the final norm's graph (2 views × n × d × b) with the pass at
+        // its largest, the MLP moment of a 65536-token forward.
+        let (n, d, f, kv, hd, b) = (65_536u64, 2560u64, 9728u64, 1024u64, 128u64, 2u64);
+        let pass = 2 * 2 * n * d * b
+            + 2 * n * 4
+            + 4 * 8 * n
+            + 8 * 262_144
+            + n * b * (6 * d + 2 * kv + 3 * f)
+            + 2 * n * hd * b;
+        assert!(pass < item(&with, "loss phase"));
+        assert_eq!(item(&with, "LongCE short context"), 0);
+        assert_eq!(with.total, plan(&base).total);
+    }
+
+    #[test]
+    fn heldout_evaluation_is_a_phase_of_whole_rows() {
+        let (t, d, kv, v, hd, b) = (65_536u64, 4096u64, 1024u64, 128_256u64, 128u64, 2u64);
+        // Llama-3-8B at 64K, 16 ranks, 2 held-out micro-batches: one per rank at most.
+        let p = PlanInput {
+            heldout_batches: 2,
+            ..input(8, 2, true)
+        };
+        let slice = 2 * 8 * t;
+        let forward =
+            2 * t * d * b + 2 * t * kv * b + t * b * (6 * d + 2 * kv + 3 * 14_336) + 4 * t * hd * b;
+        // Both views' hidden states and their gradients, the LM head's fp32 gradient, a
+        // 4096-row chunk of four fp32 tensors.
+        let loss = 4 * t * d * b + v * d * 4 + 4 * 4096 * v * 4;
+        assert!(loss > forward);
+        let with = plan(&p);
+        assert_eq!(item(&with, "held-out evaluation"), slice + loss);
+        assert_eq!(slice + loss, 12_655_263_744);
+        // Below the step's forward and backward: the peak does not move.
+        assert_eq!(with.peak_cpu, plan(&input(8, 2, true)).peak_cpu);
+        // A standard run at dp 1 × cp 16 has a small step, and its evaluation (whole rows, no
+        // context parallelism, both views all the same) sets the peak.
+        let cp16 = plan(&PlanInput {
+            heldout_batches: 2,
+            objective: Objective::Standard,
+            ..input(1, 16, true)
+        });
+        let held = cp16.category(Category::Weights)
+            + cp16.category(Category::Gradients)
+            + cp16.category(Category::OptimizerState);
+        assert_eq!(cp16.peak_cpu, held + slice + loss);
+        assert!(
+            slice + loss
+                > cp16.category(Category::SavedActivations) + cp16.category(Category::Transient)
+        );
+    }
+
+    #[test]
+    fn the_paper_configs_fit_with_ten_percent_free() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../");
+        for (config, arch) in [
+            ("configs/llama3-8b-64k.toml", "configs/model/llama3-8b.json"),
+            ("configs/qwen3-4b-256k.toml", "configs/model/qwen3-4b.json"),
+        ] {
+            let cfg = TrainConfig::resolve(
+                Some(&Path::new(root).join(config)),
+                crate::config::ConfigOverrides::default(),
+            )
+            .unwrap();
+            let world = (cfg.dp * cfg.cp.max(1)) as u64;
+            let base = PlanInput {
+                nccl: NcclSizes::DEFAULT,
+                ..input_for(&cfg, Some(&Path::new(root).join(arch)), world, 80 << 30).unwrap()
+            };
+            for (long_ce, heldout) in [
+                (None, 0),
+                (Some((4096, 1024)), 0),
+                (None, 2),
+                (Some((4096, 1024)), 2),
+            ] {
+                let p = plan(&PlanInput {
+                    long_ce,
+                    heldout_batches: heldout,
+                    ..base.clone()
+                });
+                assert!(
+                    p.fits_with_headroom(0.10),
+                    "{config} (LongCE {long_ce:?}, held-out {heldout}): {} of {}",
+                    gib(p.total),
+                    gib(p.gpu_bytes)
+                );
+            }
+        }
     }
 
     #[test]
