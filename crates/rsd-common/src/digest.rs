@@ -10,10 +10,14 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     crate::hex(&Sha256::digest(bytes))
 }
 
-/// The length and sha256 of the file at `path`, read in 1 MiB pieces (a checkpoint's weights
-/// need not fit in memory twice).
+/// The length and sha256 of the regular file at `path`, read in 1 MiB pieces (a checkpoint's
+/// weights need not fit in memory twice). A FIFO or a device is refused, not read (which would
+/// block, or never end).
 pub fn sha256_file(path: &Path) -> std::io::Result<(u64, [u8; 32])> {
-    let mut file = std::fs::File::open(path)?;
+    let mut file = crate::safe_fs::open_regular(path).map_err(|e| match e {
+        crate::safe_fs::FsError::Io { source, .. } => source,
+        other => std::io::Error::new(std::io::ErrorKind::InvalidInput, other.to_string()),
+    })?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut len = 0u64;
