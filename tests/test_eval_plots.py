@@ -14,6 +14,7 @@ Binaries: $RSD_BIN_DIR (default <repo>/target/debug).
 """
 import json
 import math
+import shutil
 import struct
 import xml.etree.ElementTree as ET
 import zlib
@@ -380,3 +381,22 @@ def test_ppl_refuses_what_it_cannot_evaluate(ppl_setup, tmp_path):
     p = fails("rsd-eval", "ppl", "--model", d / "llama", "--shards", d / "shards", "--buckets", SEQ + 1,
               "--out", tmp_path / "o")
     assert "position buckets" in p.stderr
+
+
+def test_ppl_refuses_a_manifest_seq_len_beyond_its_data(ppl_setup, tmp_path):
+    """A manifest claiming rows of 2^40 tokens is an error naming the shards, not an allocation."""
+    d = ppl_setup
+    shards = tmp_path / "shards"
+    shutil.copytree(d / "shards", shards)
+    manifest = json.loads((shards / "index.json").read_text())
+    manifest["seq_len"] = 1 << 40
+    (shards / "index.json").write_text(json.dumps(manifest))
+    p = fails("rsd-eval", "ppl", "--model", d / "llama", "--shards", shards, "--out", tmp_path / "o")
+    assert p.returncode == 1, p.stderr
+    assert f"{shards}: the manifest's seq_len 1099511627776 is more than the 16777216 tokens" in p.stderr, \
+        p.stderr
+    manifest["seq_len"] = SEQ * 2
+    (shards / "index.json").write_text(json.dumps(manifest))
+    p = fails("rsd-eval", "ppl", "--model", d / "llama", "--shards", shards, "--out", tmp_path / "o")
+    assert p.returncode == 1, p.stderr
+    assert f"{shards}: sample 0 has {SEQ} tokens, the manifest's seq_len is {2 * SEQ}" in p.stderr, p.stderr

@@ -13,7 +13,7 @@
 //! * `compare.md`: rows = runs; columns = each shared length (all depths), each depth (all shared
 //!   lengths), `all`; cells `mean ± spread` as [`crate::plot::cell`] defines them.
 //! * `compare.json`: the same table as numbers.
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -23,6 +23,8 @@ use crate::figure::{Figure, Lines, Series};
 use crate::paired::{paired, Arms, Paired};
 use crate::plot::{cell, sorted_unique, Cell};
 use crate::results::{read_results, ItemResult};
+use crate::run::write_atomic;
+use rsd_common::printable::shortened;
 
 /// Arguments of `rsd-eval compare`.
 #[derive(Debug, Clone, clap::Args)]
@@ -103,11 +105,12 @@ fn describe(run: &Path, p: &Pairs) -> String {
     let lengths: BTreeSet<usize> = p.iter().map(|(_, l)| *l).collect();
     let tasks: Vec<&str> = tasks.into_iter().collect();
     let lengths: Vec<String> = lengths.iter().map(usize::to_string).collect();
+    // Task names come from the records: escaped, and the lists cut to a readable length.
     format!(
         "{} has tasks {} at lengths {}",
         run.display(),
-        tasks.join(", "),
-        lengths.join(", ")
+        shortened(&tasks.join(", ")),
+        shortened(&lengths.join(", "))
     )
 }
 
@@ -206,24 +209,28 @@ fn common_pairs(
     Ok(common)
 }
 
-/// One run's cells per shared length, per depth (the per-length figure's points).
+/// One run's cells per shared length, per depth (the per-length figure's points): the records
+/// grouped once, then each cell looked up.
 fn by_length_and_depth(
     items: &[&ItemResult],
     lengths: &[usize],
     depths: &[f64],
 ) -> Vec<Vec<Option<Cell>>> {
+    let mut groups: HashMap<(usize, u64), Vec<&ItemResult>> = HashMap::new();
+    for r in items {
+        if let Some(d) = r.depth {
+            groups.entry((r.length, d.to_bits())).or_default().push(r);
+        }
+    }
     lengths
         .iter()
         .map(|&l| {
             depths
                 .iter()
                 .map(|&d| {
-                    cell(
-                        items
-                            .iter()
-                            .copied()
-                            .filter(|r| r.length == l && r.depth == Some(d)),
-                    )
+                    groups
+                        .get(&(l, d.to_bits()))
+                        .and_then(|v| cell(v.iter().copied()))
                 })
                 .collect()
         })
@@ -231,17 +238,25 @@ fn by_length_and_depth(
 }
 
 /// One run's row of the table: a cell per length (all depths), per depth (all lengths), and
-/// over all its shared records.
+/// over all its shared records; the records grouped once per kind of column.
 fn row_cells(items: &[&ItemResult], lengths: &[usize], depths: &[f64]) -> Vec<Option<Cell>> {
+    let mut by_length: HashMap<usize, Vec<&ItemResult>> = HashMap::new();
+    let mut by_depth: HashMap<u64, Vec<&ItemResult>> = HashMap::new();
+    for &r in items {
+        by_length.entry(r.length).or_default().push(r);
+        if let Some(d) = r.depth {
+            by_depth.entry(d.to_bits()).or_default().push(r);
+        }
+    }
     let mut cells: Vec<Option<Cell>> = lengths
         .iter()
-        .map(|&l| cell(items.iter().copied().filter(|r| r.length == l)))
+        .map(|l| by_length.get(l).and_then(|v| cell(v.iter().copied())))
         .collect();
-    cells.extend(
-        depths
-            .iter()
-            .map(|&d| cell(items.iter().copied().filter(|r| r.depth == Some(d)))),
-    );
+    cells.extend(depths.iter().map(|d| {
+        by_depth
+            .get(&d.to_bits())
+            .and_then(|v| cell(v.iter().copied()))
+    }));
     cells.push(cell(items.iter().copied()));
     cells
 }
@@ -467,10 +482,8 @@ pub fn command(args: &CompareArgs) -> Result<String, EvalError> {
     let mut cmp = compare(&pool_replicas(runs)?)?;
     cmp.paired = paired;
     std::fs::create_dir_all(&args.out).map_err(io_err(&args.out))?;
-    let write = |name: &str, text: String| {
-        let path = args.out.join(name);
-        std::fs::write(&path, text).map_err(io_err(&path))
-    };
+    // Atomically: a link planted at a name is replaced, its target never written.
+    let write = |name: &str, text: String| write_atomic(&args.out.join(name), text.as_bytes());
     write("compare.md", cmp.report())?;
     let json = serde_json::to_string_pretty(&cmp).map_err(|e| EvalError::Json {
         path: args.out.join("compare.json"),

@@ -10,6 +10,7 @@ use std::sync::OnceLock;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
+use rsd_common::safe_fs::{write_file_atomic, FsError};
 use serde::{Deserialize, Serialize};
 
 /// Pixel size of every figure (PNG; the SVG has the same user units).
@@ -20,6 +21,11 @@ static FONT: &[u8] = include_bytes!("../../../assets/fonts/DejaVuSans-subset.ttf
 
 /// The family every text style of ours names; the bundled font is registered under it.
 const FAMILY: &str = "sans-serif";
+
+/// The most columns and rows of a heat map whose cells get their values written in them (and
+/// ticks): beyond, a cell is narrower than its text.
+const MAX_LABELLED_COLUMNS: usize = 24;
+const MAX_LABELLED_ROWS: usize = 40;
 
 /// Colours of successive series (matplotlib's tab10: distinguishable, also in greyscale print).
 const PALETTE: [RGBColor; 10] = [
@@ -49,6 +55,9 @@ pub enum FigureError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// A file could not be written safely (a link or another file in the way of its temporary).
+    #[error(transparent)]
+    File(#[from] FsError),
     /// plotters failed to draw or encode.
     #[error("{path}: drawing failed: {message}")]
     Draw {
@@ -112,6 +121,22 @@ pub enum Figure {
     Heatmap(Heatmap),
 }
 
+fn fs_err(e: FsError) -> FigureError {
+    FigureError::File(e)
+}
+
+/// An RGB image of [`SIZE`] as PNG bytes.
+fn encode_png(rgb: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    let mut encoder = png::Encoder::new(&mut out, SIZE.0, SIZE.1);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    let mut writer = encoder.write_header().map_err(|e| e.to_string())?;
+    writer.write_image_data(rgb).map_err(|e| e.to_string())?;
+    writer.finish().map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
 fn register_font() -> Result<(), FigureError> {
     static REGISTERED: OnceLock<bool> = OnceLock::new();
     let ok = *REGISTERED
@@ -137,18 +162,23 @@ impl Figure {
                 message: e,
             }
         };
-        self.draw(BitMapBackend::new(&png, SIZE).into_drawing_area())
+        // Every file is drawn into memory, then written under a temporary name (created new, so
+        // a link planted there is not followed) and renamed into place: a link planted at the
+        // final name is replaced, its target never written.
+        let mut rgb = vec![0u8; SIZE.0 as usize * SIZE.1 as usize * 3];
+        self.draw(BitMapBackend::with_buffer(&mut rgb, SIZE).into_drawing_area())
             .map_err(draw_err(&png))?;
-        self.draw(SVGBackend::new(&svg, SIZE).into_drawing_area())
+        let encoded = encode_png(&rgb).map_err(draw_err(&png))?;
+        write_file_atomic(&png, &encoded).map_err(fs_err)?;
+        let mut svg_text = String::new();
+        self.draw(SVGBackend::with_string(&mut svg_text, SIZE).into_drawing_area())
             .map_err(draw_err(&svg))?;
+        write_file_atomic(&svg, svg_text.as_bytes()).map_err(fs_err)?;
         let text = serde_json::to_string_pretty(self).map_err(|e| FigureError::Draw {
             path: json.clone(),
             message: e.to_string(),
         })?;
-        std::fs::write(&json, text + "\n").map_err(|source| FigureError::Io {
-            path: json.clone(),
-            source,
-        })?;
+        write_file_atomic(&json, (text + "\n").as_bytes()).map_err(fs_err)?;
         Ok(vec![png, svg, json])
     }
 
@@ -275,6 +305,9 @@ fn draw_heatmap<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, f: &Heatmap) 
         .draw()?;
     // Row 0 at the top, as in the paper's heat maps (depth 0 = the start of the context).
     let top = |r: usize| (nr - r) as f64;
+    // A value is written in its cell only where the cell can hold it: a many-celled map stays
+    // a picture (its values are in the JSON beside it), and its size stays linear in the cells.
+    let values_fit = nc <= MAX_LABELLED_COLUMNS && nr <= MAX_LABELLED_ROWS;
     for (r, row) in f.values.iter().enumerate() {
         for (c, v) in row.iter().enumerate() {
             let (x, y) = (c as f64, top(r));
@@ -283,6 +316,9 @@ fn draw_heatmap<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, f: &Heatmap) 
                 [(x, y - 1.0), (x + 1.0, y)],
                 fill.filled(),
             )))?;
+            if !values_fit {
+                continue;
+            }
             let text = v.map_or("–".to_string(), |v| format!("{v:.2}"));
             let ink = if v.is_some_and(|v| v > 0.55) {
                 WHITE
@@ -296,6 +332,10 @@ fn draw_heatmap<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, f: &Heatmap) 
         }
     }
     let tick = TextStyle::from((FAMILY, 14).into_font()).color(&BLACK);
+    if !values_fit {
+        // Tick labels would overlap too; the axis descriptions and the JSON say what is where.
+        return Ok(());
+    }
     for (c, v) in f.columns.iter().enumerate() {
         let (px, py) = chart.backend_coord(&(c as f64 + 0.5, 0.0));
         root.draw(&Text::new(
@@ -348,6 +388,43 @@ mod tests {
         let back: Figure =
             serde_json::from_str(&std::fs::read_to_string(&paths[2]).unwrap()).unwrap();
         assert_eq!(back, fig);
+    }
+
+    #[test]
+    fn planted_links_are_replaced_and_their_targets_never_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("precious.txt");
+        std::fs::write(&target, "keep me").unwrap();
+        let plots = dir.path().join("plots");
+        std::fs::create_dir_all(&plots).unwrap();
+        for ext in ["png", "svg", "json"] {
+            std::os::unix::fs::symlink(&target, plots.join(format!("h.{ext}"))).unwrap();
+        }
+        let fig = Figure::Lines(Lines {
+            title: "t".into(),
+            x_label: "x".into(),
+            y_label: "y".into(),
+            y_range: None,
+            series: vec![Series {
+                name: "s".into(),
+                x: vec![0.0, 1.0],
+                y: vec![Some(0.5), None],
+            }],
+        });
+        fig.write(&plots, "h").unwrap();
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me");
+        for ext in ["png", "svg", "json"] {
+            let meta = std::fs::symlink_metadata(plots.join(format!("h.{ext}"))).unwrap();
+            assert!(meta.file_type().is_file(), "h.{ext} is still a link");
+        }
+        // A link planted at the temporary name stops the write, naming it.
+        std::os::unix::fs::symlink(&target, plots.join("h.png.tmp")).unwrap();
+        let e = fig.write(&plots, "h").unwrap_err().to_string();
+        assert!(
+            e.contains("h.png.tmp: a symbolic link where rsd writes its temporary file"),
+            "{e}"
+        );
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me");
     }
 
     #[test]

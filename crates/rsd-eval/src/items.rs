@@ -26,11 +26,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{io_err, EvalError, Result};
-use crate::results::{item_key, read_results, ItemResult};
+use crate::lines::{json_message, LineError, Lines};
+use crate::results::{
+    check_distinct, item_key, read_results, ItemResult, MAX_LENGTH, MAX_TASK_CHARS,
+};
 use crate::run::{
     check_model_files, done_keys, load_model, progress_bar, rank_first, settle_run_json,
     sha256_file, Results, Scoring, Summary,
 };
+use rsd_common::printable::shortened;
 
 const SCORE_HELP: &str = "Each line of --items is one item, for example
   {\"context\": \"… The capital of France is\", \"candidates\": [\" Paris\", \" Rome\"], \"answer\": \" Paris\"}
@@ -144,51 +148,90 @@ pub struct ScoreSettings {
     pub scoring: Scoring,
 }
 
-/// Reads and checks the items file: every error names the file, the line and the field.
+/// The largest items file read: its contexts are tokenized and held, at about twice their size.
+pub const MAX_ITEMS_FILE_BYTES: u64 = 1 << 30;
+
+/// The longest line (one item, its context included) of an items file read.
+pub const MAX_ITEM_LINE_BYTES: u64 = 64 << 20;
+
+/// The most candidates one item may have.
+pub const MAX_ITEM_CANDIDATES: usize = 4096;
+
+/// One line of the items file, checked but not tokenized: every value in its range. The error
+/// names the field and why (the caller adds the file and line).
+fn parse_item_line(raw: &str) -> std::result::Result<(Line, usize), String> {
+    let l: Line = serde_json::from_str(raw).map_err(|e| {
+        format!(
+            "{} (expected {{\"context\": str, \"candidates\": [str, …], \"answer\": str}}, \
+             optional \"task\", \"depth\", \"length\")",
+            json_message(&e)
+        )
+    })?;
+    if l.context.is_empty() {
+        return Err("\"context\" is empty".into());
+    }
+    if l.candidates.len() < 2 || l.candidates.len() > MAX_ITEM_CANDIDATES {
+        return Err(format!(
+            "\"candidates\" has {} value(s); ranking needs at least 2 (and at most \
+             {MAX_ITEM_CANDIDATES})",
+            l.candidates.len()
+        ));
+    }
+    let mut seen = HashSet::new();
+    if let Some(c) = l.candidates.iter().find(|c| !seen.insert(c.as_str())) {
+        return Err(format!("\"candidates\" lists \"{}\" twice", shortened(c)));
+    }
+    let gold = l
+        .candidates
+        .iter()
+        .position(|c| *c == l.answer)
+        .ok_or_else(|| {
+            format!(
+                "\"answer\" \"{}\" is not one of \"candidates\"",
+                shortened(&l.answer)
+            )
+        })?;
+    if let Some(d) = l.depth.filter(|d| !(0.0..=1.0).contains(d)) {
+        return Err(format!("\"depth\" {d} is outside [0, 1]"));
+    }
+    if let Some(n) = l.length.filter(|n| !(1..=MAX_LENGTH).contains(n)) {
+        return Err(format!(
+            "\"length\" {n} is not a positive token count of at most {MAX_LENGTH}"
+        ));
+    }
+    if let Some(t) = l
+        .task
+        .as_ref()
+        .filter(|t| t.is_empty() || t.chars().count() > MAX_TASK_CHARS)
+    {
+        return Err(format!(
+            "\"task\" \"{}\" must be a name of 1 to {MAX_TASK_CHARS} characters",
+            shortened(t)
+        ));
+    }
+    Ok((l, gold))
+}
+
+/// Reads and checks the items file (a regular file of at most [`MAX_ITEMS_FILE_BYTES`], read a
+/// line at a time, lines of at most [`MAX_ITEM_LINE_BYTES`]): every error names the file, the
+/// line and the field.
 pub fn read_items(path: &Path, tok: &TextTokenizer) -> Result<Vec<UserItem>> {
-    let text = rsd_common::safe_fs::read_text(path, 4 << 30, "items file")
-        .map_err(|e| EvalError::Input(e.to_string()))?;
+    let read_err = |e: LineError| EvalError::Input(e.to_string());
+    let mut lines = Lines::open(
+        path,
+        MAX_ITEMS_FILE_BYTES,
+        MAX_ITEM_LINE_BYTES,
+        "file of items",
+    )
+    .map_err(read_err)?;
     let mut items = Vec::new();
-    for (i, raw) in text.lines().enumerate() {
-        if raw.trim().is_empty() {
+    while let Some(line) = lines.next_line().map_err(read_err)? {
+        if line.text.trim().is_empty() {
             continue;
         }
+        let i = line.number - 1;
         let at = |m: String| EvalError::Input(format!("{}:{}: {m}", path.display(), i + 1));
-        let l: Line = serde_json::from_str(raw).map_err(|e| {
-            at(format!(
-                "{e} (expected {{\"context\": str, \"candidates\": [str, …], \"answer\": str}}, \
-                 optional \"task\", \"depth\", \"length\")"
-            ))
-        })?;
-        if l.context.is_empty() {
-            return Err(at("\"context\" is empty".into()));
-        }
-        if l.candidates.len() < 2 {
-            return Err(at(format!(
-                "\"candidates\" has {} value(s); ranking needs at least 2",
-                l.candidates.len()
-            )));
-        }
-        let mut seen = HashSet::new();
-        if let Some(c) = l.candidates.iter().find(|c| !seen.insert(c.as_str())) {
-            return Err(at(format!("\"candidates\" lists {c:?} twice")));
-        }
-        let gold = l
-            .candidates
-            .iter()
-            .position(|c| *c == l.answer)
-            .ok_or_else(|| {
-                at(format!(
-                    "\"answer\" {:?} is not one of \"candidates\"",
-                    l.answer
-                ))
-            })?;
-        if let Some(d) = l.depth.filter(|d| !(0.0..=1.0).contains(d)) {
-            return Err(at(format!("\"depth\" {d} is outside [0, 1]")));
-        }
-        if l.length == Some(0) {
-            return Err(at("\"length\" must be a positive token count".into()));
-        }
+        let (l, gold) = parse_item_line(line.text).map_err(at)?;
         let ids = tok.encode(&l.context, true)?;
         let continuations = l
             .candidates
@@ -196,12 +239,15 @@ pub fn read_items(path: &Path, tok: &TextTokenizer) -> Result<Vec<UserItem>> {
             .map(|c| tok.encode(c, false))
             .collect::<Result<Vec<_>, _>>()?;
         if let Some(j) = continuations.iter().position(Vec::is_empty) {
-            return Err(at(format!("candidate {:?} has no tokens", l.candidates[j])));
+            return Err(at(format!(
+                "candidate \"{}\" has no tokens",
+                shortened(&l.candidates[j])
+            )));
         }
         items.push(UserItem {
             line: i,
             task: l.task.unwrap_or_else(|| "items".into()),
-            depth: l.depth,
+            depth: l.depth.map(|d| d + 0.0),
             length: l.length.unwrap_or_else(|| ids.len().next_power_of_two()),
             ids,
             candidates: l.candidates,
@@ -217,7 +263,32 @@ pub fn read_items(path: &Path, tok: &TextTokenizer) -> Result<Vec<UserItem>> {
             path.display()
         )));
     }
+    check_items_distinct(path, &items)?;
     Ok(items)
+}
+
+/// Refuses items spanning more tasks, lengths or depths than a summary tabulates (see
+/// [`crate::results::check_distinct`]), before anything is scored.
+fn check_items_distinct(path: &Path, items: &[UserItem]) -> Result<()> {
+    let shape: Vec<ItemResult> = items
+        .iter()
+        .map(|it| ItemResult {
+            task: it.task.clone(),
+            length: it.length,
+            depth: it.depth,
+            sample: it.line,
+            expected: Vec::new(),
+            output: String::new(),
+            score: 0.0,
+            prompt_tokens: 0,
+            logprob: None,
+            rank: None,
+            candidates: None,
+            greedy: None,
+            score_norm: None,
+        })
+        .collect();
+    Ok(check_distinct(path, &shape)?)
 }
 
 /// The longest context plus candidate must fit the model's window, unless RoPE is rescaled.

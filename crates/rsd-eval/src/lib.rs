@@ -17,6 +17,11 @@
 //! * [`compare`]: several runs in one figure and one table.
 //! * [`ppl`]: perplexity by position on held-out shards, and the view gap under RSD's skip view.
 //! * [`figure`]: figures as data, drawn to PNG and SVG with the values written beside them.
+//! * [`lines`]: the JSON-lines files rsd-eval reads, a bounded line at a time.
+//!
+//! Every file rsd-eval reads may come from anyone: reads are of regular files within stated
+//! bounds, values are checked for range, and every write is atomic or an append that follows no
+//! link (docs/UNTRUSTED.md, "rsd-eval").
 //!
 //! The `rsd-eval` binary (src/main.rs) only parses arguments and calls this library (docs/EVAL.md).
 
@@ -24,6 +29,7 @@ pub mod compare;
 pub mod error;
 pub mod figure;
 pub mod items;
+pub mod lines;
 pub mod longbench;
 pub mod mc;
 pub mod paired;

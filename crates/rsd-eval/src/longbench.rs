@@ -26,8 +26,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{io_err, EvalError, Result};
+use crate::lines::{json_message, LineError, Lines};
 use crate::run::{check_model_files, progress_bar, settle_run_json, sha256_file, Results};
 use rsd_chat::ChatTemplate;
+use rsd_common::printable::shortened;
 
 const ZERO_SHOT: &str = "Please read the following text and answer the question below.\n\n<text>\n$DOC$\n</text>\n\nWhat is the correct answer to this question: $Q$\nChoices:\n(A) $C_A$\n(B) $C_B$\n(C) $C_C$\n(D) $C_D$\n\nFormat your response as follows: \"The correct answer is (insert answer here)\".";
 const ZERO_SHOT_COT: &str = "Please read the following text and answer the questions below.\n\n<text>\n$DOC$\n</text>\n\nWhat is the correct answer to this question: $Q$\nChoices:\n(A) $C_A$\n(B) $C_B$\n(C) $C_C$\n(D) $C_D$\n\nLet\u{2019}s think step by step:";
@@ -126,39 +128,70 @@ pub struct Question {
     pub context: String,
 }
 
-/// Reads data.json: every error names the file, the record and the field.
+/// The largest LongBench data file read (LongBench v2's data.json is a few hundred MB; it is
+/// parsed whole, at a few times its size in memory).
+pub const MAX_DATA_BYTES: u64 = 1 << 30;
+
+/// The largest `longbench.jsonl` or `--score` file read (a line is a response, not a context).
+pub const MAX_PREDICTIONS_BYTES: u64 = 1 << 30;
+
+/// The longest line of a predictions file.
+pub const MAX_PREDICTION_LINE_BYTES: u64 = 16 << 20;
+
+/// The most questions a data file may hold (LongBench v2 has 503).
+pub const MAX_QUESTIONS: usize = 1 << 20;
+
+/// Reads data.json (a regular file of at most [`MAX_DATA_BYTES`]): every error names the file,
+/// the record and the field.
 pub fn read_data(path: &Path) -> Result<Vec<Question>> {
-    let text = rsd_common::safe_fs::read_text(path, 64 << 30, "LongBench data")
+    let text = rsd_common::safe_fs::read_text(path, MAX_DATA_BYTES, "LongBench data file")
         .map_err(|e| EvalError::Input(e.to_string()))?;
-    let values: Vec<Value> = serde_json::from_str(&text).map_err(|e| {
+    parse_data(path, &text)
+}
+
+/// Parses the text of a data.json (`path` names it in errors).
+pub fn parse_data(path: &Path, text: &str) -> Result<Vec<Question>> {
+    let values: Vec<Value> = serde_json::from_str(text).map_err(|e| {
         EvalError::Input(format!(
-            "{}: {e}; expected LongBench v2's data.json, a JSON array of questions",
-            path.display()
+            "{}: {}; expected LongBench v2's data.json, a JSON array of questions",
+            path.display(),
+            json_message(&e)
         ))
     })?;
+    if values.len() > MAX_QUESTIONS {
+        return Err(EvalError::Input(format!(
+            "{}: {} questions, more than the {MAX_QUESTIONS} a data file may hold",
+            path.display(),
+            values.len()
+        )));
+    }
     values
         .into_iter()
         .enumerate()
         .map(|(i, v)| {
             let q: Question = serde_json::from_value(v).map_err(|e| {
                 EvalError::Input(format!(
-                    "{}: question {i}: {e}; expected _id, difficulty, length, question, \
+                    "{}: question {i}: {}; expected _id, difficulty, length, question, \
                      choice_A … choice_D, answer, context",
-                    path.display()
+                    path.display(),
+                    json_message(&e)
                 ))
             })?;
-            if !["A", "B", "C", "D"].contains(&q.answer.as_str()) {
+            if !LETTERS.contains(&q.answer.as_str()) {
                 return Err(EvalError::Input(format!(
-                    "{}: question {i} ({}): \"answer\" is {:?}, expected A, B, C or D",
+                    "{}: question {i} ({}): \"answer\" is \"{}\", expected A, B, C or D",
                     path.display(),
-                    q.id,
-                    q.answer
+                    shortened(&q.id),
+                    shortened(&q.answer)
                 )));
             }
             Ok(q)
         })
         .collect()
 }
+
+/// The answer letters.
+const LETTERS: [&str; 4] = ["A", "B", "C", "D"];
 
 /// The template filled with the question's stripped fields (and the reasoning, for the CoT
 /// answer step).
@@ -363,25 +396,60 @@ fn write_summary(out: &Path, s: &LongBenchSummary, note: &str) -> Result<()> {
         .map_err(|e| EvalError::Input(format!("writing {}: {e}", path.display())))
 }
 
+/// Reads a predictions file (`longbench.jsonl`, or `--score`'s) a line at a time: a regular file
+/// of at most [`MAX_PREDICTIONS_BYTES`], lines of at most [`MAX_PREDICTION_LINE_BYTES`], each
+/// checked ([`parse_prediction`]).
 fn read_predictions(path: &Path) -> Result<Vec<Prediction>> {
-    let text = rsd_common::safe_fs::read_text(path, 4 << 30, "LongBench predictions")
-        .map_err(|e| EvalError::Input(e.to_string()))?;
+    let read_err = |e: LineError| EvalError::Input(e.to_string());
+    let mut lines = Lines::open(
+        path,
+        MAX_PREDICTIONS_BYTES,
+        MAX_PREDICTION_LINE_BYTES,
+        "LongBench predictions file",
+    )
+    .map_err(read_err)?;
     let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
+    while let Some(line) = lines.next_line().map_err(read_err)? {
+        if line.text.trim().is_empty() {
             continue;
         }
-        let p: Prediction = serde_json::from_str(line).map_err(|e| {
-            EvalError::Input(format!(
-                "{}:{}: {e}; expected a LongBench prediction line (_id, difficulty, length, \
-                 answer, response)",
-                path.display(),
-                i + 1
-            ))
-        })?;
+        let p = parse_prediction(line.text)
+            .map_err(|m| EvalError::Input(format!("{}:{}: {m}", path.display(), line.number)))?;
         out.push(p);
     }
     Ok(out)
+}
+
+/// One prediction line: the answer a letter, the extracted letter (if any) a letter, and the
+/// judgement the one they imply. The error names the field and why.
+pub fn parse_prediction(raw: &str) -> std::result::Result<Prediction, String> {
+    let p: Prediction = serde_json::from_str(raw).map_err(|e| {
+        format!(
+            "{}; expected a LongBench prediction line (_id, difficulty, length, answer, response)",
+            json_message(&e)
+        )
+    })?;
+    if !LETTERS.contains(&p.answer.as_str()) {
+        return Err(format!(
+            "field answer: \"{}\", expected A, B, C or D",
+            shortened(&p.answer)
+        ));
+    }
+    if let Some(x) = p.pred.as_deref().filter(|x| !LETTERS.contains(x)) {
+        return Err(format!(
+            "field pred: \"{}\", expected A, B, C, D or null",
+            shortened(x)
+        ));
+    }
+    if p.judge != (p.pred.as_deref() == Some(p.answer.as_str())) {
+        return Err(format!(
+            "field judge: {}, but pred {:?} and answer {} say otherwise",
+            p.judge,
+            p.pred.as_deref(),
+            p.answer
+        ));
+    }
+    Ok(p)
 }
 
 /// What `rsd-eval longbench` did, as a line for the user.

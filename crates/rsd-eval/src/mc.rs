@@ -9,6 +9,8 @@
 //! lm-eval reports it.
 use std::path::{Path, PathBuf};
 
+use rsd_common::printable::shortened;
+
 use rsd_model::cli::{DeviceArgs, ModelDirArgs, RopeScalingArgs};
 use serde::Deserialize;
 
@@ -95,11 +97,17 @@ pub fn read(task: McTask, path: &Path) -> Result<Vec<McQuestion>, McError> {
     Ok(qs)
 }
 
+/// The largest benchmark file read (MMLU's test set is about 8 MB in all, HellaSwag's validation
+/// set 10 MB; a file is parsed whole).
+pub const MAX_BENCHMARK_FILE_BYTES: u64 = 256 << 20;
+
 fn read_text(path: &Path) -> Result<String, McError> {
-    rsd_common::safe_fs::read_text(path, 1 << 30, "benchmark file").map_err(|e| McError {
-        path: path.to_path_buf(),
-        line: None,
-        reason: e.to_string(),
+    rsd_common::safe_fs::read_text(path, MAX_BENCHMARK_FILE_BYTES, "benchmark file").map_err(|e| {
+        McError {
+            path: path.to_path_buf(),
+            line: None,
+            reason: e.to_string(),
+        }
     })
 }
 
@@ -125,7 +133,8 @@ fn read_jsonl(
 }
 
 fn json<'a, T: Deserialize<'a>>(line: &'a str, expected: &str) -> Result<T, String> {
-    serde_json::from_str(line).map_err(|e| format!("{e}; expected {expected}"))
+    serde_json::from_str(line)
+        .map_err(|e| format!("{}; expected {expected}", crate::lines::json_message(&e)))
 }
 
 /// lm-eval's HellaSwag text cleanup: WikiHow's bracketed artefacts go, " [title]" becomes a
@@ -200,7 +209,10 @@ fn label_index(v: &serde_json::Value, n: usize) -> Result<usize, String> {
     };
     match i {
         Some(i) if (i as usize) < n => Ok(i as usize),
-        _ => Err(format!("\"label\" {v} is not a choice index below {n}")),
+        _ => Err(format!(
+            "\"label\" {} is not a choice index below {n}",
+            shortened(&v.to_string())
+        )),
     }
 }
 
@@ -223,7 +235,12 @@ fn winogrande(line: &str) -> Result<McQuestion, String> {
     let gold = match r.answer.as_str() {
         "1" => 0,
         "2" => 1,
-        other => return Err(format!("\"answer\" is {other:?}, expected \"1\" or \"2\"")),
+        other => {
+            return Err(format!(
+                "\"answer\" is \"{}\", expected \"1\" or \"2\"",
+                shortened(other)
+            ))
+        }
     };
     // lm-eval's partial scoring: the sentence up to the blank with each option as the context,
     // the rest of the sentence as the shared continuation.
@@ -287,8 +304,9 @@ fn openbookqa(line: &str) -> Result<McQuestion, String> {
         .position(|l| l == r.answer_key.trim_start())
         .ok_or_else(|| {
             format!(
-                "\"answerKey\" {:?} is none of the labels {labels:?}",
-                r.answer_key
+                "\"answerKey\" \"{}\" is none of the labels {}",
+                shortened(&r.answer_key),
+                shortened(&format!("{labels:?}"))
             )
         })?;
     Ok(McQuestion {
@@ -396,7 +414,12 @@ fn read_mmlu(path: &Path) -> Result<Vec<McQuestion>, McError> {
             let gold = letters
                 .iter()
                 .position(|l| *l == rec[5].trim())
-                .ok_or_else(|| bad(format!("answer {:?} is not A, B, C or D", &rec[5])))?;
+                .ok_or_else(|| {
+                    bad(format!(
+                        "answer \"{}\" is not A, B, C or D",
+                        shortened(&rec[5])
+                    ))
+                })?;
             let context = format!(
                 "{}\nA. {}\nB. {}\nC. {}\nD. {}\nAnswer:",
                 rec[0].trim(),
@@ -579,8 +602,9 @@ fn user_item(
         .collect::<Result<Vec<_>, _>>()?;
     if let Some(j) = continuations.iter().position(Vec::is_empty) {
         return Err(EvalError::Input(format!(
-            "{}: choice {:?} has no tokens",
-            q.origin, q.choices[j]
+            "{}: choice \"{}\" has no tokens",
+            q.origin,
+            shortened(&q.choices[j])
         )));
     }
     let longest = contexts

@@ -103,7 +103,10 @@ fn records(label: &str, replica: &str, items: &[ItemResult]) -> Result<Records, 
             return Err(EvalError::Input(format!(
                 "{label}, replica {replica}: the item {} at length {}, depth {:?}, sample {} is \
                  recorded twice (two runs of one replica must hold different items)",
-                r.task, r.length, r.depth, r.sample
+                rsd_common::printable::printable(&r.task),
+                r.length,
+                r.depth,
+                r.sample
             )));
         }
     }

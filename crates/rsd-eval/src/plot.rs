@@ -10,13 +10,14 @@
 //! | `depth_length_heatmap` | the same cells as a depth × length matrix, values written in the cells |
 //! | `accuracy_by_length` | accuracy vs context length, all records |
 //! | `ppl_by_position`, `view_gap_by_position` | from `ppl.json` (drawn by [`crate::ppl`]) |
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::error::EvalError;
 use crate::figure::{Figure, FigureError, Heatmap, Lines, Series};
+use crate::lines::json_message;
 use crate::ppl::{write_ppl_figures, PplReport};
 use crate::results::{read_results, ItemResult};
 
@@ -80,22 +81,54 @@ pub fn depths(items: &[ItemResult]) -> Vec<f64> {
     sorted_unique(items.iter().filter_map(|r| r.depth))
 }
 
+/// The records grouped by (length, depth bits) in one pass, so that every figure looks its cells
+/// up instead of scanning all records per cell: the figures cost the records plus their cells.
+pub(crate) fn by_length_depth(
+    items: &[ItemResult],
+) -> HashMap<(usize, Option<u64>), Vec<&ItemResult>> {
+    let mut m: HashMap<(usize, Option<u64>), Vec<&ItemResult>> = HashMap::new();
+    for r in items {
+        m.entry((r.length, r.depth.map(f64::to_bits)))
+            .or_default()
+            .push(r);
+    }
+    m
+}
+
+/// The mean of the cell (length `l`, depth `d`) of `groups`, if it has records.
+fn mean_at(
+    groups: &HashMap<(usize, Option<u64>), Vec<&ItemResult>>,
+    l: usize,
+    d: f64,
+) -> Option<f64> {
+    groups
+        .get(&(l, Some(d.to_bits())))
+        .and_then(|v| cell(v.iter().copied()))
+        .map(|c| c.mean)
+}
+
+/// Lengths present among records with a depth, sorted.
+fn lengths_with_depth(items: &[ItemResult]) -> Vec<usize> {
+    let mut v: Vec<usize> = items
+        .iter()
+        .filter(|r| r.depth.is_some())
+        .map(|r| r.length)
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
 /// Accuracy vs depth, one series per length (named `L=<length>`).
 pub fn accuracy_by_depth(items: &[ItemResult]) -> Lines {
     let ds = depths(items);
-    let series = lengths(items)
+    let groups = by_length_depth(items);
+    let series = lengths_with_depth(items)
         .into_iter()
-        .filter(|&l| items.iter().any(|r| r.length == l && r.depth.is_some()))
         .map(|l| Series {
             name: format!("L={l}"),
             x: ds.clone(),
-            y: ds
-                .iter()
-                .map(|&d| {
-                    cell(items.iter().filter(|r| r.length == l && r.depth == Some(d)))
-                        .map(|c| c.mean)
-                })
-                .collect(),
+            y: ds.iter().map(|&d| mean_at(&groups, l, d)).collect(),
         })
         .collect();
     Lines {
@@ -110,20 +143,11 @@ pub fn accuracy_by_depth(items: &[ItemResult]) -> Lines {
 /// The depth × length matrix of mean scores (records with a depth).
 pub fn depth_length_heatmap(items: &[ItemResult]) -> Heatmap {
     let ds = depths(items);
-    let ls: Vec<usize> = lengths(items)
-        .into_iter()
-        .filter(|&l| items.iter().any(|r| r.length == l && r.depth.is_some()))
-        .collect();
+    let ls = lengths_with_depth(items);
+    let groups = by_length_depth(items);
     let values = ds
         .iter()
-        .map(|&d| {
-            ls.iter()
-                .map(|&l| {
-                    cell(items.iter().filter(|r| r.length == l && r.depth == Some(d)))
-                        .map(|c| c.mean)
-                })
-                .collect()
-        })
+        .map(|&d| ls.iter().map(|&l| mean_at(&groups, l, d)).collect())
         .collect();
     Heatmap {
         title: "Accuracy by depth and context length".into(),
@@ -137,10 +161,13 @@ pub fn depth_length_heatmap(items: &[ItemResult]) -> Heatmap {
 
 /// Accuracy vs context length over all records (one series, `all tasks`).
 pub fn accuracy_by_length(items: &[ItemResult]) -> Lines {
-    let ls = lengths(items);
-    let y = ls
-        .iter()
-        .map(|&l| cell(items.iter().filter(|r| r.length == l)).map(|c| c.mean))
+    let mut by_length: BTreeMap<usize, Vec<&ItemResult>> = BTreeMap::new();
+    for r in items {
+        by_length.entry(r.length).or_default().push(r);
+    }
+    let y = by_length
+        .values()
+        .map(|v| cell(v.iter().copied()).map(|c| c.mean))
         .collect();
     Lines {
         title: "Accuracy by context length".into(),
@@ -149,7 +176,7 @@ pub fn accuracy_by_length(items: &[ItemResult]) -> Lines {
         y_range: Some((0.0, 1.05)),
         series: vec![Series {
             name: "all tasks".into(),
-            x: ls.iter().map(|&l| l as f64).collect(),
+            x: by_length.keys().map(|&l| l as f64).collect(),
             y,
         }],
     }
@@ -178,14 +205,25 @@ pub struct PlotArgs {
     pub out: Option<PathBuf>,
 }
 
-/// Reads `RUN/ppl.json`.
+/// The largest `ppl.json` read (its per-row views take a few dozen bytes a row).
+pub const MAX_PPL_JSON_BYTES: u64 = 256 << 20;
+
+/// Reads `RUN/ppl.json` (a regular file of at most [`MAX_PPL_JSON_BYTES`]), every value checked
+/// ([`PplReport::invalid_field`]).
 pub fn read_ppl(path: &Path) -> Result<PplReport, EvalError> {
-    let text = rsd_common::safe_fs::read_text(path, 1 << 30, "ppl.json")
+    let text = rsd_common::safe_fs::read_text(path, MAX_PPL_JSON_BYTES, "ppl.json")
         .map_err(|e| EvalError::Input(e.to_string()))?;
-    serde_json::from_str(&text).map_err(|e| EvalError::Json {
+    let report: PplReport = serde_json::from_str(&text).map_err(|e| EvalError::Json {
         path: path.to_path_buf(),
-        reason: e.to_string(),
-    })
+        reason: json_message(&e),
+    })?;
+    match report.invalid_field() {
+        Some((field, message)) => Err(EvalError::Input(format!(
+            "{}: field {field}: {message}",
+            path.display()
+        ))),
+        None => Ok(report),
+    }
 }
 
 /// `rsd-eval plot`: writes the figures; returns a line per file written, for the user.

@@ -171,6 +171,64 @@ pub struct PplReport {
     pub views: Vec<RowView>,
 }
 
+/// The most position buckets a `ppl.json` read back may hold (one point of a figure each).
+pub const MAX_BUCKETS: usize = 1 << 16;
+
+impl PplReport {
+    /// Why this report (read back from a `ppl.json`) cannot be plotted: the field and what is
+    /// wrong with its value; `None` when every value is in its range.
+    pub fn invalid_field(&self) -> Option<(String, String)> {
+        let field = |name: &str, message: String| Some((name.to_string(), message));
+        if !(2..=MAX_SEQ_LEN).contains(&self.seq_len) {
+            return field(
+                "seq_len",
+                format!("{} is not a row length in 2..={MAX_SEQ_LEN}", self.seq_len),
+            );
+        }
+        if self.buckets.is_empty() || self.buckets.len() > MAX_BUCKETS.min(self.seq_len) {
+            return field(
+                "buckets",
+                format!(
+                    "{} buckets; rows of {} tokens make 1 to {} of them",
+                    self.buckets.len(),
+                    self.seq_len,
+                    MAX_BUCKETS.min(self.seq_len)
+                ),
+            );
+        }
+        if !self.nll.is_finite() || !self.ppl.is_finite() || self.ppl <= 0.0 {
+            return field(
+                "nll",
+                format!(
+                    "nll {} and ppl {} must be finite numbers, ppl positive",
+                    self.nll, self.ppl
+                ),
+            );
+        }
+        if let Some(g) = self.view_gap.filter(|g| !g.is_finite()) {
+            return field("view_gap", format!("{g} is not a finite number"));
+        }
+        for (k, b) in self.buckets.iter().enumerate() {
+            let at = |name: &str, message: String| Some((format!("buckets[{k}].{name}"), message));
+            if b.start >= b.end || b.end > self.seq_len {
+                return at(
+                    "end",
+                    format!(
+                        "positions {}..{} are not a non-empty range inside 0..{}",
+                        b.start, b.end, self.seq_len
+                    ),
+                );
+            }
+            for (name, v) in [("nll", b.nll), ("ppl", b.ppl), ("view_gap", b.view_gap)] {
+                if let Some(v) = v.filter(|v| !v.is_finite()) {
+                    return at(name, format!("{v} is not a finite number"));
+                }
+            }
+        }
+        None
+    }
+}
+
 /// The (s, y) of sample `sample`'s skip view of a row of `len ≥ 2` tokens: `rsd-train`'s skip
 /// sampler, drawing from a generator keyed by (`seed`, `sample`).
 pub fn skip_view(seed: u64, sample: u64, len: i64, max_skip: Option<i64>) -> (i64, i64) {
@@ -353,7 +411,14 @@ fn open_rows(args: &PplArgs) -> Result<(ShardSet, usize, u64), EvalError> {
             manifest.mode.name()
         )));
     }
-    let l = manifest.seq_len as usize;
+    let l = usize::try_from(manifest.seq_len).unwrap_or(usize::MAX);
+    if l > MAX_SEQ_LEN {
+        return Err(EvalError::Input(format!(
+            "{}: the manifest's seq_len {l} is more than the {MAX_SEQ_LEN} tokens a row rsd-eval \
+             ppl evaluates may have",
+            args.shards.display()
+        )));
+    }
     if l < 2 || args.buckets > l {
         return Err(EvalError::Input(format!(
             "{}: rows of {l} tokens cannot make {} position buckets",
@@ -363,7 +428,29 @@ fn open_rows(args: &PplArgs) -> Result<(ShardSet, usize, u64), EvalError> {
     }
     // `--tail pad` padded the last sample only; its padding would count as text.
     let usable = set.num_samples() - u64::from(manifest.pad_id.is_some()).min(set.num_samples());
-    let wanted = (args.batches * args.batch_size) as u64;
+    // The manifest's seq_len is believed only once the data holds a row of that length: buffers
+    // of batch_size × seq_len are allocated from it.
+    if set.num_samples() > 0 {
+        let first = set.sample(0)?.tokens.len();
+        if first != l {
+            return Err(EvalError::Input(format!(
+                "{}: sample 0 has {first} tokens, the manifest's seq_len is {l}",
+                args.shards.display()
+            )));
+        }
+    }
+    let batch_tokens = args
+        .batch_size
+        .checked_mul(l)
+        .filter(|&n| n <= MAX_BATCH_TOKENS);
+    if batch_tokens.is_none() {
+        return Err(EvalError::Input(format!(
+            "--batch-size {} rows of {l} tokens is more than the {MAX_BATCH_TOKENS} tokens a \
+             batch may have",
+            args.batch_size
+        )));
+    }
+    let wanted = (args.batches as u64).saturating_mul(args.batch_size as u64);
     let rows = wanted.min(usable - usable % args.batch_size as u64);
     if rows == 0 {
         return Err(EvalError::Input(format!(
@@ -374,6 +461,14 @@ fn open_rows(args: &PplArgs) -> Result<(ShardSet, usize, u64), EvalError> {
     }
     Ok((set, l, rows))
 }
+
+/// The longest row `rsd-eval ppl` evaluates, in tokens (2^24, far beyond any model's window): a
+/// manifest declaring more is refused before any buffer is sized from it.
+pub const MAX_SEQ_LEN: usize = 1 << 24;
+
+/// The most tokens one batch may hold (`--batch-size` × seq_len): its per-position buffers are
+/// allocated up front.
+pub const MAX_BATCH_TOKENS: usize = 1 << 26;
 
 /// Adds one batch's per-position NLL `[B, L−1]` and KL `[B, L]` to the buckets' sums: every
 /// labelled pair for the NLL, the pairs `i ≥ s` of each row for the view gap.

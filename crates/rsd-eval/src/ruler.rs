@@ -15,8 +15,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{io_err, EvalError, Result};
+use crate::lines::{json_message, LineError, Lines};
 use crate::results::ItemResult;
 use crate::score::metric;
+use rsd_common::printable::printable;
 
 /// RULER's 13 tasks, in its order: the set its headline average is over.
 pub const RULER_TASKS: [&str; 13] = [
@@ -126,15 +128,11 @@ pub fn markdown(scores: &[LengthScores]) -> String {
          decimals (RULER's `evaluate.py`); per length: the mean of those over the tasks run. \
          RULER's 13-task average is given only where all 13 ran.\n\n| task |",
     );
-    let mut tasks: Vec<&str> = Vec::new();
-    for l in scores {
-        for t in &l.tasks {
-            if !tasks.contains(&t.task.as_str()) {
-                tasks.push(&t.task);
-            }
-        }
-    }
-    tasks.sort_by_key(|t| order(t));
+    let tasks: std::collections::BTreeSet<(usize, &str)> = scores
+        .iter()
+        .flat_map(|l| l.tasks.iter().map(|t| (order(&t.task).0, t.task.as_str())))
+        .collect();
+    let tasks: Vec<&str> = tasks.into_iter().map(|(_, t)| t).collect();
     for l in scores {
         s += &format!(" {} |", l.length);
     }
@@ -142,7 +140,13 @@ pub fn markdown(scores: &[LengthScores]) -> String {
     for t in &tasks {
         s += &format!("| {t} |");
         for l in scores {
-            s += &match l.tasks.iter().find(|x| x.task == *t) {
+            // Each length's tasks are sorted by `order`: found by binary search.
+            let found = l
+                .tasks
+                .binary_search_by(|x| order(&x.task).cmp(&order(t)))
+                .ok()
+                .map(|i| &l.tasks[i]);
+            s += &match found {
                 Some(x) => format!(" {:.2} (n={}) |", x.score, x.samples),
                 None => " |".into(),
             };
@@ -234,15 +238,32 @@ pub fn write_predictions(
     Ok(())
 }
 
+/// The largest prediction file read (a line holds its prompt: a 1M-token prompt is a few MB).
+pub const MAX_PREDICTION_FILE_BYTES: u64 = 1 << 30;
+
+/// The longest line of a prediction file read.
+pub const MAX_PREDICTION_LINE_BYTES: u64 = 64 << 20;
+
+/// The most prediction files under one `--pred` directory (RULER writes 13 per length).
+pub const MAX_PREDICTION_FILES: usize = 100_000;
+
+/// The longest completion (`pred`) scored, in bytes: RULER's tasks generate at most a few hundred
+/// tokens; each expected string is searched for in it, so its length bounds the scoring's cost.
+pub const MAX_PRED_BYTES: usize = 1 << 20;
+
+/// The most expected strings (or distractors) of one prediction (RULER's tasks have at most 10).
+pub const MAX_PRED_STRINGS: usize = 100;
+
 /// The prediction files under `path`: the file itself, or every `*.jsonl` below the directory
-/// (RULER's layout is one directory per length), sorted.
+/// (RULER's layout is one directory per length), sorted. Links to directories are not followed
+/// (a link to a parent would never end), and at most [`MAX_PREDICTION_FILES`] files are taken.
 fn prediction_files(path: &Path) -> Result<Vec<PathBuf>> {
     if path.is_file() {
         return Ok(vec![path.to_path_buf()]);
     }
     if !path.is_dir() {
         return Err(EvalError::Input(format!(
-            "--pred {}: no such file or directory",
+            "--pred {}: no such file or directory (or not a regular file)",
             path.display()
         )));
     }
@@ -250,11 +271,20 @@ fn prediction_files(path: &Path) -> Result<Vec<PathBuf>> {
     let mut stack = vec![path.to_path_buf()];
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d).map_err(io_err(&d))? {
-            let p = e.map_err(io_err(&d))?.path();
-            if p.is_dir() {
+            let e = e.map_err(io_err(&d))?;
+            let p = e.path();
+            // The entry's own type: a link is not followed into a directory.
+            let kind = e.file_type().map_err(io_err(&p))?;
+            if kind.is_dir() {
                 stack.push(p);
             } else if p.extension().is_some_and(|x| x == "jsonl") {
                 out.push(p);
+                if out.len() > MAX_PREDICTION_FILES {
+                    return Err(EvalError::Input(format!(
+                        "--pred {}: more than {MAX_PREDICTION_FILES} *.jsonl files in it",
+                        path.display()
+                    )));
+                }
             }
         }
     }
@@ -280,85 +310,131 @@ fn strings(v: Option<&Value>) -> Option<Vec<String>> {
 /// and the expected strings (`outputs` as RULER writes them, or `expected` as `--dump-prompts`
 /// does); its task is its `task` field, else the file's name (`niah_single_1.jsonl`); its length
 /// the `length` field; depth and sample come from the line or from `others` (sample falls back
-/// to `others.id`, then `index`). Every error names the file, the line and the field.
+/// to `others.id`, then `index`). Every error names the file, the line and the field. Files are
+/// read a line at a time (at most [`MAX_PREDICTION_FILE_BYTES`] each, lines of at most
+/// [`MAX_PREDICTION_LINE_BYTES`]); the records together span at most
+/// [`crate::results::MAX_DISTINCT`] tasks, lengths and depths.
 pub fn read_predictions(path: &Path) -> Result<Vec<ItemResult>> {
     let mut out = Vec::new();
     let mut seen: HashMap<(String, usize, Option<u64>, usize), String> = HashMap::new();
     for file in prediction_files(path)? {
-        let text = rsd_common::safe_fs::read_text(&file, 16 << 30, "prediction file")
-            .map_err(|e| EvalError::Input(e.to_string()))?;
+        let read_err = |e: LineError| EvalError::Input(e.to_string());
+        let mut lines = Lines::open(
+            &file,
+            MAX_PREDICTION_FILE_BYTES,
+            MAX_PREDICTION_LINE_BYTES,
+            "prediction file",
+        )
+        .map_err(read_err)?;
         let stem = file
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
-        for (i, raw) in text.lines().enumerate() {
-            if raw.trim().is_empty() {
+        while let Some(line) = lines.next_line().map_err(read_err)? {
+            if line.text.trim().is_empty() {
                 continue;
             }
-            let at = |m: &str| EvalError::Input(format!("{}:{}: {m}", file.display(), i + 1));
-            let v: Value = serde_json::from_str(raw).map_err(|e| at(&format!("not JSON ({e})")))?;
-            // rsd's own keys ride in `others` of the files it writes, where RULER's top-level
-            // `length` is the prompt plus the answer budget; rsd's dumps have them at the top.
-            let others = v.get("others").cloned().unwrap_or(Value::Null);
-            let field = |k: &str| others.get(k).filter(|x| !x.is_null()).or_else(|| v.get(k));
-            let pred = v
-                .get("pred")
-                .and_then(Value::as_str)
-                .ok_or_else(|| at("no \"pred\" string (the model's completion)"))?;
-            let expected = strings(v.get("outputs"))
-                .or_else(|| strings(v.get("expected")))
-                .ok_or_else(|| {
-                    at("no \"outputs\" (RULER) or \"expected\" (rsd) list of strings")
-                })?;
-            let task = match field("task").and_then(Value::as_str) {
-                Some(t) => t.to_string(),
-                None => stem.clone(),
-            };
-            let length = field("length")
-                .and_then(Value::as_u64)
-                .ok_or_else(|| at("no \"length\" (a token count)"))?
-                as usize;
-            let depth = match field("depth") {
-                None | Some(Value::Null) => None,
-                Some(d) => Some(
-                    d.as_f64()
-                        .filter(|d| (0.0..=1.0).contains(d))
-                        .ok_or_else(|| at("\"depth\" is not a number in [0, 1]"))?,
-                ),
-            };
-            let sample = ["sample", "id", "index"]
-                .iter()
-                .find_map(|k| field(k).and_then(Value::as_u64))
-                .ok_or_else(|| at("no \"sample\", \"others.id\" or \"index\" (a number)"))?
-                as usize;
-            let distractors = strings(field("distractors")).unwrap_or_default();
-            let score = metric(&task, pred, &expected, &distractors).map_err(|m| at(&m))?;
-            let key = (task.clone(), length, depth.map(f64::to_bits), sample);
-            let here = format!("{}:{}", file.display(), i + 1);
-            if let Some(first) = seen.insert(key, here) {
-                return Err(at(&format!(
-                    "task {task}, length {length}, depth {depth:?}, sample {sample} was already \
-                     scored at {first}"
+            let here = format!("{}:{}", file.display(), line.number);
+            let r = prediction_of(line.text, &stem)
+                .map_err(|m| EvalError::Input(format!("{here}: {m}")))?;
+            let key = (
+                r.task.clone(),
+                r.length,
+                r.depth.map(f64::to_bits),
+                r.sample,
+            );
+            if let Some(first) = seen.insert(key, here.clone()) {
+                return Err(EvalError::Input(format!(
+                    "{here}: task {}, length {}, depth {:?}, sample {} was already scored at \
+                     {first}",
+                    printable(&r.task),
+                    r.length,
+                    r.depth,
+                    r.sample
                 )));
             }
-            out.push(ItemResult {
-                task,
-                length,
-                depth,
-                sample,
-                expected,
-                output: pred.to_string(),
-                score,
-                prompt_tokens: field("prompt_tokens").and_then(Value::as_u64).unwrap_or(0) as usize,
-                logprob: None,
-                rank: None,
-                candidates: None,
-                greedy: None,
-                score_norm: None,
-            });
+            out.push(r);
         }
     }
+    crate::results::check_distinct(path, &out)?;
     Ok(out)
+}
+
+/// One prediction line scored (see [`read_predictions`]); `stem` is its file's name without
+/// `.jsonl`, the task of a line that names none. The error says which field is wrong and why.
+pub fn prediction_of(raw: &str, stem: &str) -> std::result::Result<ItemResult, String> {
+    let v: Value =
+        serde_json::from_str(raw).map_err(|e| format!("not JSON ({})", json_message(&e)))?;
+    // rsd's own keys ride in `others` of the files it writes, where RULER's top-level
+    // `length` is the prompt plus the answer budget; rsd's dumps have them at the top.
+    let others = v.get("others").cloned().unwrap_or(Value::Null);
+    let field = |k: &str| others.get(k).filter(|x| !x.is_null()).or_else(|| v.get(k));
+    let pred = v
+        .get("pred")
+        .and_then(Value::as_str)
+        .ok_or("no \"pred\" string (the model's completion)")?;
+    if pred.len() > MAX_PRED_BYTES {
+        return Err(format!(
+            "field pred: {} bytes, more than the {MAX_PRED_BYTES} a completion scored may have",
+            pred.len()
+        ));
+    }
+    let expected = strings(v.get("outputs"))
+        .or_else(|| strings(v.get("expected")))
+        .ok_or("no \"outputs\" (RULER) or \"expected\" (rsd) list of strings")?;
+    let distractors = strings(field("distractors")).unwrap_or_default();
+    for (name, list) in [("outputs", &expected), ("distractors", &distractors)] {
+        if list.len() > MAX_PRED_STRINGS {
+            return Err(format!(
+                "field {name}: {} strings, more than the {MAX_PRED_STRINGS} a prediction may have",
+                list.len()
+            ));
+        }
+    }
+    let task = match field("task").and_then(Value::as_str) {
+        Some(t) => t.to_string(),
+        None => stem.to_string(),
+    };
+    let length = field("length")
+        .and_then(Value::as_u64)
+        .ok_or("no \"length\" (a token count)")?;
+    let length = usize::try_from(length).unwrap_or(usize::MAX);
+    let depth = match field("depth") {
+        None | Some(Value::Null) => None,
+        Some(d) => Some(
+            d.as_f64()
+                .filter(|d| (0.0..=1.0).contains(d))
+                .ok_or("\"depth\" is not a number in [0, 1]")?
+                + 0.0,
+        ),
+    };
+    let sample = ["sample", "id", "index"]
+        .iter()
+        .find_map(|k| field(k).and_then(Value::as_u64))
+        .ok_or("no \"sample\", \"others.id\" or \"index\" (a number)")?;
+    let sample = usize::try_from(sample).unwrap_or(usize::MAX);
+    let score =
+        metric(&task, pred, &expected, &distractors).map_err(|m| printable(&m).into_owned())?;
+    let prompt_tokens = field("prompt_tokens").and_then(Value::as_u64).unwrap_or(0);
+    let r = ItemResult {
+        task,
+        length,
+        depth,
+        sample,
+        expected,
+        output: pred.to_string(),
+        score,
+        prompt_tokens: usize::try_from(prompt_tokens).unwrap_or(usize::MAX),
+        logprob: None,
+        rank: None,
+        candidates: None,
+        greedy: None,
+        score_norm: None,
+    };
+    match crate::results::invalid_field(&r) {
+        Some((field, message)) => Err(format!("field {field}: {message}")),
+        None => Ok(r),
+    }
 }
 
 #[cfg(test)]

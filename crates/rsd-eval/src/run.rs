@@ -11,14 +11,16 @@
 //! `results.jsonl` (by [`ItemResult::key`]); with different settings it is refused, naming the
 //! setting, because the results would mix two experiments.
 use std::collections::{BTreeMap, HashSet};
-use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, IsTerminal, Read, Seek, SeekFrom, Write};
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal, Read, Write};
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use rsd_common::hex;
 use rsd_common::progress::ProgressLines;
+use rsd_common::safe_fs;
 use rsd_model::cli::{DeviceArgs, ScalingRequest};
 use rsd_model::generate::{self as gen, GenerateOptions, TextTokenizer};
 use rsd_model::{Model, ModelConfig, RopeScaling};
@@ -199,9 +201,19 @@ pub struct RunReport {
     pub overall: Option<f64>,
 }
 
+/// SHA-256 of the regular file `path`, read in blocks (a FIFO is refused, not waited on).
 pub(crate) fn sha256_file(path: &Path) -> Result<String> {
-    let (_, digest) = rsd_common::digest::sha256_file(path).map_err(io_err(path))?;
-    Ok(hex(&digest))
+    use sha2::{Digest, Sha256};
+    let mut file = safe_fs::open_regular(path).map_err(|e| EvalError::Input(e.to_string()))?;
+    let mut hash = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf).map_err(io_err(path))?;
+        if n == 0 {
+            return Ok(hex(&hash.finalize()));
+        }
+        hash.update(&buf[..n]);
+    }
 }
 
 /// The item keys of a run, in the order they are generated.
@@ -349,10 +361,8 @@ fn load_qa(opts: &RunOptions) -> Result<QaData> {
 fn check_haystack_tokenizer(dir: &Path, tok_path: &Path, opts: &RunOptions) -> Result<()> {
     use rsd_shard::tokenizer_match::{self, ModelTokenizer};
     let shard_err = |e: rsd_shard::ShardError| EvalError::Input(format!("haystack {e}"));
-    let bytes = std::fs::read(tok_path).map_err(|source| EvalError::Io {
-        path: tok_path.to_path_buf(),
-        source,
-    })?;
+    let bytes = safe_fs::read_regular(tok_path, safe_fs::MAX_METADATA_BYTES, "tokenizer.json")
+        .map_err(|e| EvalError::Input(e.to_string()))?;
     let model = match &opts.model {
         Some(m) => ModelTokenizer::of_config(&m.join("config.json")).map_err(shard_err)?,
         None => ModelTokenizer {
@@ -870,21 +880,54 @@ pub(crate) fn progress_bar(show: bool, total: u64, done: u64) -> ProgressBar {
 }
 
 /// Opens results.jsonl for appending, first cutting a torn last line (a run killed mid-write).
+/// The file is opened with `O_NOFOLLOW` and only as a regular file ([`safe_fs::open_append`]): a
+/// link planted at `path` is refused, never written through. Only the file's tail is read, to
+/// find its last newline, so a large (or sparse) file costs no memory.
 pub(crate) fn open_for_append(path: &Path) -> Result<File> {
-    let mut f = OpenOptions::new()
-        .create(true)
-        .read(true)
-        .append(true)
-        .open(path)
-        .map_err(io_err(path))?;
-    let mut bytes = Vec::new();
-    f.read_to_end(&mut bytes).map_err(io_err(path))?;
-    if !bytes.is_empty() && bytes.last() != Some(&b'\n') {
-        let keep = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
-        f.set_len(keep as u64).map_err(io_err(path))?;
-        f.seek(SeekFrom::End(0)).map_err(io_err(path))?;
+    let fs_err = |e: safe_fs::FsError| EvalError::Input(e.to_string());
+    let f = safe_fs::open_append(path).map_err(fs_err)?;
+    let len = f.metadata().map_err(io_err(path))?.len();
+    if len == 0 {
+        return Ok(f);
+    }
+    // The same file, to read (open_append's handle only writes). It must be the very file
+    // opened for appending: were a link swapped in meanwhile, this would open its target.
+    let reader = safe_fs::open_regular(path).map_err(fs_err)?;
+    let (a, b) = (
+        f.metadata().map_err(io_err(path))?,
+        reader.metadata().map_err(io_err(path))?,
+    );
+    if (a.dev(), a.ino()) != (b.dev(), b.ino()) {
+        return Err(EvalError::Input(format!(
+            "{}: replaced while it was opened; not appending to it",
+            path.display()
+        )));
+    }
+    if let Some(keep) = torn_tail(&reader, len).map_err(io_err(path))? {
+        f.set_len(keep).map_err(io_err(path))?;
     }
     Ok(f)
+}
+
+/// Where the file's torn last line (bytes after its last newline) starts, reading backwards from
+/// its end `len` in blocks; `None` when it ends with a newline.
+fn torn_tail(file: &File, len: u64) -> std::io::Result<Option<u64>> {
+    const BLOCK: u64 = 64 << 10;
+    let mut buf = vec![0u8; BLOCK as usize];
+    let mut end = len;
+    while end > 0 {
+        let start = end.saturating_sub(BLOCK);
+        let block = &mut buf[..(end - start) as usize];
+        file.read_exact_at(block, start)?;
+        if end == len && block.last() == Some(&b'\n') {
+            return Ok(None);
+        }
+        if let Some(p) = block.iter().rposition(|&b| b == b'\n') {
+            return Ok(Some(start + p as u64 + 1));
+        }
+        end = start;
+    }
+    Ok(Some(0))
 }
 
 /// An item's record before it is scored.
@@ -988,7 +1031,16 @@ pub(crate) fn settle_run_json(out: &Path, settings: &Value, device: &str) -> Res
     if run_json.is_file() {
         let text = rsd_common::safe_fs::read_text(&run_json, 64 << 20, "run.json")
             .map_err(|e| EvalError::Input(e.to_string()))?;
-        let old: Value = serde_json::from_str(&text).map_err(json_err)?;
+        let old: Value = serde_json::from_str(&text).map_err(|e| EvalError::Json {
+            path: run_json.clone(),
+            reason: crate::lines::json_message(&e),
+        })?;
+        if !old.is_object() {
+            return Err(EvalError::Json {
+                path: run_json.clone(),
+                reason: "not a JSON object of settings".into(),
+            });
+        }
         compare_fields(out, &old, settings)?;
     }
     let mut file = settings.clone();
@@ -1016,16 +1068,17 @@ pub(crate) fn compare_fields(dir: &Path, old: &Value, now: &Value) -> Result<()>
     let mut names = keys(now);
     names.extend(keys(old));
     names.retain(|k| !NOT_SETTINGS.contains(&k.as_str()));
+    // Values from the file may be long: cut to a readable length.
     let shown = |v: Option<&Value>| match v {
         None => "absent (the default)".to_string(),
-        Some(v) => v.to_string(),
+        Some(v) => rsd_common::printable::shortened(&v.to_string()).into_owned(),
     };
     for name in names {
         let (was, is) = (old.get(&name), now.get(&name));
         if was.unwrap_or(&Value::Null) != is.unwrap_or(&Value::Null) {
             return Err(EvalError::Changed {
                 dir: dir.to_path_buf(),
-                setting: name,
+                setting: rsd_common::printable::shortened(&name).into_owned(),
                 was: shown(was),
                 now: shown(is),
             });
@@ -1077,7 +1130,10 @@ fn dump_prompts(
     opts: &RunOptions,
     chat: Option<&ChatTemplate>,
 ) -> Result<()> {
-    let mut w = BufWriter::new(File::create(path).map_err(io_err(path))?);
+    // Written under a temporary name and renamed into place: a link planted at `path` is
+    // replaced, its target never written.
+    let file = safe_fs::AtomicFile::create(path).map_err(|e| EvalError::Input(e.to_string()))?;
+    let mut w = BufWriter::new(file);
     for &(t, l, d, s) in plan {
         let it = generator.item(t, l, d, s, opts.max_new_tokens)?;
         let line = DumpedPrompt {
@@ -1101,7 +1157,19 @@ fn dump_prompts(
         })?;
         writeln!(w, "{json}").map_err(io_err(path))?;
     }
-    w.flush().map_err(io_err(path))
+    let file = w.into_inner().map_err(|e| EvalError::Io {
+        path: path.to_path_buf(),
+        source: e.into_error(),
+    })?;
+    file.commit()
+        .map_err(|e| EvalError::Input(format!("writing {}: {e}", path.display())))
+}
+
+/// Writes `bytes` to `path` atomically ([`safe_fs::write_file_atomic`]): a link planted at
+/// `path` is replaced, its target never written.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    safe_fs::write_file_atomic(path, bytes)
+        .map_err(|e| EvalError::Input(format!("writing {}: {e}", path.display())))
 }
 
 /// A mean score over some items.
@@ -1261,9 +1329,8 @@ impl Summary {
             path: path.clone(),
             reason: e.to_string(),
         })?;
-        std::fs::write(&path, format!("{json}\n")).map_err(io_err(&path))?;
-        let path = dir.join("summary.md");
-        std::fs::write(&path, self.markdown()).map_err(io_err(&path))
+        write_atomic(&path, format!("{json}\n").as_bytes())?;
+        write_atomic(&dir.join("summary.md"), self.markdown().as_bytes())
     }
 
     /// The tables of `summary.md` (scores in percent, as RULER reports them).
@@ -1288,9 +1355,10 @@ impl Summary {
         );
         let lengths: Vec<usize> = self.by_length.iter().map(|c| c.length).collect();
         let mut tasks: Vec<String> = Vec::new();
+        let mut seen = HashSet::new();
         for c in &self.by_task_length {
             if let Some(t) = &c.task {
-                if !tasks.contains(t) {
+                if seen.insert(t.as_str()) {
                     tasks.push(t.clone());
                 }
             }
@@ -1302,13 +1370,16 @@ impl Summary {
         s.push_str("\n|---|");
         s.push_str(&"---:|".repeat(lengths.len()));
         s.push('\n');
+        // Each cell looked up, not searched for: the table costs its cells.
+        let by_cell: std::collections::HashMap<(&str, usize), &Cell> = self
+            .by_task_length
+            .iter()
+            .filter_map(|c| Some(((c.task.as_deref()?, c.length), c)))
+            .collect();
         for t in &tasks {
             s.push_str(&format!("| {t} |"));
             for l in &lengths {
-                let c = self
-                    .by_task_length
-                    .iter()
-                    .find(|c| c.task.as_deref() == Some(t) && c.length == *l);
+                let c = by_cell.get(&(t.as_str(), *l));
                 s.push_str(&match c {
                     Some(c) => format!(" {} |", pct(c.mean)),
                     None => " |".into(),
@@ -1350,5 +1421,103 @@ impl Summary {
             ));
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::os::unix::fs::symlink;
+
+    fn record(sample: usize) -> ItemResult {
+        ItemResult {
+            task: "niah_single_1".into(),
+            length: 1024,
+            depth: Some(0.5),
+            sample,
+            expected: vec!["7".into()],
+            output: "7".into(),
+            score: 1.0,
+            prompt_tokens: 1000,
+            logprob: None,
+            rank: None,
+            candidates: None,
+            greedy: None,
+            score_norm: None,
+        }
+    }
+
+    #[test]
+    fn appending_refuses_a_planted_link_and_leaves_its_target_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("precious.txt");
+        std::fs::write(&target, "keep me").unwrap();
+        let results = dir.path().join("results.jsonl");
+        symlink(&target, &results).unwrap();
+        let e = Results::open(&results).err().unwrap().to_string();
+        assert!(
+            e.contains("results.jsonl: a symbolic link, not a regular file; rsd appends only to a regular file"),
+            "{e}"
+        );
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me");
+    }
+
+    #[test]
+    fn appending_cuts_a_torn_last_line_reading_only_the_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("results.jsonl");
+        let whole = format!("{}\n", serde_json::to_string(&record(0)).unwrap());
+        // A torn line longer than one block of the backwards scan.
+        std::fs::write(
+            &path,
+            format!("{whole}{{\"task\": \"{}", "x".repeat(200 << 10)),
+        )
+        .unwrap();
+        let mut r = Results::open(&path).unwrap();
+        r.append(&record(1)).unwrap();
+        assert_eq!(read_results(&path).unwrap(), vec![record(0), record(1)]);
+        // A file that ends with its newline is left whole.
+        let mut r = Results::open(&path).unwrap();
+        r.append(&record(2)).unwrap();
+        assert_eq!(read_results(&path).unwrap().len(), 3);
+    }
+
+    #[test]
+    fn summaries_and_dumps_replace_a_planted_link_without_writing_its_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("precious.txt");
+        std::fs::write(&target, "keep me").unwrap();
+        for name in ["summary.md", "summary.json"] {
+            let _ = std::fs::remove_file(dir.path().join(name));
+            symlink(&target, dir.path().join(name)).unwrap();
+        }
+        Summary::of(&[record(0)], &[]).write(dir.path()).unwrap();
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me");
+        for name in ["summary.md", "summary.json"] {
+            let meta = std::fs::symlink_metadata(dir.path().join(name)).unwrap();
+            assert!(meta.file_type().is_file(), "{name} is still a link");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// A run.json of random or damaged bytes: an error naming it, or settings compared and
+        /// written; never a panic.
+        #[test]
+        fn random_run_json_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..200), at in 0usize..100, byte in any::<u8>()) {
+            let dir = tempfile::tempdir().unwrap();
+            let now = serde_json::json!({"model": "/m", "lengths": [1024, 2048], "seed": 0});
+            std::fs::write(dir.path().join("run.json"), &bytes).unwrap();
+            if let Err(e) = settle_run_json(dir.path(), &now, "cpu") {
+                prop_assert!(e.to_string().contains("run.json") || e.to_string().contains(&*dir.path().to_string_lossy()));
+            }
+            let mut good = serde_json::to_string(&now).unwrap().into_bytes();
+            let n = good.len();
+            good[at % n] = byte;
+            std::fs::write(dir.path().join("run.json"), &good).unwrap();
+            let _ = settle_run_json(dir.path(), &now, "cpu");
+        }
     }
 }

@@ -2,10 +2,56 @@
 //! file, or rsd shards decoded with the model's tokenizer.
 use super::*;
 
+/// Words held compactly: their text once, separated by single spaces, and where each ends. A
+/// `String` per word would cost its 24-byte header and an allocation besides its letters, six
+/// to ten times the text of a haystack of short words.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Words {
+    text: String,
+    /// `ends[i]`: the byte offset just past word `i` in `text`; word `i` starts one byte past
+    /// the previous end (the space), word 0 at 0.
+    ends: Vec<usize>,
+}
+
+impl Words {
+    /// Number of words.
+    pub(super) fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Word `i` (`i < len()`).
+    pub(super) fn get(&self, i: usize) -> &str {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] + 1 };
+        &self.text[start..self.ends[i]]
+    }
+
+    /// Words `from..to`, joined by single spaces.
+    #[cfg(test)]
+    pub(super) fn joined(&self, from: usize, to: usize) -> &str {
+        if from >= to {
+            return "";
+        }
+        let start = if from == 0 {
+            0
+        } else {
+            self.ends[from - 1] + 1
+        };
+        &self.text[start..self.ends[to - 1]]
+    }
+
+    fn push(&mut self, w: &str) {
+        if !self.ends.is_empty() {
+            self.text.push(' ');
+        }
+        self.text.push_str(w);
+        self.ends.push(self.text.len());
+    }
+}
+
 /// The text haystacks are cut from: a long run of words.
 #[derive(Debug, Clone)]
 pub struct Haystack {
-    pub(super) words: Vec<String>,
+    pub(super) words: Words,
     pub(super) vocabulary: Vec<String>,
     pub(super) sha256: String,
     pub(super) source: String,
@@ -14,8 +60,10 @@ pub struct Haystack {
 /// Tokens read from a shard directory used as a haystack (plenty for 1M-token contexts).
 const SHARD_HAYSTACK_TOKENS: usize = 4 << 20;
 
-/// The largest haystack text file read (a haystack needs a few MB of words).
-const HAYSTACK_FILE_LIMIT: u64 = 1 << 30;
+/// The most text a haystack is read from, per file and in all (a 1M-token context takes about
+/// 4 MB of words; RULER's essays are 3 MB). Each word is held as its own string, at several times
+/// its size, so this bounds the haystack's memory to a few hundred MB.
+pub const HAYSTACK_TEXT_LIMIT: u64 = 32 << 20;
 
 /// Where the bundled haystack lies in an rsd checkout.
 const BUNDLED_HAYSTACK: &str = "corpus/books";
@@ -49,13 +97,14 @@ impl Haystack {
             path: path.to_path_buf(),
             reason,
         };
-        let raw = rsd_common::safe_fs::read_text(path, HAYSTACK_FILE_LIMIT, "haystack file")
+        let raw = rsd_common::safe_fs::read_text(path, HAYSTACK_TEXT_LIMIT, "haystack file")
             .map_err(|e| bad(e.to_string()))?;
         let v: serde_json::Value = serde_json::from_str(&raw).map_err(|e| {
             bad(format!(
-                "not JSON (line {}, column {}): {e}; expected RULER's essay file, {{\"text\": \"…\"}}",
+                "not JSON (line {}, column {}): {}; expected RULER's essay file, {{\"text\": \"…\"}}",
                 e.line(),
-                e.column()
+                e.column(),
+                crate::lines::json_message(&e)
             ))
         })?;
         let text = v.get("text").and_then(|t| t.as_str()).ok_or_else(|| {
@@ -87,7 +136,10 @@ impl Haystack {
                     break;
                 }
                 let s = set.sample(i).map_err(|e| bad(e.to_string()))?;
-                let ids: Vec<i64> = s.tokens.to_vec().into_iter().map(i64::from).collect();
+                // No more of a sample than the haystack still needs: one huge sample is not
+                // decoded whole.
+                let wanted = s.tokens.len().min(SHARD_HAYSTACK_TOKENS - taken);
+                let ids: Vec<i64> = (0..wanted).map(|k| i64::from(s.tokens.get(k))).collect();
                 taken += ids.len();
                 text.push_str(&tokenizer.decode(&ids)?);
                 text.push(' ');
@@ -105,8 +157,15 @@ impl Haystack {
             files.sort();
             let mut text = String::new();
             for f in &files {
-                let t = rsd_common::safe_fs::read_text(f, HAYSTACK_FILE_LIMIT, "haystack file")
+                let t = rsd_common::safe_fs::read_text(f, HAYSTACK_TEXT_LIMIT, "haystack file")
                     .map_err(|e| bad(e.to_string()))?;
+                if (text.len() + t.len()) as u64 > HAYSTACK_TEXT_LIMIT {
+                    return Err(bad(format!(
+                        "its *.txt/*.md files hold more than {HAYSTACK_TEXT_LIMIT} bytes of text, \
+                         the most a haystack is read from (a 1M-token context takes about 4 MB); \
+                         use a directory of fewer files"
+                    )));
+                }
                 text.push_str(&t);
                 text.push(' ');
             }
@@ -124,19 +183,24 @@ impl Haystack {
 
     /// A haystack from text (whitespace-separated words).
     pub fn from_text(text: &str, source: &str) -> Haystack {
-        let words: Vec<String> = text.split_whitespace().map(str::to_string).collect();
+        let mut words = Words::default();
         let mut hash = Sha256::new();
-        for w in &words {
+        let mut vocabulary: HashSet<String> = HashSet::new();
+        for w in text.split_whitespace() {
+            words.push(w);
             hash.update(w.as_bytes());
             hash.update(b" ");
+            // A word of 3 to 10 ASCII lowercase letters once lowercased qualifies; lowercasing
+            // shrinks a character at most threefold (the Kelvin sign), so longer words cannot.
+            if w.len() <= 30 {
+                let lower = w.to_lowercase();
+                if (3..=10).contains(&lower.len()) && lower.bytes().all(|b| b.is_ascii_lowercase())
+                {
+                    vocabulary.insert(lower);
+                }
+            }
         }
-        let mut vocabulary: Vec<String> = words
-            .iter()
-            .map(|w| w.to_lowercase())
-            .filter(|w| (3..=10).contains(&w.len()) && w.bytes().all(|b| b.is_ascii_lowercase()))
-            .collect::<HashSet<_>>()
-            .into_iter()
-            .collect();
+        let mut vocabulary: Vec<String> = vocabulary.into_iter().collect();
         vocabulary.sort();
         Haystack {
             words,
@@ -159,6 +223,6 @@ impl Haystack {
     /// `n` words from `start`, wrapping around.
     pub(super) fn words_from(&self, start: usize, n: usize) -> impl Iterator<Item = &str> {
         let len = self.words.len();
-        (0..n).map(move |i| self.words[(start + i) % len].as_str())
+        (0..n).map(move |i| self.words.get((start + i) % len))
     }
 }

@@ -861,7 +861,7 @@ mod tests {
         static QA: OnceLock<QaData> = OnceLock::new();
         QA.get_or_init(|| {
             let words = &haystack().words;
-            let para = |i: usize| words[i * 60..(i + 1) * 60].join(" ");
+            let para = |i: usize| words.joined(i * 60, (i + 1) * 60);
             let articles: Vec<serde_json::Value> = (0..20)
                 .map(|a| {
                     let paragraphs: Vec<serde_json::Value> = (0..5)
@@ -869,7 +869,7 @@ mod tests {
                             let i = a * 5 + p;
                             serde_json::json!({"context": para(i), "qas": [{
                                 "question": format!("Which word is word {i}?"), "id": i.to_string(),
-                                "answers": [{"text": words[i * 60 + 7], "answer_start": 0}],
+                                "answers": [{"text": words.get(i * 60 + 7), "answer_start": 0}],
                                 "is_impossible": false}]})
                         })
                         .collect();
@@ -882,7 +882,7 @@ mod tests {
                         .map(|j| serde_json::json!([format!("T{e}-{j}"), [para(100 + e * 10 + j)]]))
                         .collect();
                     serde_json::json!({"_id": e.to_string(), "question": format!("q{e}?"),
-                        "answer": words[(100 + e * 10) * 60 + 3],
+                        "answer": words.get((100 + e * 10) * 60 + 3),
                         "supporting_facts": [[format!("T{e}-0"), 0], [format!("T{e}-3"), 0]],
                         "context": context})
                 })
