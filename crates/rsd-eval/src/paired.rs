@@ -23,6 +23,19 @@
 //! replacement (as many as there are), and within every (length, depth) cell its items with
 //! replacement (as many as there are); the arm and the baseline are measured on the same draw,
 //! so the interval is of the paired difference. The point estimate is on all the data.
+//!
+//! **Groups of replicas**: replicas named `GROUP/NAME` (say `base1/seed0`: adaptation seeds of
+//! one base model) are resampled hierarchically: the groups with replacement, then within each
+//! drawn group its replicas with replacement, then the items. Replicas without a `/` are each a
+//! group of their own, which is the plain draw above.
+//!
+//! **Noise floors**, beside each measure: how large a value chance alone makes on these items.
+//! For the difference, the 95th percentile of |arm − baseline| over `B` relabellings that swap
+//! the arm's and the baseline's record of each (replica, item) by a fair coin (a difference
+//! inside it is one a relabelling makes as easily). For `depth_sd`, also each side's own floor:
+//! the 95th percentile of its depth_sd when, within each replica and length, the items' depth
+//! labels are shuffled (an arm whose depth_sd is inside it shows no depth dependence these
+//! items can detect).
 use std::collections::{BTreeMap, BTreeSet};
 
 use rsd_common::rng::SplitMix64;
@@ -52,6 +65,11 @@ pub struct Measure {
     pub diff: f64,
     /// The bootstrap interval of the difference, `[lower, upper]`.
     pub ci: [f64; 2],
+    /// The 95th percentile of |difference| under arm/baseline relabelling (see the module docs).
+    pub noise_floor: f64,
+    /// For `depth_sd`: the arm's and the baseline's 95th percentile under depth shuffling.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub depth_shuffle_floor: Option<[f64; 2]>,
 }
 
 /// One arm's measures against the baseline.
@@ -114,6 +132,7 @@ fn records(label: &str, replica: &str, items: &[ItemResult]) -> Result<Records, 
 }
 
 /// Scores as dense arrays: `[replica][cell][item]`, cells being (length, depth) in order.
+#[derive(Clone)]
 struct Dense {
     lengths: Vec<usize>,
     /// Per cell: its length's index.
@@ -164,14 +183,29 @@ impl Draw {
         }
     }
 
-    fn resample(rng: &mut SplitMix64, replicas: usize, cells: &[Vec<Key>]) -> Draw {
+    /// One bootstrap draw: the groups of replicas (indices), then their replicas, then the
+    /// items of every cell, each with replacement. With only single-replica groups it draws
+    /// exactly what a plain draw of the replicas does, from the same random numbers.
+    fn resample(rng: &mut SplitMix64, groups: &[Vec<usize>], cells: &[Vec<Key>]) -> Draw {
         let mut pick = |n: usize| -> Vec<usize> {
             (0..n)
                 .map(|_| rng.range(0, n as i64 - 1) as usize)
                 .collect()
         };
+        let replicas = if groups.iter().all(|g| g.len() == 1) {
+            pick(groups.len())
+                .into_iter()
+                .map(|g| groups[g][0])
+                .collect()
+        } else {
+            let mut drawn = Vec::new();
+            for g in pick(groups.len()) {
+                drawn.extend(pick(groups[g].len()).into_iter().map(|r| groups[g][r]));
+            }
+            drawn
+        };
         Draw {
-            replicas: pick(replicas),
+            replicas,
             items: cells.iter().map(|c| pick(c.len())).collect(),
         }
     }
@@ -243,6 +277,26 @@ fn quantile(v: &[f64], q: f64) -> f64 {
 /// The confidence level of the intervals.
 const LEVEL: f64 = 0.95;
 
+/// The key that sets the noise floors' random stream apart from the intervals'.
+const FLOOR_STREAM: u64 = 0xF100_0000;
+
+/// The shared replicas' groups, as indices into `shared`: replicas named `GROUP/NAME` share
+/// their group; a name without `/` is a group of its own. Groups in order of first appearance.
+fn replica_groups(shared: &[&str]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+    for (i, name) in shared.iter().enumerate() {
+        let group = match name.split_once('/') {
+            Some((g, _)) => g.to_string(),
+            None => format!("\0{name}"),
+        };
+        match groups.iter_mut().find(|(g, _)| *g == group) {
+            Some((_, members)) => members.push(i),
+            None => groups.push((group, vec![i])),
+        }
+    }
+    groups.into_iter().map(|(_, m)| m).collect()
+}
+
 /// Paired differences of every arm against `baseline` (see the module docs).
 pub fn paired(
     arms: &Arms,
@@ -267,8 +321,15 @@ pub fn paired(
     for (label, reps) in arms.iter().filter(|(l, _)| l != baseline) {
         let recs = replica_records(label, reps)?;
         let rng = SplitMix64::keyed(&[seed, out.len() as u64]);
+        // The floors draw from a stream of their own, so the intervals do not depend on them.
+        let floor_rng = SplitMix64::keyed(&[seed, out.len() as u64, FLOOR_STREAM]);
         out.push(arm_diff(
-            label, &recs, baseline, &base_recs, resamples, rng,
+            label,
+            &recs,
+            baseline,
+            &base_recs,
+            resamples,
+            (rng, floor_rng),
         )?);
     }
     Ok(Paired {
@@ -299,8 +360,9 @@ fn arm_diff(
     baseline: &str,
     base_recs: &BTreeMap<&str, Records>,
     resamples: usize,
-    mut rng: SplitMix64,
+    rngs: (SplitMix64, SplitMix64),
 ) -> Result<ArmDiff, EvalError> {
+    let (mut rng, mut floor_rng) = rngs;
     let shared: Vec<&str> = recs
         .keys()
         .filter(|r| base_recs.contains_key(*r))
@@ -356,7 +418,9 @@ fn arm_diff(
     };
     let (a, b) = (keep(a), keep(b));
     let names = names(&lengths, with_lp, with_greedy);
-    let measures = bootstrap(&a, &b, names, shared.len(), &cells, resamples, &mut rng);
+    let groups = replica_groups(&shared);
+    let mut measures = bootstrap(&a, &b, names, &groups, &cells, resamples, &mut rng);
+    noise_floors(&a, &b, &mut measures, resamples, &mut floor_rng);
     Ok(ArmDiff {
         label: label.to_string(),
         replicas: shared.iter().map(|r| r.to_string()).collect(),
@@ -371,16 +435,17 @@ fn bootstrap(
     a: &Dense,
     b: &Dense,
     names: Vec<(String, bool)>,
-    replicas: usize,
+    groups: &[Vec<usize>],
     cells: &[Vec<Key>],
     resamples: usize,
     rng: &mut SplitMix64,
 ) -> Vec<Measure> {
+    let replicas = groups.iter().map(Vec::len).sum();
     let full = Draw::all(replicas, cells);
     let (point_a, point_b) = (measures(a, &full), measures(b, &full));
     let mut diffs: Vec<Vec<f64>> = vec![Vec::with_capacity(resamples); point_a.len()];
     for _ in 0..resamples {
-        let draw = Draw::resample(rng, replicas, cells);
+        let draw = Draw::resample(rng, groups, cells);
         let (ma, mb) = (measures(a, &draw), measures(b, &draw));
         for (j, (x, y)) in ma.iter().zip(&mb).enumerate() {
             diffs[j].push(x - y);
@@ -400,9 +465,108 @@ fn bootstrap(
                 baseline: point_b[j],
                 diff: point_a[j] - point_b[j],
                 ci: [quantile(ds, tail), quantile(ds, 1.0 - tail)],
+                noise_floor: f64::NAN,
+                depth_shuffle_floor: None,
             }
         })
         .collect()
+}
+
+/// Sets every measure's noise floors (see the module docs) from `shuffles` relabellings.
+fn noise_floors(
+    a: &Dense,
+    b: &Dense,
+    out: &mut [Measure],
+    shuffles: usize,
+    rng: &mut SplitMix64,
+) {
+    // Every replica and item once: the floors are of the measures on all the data.
+    let full = Draw {
+        replicas: (0..a.score.len()).collect(),
+        items: a.score.first().map_or_else(Vec::new, |cells| {
+            cells.iter().map(|c| (0..c.len()).collect()).collect()
+        }),
+    };
+    let mut swapped: Vec<Vec<f64>> = vec![Vec::with_capacity(shuffles); out.len()];
+    let mut depth: Vec<[Vec<f64>; 2]> = vec![[Vec::new(), Vec::new()]; out.len()];
+    for _ in 0..shuffles {
+        let (x, y) = swap_labels(a, b, rng);
+        for (j, (p, q)) in measures(&x, &full)
+            .iter()
+            .zip(&measures(&y, &full))
+            .enumerate()
+        {
+            swapped[j].push((p - q).abs());
+        }
+        for (side, d) in [a, b].into_iter().enumerate() {
+            let shuffled = shuffle_depths(d, rng);
+            for (j, v) in measures(&shuffled, &full).into_iter().enumerate() {
+                depth[j][side].push(v);
+            }
+        }
+    }
+    for (j, m) in out.iter_mut().enumerate() {
+        swapped[j].sort_by(f64::total_cmp);
+        m.noise_floor = quantile(&swapped[j], LEVEL);
+        if m.name.starts_with("depth_sd@") {
+            let [da, db] = &mut depth[j];
+            da.sort_by(f64::total_cmp);
+            db.sort_by(f64::total_cmp);
+            m.depth_shuffle_floor = Some([quantile(da, LEVEL), quantile(db, LEVEL)]);
+        }
+    }
+}
+
+/// `a` and `b` with the records of each (replica, cell, item) swapped between them by a coin.
+fn swap_labels(a: &Dense, b: &Dense, rng: &mut SplitMix64) -> (Dense, Dense) {
+    let (mut x, mut y) = (a.clone(), b.clone());
+    for r in 0..a.score.len() {
+        for c in 0..a.score[r].len() {
+            for i in 0..a.score[r][c].len() {
+                if rng.next_u64() & 1 == 1 {
+                    swap_at(&mut x, &mut y, r, c, i);
+                }
+            }
+        }
+    }
+    (x, y)
+}
+
+fn swap_at(x: &mut Dense, y: &mut Dense, r: usize, c: usize, i: usize) {
+    std::mem::swap(&mut x.score[r][c][i], &mut y.score[r][c][i]);
+    for (p, q) in [
+        (&mut x.logprob, &mut y.logprob),
+        (&mut x.greedy, &mut y.greedy),
+    ] {
+        if let (Some(p), Some(q)) = (p.as_mut(), q.as_mut()) {
+            std::mem::swap(&mut p[r][c][i], &mut q[r][c][i]);
+        }
+    }
+}
+
+/// `d` with, in each replica and length, its items' values dealt to that length's depth cells
+/// at random (each cell keeps its number of items).
+fn shuffle_depths(d: &Dense, rng: &mut SplitMix64) -> Dense {
+    let mut out = d.clone();
+    for r in 0..d.score.len() {
+        for l in 0..d.lengths.len() {
+            let cells: Vec<usize> = (0..d.cell_length.len())
+                .filter(|&c| d.cell_length[c] == l)
+                .collect();
+            let mut pool: Vec<f64> = cells.iter().flat_map(|&c| d.score[r][c].clone()).collect();
+            for k in (1..pool.len()).rev() {
+                let j = rng.range(0, k as i64) as usize;
+                pool.swap(k, j);
+            }
+            let mut at = 0;
+            for &c in &cells {
+                let n = out.score[r][c].len();
+                out.score[r][c].copy_from_slice(&pool[at..at + n]);
+                at += n;
+            }
+        }
+    }
+    out
 }
 
 impl Paired {
@@ -410,8 +574,11 @@ impl Paired {
     pub fn markdown(&self) -> String {
         let mut s = format!(
             "## Paired differences against {}\n\n{:.0}% percentile bootstrap intervals, {} \
-             resamples of the paired replicas and of the items within each (length, depth) \
-             cell. Primary measures first; `logprob` and `greedy` (greedy exact match) are secondary.\n",
+             resamples of the paired replicas (by group first, for replicas named GROUP/NAME) \
+             and of the items within each (length, depth) cell. Primary measures first; \
+             `logprob` and `greedy` (greedy exact match) are secondary. Noise floor: the 95th \
+             percentile of |difference| when each item's arm and baseline labels are swapped at \
+             random (for depth_sd also each side's own, with depths shuffled).\n",
             self.baseline,
             self.level * 100.0,
             self.resamples
@@ -419,7 +586,7 @@ impl Paired {
         for arm in &self.arms {
             s += &format!(
                 "\n### {} − {} ({} replica(s): {}; {} items each)\n\n| measure | {} | {} | \
-                 difference | {:.0}% interval |\n|---|---|---|---|---|\n",
+                 difference | {:.0}% interval | noise floor |\n|---|---|---|---|---|---|\n",
                 arm.label,
                 self.baseline,
                 arm.replicas.len(),
@@ -435,9 +602,16 @@ impl Paired {
                 } else {
                     format!("{} (secondary)", m.name)
                 };
+                let (arm, base) = match m.depth_shuffle_floor {
+                    Some([fa, fb]) => (
+                        format!("{:.4} (floor {fa:.4})", m.arm),
+                        format!("{:.4} (floor {fb:.4})", m.baseline),
+                    ),
+                    None => (format!("{:.4}", m.arm), format!("{:.4}", m.baseline)),
+                };
                 s += &format!(
-                    "| {name} | {:.4} | {:.4} | {:+.4} | [{:+.4}, {:+.4}] |\n",
-                    m.arm, m.baseline, m.diff, m.ci[0], m.ci[1]
+                    "| {name} | {arm} | {base} | {:+.4} | [{:+.4}, {:+.4}] | {:.4} |\n",
+                    m.diff, m.ci[0], m.ci[1], m.noise_floor
                 );
             }
         }
@@ -467,6 +641,83 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn noise_floors_separate_real_effects_from_what_relabelling_makes() {
+        // The baseline depends on depth completely (1 at depth 0, 0 at depth 1); the arm is a
+        // coin per item at every depth; 20 items per cell, 3 replicas.
+        let coin = |s: usize| ((s * 2654435761) >> 7) % 2 == 0;
+        let base = records(20, |_, d, _| if d == 0.0 { 1.0 } else { 0.0 });
+        let arm = records(20, |l, d, s| {
+            f64::from(u8::from(coin(s + l + (d * 7.0) as usize)))
+        });
+        let reps = |r: &Vec<ItemResult>| -> Vec<(String, Vec<ItemResult>)> {
+            (0..3).map(|i| (i.to_string(), r.clone())).collect()
+        };
+        let arms: Arms = vec![("std".into(), reps(&base)), ("rsd".into(), reps(&arm))];
+        let p = paired(&arms, "std", 400, 1).unwrap();
+        let by: BTreeMap<&str, &Measure> = p.arms[0]
+            .measures
+            .iter()
+            .map(|m| (m.name.as_str(), m))
+            .collect();
+        let sd = by["depth_sd@8"];
+        let [arm_floor, base_floor] = sd.depth_shuffle_floor.expect("depth_sd has floors");
+        // The baseline's depth dependence (0.5) is far above what shuffling depths makes; the
+        // coin arm's is within its own floor.
+        assert!(sd.baseline == 0.5 && base_floor < 0.2, "{sd:?}");
+        assert!(sd.arm <= arm_floor + 1e-12, "{sd:?}");
+        // The difference in depth_sd (−0.5) is beyond what swapping labels makes.
+        assert!(sd.diff.abs() > sd.noise_floor, "{sd:?}");
+        // Accuracy: both near 0.5, so the difference is inside its floor.
+        let acc = by["accuracy@8"];
+        assert!(acc.diff.abs() <= acc.noise_floor + 1e-12, "{acc:?}");
+        assert!(by["accuracy@8"].depth_shuffle_floor.is_none());
+        // The floors draw from their own stream: the intervals are those of a run without them.
+        assert_eq!(paired(&arms, "std", 400, 1).unwrap(), p);
+    }
+
+    #[test]
+    fn identical_arms_have_zero_floors_of_difference() {
+        let base = records(6, |_, d, s| if d == 0.0 || s % 3 == 0 { 1.0 } else { 0.0 });
+        let arms: Arms = vec![
+            ("std".into(), vec![("0".into(), base.clone())]),
+            ("same".into(), vec![("0".into(), base)]),
+        ];
+        let p = paired(&arms, "std", 200, 0).unwrap();
+        for m in &p.arms[0].measures {
+            assert_eq!((m.diff, m.noise_floor), (0.0, 0.0), "{}", m.name);
+        }
+    }
+
+    #[test]
+    fn grouped_replicas_are_drawn_group_first() {
+        let cells = vec![vec![("t".to_string(), 8, None, 0)]; 1];
+        // Two groups of three replicas each (indices 0–2 and 3–5).
+        let groups = replica_groups(&["b1/s0", "b1/s1", "b1/s2", "b2/s0", "b2/s1", "b2/s2"]);
+        assert_eq!(groups, vec![vec![0, 1, 2], vec![3, 4, 5]]);
+        let mut rng = SplitMix64::keyed(&[5]);
+        let mut mixed = 0;
+        for _ in 0..200 {
+            let d = Draw::resample(&mut rng, &groups, &cells);
+            assert_eq!(d.replicas.len(), 6);
+            // Each drawn group contributes its own replicas, three at a time.
+            for block in d.replicas.chunks(3) {
+                assert!(block.iter().all(|&r| r < 3) || block.iter().all(|&r| r >= 3));
+            }
+            mixed += usize::from(
+                d.replicas[..3].iter().all(|&r| r < 3) != d.replicas[3..].iter().all(|&r| r < 3),
+            );
+        }
+        assert!(mixed > 0, "both groups are drawn");
+        // Ungrouped names: one group each, drawn as plain replicas from the same numbers.
+        let singles = replica_groups(&["0", "1", "2"]);
+        assert_eq!(singles, vec![vec![0], vec![1], vec![2]]);
+        let (mut r1, mut r2) = (SplitMix64::keyed(&[9]), SplitMix64::keyed(&[9]));
+        let d = Draw::resample(&mut r1, &singles, &cells);
+        let plain: Vec<usize> = (0..3).map(|_| r2.range(0, 2) as usize).collect();
+        assert_eq!(d.replicas, plain);
     }
 
     #[test]
@@ -506,7 +757,11 @@ mod tests {
         assert!(acc.ci[0] <= 0.0 && acc.ci[1] >= 0.0, "{acc:?}");
         let md = p.markdown();
         assert!(
-            md.contains("| depth_sd@16 | 0.0000 | 0.5000 | -0.5000 |"),
+            md.contains("| depth_sd@16 | 0.0000 (floor "),
+            "{md}"
+        );
+        assert!(
+            md.contains(" | 0.5000 (floor ") && md.contains(") | -0.5000 | ["),
             "{md}"
         );
         assert!(md.contains("logprob@8 (secondary)"), "{md}");
