@@ -11,7 +11,6 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::perturb::{KlNorm, PerturbKind, Scope};
-use crate::sharded::GradReduce;
 use crate::step::{KlDirection, Objective};
 use crate::{Error, Result};
 
@@ -254,6 +253,22 @@ config! {
     /// parameter, then one reduce-scatter per step: 1/m of the traffic for m local micro-batches).
     #[serde(default)]
     grad_reduce: GradReduce = GradReduce::MicroBatch;
+}
+
+/// When the sharded optimizer sums the gradient over the ranks (config key `grad_reduce`): the
+/// trade between memory and traffic.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum GradReduce {
+    /// A reduce-scatter of every bucket after each micro-batch's backward, the gradient freed at
+    /// once: no rank holds the whole gradient, and the payload is the padded gradient (fp32) ×
+    /// the local micro-batches.
+    #[default]
+    MicroBatch,
+    /// Each rank adds its micro-batches' gradients into a whole-model fp32 buffer, then one
+    /// reduce-scatter per bucket and step: the payload of one micro-batch, for 4 bytes per
+    /// parameter more on every rank.
+    Step,
 }
 
 /// Serde default of keys that default to on (the resolved config's `bool`; in a file's
@@ -630,6 +645,11 @@ impl TrainConfig {
                 "a RoPE base in (0, 1e12] (0 = keep)",
             )?;
         }
+        self.check_counts()
+    }
+
+    /// The integer keys' bounds (see [`TrainConfig::check_ranges`]).
+    fn check_counts(&self) -> Result<()> {
         let week = 7 * 24 * 3600;
         let counts: [(&str, u64, u64, u64); 7] = [
             ("dist_timeout", self.dist_timeout, 1, week),

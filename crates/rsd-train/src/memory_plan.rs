@@ -288,7 +288,7 @@ pub fn input_for(
         shard_optimizer: cfg.shard_optimizer,
         checkpoint_layers: cfg.checkpoint_layers,
         overlap_grad_reduce: cfg.overlap_grad_reduce,
-        reduce_per_step: cfg.grad_reduce == crate::sharded::GradReduce::Step,
+        reduce_per_step: cfg.grad_reduce == crate::config::GradReduce::Step,
         objective: cfg.objective.loss(),
         prefix_reuse: cfg.prefix_reuse,
         loss_chunk: cfg.loss_chunk.max(1) as u64,

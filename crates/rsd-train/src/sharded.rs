@@ -33,32 +33,16 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use safetensors::{Dtype, SafeTensors};
-use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
 use rsd_dist::{PendingReduceScatter, ProcessGroup, ReduceOp};
 use rsd_model::Model;
 
 use crate::checkpoint::{shard_file_name, SavedBucket, SavedParam, ShardLayout};
+use crate::config::GradReduce;
 use crate::optim::{shape as shape_str, AdamWConfig, Update};
 use crate::step::GradsDone;
 use crate::{io_err, Error, Result};
-
-/// When the sharded optimizer sums the gradient over the ranks (config key `grad_reduce`): the
-/// trade between memory and traffic.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum GradReduce {
-    /// A reduce-scatter of every bucket after each micro-batch's backward, the gradient freed at
-    /// once: no rank holds the whole gradient, and the payload is the padded gradient (fp32) ×
-    /// the local micro-batches.
-    #[default]
-    MicroBatch,
-    /// Each rank adds its micro-batches' gradients into a whole-model fp32 buffer, then one
-    /// reduce-scatter per bucket and step: the payload of one micro-batch, for 4 bytes per
-    /// parameter more on every rank.
-    Step,
-}
 
 /// One parameter's place in its bucket.
 struct Member {
