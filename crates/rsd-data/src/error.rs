@@ -150,12 +150,19 @@ impl DataError {
 }
 
 /// A JSON parse error as "at line L column C: what", the position once (serde_json's message ends
-/// with it too).
+/// with it too). serde_json quotes the offending value (`invalid type: string "…"`), which a
+/// hostile file makes hundreds of KB long: the message is cut with
+/// [`rsd_common::printable::shortened`].
 pub(crate) fn json_error(e: &serde_json::Error) -> String {
     let text = e.to_string();
     let position = format!(" at line {} column {}", e.line(), e.column());
     let what = text.strip_suffix(&position).unwrap_or(&text);
-    format!("at line {} column {}: {what}", e.line(), e.column())
+    format!(
+        "at line {} column {}: {}",
+        e.line(),
+        e.column(),
+        rsd_common::printable::shortened(what)
+    )
 }
 
 /// Why an input, or a part of it, could not be packed: the groups `--skip-bad` counts.

@@ -124,7 +124,8 @@ pub struct PackArgs {
     /// default, 256MiB, is far above any real document. Takes 64MiB, 1GiB, or bytes.
     #[arg(long, default_value = "256MiB", value_parser = parse_size)]
     max_doc_bytes: u64,
-    /// Overwrite a complete output, or discard an interrupted one made with other settings.
+    /// Start over: overwrite a complete output, or discard an interrupted one (its journal is not
+    /// read, so a damaged one is no obstacle; links in --out are removed, never followed).
     #[arg(long)]
     force: bool,
     /// Progress display: a bar on a terminal, plain lines otherwise.

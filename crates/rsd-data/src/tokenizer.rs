@@ -68,6 +68,39 @@ pub fn id_or_none(id: Option<u32>) -> String {
     id.map_or_else(|| "none".to_string(), |id| id.to_string())
 }
 
+/// The most bytes of text handed to the tokenizer in one call (see [`Tokenizer::encode_into`]):
+/// what one call then holds is bounded (tens of MiB for a megabyte-long word), whatever the
+/// document's size.
+pub const ENCODE_PIECE_BYTES: usize = 1 << 20;
+
+/// Where the first piece of `text` ends: all of it when it has at most `max` bytes; else before
+/// the last space between two ASCII letters or digits in the second half of its first `max`
+/// bytes; else at the last character boundary within them (never 0).
+fn piece_end(text: &str, max: usize) -> usize {
+    if text.len() <= max {
+        return text.len();
+    }
+    let mut end = max;
+    while end > 0 && !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    if end == 0 {
+        // `max` is smaller than the first character: the piece is that character.
+        return text.chars().next().map_or(text.len(), char::len_utf8);
+    }
+    let bytes = text.as_bytes();
+    // `p + 1 <= end < text.len()`: both neighbours exist.
+    (end / 2..end)
+        .rev()
+        .find(|&p| {
+            p > 0
+                && bytes[p] == b' '
+                && bytes[p - 1].is_ascii_alphanumeric()
+                && bytes[p + 1].is_ascii_alphanumeric()
+        })
+        .unwrap_or(end)
+}
+
 /// Start-of-document tokens, looked for when the post-processor template names none (some copies of
 /// the Llama-3 tokenizer ship with a bare ByteLevel post-processor).
 const BOS_CANDIDATES: &[&str] = &["<|begin_of_text|>", "<s>", "<bos>"];
@@ -211,7 +244,42 @@ impl Tokenizer {
 
     /// Append the ids of `text` (no BOS/EOS; special-token literals in the text become their ids,
     /// as Hugging Face tokenizers do by default).
+    ///
+    /// Text longer than [`ENCODE_PIECE_BYTES`] is encoded in pieces of at most that size, so that
+    /// the tokenizer's working memory is bounded whatever the document: a BPE tokenizer holds
+    /// tens of bytes per byte of a word it merges, and a document that is one 200 MiB word would
+    /// take gigabytes. Pieces end before a space between two ASCII letters or digits, where the
+    /// pre-tokenizers of byte-level BPE tokenizers (GPT-2, Llama 3, Qwen) cut the text anyway, so
+    /// their ids are the same as in one call; only a piece with no such space (a single word of
+    /// a megabyte) is cut where it reaches the size, which can change the ids next to that cut.
     pub fn encode_into(
+        &self,
+        text: &str,
+        scratch: &mut Vec<PipelineToken>,
+        out: &mut Vec<u32>,
+    ) -> Result<()> {
+        self.encode_in_pieces(text, ENCODE_PIECE_BYTES, scratch, out)
+    }
+
+    /// [`Tokenizer::encode_into`] with pieces of at most `max` bytes.
+    fn encode_in_pieces(
+        &self,
+        text: &str,
+        max: usize,
+        scratch: &mut Vec<PipelineToken>,
+        out: &mut Vec<u32>,
+    ) -> Result<()> {
+        let mut rest = text;
+        while !rest.is_empty() {
+            let cut = piece_end(rest, max);
+            self.encode_piece(&rest[..cut], scratch, out)?;
+            rest = &rest[cut..];
+        }
+        Ok(())
+    }
+
+    /// [`Tokenizer::encode_into`] of one piece, in one call to the engine.
+    fn encode_piece(
         &self,
         text: &str,
         scratch: &mut Vec<PipelineToken>,
@@ -388,5 +456,61 @@ fn plain_encode() -> EncodeOptions {
     EncodeOptions {
         add_special_tokens: false,
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bundled() -> Tokenizer {
+        Tokenizer::load(BUNDLED_NAME, &Delimiter::None, &Delimiter::None).unwrap()
+    }
+
+    fn encode(tok: &Tokenizer, text: &str, max: usize) -> Vec<u32> {
+        let (mut scratch, mut out) = (vec![], vec![]);
+        tok.encode_in_pieces(text, max, &mut scratch, &mut out)
+            .unwrap();
+        out
+    }
+
+    #[test]
+    fn pieces_end_before_a_space_between_words_and_on_char_boundaries() {
+        assert_eq!(piece_end("short", 10), 5);
+        assert_eq!(piece_end("hello world again", 12), 11);
+        // No space between words: cut at the size, on a character boundary.
+        assert_eq!(piece_end("ééééé", 5), 4);
+        assert_eq!(piece_end("漢字", 1), 3);
+        assert_eq!(piece_end("a  b", 3), 3);
+    }
+
+    #[test]
+    fn text_encoded_in_pieces_has_the_ids_of_one_call() {
+        let tok = bundled();
+        let text =
+            "The quick brown fox, 42 times: ünïcode 漢字 don't stop.\n\tNext line  two  spaces "
+                .repeat(200);
+        let whole = encode(&tok, &text, usize::MAX);
+        for max in [64, 100, 333, 4096] {
+            assert_eq!(encode(&tok, &text, max), whole, "pieces of {max} bytes");
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+        /// Any text, any piece size: the pieces cover the text exactly, on character boundaries.
+        #[test]
+        fn pieces_cover_the_text(text in "\\PC{0,300}", max in 1usize..64) {
+            let mut rest = text.as_str();
+            let mut joined = String::new();
+            while !rest.is_empty() {
+                let cut = piece_end(rest, max);
+                proptest::prop_assert!(cut > 0 && rest.is_char_boundary(cut));
+                proptest::prop_assert!(cut <= max.max(4));
+                joined.push_str(&rest[..cut]);
+                rest = &rest[cut..];
+            }
+            proptest::prop_assert_eq!(joined, text);
+        }
     }
 }

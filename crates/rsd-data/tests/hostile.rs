@@ -635,3 +635,447 @@ fn terminal_control_sequences_from_a_manifest_are_printed_escaped() {
         );
     }
 }
+
+// ---- The resume journal, edited by a stranger ----
+
+/// `pack` of `src` into `out` with small shards, so a crash leaves a journal after a few.
+fn pack_small_shards_args<'a>(src: &'a str, out: &'a str) -> Vec<&'a str> {
+    vec![
+        "pack",
+        "--len",
+        "16",
+        "--shard-size",
+        "256",
+        "--max-doc-bytes",
+        "4KiB",
+        "--src",
+        src,
+        "--out",
+        out,
+        "--progress",
+        "none",
+    ]
+}
+
+/// An interrupted pack of 400 small documents in `tmp/out`, stopped (as by a crash) after two
+/// shards: its source, its output directory and its journal.
+fn interrupted_pack(tmp: &Path) -> (PathBuf, PathBuf, Value) {
+    let src = tmp.join("c.jsonl");
+    write_jsonl(&src, 400);
+    let out = tmp.join("out");
+    let crashed = Command::new(env!("CARGO_BIN_EXE_rsd-data"))
+        .args(pack_small_shards_args(p(&src), p(&out)))
+        .env("RSD_PACK_CRASH_AFTER_SHARDS", "2")
+        .output()
+        .unwrap();
+    assert!(
+        !crashed.status.success(),
+        "the simulated crash stops the run"
+    );
+    let journal: Value =
+        serde_json::from_slice(&std::fs::read(out.join("pack.journal.json")).unwrap()).unwrap();
+    assert_eq!(journal["shards"].as_array().unwrap().len(), 2);
+    (src, out, journal)
+}
+
+#[test]
+fn journal_shard_names_outside_out_are_refused_naming_the_journal_and_field() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, out, journal) = interrupted_pack(tmp.path());
+    let saved = std::fs::read(out.join("pack.journal.json")).unwrap();
+    // Copies of shard 1 outside --out, so that a resume that followed the names would find
+    // intact shards there and carry on.
+    let outside = tmp.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    for ext in ["bin", "idx"] {
+        std::fs::copy(
+            out.join(format!("shard-00001.{ext}")),
+            outside.join(format!("shard-00001.{ext}")),
+        )
+        .unwrap();
+    }
+    let before = fingerprint(&outside.join("shard-00001.bin"));
+    let absolute = outside.join("shard-00001").display().to_string();
+    for (name, why) in [
+        ("../outside/shard-00001", "has a `..` component"),
+        (absolute.as_str(), "is an absolute path"),
+        ("shard-00007", "is not the name pack gives shard 1"),
+    ] {
+        let mut edited = journal.clone();
+        edited["shards"][1]["prefix"] = json!(name);
+        write_json(&out.join("pack.journal.json"), &edited);
+        let f = fails(&pack_small_shards_args(p(&src), p(&out)));
+        assert!(
+            f.stderr
+                .contains(&out.join("pack.journal.json").display().to_string())
+                && f.stderr.contains("shards[1].prefix")
+                && f.stderr.contains(name)
+                && f.stderr.contains(why),
+            "{}",
+            f.stderr
+        );
+        assert!(!out.join("index.json").exists());
+    }
+    assert_eq!(fingerprint(&outside.join("shard-00001.bin")), before);
+    // The journal as written resumes.
+    std::fs::write(out.join("pack.journal.json"), saved).unwrap();
+    ok(&pack_small_shards_args(p(&src), p(&out)));
+    ok(&["verify", p(&out)]);
+}
+
+#[test]
+fn journal_counts_beyond_the_bytes_and_settings_are_errors_not_allocations() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, out, journal) = interrupted_pack(tmp.path());
+    let tokens = out.join("pack.journal.bin");
+    // 8e9 tokens in two pieces, over a sparse token file of exactly the size they need.
+    let mut huge = journal.clone();
+    huge["queued"] = json!([[4_000_000_000u32, 4_000_000_000u32]]);
+    huge["open"] = json!([]);
+    // Many samples of --len tokens each: more than one document of --max-doc-bytes leaves.
+    let mut many = journal.clone();
+    many["queued"] = json!(vec![vec![16u32]; 100_000]);
+    many["open"] = json!([]);
+    // A counter a resumed run would overflow adding to.
+    let mut counter = journal.clone();
+    counter["totals"]["tokens"] = json!(u64::MAX);
+    // A completed shard claiming a size no shard of these settings has.
+    let mut shard = journal.clone();
+    shard["shards"][0]["bin_bytes"] = json!(32_000_000_000u64);
+    for (edited, need, words) in [
+        (
+            &huge,
+            32_000_000_000u64,
+            "field queued[0]: a saved sample of 8000000000 tokens, longer than --len (16)",
+        ),
+        (
+            &many,
+            6_400_000,
+            "field queued: saved samples of 1600000 tokens, more than a pack",
+        ),
+        (
+            &counter,
+            0,
+            "field totals.tokens: 18446744073709551615 is more than any pack counts",
+        ),
+        (
+            &shard,
+            0,
+            "field shards[0].bin_bytes: 32000000000 bytes, more than a shard of --shard-size 256",
+        ),
+    ] {
+        write_json(&out.join("pack.journal.json"), edited);
+        if need > 0 {
+            let f = std::fs::File::create(&tokens).unwrap();
+            f.set_len(need).unwrap();
+        }
+        let started = Instant::now();
+        let f = fails(&pack_small_shards_args(p(&src), p(&out)));
+        assert!(
+            f.stderr
+                .contains(&out.join("pack.journal.json").display().to_string())
+                && f.stderr.contains(words)
+                && f.stderr.contains("pass --force to start over"),
+            "{}",
+            f.stderr
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(f.max_rss_mib < 1024.0, "peak RSS {:.0} MiB", f.max_rss_mib);
+    }
+    // A token file shorter than the journal needs: its size is named, nothing is allocated.
+    write_json(&out.join("pack.journal.json"), &journal);
+    std::fs::File::create(&tokens).unwrap().set_len(3).unwrap();
+    let f = fails(&pack_small_shards_args(p(&src), p(&out)));
+    assert!(
+        f.stderr
+            .contains("pack.journal.bin: 3 bytes, the journal needs"),
+        "{}",
+        f.stderr
+    );
+}
+
+#[test]
+fn force_starts_over_whatever_journal_is_there() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, out, _) = interrupted_pack(tmp.path());
+    let elsewhere = tmp.path().join("elsewhere.json");
+    std::fs::write(&elsewhere, "not ours").unwrap();
+    for damage in ["garbage", "link", "sparse"] {
+        let journal = out.join("pack.journal.json");
+        let _ = std::fs::remove_file(&journal);
+        match damage {
+            "garbage" => std::fs::write(&journal, "{ not json").unwrap(),
+            "link" => std::os::unix::fs::symlink(&elsewhere, &journal).unwrap(),
+            _ => {
+                std::fs::write(
+                    &journal,
+                    r#"{"version":1,"queued":[[4000000000,4000000000]]}"#,
+                )
+                .unwrap();
+                let f = std::fs::File::create(out.join("pack.journal.bin")).unwrap();
+                f.set_len(32_000_000_000).unwrap();
+            }
+        }
+        let f = fails(&pack_small_shards_args(p(&src), p(&out)));
+        assert!(f.stderr.contains("pass --force"), "{}", f.stderr);
+        let mut args = pack_small_shards_args(p(&src), p(&out));
+        args.push("--force");
+        let f = ok(&args);
+        assert!(f.max_rss_mib < 1024.0, "peak RSS {:.0} MiB", f.max_rss_mib);
+        ok(&["verify", p(&out)]);
+        assert!(!journal.exists() && !out.join("pack.journal.bin").exists());
+        // Start the next round from an interrupted pack again.
+        std::fs::remove_dir_all(&out).unwrap();
+        let crashed = Command::new(env!("CARGO_BIN_EXE_rsd-data"))
+            .args(pack_small_shards_args(p(&src), p(&out)))
+            .env("RSD_PACK_CRASH_AFTER_SHARDS", "2")
+            .output()
+            .unwrap();
+        assert!(!crashed.status.success());
+    }
+    assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "not ours");
+}
+
+/// Borrowed arguments.
+fn strs(a: &[String]) -> Vec<&str> {
+    a.iter().map(String::as_str).collect()
+}
+
+/// A shard of one sample: `ids`, and `indices` holding the (start, end) pairs `spans`.
+fn mds_shard_of(ids: &[u32], spans: &[(u32, u32)]) -> Vec<u8> {
+    let flat: Vec<u32> = spans.iter().flat_map(|&(s, e)| [s, e]).collect();
+    let indices = ndarray_u32(&[spans.len() as u32, 2], &flat);
+    let ids = ndarray_u32(&[ids.len() as u32], ids);
+    let mut sample = vec![];
+    sample.extend((indices.len() as u32).to_le_bytes());
+    sample.extend((ids.len() as u32).to_le_bytes());
+    sample.extend(indices);
+    sample.extend(ids);
+    let mut out = 1u32.to_le_bytes().to_vec();
+    out.extend(12u32.to_le_bytes());
+    out.extend((12 + sample.len() as u32).to_le_bytes());
+    out.extend(sample);
+    out
+}
+
+#[test]
+fn mds_spans_that_overlap_are_refused_not_copied_once_per_document() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = tmp.path().join("ds");
+    std::fs::create_dir_all(&ds).unwrap();
+    let ids: Vec<u32> = (100..356).collect();
+    // Spans that tile the ids pack; 20,000 spans of all of them (a 240 KB shard that would
+    // copy 20 MB) are refused, naming the shard, the sample and the column.
+    let tiled = mds_shard_of(&ids, &[(0, 100), (100, 256)]);
+    std::fs::write(ds.join("shard.00000.mds"), &tiled).unwrap();
+    write_json(
+        &ds.join("index.json"),
+        &mds_index(1, "shard.00000.mds", tiled.len()),
+    );
+    ok(&pack_mds_args(p(&ds), p(&tmp.path().join("o0"))));
+
+    let overlapping = mds_shard_of(&ids, &vec![(0, 256); 20_000]);
+    std::fs::write(ds.join("shard.00000.mds"), &overlapping).unwrap();
+    write_json(
+        &ds.join("index.json"),
+        &mds_index(1, "shard.00000.mds", overlapping.len()),
+    );
+    let f = fails(&pack_mds_args(p(&ds), p(&tmp.path().join("o1"))));
+    assert!(
+        f.stderr.contains("shard.00000.mds:sample 0")
+            && f.stderr
+                .contains("column \"indices\": document 1 spans tokens 0..256")
+            && f.stderr
+                .contains("more than the 256 of input_ids: spans overlap"),
+        "{}",
+        f.stderr
+    );
+}
+
+#[test]
+fn an_mds_zstd_shard_without_a_declared_size_is_decoded_only_so_far() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shard = mds_shard(2);
+    let bomb = zstd_bomb(&shard, 0, &[]);
+    let ds = tmp.path().join("ds");
+    std::fs::create_dir_all(&ds).unwrap();
+    // No raw_data.bytes: the index declares no decoded size.
+    let mut index = mds_index(2, "shard.00000.mds", shard.len());
+    index["shards"][0]["compression"] = json!("zstd");
+    index["shards"][0]["raw_data"] = json!(null);
+    index["shards"][0]["zip_data"] =
+        json!({"basename": "shard.00000.mds.zstd", "bytes": bomb.len(), "hashes": {}});
+    write_json(&ds.join("index.json"), &index);
+    std::fs::write(
+        ds.join("shard.00000.mds.zstd"),
+        zstd::encode_all(&shard[..], 3).unwrap(),
+    )
+    .unwrap();
+    let baseline = ok(&pack_mds_args(p(&ds), p(&tmp.path().join("o0")))).max_rss_mib;
+
+    std::fs::write(ds.join("shard.00000.mds.zstd"), &bomb).unwrap();
+    let f = fails(&pack_mds_args(p(&ds), p(&tmp.path().join("o1"))));
+    let cap = bomb.len() as u64 * 64 + (1 << 20);
+    assert!(
+        f.stderr.contains("shard.00000.mds.zstd")
+            && f.stderr.contains(&format!(
+                "decompresses to more than {cap} bytes, 64 times its {} compressed bytes + 1 MiB",
+                bomb.len()
+            ))
+            && f.stderr.contains("index.json declares no raw_data.bytes"),
+        "{}",
+        f.stderr
+    );
+    assert!(
+        f.max_rss_mib < baseline + BOMB_RSS_HEADROOM_MIB,
+        "peak RSS {:.0} MiB (an honest pack: {baseline:.0} MiB)",
+        f.max_rss_mib
+    );
+}
+
+#[test]
+fn an_arrow_stream_with_a_bad_first_message_is_a_bad_file_not_a_panic() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = tmp.path().join("good.jsonl");
+    write_jsonl(&good, 3);
+    for (k, length) in [-8i32, i32::MAX, 7].into_iter().enumerate() {
+        let bad = tmp.path().join(format!("bad{k}.arrow"));
+        let mut bytes = vec![0xff; 4];
+        bytes.extend(length.to_le_bytes());
+        bytes.extend([0x5a; 16]);
+        std::fs::write(&bad, &bytes).unwrap();
+        let args = |out: &Path, skip: bool| -> Vec<String> {
+            let mut a: Vec<String> = [
+                "pack",
+                "--len",
+                "4",
+                "--tail",
+                "keep",
+                "--read-threads",
+                "1",
+                "--progress",
+                "none",
+            ]
+            .map(str::to_string)
+            .to_vec();
+            for path in [&bad, &good] {
+                a.extend(["--src".to_string(), p(path).to_string()]);
+            }
+            a.extend(["--out".to_string(), p(out).to_string()]);
+            if skip {
+                a.push("--skip-bad".into());
+            }
+            a
+        };
+        let stop = args(&tmp.path().join(format!("stop{k}")), false);
+        let f = fails(&strs(&stop));
+        assert!(f.stderr.contains(&format!("bad{k}.arrow")), "{}", f.stderr);
+        if length != 7 {
+            assert!(
+                f.stderr.contains(&format!(
+                    "message 0 at byte 0 declares {length} bytes of metadata"
+                )),
+                "{}",
+                f.stderr
+            );
+        }
+        let out_skip = tmp.path().join(format!("skip{k}"));
+        ok(&strs(&args(&out_skip, true)));
+        let m = ShardSet::open(&out_skip).unwrap().manifest().clone();
+        assert_eq!(m.totals.documents, 3);
+        assert_eq!(m.totals.bad_inputs.len(), 1, "{:?}", m.totals.bad_inputs);
+        assert!(m.totals.bad_inputs[0]
+            .path
+            .ends_with(&format!("bad{k}.arrow")));
+    }
+}
+
+#[test]
+fn one_huge_document_costs_a_small_multiple_of_its_size() {
+    let tmp = tempfile::tempdir().unwrap();
+    // One document of 64 MiB of one letter, a few KB compressed: the tokenizer would hold tens
+    // of bytes per byte of this one word if it saw it whole.
+    const DOC: usize = 64 << 20;
+    let mut enc = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+    enc.write_all(b"{\"text\": \"").unwrap();
+    let chunk = vec![b'a'; 1 << 20];
+    for _ in 0..DOC / chunk.len() {
+        enc.write_all(&chunk).unwrap();
+    }
+    enc.write_all(b"\"}\n").unwrap();
+    let src = tmp.path().join("long.jsonl.zst");
+    std::fs::write(&src, enc.finish().unwrap()).unwrap();
+    let honest = tmp.path().join("honest.jsonl");
+    write_jsonl(&honest, 3);
+    let args = |src: &Path, out: &Path| {
+        [
+            "pack",
+            "--len",
+            "4096",
+            "--tail",
+            "keep",
+            "--workers",
+            "1",
+            "--src",
+            p(src),
+            "--out",
+            p(out),
+            "--progress",
+            "none",
+        ]
+        .map(str::to_string)
+    };
+    let run = |src: &Path, out: &Path| {
+        let a = args(src, out);
+        ok(&a.iter().map(String::as_str).collect::<Vec<_>>()).max_rss_mib
+    };
+    let baseline = run(&honest, &tmp.path().join("o0"));
+    let rss = run(&src, &tmp.path().join("o1"));
+    // The line, its decoded text, and the ids and samples made of it: about four times the
+    // document (docs/UNTRUSTED.md); the whole word in the tokenizer took over 40.
+    let limit = baseline + 4.0 * (DOC >> 20) as f64;
+    assert!(
+        rss < limit,
+        "peak RSS {rss:.0} MiB for a {} MiB document (an honest pack: {baseline:.0} MiB)",
+        DOC >> 20
+    );
+}
+
+#[test]
+fn errors_quote_long_values_from_data_cut_short() {
+    let tmp = tempfile::tempdir().unwrap();
+    let long = "y".repeat(300_000);
+    let mut answers = vec![];
+    // An MDS index's format.
+    let ds = tmp.path().join("ds");
+    std::fs::create_dir_all(&ds).unwrap();
+    std::fs::write(ds.join("shard.00000.mds"), mds_shard(1)).unwrap();
+    let mut index = mds_index(1, "shard.00000.mds", mds_shard(1).len());
+    index["shards"][0]["format"] = json!(long);
+    write_json(&ds.join("index.json"), &index);
+    answers.push(fails(&pack_mds_args(p(&ds), p(&tmp.path().join("o0")))).stderr);
+    // A JSONL line without the text field, with a long key; one with a long value of the
+    // wrong type for a chat record.
+    let src = tmp.path().join("k.jsonl");
+    std::fs::write(&src, json!({ long.as_str(): 1 }).to_string() + "\n").unwrap();
+    let out = tmp.path().join("o1");
+    answers.push(fails(&["pack", "--len", "4", "--src", p(&src), "--out", p(&out)]).stderr);
+    // A resume journal with a long value of the wrong type.
+    std::fs::create_dir_all(tmp.path().join("j")).unwrap();
+    let (src, out, mut journal) = interrupted_pack(&tmp.path().join("j"));
+    journal["version"] = json!(long);
+    write_json(&out.join("pack.journal.json"), &journal);
+    answers.push(fails(&pack_small_shards_args(p(&src), p(&out))).stderr);
+    for err in answers {
+        assert!(
+            err.len() < 2000 && err.contains("yyyy") && err.contains("more characters"),
+            "{} characters: {:.600}",
+            err.len(),
+            err
+        );
+    }
+}

@@ -43,6 +43,9 @@ pub(crate) struct OpenDataset {
     pub tail_padding: u64,
 }
 
+/// The longest directory name a pipeline may give (Linux's PATH_MAX).
+const MAX_DIR_BYTES: usize = 4096;
+
 /// Open every dataset, optionally verify it, and refuse mixtures whose manifests disagree.
 pub(crate) fn open_all(datasets: &[Dataset], verify: bool) -> Result<Vec<OpenDataset>> {
     if datasets.is_empty() {
@@ -170,10 +173,12 @@ impl Pipeline {
             what,
         };
         let mut p: Pipeline = serde_json::from_slice(&bytes).map_err(|e| {
+            // serde_json quotes the offending value, which a hostile file makes any length.
             file_error(format!(
-                "not a pipeline file (line {} column {}): {e}",
+                "not a pipeline file (line {} column {}): {}",
                 e.line(),
-                e.column()
+                e.column(),
+                rsd_common::printable::shortened(&e.to_string())
             ))
         })?;
         if p.datasets.is_empty() {
@@ -186,6 +191,17 @@ impl Pipeline {
             if s.dir.as_os_str().is_empty() {
                 return Err(file_error(format!(
                     "field datasets[{k}].dir: empty, expected a shard directory"
+                )));
+            }
+            // Longer than any path the system opens (PATH_MAX): refused here, where the error can
+            // quote it cut short, not by the open, whose error would quote all of it.
+            let dir = s.dir.to_string_lossy();
+            if dir.len() > MAX_DIR_BYTES {
+                return Err(file_error(format!(
+                    "field datasets[{k}].dir: \"{}\" is {} bytes, longer than a path can be \
+                     ({MAX_DIR_BYTES})",
+                    rsd_common::printable::shortened(&dir),
+                    dir.len()
                 )));
             }
             if !(s.weight.is_finite() && s.weight > 0.0) {

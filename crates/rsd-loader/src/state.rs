@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use rsd_common::printable::shortened;
 use rsd_common::safe_fs::read_regular;
 use serde::{Deserialize, Serialize};
 
@@ -173,7 +174,7 @@ impl LoaderState {
             if saved.samples != now.samples {
                 return Err(format!(
                     "source {k} ({}) had {} samples when saved, {} now has {}",
-                    saved.dir,
+                    shortened(&saved.dir),
                     saved.samples,
                     now.set.dir().display(),
                     now.samples
@@ -182,7 +183,9 @@ impl LoaderState {
             if (saved.weight - now.weight).abs() > 1e-9 {
                 return Err(format!(
                     "source {k} ({}) had weight {}, now {}",
-                    saved.dir, saved.weight, now.weight
+                    shortened(&saved.dir),
+                    saved.weight,
+                    now.weight
                 ));
             }
         }
@@ -227,7 +230,13 @@ impl LoaderState {
         let bytes = read_regular(path, Self::MAX_FILE_BYTES, "loader state")?;
         let state: LoaderState = serde_json::from_slice(&bytes).map_err(|e| LoaderError::File {
             path: path.to_path_buf(),
-            what: format!("not a loader state: {e}"),
+            // serde_json quotes the offending value, which a hostile file makes any length.
+            what: format!(
+                "not a loader state (line {} column {}): {}",
+                e.line(),
+                e.column(),
+                shortened(&e.to_string())
+            ),
         })?;
         state.check().map_err(|what| LoaderError::File {
             path: path.to_path_buf(),

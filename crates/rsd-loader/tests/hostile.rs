@@ -244,6 +244,61 @@ fn pipeline_fields_are_checked_naming_file_and_field() {
     );
 }
 
+#[test]
+fn errors_quote_long_values_cut_short() {
+    let tmp = tempfile::tempdir().unwrap();
+    let long = "x".repeat(300_000);
+    let state = tmp.path().join("state.json");
+    let pipeline = tmp.path().join("p.json");
+    let mut saved = saved_after(2);
+    let mut answers = vec![];
+    // A value of the wrong type: serde_json quotes it.
+    saved["version"] = json!(long);
+    write_json(&state, &saved);
+    answers.push(LoaderState::read(&state).unwrap_err().to_string());
+    // A source directory: quoted when the data does not match it.
+    let mut saved = saved_after(2);
+    saved["sources"][0]["dir"] = json!(long);
+    saved["sources"][0]["samples"] = json!(11);
+    write_json(&state, &saved);
+    let err = match Loader::resume_file(cfg(), &state) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("a state for other data resumes"),
+    };
+    answers.push(err);
+    // A pipeline's weight of the wrong type, and a directory no path can be.
+    write_json(
+        &pipeline,
+        &json!({"datasets": [{"dir": "a", "weight": long}]}),
+    );
+    answers.push(
+        Pipeline::read(&pipeline, tmp.path())
+            .unwrap_err()
+            .to_string(),
+    );
+    write_json(
+        &pipeline,
+        &json!({"datasets": [{"dir": long, "weight": 1.0}]}),
+    );
+    let err = Pipeline::read(&pipeline, tmp.path())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("field datasets[0].dir"), "{err}");
+    answers.push(err);
+    for err in answers {
+        assert!(
+            err.len() < 1000 && err.contains("xxxx") && err.contains("more characters"),
+            "{} characters: {}",
+            err.len(),
+            &err[..err.len().min(600)]
+        );
+        assert!(
+            err.contains("state.json") || err.contains("p.json"),
+            "{err:.600}"
+        );
+    }
+}
+
 /// A damage to a JSON text: overwrite, insert or delete bytes, or cut it short.
 #[derive(Debug, Clone)]
 enum Damage {

@@ -349,7 +349,7 @@ fn pack(
         (_, p) => p,
     };
     let fp = journal::fingerprint(inputs, settings);
-    let resume = journal::prepare_output(settings, &fp)?;
+    let resume = journal::prepare_output(settings, &fp, inputs.read.max_doc_bytes)?;
     let resumed_shards = resume.as_ref().map_or(0, |(j, _, _)| j.shards.len());
 
     let mut write_start = WriteStart {

@@ -16,6 +16,7 @@ use arrow::error::ArrowError;
 use arrow::ipc::reader::{FileReader, StreamReader};
 use serde_json::Value;
 
+use rsd_common::printable::shortened;
 use rsd_common::safe_fs::{confined_name, open_regular, read_regular, NamedBy, MAX_METADATA_BYTES};
 
 use super::{Content, RawDoc};
@@ -34,7 +35,7 @@ pub(super) fn column_index(path: &Path, schema: &Schema, field: &str) -> Result<
             Cause::Schema,
             format!(
                 "no column \"{field}\"; the file has: {} (choose one with --text-field)",
-                names.join(", ")
+                shortened(&names.join(", "))
             ),
         )
     })
@@ -215,7 +216,11 @@ impl<R: Iterator<Item = std::result::Result<RecordBatch, ArrowError>>> Iterator 
                     return Some(Err(DataError::bad_file(
                         &*self.path,
                         cause,
-                        format!("{what} after row {}: {e}", self.row),
+                        format!(
+                            "{what} after row {}: {}",
+                            self.row,
+                            shortened(&e.to_string())
+                        ),
                     )));
                 }
             }
@@ -255,6 +260,9 @@ pub(super) struct IpcReader {
 pub(super) struct Stop {
     truncated: bool,
     what: String,
+    /// The message (of a stream) that stops it: message 0 is the schema, which arrow-rs reads
+    /// when the reader is made, so it must never get that far.
+    message: usize,
 }
 
 impl Iterator for IpcReader {
@@ -262,7 +270,9 @@ impl Iterator for IpcReader {
     fn next(&mut self) -> Option<Self::Item> {
         if let Some((left, stop)) = &mut self.limit {
             if *left == 0 {
-                let Stop { truncated, what } = stop.clone();
+                let Stop {
+                    truncated, what, ..
+                } = stop.clone();
                 return Some(Err(if truncated {
                     let eof = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, what.clone());
                     ArrowError::IoError(what, eof)
@@ -314,6 +324,112 @@ fn fits(file_len: u64, offset: i64, a: i64, b: i64) -> bool {
             .is_some_and(|end| end <= file_len),
         _ => false,
     }
+}
+
+/// The buffers arrow-rs takes from a record batch for `field` and its children, as its reader
+/// does (`skip_field` in arrow-ipc, which `create_array` matches); `None` where it would stop
+/// with an error of its own before taking them all (a missing variadic count or child).
+fn buffers_needed(
+    field: &arrow::ipc::Field,
+    variadic: &mut std::collections::VecDeque<i64>,
+) -> Option<u64> {
+    use arrow::ipc::Type;
+    if field.dictionary().is_some() {
+        return Some(2);
+    }
+    let children = || field.children().into_iter().flat_map(|c| c.iter());
+    let sum_children = |variadic: &mut std::collections::VecDeque<i64>| {
+        children().try_fold(0u64, |n, c| n.checked_add(buffers_needed(&c, variadic)?))
+    };
+    let own = match field.type_type() {
+        Type::Utf8 | Type::Binary | Type::LargeBinary | Type::LargeUtf8 => 3,
+        Type::Utf8View | Type::BinaryView => {
+            u64::try_from(variadic.pop_front()?).ok()?.checked_add(2)?
+        }
+        Type::List | Type::LargeList | Type::Map => {
+            return sum_children(variadic)?.checked_add(2);
+        }
+        Type::FixedSizeList | Type::Struct_ => return sum_children(variadic)?.checked_add(1),
+        Type::RunEndEncoded => return sum_children(variadic),
+        Type::Union => {
+            let dense = field
+                .type_as_union()
+                .is_some_and(|u| u.mode() == arrow::ipc::UnionMode::Dense);
+            return sum_children(variadic)?.checked_add(if dense { 2 } else { 1 });
+        }
+        Type::Null => 0,
+        _ => 2,
+    };
+    Some(own)
+}
+
+/// Why a record or dictionary batch `message` with a body of `body` bytes would make arrow-rs
+/// panic, if it would: a buffer that does not lie inside the body (arrow-rs slices the body with
+/// the declared offsets and lengths, and asserts they fit), or, for a record batch of `schema`,
+/// fewer buffers than its fields take (arrow-rs unwraps the next one). `None` for other messages.
+fn buffers_outside(
+    message: &arrow::ipc::Message,
+    body: i64,
+    schema: Option<arrow::ipc::Schema>,
+) -> Option<String> {
+    if let (Some(batch), Some(schema)) = (message.header_as_record_batch(), schema) {
+        let mut variadic = batch
+            .variadicBufferCounts()
+            .map(|v| v.iter().collect())
+            .unwrap_or_default();
+        let mut fields = schema.fields().into_iter().flat_map(|f| f.iter());
+        let needed = fields.try_fold(0u64, |n, f| {
+            n.checked_add(buffers_needed(&f, &mut variadic)?)
+        });
+        let have = batch.buffers().map_or(0, |b| b.len() as u64);
+        if let Some(needed) = needed.filter(|&n| n > have) {
+            return Some(format!(
+                "{have} buffers, and the schema's columns take {needed}"
+            ));
+        }
+    }
+    let buffers = match message.header_type() {
+        arrow::ipc::MessageHeader::RecordBatch => message.header_as_record_batch()?.buffers()?,
+        arrow::ipc::MessageHeader::DictionaryBatch => {
+            message.header_as_dictionary_batch()?.data()?.buffers()?
+        }
+        _ => return None,
+    };
+    let body_len = u64::try_from(body).ok()?;
+    buffers.iter().enumerate().find_map(|(b, buf)| {
+        (!fits(body_len, buf.offset(), buf.length(), 0)).then(|| {
+            format!(
+                "buffer {b} (offset {}, {} bytes) does not lie inside its body of {body} bytes",
+                buf.offset(),
+                buf.length()
+            )
+        })
+    })
+}
+
+/// Why the IPC file block `block` (which lies inside the file) would make arrow-rs panic, if it
+/// would: metadata too short for a message's prefix (arrow-rs indexes the first 8 bytes), or a
+/// buffer outside the body.
+fn bad_block(
+    input: &mut BufReader<File>,
+    block: &arrow::ipc::Block,
+    schema: Option<arrow::ipc::Schema>,
+) -> std::io::Result<Option<String>> {
+    let meta_len = block.metaDataLength();
+    if meta_len < 8 {
+        return Ok(Some(format!(
+            "{meta_len} bytes of metadata, too few for a message"
+        )));
+    }
+    // Inside the file (checked by the caller), so at most the file's size.
+    let mut meta = vec![0u8; meta_len as usize];
+    input.seek(SeekFrom::Start(block.offset() as u64))?;
+    input.read_exact(&mut meta)?;
+    let skip = if meta[..4] == [0xff; 4] { 8 } else { 4 };
+    // Metadata that does not parse is an error arrow-rs reports itself.
+    Ok(arrow::ipc::root_as_message(&meta[skip..])
+        .ok()
+        .and_then(|m| buffers_outside(&m, block.bodyLength(), schema)))
 }
 
 /// [`scan`] for an IPC file: the blocks its footer lists.
@@ -369,11 +485,18 @@ fn scan_file(
         .flat_map(|v| v.iter())
         .enumerate()
     {
-        if !inside(b) {
+        let what = if inside(b) {
+            bad_block(input, b, None)
+                .map_err(io)?
+                .map(|why| format!("the footer's dictionary block {k}: {why}"))
+        } else {
+            Some(describe("dictionary", k, b))
+        };
+        if let Some(what) = what {
             return Err(DataError::bad_file(
                 path,
                 Cause::Corrupt,
-                format!("corrupt Arrow IPC file: {}", describe("dictionary", k, b)),
+                format!("corrupt Arrow IPC file: {what}"),
             ));
         }
     }
@@ -383,13 +506,20 @@ fn scan_file(
         .flat_map(|v| v.iter())
         .enumerate()
     {
-        if !inside(b) {
-            let what = describe("record batch", k, b);
+        let what = if inside(b) {
+            bad_block(input, b, footer.schema())
+                .map_err(io)?
+                .map(|why| format!("the footer's record batch block {k}: {why}"))
+        } else {
+            Some(describe("record batch", k, b))
+        };
+        if let Some(what) = what {
             return Ok(Some((
                 k,
                 Stop {
                     truncated: false,
                     what,
+                    message: usize::MAX,
                 },
             )));
         }
@@ -406,6 +536,8 @@ fn scan_stream(
 ) -> Result<Option<(usize, Stop)>> {
     let io = |e| DataError::io(path, e);
     let (mut pos, mut batches, mut k) = (0u64, 0usize, 0usize);
+    // The metadata of the first message, the schema, for the buffer count of record batches.
+    let mut schema_meta: Option<Vec<u8>> = None;
     loop {
         let mut word = [0u8; 4];
         if !read_or_end(input, &mut word).map_err(io)? {
@@ -422,7 +554,17 @@ fn scan_stream(
         if meta_len == 0 {
             return Ok(None);
         }
-        let stop = |truncated, what: String| Ok(Some((batches, Stop { truncated, what })));
+        let stop = |truncated, what: String| {
+            let message = k;
+            Ok(Some((
+                batches,
+                Stop {
+                    truncated,
+                    what,
+                    message,
+                },
+            )))
+        };
         let meta_start = pos + prefix;
         if !fits(file_len, meta_start as i64, i64::from(meta_len), 0) {
             return stop(
@@ -453,9 +595,27 @@ fn scan_stream(
                 ),
             );
         }
-        if message.header_type() == arrow::ipc::MessageHeader::RecordBatch {
-            batches += 1;
+        let schema = schema_meta
+            .as_deref()
+            .and_then(|m| arrow::ipc::root_as_message(m).ok())
+            .and_then(|m| m.header_as_schema());
+        if let Some(why) = buffers_outside(&message, body, schema) {
+            return stop(false, format!("message {k} at byte {pos}: {why}"));
         }
+        if k == 0 && message.header_type() == arrow::ipc::MessageHeader::Schema {
+            schema_meta = Some(meta.clone());
+        }
+        // arrow-rs reads the body of record and dictionary batches only; after a schema (or any
+        // other message) it reads the next message right after the metadata, and so must we, or
+        // it would read messages we never checked.
+        let body = match message.header_type() {
+            arrow::ipc::MessageHeader::RecordBatch => {
+                batches += 1;
+                body
+            }
+            arrow::ipc::MessageHeader::DictionaryBatch => body,
+            _ => 0,
+        };
         input.seek_relative(body).map_err(io)?;
         pos = body_start + body as u64;
         k += 1;
@@ -500,9 +660,32 @@ fn reader(path: &Path, projection: Option<Vec<usize>>) -> Result<IpcReader> {
                 "not an Arrow IPC file or stream (it starts with neither ARROW1 nor a stream message)",
             )
         };
-        DataError::bad_file(path, cause, format!("{what}: {e}"))
+        DataError::bad_file(
+            path,
+            cause,
+            format!("{what}: {}", shortened(&e.to_string())),
+        )
     };
     let limit = scan(path, is_file)?;
+    // A stream's first message, its schema, is read when the reader is made, before any limit
+    // applies: if it is the one that does not fit, it is never handed to arrow-rs.
+    if let Some((_, stop)) = limit.as_ref().filter(|(_, s)| !is_file && s.message == 0) {
+        let (cause, what) = if !head.starts_with(&[0xff; 4]) {
+            (
+                Cause::WrongFormat,
+                "not an Arrow IPC file or stream (it starts with neither ARROW1 nor a stream message)",
+            )
+        } else if stop.truncated {
+            (Cause::Truncated, "truncated Arrow IPC stream")
+        } else {
+            (Cause::Corrupt, "corrupt Arrow IPC stream")
+        };
+        return Err(DataError::bad_file(
+            path,
+            cause,
+            format!("{what}: {}", stop.what),
+        ));
+    }
     let inner = if is_file {
         IpcInner::File(FileReader::try_new(buffered, projection).map_err(bad)?)
     } else {
@@ -618,10 +801,21 @@ mod tests {
         out
     }
 
-    /// What reading the text column gives: the texts, then the error that ended it, if any.
+    /// What reading the text column gives, as a pack reads it (through the guard that turns a
+    /// panic of arrow-rs into an error): the texts, then the error that ended it, if any.
     fn read(path: &Path) -> (Vec<String>, Option<DataError>) {
         let mut texts = vec![];
-        for doc in open(path, "text", 1 << 20).unwrap() {
+        let options = crate::source::ReadOptions {
+            text_field: "text".into(),
+            read_threads: 1,
+            max_doc_bytes: 1 << 20,
+            chat: false,
+        };
+        let docs = match super::super::open_input(path, crate::source::Format::Arrow, &options) {
+            Ok(docs) => docs,
+            Err(e) => return (texts, Some(e)),
+        };
+        for doc in docs {
             match doc {
                 Ok(RawDoc {
                     content: Content::Text(t),
@@ -708,5 +902,149 @@ mod tests {
                 && text.contains("-1 bytes of body"),
             "{text}"
         );
+    }
+
+    /// The two batches as a stream (`false`) or a file (`true`).
+    fn ipc_bytes(file: bool) -> Vec<u8> {
+        let mut out = vec![];
+        let schema = batches()[0].schema();
+        if file {
+            let mut w = FileWriter::try_new(&mut out, &schema).unwrap();
+            for b in batches() {
+                w.write(&b).unwrap();
+            }
+            w.finish().unwrap();
+        } else {
+            let mut w = StreamWriter::try_new(&mut out, &schema).unwrap();
+            for b in batches() {
+                w.write(&b).unwrap();
+            }
+            w.finish().unwrap();
+        }
+        out
+    }
+
+    #[test]
+    fn a_bad_first_stream_message_is_an_error_naming_the_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("s.arrow");
+        for (len, cause) in [
+            (-8i32, Cause::Corrupt),
+            (i32::MIN, Cause::Corrupt),
+            (i32::MAX, Cause::Truncated),
+        ] {
+            let mut bytes = ipc_bytes(false);
+            bytes[4..8].copy_from_slice(&len.to_le_bytes());
+            std::fs::write(&path, &bytes).unwrap();
+            let (texts, err) = read(&path);
+            assert!(texts.is_empty());
+            let err = err.expect("an error");
+            let text = err.to_string();
+            assert!(
+                matches!(&err, DataError::BadFile { cause: c, .. } if *c == cause)
+                    && text.contains("s.arrow")
+                    && text.contains(&format!("message 0 at byte 0 declares {len} bytes")),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_buffer_outside_its_body_is_never_sliced() {
+        let tmp = tempfile::tempdir().unwrap();
+        for file in [false, true] {
+            let path = tmp.path().join(if file { "f.arrow" } else { "s.arrow" });
+            let good = ipc_bytes(file);
+            // The second batch's values buffer: "three", "four" and 1300 bytes, 1309 bytes (a
+            // length found in its metadata); claim far more.
+            let mut bytes = good.clone();
+            // An IPC file holds the stream's messages after its magic and padding.
+            let skip = good.windows(4).position(|w| w == [0xff; 4]).unwrap();
+            let (meta, _) = messages(&good[skip..])[2].clone();
+            let at = (meta.start + skip..meta.end + skip - 8)
+                .find(|&i| i64::from_le_bytes(bytes[i..i + 8].try_into().unwrap()) == 1309);
+            let Some(at) = at else {
+                panic!("no buffer length 1309 found");
+            };
+            bytes[at..at + 8].copy_from_slice(&(1i64 << 40).to_le_bytes());
+            std::fs::write(&path, &bytes).unwrap();
+            let (texts, err) = read(&path);
+            assert_eq!(texts, ["one", "two"], "the first batch is read");
+            let text = err.expect("an error after the first batch").to_string();
+            assert!(
+                text.contains("does not lie inside its body") && text.contains("buffer"),
+                "{text}"
+            );
+        }
+    }
+
+    /// A damage to an IPC file or stream: overwrite bytes, cut it short, or insert bytes.
+    #[derive(Debug, Clone)]
+    enum Damage {
+        Set(usize, Vec<u8>),
+        Truncate(usize),
+        Insert(usize, Vec<u8>),
+    }
+
+    fn damage() -> impl proptest::strategy::Strategy<Value = Damage> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (any::<usize>(), proptest::collection::vec(any::<u8>(), 1..9))
+                .prop_map(|(at, b)| Damage::Set(at, b)),
+            any::<usize>().prop_map(Damage::Truncate),
+            (any::<usize>(), proptest::collection::vec(any::<u8>(), 1..9))
+                .prop_map(|(at, b)| Damage::Insert(at, b)),
+        ]
+    }
+
+    fn apply(bytes: &mut Vec<u8>, d: &Damage) {
+        let n = bytes.len();
+        match d {
+            Damage::Set(at, b) => {
+                for (k, &x) in b.iter().enumerate() {
+                    let i = (at + k) % n;
+                    bytes[i] = x;
+                }
+            }
+            Damage::Truncate(at) => bytes.truncate(at % n),
+            Damage::Insert(at, b) => {
+                let at = at % n;
+                bytes.splice(at..at, b.iter().copied());
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+        /// Damaged IPC streams and files, and random bytes: the reader answers with texts and
+        /// at most one error at the end, never a panic; undamaged data reads whole.
+        #[test]
+        fn damaged_ipc_never_panics(
+            file in proptest::prelude::any::<bool>(),
+            damages in proptest::collection::vec(damage(), 0..4),
+            random in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            use_random in proptest::prelude::any::<bool>(),
+        ) {
+            let tmp = tempfile::tempdir().unwrap();
+            let path = tmp.path().join("x.arrow");
+            let mut bytes = if use_random { random } else { ipc_bytes(file) };
+            if !bytes.is_empty() {
+                for d in &damages {
+                    if bytes.is_empty() {
+                        break;
+                    }
+                    apply(&mut bytes, d);
+                }
+            }
+            std::fs::write(&path, &bytes).unwrap();
+            let (texts, err) = read(&path);
+            if !use_random && damages.is_empty() {
+                proptest::prop_assert!(err.is_none(), "{:?}", err);
+                proptest::prop_assert_eq!(texts.len(), 5);
+            }
+            if let Some(e) = err {
+                proptest::prop_assert!(e.to_string().contains("x.arrow"), "{}", e);
+            }
+        }
     }
 }

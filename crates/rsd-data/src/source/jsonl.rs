@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 
+use rsd_common::printable::shortened;
 use rsd_common::safe_fs::open_regular;
 
 use super::{Content, RawDoc};
@@ -118,7 +119,13 @@ impl JsonLine {
         let found = FieldSeed { field }
             .deserialize(&mut de)
             .and_then(|f| de.end().map(|_| f))
-            .map_err(|e| bad(format!("malformed JSON at column {}: {e}", e.column())))?;
+            .map_err(|e| {
+                bad(format!(
+                    "malformed JSON at column {}: {}",
+                    e.column(),
+                    shortened(&e.to_string())
+                ))
+            })?;
         match found {
             Field::Text(s) => Ok(s),
             Field::NotAString(kind) => Err(bad(format!(
@@ -126,7 +133,7 @@ impl JsonLine {
             ))),
             Field::Missing(keys) => Err(bad(format!(
                 "no field \"{field}\"; this line has: {} (choose one with --text-field)",
-                keys.join(", ")
+                shortened(&keys.join(", "))
             ))),
             Field::NotAnObject(kind) => Err(bad(format!(
                 "expected a JSON object per line, found {kind}"
@@ -141,8 +148,13 @@ impl JsonLine {
     pub fn decode_value(self) -> Result<Value> {
         let text = self.text()?;
         let (field, bad) = (&self.field, |what: String| self.bad(what));
-        let value: Value = serde_json::from_str(text.trim_end())
-            .map_err(|e| bad(format!("malformed JSON at column {}: {e}", e.column())))?;
+        let value: Value = serde_json::from_str(text.trim_end()).map_err(|e| {
+            bad(format!(
+                "malformed JSON at column {}: {}",
+                e.column(),
+                shortened(&e.to_string())
+            ))
+        })?;
         match value {
             Value::Object(mut map) => match map.remove(&**field) {
                 Some(v) => Ok(v),
@@ -150,7 +162,7 @@ impl JsonLine {
                     let keys: Vec<String> = map.keys().cloned().collect();
                     Err(bad(format!(
                         "no field \"{field}\"; this line has: {} (choose one with --text-field)",
-                        keys.join(", ")
+                        shortened(&keys.join(", "))
                     )))
                 }
             },

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use memmap2::Mmap;
 use serde_json::Value;
 
+use rsd_common::printable::shortened;
 use rsd_common::safe_fs::{confined_name, open_regular, read_regular, NamedBy, MAX_METADATA_BYTES};
 
 use super::{Content, RawDoc};
@@ -238,7 +239,8 @@ fn shard_entry(dir: &Path, index: &Path, k: usize, shard: &Value) -> Result<Shar
     let format = shard.get("format").and_then(Value::as_str).unwrap_or("");
     if format != "mds" {
         return Err(bad(format!(
-            "shard {k} has format \"{format}\"; only \"mds\" is supported"
+            "shard {k} has format \"{}\"; only \"mds\" is supported",
+            shortened(format)
         )));
     }
     let columns = shard_columns(index, k, shard)?;
@@ -248,8 +250,9 @@ fn shard_entry(dir: &Path, index: &Path, k: usize, shard: &Value) -> Result<Shar
         Some(c) if c == "zstd" || c.starts_with("zstd:") => true,
         Some(other) => {
             return Err(bad(format!(
-                "shard {k} is compressed with \"{other}\"; only uncompressed or zstd MDS is \
-                 supported"
+                "shard {k} is compressed with \"{}\"; only uncompressed or zstd MDS is \
+                 supported",
+                shortened(other)
             )))
         }
     };
@@ -333,7 +336,7 @@ fn shard_columns(
             None => {
                 return Err(bad(format!(
                     "shard {k} has no column \"{want}\" (it has: {}); rsd reads ProLong-style MDS with input_ids and indices",
-                    names.join(", ")
+                    shortened(&names.join(", "))
                 )))
             }
             Some(c) => check_ids_encoding(&encodings[c])
@@ -361,12 +364,14 @@ fn check_ids_encoding(enc: &str) -> std::result::Result<(), String> {
     let mut parts = enc.split(':');
     if parts.next() != Some("ndarray") {
         return Err(format!(
-            "is encoded \"{enc}\", expected \"ndarray\" (an integer ndarray: \"ndarray:uint32\" and the like)"
+            "is encoded \"{}\", expected \"ndarray\" (an integer ndarray: \"ndarray:uint32\" and the like)",
+            shortened(enc)
         ));
     }
     match parts.next() {
         Some(dtype) if Dtype::parse(dtype).is_none() => Err(format!(
-            "has dtype \"{dtype}\", expected an integer dtype (uint8, int8, uint16, int16, uint32, int32, uint64, int64)"
+            "has dtype \"{}\", expected an integer dtype (uint8, int8, uint16, int16, uint32, int32, uint64, int64)",
+            shortened(dtype)
         )),
         _ => Ok(()),
     }
@@ -384,30 +389,52 @@ fn parse_encoding(enc: &str) -> Column {
     Column::NdArray { dtype, fixed_shape }
 }
 
-/// A zstd shard's bytes, decoded no further than the size the index declares (or the most an
-/// MDS shard can have): a small file that decompresses to gigabytes is refused, not held in
-/// memory. Data that does not decode to the end gives what did decode and the damage.
+/// The most a zstd shard is decoded to, as a multiple of its compressed size (plus
+/// [`ZSTD_SLACK_BYTES`]): token ids compress two to four times; a shard that claims to
+/// decompress further is a zstd bomb or a damaged index, and is not held in memory.
+pub const MAX_ZSTD_RATIO: u64 = 64;
+/// Added to the ratio bound, so that a tiny shard (a few samples) is never refused.
+const ZSTD_SLACK_BYTES: u64 = 1 << 20;
+
+/// A zstd shard's bytes, decoded no further than the size the index declares (`raw_data.bytes`;
+/// the most an MDS shard can have when it declares none), and never further than
+/// [`MAX_ZSTD_RATIO`] times its compressed size (+ 1 MiB): a small file that decompresses to
+/// gigabytes is refused, not held in memory. Data that does not decode to the end gives what did
+/// decode and the damage.
 fn decode_zstd(entry: &ShardEntry, file: std::fs::File) -> Result<(Vec<u8>, Option<DataError>)> {
     let path = &entry.file;
-    let cap = entry
+    let compressed = file.metadata().map_err(|e| DataError::io(path, e))?.len();
+    let by_ratio = compressed
+        .saturating_mul(MAX_ZSTD_RATIO)
+        .saturating_add(ZSTD_SLACK_BYTES);
+    let declared = entry
         .raw_bytes
         .unwrap_or(MAX_SHARD_BYTES)
         .min(MAX_SHARD_BYTES);
+    let cap = declared.min(by_ratio);
     let mut raw = vec![];
     let decoded = zstd::stream::read::Decoder::new(file)
         .and_then(|d| d.take(cap.saturating_add(1)).read_to_end(&mut raw));
     if raw.len() as u64 > cap {
+        let bound = if by_ratio < declared {
+            format!(
+                "{MAX_ZSTD_RATIO} times its {compressed} compressed bytes + 1 MiB, the most rsd \
+                 decodes a zstd shard to ({})",
+                match entry.raw_bytes {
+                    Some(n) => format!("index.json declares {n} bytes, raw_data.bytes"),
+                    None => "index.json declares no raw_data.bytes".into(),
+                }
+            )
+        } else if entry.raw_bytes.is_some() {
+            "the size index.json declares for it (raw_data.bytes)".into()
+        } else {
+            "the most the MDS format allows (index.json declares no raw_data.bytes)".into()
+        };
         return Err(DataError::bad_file(
             path,
             Cause::Corrupt,
             format!(
-                "decompresses to more than {cap} bytes, the size {} declares for it \
-                 (raw_data.bytes); a zstd bomb or a damaged index",
-                if entry.raw_bytes.is_some() {
-                    "index.json"
-                } else {
-                    "the MDS format allows"
-                }
+                "decompresses to more than {cap} bytes, {bound}; a zstd bomb or a damaged index"
             ),
         ));
     }
@@ -603,7 +630,8 @@ impl ShardDocs {
                     path,
                     loc,
                     format!(
-                        "column \"{name}\" needs {size} bytes from byte {at} of a {}-byte sample",
+                        "column \"{}\" needs {size} bytes from byte {at} of a {}-byte sample",
+                        shortened(name),
                         sample.len()
                     ),
                 ));
@@ -661,6 +689,10 @@ impl ShardDocs {
                 })
                 .collect()
         };
+        // The documents are copied out of the sample: their spans may cover the ids at most
+        // once in all, so a sample holds no more than its own ids again (overlapping spans
+        // would copy them once per document).
+        let mut covered = 0u64;
         for (d, (s, e)) in spans.into_iter().enumerate() {
             if s < 0 || e < s || e as usize > n_ids {
                 return Err(DataError::bad_record(
@@ -673,6 +705,18 @@ impl ShardDocs {
             }
             if e == s {
                 continue;
+            }
+            covered += (e - s) as u64;
+            if covered > n_ids as u64 {
+                return Err(DataError::bad_record(
+                    path,
+                    &loc,
+                    format!(
+                        "column \"indices\": document {d} spans tokens {s}..{e}, and the \
+                         documents' spans so far cover {covered} tokens, more than the {n_ids} of \
+                         input_ids: spans overlap"
+                    ),
+                ));
             }
             let doc_bytes = (e - s) as u64 * id_dtype.size() as u64;
             if doc_bytes > self.entry.max_doc_bytes {

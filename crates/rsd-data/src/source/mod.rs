@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use rsd_shard::SourceInfo;
 
-use crate::error::{DataError, Result};
+use crate::error::{Cause, DataError, Result};
 
 pub use mds::MdsDataset;
 
@@ -499,7 +499,86 @@ struct ReadPool {
 const READ_MSG_DOCS: usize = 256;
 const READ_MSG_BYTES: u64 = 1 << 20;
 
+/// The documents of one input, with every call into its reader guarded (see [`Guarded`]).
 fn open_input(path: &Path, format: Format, opts: &ReadOptions) -> Result<DocIter> {
+    let opened = guarded(|| open_unguarded(path, format, opts));
+    let inner = match opened {
+        Ok(result) => result?,
+        Err(panic) => return Err(reader_panicked(path, panic.as_ref())),
+    };
+    Ok(Box::new(Guarded {
+        path: path.to_path_buf(),
+        inner: Some(inner),
+    }))
+}
+
+thread_local! {
+    /// Set while this thread runs a reader under [`guarded`]: a panic there becomes an error
+    /// naming the file, so the panic hook stays quiet about it.
+    static IN_GUARDED_READER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// `f()`, or the panic it raised. While it runs, a panic is not printed (with a backtrace) by the
+/// panic hook: the caller reports it as an error naming the file instead. Every other panic
+/// still reaches the previous hook.
+fn guarded<T>(f: impl FnOnce() -> T) -> std::thread::Result<T> {
+    static QUIET_HOOK: std::sync::Once = std::sync::Once::new();
+    QUIET_HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !IN_GUARDED_READER.with(std::cell::Cell::get) {
+                previous(info);
+            }
+        }));
+    });
+    let was = IN_GUARDED_READER.with(|g| g.replace(true));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    IN_GUARDED_READER.with(|g| g.set(was));
+    result
+}
+
+/// A reader's panic as the error of its input file: a bad file, which `--skip-bad` skips.
+fn reader_panicked(path: &Path, panic: &(dyn std::any::Any + Send)) -> DataError {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".into());
+    DataError::bad_file(
+        path,
+        Cause::Corrupt,
+        format!(
+            "the reader of this file failed on its contents ({}); the rest of the file is not read",
+            rsd_common::printable::shortened(&what)
+        ),
+    )
+}
+
+/// The last line of defence around the readers of the formats: the libraries that decode
+/// Parquet and Arrow panic on some damaged inputs rsd does not check for itself (rsd checks the
+/// ones it knows of first). A panic while reading an input ends that input with an error naming
+/// it, instead of ending the reader thread and the run.
+struct Guarded {
+    path: PathBuf,
+    inner: Option<DocIter>,
+}
+
+impl Iterator for Guarded {
+    type Item = Result<RawDoc>;
+    fn next(&mut self) -> Option<Result<RawDoc>> {
+        let inner = self.inner.as_mut()?;
+        match guarded(|| inner.next()) {
+            Ok(item) => item,
+            Err(panic) => {
+                // The reader may be in any state after a panic: it is not asked again.
+                self.inner = None;
+                Some(Err(reader_panicked(&self.path, panic.as_ref())))
+            }
+        }
+    }
+}
+
+fn open_unguarded(path: &Path, format: Format, opts: &ReadOptions) -> Result<DocIter> {
     let (field, max) = (&opts.text_field, opts.max_doc_bytes);
     match format {
         Format::Text => Ok(Box::new(std::iter::once(text::read(path, max)))),
