@@ -232,3 +232,27 @@ def test_a_forged_manifest_or_a_planted_fifo_stops_a_resume_at_once(shards, tmp_
     os.mkfifo(ck / "model" / "model-00002-of-00002.safetensors")
     p = train_fails(shards, out, "--steps", 3, "--resume", ck)
     assert "model-00002-of-00002.safetensors" in p.stderr and "not a regular file" in p.stderr
+
+
+def test_a_config_declaring_more_than_the_machine_holds_is_refused_before_allocating(shards,
+                                                                                    tmp_path):
+    """Every size within its per-key bound, the whole far beyond memory: an error naming the
+    config and the bytes, not an abort while allocating."""
+    import resource
+    cfg = json.loads(TINY.read_text())
+    cfg.update(hidden_size=65536, intermediate_size=65536, num_hidden_layers=4,
+               num_attention_heads=512, num_key_value_heads=512, head_dim=128)
+    huge = tmp_path / "huge.json"
+    huge.write_text(json.dumps(cfg))
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+
+    import subprocess
+    from rsd_cli import BIN_DIR
+    p = subprocess.run([str(BIN_DIR / "rsd-train"), *map(str, train_args(
+        shards, tmp_path / "run", "--steps", 1, init=huge))], capture_output=True, text=True,
+        preexec_fn=limit, timeout=300)
+    assert p.returncode == 1, (p.returncode, p.stderr[-2000:])
+    assert "huge.json" in p.stderr and "parameters" in p.stderr and "available" in p.stderr, \
+        p.stderr

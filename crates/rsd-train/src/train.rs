@@ -357,7 +357,19 @@ fn initial_model(cfg: &TrainConfig, options: ModelOptions) -> Result<Model> {
         (Some(dir), _) => Model::load(Path::new(dir), options)?,
         (None, init) => {
             let p = Path::new(init.as_deref().unwrap_or_default());
-            Model::random(ModelConfig::from_file(p)?, options, cfg.init_seed)?
+            let config = ModelConfig::from_file(p)?;
+            // On the CPU a config that declares more than the machine holds is refused before
+            // allocating aborts the run (a GPU's memory is the memory plan's to check).
+            if options.device == tch::Device::Cpu {
+                let kind = options.kind;
+                config.check_fits_in_memory(
+                    p,
+                    rsd_model::kind_name(kind),
+                    kind.elt_size_in_bytes() as u64,
+                    rsd_model::alloc::available_bytes(),
+                )?;
+            }
+            Model::random(config, options, cfg.init_seed)?
         }
     };
     if let Some(theta) = cfg.rope_theta {
