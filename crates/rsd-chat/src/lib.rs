@@ -14,8 +14,9 @@
 use std::path::{Path, PathBuf};
 
 use chrono::format::{Item, StrftimeItems};
+use minijinja::machinery::{CompiledTemplate, Instruction, Instructions, TemplateConfig};
 use minijinja::syntax::SyntaxConfig;
-use minijinja::{Environment, Error as JinjaError, ErrorKind, Value};
+use minijinja::{AutoEscape, Environment, Error as JinjaError, ErrorKind, Value};
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
@@ -62,19 +63,34 @@ pub type Result<T, E = ChatError> = std::result::Result<T, E>;
 
 const NAME: &str = "chat_template";
 
-/// Steps of the template engine one rendering may take. A real chat template spends a few
-/// thousand on a conversation; a runaway one (nested loops of 100,000) stops here instead of
-/// running for hours.
-const FUEL: u64 = 5_000_000;
+mod bounds;
+
+/// The budget of one rendering, in minijinja's fuel: one unit per instruction and per 64 bytes
+/// of data the template creates or writes (more for containers turned into text). A real chat
+/// template spends a few thousand on a conversation; a runaway one (nested loops of 100,000, a
+/// list doubled in a loop) stops here, in well under a second, instead of running for hours or
+/// holding gigabytes. Conversations longer than [`FUEL_FREE_BYTES`] get more (see
+/// [`fuel_for`]).
+const FUEL: u64 = 1_000_000;
+
+/// Message bytes the base [`FUEL`] covers; beyond them each 8 bytes of the messages add one
+/// unit, so a long honest conversation can be copied and written out several times over.
+const FUEL_FREE_BYTES: usize = 1 << 20;
 
 /// Rendered bytes allowed beyond the message itself (a template's own text around it, several
 /// times over for templates that repeat the system prompt): past that the template is producing
-/// output, not formatting a prompt, and rendering stops before it holds gigabytes.
+/// output, not formatting a prompt.
 const RENDER_SLACK: usize = 1 << 20;
+
+/// The fuel of a rendering of messages of `content_bytes` bytes in all.
+fn fuel_for(content_bytes: usize) -> u64 {
+    FUEL + (content_bytes.saturating_sub(FUEL_FREE_BYTES) / 8) as u64
+}
 
 /// A compiled chat template with the special tokens it may use.
 pub struct ChatTemplate {
     env: Environment<'static>,
+    compiled: CompiledTemplate<'static>,
     source_name: String,
     sha256: String,
     bos: Option<String>,
@@ -199,13 +215,13 @@ impl ChatTemplate {
             .lstrip_blocks(true)
             .build()
             .map_err(|e| template_err(source_name, &e))?;
-        env.set_syntax(syntax);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_syntax(syntax.clone());
+        // Python's methods, and what a template builds, bounded (see `bounds`).
+        bounds::install(&mut env);
         env.set_fuel(Some(FUEL));
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
-        env.add_template_owned(NAME, text.to_string())
-            .map_err(|e| template_err(source_name, &e))?;
+        let compiled = compile(text, syntax).map_err(|e| template_err(source_name, &e))?;
         let mut tokens = Vec::new();
         for key in ["bos_token", "eos_token", "unk_token", "pad_token"] {
             if let Some(t) = config.and_then(|c| c.get(key)).and_then(token_text) {
@@ -218,6 +234,7 @@ impl ChatTemplate {
             .map(|(_, t)| t.clone());
         Ok(ChatTemplate {
             env,
+            compiled,
             source_name: source_name.to_string(),
             sha256: rsd_common::digest::sha256_hex(text.as_bytes()),
             bos,
@@ -265,33 +282,50 @@ impl ChatTemplate {
         for (k, t) in &self.tokens {
             ctx.push((k, Value::from(t.as_str())));
         }
-        let tmpl = self
-            .env
-            .get_template(NAME)
-            .map_err(|e| template_err(&self.source_name, &e))?;
         let content_bytes: usize = messages.iter().map(|m| m.content.len()).sum();
         let limit = 4 * content_bytes + RENDER_SLACK;
-        let mut out = CappedOutput {
-            bytes: Vec::new(),
-            limit,
+        let fuel = fuel_for(content_bytes);
+        // The environment is shared by every rendering; a long conversation gets its own copy
+        // with more fuel.
+        let long_env;
+        let env = if fuel == FUEL {
+            &self.env
+        } else {
+            long_env = {
+                let mut e = self.env.clone();
+                e.set_fuel(Some(fuel));
+                e
+            };
+            &long_env
         };
-        match tmpl.render_captured_to(Value::from_pairs(ctx), &mut out) {
-            Ok(_) => String::from_utf8(out.bytes).map_err(|_| ChatError::Template {
-                source_name: self.source_name.clone(),
-                message: "the rendered prompt is not UTF-8".into(),
-            }),
-            Err(e) if out.bytes.len() >= limit => Err(ChatError::Template {
+        let mut rendered = String::new();
+        let result = minijinja::machinery::eval(
+            env,
+            &self.compiled.instructions,
+            Value::from_pairs(ctx),
+            &self.compiled.blocks,
+            &mut minijinja::machinery::make_string_output(&mut rendered),
+            AutoEscape::None,
+        )
+        .map(|_| ());
+        match result {
+            Ok(()) if rendered.len() <= limit => Ok(rendered),
+            Ok(()) => Err(ChatError::Template {
                 source_name: self.source_name.clone(),
                 message: format!(
-                    "rendering stopped at {limit} bytes (4 × the messages' {content_bytes} + \
-                     1 MiB): the template writes far more than a prompt ({e})"
+                    "the rendering is {} bytes, more than {limit} (4 × the messages' \
+                     {content_bytes} + 1 MiB): the template writes far more than a prompt",
+                    rendered.len()
                 ),
             }),
             Err(e) if e.kind() == ErrorKind::OutOfFuel => Err(ChatError::Template {
                 source_name: self.source_name.clone(),
                 message: format!(
-                    "rendering stopped after {FUEL} template steps: the template runs far \
-                     longer than formatting a conversation takes (a runaway loop?)"
+                    "rendering stopped after {fuel} template steps (one per instruction and \
+                     per 64 bytes of data the template builds or writes): the template runs far \
+                     longer, or builds far more, than formatting a conversation takes (a \
+                     runaway loop?) ({})",
+                    jinja_message(&e)
                 ),
             }),
             Err(e) => Err(template_err(&self.source_name, &e)),
@@ -473,35 +507,73 @@ pub enum ConversationError {
     Template(#[from] ChatError),
 }
 
-/// The rendered prompt, refusing to grow past `limit` bytes (the write fails, and with it the
-/// rendering).
-struct CappedOutput {
-    bytes: Vec<u8>,
-    limit: usize,
+/// Compiles a template the way minijinja's `Environment` does, then has every `+` and `~`
+/// call the bounded [`bounds::add`] and [`bounds::concat`] instead (minijinja offers no other
+/// hook for its operators; see the `bounds` module).
+///
+/// The text is kept for the life of the process (compiled templates borrow it, and a template
+/// is compiled once per run; it is a few KB).
+fn compile(text: &str, syntax: SyntaxConfig) -> Result<CompiledTemplate<'static>, JinjaError> {
+    let source: &'static str = Box::leak(text.to_string().into_boxed_str());
+    let config = TemplateConfig {
+        syntax_config: syntax,
+        default_auto_escape: std::sync::Arc::new(|_: &str| AutoEscape::None),
+    };
+    let mut compiled = CompiledTemplate::new(NAME, source, &config)?;
+    bound_operators(&mut compiled.instructions);
+    for block in compiled.blocks.values_mut() {
+        bound_operators(block);
+    }
+    Ok(compiled)
 }
 
-impl std::io::Write for CappedOutput {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if self.bytes.len() + buf.len() > self.limit {
-            self.bytes
-                .extend_from_slice(&buf[..self.limit - self.bytes.len()]);
-            return Err(std::io::Error::other("the rendered prompt is too long"));
+fn bound_operators(instructions: &mut Instructions<'static>) {
+    // A call takes its arguments from the stack in the order these instructions take their
+    // operands (and, with no count given, pops the count first, as a list built from an
+    // unpacking does). A literal too large for a call's u16 count is left as it is: it nests
+    // one level only.
+    let call = |name: &'static str, n: Option<usize>| match n.map(u16::try_from) {
+        None => Some(Instruction::CallFunction(name, None)),
+        Some(Ok(n)) => Some(Instruction::CallFunction(name, Some(n))),
+        Some(Err(_)) => None,
+    };
+    let mut pc = 0;
+    while let Some(instr) = instructions.get_mut(pc) {
+        let bounded = match instr {
+            Instruction::Add => call(bounds::ADD, Some(2)),
+            Instruction::StringConcat => call(bounds::CONCAT, Some(2)),
+            Instruction::BuildList(n) => call(bounds::LIST, *n),
+            Instruction::BuildTuple(n) => call(bounds::TUPLE, *n),
+            // `a in b` takes the item, then the container, as the call does.
+            Instruction::Eq => call(bounds::COMPARISONS[0], Some(2)),
+            Instruction::Ne => call(bounds::COMPARISONS[1], Some(2)),
+            Instruction::Lt => call(bounds::COMPARISONS[2], Some(2)),
+            Instruction::Lte => call(bounds::COMPARISONS[3], Some(2)),
+            Instruction::Gt => call(bounds::COMPARISONS[4], Some(2)),
+            Instruction::Gte => call(bounds::COMPARISONS[5], Some(2)),
+            Instruction::In => call(bounds::COMPARISONS[6], Some(2)),
+            Instruction::BuildMap(pairs) => pairs
+                .checked_mul(2)
+                .and_then(|n| call(bounds::MAP, Some(n))),
+            _ => None,
+        };
+        if let Some(bounded) = bounded {
+            *instr = bounded;
         }
-        self.bytes.extend_from_slice(buf);
-        Ok(buf.len())
+        pc += 1;
     }
+}
 
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+/// minijinja's message, with the line; minijinja names the template by its registered name,
+/// ours is the file it came from.
+fn jinja_message(e: &JinjaError) -> String {
+    e.to_string().replace(&format!("(in {NAME}:"), "(line ")
 }
 
 fn template_err(source_name: &str, e: &JinjaError) -> ChatError {
-    // minijinja names the template by its registered name; ours is the file it came from.
-    let message = e.to_string().replace(&format!("(in {NAME}:"), "(line ");
     ChatError::Template {
         source_name: source_name.to_string(),
-        message,
+        message: jinja_message(e),
     }
 }
 
@@ -577,12 +649,24 @@ mod tests {
         assert!(e.starts_with("chat template loops.jinja:"), "{e}");
         assert!(e.contains("template steps"), "{e}");
         assert!(started.elapsed().as_secs() < 30);
-        // Output that grows without end: stopped at the cap, before it is held whole.
+        // Output that grows without end: every 64 bytes written cost a unit of fuel, so it
+        // stops at 64 MB, before it is held whole.
         let src = "{% for i in range(1000) %}{% for j in range(1000) %}{{ messages[0].content * 1000 }}{% endfor %}{% endfor %}";
         let t = ChatTemplate::new(src, "big.jinja", None).unwrap();
         let e = t.render_user("0123456789").unwrap_err().to_string();
         assert!(e.starts_with("chat template big.jinja:"), "{e}");
-        assert!(e.contains("rendering stopped at 1048616 bytes"), "{e}");
+        assert!(
+            e.contains("rendering stopped after 1000000 template steps"),
+            "{e}"
+        );
+        // Output within the fuel but far more than a prompt: refused with its size.
+        let t = ChatTemplate::new("{{ 'x' * 2000000 }}", "long.jinja", None).unwrap();
+        let e = t.render_user("0123456789").unwrap_err().to_string();
+        assert!(
+            e.starts_with("chat template long.jinja:")
+                && e.contains("the rendering is 2000000 bytes, more than 1048616"),
+            "{e}"
+        );
         // An honest template with a long message is not limited.
         let long = "x".repeat(3 << 20);
         let t = ChatTemplate::new(LLAMA3, "llama3.jinja", None).unwrap();

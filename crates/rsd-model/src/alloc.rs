@@ -91,3 +91,89 @@ pub fn cuda_reset_peak(device: usize) -> bool {
     // SAFETY: the C side catches every C++ exception.
     unsafe { ffi::rsd_cuda_reset_peak(device) == 1 }
 }
+
+/// Bytes of memory this process may still take, as far as the machine says: the least of the
+/// kernel's `MemAvailable` (`/proc/meminfo`), the room left under this process's cgroup limit
+/// (`memory.max` less `memory.current`, cgroup v2) and the room left under its address-space
+/// limit (`ulimit -v`, less what is mapped already). `None` where none of them is reported (not
+/// Linux). Checked before a size read from a file is allocated, so that a too-large request is
+/// an error naming the file rather than an aborted process.
+pub fn available_bytes() -> Option<u64> {
+    let read = |p: &str| std::fs::read_to_string(p).ok();
+    let mem = read("/proc/meminfo").and_then(|t| kib_field(&t, "MemAvailable:"));
+    let cgroup = read("/proc/self/cgroup").and_then(|c| {
+        let dir = c
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))?
+            .trim()
+            .to_string();
+        let base = format!("/sys/fs/cgroup{dir}");
+        cgroup_room(
+            &read(&format!("{base}/memory.max"))?,
+            &read(&format!("{base}/memory.current"))?,
+        )
+    });
+    let address_space = read("/proc/self/limits").and_then(|limits| {
+        let mapped = read("/proc/self/status").and_then(|s| kib_field(&s, "VmSize:"))?;
+        address_space_room(&limits, mapped)
+    });
+    [mem, cgroup, address_space].into_iter().flatten().min()
+}
+
+/// A `Name:   123 kB` line of `/proc/meminfo` or `/proc/self/status`, in bytes.
+fn kib_field(text: &str, name: &str) -> Option<u64> {
+    let kib: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(name))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    kib.checked_mul(1024)
+}
+
+/// Room under a cgroup v2 limit: `memory.max` (a number, or `max` for none) less
+/// `memory.current`.
+fn cgroup_room(max: &str, current: &str) -> Option<u64> {
+    let max: u64 = max.trim().parse().ok()?;
+    let current: u64 = current.trim().parse().ok()?;
+    Some(max.saturating_sub(current))
+}
+
+/// Room under the soft `Max address space` limit of `/proc/self/limits` (`unlimited`: none),
+/// given `mapped` bytes mapped already.
+fn address_space_room(limits: &str, mapped: u64) -> Option<u64> {
+    let rest = limits
+        .lines()
+        .find_map(|l| l.strip_prefix("Max address space"))?;
+    let soft: u64 = rest.split_whitespace().next()?.parse().ok()?;
+    Some(soft.saturating_sub(mapped))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_limits_are_read_from_the_kernels_files() {
+        let meminfo = "MemTotal:       16000000 kB\nMemAvailable:    8000000 kB\n";
+        assert_eq!(kib_field(meminfo, "MemAvailable:"), Some(8_192_000_000));
+        assert_eq!(kib_field(meminfo, "MemFree:"), None);
+        assert_eq!(cgroup_room("max\n", "100\n"), None);
+        assert_eq!(cgroup_room("1000\n", "100\n"), Some(900));
+        assert_eq!(cgroup_room("1000\n", "2000\n"), Some(0));
+        let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
+                      Max address space         4000000000           unlimited            bytes\n";
+        assert_eq!(
+            address_space_room(limits, 1_000_000_000),
+            Some(3_000_000_000)
+        );
+        let unlimited =
+            "Max address space         unlimited            unlimited            bytes\n";
+        assert_eq!(address_space_room(unlimited, 1), None);
+        // This machine reports at least MemAvailable.
+        if cfg!(target_os = "linux") {
+            assert!(available_bytes().is_some_and(|b| b > 0));
+        }
+    }
+}

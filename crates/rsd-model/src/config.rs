@@ -631,6 +631,73 @@ impl ModelConfig {
         ])
     }
 
+    /// The most elements one parameter tensor of this config holds: the embedding, an MLP
+    /// projection or an attention projection, whichever is largest. Initialising a model holds
+    /// one such tensor in fp32 twice over (the values, then the tensor made from them) besides
+    /// the model itself.
+    pub fn largest_tensor_elements(&self) -> i64 {
+        let (d, hd) = (self.hidden_size, self.head_dim);
+        [
+            self.vocab_size.saturating_mul(d),
+            d.saturating_mul(self.intermediate_size),
+            d.saturating_mul(self.num_attention_heads.saturating_mul(hd)),
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0)
+    }
+
+    /// The bytes creating this model takes, its parameters stored in `dtype_bytes`-byte
+    /// elements: the parameters, plus the two fp32 copies of the largest tensor made while it
+    /// is initialised (see [`ModelConfig::largest_tensor_elements`]). `None` when that
+    /// overflows u64 (no machine has that much anyway).
+    pub fn init_bytes(&self, dtype_bytes: u64) -> Option<u64> {
+        let params = u64::try_from(self.checked_num_parameters()?).ok()?;
+        let largest = u64::try_from(self.largest_tensor_elements()).ok()?;
+        params
+            .checked_mul(dtype_bytes)?
+            .checked_add(largest.checked_mul(8)?)
+    }
+
+    /// Refuses, before anything is allocated, a model that would not fit in memory: a config
+    /// within every per-key bound may still declare trillions of parameters, and allocating
+    /// them would abort the process instead of failing. `path` (the config file) and
+    /// `dtype` (its name, e.g. `bf16`) are for the message; `available` is what this process
+    /// may still take (see [`crate::alloc::available_bytes`]; `None`: unknown, not checked).
+    pub fn check_fits_in_memory(
+        &self,
+        path: &std::path::Path,
+        dtype: &str,
+        dtype_bytes: u64,
+        available: Option<u64>,
+    ) -> Result<()> {
+        let Some(available) = available else {
+            return Ok(());
+        };
+        let needed = self.init_bytes(dtype_bytes);
+        if needed.is_some_and(|n| n <= available) {
+            return Ok(());
+        }
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        let params = self.num_parameters();
+        let stored = u64::try_from(params)
+            .ok()
+            .and_then(|p| p.checked_mul(dtype_bytes))
+            .map_or("more than 2^64 bytes".to_string(), |b| {
+                format!("{:.1} GiB in {dtype}", gib(b))
+            });
+        let total = needed.map_or("more than 2^64 bytes".to_string(), |b| {
+            format!("{:.1} GiB", gib(b))
+        });
+        Err(ModelError::InvalidConfig(format!(
+            "{}: declares {params} parameters ({stored}; {total} with the fp32 copies of its \
+             largest tensor made while initialising), more than the {:.1} GiB ({available} \
+             bytes) this machine has available",
+            path.display(),
+            gib(available)
+        )))
+    }
+
     /// Sets a new RoPE base (ABF), e.g. 8e6 before training Llama-3 at 64K.
     pub fn set_rope_theta(&mut self, theta: f64) -> Result<()> {
         if !theta.is_finite() || theta <= 0.0 {

@@ -406,6 +406,54 @@ fn a_config_inflated_past_its_weights_is_refused_before_anything_is_allocated() 
     );
 }
 
+/// A config within every bound (each key's and the 2^41 parameters') that declares a model no
+/// machine holds: about 2^40 parameters, 2 TiB in bf16.
+fn huge_config() -> ModelConfig {
+    ModelConfig::from_hf_json(json!({"architectures": ["LlamaForCausalLM"],
+        "vocab_size": 1 << 20, "hidden_size": 1 << 19, "intermediate_size": 1 << 10,
+        "num_hidden_layers": 4, "num_attention_heads": 1 << 9, "num_key_value_heads": 1 << 5,
+        "head_dim": 64}))
+    .unwrap()
+}
+
+#[test]
+fn a_model_larger_than_memory_is_refused_naming_the_config_and_the_bytes() {
+    let cfg = huge_config();
+    let params = cfg.num_parameters();
+    assert!(params > 1 << 40, "{params}");
+    let path = Path::new("/models/huge/config.json");
+    let available = rsd_model::alloc::available_bytes();
+    assert!(available.is_some(), "this machine reports its memory");
+    let err = cfg
+        .check_fits_in_memory(path, "bf16", 2, available)
+        .unwrap_err()
+        .to_string();
+    let expected = format!("/models/huge/config.json: declares {params} parameters (");
+    assert!(err.contains(&expected), "{err}");
+    assert!(
+        err.contains("GiB in bf16") && err.contains("this machine has available"),
+        "{err}"
+    );
+    // The count in bytes is exact: parameters × 2 plus the two fp32 copies of the embedding.
+    let needed = cfg.init_bytes(2).unwrap();
+    assert_eq!(needed, params as u64 * 2 + (1u64 << 39) * 8);
+    // At exactly the bytes it needs it fits; one byte less does not.
+    assert!(cfg
+        .check_fits_in_memory(path, "bf16", 2, Some(needed))
+        .is_ok());
+    let err = cfg
+        .check_fits_in_memory(path, "bf16", 2, Some(needed - 1))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&format!("({} bytes)", needed - 1)), "{err}");
+    // Unknown memory (not Linux): not checked.
+    assert!(cfg.check_fits_in_memory(path, "bf16", 2, None).is_ok());
+    // A tiny model fits on any machine that runs the tests.
+    assert!(tiny_config()
+        .check_fits_in_memory(path, "fp32", 4, available)
+        .is_ok());
+}
+
 mod config_and_header_properties {
     use super::*;
     use proptest::prelude::*;
@@ -458,6 +506,12 @@ mod config_and_header_properties {
             }
             if let Ok(c) = ModelConfig::from_hf_json(config) {
                 prop_assert!(c.num_parameters() > 0 && c.num_parameters() <= 1 << 41);
+                // The bytes to create it are a number (bounded configs never overflow u64), and
+                // the memory check answers without allocating.
+                let needed = c.init_bytes(8);
+                prop_assert!(needed.is_some());
+                let fits = c.check_fits_in_memory(Path::new("c.json"), "fp64", 8, Some(1 << 34));
+                prop_assert_eq!(fits.is_ok(), needed.is_some_and(|n| n <= 1 << 34));
             }
         }
 
