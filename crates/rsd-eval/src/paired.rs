@@ -647,7 +647,7 @@ mod tests {
     fn noise_floors_separate_real_effects_from_what_relabelling_makes() {
         // The baseline depends on depth completely (1 at depth 0, 0 at depth 1); the arm is a
         // coin per item at every depth; 20 items per cell, 3 replicas.
-        let coin = |s: usize| ((s * 2654435761) >> 7) % 2 == 0;
+        let coin = |s: usize| ((s * 2654435761) >> 7).is_multiple_of(2);
         let base = records(20, |_, d, _| if d == 0.0 { 1.0 } else { 0.0 });
         let arm = records(20, |l, d, s| {
             f64::from(u8::from(coin(s + l + (d * 7.0) as usize)))
