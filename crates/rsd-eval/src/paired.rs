@@ -473,13 +473,7 @@ fn bootstrap(
 }
 
 /// Sets every measure's noise floors (see the module docs) from `shuffles` relabellings.
-fn noise_floors(
-    a: &Dense,
-    b: &Dense,
-    out: &mut [Measure],
-    shuffles: usize,
-    rng: &mut SplitMix64,
-) {
+fn noise_floors(a: &Dense, b: &Dense, out: &mut [Measure], shuffles: usize, rng: &mut SplitMix64) {
     // Every replica and item once: the floors are of the measures on all the data.
     let full = Draw {
         replicas: (0..a.score.len()).collect(),
@@ -756,10 +750,7 @@ mod tests {
         let acc = by["accuracy@8"];
         assert!(acc.ci[0] <= 0.0 && acc.ci[1] >= 0.0, "{acc:?}");
         let md = p.markdown();
-        assert!(
-            md.contains("| depth_sd@16 | 0.0000 (floor "),
-            "{md}"
-        );
+        assert!(md.contains("| depth_sd@16 | 0.0000 (floor "), "{md}");
         assert!(
             md.contains(" | 0.5000 (floor ") && md.contains(") | -0.5000 | ["),
             "{md}"
