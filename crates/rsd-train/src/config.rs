@@ -607,9 +607,9 @@ impl TrainConfig {
             "eps",
             self.eps,
             f64::MIN_POSITIVE,
-            1.0,
+            f64::MAX,
             false,
-            "must lie in (0, 1]",
+            "must be a finite number > 0",
         )?;
         within(
             "weight_decay",
