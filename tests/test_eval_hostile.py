@@ -104,6 +104,18 @@ def test_plot_replaces_planted_links_and_never_writes_their_targets(tmp_path):
     assert target.read_text() == "keep me"
 
 
+def test_plot_refuses_a_plots_directory_planted_as_a_link(tmp_path):
+    """RUN/plots is the run's own directory: a link planted there (to another directory) is
+    refused, naming it, and nothing is written where it points."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run_dir = write_run(tmp_path / "run", small_records())
+    (run_dir / "plots").symlink_to(elsewhere)
+    p = eval_fails("plot", run_dir)
+    assert "plots: a symbolic link where rsd keeps a directory of its own" in p.stderr, p.stderr
+    assert list(elsewhere.iterdir()) == []
+
+
 def test_compare_replaces_planted_links(tmp_path):
     target = precious(tmp_path)
     a = write_run(tmp_path / "a", small_records())

@@ -256,3 +256,19 @@ def test_a_config_declaring_more_than_the_machine_holds_is_refused_before_alloca
     assert p.returncode == 1, (p.returncode, p.stderr[-2000:])
     assert "huge.json" in p.stderr and "parameters" in p.stderr and "available" in p.stderr, \
         p.stderr
+
+
+def test_a_checkpoints_directory_planted_as_a_link_is_refused_and_its_target_untouched(shards,
+                                                                                        tmp_path):
+    """<run>/checkpoints is the run's own: a link planted there would take new checkpoints,
+    and the pruning of old ones, to wherever it points."""
+    out = tmp_path / "run"
+    train(shards, out, "--steps", 3, "--stop-at", 1)
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(str(out / "checkpoints"), elsewhere)
+    (out / "checkpoints").symlink_to(elsewhere)
+    before = sorted(p.name for p in elsewhere.iterdir())
+    p = train_fails(shards, out, "--steps", 3, "--save-every", 1, "--resume", "auto")
+    assert "checkpoints: a symbolic link where rsd keeps a directory of its own" in p.stderr, \
+        p.stderr
+    assert sorted(p.name for p in elsewhere.iterdir()) == before

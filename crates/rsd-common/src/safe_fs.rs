@@ -122,6 +122,15 @@ pub enum FsError {
         /// What is there (`a symbolic link`, `a FIFO (named pipe)`, …).
         kind: &'static str,
     },
+    /// A directory rsd keeps inside a run (its checkpoints, its plots) is not a directory: a
+    /// link planted there would carry every write, and every pruning, elsewhere.
+    #[error("{}: {kind} where rsd keeps a directory of its own; not writing through it (remove it if it is yours)", path.display())]
+    NotOwnDirectory {
+        /// The directory's name.
+        path: PathBuf,
+        /// What is there (`a symbolic link`, `a regular file`, …).
+        kind: &'static str,
+    },
     /// An operating-system error on a file.
     #[error("{}: {source}", path.display())]
     Io {
@@ -148,6 +157,7 @@ impl FsError {
             | FsError::TooLarge { path, .. }
             | FsError::TemporaryInTheWay { path, .. }
             | FsError::NotAppendable { path, .. }
+            | FsError::NotOwnDirectory { path, .. }
             | FsError::Io { path, .. } => path,
         }
     }
@@ -330,6 +340,38 @@ pub fn own_regular_file(path: &Path) -> Result<bool> {
             path: path.to_path_buf(),
             kind: kind_of(&meta),
         }),
+    }
+}
+
+/// Makes sure `path` is a directory of rsd's own, creating it (and its parents) if absent: an
+/// existing directory is kept; a symbolic link (even to a directory), a file or a FIFO there is
+/// [`FsError::NotOwnDirectory`], never followed. For the directories rsd keeps inside a run or an
+/// output directory it was given (`checkpoints/`, `plots/`); the directory given on the command
+/// line itself is the user's choice and may be a link.
+pub fn create_own_dir(path: &Path) -> Result<()> {
+    let check = |meta: &Metadata| match meta.file_type().is_dir() {
+        true => Ok(()),
+        false => Err(FsError::NotOwnDirectory {
+            path: path.to_path_buf(),
+            kind: kind_of(meta),
+        }),
+    };
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) => check(&meta),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent).map_err(io_error(parent))?;
+            }
+            match std::fs::create_dir(path) {
+                Ok(()) => Ok(()),
+                // Another rank or process made it in between: check what is there now.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    check(&std::fs::symlink_metadata(path).map_err(io_error(path))?)
+                }
+                Err(e) => Err(io_error(path)(e)),
+            }
+        }
+        Err(e) => Err(io_error(path)(e)),
     }
 }
 
@@ -571,6 +613,24 @@ pub fn replace_dir(tmp: &Path, dest: &Path) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn own_directories_are_made_or_kept_and_a_planted_link_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let own = dir.path().join("run").join("checkpoints");
+        super::create_own_dir(&own).unwrap();
+        assert!(own.is_dir());
+        super::create_own_dir(&own).unwrap();
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        let planted = dir.path().join("run").join("plots");
+        std::os::unix::fs::symlink(&elsewhere, &planted).unwrap();
+        let e = super::create_own_dir(&planted).unwrap_err().to_string();
+        assert!(
+            e.contains("a symbolic link where rsd keeps a directory of its own"),
+            "{e}"
+        );
+    }
+
     use super::*;
 
     #[test]

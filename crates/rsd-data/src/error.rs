@@ -134,9 +134,9 @@ impl DataError {
                     FsError::UnsafeName(_) | FsError::TooLarge { .. } => Cause::Corrupt,
                     FsError::NotRegularFile { .. } | FsError::Io { .. } => Cause::Unreadable,
                     // About the output, never an input.
-                    FsError::TemporaryInTheWay { .. } | FsError::NotAppendable { .. } => {
-                        return None
-                    }
+                    FsError::TemporaryInTheWay { .. }
+                    | FsError::NotAppendable { .. }
+                    | FsError::NotOwnDirectory { .. } => return None,
                 };
                 Some((e.path(), cause))
             }

@@ -228,7 +228,16 @@ pub fn read_ppl(path: &Path) -> Result<PplReport, EvalError> {
 
 /// `rsd-eval plot`: writes the figures; returns a line per file written, for the user.
 pub fn command(args: &PlotArgs) -> Result<String, EvalError> {
-    let out = args.out.clone().unwrap_or_else(|| args.run.join("plots"));
+    let out = match &args.out {
+        Some(out) => out.clone(),
+        None => {
+            // The run's own plots directory: a link planted there is not written through.
+            let plots = args.run.join("plots");
+            rsd_common::safe_fs::create_own_dir(&plots)
+                .map_err(|e| EvalError::Input(e.to_string()))?;
+            plots
+        }
+    };
     let results = args.run.join("results.jsonl");
     let ppl = args.run.join("ppl.json");
     let mut written = Vec::new();

@@ -605,7 +605,9 @@ pub fn write(report: &PplReport, dir: &Path) -> Result<Vec<PathBuf>, EvalError> 
     rsd_common::safe_fs::write_file_atomic(&path, (text + "\n").as_bytes())
         .map_err(|e| EvalError::Input(e.to_string()))?;
     let mut out = vec![path];
-    out.extend(write_ppl_figures(report, &dir.join("plots"))?);
+    let plots = dir.join("plots");
+    rsd_common::safe_fs::create_own_dir(&plots).map_err(|e| EvalError::Input(e.to_string()))?;
+    out.extend(write_ppl_figures(report, &plots)?);
     Ok(out)
 }
 

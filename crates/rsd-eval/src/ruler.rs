@@ -221,7 +221,7 @@ pub fn write_predictions(
 ) -> Result<()> {
     for ((task, length), lines) in preds {
         let d = dir.join(length.to_string());
-        std::fs::create_dir_all(&d).map_err(io_err(&d))?;
+        rsd_common::safe_fs::create_own_dir(&d).map_err(|e| EvalError::Input(e.to_string()))?;
         let path = d.join(format!("{task}.jsonl"));
         let mut text = String::new();
         for p in lines {

@@ -407,6 +407,9 @@ pub fn dir_for(out: &Path, step: u64) -> PathBuf {
 
 /// Complete checkpoints under `out`, oldest first.
 pub fn list(out: &Path) -> Vec<(u64, PathBuf)> {
+    if !own_checkpoints_dir(out) {
+        return Vec::new();
+    }
     let mut v: Vec<(u64, PathBuf)> = fs::read_dir(out.join("checkpoints"))
         .into_iter()
         .flatten()
@@ -425,6 +428,22 @@ pub fn list(out: &Path) -> Vec<(u64, PathBuf)> {
     v
 }
 
+/// Whether `out/checkpoints` is a real directory (not a link planted in its place): only then
+/// are checkpoints looked for, or stale temporaries removed, there.
+fn own_checkpoints_dir(out: &Path) -> bool {
+    fs::symlink_metadata(out.join("checkpoints")).is_ok_and(|m| m.file_type().is_dir())
+}
+
+/// Refuses a run whose `checkpoints` is anything but a directory of its own (a link planted
+/// there, a file): checked before a resume looks for checkpoints, so the run stops naming it.
+pub fn check_checkpoints_dir(out: &Path) -> Result<()> {
+    let dir = out.join("checkpoints");
+    match fs::symlink_metadata(&dir) {
+        Err(_) => Ok(()),
+        Ok(_) => Ok(rsd_common::safe_fs::create_own_dir(&dir)?),
+    }
+}
+
 /// The temporary directory a checkpoint of `step` is written into, `pid` being the writing
 /// process's (rank 0's in a multi-process run).
 pub fn temp_dir_for(out: &Path, step: u64, pid: u32) -> PathBuf {
@@ -434,6 +453,11 @@ pub fn temp_dir_for(out: &Path, step: u64, pid: u32) -> PathBuf {
 
 /// Creates an empty temporary directory `tmp` (removing a leftover of the same name).
 pub fn create_temp(tmp: &Path) -> Result<()> {
+    // `checkpoints/` is the run's own: a link planted there would take the checkpoints, and
+    // the pruning of old ones, to wherever it points.
+    if let Some(parent) = tmp.parent() {
+        rsd_common::safe_fs::create_own_dir(parent)?;
+    }
     if tmp.exists() {
         fs::remove_dir_all(tmp).map_err(io_err(tmp))?;
     }
@@ -815,6 +839,9 @@ pub fn remove_stale_temporaries(out: &Path) -> Vec<PathBuf> {
             .is_ok_and(|p| p == std::process::id() || Path::new(&format!("/proc/{p}")).exists())
     };
     let mut removed = Vec::new();
+    if !own_checkpoints_dir(out) {
+        return removed;
+    }
     for e in fs::read_dir(out.join("checkpoints"))
         .into_iter()
         .flatten()

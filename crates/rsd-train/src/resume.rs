@@ -260,6 +260,7 @@ fn find_checkpoint(
     let dir = match arg {
         "auto" => {
             let out = out()?;
+            checkpoint::check_checkpoints_dir(&out)?;
             if rank0 {
                 // Left by a writer killed mid-checkpoint (a preempted job); only rank 0 writes.
                 for dir in checkpoint::remove_stale_temporaries(&out) {
@@ -298,6 +299,7 @@ fn find_checkpoint(
         }
         "" => {
             let out = out()?;
+            checkpoint::check_checkpoints_dir(&out)?;
             match checkpoint::list(&out).pop() {
                 Some((_, p)) => p,
                 None => {

@@ -12,7 +12,6 @@
 //! the starting model's, or, for an `init` model, the shards' `tokenizer.json` (which
 //! `rsd-data pack` copies into each shard directory) with a `tokenizer_config.json` written here,
 //! so `AutoTokenizer.from_pretrained` loads a trained model directory.
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use rsd_common::safe_fs;
@@ -21,7 +20,7 @@ use rsd_shard::{Manifest, TokenizerInfo, TOKENIZER_FILE};
 use serde_json::Value;
 
 use crate::config::TrainConfig;
-use crate::{io_err, Error, Result};
+use crate::{Error, Result};
 
 /// Where a run's tokenizer files are kept when they come from the shards (`init` runs).
 pub const RUN_TOKENIZER_DIR: &str = "tokenizer";
@@ -132,7 +131,7 @@ pub fn tokenizer_files(cfg: &TrainConfig, out: &Path) -> Result<(Option<PathBuf>
 
 /// `tokenizer.json` and a `tokenizer_config.json` naming its BOS/EOS, into `dir`.
 fn write_tokenizer_dir(file: &Path, info: &TokenizerInfo, dir: &Path) -> Result<()> {
-    fs::create_dir_all(dir).map_err(io_err(dir))?;
+    safe_fs::create_own_dir(dir)?;
     let json = read_json(file)?;
     let token = |id: Option<u32>| -> Value {
         let content = id.and_then(|id| {
