@@ -46,6 +46,8 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     } = a;
     tch::set_num_threads(threads);
     let cfg = read_config(&config)?;
+    // A random fp32 model on the CPU: refused with its byte count if it cannot fit.
+    cfg.check_fits_in_memory(&config, "fp32", 4, rsd_model::alloc::available_bytes())?;
     let m = Model::random(cfg.clone(), ModelOptions::default(), 0)?;
     let cpu = (Kind::Int64, tch::Device::Cpu);
     tch::manual_seed(0);
