@@ -454,36 +454,44 @@ fn a_zstd_bomb_line_is_a_clear_error_or_a_counted_skip_in_bounded_memory() {
     );
 }
 
-#[test]
-fn an_mds_zstd_bomb_is_refused_naming_the_shard_in_bounded_memory() {
-    let tmp = tempfile::tempdir().unwrap();
+/// An MDS dataset of one zstd shard of 2 samples under `tmp/ds`, first compressed honestly and
+/// packed (the baseline's peak RSS), then replaced by a bomb: the honest shard followed by half
+/// a GiB of zeros its index does not declare; `declared`: whether the index says the shard's
+/// decoded size (`raw_data.bytes`). Returns the failed pack of the bomb, the baseline's peak,
+/// the honest shard's and the bomb's sizes.
+fn pack_an_mds_zstd_bomb(tmp: &Path, declared: bool) -> (Finished, f64, usize, usize) {
     let shard = mds_shard(2);
-    // The honest shard, then half a GiB of zeros the index does not declare.
     let bomb = zstd_bomb(&shard, 0, &[]);
-    let ds = tmp.path().join("ds");
+    let ds = tmp.join("ds");
     std::fs::create_dir_all(&ds).unwrap();
-    // The index declares the honest size (raw_data.bytes) for both shard files below.
     let mut index = mds_index(2, "shard.00000.mds", shard.len());
     index["shards"][0]["compression"] = json!("zstd");
+    if !declared {
+        index["shards"][0]["raw_data"] = json!(null);
+    }
     index["shards"][0]["zip_data"] =
         json!({"basename": "shard.00000.mds.zstd", "bytes": bomb.len(), "hashes": {}});
     write_json(&ds.join("index.json"), &index);
-    // The same shard compressed honestly packs: the baseline.
     std::fs::write(
         ds.join("shard.00000.mds.zstd"),
         zstd::encode_all(&shard[..], 3).unwrap(),
     )
     .unwrap();
-    let out = tmp.path().join("o0");
+    let out = tmp.join("o0");
     let baseline = ok(&pack_mds_args(p(&ds), p(&out))).max_rss_mib;
     assert_eq!(ShardSet::open(&out).unwrap().num_samples(), 2);
-
     std::fs::write(ds.join("shard.00000.mds.zstd"), &bomb).unwrap();
-    let f = fails(&pack_mds_args(p(&ds), p(&tmp.path().join("o"))));
+    let failed = fails(&pack_mds_args(p(&ds), p(&tmp.join("o1"))));
+    (failed, baseline, shard.len(), bomb.len())
+}
+
+#[test]
+fn an_mds_zstd_bomb_is_refused_naming_the_shard_in_bounded_memory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (f, baseline, shard, _) = pack_an_mds_zstd_bomb(tmp.path(), true);
     assert!(
         f.stderr.contains("shard.00000.mds.zstd")
-            && f.stderr
-                .contains(&format!("more than {} bytes", shard.len())),
+            && f.stderr.contains(&format!("more than {shard} bytes")),
         "{}",
         f.stderr
     );
@@ -899,32 +907,12 @@ fn mds_spans_that_overlap_are_refused_not_copied_once_per_document() {
 #[test]
 fn an_mds_zstd_shard_without_a_declared_size_is_decoded_only_so_far() {
     let tmp = tempfile::tempdir().unwrap();
-    let shard = mds_shard(2);
-    let bomb = zstd_bomb(&shard, 0, &[]);
-    let ds = tmp.path().join("ds");
-    std::fs::create_dir_all(&ds).unwrap();
-    // No raw_data.bytes: the index declares no decoded size.
-    let mut index = mds_index(2, "shard.00000.mds", shard.len());
-    index["shards"][0]["compression"] = json!("zstd");
-    index["shards"][0]["raw_data"] = json!(null);
-    index["shards"][0]["zip_data"] =
-        json!({"basename": "shard.00000.mds.zstd", "bytes": bomb.len(), "hashes": {}});
-    write_json(&ds.join("index.json"), &index);
-    std::fs::write(
-        ds.join("shard.00000.mds.zstd"),
-        zstd::encode_all(&shard[..], 3).unwrap(),
-    )
-    .unwrap();
-    let baseline = ok(&pack_mds_args(p(&ds), p(&tmp.path().join("o0")))).max_rss_mib;
-
-    std::fs::write(ds.join("shard.00000.mds.zstd"), &bomb).unwrap();
-    let f = fails(&pack_mds_args(p(&ds), p(&tmp.path().join("o1"))));
-    let cap = bomb.len() as u64 * 64 + (1 << 20);
+    let (f, baseline, _, bomb) = pack_an_mds_zstd_bomb(tmp.path(), false);
+    let cap = bomb as u64 * 64 + (1 << 20);
     assert!(
         f.stderr.contains("shard.00000.mds.zstd")
             && f.stderr.contains(&format!(
-                "decompresses to more than {cap} bytes, 64 times its {} compressed bytes + 1 MiB",
-                bomb.len()
+                "decompresses to more than {cap} bytes, 64 times its {bomb} compressed bytes + 1 MiB"
             ))
             && f.stderr.contains("index.json declares no raw_data.bytes"),
         "{}",
