@@ -303,6 +303,9 @@ for step, batch in enumerate(loader):
 flat = torch.cat([p.detach().flatten() for p in model.parameters()])
 json.dump({"losses": losses, "seen": seen, "state": loader.state_dict(), "param_sum": flat.double().sum().item()},
           open(os.path.join(out, f"rank{dist.get_rank()}.json"), "w"))
+# Both ranks leave together: a rank tearing Gloo down while its peer still talks to it was seen
+# to abort once ("terminate called without an active exception", after both wrote their files).
+dist.barrier()
 dist.destroy_process_group()
 '''
 
