@@ -363,3 +363,26 @@ def test_heldout_clm_and_view_gap_equal_the_probe_on_the_saved_model(shards, tmp
     # Without heldout_shards the key is refused, naming both.
     p = train(shards, tmp_path / "bad", "--steps", 1, "--heldout-every", 1, check=False)
     assert p.returncode != 0 and "heldout_every" in p.stderr and "heldout_shards" in p.stderr
+
+
+def test_an_evaluation_records_which_run_seed_and_step_its_model_came_from(shards, tmp_path):
+    """rsd-train saves its training record with the model (rsd_training.json: seed, steps,
+    objective, what it started from) and every checkpoint's model; rsd-eval score copies it into
+    run.json with the sha256 of the weights and the model's RoPE base."""
+    out = tmp_path / "run"
+    train(shards, out, "--steps", 2, "--seed", 5)
+    record = json.loads((out / "model" / "rsd_training.json").read_text())
+    assert (record["seed"], record["steps"], record["objective"]) == (5, 2, "rsd"), record
+    (ckpt,) = (out / "checkpoints").iterdir()
+    assert json.loads((ckpt / "model" / "rsd_training.json").read_text())["steps"] == 2
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"context": "The answer is", "candidates": [" yes", " no"],
+                                 "answer": " yes"}) + "\n")
+    ev = tmp_path / "eval"
+    run("rsd-eval", "score", "--model", out / "model", "--items", items, "--out", ev, "--quiet")
+    got = json.loads((ev / "run.json").read_text())["model_provenance"]
+    digests = b"".join(hashlib.sha256(f.read_bytes()).hexdigest().encode()
+                       for f in sorted((out / "model").glob("*.safetensors")))
+    assert got["weights_sha256"] == hashlib.sha256(digests).hexdigest()
+    assert got["training"] == record
+    assert got["rope_theta"] == json.loads((out / "model" / "config.json").read_text())["rope_theta"]

@@ -498,10 +498,11 @@ pub(crate) fn score_user_items(
     };
     let options = a.runtime.options()?;
     std::fs::create_dir_all(&a.out).map_err(io_err(&a.out))?;
-    let now = serde_json::to_value(&settings).map_err(|e| EvalError::Json {
+    let mut now = serde_json::to_value(&settings).map_err(|e| EvalError::Json {
         path: a.out.join("run.json"),
         reason: e.to_string(),
     })?;
+    now["model_provenance"] = crate::run::model_provenance(model)?;
     settle_run_json(&a.out, &now, &a.runtime.device)?;
 
     let results_path = a.out.join("results.jsonl");

@@ -648,6 +648,9 @@ fn write_run_json(out: &Path, settings: RunSettings, opts: &RunOptions) -> Resul
     })?;
     // Not a setting (generation is batch-invariant): recorded, never compared.
     now["batch_size"] = opts.batch_size.into();
+    if let Some(model) = &opts.model {
+        now["model_provenance"] = model_provenance(model)?;
+    }
     settle_run_json(out, &now, &opts.runtime.device)
 }
 
@@ -1017,7 +1020,51 @@ pub(crate) fn rank_first(scores: &[gen::ContinuationScore], gold: usize) -> (usi
 }
 
 /// What run.json holds beside the settings: free to change between resumed runs.
-const NOT_SETTINGS: [&str; 3] = ["batch_size", "device", "created_by"];
+const NOT_SETTINGS: [&str; 4] = ["batch_size", "device", "created_by", "model_provenance"];
+
+/// The largest training record (`rsd_training.json`) read from a model directory.
+const MAX_TRAINING_RECORD_BYTES: u64 = 1 << 20;
+
+/// What run.json records of the model evaluated, beside its path: the sha256 of its weights
+/// (of each `*.safetensors` file's digest, in name order), the RoPE base and scaling its
+/// `config.json` holds, and the training record rsd-train saves with a model
+/// (`rsd_training.json`: seed, steps, objective), when there is one. Recorded, not compared on
+/// resume (the model's path is).
+pub(crate) fn model_provenance(dir: &Path) -> Result<Value> {
+    use sha2::{Digest, Sha256};
+    let mut weights: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(io_err(dir))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+        .collect();
+    weights.sort();
+    let mut all = Sha256::new();
+    for w in &weights {
+        all.update(sha256_file(w)?.as_bytes());
+    }
+    let read_json = |name: &str, limit: u64| -> Result<Option<Value>> {
+        let path = dir.join(name);
+        if !path.exists() {
+            return Ok(None);
+        }
+        let text = safe_fs::read_text(&path, limit, "model metadata")
+            .map_err(|e| EvalError::Input(e.to_string()))?;
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| EvalError::Json {
+                path: path.clone(),
+                reason: crate::lines::json_message(&e),
+            })
+    };
+    let config = read_json("config.json", safe_fs::MAX_METADATA_BYTES)?.unwrap_or(Value::Null);
+    Ok(serde_json::json!({
+        "weights_sha256": hex(&all.finalize()),
+        "weight_files": weights.len(),
+        "rope_theta": config.get("rope_theta"),
+        "rope_scaling": config.get("rope_scaling"),
+        "training": read_json("rsd_training.json", MAX_TRAINING_RECORD_BYTES)?,
+    }))
+}
 
 /// Holds a run directory to `settings`: a `run.json` already in `out` must hold the same
 /// settings (else the error names the first difference); then `run.json` is written anew with

@@ -494,6 +494,7 @@ pub fn write_main(
         ..SaveOptions::default()
     };
     model.save(&tmp.join("model"), &model_opts)?;
+    write_training_record(&tmp.join("model"), cfg, state.step)?;
     if let Some(named) = optimizer {
         Tensor::write_safetensors(named, tmp.join("optimizer.safetensors"))?;
     }
@@ -505,6 +506,34 @@ pub fn write_main(
     fault::disk_full(tmp)?;
     fault::slow_save();
     Ok(())
+}
+
+/// The file a model rsd-train saves carries its training record in: evaluations copy it into
+/// their `run.json`, so a result says which run, seed and step it came from.
+pub const TRAINING_RECORD: &str = "rsd_training.json";
+
+/// Writes `model_dir/rsd_training.json`: the seed, the steps taken, the objective and what the
+/// run started from, as `cfg` and `steps` say.
+pub fn write_training_record(model_dir: &Path, cfg: &TrainConfig, steps: u64) -> Result<()> {
+    let record = serde_json::json!({
+        "created_by": format!("rsd-train {}", env!("CARGO_PKG_VERSION")),
+        "seed": cfg.seed,
+        "steps": steps,
+        "objective": cfg.objective.to_string(),
+        "perturb": cfg.perturb.to_string(),
+        "lambda": cfg.lambda,
+        "lr": cfg.lr,
+        "rope_theta": cfg.rope_theta,
+        "max_position_embeddings": cfg.max_position_embeddings,
+        "model": cfg.model,
+        "init": cfg.init,
+        "shards": cfg.shards,
+    });
+    let text = serde_json::to_string_pretty(&record).map_err(|e| Error::Input(e.to_string()))?;
+    Ok(rsd_common::safe_fs::write_file_atomic(
+        &model_dir.join(TRAINING_RECORD),
+        format!("{text}\n").as_bytes(),
+    )?)
 }
 
 /// Rank 0, after every rank's files are in `tmp`: writes the manifest (`manifest`'s `files`

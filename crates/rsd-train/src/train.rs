@@ -1031,6 +1031,7 @@ impl Trainer {
                     ..Default::default()
                 },
             )?;
+            crate::checkpoint::write_training_record(&dir, &self.cfg, self.state.step)?;
             Some(dir)
         };
         let summary = Summary {
