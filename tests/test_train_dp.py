@@ -325,6 +325,16 @@ def test_a_rank_that_cannot_write_the_checkpoint_stops_every_rank_at_once(shards
     assert "writing the checkpoint's model and state failed on rank 0" in errs[1], errs[1]
 
 
+def test_a_rank_whose_data_fails_stops_every_rank_at_the_steps_first_collective(shards,
+                                                                                 tmp_path):
+    """Rank 1 cannot read its first step's data (the fault hook): it still joins the step's
+    first collective, so rank 0 stops there too, naming the failure, within seconds."""
+    args = train_args(shards, tmp_path / "run", "--tokens-per-step", 256, steps=2)
+    errs = two_ranks_by_hand(args, {"RSD_TRAIN_FAULT_DATA_FAIL_RANK": "1"})
+    assert "fault injection: rank 1 fails to read its data" in errs[1], errs[1]
+    assert "reading step 1's data failed on another rank" in errs[0], errs[0]
+
+
 def two_ranks_by_hand(args, fault_env):
     """Two rsd-train ranks started by hand (the rendezvous variables set here, as a multi-host
     launch would, with no launcher to stop the others); both must fail, each within 120 s (the

@@ -414,11 +414,14 @@ fn starting_point(
             let (model, st, loader) = dp.all_ok("loading the checkpoint", loaded)?;
             (model, Some(st), loader)
         }
-        None => (
-            initial_model(cfg, options)?,
-            None,
-            Loader::new(data::loader_config(cfg, dp.loader_parallel())?)?,
-        ),
+        None => {
+            let opened = initial_model(cfg, options).and_then(|model| {
+                let loader = Loader::new(data::loader_config(cfg, dp.loader_parallel())?)?;
+                Ok((model, loader))
+            });
+            let (model, loader) = dp.all_ok("opening the model and the data", opened)?;
+            (model, None, loader)
+        }
     })
 }
 
@@ -632,13 +635,7 @@ impl Trainer {
                 )));
             }
             let started = Instant::now();
-            let (mbs, local_tokens) = timed("data", || self.next_micro_batches())?;
-            let mut local = LossNormalizers::of_iter(mbs.iter().map(|(_, m)| m));
-            if self.dp.cp().is_some_and(|cp| cp.rank() != 0) {
-                // The ranks of a context-parallel group hold the same samples: count them once.
-                local.samples = 0.0;
-            }
-            let (norm, tokens) = self.dp.global_normalizers(local, local_tokens)?;
+            let (mbs, norm, tokens) = self.step_data()?;
             let losses = self.forward_backward(&mbs, norm)?;
             measure::mark(Phase::Backward);
             timed("reduce", || {
@@ -716,6 +713,45 @@ impl Trainer {
             Some(all[0] / all[2].max(1.0)),
             Some(all[1] / all[3].max(1.0)),
         ))
+    }
+
+    /// The step's micro-batches and the normalisers summed over the ranks. A rank whose data
+    /// fails to read still takes part in the step's first collective, with a NaN normaliser:
+    /// every rank learns of it there and stops at once, instead of waiting in that collective
+    /// until its timeout; the payload is the step's own.
+    #[allow(clippy::type_complexity)]
+    fn step_data(&mut self) -> Result<(Vec<(Vec<usize>, MicroBatch)>, LossNormalizers, u64)> {
+        let data = timed("data", || match fault::data_fails(self.dp.rank()) {
+            true => Err(Error::Input(format!(
+                "fault injection: rank {} fails to read its data",
+                self.dp.rank()
+            ))),
+            false => self.next_micro_batches(),
+        });
+        let (mbs, local_tokens, failed) = match data {
+            Ok((mbs, tokens)) => (mbs, tokens, None),
+            Err(e) => (Vec::new(), 0, Some(e)),
+        };
+        let mut local = LossNormalizers::of_iter(mbs.iter().map(|(_, m)| m));
+        if self.dp.cp().is_some_and(|cp| cp.rank() != 0) {
+            // The ranks of a context-parallel group hold the same samples: count them once.
+            local.samples = 0.0;
+        }
+        if failed.is_some() {
+            local.label_tokens = f64::NAN;
+        }
+        let (norm, tokens) = self.dp.global_normalizers(local, local_tokens)?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        if norm.label_tokens.is_nan() {
+            return Err(Error::Input(format!(
+                "reading step {}'s data failed on another rank (its own message says why); \
+                 every rank stops",
+                self.state.step + 1
+            )));
+        }
+        Ok((mbs, norm, tokens))
     }
 
     /// This rank's data of the step: its `accum / ranks` loader batches, as micro-batches on the
@@ -1280,6 +1316,17 @@ mod fault {
 
     #[cfg(not(feature = "fault-injection"))]
     pub fn load_fails(_rank: usize) -> bool {
+        false
+    }
+
+    /// `RSD_TRAIN_FAULT_DATA_FAIL_RANK=K`: rank K fails to read its first step's data.
+    #[cfg(feature = "fault-injection")]
+    pub fn data_fails(rank: usize) -> bool {
+        rank_named("RSD_TRAIN_FAULT_DATA_FAIL_RANK", rank)
+    }
+
+    #[cfg(not(feature = "fault-injection"))]
+    pub fn data_fails(_rank: usize) -> bool {
         false
     }
 
