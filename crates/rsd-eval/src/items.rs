@@ -270,25 +270,10 @@ pub fn read_items(path: &Path, tok: &TextTokenizer) -> Result<Vec<UserItem>> {
 /// Refuses items spanning more tasks, lengths or depths than a summary tabulates (see
 /// [`crate::results::check_distinct`]), before anything is scored.
 fn check_items_distinct(path: &Path, items: &[UserItem]) -> Result<()> {
-    let shape: Vec<ItemResult> = items
+    let cells = items
         .iter()
-        .map(|it| ItemResult {
-            task: it.task.clone(),
-            length: it.length,
-            depth: it.depth,
-            sample: it.line,
-            expected: Vec::new(),
-            output: String::new(),
-            score: 0.0,
-            prompt_tokens: 0,
-            logprob: None,
-            rank: None,
-            candidates: None,
-            greedy: None,
-            score_norm: None,
-        })
-        .collect();
-    Ok(check_distinct(path, &shape)?)
+        .map(|it| (it.task.as_str(), it.length, it.depth));
+    Ok(check_distinct(path, cells)?)
 }
 
 /// The longest context plus candidate must fit the model's window, unless RoPE is rescaled.

@@ -60,6 +60,11 @@ pub fn item_key(task: &str, length: usize, depth: Option<f64>, sample: usize) ->
 }
 
 impl ItemResult {
+    /// The (task, length, depth) cell this result counts in, as [`check_distinct`] takes it.
+    pub fn cell(&self) -> (&str, usize, Option<f64>) {
+        (&self.task, self.length, self.depth)
+    }
+
     /// This result's [`item_key`].
     pub fn key(&self) -> ItemKey {
         item_key(&self.task, self.length, self.depth, self.sample)
@@ -227,13 +232,16 @@ pub fn parse_line(path: &Path, line: usize, text: &str) -> Result<ItemResult, Re
 
 /// Refuses records spanning more than [`MAX_DISTINCT`] tasks, lengths or depths (`path` names
 /// where they came from).
-pub fn check_distinct(path: &Path, items: &[ItemResult]) -> Result<(), ResultsError> {
-    let tasks: HashSet<&str> = items.iter().map(|r| r.task.as_str()).collect();
-    let lengths: HashSet<usize> = items.iter().map(|r| r.length).collect();
-    let depths: HashSet<u64> = items
-        .iter()
-        .filter_map(|r| r.depth.map(f64::to_bits))
-        .collect();
+pub fn check_distinct<'a>(
+    path: &Path,
+    cells: impl IntoIterator<Item = (&'a str, usize, Option<f64>)>,
+) -> Result<(), ResultsError> {
+    let (mut tasks, mut lengths, mut depths) = (HashSet::new(), HashSet::new(), HashSet::new());
+    for (task, length, depth) in cells {
+        tasks.insert(task);
+        lengths.insert(length);
+        depths.extend(depth.map(f64::to_bits));
+    }
     for (what, count, hint) in [
         ("tasks", tasks.len(), "RULER has 13"),
         (
@@ -277,7 +285,7 @@ pub fn read_results(path: &Path) -> Result<Vec<ItemResult>, ResultsError> {
         }
         items.push(parse_line(path, line.number, line.text)?);
     }
-    check_distinct(path, &items)?;
+    check_distinct(path, items.iter().map(ItemResult::cell))?;
     Ok(items)
 }
 

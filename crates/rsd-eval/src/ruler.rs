@@ -356,7 +356,7 @@ pub fn read_predictions(path: &Path) -> Result<Vec<ItemResult>> {
             out.push(r);
         }
     }
-    crate::results::check_distinct(path, &out)?;
+    crate::results::check_distinct(path, out.iter().map(ItemResult::cell))?;
     Ok(out)
 }
 

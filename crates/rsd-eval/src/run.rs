@@ -1478,21 +1478,7 @@ mod tests {
     use std::os::unix::fs::symlink;
 
     fn record(sample: usize) -> ItemResult {
-        ItemResult {
-            task: "niah_single_1".into(),
-            length: 1024,
-            depth: Some(0.5),
-            sample,
-            expected: vec!["7".into()],
-            output: "7".into(),
-            score: 1.0,
-            prompt_tokens: 1000,
-            logprob: None,
-            rank: None,
-            candidates: None,
-            greedy: None,
-            score_norm: None,
-        }
+        crate::plot::tests::item(1024, Some(0.5), sample, 1.0)
     }
 
     #[test]
