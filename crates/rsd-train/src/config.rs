@@ -572,78 +572,61 @@ impl TrainConfig {
     /// divides by zero in AdamW's bias correction, a NaN λ poisons every step, a timeout of 2^64
     /// seconds overflows the milliseconds c10d takes), each with the range it must lie in.
     fn check_ranges(&self) -> Result<()> {
-        let within = |key: &str, v: f64, lo: f64, hi: f64, hi_open: bool, what: &str| {
-            let inside = v.is_finite() && v >= lo && if hi_open { v < hi } else { v <= hi };
-            match inside {
-                true => Ok(()),
-                false => Err(Error::Input(format!("config key {key}: {v}; {what}"))),
-            }
-        };
-        within(
-            "lambda",
-            self.lambda,
-            0.0,
-            f64::MAX,
-            false,
-            "must be a finite number ≥ 0",
-        )?;
-        within(
-            "beta1",
-            self.beta1,
-            0.0,
-            1.0,
-            true,
-            "AdamW's β must lie in [0, 1)",
-        )?;
-        within(
-            "beta2",
-            self.beta2,
-            0.0,
-            1.0,
-            true,
-            "AdamW's β must lie in [0, 1)",
-        )?;
-        within(
-            "eps",
-            self.eps,
-            f64::MIN_POSITIVE,
-            f64::MAX,
-            false,
-            "must be a finite number > 0",
-        )?;
-        within(
-            "weight_decay",
-            self.weight_decay,
-            0.0,
-            1e3,
-            false,
-            "must lie in [0, 1000]",
-        )?;
-        within(
-            "clip",
-            self.clip,
-            0.0,
-            f64::MAX,
-            false,
-            "a norm ≥ 0 (0 = off)",
-        )?;
-        within(
-            "long_ce_gamma",
-            self.long_ce_gamma,
-            0.0,
-            f64::MAX,
-            false,
-            "must be ≥ 0",
-        )?;
-        if let Some(theta) = self.rope_theta {
-            within(
+        // (key, value, lowest, highest, whether the highest is excluded, the range in words)
+        let max = f64::MAX;
+        let reals = [
+            (
+                "lambda",
+                self.lambda,
+                0.0,
+                max,
+                false,
+                "a finite number ≥ 0",
+            ),
+            ("beta1", self.beta1, 0.0, 1.0, true, "AdamW's β, in [0, 1)"),
+            ("beta2", self.beta2, 0.0, 1.0, true, "AdamW's β, in [0, 1)"),
+            (
+                "eps",
+                self.eps,
+                f64::MIN_POSITIVE,
+                max,
+                false,
+                "a finite number > 0",
+            ),
+            (
+                "weight_decay",
+                self.weight_decay,
+                0.0,
+                1e3,
+                false,
+                "in [0, 1000]",
+            ),
+            ("clip", self.clip, 0.0, max, false, "a norm ≥ 0 (0 = off)"),
+            (
+                "long_ce_gamma",
+                self.long_ce_gamma,
+                0.0,
+                max,
+                false,
+                "a finite number ≥ 0",
+            ),
+            // Absent: keep the model's (0 too).
+            (
                 "rope_theta",
-                theta,
+                self.rope_theta.unwrap_or(0.0),
                 0.0,
                 1e12,
                 false,
                 "a RoPE base in (0, 1e12] (0 = keep)",
-            )?;
+            ),
+        ];
+        for (key, v, lo, hi, hi_open, what) in reals {
+            let inside = v.is_finite() && v >= lo && if hi_open { v < hi } else { v <= hi };
+            if !inside {
+                return Err(Error::Input(format!(
+                    "config key {key}: {v}; must be {what}"
+                )));
+            }
         }
         self.check_counts()
     }
