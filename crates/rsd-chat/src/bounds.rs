@@ -255,6 +255,32 @@ pub(crate) const COMPARISONS: [&str; 7] = [
     "rsd:==", "rsd:!=", "rsd:<", "rsd:<=", "rsd:>", "rsd:>=", "rsd:in",
 ];
 
+/// Name of the function every link but the last of a chained comparison (`a < b` and `b < c`
+/// in `a < b < c < d`) calls before minijinja compares its operands (see [`chained_operands`]).
+pub(crate) const CHAINED: &str = "rsd:chained";
+
+/// Checks the operands of a comparison named `what` (`==`, `in`, …) before minijinja compares
+/// them: lists and maps (a namespace that holds itself) are walked for nesting (see
+/// [`check_nesting`]); strings, numbers and the like need nothing.
+fn check_operands(state: &State, a: &Value, b: &Value, what: &str) -> Result<(), Error> {
+    if a.as_object().is_some() || b.as_object().is_some() {
+        check_nesting(state, &[a.clone(), b.clone()], what)?;
+    }
+    Ok(())
+}
+
+/// The operands `a` and `b` of one link of a chained comparison (`a < b` in `a < b < c`),
+/// checked as [`comparison`] checks its operands, then handed back as the list `[b, a]`: the
+/// compiled template unpacks it onto the stack (`a`, then `b` on top) and runs minijinja's own
+/// instruction for the link, which compares them and keeps `b` for the next one (see
+/// `bound_chained_comparisons` in lib.rs). minijinja's instruction names its operator by a type
+/// the `unstable_machinery` API does not export, so the operator stays minijinja's and only the
+/// operands are checked here.
+pub(crate) fn chained_operands(state: &State, a: Value, b: Value) -> Result<Value, Error> {
+    check_operands(state, &a, &b, "a chained comparison")?;
+    Ok(Value::from(vec![b, a]))
+}
+
 /// A comparison (one of [`COMPARISONS`]): minijinja compares lists and maps by recursion, so
 /// two namespaces that hold themselves would overflow the stack; the operands are checked for
 /// nesting first, then compared as minijinja compares them.
@@ -263,9 +289,7 @@ pub(crate) fn comparison(
 ) -> impl Fn(&State, Value, Value) -> Result<Value, Error> {
     move |state: &State, a: Value, b: Value| {
         let op = name.trim_start_matches("rsd:");
-        if a.as_object().is_some() || b.as_object().is_some() {
-            check_nesting(state, &[a.clone(), b.clone()], op)?;
-        }
+        check_operands(state, &a, &b, op)?;
         Ok(Value::from(match op {
             "==" => a == b,
             "!=" => a != b,
@@ -284,9 +308,7 @@ pub(crate) fn comparison_test(
     op: &'static str,
 ) -> impl Fn(&State, Value, Value) -> Result<bool, Error> {
     move |state: &State, a: Value, b: Value| {
-        if a.as_object().is_some() || b.as_object().is_some() {
-            check_nesting(state, &[a.clone(), b.clone()], op)?;
-        }
+        check_operands(state, &a, &b, op)?;
         Ok(match op {
             "==" => a == b,
             "!=" => a != b,
@@ -595,6 +617,7 @@ pub(crate) fn install(env: &mut minijinja::Environment<'static>) {
     for name in COMPARISONS {
         env.add_function(name, comparison(name));
     }
+    env.add_function(CHAINED, chained_operands);
     for (op, names) in [
         ("==", &["eq", "equalto", "=="][..]),
         ("!=", &["ne", "!="]),

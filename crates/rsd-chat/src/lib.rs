@@ -521,10 +521,76 @@ fn compile(text: &str, syntax: SyntaxConfig) -> Result<CompiledTemplate<'static>
     };
     let mut compiled = CompiledTemplate::new(NAME, source, &config)?;
     bound_operators(&mut compiled.instructions);
+    bound_chained_comparisons(&mut compiled.instructions);
     for block in compiled.blocks.values_mut() {
         bound_operators(block);
+        bound_chained_comparisons(block);
     }
     Ok(compiled)
+}
+
+/// Has every link but the last of a chained comparison (`a < b < c`, `a == b == c`) check its
+/// operands as the plain comparisons do (see [`bounds::chained_operands`]) before minijinja
+/// compares them.
+///
+/// minijinja compiles `a < b < c` into `a, b, CompareAndPreserve(<), JumpIfFalseOrPop(fail),
+/// c, Lt, Jump(end), fail: Swap, DiscardTop, end:`: `CompareAndPreserve` leaves `b` under the
+/// result for the next link, which no single call can do, and its operator is of a type the
+/// `unstable_machinery` API does not name. The final `Lt` is rewritten by [`bound_operators`];
+/// each `CompareAndPreserve` at `i` becomes a `Jump` to code appended after the template's own:
+///
+/// ```text
+/// k:   CallFunction(rsd:chained, 2)   a, b  ->  [b, a]   (or the error: nested too deep)
+/// k+1: UnpackList(2)                  [b, a] -> a, b
+/// k+2: CompareAndPreserve(<)          minijinja's own instruction, moved here
+/// k+3: Jump(i + 1)
+/// ```
+///
+/// Nothing is inserted, so no jump target of the template moves. The appended code is
+/// preceded by a `Jump` past its end, so the template's own code, which ends by running off
+/// the end of its instructions (blocks too; macros `Return`), still ends there. Each appended
+/// instruction carries the location of the instruction it replaces, for error messages.
+fn bound_chained_comparisons(instructions: &mut Instructions<'static>) {
+    let mut sites = Vec::new();
+    let mut len: u32 = 0;
+    while let Some(instr) = instructions.get(len) {
+        if matches!(instr, Instruction::CompareAndPreserve(_)) {
+            sites.push(len);
+        }
+        len += 1;
+    }
+    if sites.is_empty() {
+        return;
+    }
+    // Patched to the end once the checks are appended.
+    let stop = instructions.add(Instruction::Jump(u32::MAX));
+    let mut end = stop + 1;
+    for site in sites {
+        let Some(compare) = instructions.get(site).cloned() else {
+            continue;
+        };
+        let span = instructions
+            .get_span(site)
+            .filter(|s| *s != minijinja::machinery::Span::default());
+        let line = instructions
+            .get_line(site)
+            .and_then(|l| u16::try_from(l).ok())
+            .unwrap_or(0);
+        let mut add = |instr| match span {
+            Some(span) => instructions.add_with_span(instr, span),
+            None => instructions.add_with_line(instr, line),
+        };
+        let check = add(Instruction::CallFunction(bounds::CHAINED, Some(2)));
+        add(Instruction::UnpackList(2));
+        add(compare);
+        end = add(Instruction::Jump(site + 1)) + 1;
+        if let Some(instr) = instructions.get_mut(site) {
+            *instr = Instruction::Jump(check);
+        }
+    }
+    if let Some(instr) = instructions.get_mut(stop) {
+        *instr = Instruction::Jump(end);
+    }
 }
 
 fn bound_operators(instructions: &mut Instructions<'static>) {
@@ -787,6 +853,90 @@ mod tests {
             .to_string();
         assert!(
             e.starts_with("chat template strict.jinja:") && e.contains("no system"),
+            "{e}"
+        );
+    }
+
+    /// The rewrite of chained comparisons: every `CompareAndPreserve` left runs after the
+    /// check of its operands, the template's own code still ends where it did (a jump to the
+    /// end of the instructions included), and blocks are rewritten too.
+    #[test]
+    fn chained_comparisons_check_their_operands_in_code_appended_after_the_template() {
+        let syntax = || SyntaxConfig::builder().build().unwrap();
+        let src = "{% if 0 < messages|length < 2 %}one{% endif %}";
+        let before = {
+            let config = TemplateConfig {
+                syntax_config: syntax(),
+                default_auto_escape: std::sync::Arc::new(|_: &str| AutoEscape::None),
+            };
+            CompiledTemplate::new(NAME, src, &config).unwrap()
+        };
+        let len = |i: &Instructions<'_>| (0..).take_while(|&pc| i.get(pc).is_some()).count() as u32;
+        let old_len = len(&before.instructions);
+        let compiled = compile(src, syntax()).unwrap();
+        let i = &compiled.instructions;
+        // One link checked: the end marker and four appended instructions.
+        assert_eq!(len(i), old_len + 5);
+        assert!(matches!(i.get(old_len), Some(Instruction::Jump(end)) if *end == old_len + 5));
+        let at = |pc: u32| i.get(pc).unwrap();
+        let mut checked = 0;
+        for pc in 0..len(i) {
+            if matches!(at(pc), Instruction::CompareAndPreserve(_)) {
+                checked += 1;
+                assert!(pc > old_len);
+                assert!(
+                    matches!(at(pc - 2), Instruction::CallFunction(name, Some(2)) if *name == bounds::CHAINED)
+                );
+                assert!(matches!(at(pc - 1), Instruction::UnpackList(2)));
+                let Instruction::Jump(back) = at(pc + 1) else {
+                    panic!("no jump back after the link at {pc}");
+                };
+                assert!(matches!(at(back - 1), Instruction::Jump(to) if *to == pc - 2));
+                assert!(matches!(at(*back), Instruction::JumpIfFalseOrPop(_)));
+                assert_eq!(i.get_line(pc - 2), i.get_line(back - 1));
+            }
+        }
+        assert_eq!(checked, 1);
+        // The `if` jumps to the old end, now the marker that skips the appended code.
+        let t = ChatTemplate::new(src, "t.jinja", None).unwrap();
+        assert_eq!(t.render_user("a").unwrap(), "one");
+        let two = [msg("user", "a"), msg("assistant", "b")];
+        assert_eq!(t.render(&two, false).unwrap(), "");
+        // No chained comparison, nothing appended.
+        let plain = compile("{{ 1 < 2 }}{{ 1 < 2 and 2 < 3 }}", syntax()).unwrap();
+        let direct = CompiledTemplate::new(
+            NAME,
+            "{{ 1 < 2 }}{{ 1 < 2 and 2 < 3 }}",
+            &TemplateConfig {
+                syntax_config: syntax(),
+                default_auto_escape: std::sync::Arc::new(|_: &str| AutoEscape::None),
+            },
+        )
+        .unwrap();
+        assert_eq!(len(&plain.instructions), len(&direct.instructions));
+        // Blocks and macros, three links each, and the line of a refused link.
+        // (Operands that are all constants are folded by minijinja's compiler.)
+        let src = "{% block b %}{{ 0 < messages|length < 2 < 4 }}{{ 1 < messages|length < 0 < 4 }}{% endblock %}{% macro f(x) %}{{ x == x == x != 1 }}{% endmacro %}{{ f(2) }}";
+        let compiled = compile(src, syntax()).unwrap();
+        let links = |i: &Instructions<'_>| {
+            (0..)
+                .map_while(|pc| i.get(pc))
+                .filter(|instr| matches!(instr, Instruction::CompareAndPreserve(_)))
+                .count()
+        };
+        assert_eq!(links(&compiled.instructions), 2);
+        assert_eq!(compiled.blocks.values().map(links).sum::<usize>(), 4);
+        let t = ChatTemplate::new(src, "t.jinja", None).unwrap();
+        assert_eq!(t.render_user("a").unwrap(), "TrueFalseTrue");
+        let src = "{% set a = namespace() %}{% set a.x = a %}\n{% block b %}\n{{ 1 < a < 2 }}{% endblock %}";
+        let e = ChatTemplate::new(src, "t.jinja", None)
+            .unwrap()
+            .render_user("a")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("chat template t.jinja: invalid operation: a chained comparison: lists and maps nested more than 256 deep")
+                && e.contains("(line 3)"),
             "{e}"
         );
     }

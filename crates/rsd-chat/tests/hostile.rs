@@ -232,6 +232,44 @@ fn deeply_nested_values_are_refused_before_they_overflow_the_stack() {
     }
 }
 
+/// A chained comparison (`a == b == a`, `a < b < a`) of two namespaces that each hold themselves:
+/// minijinja compiled its links into an instruction that compared them by recursion until the
+/// stack overflowed; each link now checks its operands as `==` does.
+#[test]
+fn chained_comparisons_of_values_that_hold_themselves_are_refused() {
+    let cycles = "{% set a = namespace() %}{% set a.x = a %}{% set b = namespace() %}\
+                  {% set b.x = b %}";
+    for end in [
+        "{{ a == b == a }}",
+        "{{ a < b < a }}",
+        "{{ 1 < 2 < 3 < a < b }}",
+        "{{ 1 == 1 != a != b }}",
+        "{{ a >= b > 0 }}",
+        "{{ a in [b] in [[b]] }}",
+        "{{ a not in [b] not in [a] }}",
+        "{% if 0 < 1 and a <= b <= a %}x{% endif %}",
+        "{% for i in [1] %}{{ i < a < b }}{% endfor %}",
+        "{% macro f(x, y) %}{{ x == y == x }}{% endmacro %}{{ f(a, b) }}",
+        "{{ [a]|select('ne', 1)|map('ne', 1)|list }}{{ a != b != a }}",
+    ] {
+        let src = format!("{cycles}{end}");
+        let e = refused(&src, 20);
+        assert!(
+            e.contains(
+                "lists and maps nested more than 256 deep (or a namespace that holds itself)"
+            ),
+            "{src}: {e}"
+        );
+    }
+    // The error names the construct and the line of the comparison.
+    let e = refused(&format!("{cycles}\n\n{{{{ 1 < a < b }}}}"), 20);
+    assert!(
+        e.contains("a chained comparison: lists and maps nested"),
+        "{e}"
+    );
+    assert!(e.contains("(line 3)"), "{e}");
+}
+
 #[test]
 fn splitting_is_paid_for_before_the_pieces_exist() {
     let e = refused("{{ ('abc' * 10000000).split('')|length }}", 20);
@@ -308,6 +346,19 @@ fn honest_templates_render_as_stock_minijinja_renders_them() {
         "{{ 1 == 1.0 }} {{ 'a' < 'b' }} {{ [1] == [1] }} {{ 'a' in 'cat' }} {{ 1 in [1] }} {{ 'k' in {'k': 1} }} {{ 1 != 2 }} {{ 2 >= 1 }} {{ none == none }} {{ x == none }} {{ 1 < 2 < 3 }} {{ 3 not in [1] }} {{ {'a': 1} == {'a': 1} }}",
         "{{ 1 is eq(1) }} {{ 2 is gt(1) }} {{ 1 is in([1]) }} {{ [1, 2, 3]|select('>', 1)|list }} {{ [1, 2]|reject('==', 1)|list }} {{ {'a': 1}.values() }}",
         "{{ [1, (2, 3), {'a': [4]}] }} {{ {'b': 1, 'a': 2} }} {{ () }} {{ [] }} {{ {} }} {{ [1][0] }}",
+        // Chained comparisons, true, false at the first link and false at a later one (of
+        // variables: minijinja folds comparisons of constants when it compiles them).
+        "{% for x in [0, 1, 2, 3, 5] %}{{ 1 < x < 3 }} {{ 1 <= x <= 3 }} {{ 5 > x >= 1 }} {{ x < 3 < 4 }} {{ 0 < 1 < x }} {% endfor %}",
+        "{% set a, b, n, f, t = 'a', 'b', 1, 1.0, true %}{{ a == a == a }} {{ a == a == b }} {{ b == a == a }} {{ n == f == n }} {{ n != 2 != n }} {{ n == n == t }} {{ a != b != a != b }}",
+        "{% set n, s = 1, 'a' %}{{ n < 2 < 3 < 4 < 5 }} {{ n < 2 < 3 < 2 < 5 }} {{ n < s < 2 }} {{ x == none == none }} {{ x == y == z }} {{ x != n != x }}",
+        "{% set s, n, l = 'a', 1, [1] %}{{ s in 'abc' in ['abc'] }} {{ n in l in [l] }} {{ 2 not in l not in [[2]] }} {{ n in l not in [2] }} {{ 'q' in s in 'x' }} {{ s not in 'b' in 'ab' }}",
+        "{% set l, m, t = [1], {'a': [1]}, (1, 2) %}{{ l == [1] == l }} {{ m == {'a': [1]} != {'b': 2} }} {{ t < (1, 3) < (2,) }} {{ [1, 2] < l + [3] <= [1, 3] }} {{ m != l != m }}",
+        "{% set a = 'x' %}{% set b = 'x' %}{% set c = 'y' %}{% if a == b == c %}1{% elif a == b != c %}2{% endif %}{{ (a == b == a) ~ (a < c < 'z') }}",
+        "{% macro f(x) %}{{ 0 < x < 10 }}{% if -1 < x < 1 %}z{% endif %}{% endmacro %}{{ f(0) }}{{ f(5) }}{{ f(50) }}",
+        "{% for m in messages %}{% if 0 <= loop.index0 < 1 < 2 and m.role == 'user' == m['role'] %}{{ m.content }}{% endif %}{% endfor %}",
+        "{% set n = 2 %}{{ [1, 2, 3]|select('>', 1)|list == [2, 3] == [n, 3] }} {{ not 1 < n < 3 }} {{ (1 < n < 3) + 1 }} {{ [1 < n < 0, 3 > n > 1] }}",
+        "{% set n = 2 %}{{ 1 < n < 3 if n > 1 > 0 else 0 > n > 2 }} {{ 'a' ~ (1 < n < 3) ~ 'b' }} {{ [1, 2][0 < n < 3] }} {{ (n < 3 < 4) is true }}",
+        "{% set ns = namespace(l=[1]) %}{{ ns.l == [1] == ns.l }} {{ ns == ns == ns }} {{ ns.l != ns.l == [1] }}",
     ];
     for src in cases {
         let t = ChatTemplate::new(src, "honest.jinja", None).unwrap();
@@ -401,6 +452,33 @@ mod properties {
         ])
     }
 
+    /// Small values for chained comparisons (`x` is undefined, or a loop's or macro's value).
+    fn chain_operand() -> impl Strategy<Value = &'static str> {
+        prop::sample::select(vec![
+            "0",
+            "1",
+            "2",
+            "2.0",
+            "-1",
+            "true",
+            "none",
+            "'a'",
+            "'b'",
+            "'ab'",
+            "[1]",
+            "[1, 2]",
+            "(1,)",
+            "{'a': 1}",
+            "x",
+            "messages[0].role",
+            "range(3)",
+        ])
+    }
+
+    fn chain_operator() -> impl Strategy<Value = &'static str> {
+        prop::sample::select(vec!["==", "!=", "<", "<=", ">", ">=", "in", "not in"])
+    }
+
     fn wrap(expr: &str, kind: u8) -> String {
         match kind % 4 {
             0 => format!("{{{{ {expr} }}}}"),
@@ -448,6 +526,34 @@ mod properties {
                 if let Err(e) = t.render_user("hi") {
                     prop_assert!(e.to_string().starts_with("chat template format.jinja:"));
                 }
+            }
+        }
+
+        /// Random chained comparisons (2 to 5 operands) of small values, in an expression, an
+        /// `if`, a loop and a macro: what stock minijinja renders, or an error where it fails.
+        #[test]
+        fn random_chained_comparisons_render_as_stock_minijinja_renders_them(
+            first in chain_operand(),
+            links in proptest::collection::vec((chain_operator(), chain_operand()), 1..5),
+            kind in 0u8..4,
+        ) {
+            let mut expr = first.to_string();
+            for (op, operand) in &links {
+                expr = format!("{expr} {op} {operand}");
+            }
+            let src = match kind {
+                0 => format!("{{{{ {expr} }}}}"),
+                1 => format!("{{% if {expr} %}}yes{{% else %}}no{{% endif %}}"),
+                2 => format!("{{% for v in [1, 'a'] %}}{{{{ {} }}}},{{% endfor %}}", expr.replace('x', "v")),
+                _ => format!("{{% macro f(v) %}}{{{{ {} }}}}{{% endmacro %}}{{{{ f(2) }}}}{{{{ f([1]) }}}}", expr.replace('x', "v")),
+            };
+            let ours = ChatTemplate::new(&src, "chain.jinja", None)
+                .map_err(|e| e.to_string())
+                .and_then(|t| t.render_user("hi").map_err(|e| e.to_string()));
+            match (ours, stock(&src)) {
+                (Ok(ours), Ok(stock)) => prop_assert_eq!(ours, stock, "{}", src),
+                (Err(e), Err(_)) => prop_assert!(e.starts_with("chat template chain.jinja:"), "{}: {}", src, e),
+                (ours, stock) => prop_assert!(false, "{}: ours {:?}, stock {:?}", src, ours, stock),
             }
         }
 
