@@ -335,10 +335,28 @@ def test_a_rank_whose_data_fails_stops_every_rank_at_the_steps_first_collective(
     assert "reading step 1's data failed on another rank" in errs[0], errs[0]
 
 
-def two_ranks_by_hand(args, fault_env):
+def test_a_rank_that_fails_inside_a_step_stops_the_others_through_the_store(shards, tmp_path):
+    """Rank 1 fails inside its first step, after its backward, and stays alive 40 s with its
+    connections open (the fault hooks; that is how an NCCL peer's failure looks to the others).
+    Rank 0, waiting for it in the gradients' all-reduce under a 300 s timeout, hears of it through
+    the rendezvous store and stops while rank 1 is still alive, naming rank 1 and its error."""
+    args = train_args(shards, tmp_path / "run", "--tokens-per-step", 256, steps=2)
+    procs = start_two_ranks(args, {"RSD_TRAIN_FAULT_STEP_FAIL_RANK": "1",
+                                   "RSD_TRAIN_FAULT_HOLD_S": "40"})
+    err0 = procs[0].communicate(timeout=120)[1]
+    rank1_alive = procs[1].poll() is None
+    err1 = procs[1].communicate(timeout=120)[1]
+    assert procs[0].returncode == 1, err0
+    assert rank1_alive, (err0, err1)
+    assert "rank 1 failed: fault injection: rank 1 fails inside step 1; every rank stops (this " \
+        "is rank 0" in err0, err0
+    assert "fault injection: rank 1 fails inside step 1" in err1 and procs[1].returncode != 0, err1
+    assert not (tmp_path / "run" / "model").exists()
+
+
+def start_two_ranks(args, fault_env):
     """Two rsd-train ranks started by hand (the rendezvous variables set here, as a multi-host
-    launch would, with no launcher to stop the others); both must fail, each within 120 s (the
-    collective timeout is 300 s). Returns their stderr."""
+    launch would, with no launcher to stop the others)."""
     import os
     import socket
 
@@ -351,6 +369,13 @@ def two_ranks_by_hand(args, fault_env):
                "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2", **fault_env}
         procs.append(subprocess.Popen([exe("rsd-train"), *map(str, args)], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    return procs
+
+
+def two_ranks_by_hand(args, fault_env):
+    """Two ranks as [`start_two_ranks`] starts them; both must fail, each within 120 s (the
+    collective timeout is 300 s). Returns their stderr."""
+    procs = start_two_ranks(args, fault_env)
     errs = [p.communicate(timeout=120)[1] for p in procs]
     assert all(p.returncode != 0 for p in procs), errs
     return errs

@@ -16,12 +16,15 @@
 //!   from it (CUDA: NCCL; CPU: Gloo).
 //! - [`launch`]: `--nproc N`, N local ranks as torchrun would start them.
 //! - [`Store`]: the rendezvous key-value store (c10d's TCPStore, hosted by rank 0).
+//! - [`FailureWatch`]: one rank's error told to the others through the store within about a
+//!   second, instead of through their collectives' timeout.
 //! - [`DistError`]: every failure, naming the collective, group and rank; c10d's C++ exceptions
 //!   are caught in the shim and never cross into Rust.
 #![deny(missing_docs)]
 
 mod env;
 mod error;
+mod failure;
 mod ffi;
 mod group;
 pub mod launch;
@@ -31,6 +34,7 @@ pub mod testing;
 
 pub use env::Rendezvous;
 pub use error::{DistError, Result};
+pub use failure::{exit_now, Announcer, Failure, FailureWatch};
 pub use group::{Backend, CommStats, PendingReduceScatter, ProcessGroup, ReduceOp};
 pub use mesh::{layout, Mesh, MeshShape};
 pub use store::Store;

@@ -98,6 +98,8 @@ pub struct Mesh {
     dp: usize,
     cp: usize,
     device: Device,
+    /// How this process joined the world; `None` for one process.
+    rdzv: Option<Rendezvous>,
     /// `None` for one process.
     world: Option<Rc<ProcessGroup>>,
     /// The data-parallel group (the world itself when `cp == 1`); `None` when `dp == 1`.
@@ -116,6 +118,7 @@ impl Mesh {
             dp: 1,
             cp: 1,
             device,
+            rdzv: None,
             world: None,
             dp_group: None,
             cp_group: None,
@@ -176,6 +179,7 @@ impl Mesh {
             dp,
             cp,
             device,
+            rdzv: Some(rdzv.clone()),
             world: Some(world),
             dp_group,
             cp_group,
@@ -208,6 +212,14 @@ impl Mesh {
             g.set_timeout(t);
         }
         r
+    }
+
+    /// How this process joined the world (`None` for one process): what a [`FailureWatch`]
+    /// connects with.
+    ///
+    /// [`FailureWatch`]: crate::FailureWatch
+    pub fn rendezvous(&self) -> Option<&Rendezvous> {
+        self.rdzv.as_ref()
     }
 
     /// This process's rank in the world, `0..world_size()`.

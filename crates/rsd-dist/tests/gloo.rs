@@ -6,7 +6,9 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use rsd_dist::testing::{free_port, launch_ranks as launch, rank_world as world, LEFT, ROLE_ENV};
-use rsd_dist::{Backend, DistError, Mesh, MeshShape, ProcessGroup, ReduceOp, Rendezvous};
+use rsd_dist::{
+    Backend, DistError, FailureWatch, Mesh, MeshShape, ProcessGroup, ReduceOp, Rendezvous,
+};
 use tch::{Device, Kind, Tensor};
 
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -776,4 +778,53 @@ fn a_mesh_on_cuda_without_nccl_is_refused_and_bad_layouts_name_the_flags() {
     // One process: no groups, whatever the device.
     let one = Mesh::single(Device::Cpu);
     assert_eq!((one.world_size(), one.dp_size(), one.cp_size()), (1, 1, 1));
+}
+
+#[test]
+fn a_failure_one_rank_announces_ends_a_rank_waiting_in_a_collective() {
+    launch("rank_failure_watch", 2);
+}
+
+#[test]
+#[ignore = "one rank of a_failure_one_rank_announces_ends_a_rank_waiting_in_a_collective"]
+fn rank_failure_watch() {
+    // The collective's own timeout is far beyond the test's patience: only the watch ends it.
+    let Some(pg) = world("rank_failure_watch", Duration::from_secs(300)) else {
+        return;
+    };
+    let rdzv = Rendezvous::from_env().unwrap();
+    let watch = FailureWatch::start(
+        &rdzv,
+        TIMEOUT,
+        Duration::from_millis(100),
+        Duration::from_millis(200),
+        move |f| {
+            assert_eq!(
+                (f.rank, f.message.as_str()),
+                (1, "out of memory\nin its forward")
+            );
+            // Rank 0, stuck in its all-reduce, leaves here; had the watch not heard, rank 1's
+            // exit after its 10 s would have ended the all-reduce, and the panic below the test.
+            println!("{LEFT}");
+            rsd_dist::exit_now(0);
+        },
+    )
+    .unwrap();
+    if pg.rank() == 1 {
+        // Fails, and stays alive with its connections open (as an NCCL peer's failure would
+        // look to rank 0) well past the time rank 0 needs to hear of it; its own watch ignores
+        // its own announcement.
+        watch
+            .announcer()
+            .announce("out of memory\nin its forward")
+            .unwrap();
+        std::thread::sleep(Duration::from_secs(10));
+        println!("{LEFT}");
+        rsd_dist::exit_now(0);
+    }
+    let result = pg.all_reduce(
+        &mut Tensor::ones([4], (Kind::Float, Device::Cpu)),
+        ReduceOp::Sum,
+    );
+    panic!("rank 0's all-reduce returned ({result:?}) before the watch ended the rank");
 }

@@ -11,7 +11,9 @@
 //!   `grad_bucket_mb` (fp32, one all-reduce each), so every rank holds the global gradient and its
 //!   norm, the clipping and the update are the same everywhere;
 //! * the loss sums are summed so every rank (and rank 0's log) sees the global losses;
-//! * decisions (interrupt, non-finite values) are taken together: any rank's "yes" is everyone's.
+//! * decisions (interrupt, non-finite values) are taken together: any rank's "yes" is everyone's;
+//! * an error that ends one rank's run is announced to the others through the rendezvous store
+//!   ([`DataParallel::watch_failures`]), so they stop within seconds wherever they wait.
 //!
 //! Without `WORLD_SIZE` in the environment there is one rank and every call is free.
 //!
@@ -23,7 +25,7 @@ use std::time::Duration;
 
 use tch::{Kind, Tensor};
 
-use rsd_dist::{Mesh, MeshShape, ProcessGroup, ReduceOp};
+use rsd_dist::{Failure, FailureWatch, Mesh, MeshShape, ProcessGroup, ReduceOp};
 use rsd_model::Model;
 
 use crate::config::TrainConfig;
@@ -41,7 +43,15 @@ pub struct DataParallel {
     /// How long the collectives of a checkpoint's phases may wait
     /// ([`DataParallel::checkpoint_phase`]).
     save_timeout: Duration,
+    /// Another rank's failure, heard through the store ([`DataParallel::watch_failures`]).
+    failures: Option<FailureWatch>,
 }
+
+/// How often a rank looks for another rank's announced failure.
+const FAILURE_POLL: Duration = Duration::from_secs(1);
+/// How long a rank that heard of another rank's failure gives its own error (reaching it through
+/// a collective error check, with its own message) to stop it first.
+const FAILURE_GRACE: Duration = Duration::from_secs(3);
 
 impl DataParallel {
     /// One process on the CPU: no group, every collective a no-op.
@@ -51,6 +61,7 @@ impl DataParallel {
             cp: None,
             bucket_elems: usize::MAX,
             save_timeout: Duration::ZERO,
+            failures: None,
         }
     }
 
@@ -67,6 +78,7 @@ impl DataParallel {
             cp,
             bucket_elems,
             save_timeout: Duration::ZERO,
+            failures: None,
         })
     }
 
@@ -89,6 +101,56 @@ impl DataParallel {
         let mut dp = Self::of(mesh, bucket_elems)?;
         dp.save_timeout = crate::checkpoint::save_timeout(cfg, dp.size());
         Ok(dp)
+    }
+
+    /// From now on, another rank's announced failure ([`DataParallel::announce_failure`]) runs
+    /// `on_failure` on a thread of its own, within about [`FAILURE_POLL`] + [`FAILURE_GRACE`],
+    /// unless this rank stops on its own first; `on_failure` is expected to end the process
+    /// (the main thread may be blocked in a collective that would otherwise wait out its
+    /// timeout: NCCL tells no peer that a rank stopped issuing collectives). Nothing happens in
+    /// a run of one process.
+    pub fn watch_failures(
+        &mut self,
+        on_failure: impl FnOnce(Failure) + Send + 'static,
+    ) -> Result<()> {
+        if let Some(rdzv) = self.mesh.rendezvous() {
+            let timeout = self.group().map_or(FAILURE_POLL, ProcessGroup::timeout);
+            self.failures = Some(FailureWatch::start(
+                rdzv,
+                timeout,
+                FAILURE_POLL,
+                FAILURE_GRACE,
+                on_failure,
+            )?);
+        }
+        Ok(())
+    }
+
+    /// The handle this rank announces its own failure with, once [`DataParallel::watch_failures`]
+    /// has started (for a panic hook).
+    pub fn failure_announcer(&self) -> Option<rsd_dist::Announcer> {
+        self.failures.as_ref().map(FailureWatch::announcer)
+    }
+
+    /// Tells the other ranks that this one's run ends with `error` (when they watch for it).
+    /// Best effort: a store that cannot be reached leaves them to their collectives' timeout, as
+    /// without the watch.
+    pub fn announce_failure(&self, error: &Error) {
+        if let Some(w) = &self.failures {
+            let mut causes = vec![error.to_string()];
+            let mut source = std::error::Error::source(error);
+            while let Some(c) = source {
+                causes.push(c.to_string());
+                source = c.source();
+            }
+            let message = rsd_common::report::one_line(causes);
+            if let Err(e) = w.announcer().announce(&message) {
+                eprintln!(
+                    "rank {}: could not tell the other ranks of its error: {e}",
+                    self.rank()
+                );
+            }
+        }
     }
 
     /// Runs `f`, a phase of a checkpoint, with every collective allowed the checkpoint's timeout

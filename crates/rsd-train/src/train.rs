@@ -599,8 +599,35 @@ impl Trainer {
         self.seq_len
     }
 
-    /// Runs until `steps` (or `stop_at`, or `stop` is raised), checkpointing as configured.
+    /// From now on another rank's failure runs `on_failure`, which should end the process (see
+    /// [`DataParallel::watch_failures`]); this rank's own error in [`Trainer::run`] is announced
+    /// to the others. Nothing happens in a run of one process.
+    pub fn watch_failures(
+        &mut self,
+        on_failure: impl FnOnce(rsd_dist::Failure) + Send + 'static,
+    ) -> Result<()> {
+        self.dp.watch_failures(on_failure)
+    }
+
+    /// The handle this rank announces its own failure with, once [`Trainer::watch_failures`] has
+    /// started; `None` in a run of one process.
+    pub fn failure_announcer(&self) -> Option<rsd_dist::Announcer> {
+        self.dp.failure_announcer()
+    }
+
+    /// Runs until `steps` (or `stop_at`, or `stop` is raised), checkpointing as configured. An
+    /// error is announced to the other ranks before it is returned, so that ranks waiting for
+    /// this one in a collective stop too ([`Trainer::watch_failures`]).
     pub fn run(&mut self, stop: Arc<AtomicBool>) -> Result<Summary> {
+        let result = self.run_steps(stop);
+        if let Err(e) = &result {
+            self.dp.announce_failure(e);
+            fault::hold_after_failure();
+        }
+        result
+    }
+
+    fn run_steps(&mut self, stop: Arc<AtomicBool>) -> Result<Summary> {
         let t0 = Instant::now();
         let elapsed0 = self.state.elapsed_s;
         let end = match self.cfg.stop_at {
@@ -637,6 +664,13 @@ impl Trainer {
             let started = Instant::now();
             let (mbs, norm, tokens) = self.step_data()?;
             let losses = self.forward_backward(&mbs, norm)?;
+            if fault::step_fails(self.dp.rank()) {
+                return Err(Error::Input(format!(
+                    "fault injection: rank {} fails inside step {}",
+                    self.dp.rank(),
+                    self.state.step + 1
+                )));
+            }
             measure::mark(Phase::Backward);
             timed("reduce", || {
                 self.opt.reduce_gradients(&self.dp, &self.model)
@@ -1329,6 +1363,34 @@ mod fault {
     pub fn data_fails(_rank: usize) -> bool {
         false
     }
+
+    /// `RSD_TRAIN_FAULT_STEP_FAIL_RANK=K`: rank K fails inside its first step, after its
+    /// backward, while the others wait for it in the gradients' reduction.
+    #[cfg(feature = "fault-injection")]
+    pub fn step_fails(rank: usize) -> bool {
+        rank_named("RSD_TRAIN_FAULT_STEP_FAIL_RANK", rank)
+    }
+
+    #[cfg(not(feature = "fault-injection"))]
+    pub fn step_fails(_rank: usize) -> bool {
+        false
+    }
+
+    /// `RSD_TRAIN_FAULT_HOLD_S=N`: a rank whose run failed stays alive N seconds after announcing
+    /// it, its connections open, as an NCCL peer's failure looks to the others (they hear of it
+    /// only through the store).
+    #[cfg(feature = "fault-injection")]
+    pub fn hold_after_failure() {
+        if let Some(s) = std::env::var("RSD_TRAIN_FAULT_HOLD_S")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            std::thread::sleep(std::time::Duration::from_secs(s));
+        }
+    }
+
+    #[cfg(not(feature = "fault-injection"))]
+    pub fn hold_after_failure() {}
 
     #[cfg(feature = "fault-injection")]
     fn rank_named(var: &str, rank: usize) -> bool {

@@ -129,6 +129,8 @@ pub fn run(a: TrainArgs) -> Result<()> {
     )?;
     let stop = stop_on_ctrl_c()?;
     let mut trainer = Trainer::new(cfg.clone(), resume.as_deref())?;
+    trainer.watch_failures(stop_on_another_ranks_failure)?;
+    announce_panics(&trainer);
     let main = trainer.is_main();
     if main {
         print_start(&trainer, &cfg, &out);
@@ -173,6 +175,32 @@ fn ranks_to_start(cfg: &TrainConfig, nproc: Option<usize>) -> Result<Option<usiz
         .filter(|&w| w > 1),
         None => None,
     })
+}
+
+/// Another rank's run ended with an error while this one may be waiting for it in a
+/// collective (which NCCL would let wait until its timeout): say so and end this process now.
+fn stop_on_another_ranks_failure(failure: rsd_dist::Failure) {
+    let this = std::env::var("RANK").unwrap_or_default();
+    eprintln!(
+        "{}",
+        rsd_common::report::for_user_from_env(&format!(
+            "rsd-train: error: rank {} failed: {}; every rank stops (this is rank {this}, which \
+             was waiting for it)",
+            failure.rank, failure.message
+        ))
+    );
+    rsd_dist::exit_now(1);
+}
+
+/// A panic of this rank is announced to the others as its errors are (then reported as usual).
+fn announce_panics(trainer: &Trainer) {
+    if let Some(announcer) = trainer.failure_announcer() {
+        let report = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let _ = announcer.announce(&format!("panicked: {info}"));
+            report(info);
+        }));
+    }
 }
 
 /// The flag the first Ctrl-C sets (the trainer finishes its step and writes a checkpoint); a
