@@ -19,6 +19,8 @@ use crate::store::Store;
 
 /// The key a failing rank sets (under [`PREFIX`]).
 const KEY: &str = "failed";
+/// The count of ranks that have read another rank's failure.
+const SEEN: &str = "seen";
 /// Where the watch's keys live in the store.
 const PREFIX: &str = "rsd/failure/";
 /// Poll steps are cut this short so that stopping the watch does not wait a whole poll.
@@ -54,6 +56,10 @@ pub struct Announcer {
     store: Arc<Store>,
     rank: usize,
     stopping: Arc<AtomicBool>,
+    /// `Some(how long at most)` when this rank's process hosts the store, which must outlive
+    /// the announcement until the others have read it.
+    linger: Option<Duration>,
+    world_size: usize,
 }
 
 impl Announcer {
@@ -67,7 +73,21 @@ impl Announcer {
             rank: self.rank,
             message: message.to_owned(),
         };
-        self.store.set(KEY, &failure.encode())
+        self.store.set(KEY, &failure.encode())?;
+        // The store goes with this process: wait until every other rank has read the failure
+        // (or the time they need to, for ranks stopping on their own, which do not count).
+        if let Some(linger) = self.linger {
+            let end = Instant::now() + linger;
+            while Instant::now() < end
+                && self
+                    .store
+                    .add(SEEN, 0)
+                    .is_ok_and(|seen| seen + 1 < self.world_size as i64)
+            {
+                std::thread::sleep(SLICE);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -85,7 +105,9 @@ impl FailureWatch {
     /// announces a failure, the watch waits `grace` for this rank to stop on its own (its error
     /// may reach it through a collective too, and its own message says more), then calls
     /// `on_failure` once and stops. A store that can no longer be reached (rank 0 has finished
-    /// and closed it) ends the watch quietly.
+    /// and closed it) ends the watch quietly; so that this does not hide a failure of rank 0,
+    /// whose process hosts the store, rank 0's announcement waits (at most two polls and a
+    /// second) until the others have read it.
     pub fn start(
         rdzv: &Rendezvous,
         timeout: Duration,
@@ -112,10 +134,13 @@ impl FailureWatch {
             None => PREFIX.to_owned(),
         };
         let store = Arc::new(store.prefixed(&prefix)?);
+        let hosts_store = rdzv.rank == 0 && rdzv.agent_store.is_none();
         let announcer = Announcer {
             store: store.clone(),
             rank: rdzv.rank,
             stopping: Arc::new(AtomicBool::new(false)),
+            linger: hosts_store.then_some(2 * poll + Duration::from_secs(1)),
+            world_size: rdzv.world_size,
         };
         let done = Arc::new(AtomicBool::new(false));
         let watch = Watching {
@@ -205,6 +230,7 @@ impl Watching {
             if failure.rank == self.rank {
                 continue;
             }
+            let _ = self.store.add(SEEN, 1);
             if !self.sleep(self.grace) || self.stopping.load(Ordering::SeqCst) {
                 return None;
             }

@@ -828,3 +828,39 @@ fn rank_failure_watch() {
     );
     panic!("rank 0's all-reduce returned ({result:?}) before the watch ended the rank");
 }
+
+#[test]
+fn rank_0s_failure_is_read_by_the_others_before_its_store_goes() {
+    launch("rank_0_fails", 2);
+}
+
+#[test]
+#[ignore = "one rank of rank_0s_failure_is_read_by_the_others_before_its_store_goes"]
+fn rank_0_fails() {
+    let Some(pg) = world("rank_0_fails", Duration::from_secs(300)) else {
+        return;
+    };
+    let rdzv = Rendezvous::from_env().unwrap();
+    let watch = FailureWatch::start(
+        &rdzv,
+        TIMEOUT,
+        Duration::from_millis(500),
+        Duration::from_millis(200),
+        move |f| {
+            assert_eq!((f.rank, f.message.as_str()), (0, "disk full"));
+            println!("{LEFT}");
+            rsd_dist::exit_now(0);
+        },
+    )
+    .unwrap();
+    if pg.rank() == 0 {
+        // Rank 0's process hosts the store: it leaves as soon as its announcement returns,
+        // which must be after rank 1 has read it.
+        watch.announcer().announce("disk full").unwrap();
+        println!("{LEFT}");
+        rsd_dist::exit_now(0);
+    }
+    // Rank 1 waits where no socket of rank 0's would wake it (as in an NCCL collective).
+    std::thread::sleep(Duration::from_secs(15));
+    panic!("rank 1 never heard of rank 0's failure");
+}
