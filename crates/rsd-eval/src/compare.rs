@@ -20,7 +20,7 @@ use serde::Serialize;
 
 use crate::error::{io_err, EvalError};
 use crate::figure::{Figure, Lines, Series};
-use crate::paired::{paired, Arms, Paired};
+use crate::paired::{paired, Arms, Chosen, Paired};
 use crate::plot::{cell, sorted_unique, Cell};
 use crate::results::{read_results, ItemResult};
 use crate::run::write_atomic;
@@ -52,6 +52,14 @@ pub struct CompareArgs {
     /// 95% bootstrap interval over replicas and items.
     #[arg(long)]
     pub baseline: Option<String>,
+    /// With --baseline: the length the drop is measured from, to the longest (default: the
+    /// shortest), e.g. the longest trained length where the baseline is above chance.
+    #[arg(long, value_name = "LENGTH")]
+    pub drop_from: Option<usize>,
+    /// With --baseline: two or more lengths whose depth_sd is also compared as one measure,
+    /// their mean (`depth_sd@512+768`), e.g. the lengths a design chose for depth in advance.
+    #[arg(long, value_delimiter = ',', value_name = "LENGTHS")]
+    pub depth_lengths: Option<Vec<usize>>,
     /// Bootstrap resamples for --baseline's intervals.
     #[arg(long, default_value_t = 2000)]
     pub bootstrap: usize,
@@ -471,7 +479,17 @@ pub fn command(args: &CompareArgs) -> Result<String, EvalError> {
                     None => arms.push((label.clone(), vec![(replica.clone(), items.clone())])),
                 }
             }
-            Some(paired(&arms, base, args.bootstrap, args.bootstrap_seed)?)
+            let chosen = Chosen {
+                drop_from: args.drop_from,
+                depth_lengths: args.depth_lengths.clone().unwrap_or_default(),
+            };
+            Some(paired(
+                &arms,
+                base,
+                &chosen,
+                args.bootstrap,
+                args.bootstrap_seed,
+            )?)
         }
         None => None,
     };

@@ -12,8 +12,11 @@
 //! * `accuracy@L`: the mean score at length L, every (depth) cell weighing the same;
 //! * `depth_sd@L`: the population standard deviation over depths of the per-depth accuracy at
 //!   L: how much accuracy depends on where the evidence sits;
-//! * `drop@L1→L2`: accuracy at the shortest length minus accuracy at the longest (with two or
-//!   more lengths);
+//! * `drop@L1→L2`: accuracy at the shortest length (or the one [`Chosen::drop_from`] names)
+//!   minus accuracy at the longest (with two or more lengths);
+//! * `depth_sd@L1+L2+…` when [`Chosen::depth_lengths`] names two or more lengths: the mean of
+//!   their `depth_sd` (a design that fixes its depth lengths in advance compares them as one
+//!   measure);
 //! * `logprob@L` (secondary): the mean log-probability of the expected answer, when the records
 //!   carry one (teacher-forced runs);
 //! * `greedy@L` (secondary): how often greedy decoding would produce the expected answer
@@ -131,10 +134,65 @@ fn records(label: &str, replica: &str, items: &[ItemResult]) -> Result<Records, 
     Ok(out)
 }
 
+/// The measures a design names in advance beyond the default ones (`compare --drop-from`,
+/// `--depth-lengths`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Chosen {
+    /// The length the drop starts from (default: the shortest).
+    pub drop_from: Option<usize>,
+    /// Lengths whose depth_sd is also compared as one mean (two or more).
+    pub depth_lengths: Vec<usize>,
+}
+
+/// [`Chosen`] as indices into an arm pair's lengths.
+#[derive(Clone, Default)]
+struct ChosenAt {
+    drop_from: usize,
+    depth_lengths: Vec<usize>,
+}
+
+impl Chosen {
+    fn at(&self, lengths: &[usize], label: &str) -> Result<ChosenAt, EvalError> {
+        let index = |l: usize, flag: &str| {
+            lengths.iter().position(|&x| x == l).ok_or_else(|| {
+                EvalError::Input(format!(
+                    "{flag} {l}: {label} and the baseline share no item at that length (their \
+                     lengths: {})",
+                    lengths
+                        .iter()
+                        .map(usize::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })
+        };
+        let drop_from = self
+            .drop_from
+            .map(|l| index(l, "--drop-from"))
+            .transpose()?
+            .unwrap_or(0);
+        let depth_lengths = self
+            .depth_lengths
+            .iter()
+            .map(|&l| index(l, "--depth-lengths"))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ChosenAt {
+            drop_from,
+            depth_lengths: if depth_lengths.len() > 1 {
+                depth_lengths
+            } else {
+                Vec::new()
+            },
+        })
+    }
+}
+
 /// Scores as dense arrays: `[replica][cell][item]`, cells being (length, depth) in order.
 #[derive(Clone)]
 struct Dense {
     lengths: Vec<usize>,
+    /// The measures chosen beyond the default ones.
+    chosen: ChosenAt,
     /// Per cell: its length's index.
     cell_length: Vec<usize>,
     /// `[replica][cell][item]`.
@@ -145,7 +203,7 @@ struct Dense {
     greedy: Option<Vec<Vec<Vec<f64>>>>,
 }
 
-fn dense(reps: &[&Records], keys: &[Vec<Key>], lengths: &[usize]) -> Dense {
+fn dense(reps: &[&Records], keys: &[Vec<Key>], lengths: &[usize], chosen: &ChosenAt) -> Dense {
     let cell_length = keys
         .iter()
         .map(|k| lengths.iter().position(|&l| l == k[0].1).unwrap_or(0))
@@ -162,6 +220,7 @@ fn dense(reps: &[&Records], keys: &[Vec<Key>], lengths: &[usize]) -> Dense {
     };
     Dense {
         lengths: lengths.to_vec(),
+        chosen: chosen.clone(),
         cell_length,
         score: pick(&|v| Some(v.0)).unwrap_or_default(),
         logprob: pick(&|v| v.1),
@@ -235,12 +294,20 @@ fn measures(d: &Dense, draw: &Draw) -> Vec<f64> {
     for cells in &acc {
         out.push(mean(cells));
     }
-    for cells in &acc {
-        let m = mean(cells);
-        out.push((cells.iter().map(|x| (x - m).powi(2)).sum::<f64>() / cells.len() as f64).sqrt());
+    let depth_sd: Vec<f64> = acc
+        .iter()
+        .map(|cells| {
+            let m = mean(cells);
+            (cells.iter().map(|x| (x - m).powi(2)).sum::<f64>() / cells.len() as f64).sqrt()
+        })
+        .collect();
+    out.extend(&depth_sd);
+    let group = &d.chosen.depth_lengths;
+    if !group.is_empty() {
+        out.push(group.iter().map(|&l| depth_sd[l]).sum::<f64>() / group.len() as f64);
     }
     if d.lengths.len() > 1 {
-        out.push(mean(&acc[0]) - mean(&acc[acc.len() - 1]));
+        out.push(mean(&acc[d.chosen.drop_from]) - mean(&acc[acc.len() - 1]));
     }
     for secondary in [&d.logprob, &d.greedy].into_iter().flatten() {
         for cells in per_length(secondary) {
@@ -250,12 +317,20 @@ fn measures(d: &Dense, draw: &Draw) -> Vec<f64> {
     out
 }
 
-fn names(lengths: &[usize], logprob: bool, greedy: bool) -> Vec<(String, bool)> {
+fn names(lengths: &[usize], chosen: &ChosenAt, logprob: bool, greedy: bool) -> Vec<(String, bool)> {
     let mut out: Vec<(String, bool)> = Vec::new();
     out.extend(lengths.iter().map(|l| (format!("accuracy@{l}"), true)));
     out.extend(lengths.iter().map(|l| (format!("depth_sd@{l}"), true)));
+    if !chosen.depth_lengths.is_empty() {
+        let group: Vec<String> = chosen
+            .depth_lengths
+            .iter()
+            .map(|&l| lengths[l].to_string())
+            .collect();
+        out.push((format!("depth_sd@{}", group.join("+")), true));
+    }
     if lengths.len() > 1 {
-        let (a, b) = (lengths[0], lengths[lengths.len() - 1]);
+        let (a, b) = (lengths[chosen.drop_from], lengths[lengths.len() - 1]);
         out.push((format!("drop@{a}→{b}"), true));
     }
     if logprob {
@@ -301,6 +376,7 @@ fn replica_groups(shared: &[&str]) -> Vec<Vec<usize>> {
 pub fn paired(
     arms: &Arms,
     baseline: &str,
+    chosen: &Chosen,
     resamples: usize,
     seed: u64,
 ) -> Result<Paired, EvalError> {
@@ -328,6 +404,7 @@ pub fn paired(
             &recs,
             baseline,
             &base_recs,
+            chosen,
             resamples,
             (rng, floor_rng),
         )?);
@@ -359,6 +436,7 @@ fn arm_diff(
     recs: &BTreeMap<&str, Records>,
     baseline: &str,
     base_recs: &BTreeMap<&str, Records>,
+    chosen: &Chosen,
     resamples: usize,
     rngs: (SplitMix64, SplitMix64),
 ) -> Result<ArmDiff, EvalError> {
@@ -402,11 +480,12 @@ fn arm_diff(
         .into_iter()
         .collect();
     let cells: Vec<Vec<Key>> = cells.into_values().collect();
+    let chosen = chosen.at(&lengths, label)?;
     let arm_reps: Vec<&Records> = shared.iter().map(|r| &recs[r]).collect();
     let base_reps: Vec<&Records> = shared.iter().map(|r| &base_recs[r]).collect();
     let (a, b) = (
-        dense(&arm_reps, &cells, &lengths),
-        dense(&base_reps, &cells, &lengths),
+        dense(&arm_reps, &cells, &lengths, &chosen),
+        dense(&base_reps, &cells, &lengths, &chosen),
     );
     // A secondary measure is compared only when both sides carry it.
     let with_lp = a.logprob.is_some() && b.logprob.is_some();
@@ -417,7 +496,7 @@ fn arm_diff(
         ..d
     };
     let (a, b) = (keep(a), keep(b));
-    let names = names(&lengths, with_lp, with_greedy);
+    let names = names(&lengths, &chosen, with_lp, with_greedy);
     let groups = replica_groups(&shared);
     let mut measures = bootstrap(&a, &b, names, &groups, &cells, resamples, &mut rng);
     noise_floors(&a, &b, &mut measures, resamples, &mut floor_rng);
@@ -650,7 +729,7 @@ mod tests {
             (0..3).map(|i| (i.to_string(), r.clone())).collect()
         };
         let arms: Arms = vec![("std".into(), reps(&base)), ("rsd".into(), reps(&arm))];
-        let p = paired(&arms, "std", 400, 1).unwrap();
+        let p = paired(&arms, "std", &Chosen::default(), 400, 1).unwrap();
         let by: BTreeMap<&str, &Measure> = p.arms[0]
             .measures
             .iter()
@@ -669,7 +748,7 @@ mod tests {
         assert!(acc.diff.abs() <= acc.noise_floor + 1e-12, "{acc:?}");
         assert!(by["accuracy@8"].depth_shuffle_floor.is_none());
         // The floors draw from their own stream: the intervals are those of a run without them.
-        assert_eq!(paired(&arms, "std", 400, 1).unwrap(), p);
+        assert_eq!(paired(&arms, "std", &Chosen::default(), 400, 1).unwrap(), p);
     }
 
     #[test]
@@ -679,7 +758,7 @@ mod tests {
             ("std".into(), vec![("0".into(), base.clone())]),
             ("same".into(), vec![("0".into(), base)]),
         ];
-        let p = paired(&arms, "std", 200, 0).unwrap();
+        let p = paired(&arms, "std", &Chosen::default(), 200, 0).unwrap();
         for m in &p.arms[0].measures {
             assert_eq!((m.diff, m.noise_floor), (0.0, 0.0), "{}", m.name);
         }
@@ -715,6 +794,69 @@ mod tests {
     }
 
     #[test]
+    fn a_chosen_drop_and_depth_lengths_are_measured_as_named() {
+        // Three lengths; the baseline depends on depth at 8 and 16 only, and its accuracy goes
+        // 1 → 0.5 → 0.25; the arm holds 0.5 everywhere with no depth dependence.
+        let mut base = Vec::new();
+        let mut arm = Vec::new();
+        for (l, acc) in [(8, 1.0), (16, 0.5), (32, 0.25)] {
+            for d in [0.0, 1.0] {
+                for s in 0..4 {
+                    let b = match l {
+                        32 => f64::from(s == 0),
+                        _ if acc == 1.0 => 1.0,
+                        _ => f64::from(d == 0.0),
+                    };
+                    base.push(item(l, Some(d), s, b));
+                    arm.push(item(l, Some(d), s, f64::from(s % 2 == 0)));
+                }
+            }
+        }
+        let arms: Arms = vec![
+            ("std".into(), vec![("0".into(), base)]),
+            ("rsd".into(), vec![("0".into(), arm)]),
+        ];
+        let chosen = Chosen {
+            drop_from: Some(16),
+            depth_lengths: vec![8, 16],
+        };
+        let p = paired(&arms, "std", &chosen, 200, 0).unwrap();
+        let by: BTreeMap<&str, &Measure> = p.arms[0]
+            .measures
+            .iter()
+            .map(|m| (m.name.as_str(), m))
+            .collect();
+        // The drop from 16 (0.5) to 32 (0.25), not from the shortest.
+        assert!(!by.contains_key("drop@8→32"));
+        assert_eq!(
+            (by["drop@16→32"].baseline, by["drop@16→32"].arm),
+            (0.25, 0.0)
+        );
+        // depth_sd at 8 is 0 and at 16 is 0.5 for the baseline: their mean is 0.25.
+        let sd = by["depth_sd@8+16"];
+        assert!(sd.primary && sd.depth_shuffle_floor.is_some());
+        assert_eq!((sd.baseline, sd.arm, sd.diff), (0.25, 0.0, -0.25));
+        // One depth length is its own depth_sd: no mean is added.
+        let one = Chosen {
+            drop_from: None,
+            depth_lengths: vec![16],
+        };
+        let p = paired(&arms, "std", &one, 200, 0).unwrap();
+        let names: Vec<&str> = p.arms[0].measures.iter().map(|m| m.name.as_str()).collect();
+        assert!(names.contains(&"drop@8→32") && !names.iter().any(|n| n.contains('+')));
+        // A length no item has is named in the error.
+        let bad = Chosen {
+            drop_from: Some(24),
+            depth_lengths: vec![],
+        };
+        let e = paired(&arms, "std", &bad, 200, 0).unwrap_err().to_string();
+        assert!(
+            e.contains("--drop-from 24") && e.contains("8, 16, 32"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn measures_and_their_differences_on_all_the_data() {
         // Baseline: 1 at depth 0, 0 at depth 1 (depth matters); arm: 0.5 everywhere.
         let base = records(4, |_, d, _| if d == 0.0 { 1.0 } else { 0.0 });
@@ -729,7 +871,7 @@ mod tests {
                 vec![("0".into(), arm.clone()), ("1".into(), arm)],
             ),
         ];
-        let p = paired(&arms, "std", 500, 0).unwrap();
+        let p = paired(&arms, "std", &Chosen::default(), 500, 0).unwrap();
         assert_eq!(p.arms.len(), 1);
         let a = &p.arms[0];
         assert_eq!(
@@ -772,7 +914,7 @@ mod tests {
             ),
             ("rsd".into(), vec![("0".into(), up), ("1".into(), base)]),
         ];
-        let p = paired(&arms, "std", 2000, 3).unwrap();
+        let p = paired(&arms, "std", &Chosen::default(), 2000, 3).unwrap();
         let acc = &p.arms[0].measures[0];
         assert_eq!(acc.name, "accuracy@8");
         assert!((acc.diff - 0.125).abs() < 1e-12, "{acc:?}");
@@ -781,7 +923,10 @@ mod tests {
         assert!(acc.ci[0] >= -1e-12 && acc.ci[1] <= 0.25 + 1e-12, "{acc:?}");
         assert!(acc.ci[0] < 0.1 && acc.ci[1] > 0.15, "{acc:?}");
         // The same seed gives the same interval.
-        assert_eq!(paired(&arms, "std", 2000, 3).unwrap(), p);
+        assert_eq!(
+            paired(&arms, "std", &Chosen::default(), 2000, 3).unwrap(),
+            p
+        );
     }
 
     #[test]
@@ -791,17 +936,23 @@ mod tests {
             ("std".into(), vec![("0".into(), r.clone())]),
             ("rsd".into(), vec![("7".into(), r.clone())]),
         ];
-        let e = paired(&arms, "std", 200, 0).unwrap_err().to_string();
+        let e = paired(&arms, "std", &Chosen::default(), 200, 0)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("share no replica") && e.contains("--replicas"),
             "{e}"
         );
-        let e = paired(&arms, "base", 200, 0).unwrap_err().to_string();
+        let e = paired(&arms, "base", &Chosen::default(), 200, 0)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("--baseline base") && e.contains("std, rsd"),
             "{e}"
         );
-        let e = paired(&arms, "std", 10, 0).unwrap_err().to_string();
+        let e = paired(&arms, "std", &Chosen::default(), 10, 0)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("at least 100"), "{e}");
         let mut twice = r.clone();
         twice.push(r[0].clone());
@@ -809,7 +960,9 @@ mod tests {
             ("std".into(), vec![("0".into(), twice)]),
             ("rsd".into(), vec![("0".into(), r)]),
         ];
-        let e = paired(&arms, "std", 200, 0).unwrap_err().to_string();
+        let e = paired(&arms, "std", &Chosen::default(), 200, 0)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("recorded twice"), "{e}");
     }
 }
