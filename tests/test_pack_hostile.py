@@ -8,6 +8,7 @@ import json
 import resource
 import subprocess
 
+import pytest
 import zstandard
 
 from rsd_cli import exe
@@ -116,3 +117,78 @@ def test_a_journal_naming_shards_outside_out_is_refused(tmp_path):
     assert p.returncode != 0
     assert "pack.journal.json: field shards[1].prefix" in p.stderr and "../outside" in p.stderr, p.stderr
     assert not (out / "index.json").exists()
+
+
+def small_parquet(path):
+    """A Parquet file of 50 short documents written by pyarrow, uncompressed and without a
+    dictionary, whose data page header carries statistics (the smallest and largest value)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"text": [f"value {i:04} of a document" for i in range(50)]}), path,
+                   use_dictionary=False, compression="none")
+
+
+def declare_4_gib(data, where):
+    """`data` (a small_parquet file) with one Thrift length or count patched in place: the page
+    header's min_value statistic made 4 GiB - 1 bytes long, or the footer's schema list made
+    2**31 - 1 elements long. What the error names for it."""
+    data = bytearray(data)
+    if where == "page header":
+        at = data.index(b"value 0000 of a document") - 1
+        assert data[at] == len(b"value 0000 of a document"), "the min value's length, one byte"
+        data[at:at + 5] = b"\xff\xff\xff\xff\x0f"
+        want = ["page 0: bad page header at byte 4 of the file",
+                "a binary field declares 4294967295 bytes, but only"]
+    else:
+        length = int.from_bytes(data[-8:-4], "little")
+        start = len(data) - 8 - length
+        # FileMetaData: field 1 (version, an i32), then field 2 (the schema, a list of structs).
+        assert (data[start], data[start + 2], data[start + 3] & 0x0F) == (0x15, 0x19, 0x0C)
+        data[start + 3:start + 9] = b"\xfc\xff\xff\xff\xff\x07"
+        want = ["corrupt Parquet footer: a list declares 2147483647 elements",
+                f"(at byte 3 of its FileMetaData, which is {length} bytes at byte {start} of the file)"]
+    return bytes(data), want
+
+
+# A small Parquet pack needs about 320 MB of address space (measured: 313 MB for the file below);
+# 2 GiB more is room to spare, and far less than the 4 GiB an unchecked field declares.
+PARQUET_ADDRESS_SPACE = 2_500_000_000
+
+
+@pytest.mark.parametrize("where", ["page header", "footer"])
+def test_a_parquet_file_declaring_a_4_gib_thrift_field_is_an_error_not_an_abort(tmp_path, where):
+    # The thrift crate allocates a page header's binary field at its declared length before reading
+    # it, and the parquet crate reserves a footer list's declared count of elements: 4 GiB, which
+    # PARQUET_ADDRESS_SPACE does not hold. rsd checks both against the bytes present first.
+    good = tmp_path / "good" / "g.parquet"
+    small_parquet(good)
+
+    def pack(*srcs, out):
+        return limited("pack", *srcs, "--out", out, "--len", "16", "--tail", "keep", "--workers",
+                       "1", "--read-threads", "1", "--progress", "none", limit=PARQUET_ADDRESS_SPACE)
+
+    p = pack("--src", good.parent, out=tmp_path / "o0")
+    assert p.returncode == 0, f"exit {p.returncode}:\n{p.stderr[-2000:]}"
+
+    bad = tmp_path / "bad" / "b.parquet"
+    bad.parent.mkdir()
+    data, want = declare_4_gib(good.read_bytes(), where)
+    bad.write_bytes(data)
+    p = pack("--src", bad, out=tmp_path / "o1")
+    errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and all(w in errors[0] for w in [f"error: {bad}: ", *want]), p.stderr
+    # The exit status of any other bad input: a Parquet file cut short.
+    cut = tmp_path / "cut" / "c.parquet"
+    cut.parent.mkdir()
+    cut.write_bytes(good.read_bytes()[:-20])
+    other = pack("--src", cut, out=tmp_path / "o2")
+    assert other.returncode != 0 and p.returncode == other.returncode, (p.returncode, other.stderr)
+
+    p = pack("--src", bad, "--src", good.parent, "--skip-bad", out=tmp_path / "o3")
+    assert p.returncode == 0, p.stderr
+    manifest = json.loads((tmp_path / "o3" / "index.json").read_text())
+    assert manifest["totals"]["documents"] == 50
+    [skipped] = manifest["totals"]["bad_inputs"]
+    assert (skipped["path"], skipped["cause"]) == (str(bad), "corrupt"), skipped

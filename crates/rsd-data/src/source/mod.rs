@@ -8,6 +8,7 @@ mod jsonl;
 mod mds;
 mod parquet_file;
 mod text;
+mod thrift_check;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

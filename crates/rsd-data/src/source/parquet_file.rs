@@ -12,6 +12,11 @@
 //! * every page declares at most `--max-doc-bytes` + [`PAGE_SLACK`] uncompressed bytes (writers
 //!   cut pages at about 1 MiB, and a page holds at least one value).
 //!
+//! The footer and the page headers are Thrift structs, whose readers allocate a binary's declared
+//! length and a list's declared count before reading them, so each is checked against the bytes
+//! present before it is parsed ([`check_footer`], [`read_page_header`], and
+//! [`thrift_check`](super::thrift_check) for how).
+//!
 //! The column is then read as Utf8View, whose values point into the page (or dictionary) they
 //! came from instead of being copied, so a dictionary value shared by many rows is held once;
 //! only `DELTA_BYTE_ARRAY` pages build each value anew (from the previous one's prefix), so when
@@ -29,12 +34,12 @@ use parquet::arrow::arrow_reader::{
 };
 use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::{ColumnChunkMetaData, ParquetMetaData};
-use parquet::format::{Encoding, PageHeader, PageType};
-use parquet::thrift::TSerializable;
+use parquet::format::{Encoding, FileMetaData, PageHeader, PageType};
 
 use rsd_common::safe_fs::open_regular;
 
 use super::arrow_ipc::{column_index, head_and_tail, TextBatches};
+use super::thrift_check;
 use crate::error::{Cause, DataError, Result};
 
 /// Rows per batch: enough that decoding costs little per document.
@@ -69,6 +74,7 @@ pub(super) fn open(
     max_doc_bytes: u64,
 ) -> Result<TextBatches<ParquetRecordBatchReader>> {
     let file = open_regular(path)?;
+    check_footer(path, &file)?;
     let meta = match ArrowReaderMetadata::load(&file, ArrowReaderOptions::new()) {
         Ok(m) => m,
         Err(e) => return Err(open_error(path, e)),
@@ -238,22 +244,14 @@ fn check_pages(
     max_doc_bytes: u64,
 ) -> Result<u64> {
     let page_limit = max_doc_bytes.saturating_add(PAGE_SLACK);
+    let header_cap = page_header_cap(max_doc_bytes);
     let mut largest_delta = 0u64;
     let mut pos = start;
     let mut page = 0usize;
+    let mut buf = Vec::new();
     while pos < end {
-        input
-            .seek(SeekFrom::Start(pos))
-            .map_err(|e| DataError::io(at.path, e))?;
-        let mut counted = Counted {
-            inner: (&mut *input).take(end - pos),
-            read: 0,
-        };
-        let header = {
-            let mut protocol = thrift::protocol::TCompactInputProtocol::new(&mut counted);
-            PageHeader::read_from_in_protocol(&mut protocol)
-                .map_err(|e| at.bad(format!("page {page}: unreadable page header: {e}")))?
-        };
+        let (header, header_len) =
+            read_page_header(at, input, &mut buf, page, pos, end, header_cap)?;
         let (Ok(compressed), Ok(uncompressed)) = (
             u64::try_from(header.compressed_page_size),
             u64::try_from(header.uncompressed_page_size),
@@ -285,23 +283,110 @@ fn check_pages(
             largest_delta = largest_delta.max(uncompressed);
         }
         // Past the chunk's end is the reader's error to report (a truncated chunk).
-        pos = pos.saturating_add(counted.read).saturating_add(compressed);
+        pos = pos.saturating_add(header_len).saturating_add(compressed);
         page += 1;
     }
     Ok(largest_delta)
 }
 
-/// A reader that counts the bytes read through it: the length of a page header.
-struct Counted<R> {
-    inner: R,
-    read: u64,
+/// The most bytes a page header may take: its statistics may hold a column's smallest and
+/// largest value, in both the old and the new fields (four values of up to `--max-doc-bytes`),
+/// plus [`PAGE_SLACK`] for the rest. Only the bytes a header really has are ever read.
+fn page_header_cap(max_doc_bytes: u64) -> u64 {
+    max_doc_bytes.saturating_mul(4).saturating_add(PAGE_SLACK)
 }
 
-impl<R: Read> Read for Counted<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.read += n as u64;
-        Ok(n)
+/// First bytes of a page header read at once (most take under a hundred); more are read,
+/// doubling, only if it is longer.
+const HEADER_READ: u64 = 8 << 10;
+
+/// Reads page `page`'s header at `pos` (its column chunk ends at `end`), checked before it is
+/// parsed ([`thrift_check::read_checked`]): no binary length or element count in it may exceed
+/// the bytes that follow in the chunk, nor the header `cap`. Returns it and its length in bytes.
+fn read_page_header(
+    at: &ChunkAt<'_>,
+    input: &mut BufReader<&File>,
+    buf: &mut Vec<u8>,
+    page: usize,
+    pos: u64,
+    end: u64,
+    cap: u64,
+) -> Result<(PageHeader, u64)> {
+    let region = end - pos;
+    let limit = region.min(cap);
+    let mut want = limit.min(HEADER_READ);
+    loop {
+        input
+            .seek(SeekFrom::Start(pos))
+            .map_err(|e| DataError::io(at.path, e))?;
+        buf.clear();
+        (&mut *input)
+            .take(want)
+            .read_to_end(buf)
+            .map_err(|e| DataError::io(at.path, e))?;
+        let e = match thrift_check::read_checked::<PageHeader>(buf) {
+            Ok((header, len)) => return Ok((header, len as u64)),
+            Err(e) => e,
+        };
+        if e.truncated && buf.len() as u64 == want && want < limit {
+            want = want.saturating_mul(2).min(limit);
+            continue;
+        }
+        let room = if e.truncated && limit < region {
+            format!(
+                "; a page header may take at most {cap} bytes (4 × --max-doc-bytes + {} MiB)",
+                PAGE_SLACK >> 20
+            )
+        } else {
+            format!("; the column chunk holds {region} bytes from the header on")
+        };
+        return Err(at.bad(format!(
+            "page {page}: bad page header at byte {pos} of the file: {} (at byte {} of the \
+             header{room})",
+            e.what, e.offset
+        )));
+    }
+}
+
+/// Checks the file's footer (its `FileMetaData`) before the parquet crate parses it: no binary
+/// length or list count in it may exceed the footer's bytes ([`thrift_check::read_checked`]).
+/// A file whose last 8 bytes are not a footer length and `PAR1`, or whose footer does not fit in
+/// it, is left for the parquet crate to refuse (see [`open_error`]).
+fn check_footer(path: &Path, file: &File) -> Result<()> {
+    let file_len = file.metadata().map_err(|e| DataError::io(path, e))?.len();
+    if file_len < 12 {
+        return Ok(());
+    }
+    let mut input = file;
+    let mut tail = [0u8; 8];
+    input
+        .seek(SeekFrom::Start(file_len - 8))
+        .and_then(|_| input.read_exact(&mut tail))
+        .map_err(|e| DataError::io(path, e))?;
+    let len = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
+    if &tail[4..] != b"PAR1" || len + 8 > file_len {
+        return Ok(());
+    }
+    let start = file_len - 8 - len;
+    let mut footer = Vec::new();
+    input
+        .seek(SeekFrom::Start(start))
+        .map_err(|e| DataError::io(path, e))?;
+    input
+        .take(len)
+        .read_to_end(&mut footer)
+        .map_err(|e| DataError::io(path, e))?;
+    match thrift_check::read_checked::<FileMetaData>(&footer) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(DataError::bad_file(
+            path,
+            Cause::Corrupt,
+            format!(
+                "corrupt Parquet footer: {} (at byte {} of its FileMetaData, which is {len} \
+                 bytes at byte {start} of the file)",
+                e.what, e.offset
+            ),
+        )),
     }
 }
 
@@ -436,6 +521,139 @@ mod tests {
         let largest = check_column(&delta, &file, meta.metadata(), 0, "text", 1 << 20).unwrap();
         assert!(largest > 0, "the pages are delta-encoded");
         assert_eq!(texts(&delta, 1 << 20).unwrap(), small);
+    }
+
+    /// A small uncompressed file whose page headers carry statistics (min and max values).
+    fn with_page_statistics(path: &Path, pad: usize) -> Vec<String> {
+        let pad = "x".repeat(pad);
+        let values: Vec<String> = (0..50)
+            .map(|i| format!("value {i:04} of a row{pad}"))
+            .collect();
+        let array = StringArray::from_iter_values(&values);
+        let batch = RecordBatch::try_from_iter([("text", Arc::new(array) as _)]).unwrap();
+        let props = WriterProperties::builder()
+            .set_dictionary_enabled(false)
+            .set_statistics_enabled(EnabledStatistics::Page)
+            .build();
+        let file = File::create(path).unwrap();
+        let mut w = ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        values
+    }
+
+    /// `bytes` with `new` written over them from the first occurrence of `find` plus `shift`.
+    fn patch(bytes: &mut [u8], find: &[u8], shift: isize, new: &[u8]) -> usize {
+        let at = bytes.windows(find.len()).position(|w| w == find).unwrap();
+        let at = at.checked_add_signed(shift).unwrap();
+        bytes[at..at + new.len()].copy_from_slice(new);
+        at
+    }
+
+    #[test]
+    fn a_page_header_declaring_a_4_gib_statistic_is_refused_before_it_is_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("stats.parquet");
+        let values = with_page_statistics(&path, 0);
+        assert_eq!(texts(&path, 1 << 20).unwrap(), values);
+        // The min value's length (1 byte, before its text) becomes 4 GiB - 1 (5 bytes).
+        let mut bytes = std::fs::read(&path).unwrap();
+        let at = patch(
+            &mut bytes,
+            b"value 0000",
+            -1,
+            &[0xFF, 0xFF, 0xFF, 0xFF, 0x0F],
+        );
+        assert!(at < 200, "in the first page header, at byte {at}");
+        std::fs::write(&path, &bytes).unwrap();
+        let err = texts(&path, 1 << 20).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(
+                err,
+                DataError::BadFile {
+                    cause: Cause::Corrupt,
+                    ..
+                }
+            ),
+            "{text}"
+        );
+        for part in [
+            "stats.parquet",
+            "row group 0 (first row 0), column \"text\": page 0: bad page header at byte 4 of \
+             the file",
+            "a binary field declares 4294967295 bytes, but only",
+            &format!("(at byte {} of the header;", at - 4),
+        ] {
+            assert!(text.contains(part), "want {part:?}: {text}");
+        }
+    }
+
+    #[test]
+    fn page_headers_longer_than_a_first_read_are_read_up_to_their_cap() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("long-header.parquet");
+        // Statistics of two 100 KB values: the first page's header is past 200 KB, far more than
+        // the 8 KiB read at first.
+        let values = with_page_statistics(&path, 100_000);
+        assert_eq!(texts(&path, 1 << 20).unwrap(), values);
+        let file = File::open(&path).unwrap();
+        let meta = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new()).unwrap();
+        let at = ChunkAt {
+            path: &path,
+            rg: 0,
+            first_row: 0,
+            field: "text",
+        };
+        let mut input = BufReader::new(&file);
+        let chunk = meta.metadata().row_group(0).column(0);
+        let (start, end) = (chunk.data_page_offset() as u64, end_of(chunk));
+        let mut buf = Vec::new();
+        let err = read_page_header(&at, &mut input, &mut buf, 0, start, end, 150_000)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("a page header may take at most 150000 bytes")
+                && err.contains("a binary field declares 100019 bytes"),
+            "{err}"
+        );
+        let (header, len) =
+            read_page_header(&at, &mut input, &mut buf, 0, start, end, 1 << 20).unwrap();
+        assert_eq!(header.type_, PageType::DATA_PAGE);
+        assert!(len > 200_000 && len < 210_000, "{len}");
+    }
+
+    fn end_of(chunk: &ColumnChunkMetaData) -> u64 {
+        (chunk.data_page_offset() + chunk.compressed_size()) as u64
+    }
+
+    #[test]
+    fn a_footer_declaring_a_list_of_2_gib_elements_is_refused_before_it_is_parsed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("footer.parquet");
+        write(&path, &["one".to_string(), "two".to_string()], false, false);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let n = bytes.len();
+        let len = u32::from_le_bytes(bytes[n - 8..n - 4].try_into().unwrap()) as usize;
+        let start = n - 8 - len;
+        // version (field 1), then the schema (field 2): a list of structs, whose count becomes
+        // i32::MAX in the long form; the parquet crate would reserve that many SchemaElements.
+        assert_eq!(
+            (bytes[start], bytes[start + 2], bytes[start + 3] & 0x0F),
+            (0x15, 0x19, 0x0C)
+        );
+        bytes[start + 3..start + 9].copy_from_slice(&[0xFC, 0xFF, 0xFF, 0xFF, 0xFF, 0x07]);
+        std::fs::write(&path, &bytes).unwrap();
+        let err = texts(&path, 1 << 20).unwrap_err().to_string();
+        for part in [
+            "footer.parquet",
+            "corrupt Parquet footer: a list declares 2147483647 elements",
+            &format!(
+                "(at byte 3 of its FileMetaData, which is {len} bytes at byte {start} of the file)"
+            ),
+        ] {
+            assert!(err.contains(part), "want {part:?}: {err}");
+        }
     }
 
     #[test]
