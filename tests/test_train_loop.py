@@ -373,8 +373,16 @@ def test_an_evaluation_records_which_run_seed_and_step_its_model_came_from(shard
     train(shards, out, "--steps", 2, "--seed", 5)
     record = json.loads((out / "model" / "rsd_training.json").read_text())
     assert (record["seed"], record["steps"], record["objective"]) == (5, 2, "rsd"), record
+    assert (record["init_seed"], record["started_from"]) == (0, None), record
     (ckpt,) = (out / "checkpoints").iterdir()
     assert json.loads((ckpt / "model" / "rsd_training.json").read_text())["steps"] == 2
+    # A run from that model records the model's own record (and so its seeds), not an init seed.
+    nxt = tmp_path / "next"
+    args = train_args(shards, nxt, "--steps", 1, "--seed", 6, "--model", out / "model")
+    at = args.index("--init")
+    run("rsd-train", *args[:at], *args[at + 2:])
+    child = json.loads((nxt / "model" / "rsd_training.json").read_text())
+    assert (child["seed"], child["init_seed"], child["started_from"]) == (6, None, record), child
     items = tmp_path / "items.jsonl"
     items.write_text(json.dumps({"context": "The answer is", "candidates": [" yes", " no"],
                                  "answer": " yes"}) + "\n")

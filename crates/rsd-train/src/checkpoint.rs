@@ -512,12 +512,22 @@ pub fn write_main(
 /// their `run.json`, so a result says which run, seed and step it came from.
 pub const TRAINING_RECORD: &str = "rsd_training.json";
 
+/// The largest training record read back from the model a run started from.
+const MAX_TRAINING_RECORD_BYTES: u64 = 1 << 20;
+
 /// Writes `model_dir/rsd_training.json`: the seed, the steps taken, the objective and what the
-/// run started from, as `cfg` and `steps` say.
+/// run started from, as `cfg` and `steps` say: the initialisation seed of a model drawn from
+/// scratch, or the training record of the model it started from (`started_from`, and so on back
+/// to the first run: an adapted model names its base's seeds).
 pub fn write_training_record(model_dir: &Path, cfg: &TrainConfig, steps: u64) -> Result<()> {
+    let start = cfg.model.as_deref().filter(|m| !m.is_empty());
     let record = serde_json::json!({
         "created_by": format!("rsd-train {}", env!("CARGO_PKG_VERSION")),
         "seed": cfg.seed,
+        "init_seed": start.is_none().then_some(cfg.init_seed),
+        "started_from": start.map_or(serde_json::Value::Null, |m| {
+            parent_record(&Path::new(m).join(TRAINING_RECORD))
+        }),
         "steps": steps,
         "objective": cfg.objective.to_string(),
         "perturb": cfg.perturb.to_string(),
@@ -534,6 +544,15 @@ pub fn write_training_record(model_dir: &Path, cfg: &TrainConfig, steps: u64) ->
         &model_dir.join(TRAINING_RECORD),
         format!("{text}\n").as_bytes(),
     )?)
+}
+
+/// The training record at `path` (of the model a run started from), or null when there is none
+/// or it cannot be read as one (a model from elsewhere; a record too large or too deeply nested).
+fn parent_record(path: &Path) -> serde_json::Value {
+    rsd_common::safe_fs::read_text(path, MAX_TRAINING_RECORD_BYTES, "training record")
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or(serde_json::Value::Null)
 }
 
 /// Rank 0, after every rank's files are in `tmp`: writes the manifest (`manifest`'s `files`
