@@ -1,61 +1,158 @@
-"""scripts/miniature.sh end to end at toy size (a few steps, one seed, one item per depth), with our
-debug binaries: one shared base, four adaptation arms from it on the same batches, every arm
-evaluated teacher-forced on the same items at three lengths, the paired comparisons, the
-pre-registered bar enforced, and a rerun that continues instead of starting over. (Pairing over
-several seeds is tested in rsd-eval's `paired` unit tests, on records with known differences.)"""
+"""scripts/miniature.sh end to end at toy size (a few steps, two bases, one adaptation seed, one
+item per depth), with our debug binaries, stage by stage as docs/RESULTS.md pre-registers attempt
+4: the bases with their own seeds and bars, the replacement of a base that misses the bar, the
+depth lengths by the rule, the four arms from each base on the same batches, compute-matched
+standard at rsd's FLOP floor, every arm evaluated teacher-forced on the same items at six lengths,
+the hierarchical paired comparisons, the timings, and a rerun that continues instead of starting
+over. (The bootstrap's grouped draw is tested in rsd-eval's `paired` unit tests.)"""
+import collections
 import json
+import math
 import os
 import subprocess
+import tomllib
 from pathlib import Path
+
+import pytest
 
 from rsd_cli import exe
 
 REPO = Path(__file__).resolve().parents[1]
 ARMS = ("standard", "rsd", "standard-matched", "two-view-clm")
-EVALS = ("eval-1024", "eval-2048-yarn2", "eval-4096-yarn4")
+EVALS = ("eval-384", "eval-512", "eval-768", "eval-1024", "eval-2048-yarn2", "eval-4096-yarn4")
+WINDOW = (384, 512, 768, 1024)
+STAGES = ("data", "bases", "lengths", "adapt", "evaluate", "report")
+BASES = (1, 2)
+STEPS = 2
 
 
-def miniature(out, ignore_bar=True):
+def miniature(out, *stage, ignore_bar=True, **env):
     env = {**os.environ, "RSD_MINI_BIN": str(Path(exe("rsd-train")).parent), "RSD_MINI_OUT": str(out),
-           "RSD_MINI_SEEDS": "0", "RSD_MINI_PAIRS_STEPS": "2", "RSD_MINI_BLOCK_STEPS": "3",
-           "RSD_MINI_MAX_BLOCKS": "1", "RSD_MINI_ADAPT_STEPS": "2", "RSD_MINI_ITEMS": "1", "RSD_MINI_DEPTHS": "2",
-           "RSD_MINI_TRAIN_DOCS": "30"}
+           "RSD_MINI_BASES": ",".join(map(str, BASES)), "RSD_MINI_SEEDS": "0",
+           "RSD_MINI_PAIRS_STEPS": "2", "RSD_MINI_BLOCK_STEPS": "3", "RSD_MINI_MAX_BLOCKS": "1",
+           "RSD_MINI_ADAPT_STEPS": str(STEPS), "RSD_MINI_ITEMS": "1", "RSD_MINI_DEPTHS": "2",
+           "RSD_MINI_TRAIN_DOCS": "30", **env}
     if ignore_bar:
         env["RSD_MINI_IGNORE_BAR"] = "1"
-    return subprocess.run(["bash", str(REPO / "scripts/miniature.sh")], env=env, capture_output=True,
-                          text=True, timeout=1800)
+    else:
+        env.pop("RSD_MINI_IGNORE_BAR", None)
+    p = subprocess.run(["bash", str(REPO / "scripts/miniature.sh"), *stage], env=env,
+                       capture_output=True, text=True, timeout=1800)
+    assert "panicked" not in p.stderr, p.stderr[-4000:]
+    return p
 
 
 def lines(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_miniature_runs_the_preregistered_design_and_resumes(tmp_path):
+def recall(path):
+    """Mean recall of a results.jsonl, every depth weighing the same."""
+    by = collections.defaultdict(list)
+    for r in lines(path):
+        by[r["depth"]].append(r["score"])
+    return sum(sum(v) / len(v) for v in by.values()) / len(by)
+
+
+def depth_lengths(results, bases):
+    """The pre-registered rule, read from the base-only results: the in-window lengths whose mean
+    base-only recall over the bases lies in [0.35, 0.85]; if none, the one closest to 0.60."""
+    mean = {l: sum(recall(results / f"base-{b}/eval-{l}/results.jsonl") for b in bases) / len(bases)
+            for l in WINDOW}
+    chosen = [l for l in WINDOW if 0.35 <= mean[l] <= 0.85]
+    if chosen:
+        return mean, chosen, False
+    return mean, [min(WINDOW, key=lambda l: (abs(mean[l] - 0.6), l))], True
+
+
+def prefix_reuse_floor(cfg, seq_len):
+    """rsd-train's FLOP floor of the rsd skip step with prefix reuse (crates/rsd-train/src/step/
+    prefix_reuse.rs), for an independent check of the number the script takes from rsd-train."""
+    d, q = cfg["hidden_size"], cfg["num_attention_heads"] * cfg["head_dim"]
+    kv, layers = cfg["num_key_value_heads"] * cfg["head_dim"], cfg["num_hidden_layers"]
+    lin = layers * 2 * (d * (q + 2 * kv) + q * d + 3 * d * cfg["intermediate_size"])
+    head, att = 2 * d * cfg["vocab_size"], layers * 4 * (seq_len / 2) * q
+    return 1 + (0.5 * (lin + head) + 2 / 3 * att) / (lin + head + att)
+
+
+def report(results, out):
+    env = {"RSD_MINI_BIN": str(Path(exe("rsd-eval")).parent), "PATH": os.environ["PATH"]}
+    return subprocess.run(["bash", str(REPO / "scripts/miniature_report.sh"), "compare", str(results),
+                           str(out)], env=env, capture_output=True, text=True, check=True, timeout=600)
+
+
+def test_miniature_runs_attempt_4_stage_by_stage_and_resumes(tmp_path):
     out = tmp_path / "mini"
+    p = miniature(out, "--help")
+    assert p.returncode == 0 and not out.exists()
+    assert all(f"  {stage} " in p.stdout for stage in STAGES) and "RSD_MINI_MAX_BASE_TRIES" in p.stdout
+    # A stage whose input is missing names the stage that makes it.
+    p = miniature(tmp_path / "empty", "lengths")
+    assert p.returncode == 1 and "run `scripts/miniature.sh data` first" in p.stderr, p.stderr[-2000:]
     p = miniature(out)
     assert p.returncode == 0, p.stderr[-4000:]
-    assert "panicked" not in p.stderr
-    # The base's recall at 256 tokens, per depth, against the bar (a 3-step base misses it).
-    bar = (out / "base/bar.md").read_text()
-    assert "bar: 0.80 at every depth: NOT met" in bar, bar
-    base_config = json.loads((out / "base/model/config.json").read_text())
-    assert base_config["rope_theta"] == 10000.0  # raised only for the adaptation
-    # The base's two stages: pair lists alone, then the mix, each continued in blocks until its
-    # held-out items are recalled (a toy base never is: one block each, the most allowed).
-    assert len(lines(out / "base-pairs/metrics.jsonl")) == 2
-    for stage, items in (("base-pairs", 64), ("base-mix", 88)):
-        block = lines(out / f"{stage}-b1/metrics.jsonl")
-        assert len(block) == 3 and {r["lr"] for r in block} == {1e-3}, block  # constant lr
-        assert len(lines(out / f"{stage}-b1/eval-before/results.jsonl")) == items
-        assert not (out / f"{stage}-b2").exists()
-    assert (out / "base/model").resolve() == (out / "base-mix-b1/model").resolve()
-    base_items = lines(out / "base/eval-256/results.jsonl")
-    assert len(base_items) == 2 and {r["task"] for r in base_items} == {"kv_multikey"}
 
-    for seed in (0,):
-        s = out / f"seed-{seed}"
+    # The bases: each from its own init seed, its stage-1 run and its blocks on their own seeds.
+    first_loss = {}
+    for b in BASES:
+        base = out / f"base-{b}"
+        seeds = {run: json.loads((base / run / "model/rsd_training.json").read_text())["seed"]
+                 for run in ("pairs", "pairs-b1", "mix-b1")}
+        assert seeds == {"pairs": 10 + b, "pairs-b1": 100 * b + 1, "mix-b1": 100 * b + 1}, seeds
+        (checkpoint,) = (base / "pairs/checkpoints").iterdir()
+        assert tomllib.loads((checkpoint / "config.toml").read_text())["init_seed"] == 10 + b
+        assert json.loads((base / "base.json").read_text())["init_seed"] == 10 + b
+        assert len(lines(base / "pairs/metrics.jsonl")) == 2
+        first_loss[b] = lines(base / "pairs/metrics.jsonl")[0]["clm"]
+        # Each stage continued in blocks at a constant lr until held-out items are recalled (a toy
+        # base never is: one block each, the most allowed).
+        for stage, items in (("pairs", 64), ("mix", 88)):
+            block = lines(base / f"{stage}-b1/metrics.jsonl")
+            assert len(block) == 3 and {r["lr"] for r in block} == {1e-3}, block
+            assert len(lines(base / f"{stage}-b1/eval-before/results.jsonl")) == items
+            assert not (base / f"{stage}-b2").exists()
+        assert (base / "model").resolve() == (base / "mix-b1/model").resolve()
+        assert json.loads((base / "model/config.json").read_text())["rope_theta"] == 10000.0
+        # The bar on the seed-23 items at 256 tokens (a 3-step base misses it).
+        assert "bar: 0.80 at every depth: NOT met" in (base / "bar.md").read_text()
+        bar_items = lines(base / "eval-256/results.jsonl")
+        assert len(bar_items) == 2 and {r["length"] for r in bar_items} == {256}
+    assert first_loss[1] != first_loss[2]  # two inits
+    # The report's bar for the whole attempt: every base's table, under its heading.
+    every = subprocess.run(["bash", str(REPO / "scripts/miniature_report.sh"), "bar", str(out), "0.8"],
+                           capture_output=True, text=True, check=True).stdout
+    assert every == "\n".join(f"#### Base {b}\n\n" + (out / f"base-{b}/bar.md").read_text()
+                             for b in BASES), every
+    bases = json.loads((out / "bases.json").read_text())
+    assert [t["base"] for t in bases["tried"]] == [1, 2] and bases["accepted"] == [1, 2]
+    assert not any(t["met"] for t in bases["tried"]) and bases["ignore_bar"] and bases["complete"]
+
+    # The depth lengths, by the rule, from the bases scored unchanged before any adaptation.
+    lengths = json.loads((out / "lengths.json").read_text())
+    mean, chosen, fallback = depth_lengths(out, BASES)
+    assert lengths["depth_lengths"] == chosen and lengths["fallback"] == fallback, lengths
+    assert {int(l): m for l, m in lengths["mean"].items()} == mean
+    for b in BASES:
+        for l in WINDOW:
+            run = json.loads((out / f"base-{b}/eval-{l}/run.json").read_text())
+            assert run["rope_scaling"] is None and run["model_provenance"]["rope_theta"] == 10000.0
+            assert {r["length"] for r in lines(out / f"base-{b}/eval-{l}/results.jsonl")} == {l}
+        adapted = min((out / f"base-{b}/seed-0").glob("*/summary.json"), key=os.path.getmtime)
+        assert os.path.getmtime(out / "lengths.json") < os.path.getmtime(adapted)
+
+    # standard-matched: ⌈steps × rsd's FLOP floor with prefix reuse⌉, the floor as rsd-train
+    # computes it for this model at 1024 tokens (1.56: 200 steps → 312).
+    adapt = json.loads((out / "adapt.json").read_text())
+    cfg = json.loads((out / "base-1/model/config.json").read_text())
+    assert adapt["flop_floor"] == round(prefix_reuse_floor(cfg, 1024), 2) == 1.56
+    assert adapt["matched_steps"] == math.ceil(STEPS * 1.56) == 4
+    assert math.ceil(200 * 1.56) == 312
+
+    items = {}
+    for b in BASES:
+        s = out / f"base-{b}/seed-0"
         m = {arm: lines(s / arm / "metrics.jsonl") for arm in ARMS}
-        assert [len(m[a]) for a in ARMS] == [2, 2, 3, 2]  # compute-matched: 1.5× the steps
+        assert [len(m[a]) for a in ARMS] == [STEPS, STEPS, 4, STEPS]
         # One base, the same first batch: the standard view's CLM is the same number in every arm.
         first = [m[a][0]["clm"] for a in ARMS]
         assert max(first) - min(first) < 1e-5 * abs(first[0]), first
@@ -69,46 +166,143 @@ def test_miniature_runs_the_preregistered_design_and_resumes(tmp_path):
             for name in EVALS:
                 run = json.loads((s / arm / name / "run.json").read_text())
                 assert run["scoring"] == "teacher-forced"
-                assert (run["rope_scaling"] is None) == (name == "eval-1024"), run
+                yarn = int(name.split("yarn")[1]) if "yarn" in name else None
+                assert (run["rope_scaling"] or {}).get("factor") == yarn, run
+                if yarn:
+                    assert run["rope_scaling"]["rope_type"] == "yarn"
+                prov = run["model_provenance"]
+                assert prov["rope_theta"] == 80000.0 and len(prov["weights_sha256"]) == 64
+                assert (prov["training"]["seed"], prov["training"]["steps"]) == (0, len(m[arm]))
+                assert prov["training"]["model"].endswith(f"base-{b}/model")
+                mine = json.loads((s / arm / name / "miniature.json").read_text())
+                assert (mine["base"], mine["base_init_seed"], mine["adaptation_seed"]) == (b, 10 + b, 0)
+                assert (mine["steps"], mine["yarn_factor"], mine["arm"]) == (len(m[arm]), yarn, arm)
                 results = lines(s / arm / name / "results.jsonl")
                 assert len(results) == 2 and all(r["candidates"] == 4 for r in results)
-        # Every arm is scored on the same items.
-        prompts = {arm: [r["expected"] for r in lines(s / arm / "eval-1024/results.jsonl")]
-                   for arm in ARMS}
-        assert all(prompts[a] == prompts["standard"] for a in ARMS)
+                # Every arm of every base is scored on the same items.
+                got = [(r["length"], r["depth"], r["expected"]) for r in results]
+                assert items.setdefault(name, got) == got, (b, arm, name)
+    assert {n: {l for l, _, _ in v} for n, v in items.items()} == {
+        e: {int(e.split("-")[1])} for e in EVALS}
 
+    # The report: every arm by depth per length, and the paired differences with replicas named
+    # base-B/seed-S (bootstrapped bases first).
+    rep = out / "report"
+    for e in EVALS:
+        cmp = json.loads((rep / f"by-depth-{e[5:]}/compare.json").read_text())
+        assert [r["label"] for r in cmp["rows"]] == list(ARMS)
+        assert (rep / f"by-depth-{e[5:]}/accuracy_by_depth.png").stat().st_size > 0
     for base in ("standard", "standard-matched"):
-        cmp = json.loads((out / f"compare-vs-{base}/compare.json").read_text())
-        assert cmp["lengths"] == [1024, 2048, 4096]
+        cmp = json.loads((rep / f"compare-vs-{base}/compare.json").read_text())
+        assert cmp["lengths"] == [384, 512, 768, 1024, 2048, 4096]
         paired = cmp["paired"]
         assert paired["baseline"] == base
         assert [a["label"] for a in paired["arms"]] == [a for a in ARMS if a != base]
         for arm in paired["arms"]:
-            assert arm["replicas"] == ["0"] and arm["items"] == 6, arm
+            assert arm["replicas"] == ["base-1/seed-0", "base-2/seed-0"] and arm["items"] == 12, arm
             names = [m["name"] for m in arm["measures"]]
-            assert names[:3] == ["accuracy@1024", "accuracy@2048", "accuracy@4096"], names
-            assert "depth_sd@1024" in names and "drop@1024→4096" in names
+            assert "accuracy@1024" in names and all(f"depth_sd@{l}" in names for l in chosen)
+            if len(chosen) > 1:
+                assert f"depth_sd@{'+'.join(map(str, chosen))}" in names
             assert all(m["ci"][0] <= m["ci"][1] for m in arm["measures"])
-        assert (out / f"compare-vs-{base}/accuracy_by_depth.png").stat().st_size > 0
+    primary = (rep / "primary.md").read_text()
+    assert f"Depth lengths: {', '.join(map(str, chosen))}" in primary, primary
+    standard = {l: sum(recall(out / f"base-{b}/seed-0/standard/eval-{l}/results.jsonl") for b in BASES) / 2
+                for l in WINDOW}  # one item per depth: the cells' mean is the replicas' mean
+    above = [l for l in WINDOW if standard[l] > 0.35]
+    drops = {m["name"] for m in json.loads((rep / "compare-vs-standard/compare.json").read_text())
+             ["paired"]["arms"][0]["measures"] if m["name"].startswith("drop@")}
+    if above:
+        assert f"drop@{above[-1]}→4096" in primary and drops == {f"drop@{above[-1]}→4096"}
+    else:
+        assert "**not measurable**" in primary and drops == {"drop@384→4096"}
 
-    for run in ("1024", "2048-yarn2", "4096-yarn4"):
-        cmp = json.loads((out / f"by-depth-{run}/compare.json").read_text())
-        assert [r["label"] for r in cmp["rows"]] == list(ARMS)
-        assert (out / f"by-depth-{run}/accuracy_by_depth.png").stat().st_size > 0
+    timings = [line.split("\t") for line in (out / "timings.tsv").read_text().splitlines()]
+    assert timings[0] == ["stage", "start", "seconds", "status"]
+    assert [t[0] for t in timings[1:]] == list(STAGES) and {t[3] for t in timings[1:]} == {"ok"}
 
     # A rerun keeps what finished: no training step is repeated, no item is scored again.
-    before = (out / "seed-0/rsd/metrics.jsonl").read_text()
-    scored = (out / "seed-0/two-view-clm/eval-4096-yarn4/results.jsonl").read_text()
+    before = {p: p.read_text() for p in out.glob("base-*/**/metrics.jsonl")}
+    scored = {p: p.read_text() for p in out.glob("base-*/**/results.jsonl")}
     p = miniature(out)
     assert p.returncode == 0, p.stderr[-4000:]
-    assert "base-mix-b1: done" in p.stderr and "seed-0/two-view-clm: done" in p.stderr
-    assert (out / "seed-0/rsd/metrics.jsonl").read_text() == before
-    assert (out / "seed-0/two-view-clm/eval-4096-yarn4/results.jsonl").read_text() == scored
+    assert "base-2/mix-b1: done" in p.stderr and "base-2/seed-0/two-view-clm: done" in p.stderr
+    assert "report: done" in p.stderr
+    assert {p: p.read_text() for p in out.glob("base-*/**/metrics.jsonl")} == before
+    assert {p: p.read_text() for p in out.glob("base-*/**/results.jsonl")} == scored
+    assert len((out / "timings.tsv").read_text().splitlines()) == 1 + 2 * len(STAGES)
 
-    # Without RSD_MINI_IGNORE_BAR a base under the bar stops the study, saying what to do.
-    p = miniature(out, ignore_bar=False)
+    # Without RSD_MINI_IGNORE_BAR a base under the bar is replaced by the next one (base 2 after
+    # base 1), until the tries run out: then the study stops, naming the bases tried.
+    p = miniature(out, "bases", ignore_bar=False, RSD_MINI_BASES="1", RSD_MINI_MAX_BASE_TRIES="2")
     assert p.returncode == 1
-    assert "misses the pre-registered bar" in p.stderr and "not the bar" in p.stderr, p.stderr[-2000:]
+    assert "base 2 replaces a base that missed the bar" in p.stderr
+    assert "after 2 tried (bases 1 2; RSD_MINI_MAX_BASE_TRIES=2)" in p.stderr, p.stderr[-2000:]
+    assert "not the bar" in p.stderr
+    bases = json.loads((out / "bases.json").read_text())
+    assert [(t["base"], t["met"], t["accepted"]) for t in bases["tried"]] == [(1, False, False), (2, False, False)]
+    assert not bases["complete"]
+    p = miniature(out, "adapt", ignore_bar=False)
+    assert p.returncode == 1 and "run `scripts/miniature.sh bases`" in p.stderr, p.stderr[-2000:]
+
+
+def test_attempt_4_report_applies_the_rules_to_the_results(tmp_path):
+    """scripts/miniature_report.sh on attempt 4's layout, on results whose scores are set so that
+    the rules have answers: two depth lengths (512 and 768, mean base-only recall 0.5; 384 at 0
+    and 1024 at 1 are outside [0.35, 0.85]), and the drop from 768 (the longest in-window length
+    where standard's mean recall is above 0.35) to 4096 with YaRN ×4."""
+    src = tmp_path / "src"
+    rng = 0
+    for b in BASES:
+        for l in WINDOW:
+            score = {384: 0.0, 512: float(b == 1), 768: float(b == 1), 1024: 1.0}[l]
+            write(src / f"base-{b}/eval-{l}", l, lambda i: score)
+        for arm in ARMS:
+            for e in EVALS:
+                l = int(e.split("-")[1])
+                if arm == "standard":
+                    rule = {768: lambda i: 1.0, 1024: lambda i: 0.0}.get(l, lambda i: float(i % 2))
+                else:
+                    rng += 1
+                    rule = lambda i, k=rng: float((i + k) % 3 == 0)  # noqa: E731
+                write(src / f"base-{b}/seed-0/{arm}/{e}", l, rule)
+    out = tmp_path / "report"
+    report(src, out)
+    lengths = json.loads((out / "lengths.json").read_text())
+    assert lengths["depth_lengths"] == [512, 768] and not lengths["fallback"]
+    assert lengths["mean"] == {"384": 0.0, "512": 0.5, "768": 0.5, "1024": 1.0}
+    for base in ("standard", "standard-matched"):
+        cmp = json.loads((out / f"compare-vs-{base}/compare.json").read_text())
+        assert cmp["lengths"] == [384, 512, 768, 1024, 2048, 4096]
+        for arm in cmp["paired"]["arms"]:
+            assert arm["replicas"] == ["base-1/seed-0", "base-2/seed-0"]
+            by = {m["name"]: m for m in arm["measures"]}
+            # The drop from 768, and the depth lengths' mean depth_sd, each one measure.
+            assert "drop@768→4096" in by and "drop@384→4096" not in by
+            sd = by["depth_sd@512+768"]
+            for side in ("arm", "baseline"):
+                assert sd[side] == pytest.approx((by["depth_sd@512"][side] + by["depth_sd@768"][side]) / 2)
+            assert sd["primary"] and len(sd["depth_shuffle_floor"]) == 2
+    primary = (out / "primary.md").read_text()
+    assert "Depth lengths: 512, 768 (mean base-only recall in [0.35, 0.85])" in primary
+    assert "| drop@768→4096 |" in primary and "The drop runs from 768 tokens" in primary
+    assert "| depth_sd@512+768 |" in primary and "mean over the depth lengths (512, 768)" in primary
+    rows = [r for r in primary.splitlines() if r.startswith("| rsd − standard |")]
+    assert len(rows) == 1 and rows[0].count("[") == 3  # accuracy@1024, depth_sd@512+768, the drop
+
+
+def write(run, length, score, depths=(0.0, 0.5, 1.0), per=2):
+    """A results.jsonl of `per` items at each depth, item i scored score(i)."""
+    run.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for d in depths:
+        for k in range(per):
+            i = len(rows)
+            s = score(i)
+            rows.append({"task": "kv_multikey", "length": length, "depth": d, "sample": i,
+                         "expected": [f" v{i}"], "output": " x", "score": s, "prompt_tokens": length - 8,
+                         "logprob": -1.0 - s, "rank": 1 if s else 2, "candidates": 4, "greedy": bool(s)})
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
 def test_dense_recall_documents_ask_for_every_needle_within_the_budget(tmp_path):
