@@ -2,7 +2,9 @@
 
 Each directory under docs/results/ holds one attempt of the miniature study as the study wrote
 it: base/eval-256/results.jsonl (the base's recall at 256 tokens) and, where the adaptation ran,
-seed-S/ARM/eval-{1024,2048-yarn2,4096-yarn4}/results.jsonl. scripts/miniature_report.sh
+seed-S/ARM/eval-{1024,2048-yarn2,4096-yarn4}/results.jsonl; from attempt 4 on, one base-B/ per
+base, holding eval-256 and the adapted arms under seed-S/ (and the report's primary.md, whose
+block is `ATTEMPT:primary`). scripts/miniature_report.sh
 recomputes the tables from them: the base's recall per depth against the bar, and the paired
 differences with their bootstrap intervals (seeded, so they repeat exactly). Each block of
 RESULTS.md between `<!-- results:NAME -->` and `<!-- /results:NAME -->` must equal what the
@@ -45,7 +47,13 @@ def report(*args):
 def test_there_are_committed_results():
     assert ATTEMPTS, "docs/results/ holds no attempt"
     for a in ATTEMPTS:
-        assert (a / "base" / "eval-256" / "results.jsonl").is_file(), a
+        bars = [a / "base" / "eval-256" / "results.jsonl", *a.glob("base-*/eval-256/results.jsonl")]
+        assert any(b.is_file() for b in bars), a
+
+
+def adapted(attempt):
+    """Whether the attempt's adaptation ran (one base's seeds, or several bases' seeds)."""
+    return any(attempt.glob("seed-*")) or any(attempt.glob("base-*/seed-*"))
 
 
 @pytest.mark.parametrize("attempt", ATTEMPTS, ids=lambda p: p.name)
@@ -54,14 +62,15 @@ def test_the_bar_table_is_the_committed_base_results(attempt):
     assert normal(block(f"{attempt.name}:base-bar")) == normal(got)
 
 
-@pytest.mark.parametrize("attempt", [a for a in ATTEMPTS if any(a.glob("seed-*"))],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("attempt", [a for a in ATTEMPTS if adapted(a)], ids=lambda p: p.name)
 def test_the_paired_differences_are_the_committed_results(attempt, tmp_path):
     report("compare", str(attempt), str(tmp_path))
     for baseline in ("standard", "standard-matched"):
         md = (tmp_path / f"compare-vs-{baseline}" / "compare.md").read_text()
         section = md[md.index("## Paired differences"):]
         assert normal(block(f"{attempt.name}:vs-{baseline}")) == normal(section), baseline
+    if (tmp_path / "primary.md").exists():
+        assert normal(block(f"{attempt.name}:primary")) == normal((tmp_path / "primary.md").read_text())
 
 
 def test_pilot_cells_are_the_committed_pilot_results():
