@@ -53,6 +53,10 @@ pub(super) const PAGE_SLACK: u64 = 64 << 20;
 /// Bytes per value a column chunk may hold beyond the value itself: a length prefix, levels.
 const VALUE_OVERHEAD: u64 = 16;
 
+/// The most memory a footer's lists may make the parse reserve: an honest footer of a million
+/// column chunks takes about half of it.
+const FOOTER_RESERVE_LIMIT: u64 = 1 << 30;
+
 /// Bytes a column chunk may hold beyond its values: a dictionary page's and page headers' room.
 const CHUNK_SLACK: u64 = 1 << 20;
 
@@ -376,7 +380,24 @@ fn check_footer(path: &Path, file: &File) -> Result<()> {
         .take(len)
         .read_to_end(&mut footer)
         .map_err(|e| DataError::io(path, e))?;
-    match thrift_check::read_checked::<FileMetaData>(&footer) {
+    let checked = thrift_check::walk(&footer).and_then(|walked| {
+        if walked.reserves > FOOTER_RESERVE_LIMIT {
+            return Err(thrift_check::ThriftError {
+                offset: 0,
+                what: format!(
+                    "its lists would take {} bytes of memory once parsed (up to {} bytes per \
+                     element), more than the {} MiB rsd allows a footer: a file of millions of \
+                     column chunks (split it into smaller files) or a crafted one",
+                    walked.reserves,
+                    thrift_check::MAX_ELEMENT_BYTES,
+                    FOOTER_RESERVE_LIMIT >> 20
+                ),
+                truncated: false,
+            });
+        }
+        thrift_check::read_checked::<FileMetaData>(&footer)
+    });
+    match checked {
         Ok(_) => Ok(()),
         Err(e) => Err(DataError::bad_file(
             path,
@@ -651,6 +672,41 @@ mod tests {
             &format!(
                 "(at byte 3 of its FileMetaData, which is {len} bytes at byte {start} of the file)"
             ),
+        ] {
+            assert!(err.contains(part), "want {part:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_footer_whose_lists_would_take_more_than_a_gib_is_refused_before_it_is_parsed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("many.parquet");
+        write(&path, &["one".to_string()], false, false);
+        let bytes = std::fs::read(&path).unwrap();
+        let n = bytes.len();
+        let len = u32::from_le_bytes(bytes[n - 8..n - 4].try_into().unwrap()) as usize;
+        // A footer of 2 million empty structs in its schema list (field 2): each fits in one
+        // byte of the file, each would take up to 550 bytes once parsed, 1.1 GB in all.
+        let count: u32 = 2_000_000;
+        let mut footer = vec![0x15, 0x02, 0x19, 0xFC];
+        let mut v = count;
+        while v >= 0x80 {
+            footer.push((v as u8 & 0x7F) | 0x80);
+            v >>= 7;
+        }
+        footer.push(v as u8);
+        footer.extend(std::iter::repeat_n(0u8, count as usize));
+        footer.push(0);
+        let mut crafted = bytes[..n - 8 - len].to_vec();
+        crafted.extend(&footer);
+        crafted.extend((footer.len() as u32).to_le_bytes());
+        crafted.extend(b"PAR1");
+        std::fs::write(&path, &crafted).unwrap();
+        let err = texts(&path, 1 << 20).unwrap_err().to_string();
+        for part in [
+            "many.parquet",
+            "corrupt Parquet footer: its lists would take 1100000000 bytes of memory",
+            "more than the 1024 MiB rsd allows a footer",
         ] {
             assert!(err.contains(part), "want {part:?}: {err}");
         }

@@ -36,6 +36,28 @@ use thrift::protocol::{
 /// depth 1). Parquet's own structs nest a few levels deep.
 pub(super) const MAX_DEPTH: usize = 64;
 
+/// The most memory one element of a list in a parquet struct takes once parsed (a
+/// `ColumnChunk`, the largest; a test checks the parquet types against it).
+pub(super) const MAX_ELEMENT_BYTES: u64 = 550;
+
+/// What the parse of a list element of Thrift type `t` reserves, at most: a struct
+/// [`MAX_ELEMENT_BYTES`], a binary, string or nested collection its 24-byte handle, a scalar 8.
+fn in_memory(t: u8) -> u64 {
+    match t {
+        STRUCT => MAX_ELEMENT_BYTES,
+        BINARY | LIST | SET | MAP => 24,
+        _ => 8,
+    }
+}
+
+/// A walked struct: its length, and at most how many bytes its lists, sets and maps make the
+/// parse reserve (element counts times their elements' size in memory).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Walked {
+    pub(super) len: usize,
+    pub(super) reserves: u64,
+}
+
 /// Why a struct was refused: the byte (from the start of the region) at which it went wrong, and
 /// what was wrong there.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +108,8 @@ fn min_len(t: u8) -> u64 {
 struct Cursor<'a> {
     buf: &'a [u8],
     pos: usize,
+    /// What the collections read so far make a parse reserve ([`Walked::reserves`]).
+    reserves: u64,
 }
 
 impl<'a> Cursor<'a> {
@@ -210,6 +234,9 @@ impl<'a> Cursor<'a> {
             n => u64::from(n),
         };
         self.check_count(at, count, min_len(elem), "list")?;
+        self.reserves = self
+            .reserves
+            .saturating_add(count.saturating_mul(in_memory(elem)));
         Ok((elem, count as usize))
     }
 
@@ -225,6 +252,9 @@ impl<'a> Cursor<'a> {
         let key = self.element_type(types_at, types >> 4)?;
         let value = self.element_type(types_at, types & 0x0F)?;
         self.check_count(at, count, min_len(key) + min_len(value), "map")?;
+        self.reserves = self
+            .reserves
+            .saturating_add(count.saturating_mul(in_memory(key) + in_memory(value)));
         Ok((key, value, count as usize))
     }
 
@@ -273,12 +303,21 @@ impl<'a> Cursor<'a> {
 /// The length of the compact-protocol struct at the start of `region`, walked by the types its
 /// bytes declare without allocating; or why it is not a struct that fits in `region`.
 pub(super) fn struct_len(region: &[u8]) -> Checked<usize> {
+    Ok(walk(region)?.len)
+}
+
+/// [`struct_len`], with what the struct's collections make a parse reserve.
+pub(super) fn walk(region: &[u8]) -> Checked<Walked> {
     let mut c = Cursor {
         buf: region,
         pos: 0,
+        reserves: 0,
     };
     walk_struct(&mut c, 1)?;
-    Ok(c.pos)
+    Ok(Walked {
+        len: c.pos,
+        reserves: c.reserves,
+    })
 }
 
 fn deeper(c: &Cursor<'_>, depth: usize) -> Checked<usize> {
@@ -405,7 +444,11 @@ pub(super) struct Bounded<'a> {
 impl<'a> Bounded<'a> {
     pub(super) fn new(buf: &'a [u8]) -> Self {
         Bounded {
-            c: Cursor { buf, pos: 0 },
+            c: Cursor {
+                buf,
+                pos: 0,
+                reserves: 0,
+            },
             last_id: 0,
             ids: Vec::new(),
             pending_bool: None,
@@ -641,6 +684,21 @@ mod tests {
     }
 
     #[test]
+    fn what_the_collections_would_reserve_is_counted_by_element_type() {
+        // Field 1: a list of 3 structs (empty); field 2: a list of 2 binaries; field 3: a map of
+        // one i32 → binary entry.
+        let region = [
+            0x19, 0x3C, 0x00, 0x00, 0x00, // list<struct>[3]
+            0x19, 0x28, 0x00, 0x00, // list<binary>[2], both empty
+            0x1B, 0x01, 0x58, 0x02, 0x00, // map<i32, binary>{1: ""}
+            0x00,
+        ];
+        let walked = walk(&region).unwrap();
+        assert_eq!(walked.len, region.len());
+        assert_eq!(walked.reserves, 3 * MAX_ELEMENT_BYTES + 2 * 24 + (8 + 24));
+    }
+
+    #[test]
     fn a_struct_cut_anywhere_is_an_error_at_or_before_the_cut() {
         let b = every_type();
         for cut in 0..b.len() {
@@ -834,7 +892,10 @@ mod tests {
             size_of::<Vec<u8>>(),
             size_of::<i64>(),
         ];
-        assert!(sizes.iter().all(|&s| s <= 550), "{sizes:?}");
+        assert!(
+            sizes.iter().all(|&s| s as u64 <= MAX_ELEMENT_BYTES),
+            "{sizes:?}"
+        );
     }
 
     /// `header` with `edits` (position, byte) applied, positions taken modulo its length.
