@@ -5,6 +5,7 @@
 #
 #   scripts/miniature_report.sh bar RESULTS BAR          # a base's recall per depth against BAR
 #   scripts/miniature_report.sh lengths RESULTS BASES    # attempt 4's depth lengths, as JSON
+#   scripts/miniature_report.sh lengths-table RESULTS BASES   # the same as a Markdown table
 #   scripts/miniature_report.sh compare RESULTS OUT      # the arms by depth, paired differences
 #   scripts/miniature_report.sh compare docs/results/attempt-3 runs/attempt-3-report
 #
@@ -306,6 +307,24 @@ EOF
   ;;
 lengths)
   lengths "$results" "$3"
+  ;;
+lengths-table)
+  lengths "$results" "$3" | python3 -c "$(cat <<'EOF'
+import json, sys
+d = json.load(sys.stdin)
+ls, recall, mean = d["lengths"], d["recall"], d["mean"]
+print("| base | " + " | ".join(str(l) for l in ls) + " |")
+print("|---|" + "---|" * len(ls))
+for b in d["bases"]:
+    print(f"| {b} | " + " | ".join(f"{recall[str(b)][str(l)]:.3f}" for l in ls) + " |")
+print("| mean | " + " | ".join(f"{mean[str(l)]:.3f}" for l in ls) + " |")
+chosen = ", ".join(map(str, d["depth_lengths"]))
+how = (" (fallback: no mean lies in [0.35, 0.85]; the closest to 0.60)." if d["fallback"]
+       else " (mean base-only recall in [0.35, 0.85]).")
+print()
+print(f"Depth lengths: {chosen}{how}")
+EOF
+)"
   ;;
 compare)
   out="$3"

@@ -271,6 +271,13 @@ def test_attempt_4_report_applies_the_rules_to_the_results(tmp_path):
     lengths = json.loads((out / "lengths.json").read_text())
     assert lengths["depth_lengths"] == [512, 768] and not lengths["fallback"]
     assert lengths["mean"] == {"384": 0.0, "512": 0.5, "768": 0.5, "1024": 1.0}
+    table = subprocess.run(["bash", str(REPO / "scripts/miniature_report.sh"), "lengths-table", str(src),
+                            "1,2"], capture_output=True, text=True, check=True, timeout=60).stdout
+    assert table.splitlines() == [
+        "| base | 384 | 512 | 768 | 1024 |", "|---|---|---|---|---|",
+        "| 1 | 0.000 | 1.000 | 1.000 | 1.000 |", "| 2 | 0.000 | 0.000 | 0.000 | 1.000 |",
+        "| mean | 0.000 | 0.500 | 0.500 | 1.000 |", "",
+        "Depth lengths: 512, 768 (mean base-only recall in [0.35, 0.85])."], table
     for base in ("standard", "standard-matched"):
         cmp = json.loads((out / f"compare-vs-{base}/compare.json").read_text())
         assert cmp["lengths"] == [384, 512, 768, 1024, 2048, 4096]

@@ -62,6 +62,16 @@ def test_the_bar_table_is_the_committed_base_results(attempt):
     assert normal(block(f"{attempt.name}:base-bar")) == normal(got)
 
 
+@pytest.mark.parametrize("attempt", [a for a in ATTEMPTS if any(a.glob("base-*/eval-384"))],
+                         ids=lambda p: p.name)
+def test_the_depth_lengths_are_the_committed_base_only_results(attempt):
+    """Attempt 4 on: the bases' recall at the in-window lengths and the depth lengths the
+    pre-registered rule reads from them (`ATTEMPT:lengths`)."""
+    bases = sorted(int(p.parent.name.split("-")[1]) for p in attempt.glob("base-*/eval-384"))
+    got = report("lengths-table", str(attempt), ",".join(map(str, bases))).stdout
+    assert normal(block(f"{attempt.name}:lengths")) == normal(got)
+
+
 @pytest.mark.parametrize("attempt", [a for a in ATTEMPTS if adapted(a)], ids=lambda p: p.name)
 def test_the_paired_differences_are_the_committed_results(attempt, tmp_path):
     report("compare", str(attempt), str(tmp_path))
