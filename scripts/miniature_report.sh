@@ -53,6 +53,22 @@ fi
 arms=(standard rsd standard-matched two-view-clm)
 join() { local IFS=,; echo "$*"; }
 
+# by_depth OUT: for each length of the caller's `evals`, every arm by depth (the caller's `runs`
+# and `labels` at that length, replicas pooled) into OUT/by-depth-LENGTH/.
+by_depth() {
+  local e i these these_labels
+  for e in "${evals[@]}"; do
+    these=() these_labels=()
+    for i in "${!runs[@]}"; do
+      if [ "${runs[$i]##*/}" = "$e" ]; then
+        these+=("${runs[$i]}") these_labels+=("${labels[$i]}")
+      fi
+    done
+    "$rsd_eval" compare "${these[@]}" --labels "$(join "${these_labels[@]}")" \
+      --out "$1/by-depth-${e#eval-}" >/dev/null
+  done
+}
+
 # lengths RESULTS BASES: attempt 4's rule, as JSON on standard output.
 lengths() {
   python3 - "$1" "$2" <<'EOF'
@@ -109,16 +125,7 @@ attempt3() {
     done
   done
   # Per length: the arms by depth, seeds pooled (figures and tables; the intervals are below).
-  for e in "${evals[@]}"; do
-    these=() these_labels=()
-    for i in "${!runs[@]}"; do
-      if [ "${runs[$i]##*/}" = "$e" ]; then
-        these+=("${runs[$i]}") these_labels+=("${labels[$i]}")
-      fi
-    done
-    "$rsd_eval" compare "${these[@]}" --labels "$(join "${these_labels[@]}")" \
-      --out "$out/by-depth-${e#eval-}" >/dev/null
-  done
+  by_depth "$out"
   for base in standard standard-matched; do
     "$rsd_eval" compare "${runs[@]}" --labels "$(join "${labels[@]}")" \
       --replicas "$(join "${replicas[@]}")" --baseline "$base" \
@@ -162,17 +169,7 @@ print("\n".join(map(str, d["accepted"])))' "$results/bases.json")
     done
   done
   # Per length: the arms by depth, bases and seeds pooled.
-  local these these_labels these_replicas i
-  for e in "${evals[@]}"; do
-    these=() these_labels=()
-    for i in "${!runs[@]}"; do
-      if [ "${runs[$i]##*/}" = "$e" ]; then
-        these+=("${runs[$i]}") these_labels+=("${labels[$i]}")
-      fi
-    done
-    "$rsd_eval" compare "${these[@]}" --labels "$(join "${these_labels[@]}")" \
-      --out "$out/by-depth-${e#eval-}" >/dev/null
-  done
+  by_depth "$out"
   # The drop: from the longest in-window length where standard's mean recall is above 0.35, to
   # 4096 with YaRN ×4 (none: not measurable).
   local from

@@ -470,6 +470,22 @@ mod tests {
             .collect()
     }
 
+    /// The error reading `path` gives: a bad file, of cause `Corrupt`.
+    fn refused_as_corrupt(path: &Path) -> String {
+        let err = texts(path, 1 << 20).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(
+                err,
+                DataError::BadFile {
+                    cause: Cause::Corrupt,
+                    ..
+                }
+            ),
+            "{text}"
+        );
+        text
+    }
     #[test]
     fn a_page_past_the_bound_is_refused_before_it_is_decoded() {
         let tmp = tempfile::tempdir().unwrap();
@@ -483,18 +499,7 @@ mod tests {
             std::fs::metadata(&path).unwrap().len() < 1 << 20,
             "zstd keeps it small"
         );
-        let err = texts(&path, 1 << 20).unwrap_err();
-        let text = err.to_string();
-        assert!(
-            matches!(
-                err,
-                DataError::BadFile {
-                    cause: Cause::Corrupt,
-                    ..
-                }
-            ),
-            "{text}"
-        );
+        let text = refused_as_corrupt(&path);
         for part in [
             "big-page.parquet",
             "row group 0 (first row 0), column \"text\"",
@@ -587,18 +592,7 @@ mod tests {
         );
         assert!(at < 200, "in the first page header, at byte {at}");
         std::fs::write(&path, &bytes).unwrap();
-        let err = texts(&path, 1 << 20).unwrap_err();
-        let text = err.to_string();
-        assert!(
-            matches!(
-                err,
-                DataError::BadFile {
-                    cause: Cause::Corrupt,
-                    ..
-                }
-            ),
-            "{text}"
-        );
+        let text = refused_as_corrupt(&path);
         for part in [
             "stats.parquet",
             "row group 0 (first row 0), column \"text\": page 0: bad page header at byte 4 of \
