@@ -10,7 +10,6 @@
 //! announcement to a callback, which ends the process.
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::env::Rendezvous;
@@ -96,7 +95,6 @@ impl Announcer {
 pub struct FailureWatch {
     announcer: Announcer,
     done: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
 }
 
 impl FailureWatch {
@@ -151,7 +149,8 @@ impl FailureWatch {
             poll,
             grace,
         };
-        let thread = std::thread::Builder::new()
+        // Detached: it ends at its next slice once `done` is set, or with the process.
+        std::thread::Builder::new()
             .name("rsd-failure-watch".into())
             .spawn(move || {
                 if let Some(failure) = watch.wait_for_failure() {
@@ -164,24 +163,12 @@ impl FailureWatch {
                 rank: rdzv.rank,
                 message: format!("starting the watch thread: {e}"),
             })?;
-        Ok(FailureWatch {
-            announcer,
-            done,
-            thread: Some(thread),
-        })
+        Ok(FailureWatch { announcer, done })
     }
 
     /// The handle this rank announces its own failure with.
     pub fn announcer(&self) -> Announcer {
         self.announcer.clone()
-    }
-
-    /// Stops the watch and waits for its thread (at most one poll slice, or one store call).
-    pub fn stop(mut self) {
-        self.done.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
