@@ -23,7 +23,8 @@
 #             ⌈steps × F⌉ steps, F the rsd step's FLOP floor with prefix reuse (`rsd-train
 #             memory`), recorded in adapt.json.
 #   evaluate  every adapted model at 384, 512, 768, 1024, 2048 (YaRN ×2) and 4096 (YaRN ×4) into
-#             base-b/seed-s/ARM/eval-{384,512,768,1024,2048-yarn2,4096-yarn4}/.
+#             base-b/seed-s/ARM/eval-{384,512,768,1024,2048-yarn2,4096-yarn4}/, length by length
+#             (every model at 384, then at 512, …), so the in-window lengths are done first.
 #   report    the tables (scripts/miniature_report.sh compare): the arms by depth per length, the
 #             paired differences with hierarchical intervals (bases, then seeds, then items), the
 #             primary measures and the decision rule, in report/.
@@ -400,30 +401,29 @@ json.dump({"adapt_steps": int(sys.argv[1]), "flop_floor": float(sys.argv[2]),
 
 # ------------------------------------------------------------------------------------- evaluate
 
-# record DIR B SEED ARM: the study's own record in each evaluation directory of the adapted model
-# DIR, beside rsd-eval's run.json (which carries the model's sha256, RoPE base and scaling and its
-# training record with the adaptation seed and steps, but not the base's seeds).
+# record DIR B SEED ARM EVAL: the study's own record in the evaluation directory DIR/EVAL of the
+# adapted model DIR, beside rsd-eval's run.json (which carries the model's sha256, RoPE base and
+# scaling and its training record with the adaptation seed and steps, but not the base's seeds).
 record() {
-  python3 - "$@" "${evals[@]}" <<'EOF'
+  python3 - "$@" <<'EOF'
 import json, os, sys
-d, b, seed, arm, evals = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5:]
+d, b, seed, arm, ev = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 training = json.load(open(os.path.join(d, "model", "rsd_training.json")))
-for ev in evals:
-    _, length, *scaling = ev.split("-")
-    json.dump({"attempt": 4, "base": b, "base_init_seed": 10 + b, "base_stage1_seed": 10 + b,
-               "base_block_seeds": f"{100 * b}+k for block k of each stage",
-               "adaptation_seed": seed, "arm": arm, "objective": training["objective"],
-               "steps": training["steps"], "length": int(length),
-               "rope_theta": training["rope_theta"],
-               "yarn_factor": int(scaling[0][len("yarn"):]) if scaling else None,
-               "model": f"base-{b}/seed-{seed}/{arm}/model"},
-              open(os.path.join(d, ev, "miniature.json"), "w"), indent=1)
+_, length, *scaling = ev.split("-")
+json.dump({"attempt": 4, "base": b, "base_init_seed": 10 + b, "base_stage1_seed": 10 + b,
+           "base_block_seeds": f"{100 * b}+k for block k of each stage",
+           "adaptation_seed": seed, "arm": arm, "objective": training["objective"],
+           "steps": training["steps"], "length": int(length),
+           "rope_theta": training["rope_theta"],
+           "yarn_factor": int(scaling[0][len("yarn"):]) if scaling else None,
+           "model": f"base-{b}/seed-{seed}/{arm}/model"},
+          open(os.path.join(d, ev, "miniature.json"), "w"), indent=1)
 EOF
 }
 
 stage_evaluate() {
   need_data
-  local list b seed arm dir e length
+  local list b seed arm dir e length label
   list="$(accepted_bases)" || exit 1
   for b in $list; do
     for seed in ${seeds//,/ }; do
@@ -433,19 +433,23 @@ stage_evaluate() {
       done
     done
   done
-  for b in $list; do
-    for seed in ${seeds//,/ }; do
-      for arm in "${arms[@]}"; do
-        dir="$out/base-$b/seed-$seed/$arm"
-        say "base $b, seed $seed: evaluating $arm at 384, 512, 768, 1024, 2048 (YaRN ×2), 4096 (YaRN ×4)"
-        for e in "${evals[@]}"; do
-          length="${e#eval-}" length="${length%%-*}"
+  # Length by length, every model at each: the in-window lengths (which hold the primary measures
+  # at 1024 and at the depth lengths) are complete for every arm long before the costly 4096.
+  for e in "${evals[@]}"; do
+    length="${e#eval-}" length="${length%%-*}"
+    label="$length tokens"
+    [[ $e != *-yarn* ]] || label+=" (YaRN ×${e##*-yarn})"
+    say "every adapted model at $label"
+    for b in $list; do
+      for seed in ${seeds//,/ }; do
+        for arm in "${arms[@]}"; do
+          dir="$out/base-$b/seed-$seed/$arm"
           case "$e" in
             *-yarn*) evaluate "$dir/model" "$dir/$e" "$length" --rope-scaling "yarn:${e##*-yarn}" ;;
             *) evaluate "$dir/model" "$dir/$e" "$length" ;;
           esac
+          record "$dir" "$b" "$seed" "$arm" "$e"
         done
-        record "$dir" "$b" "$seed" "$arm"
       done
     done
   done
