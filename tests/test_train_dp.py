@@ -354,6 +354,48 @@ def test_a_rank_that_fails_inside_a_step_stops_the_others_through_the_store(shar
     assert not (tmp_path / "run" / "model").exists()
 
 
+@pytest.mark.parametrize("frozen", [1, 0])
+def test_a_rank_that_stops_answering_stops_the_others(shards, tmp_path, frozen):
+    """One rank is frozen mid-run (SIGSTOP: its sockets stay open and it answers nothing, as a
+    hung or lost node looks; a rank the OOM killer ends is the same to an NCCL peer). The other,
+    waiting for it in a collective under a 300 s timeout, stops within seconds of `dist_liveness`
+    (3 s), naming it: rank 1 through its heartbeat in the store, rank 0 (whose process hosts the
+    store) through the store not answering."""
+    import os
+    import signal
+    import time
+
+    out = tmp_path / "run"
+    args = train_args(shards, out, "--tokens-per-step", 256, "--dist-liveness", 3, steps=100000)
+    procs = start_two_ranks(args, {})
+    try:
+        deadline = time.monotonic() + 120
+        while not ((out / "metrics.jsonl").exists()
+                   and len((out / "metrics.jsonl").read_text().splitlines()) >= 2):
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
+                [p.communicate()[1] for p in procs if p.poll() is not None]
+            time.sleep(0.2)
+        os.kill(procs[frozen].pid, signal.SIGSTOP)
+        t0 = time.monotonic()
+        other = procs[1 - frozen]
+        err = other.communicate(timeout=120)[1]
+        waited = time.monotonic() - t0
+        assert procs[frozen].poll() is None, "the frozen rank ended"
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert other.returncode == 1, err
+    # The liveness period, a poll and the grace: far below the collective's 300 s.
+    assert 3 <= waited < 60, (waited, err)
+    how = "its heartbeat in the rendezvous store stood still for 3 s" if frozen == 1 else \
+        "the rendezvous store its process hosts (127.0.0.1:"
+    assert f"rsd-train: error: rank {frozen} failed: stopped answering: " in err, err
+    assert how in err, err
+    assert f"every rank stops (this is rank {1 - frozen}, which was waiting for it)" in err, err
+
+
 def start_two_ranks(args, fault_env):
     """Two rsd-train ranks started by hand (the rendezvous variables set here, as a multi-host
     launch would, with no launcher to stop the others)."""

@@ -1,4 +1,4 @@
-//! One rank's failure, told to every other rank within about a second.
+//! One rank's failure, told to every other rank within seconds.
 //!
 //! A rank whose error ends its run while the others wait in a collective (a libtorch error or an
 //! out-of-memory inside its forward, say) would leave them there until the collective's timeout:
@@ -8,8 +8,16 @@
 //! [`FailureWatch`] that polls the store, over a connection of its own (the main thread's may be
 //! blocked in a store wait, as NCCL's first communicator makes it), and hands another rank's
 //! announcement to a callback, which ends the process.
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+//!
+//! A rank that cannot announce anything (killed by the kernel's OOM killer, frozen, or on a lost
+//! node) is found by its silence: every watch beats a counter of its own in the store each poll;
+//! rank 0's watch reads every other rank's, the others read rank 0's, and a counter that stands
+//! still for the liveness period, of a rank that has not left, is announced as that rank's
+//! failure. Rank 0's process hosts the store, so its own death shows as a store that no longer
+//! answers; for that to mean a failure, rank 0 keeps the store up at the end of a run until every
+//! rank has left ([`FailureWatch::leave`]).
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::env::Rendezvous;
@@ -20,10 +28,27 @@ use crate::store::Store;
 const KEY: &str = "failed";
 /// The count of ranks that have read another rank's failure.
 const SEEN: &str = "seen";
+/// Rank R's heartbeat: a counter its watch adds 1 to each poll (`alive/R`).
+const ALIVE: &str = "alive/";
+/// Set by rank R when its run ended and it stops watching (`left/R`).
+const LEFT: &str = "left/";
 /// Where the watch's keys live in the store.
 const PREFIX: &str = "rsd/failure/";
 /// Poll steps are cut this short so that stopping the watch does not wait a whole poll.
 const SLICE: Duration = Duration::from_millis(50);
+
+/// How often a watch polls, how long it gives this rank's own error to stop it first, and how
+/// long a rank may stay silent before it counts as lost.
+#[derive(Clone, Copy, Debug)]
+pub struct WatchTimes {
+    /// Between two looks at the store (and two heartbeats).
+    pub poll: Duration,
+    /// From hearing of another rank's failure to acting on it.
+    pub grace: Duration,
+    /// A rank whose heartbeat stands still this long (or a store that takes this long to answer)
+    /// has failed. Also how long the watch tries to connect to the store.
+    pub liveness: Duration,
+}
 
 /// A failure another rank announced.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,54 +101,64 @@ impl Announcer {
         // The store goes with this process: wait until every other rank has read the failure
         // (or the time they need to, for ranks stopping on their own, which do not count).
         if let Some(linger) = self.linger {
-            let end = Instant::now() + linger;
-            while Instant::now() < end
-                && self
-                    .store
-                    .add(SEEN, 0)
-                    .is_ok_and(|seen| seen + 1 < self.world_size as i64)
-            {
-                std::thread::sleep(SLICE);
-            }
+            wait_until_read(&self.store, self.world_size - 1, linger);
         }
         Ok(())
     }
 }
 
-/// Polls the store for another rank's failure on a thread of its own; see the module's
-/// documentation. Dropping it stops the polling (without waiting for the thread).
+/// Waits, at most `bound`, until `readers` ranks have read the announced failure.
+fn wait_until_read(store: &Store, readers: usize, bound: Duration) {
+    let end = Instant::now() + bound;
+    while Instant::now() < end && store.add(SEEN, 0).is_ok_and(|seen| seen < readers as i64) {
+        std::thread::sleep(SLICE);
+    }
+}
+
+fn alive_key(rank: usize) -> String {
+    format!("{ALIVE}{rank}")
+}
+
+fn left_key(rank: usize) -> String {
+    format!("{LEFT}{rank}")
+}
+
+/// Polls the store for another rank's failure or silence on a thread of its own; see the
+/// module's documentation. Dropping it stops the polling (without waiting for the thread); a run
+/// that ends normally calls [`FailureWatch::leave`] instead.
 pub struct FailureWatch {
     announcer: Announcer,
     done: Arc<AtomicBool>,
+    times: WatchTimes,
 }
 
 impl FailureWatch {
     /// Connects to the store `rdzv` names (as a client: rank 0's process group hosts it, so this
-    /// starts after the world group exists) and polls it every `poll`. When another rank
-    /// announces a failure, the watch waits `grace` for this rank to stop on its own (its error
-    /// may reach it through a collective too, and its own message says more), then calls
-    /// `on_failure` once and stops. A store that can no longer be reached (rank 0 has finished
-    /// and closed it) ends the watch quietly; so that this does not hide a failure of rank 0,
-    /// whose process hosts the store, rank 0's announcement waits (at most two polls and a
-    /// second) until the others have read it.
+    /// starts after the world group exists) and polls it every `times.poll`. When another rank
+    /// announces a failure, or falls silent for `times.liveness` (module documentation), the
+    /// watch waits `times.grace` for this rank to stop on its own (its error may reach it
+    /// through a collective too, and its own message says more), then calls `on_failure` once
+    /// and stops. So that rank 0's failure is not lost with the store its process hosts, rank
+    /// 0's announcement waits (at most two polls and a second) until the others have read it.
     pub fn start(
         rdzv: &Rendezvous,
-        timeout: Duration,
-        poll: Duration,
-        grace: Duration,
+        times: WatchTimes,
         on_failure: impl FnOnce(Failure) + Send + 'static,
     ) -> Result<FailureWatch> {
+        let address = format!("{}:{}", rdzv.master_addr, rdzv.master_port);
+        // Connecting waits at most the liveness period. Calls need not return at all (c10d's
+        // client reads its answers without a timeout): see the deadline thread below.
         let store = Store::tcp(
             &rdzv.master_addr,
             rdzv.master_port,
             false,
             rdzv.world_size,
             rdzv.rank,
-            timeout,
+            times.liveness,
         )
         .map_err(|message| DistError::Store {
             op: "connect",
-            key: format!("{}:{}", rdzv.master_addr, rdzv.master_port),
+            key: address.clone(),
             rank: rdzv.rank,
             message,
         })?;
@@ -132,43 +167,112 @@ impl FailureWatch {
             None => PREFIX.to_owned(),
         };
         let store = Arc::new(store.prefixed(&prefix)?);
+        // The first beat before this returns: a rank is watched from its first beat, and one
+        // that fails any time after its watch started must be seen to stop.
+        store.add(&alive_key(rdzv.rank), 1)?;
         let hosts_store = rdzv.rank == 0 && rdzv.agent_store.is_none();
         let announcer = Announcer {
             store: store.clone(),
             rank: rdzv.rank,
             stopping: Arc::new(AtomicBool::new(false)),
-            linger: hosts_store.then_some(2 * poll + Duration::from_secs(1)),
+            linger: hosts_store.then_some(2 * times.poll + Duration::from_secs(1)),
             world_size: rdzv.world_size,
         };
         let done = Arc::new(AtomicBool::new(false));
+        let watched = match rdzv.rank {
+            0 => (1..rdzv.world_size).collect(),
+            _ => vec![0],
+        };
+        let store_host = rdzv.agent_store.is_none().then_some(address);
+        let answered = Arc::new(Answered::now());
         let watch = Watching {
             store,
             rank: rdzv.rank,
+            world_size: rdzv.world_size,
+            store_host: store_host.clone(),
             stopping: announcer.stopping.clone(),
             done: done.clone(),
-            poll,
-            grace,
+            times,
+            heartbeats: watched.into_iter().map(Heartbeat::new).collect(),
+            answered: answered.clone(),
         };
+        let on_failure = Once::new(on_failure);
         // Detached: it ends at its next slice once `done` is set, or with the process.
-        std::thread::Builder::new()
-            .name("rsd-failure-watch".into())
-            .spawn(move || {
+        spawn(rdzv.rank, "rsd-failure-watch", {
+            let on_failure = on_failure.clone();
+            move || {
                 if let Some(failure) = watch.wait_for_failure() {
-                    on_failure(failure);
+                    on_failure.call(failure);
                 }
-            })
-            .map_err(|e| DistError::Store {
-                op: "watch",
-                key: KEY.into(),
-                rank: rdzv.rank,
-                message: format!("starting the watch thread: {e}"),
+            }
+        })?;
+        // A store call on a frozen host never returns (c10d's client reads without a timeout):
+        // a second thread notices that the watch stopped hearing from the store.
+        if let (Some(address), true) = (store_host, rdzv.rank != 0) {
+            let deadline = Deadline {
+                address,
+                answered,
+                stopping: announcer.stopping.clone(),
+                done: done.clone(),
+                times,
+            };
+            spawn(rdzv.rank, "rsd-store-deadline", move || {
+                if let Some(failure) = deadline.wait_for_silence() {
+                    on_failure.call(failure);
+                }
             })?;
-        Ok(FailureWatch { announcer, done })
+        }
+        Ok(FailureWatch {
+            announcer,
+            done,
+            times,
+        })
     }
 
     /// The handle this rank announces its own failure with.
     pub fn announcer(&self) -> Announcer {
         self.announcer.clone()
+    }
+
+    /// This rank's run ended (it makes no more collectives): stops watching and says so in the
+    /// store, so that its silence from now on is not taken for a failure. Rank 0, whose process
+    /// hosts the store, then waits until every other rank has left too, or has been silent for
+    /// the liveness period (dead after its last collective: nothing is left to tell it), so that
+    /// the store does not vanish under a rank still finishing its run. Best effort: a store that
+    /// cannot be reached here can no longer matter to anyone.
+    pub fn leave(self) {
+        // Stopped first: rank 0 may close the store as soon as it reads the key below.
+        self.done.store(true, Ordering::SeqCst);
+        let store = &self.announcer.store;
+        if store.set(&left_key(self.announcer.rank), b"1").is_err()
+            || self.announcer.linger.is_none()
+        {
+            return;
+        }
+        let mut others: Vec<Heartbeat> =
+            (1..self.announcer.world_size).map(Heartbeat::new).collect();
+        while !others.is_empty() {
+            let now = Instant::now();
+            let mut still = Vec::with_capacity(others.len());
+            for mut h in others {
+                match (
+                    store.check(&left_key(h.rank)),
+                    store.add(&alive_key(h.rank), 0),
+                ) {
+                    // A rank that never beat never started its watch: nothing to wait for.
+                    (Ok(false), Ok(beats))
+                        if beats > 0 && !h.silent(beats, now, self.times.liveness) =>
+                    {
+                        still.push(h)
+                    }
+                    _ => {}
+                }
+            }
+            others = still;
+            if !others.is_empty() {
+                std::thread::sleep(self.times.poll);
+            }
+        }
     }
 }
 
@@ -191,56 +295,265 @@ pub fn exit_now(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
+/// Starts a detached thread named `name`.
+fn spawn(rank: usize, name: &str, f: impl FnOnce() + Send + 'static) -> Result<()> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .map(drop)
+        .map_err(|e| DistError::Store {
+            op: "watch",
+            key: KEY.into(),
+            rank,
+            message: format!("starting the {name} thread: {e}"),
+        })
+}
+
+/// The failure callback, called at most once by whichever thread finds a failure first.
+#[derive(Clone)]
+struct Once(Arc<Mutex<Option<FailureCallback>>>);
+
+type FailureCallback = Box<dyn FnOnce(Failure) + Send>;
+
+impl Once {
+    fn new(f: impl FnOnce(Failure) + Send + 'static) -> Self {
+        Once(Arc::new(Mutex::new(Some(Box::new(f)))))
+    }
+
+    fn call(&self, failure: Failure) {
+        let f = self.0.lock().map(|mut f| f.take()).unwrap_or(None);
+        if let Some(f) = f {
+            f(failure);
+        }
+    }
+}
+
+/// When the watch last heard from the store: milliseconds since `base`.
+struct Answered {
+    base: Instant,
+    millis: AtomicU64,
+}
+
+impl Answered {
+    fn now() -> Self {
+        Answered {
+            base: Instant::now(),
+            millis: AtomicU64::new(0),
+        }
+    }
+
+    fn mark(&self) {
+        let ms = self
+            .base
+            .elapsed()
+            .as_millis()
+            .try_into()
+            .unwrap_or(u64::MAX);
+        self.millis.store(ms, Ordering::SeqCst);
+    }
+
+    fn since(&self) -> Duration {
+        self.base
+            .elapsed()
+            .saturating_sub(Duration::from_millis(self.millis.load(Ordering::SeqCst)))
+    }
+}
+
+/// The second thread of a rank other than 0 whose store rank 0's process hosts: rank 0 counts as
+/// lost when the watch has not heard from the store for the liveness period.
+struct Deadline {
+    address: String,
+    answered: Arc<Answered>,
+    stopping: Arc<AtomicBool>,
+    done: Arc<AtomicBool>,
+    times: WatchTimes,
+}
+
+impl Deadline {
+    fn wait_for_silence(&self) -> Option<Failure> {
+        loop {
+            if !sleep(&self.done, self.times.poll) {
+                return None;
+            }
+            // A whole poll more than the period: the watch itself sleeps a poll between calls.
+            if self.answered.since() < self.times.liveness + self.times.poll {
+                continue;
+            }
+            if !sleep(&self.done, self.times.grace) || self.stopping.load(Ordering::SeqCst) {
+                return None;
+            }
+            return Some(Failure {
+                rank: 0,
+                message: format!(
+                    "stopped answering: the rendezvous store its process hosts ({}) did not \
+                     answer for {} s (its process is frozen, or its node was lost)",
+                    self.address,
+                    self.times.liveness.as_secs_f64()
+                ),
+            });
+        }
+    }
+}
+
+/// Sleeps `d` in slices; false when `done` was set meanwhile.
+fn sleep(done: &AtomicBool, d: Duration) -> bool {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        if done.load(Ordering::SeqCst) {
+            return false;
+        }
+        std::thread::sleep(SLICE.min(end.saturating_duration_since(Instant::now())));
+    }
+    !done.load(Ordering::SeqCst)
+}
+
+/// What a watch knows of one other rank's heartbeat.
+struct Heartbeat {
+    rank: usize,
+    /// The counter's last value, and when this watch saw it change.
+    beats: i64,
+    changed: Instant,
+}
+
+impl Heartbeat {
+    fn new(rank: usize) -> Self {
+        Heartbeat {
+            rank,
+            beats: 0,
+            changed: Instant::now(),
+        }
+    }
+
+    /// Takes the counter's value read at `now`; whether it has stood still for `liveness`. A
+    /// rank that has not beaten yet (still starting) is not silent: it is watched from its
+    /// first beat.
+    fn silent(&mut self, beats: i64, now: Instant, liveness: Duration) -> bool {
+        if beats != self.beats {
+            self.beats = beats;
+            self.changed = now;
+        }
+        self.beats > 0 && now.duration_since(self.changed) >= liveness
+    }
+}
+
 /// The watch thread's state.
 struct Watching {
     store: Arc<Store>,
     rank: usize,
+    world_size: usize,
+    /// `host:port` of the store when rank 0's process hosts it (not torchrun's agent).
+    store_host: Option<String>,
     stopping: Arc<AtomicBool>,
     done: Arc<AtomicBool>,
-    poll: Duration,
-    grace: Duration,
+    times: WatchTimes,
+    /// The ranks this one watches the heartbeats of: every other rank for rank 0, rank 0 for the
+    /// others.
+    heartbeats: Vec<Heartbeat>,
+    /// Marked after every poll the store answered.
+    answered: Arc<Answered>,
 }
 
 impl Watching {
-    /// Another rank's failure, once announced and not followed within the grace by this rank
-    /// stopping on its own; `None` when the watch ends first.
-    fn wait_for_failure(&self) -> Option<Failure> {
+    /// Another rank's failure (announced, or its silence), once not followed within the grace by
+    /// this rank stopping on its own; `None` when the watch ends first.
+    fn wait_for_failure(mut self) -> Option<Failure> {
         loop {
-            if !self.sleep(self.poll) {
+            if !sleep(&self.done, self.times.poll) {
                 return None;
             }
-            // An unreachable store: rank 0 finished (or died, which its peers learn otherwise).
-            if !self.store.check(KEY).ok()? {
-                continue;
+            let looked = self.look();
+            if looked.is_ok() {
+                self.answered.mark();
             }
-            let failure = Failure::decode(&self.store.get(KEY, self.poll).ok()?)?;
-            if failure.rank == self.rank {
-                continue;
-            }
-            let _ = self.store.add(SEEN, 1);
-            if !self.sleep(self.grace) || self.stopping.load(Ordering::SeqCst) {
+            let failure = match looked {
+                Ok(None) => continue,
+                Ok(Some(failure)) => failure,
+                // Left or stopping meanwhile: the store may be gone for a good reason.
+                Err(_) if self.done.load(Ordering::SeqCst) => return None,
+                Err(e) => self.store_lost(&e)?,
+            };
+            if !sleep(&self.done, self.times.grace) || self.stopping.load(Ordering::SeqCst) {
                 return None;
             }
             return Some(failure);
         }
     }
 
-    /// Sleeps `d` in slices; false when the watch was stopped meanwhile.
-    fn sleep(&self, d: Duration) -> bool {
-        let end = Instant::now() + d;
-        while Instant::now() < end {
-            if self.done.load(Ordering::SeqCst) {
-                return false;
-            }
-            std::thread::sleep(SLICE.min(end.saturating_duration_since(Instant::now())));
+    /// One poll: this rank's heartbeat, another rank's announcement, the watched ranks' silence.
+    fn look(&mut self) -> Result<Option<Failure>> {
+        self.store.add(&alive_key(self.rank), 1)?;
+        if self.store.check(KEY)? {
+            let announced = Failure::decode(&self.store.get(KEY, self.times.poll)?);
+            return Ok(announced.filter(|f| f.rank != self.rank).inspect(|_| {
+                let _ = self.store.add(SEEN, 1);
+            }));
         }
-        !self.done.load(Ordering::SeqCst)
+        let now = Instant::now();
+        for i in 0..self.heartbeats.len() {
+            let rank = self.heartbeats[i].rank;
+            let beats = self.store.add(&alive_key(rank), 0)?;
+            if !self.heartbeats[i].silent(beats, now, self.times.liveness)
+                || self.store.check(&left_key(rank))?
+            {
+                continue;
+            }
+            let failure = Failure {
+                rank,
+                message: format!(
+                    "stopped answering: its heartbeat in the rendezvous store stood still for {} s \
+                     (its process was killed, by the kernel's OOM killer say, or is frozen, or its \
+                     node was lost)",
+                    self.times.liveness.as_secs_f64()
+                ),
+            };
+            // Told to every rank, as its own announcement would have been; the lost rank and
+            // this one do not read it.
+            self.store.set(KEY, &failure.encode())?;
+            if self.store_host.is_some() && self.rank == 0 {
+                wait_until_read(
+                    &self.store,
+                    self.world_size.saturating_sub(2),
+                    2 * self.times.poll + Duration::from_secs(1),
+                );
+            }
+            return Ok(Some(failure));
+        }
+        Ok(None)
+    }
+
+    /// The failure a store that stopped answering means: rank 0's, when its process hosts the
+    /// store (at the end of a run rank 0 keeps it up until every rank has left). torchrun's
+    /// agent hosts it otherwise, and the agent itself ends the ranks when it goes.
+    fn store_lost(&self, e: &DistError) -> Option<Failure> {
+        let address = self.store_host.as_ref()?;
+        Some(Failure {
+            rank: 0,
+            message: format!(
+                "stopped answering: the rendezvous store its process hosts ({address}) failed \
+                 ({e}); its process was killed, by the kernel's OOM killer say, or is frozen, or \
+                 its node was lost"
+            ),
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_heartbeat_is_silent_once_it_stood_still_for_the_period_after_its_first_beat() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let period = s(2);
+        let mut h = Heartbeat::new(1);
+        assert!(!h.silent(0, t0 + s(10), period), "a rank that never beat is not watched");
+        assert!(!h.silent(3, t0 + s(10), period));
+        assert!(!h.silent(3, t0 + s(11), period));
+        assert!(h.silent(3, t0 + s(12), period));
+        assert!(!h.silent(4, t0 + s(13), period), "a new beat starts the period again");
+        assert!(h.silent(4, t0 + s(15), period));
+    }
 
     #[test]
     fn a_failure_survives_its_encoding_with_newlines_in_the_message() {

@@ -34,7 +34,7 @@ pub mod testing;
 
 pub use env::Rendezvous;
 pub use error::{DistError, Result};
-pub use failure::{exit_now, Announcer, Failure, FailureWatch};
+pub use failure::{exit_now, Announcer, Failure, FailureWatch, WatchTimes};
 pub use group::{Backend, CommStats, PendingReduceScatter, ProcessGroup, ReduceOp};
 pub use mesh::{layout, Mesh, MeshShape};
 pub use store::Store;

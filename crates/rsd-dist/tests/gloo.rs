@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use rsd_dist::testing::{free_port, launch_ranks as launch, rank_world as world, LEFT, ROLE_ENV};
 use rsd_dist::{
     Backend, DistError, FailureWatch, Mesh, MeshShape, ProcessGroup, ReduceOp, Rendezvous,
+    WatchTimes,
 };
 use tch::{Device, Kind, Tensor};
 
@@ -793,22 +794,16 @@ fn rank_failure_watch() {
         return;
     };
     let rdzv = Rendezvous::from_env().unwrap();
-    let watch = FailureWatch::start(
-        &rdzv,
-        TIMEOUT,
-        Duration::from_millis(100),
-        Duration::from_millis(200),
-        move |f| {
-            assert_eq!(
-                (f.rank, f.message.as_str()),
-                (1, "out of memory\nin its forward")
-            );
-            // Rank 0, stuck in its all-reduce, leaves here; had the watch not heard, rank 1's
-            // exit after its 10 s would have ended the all-reduce, and the panic below the test.
-            println!("{LEFT}");
-            rsd_dist::exit_now(0);
-        },
-    )
+    let watch = FailureWatch::start(&rdzv, watch_times(100, TIMEOUT), move |f| {
+        assert_eq!(
+            (f.rank, f.message.as_str()),
+            (1, "out of memory\nin its forward")
+        );
+        // Rank 0, stuck in its all-reduce, leaves here; had the watch not heard, rank 1's
+        // exit after its 10 s would have ended the all-reduce, and the panic below the test.
+        println!("{LEFT}");
+        rsd_dist::exit_now(0);
+    })
     .unwrap();
     if pg.rank() == 1 {
         // Fails, and stays alive with its connections open (as an NCCL peer's failure would
@@ -841,17 +836,11 @@ fn rank_0_fails() {
         return;
     };
     let rdzv = Rendezvous::from_env().unwrap();
-    let watch = FailureWatch::start(
-        &rdzv,
-        TIMEOUT,
-        Duration::from_millis(500),
-        Duration::from_millis(200),
-        move |f| {
-            assert_eq!((f.rank, f.message.as_str()), (0, "disk full"));
-            println!("{LEFT}");
-            rsd_dist::exit_now(0);
-        },
-    )
+    let watch = FailureWatch::start(&rdzv, watch_times(500, TIMEOUT), move |f| {
+        assert_eq!((f.rank, f.message.as_str()), (0, "disk full"));
+        println!("{LEFT}");
+        rsd_dist::exit_now(0);
+    })
     .unwrap();
     if pg.rank() == 0 {
         // Rank 0's process hosts the store: it leaves as soon as its announcement returns,
@@ -863,4 +852,158 @@ fn rank_0_fails() {
     // Rank 1 waits where no socket of rank 0's would wake it (as in an NCCL collective).
     std::thread::sleep(Duration::from_secs(15));
     panic!("rank 1 never heard of rank 0's failure");
+}
+
+/// A watch's times for these tests: polls every `poll_ms`, a grace of 200 ms.
+fn watch_times(poll_ms: u64, liveness: Duration) -> WatchTimes {
+    WatchTimes {
+        poll: Duration::from_millis(poll_ms),
+        grace: Duration::from_millis(200),
+        liveness,
+    }
+}
+
+/// Where rank `rank` of the launch on this rendezvous port leaves its process id, so that a peer
+/// can wake it after it froze itself.
+fn pid_file(rank: usize) -> std::path::PathBuf {
+    let port = std::env::var("MASTER_PORT").unwrap();
+    std::env::temp_dir().join(format!("rsd-gloo-frozen-{port}-{rank}"))
+}
+
+/// Freezes this process (SIGSTOP: its sockets stay open and nothing it runs answers, as a hung
+/// or swapped-out node looks to its peers) until a peer sends it SIGCONT; then it leaves.
+fn freeze_until_woken(rank: usize) -> ! {
+    std::fs::write(pid_file(rank), std::process::id().to_string()).unwrap();
+    // SAFETY: raise has no preconditions.
+    unsafe { libc::raise(libc::SIGSTOP) };
+    println!("{LEFT}");
+    rsd_dist::exit_now(0)
+}
+
+/// Wakes the frozen rank `rank` (so that the launch can end) and removes its pid file.
+fn wake(rank: usize) {
+    let pid: i32 = std::fs::read_to_string(pid_file(rank))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let _ = std::fs::remove_file(pid_file(rank));
+    // SAFETY: kill has no preconditions.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+}
+
+#[test]
+fn a_rank_that_falls_silent_is_announced_by_rank_0_and_ends_it() {
+    launch("rank_falls_silent", 2);
+}
+
+#[test]
+#[ignore = "one rank of a_rank_that_falls_silent_is_announced_by_rank_0_and_ends_it"]
+fn rank_falls_silent() {
+    let Some(pg) = world("rank_falls_silent", Duration::from_secs(300)) else {
+        return;
+    };
+    let rdzv = Rendezvous::from_env().unwrap();
+    let started = Instant::now();
+    let _watch = FailureWatch::start(&rdzv, watch_times(100, Duration::from_secs(2)), move |f| {
+        assert_eq!(f.rank, 1, "{f:?}");
+        assert!(
+            f.message.starts_with("stopped answering: its heartbeat"),
+            "{f:?}"
+        );
+        // Not before the liveness period, and long before the collective's own 300 s.
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_secs(2) && waited < Duration::from_secs(30),
+            "{waited:?}"
+        );
+        wake(1);
+        println!("{LEFT}");
+        rsd_dist::exit_now(0);
+    })
+    .unwrap();
+    if pg.rank() == 1 {
+        // Beats once at least, then freezes with its connections open: Gloo sees nothing.
+        std::thread::sleep(Duration::from_millis(500));
+        freeze_until_woken(1);
+    }
+    let result = pg.all_reduce(
+        &mut Tensor::ones([4], (Kind::Float, Device::Cpu)),
+        ReduceOp::Sum,
+    );
+    panic!("rank 0's all-reduce returned ({result:?}) before the watch ended the rank");
+}
+
+#[test]
+fn a_frozen_rank_0_is_found_by_its_store_not_answering() {
+    launch("rank_0_freezes", 2);
+}
+
+#[test]
+#[ignore = "one rank of a_frozen_rank_0_is_found_by_its_store_not_answering"]
+fn rank_0_freezes() {
+    let Some(pg) = world("rank_0_freezes", Duration::from_secs(300)) else {
+        return;
+    };
+    let rdzv = Rendezvous::from_env().unwrap();
+    let _watch = FailureWatch::start(&rdzv, watch_times(100, Duration::from_secs(2)), move |f| {
+        assert_eq!(f.rank, 0, "{f:?}");
+        assert!(
+            f.message
+                .starts_with("stopped answering: the rendezvous store"),
+            "{f:?}"
+        );
+        wake(0);
+        println!("{LEFT}");
+        rsd_dist::exit_now(0);
+    })
+    .unwrap();
+    if pg.rank() == 0 {
+        // Rank 0's process hosts the store: freezing it freezes the store too.
+        std::thread::sleep(Duration::from_millis(500));
+        freeze_until_woken(0);
+    }
+    let result = pg.all_reduce(
+        &mut Tensor::ones([4], (Kind::Float, Device::Cpu)),
+        ReduceOp::Sum,
+    );
+    panic!("rank 1's all-reduce returned ({result:?}) before the watch ended the rank");
+}
+
+#[test]
+fn rank_0_keeps_the_store_up_until_every_rank_has_left() {
+    launch("ranks_leave_apart", 2);
+}
+
+#[test]
+#[ignore = "one rank of rank_0_keeps_the_store_up_until_every_rank_has_left"]
+fn ranks_leave_apart() {
+    let Some(pg) = world("ranks_leave_apart", TIMEOUT) else {
+        return;
+    };
+    let rdzv = Rendezvous::from_env().unwrap();
+    // Either rank taking the other's end for a failure fails the test.
+    let watch = FailureWatch::start(&rdzv, watch_times(100, Duration::from_secs(1)), |f| {
+        eprintln!("a normal end was taken for a failure: {f:?}");
+        rsd_dist::exit_now(3);
+    })
+    .unwrap();
+    pg.all_reduce(
+        &mut Tensor::ones([4], (Kind::Float, Device::Cpu)),
+        ReduceOp::Sum,
+    )
+    .unwrap();
+    if pg.rank() == 1 {
+        // Still finishing (writing a file, say) well past the liveness period, its watch
+        // running: rank 0's store must still be there when it leaves.
+        std::thread::sleep(Duration::from_secs(3));
+        watch.leave();
+        return;
+    }
+    let t0 = Instant::now();
+    watch.leave();
+    let waited = t0.elapsed();
+    assert!(
+        waited >= Duration::from_millis(2500),
+        "rank 0 left after {waited:?}"
+    );
 }

@@ -241,6 +241,12 @@ config! {
     /// the two timeouts; the step's collectives keep `dist_timeout`.
     #[serde(default)]
     checkpoint_timeout: u64 = 0;
+    /// Seconds a rank may go without a sign of life (a heartbeat its failure watch leaves in the
+    /// rendezvous store each second) before every rank stops, naming it: how soon a rank killed
+    /// outright (the OOM killer), frozen, or on a lost node is found while the others wait for it
+    /// in a collective (which would otherwise wait `dist_timeout`).
+    #[serde(default = "default_dist_liveness")]
+    dist_liveness: u64 = default_dist_liveness();
     /// Largest gradient all-reduce bucket, MiB (fp32).
     grad_bucket_mb: usize = 25;
     /// With `shard_optimizer`: a bucket's gradient reduce-scatter runs while the backward
@@ -280,6 +286,11 @@ fn paper_long_ce_stride<T: From<i64>>() -> T {
 
 fn on<T: From<bool>>() -> T {
     T::from(true)
+}
+
+/// `dist_liveness` when the key is absent (configs written before it existed).
+fn default_dist_liveness<T: From<u64>>() -> T {
+    T::from(60)
 }
 
 /// Held-out loader batches when the key is absent (configs written before the key existed).
@@ -634,8 +645,9 @@ impl TrainConfig {
     /// The integer keys' bounds (see [`TrainConfig::check_ranges`]).
     fn check_counts(&self) -> Result<()> {
         let week = 7 * 24 * 3600;
-        let counts: [(&str, u64, u64, u64); 7] = [
+        let counts: [(&str, u64, u64, u64); 8] = [
             ("dist_timeout", self.dist_timeout, 1, week),
+            ("dist_liveness", self.dist_liveness, 3, week),
             ("checkpoint_timeout", self.checkpoint_timeout, 0, week),
             ("grad_bucket_mb", self.grad_bucket_mb as u64, 1, 1 << 20),
             ("chunks", self.chunks as u64, 1, 1 << 20),

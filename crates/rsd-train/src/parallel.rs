@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use tch::{Kind, Tensor};
 
-use rsd_dist::{Failure, FailureWatch, Mesh, MeshShape, ProcessGroup, ReduceOp};
+use rsd_dist::{Failure, FailureWatch, Mesh, MeshShape, ProcessGroup, ReduceOp, WatchTimes};
 use rsd_model::Model;
 
 use crate::config::TrainConfig;
@@ -103,27 +103,36 @@ impl DataParallel {
         Ok(dp)
     }
 
-    /// From now on, another rank's announced failure ([`DataParallel::announce_failure`]) runs
-    /// `on_failure` on a thread of its own, within about [`FAILURE_POLL`] + [`FAILURE_GRACE`],
-    /// unless this rank stops on its own first; `on_failure` is expected to end the process
-    /// (the main thread may be blocked in a collective that would otherwise wait out its
-    /// timeout: NCCL tells no peer that a rank stopped issuing collectives). Nothing happens in
-    /// a run of one process.
+    /// From now on, another rank's announced failure ([`DataParallel::announce_failure`]), or
+    /// its silence for `liveness` (killed, frozen, its node lost), runs `on_failure` on a thread
+    /// of its own, within about [`FAILURE_POLL`] + [`FAILURE_GRACE`] of either, unless this rank
+    /// stops on its own first; `on_failure` is expected to end the process (the main thread may
+    /// be blocked in a collective that would otherwise wait out its timeout: NCCL tells no peer
+    /// that a rank stopped issuing collectives). A run that ends normally calls
+    /// [`DataParallel::leave`]. Nothing happens in a run of one process.
     pub fn watch_failures(
         &mut self,
+        liveness: Duration,
         on_failure: impl FnOnce(Failure) + Send + 'static,
     ) -> Result<()> {
         if let Some(rdzv) = self.mesh.rendezvous() {
-            let timeout = self.group().map_or(FAILURE_POLL, ProcessGroup::timeout);
-            self.failures = Some(FailureWatch::start(
-                rdzv,
-                timeout,
-                FAILURE_POLL,
-                FAILURE_GRACE,
-                on_failure,
-            )?);
+            let times = WatchTimes {
+                poll: FAILURE_POLL,
+                grace: FAILURE_GRACE,
+                liveness,
+            };
+            self.failures = Some(FailureWatch::start(rdzv, times, on_failure)?);
         }
         Ok(())
+    }
+
+    /// This rank's run ended without an error and it makes no more collectives: it stops
+    /// watching and tells the others so, and rank 0 keeps the rendezvous store up until they have
+    /// all left ([`FailureWatch::leave`]).
+    pub fn leave(&mut self) {
+        if let Some(w) = self.failures.take() {
+            w.leave();
+        }
     }
 
     /// The handle this rank announces its own failure with, once [`DataParallel::watch_failures`]

@@ -51,6 +51,7 @@ const OPERATIONAL: &[&str] = &[
     "keep",
     "stop_at",
     "dist_timeout",
+    "dist_liveness",
     "checkpoint_timeout",
     "heldout_every",
     "heldout_batches",

@@ -599,14 +599,16 @@ impl Trainer {
         self.seq_len
     }
 
-    /// From now on another rank's failure runs `on_failure`, which should end the process (see
-    /// [`DataParallel::watch_failures`]); this rank's own error in [`Trainer::run`] is announced
-    /// to the others. Nothing happens in a run of one process.
+    /// From now on another rank's failure, or its silence for `dist_liveness` seconds, runs
+    /// `on_failure`, which should end the process (see [`DataParallel::watch_failures`]); this
+    /// rank's own error in [`Trainer::run`] is announced to the others. Nothing happens in a run
+    /// of one process.
     pub fn watch_failures(
         &mut self,
         on_failure: impl FnOnce(rsd_dist::Failure) + Send + 'static,
     ) -> Result<()> {
-        self.dp.watch_failures(on_failure)
+        let liveness = std::time::Duration::from_secs(self.cfg.dist_liveness);
+        self.dp.watch_failures(liveness, on_failure)
     }
 
     /// The handle this rank announces its own failure with, once [`Trainer::watch_failures`] has
@@ -617,12 +619,16 @@ impl Trainer {
 
     /// Runs until `steps` (or `stop_at`, or `stop` is raised), checkpointing as configured. An
     /// error is announced to the other ranks before it is returned, so that ranks waiting for
-    /// this one in a collective stop too ([`Trainer::watch_failures`]).
+    /// this one in a collective stop too ([`Trainer::watch_failures`]); a run that ends without
+    /// one leaves the watch, so that its silence from now on is not taken for a failure.
     pub fn run(&mut self, stop: Arc<AtomicBool>) -> Result<Summary> {
         let result = self.run_steps(stop);
-        if let Err(e) = &result {
-            self.dp.announce_failure(e);
-            fault::hold_after_failure();
+        match &result {
+            Ok(_) => self.dp.leave(),
+            Err(e) => {
+                self.dp.announce_failure(e);
+                fault::hold_after_failure();
+            }
         }
         result
     }
