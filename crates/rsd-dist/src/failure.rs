@@ -547,11 +547,17 @@ mod tests {
         let s = Duration::from_secs;
         let period = s(2);
         let mut h = Heartbeat::new(1);
-        assert!(!h.silent(0, t0 + s(10), period), "a rank that never beat is not watched");
+        assert!(
+            !h.silent(0, t0 + s(10), period),
+            "a rank that never beat is not watched"
+        );
         assert!(!h.silent(3, t0 + s(10), period));
         assert!(!h.silent(3, t0 + s(11), period));
         assert!(h.silent(3, t0 + s(12), period));
-        assert!(!h.silent(4, t0 + s(13), period), "a new beat starts the period again");
+        assert!(
+            !h.silent(4, t0 + s(13), period),
+            "a new beat starts the period again"
+        );
         assert!(h.silent(4, t0 + s(15), period));
     }
 
