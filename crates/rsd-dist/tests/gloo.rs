@@ -871,20 +871,22 @@ fn pid_file(rank: usize) -> std::path::PathBuf {
 }
 
 /// Freezes this process (SIGSTOP: its sockets stay open and nothing it runs answers, as a hung
-/// or swapped-out node looks to its peers) until a peer sends it SIGCONT, or a waker process
-/// does after 60 s (so that a watch that never fires fails the test instead of hanging it: the
-/// peer's collective then sees this rank's exit); then it leaves.
+/// or swapped-out node looks to its peers) until a peer sends it SIGCONT, or a waker does after
+/// 60 s (so that a watch that never fires fails the test instead of hanging it: the peer's
+/// collective then sees this rank's exit); then it leaves.
 fn freeze_until_woken(rank: usize) -> ! {
     let pid = std::process::id();
-    // Without this rank's pipes: the launch reads them to their end.
-    let waker = std::process::Command::new("sh")
-        .args(["-c", &format!("sleep 60; kill -CONT {pid}")])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
+    // The waker runs in the background of a shell that prints its pid and exits; it has none of
+    // this rank's pipes, which the launch reads to their end.
+    let shell = std::process::Command::new("sh")
+        .args([
+            "-c",
+            &format!("(sleep 60; kill -CONT {pid}) >/dev/null 2>&1 </dev/null & echo $!"),
+        ])
+        .output()
         .unwrap();
-    std::fs::write(pid_file(rank), format!("{pid} {}", waker.id())).unwrap();
+    let waker = String::from_utf8(shell.stdout).unwrap();
+    std::fs::write(pid_file(rank), format!("{pid} {}", waker.trim())).unwrap();
     // SAFETY: raise has no preconditions.
     unsafe { libc::raise(libc::SIGSTOP) };
     println!("{LEFT}");
@@ -904,14 +906,41 @@ fn wake(rank: usize) {
     }
 }
 
-/// In a watch's callback: wakes the frozen rank first, then fails the rank (a panic on the
-/// watch's thread would leave the main thread waiting in its collective) unless `ok`.
-fn check_after_waking(frozen: usize, ok: bool, what: impl std::fmt::Display) {
-    wake(frozen);
-    if !ok {
-        eprintln!("{what}");
-        rsd_dist::exit_now(1);
+/// Rank `frozen` of the launch `role` freezes itself half a second after its watch starts (it
+/// has beaten by then) while the other waits for it in an all-reduce; the other's watch must
+/// name it, with a message starting `how`, after the 2 s liveness period and long before the
+/// collective's own timeout. The checks run after waking the frozen rank: a panic on the watch's
+/// thread would leave the main thread waiting in its collective.
+fn one_rank_freezes(role: &str, frozen: usize, how: &'static str) {
+    let Some(pg) = world(role, Duration::from_secs(120)) else {
+        return;
+    };
+    let rdzv = Rendezvous::from_env().unwrap();
+    let started = Instant::now();
+    let _watch = FailureWatch::start(&rdzv, watch_times(100, Duration::from_secs(2)), move |f| {
+        let waited = started.elapsed();
+        wake(frozen);
+        let ok = f.rank == frozen
+            && f.message.starts_with(how)
+            && waited >= Duration::from_secs(2)
+            && waited < Duration::from_secs(30);
+        if !ok {
+            eprintln!("{f:?} after {waited:?}");
+            rsd_dist::exit_now(1);
+        }
+        println!("{LEFT}");
+        rsd_dist::exit_now(0);
+    })
+    .unwrap();
+    if pg.rank() == frozen {
+        std::thread::sleep(Duration::from_millis(500));
+        freeze_until_woken(frozen);
     }
+    let result = pg.all_reduce(
+        &mut Tensor::ones([4], (Kind::Float, Device::Cpu)),
+        ReduceOp::Sum,
+    );
+    panic!("the all-reduce returned ({result:?}) before the watch ended the rank");
 }
 
 #[test]
@@ -922,36 +951,7 @@ fn a_rank_that_falls_silent_is_announced_by_rank_0_and_ends_it() {
 #[test]
 #[ignore = "one rank of a_rank_that_falls_silent_is_announced_by_rank_0_and_ends_it"]
 fn rank_falls_silent() {
-    let Some(pg) = world("rank_falls_silent", Duration::from_secs(120)) else {
-        return;
-    };
-    let rdzv = Rendezvous::from_env().unwrap();
-    let started = Instant::now();
-    let _watch = FailureWatch::start(&rdzv, watch_times(100, Duration::from_secs(2)), move |f| {
-        // Not before the liveness period, and long before the collective's own timeout.
-        let waited = started.elapsed();
-        check_after_waking(
-            1,
-            f.rank == 1
-                && f.message.starts_with("stopped answering: its heartbeat")
-                && waited >= Duration::from_secs(2)
-                && waited < Duration::from_secs(30),
-            format_args!("{f:?} after {waited:?}"),
-        );
-        println!("{LEFT}");
-        rsd_dist::exit_now(0);
-    })
-    .unwrap();
-    if pg.rank() == 1 {
-        // Beats once at least, then freezes with its connections open: Gloo sees nothing.
-        std::thread::sleep(Duration::from_millis(500));
-        freeze_until_woken(1);
-    }
-    let result = pg.all_reduce(
-        &mut Tensor::ones([4], (Kind::Float, Device::Cpu)),
-        ReduceOp::Sum,
-    );
-    panic!("rank 0's all-reduce returned ({result:?}) before the watch ended the rank");
+    one_rank_freezes("rank_falls_silent", 1, "stopped answering: its heartbeat");
 }
 
 #[test]
@@ -962,32 +962,12 @@ fn a_frozen_rank_0_is_found_by_its_store_not_answering() {
 #[test]
 #[ignore = "one rank of a_frozen_rank_0_is_found_by_its_store_not_answering"]
 fn rank_0_freezes() {
-    let Some(pg) = world("rank_0_freezes", Duration::from_secs(120)) else {
-        return;
-    };
-    let rdzv = Rendezvous::from_env().unwrap();
-    let _watch = FailureWatch::start(&rdzv, watch_times(100, Duration::from_secs(2)), move |f| {
-        check_after_waking(
-            0,
-            f.rank == 0
-                && f.message
-                    .starts_with("stopped answering: the rendezvous store"),
-            format_args!("{f:?}"),
-        );
-        println!("{LEFT}");
-        rsd_dist::exit_now(0);
-    })
-    .unwrap();
-    if pg.rank() == 0 {
-        // Rank 0's process hosts the store: freezing it freezes the store too.
-        std::thread::sleep(Duration::from_millis(500));
-        freeze_until_woken(0);
-    }
-    let result = pg.all_reduce(
-        &mut Tensor::ones([4], (Kind::Float, Device::Cpu)),
-        ReduceOp::Sum,
+    // Rank 0's process hosts the store: freezing it freezes the store too.
+    one_rank_freezes(
+        "rank_0_freezes",
+        0,
+        "stopped answering: the rendezvous store",
     );
-    panic!("rank 1's all-reduce returned ({result:?}) before the watch ended the rank");
 }
 
 #[test]
