@@ -97,21 +97,30 @@ impl Announcer {
             rank: self.rank,
             message: message.to_owned(),
         };
+        self.tell(&failure, self.world_size - 1)
+    }
+
+    /// Sets `failure` in the store for every rank to read. When this process hosts the store,
+    /// which goes with it, waits (at most `linger`) until `readers` ranks have read it; ranks
+    /// stopping on their own do not count, hence the bound.
+    fn tell(&self, failure: &Failure, readers: usize) -> Result<()> {
         self.store.set(KEY, &failure.encode())?;
-        // The store goes with this process: wait until every other rank has read the failure
-        // (or the time they need to, for ranks stopping on their own, which do not count).
         if let Some(linger) = self.linger {
-            wait_until_read(&self.store, self.world_size - 1, linger);
+            let end = Instant::now() + linger;
+            while Instant::now() < end
+                && self
+                    .store
+                    .add(SEEN, 0)
+                    .is_ok_and(|seen| seen < readers as i64)
+            {
+                std::thread::sleep(SLICE);
+            }
         }
         Ok(())
     }
-}
 
-/// Waits, at most `bound`, until `readers` ranks have read the announced failure.
-fn wait_until_read(store: &Store, readers: usize, bound: Duration) {
-    let end = Instant::now() + bound;
-    while Instant::now() < end && store.add(SEEN, 0).is_ok_and(|seen| seen < readers as i64) {
-        std::thread::sleep(SLICE);
+    fn hosts_store(&self) -> bool {
+        self.linger.is_some()
     }
 }
 
@@ -186,17 +195,14 @@ impl FailureWatch {
         let store_host = rdzv.agent_store.is_none().then_some(address);
         let answered = Arc::new(Answered::now());
         let watch = Watching {
-            store,
-            rank: rdzv.rank,
-            world_size: rdzv.world_size,
+            announcer: announcer.clone(),
             store_host: store_host.clone(),
-            stopping: announcer.stopping.clone(),
             done: done.clone(),
             times,
             heartbeats: watched.into_iter().map(Heartbeat::new).collect(),
             answered: answered.clone(),
         };
-        let on_failure = Once::new(on_failure);
+        let on_failure = OnFailure::new(on_failure);
         // Detached: it ends at its next slice once `done` is set, or with the process.
         spawn(rdzv.rank, "rsd-failure-watch", {
             let on_failure = on_failure.clone();
@@ -244,8 +250,7 @@ impl FailureWatch {
         // Stopped first: rank 0 may close the store as soon as it reads the key below.
         self.done.store(true, Ordering::SeqCst);
         let store = &self.announcer.store;
-        if store.set(&left_key(self.announcer.rank), b"1").is_err()
-            || self.announcer.linger.is_none()
+        if store.set(&left_key(self.announcer.rank), b"1").is_err() || !self.announcer.hosts_store()
         {
             return;
         }
@@ -278,8 +283,8 @@ impl FailureWatch {
 
 impl Drop for FailureWatch {
     fn drop(&mut self) {
-        // Not joined: on an error path the store may be gone, and a store call blocks until its
-        // timeout; the thread ends at its next slice, or with the process.
+        // Not joined: on an error path the store may be gone or frozen, and a store call on a
+        // frozen host never returns; the thread ends at its next slice, or with the process.
         self.done.store(true, Ordering::SeqCst);
     }
 }
@@ -311,13 +316,13 @@ fn spawn(rank: usize, name: &str, f: impl FnOnce() + Send + 'static) -> Result<(
 
 /// The failure callback, called at most once by whichever thread finds a failure first.
 #[derive(Clone)]
-struct Once(Arc<Mutex<Option<FailureCallback>>>);
+struct OnFailure(Arc<Mutex<Option<FailureCallback>>>);
 
 type FailureCallback = Box<dyn FnOnce(Failure) + Send>;
 
-impl Once {
+impl OnFailure {
     fn new(f: impl FnOnce(Failure) + Send + 'static) -> Self {
-        Once(Arc::new(Mutex::new(Some(Box::new(f)))))
+        OnFailure(Arc::new(Mutex::new(Some(Box::new(f)))))
     }
 
     fn call(&self, failure: Failure) {
@@ -438,12 +443,10 @@ impl Heartbeat {
 
 /// The watch thread's state.
 struct Watching {
-    store: Arc<Store>,
-    rank: usize,
-    world_size: usize,
+    /// This rank's own: the store connection, rank, world size and stopping flag.
+    announcer: Announcer,
     /// `host:port` of the store when rank 0's process hosts it (not torchrun's agent).
     store_host: Option<String>,
-    stopping: Arc<AtomicBool>,
     done: Arc<AtomicBool>,
     times: WatchTimes,
     /// The ranks this one watches the heartbeats of: every other rank for rank 0, rank 0 for the
@@ -472,7 +475,9 @@ impl Watching {
                 Err(_) if self.done.load(Ordering::SeqCst) => return None,
                 Err(e) => self.store_lost(&e)?,
             };
-            if !sleep(&self.done, self.times.grace) || self.stopping.load(Ordering::SeqCst) {
+            if !sleep(&self.done, self.times.grace)
+                || self.announcer.stopping.load(Ordering::SeqCst)
+            {
                 return None;
             }
             return Some(failure);
@@ -481,19 +486,20 @@ impl Watching {
 
     /// One poll: this rank's heartbeat, another rank's announcement, the watched ranks' silence.
     fn look(&mut self) -> Result<Option<Failure>> {
-        self.store.add(&alive_key(self.rank), 1)?;
-        if self.store.check(KEY)? {
-            let announced = Failure::decode(&self.store.get(KEY, self.times.poll)?);
-            return Ok(announced.filter(|f| f.rank != self.rank).inspect(|_| {
-                let _ = self.store.add(SEEN, 1);
+        let (store, me) = (&self.announcer.store, self.announcer.rank);
+        store.add(&alive_key(me), 1)?;
+        if store.check(KEY)? {
+            let announced = Failure::decode(&store.get(KEY, self.times.poll)?);
+            return Ok(announced.filter(|f| f.rank != me).inspect(|_| {
+                let _ = store.add(SEEN, 1);
             }));
         }
         let now = Instant::now();
         for i in 0..self.heartbeats.len() {
             let rank = self.heartbeats[i].rank;
-            let beats = self.store.add(&alive_key(rank), 0)?;
+            let beats = store.add(&alive_key(rank), 0)?;
             if !self.heartbeats[i].silent(beats, now, self.times.liveness)
-                || self.store.check(&left_key(rank))?
+                || store.check(&left_key(rank))?
             {
                 continue;
             }
@@ -508,14 +514,8 @@ impl Watching {
             };
             // Told to every rank, as its own announcement would have been; the lost rank and
             // this one do not read it.
-            self.store.set(KEY, &failure.encode())?;
-            if self.store_host.is_some() && self.rank == 0 {
-                wait_until_read(
-                    &self.store,
-                    self.world_size.saturating_sub(2),
-                    2 * self.times.poll + Duration::from_secs(1),
-                );
-            }
+            let readers = self.announcer.world_size.saturating_sub(2);
+            self.announcer.tell(&failure, readers)?;
             return Ok(Some(failure));
         }
         Ok(None)

@@ -486,6 +486,7 @@ mod tests {
         );
         text
     }
+
     #[test]
     fn a_page_past_the_bound_is_refused_before_it_is_decoded() {
         let tmp = tempfile::tempdir().unwrap();
