@@ -376,10 +376,18 @@ struct Deadline {
 
 impl Deadline {
     fn wait_for_silence(&self) -> Option<Failure> {
+        let mut woke = Instant::now();
         loop {
             if !sleep(&self.done, self.times.poll) {
                 return None;
             }
+            let now = Instant::now();
+            // This process was suspended with the rest of the job: the store's silence over
+            // that time was this rank's own.
+            if was_suspended(now.duration_since(woke), &self.times) {
+                self.answered.mark();
+            }
+            woke = now;
             // A whole poll more than the period: the watch itself sleeps a poll between calls.
             if self.answered.since() < self.times.liveness + self.times.poll {
                 continue;
@@ -456,24 +464,60 @@ struct Watching {
     answered: Arc<Answered>,
 }
 
+/// Whether a thread that meant to sleep a poll was away `away`: so long that this process
+/// itself was stopped (a whole job suspended with SIGSTOP, `scontrol suspend`) rather than
+/// another rank gone quiet. Then every rank's silence over that time is its own too, and the
+/// watch starts counting again.
+fn was_suspended(away: Duration, times: &WatchTimes) -> bool {
+    away > (times.liveness / 2).max(3 * times.poll)
+}
+
+/// How long the watch waits after `errors` store calls in a row failed: a poll, doubling with
+/// each failure up to a quarter of the liveness period (transient errors of a loaded store host
+/// are retried; only a store that fails for the whole liveness period counts as lost).
+fn backoff(errors: u32, times: &WatchTimes) -> Duration {
+    let doubled = times.poll.saturating_mul(1 << errors.min(6));
+    doubled.min((times.liveness / 4).max(times.poll))
+}
+
 impl Watching {
     /// Another rank's failure (announced, or its silence), once not followed within the grace by
     /// this rank stopping on its own; `None` when the watch ends first.
     fn wait_for_failure(mut self) -> Option<Failure> {
+        let mut woke = Instant::now();
+        // Store calls failed in a row, and since when.
+        let mut errors: (u32, Option<Instant>) = (0, None);
         loop {
-            if !sleep(&self.done, self.times.poll) {
+            if !sleep(&self.done, backoff(errors.0, &self.times)) {
                 return None;
             }
+            let now = Instant::now();
+            if was_suspended(now.duration_since(woke), &self.times) {
+                self.forget_silence(now);
+            }
+            woke = now;
             let looked = self.look();
             if looked.is_ok() {
                 self.answered.mark();
+                errors = (0, None);
             }
             let failure = match looked {
                 Ok(None) => continue,
                 Ok(Some(failure)) => failure,
                 // Left or stopping meanwhile: the store may be gone for a good reason.
                 Err(_) if self.done.load(Ordering::SeqCst) => return None,
-                Err(e) => self.store_lost(&e)?,
+                Err(e) => {
+                    let since = *errors.1.get_or_insert(now);
+                    errors.0 += 1;
+                    if now.duration_since(since) < self.times.liveness {
+                        eprintln!(
+                            "rank {}: the rendezvous store did not answer the failure watch                              ({e}); retrying",
+                            self.announcer.rank
+                        );
+                        continue;
+                    }
+                    self.store_lost(&e)?
+                }
             };
             if !sleep(&self.done, self.times.grace)
                 || self.announcer.stopping.load(Ordering::SeqCst)
@@ -484,8 +528,18 @@ impl Watching {
         }
     }
 
+    /// After this process was suspended: every watched rank's silence so far was this one's
+    /// too, so each gets a whole liveness period from `now` to beat again.
+    fn forget_silence(&mut self, now: Instant) {
+        for h in &mut self.heartbeats {
+            h.changed = now;
+        }
+        self.answered.mark();
+    }
+
     /// One poll: this rank's heartbeat, another rank's announcement, the watched ranks' silence.
     fn look(&mut self) -> Result<Option<Failure>> {
+        fault::store_error(self.announcer.rank)?;
         let (store, me) = (&self.announcer.store, self.announcer.rank);
         store.add(&alive_key(me), 1)?;
         if store.check(KEY)? {
@@ -537,9 +591,67 @@ impl Watching {
     }
 }
 
+/// Test hooks, compiled only with the `fault-injection` feature.
+mod fault {
+    use crate::error::Result;
+
+    /// `RSD_DIST_FAULT_STORE_ERRORS=RANK:N`: the first N polls of rank RANK's failure watch fail
+    /// as a store that does not answer would, to show that transient errors are retried.
+    #[cfg(feature = "fault-injection")]
+    pub fn store_error(rank: usize) -> Result<()> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static FAILED: AtomicU64 = AtomicU64::new(0);
+        let Ok(spec) = std::env::var("RSD_DIST_FAULT_STORE_ERRORS") else {
+            return Ok(());
+        };
+        let Some((r, n)) = spec.split_once(':') else {
+            return Ok(());
+        };
+        let (Ok(r), Ok(n)) = (r.parse::<usize>(), n.parse::<u64>()) else {
+            return Ok(());
+        };
+        if r != rank || FAILED.fetch_add(1, Ordering::SeqCst) >= n {
+            return Ok(());
+        }
+        Err(crate::error::DistError::Store {
+            op: "check",
+            key: "failed".into(),
+            rank,
+            message: "fault injection: the store did not answer".into(),
+        })
+    }
+
+    #[cfg(not(feature = "fault-injection"))]
+    pub fn store_error(_rank: usize) -> Result<()> {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_absence_is_a_suspension_and_errors_back_off_within_the_period() {
+        let times = WatchTimes {
+            poll: Duration::from_secs(1),
+            grace: Duration::from_secs(3),
+            liveness: Duration::from_secs(60),
+        };
+        assert!(!was_suspended(Duration::from_millis(1200), &times));
+        assert!(!was_suspended(Duration::from_secs(20), &times));
+        assert!(was_suspended(Duration::from_secs(31), &times));
+        let short = WatchTimes {
+            liveness: Duration::from_secs(3),
+            ..times
+        };
+        // Never shorter than three polls: a loaded machine delays a poll by a second or two.
+        assert!(!was_suspended(Duration::from_millis(2500), &short));
+        assert!(was_suspended(Duration::from_secs(4), &short));
+        let waits: Vec<u64> = (0..8).map(|e| backoff(e, &times).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 15, 15, 15, 15]);
+        assert_eq!(backoff(3, &short), Duration::from_secs(1));
+    }
 
     #[test]
     fn a_heartbeat_is_silent_once_it_stood_still_for_the_period_after_its_first_beat() {

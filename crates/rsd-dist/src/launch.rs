@@ -1,6 +1,6 @@
 //! A local launcher: runs N copies of a program as the ranks of one run on this machine, as
 //! `torchrun --nproc-per-node N` would: torchrun's variables for each rank, a free port for rank
-//! 0's store, each rank's stderr lines prefixed `[rank K] `, Ctrl-C and SIGTERM passed on, and
+//! 0's store, each rank's stderr lines prefixed `[rank K] `, Ctrl-C, SIGTERM and SIGUSR1 passed on, and
 //! the first rank that fails named and the others stopped. `rsd-train --nproc N` is this.
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
@@ -19,7 +19,7 @@ use crate::error::{DistError, Result};
 /// How long a rank whose collective failed waits to be named, for the rank that caused it.
 const PEER_GRACE: Duration = Duration::from_secs(2);
 
-/// The last SIGINT/SIGTERM received and not yet passed on (0: none).
+/// The last SIGINT/SIGTERM/SIGUSR1 received and not yet passed on (0: none).
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn on_signal(sig: libc::c_int) {
@@ -38,6 +38,9 @@ pub struct Launch {
     /// The exit status with which a rank says that a collective failed, usually because another
     /// rank failed first: the launcher then waits briefly to name that other rank instead.
     pub collective_failed_exit: Option<i32>,
+    /// The exit status with which a rank says that a signal passed on to it stopped it cleanly
+    /// (rsd-train: 75 after SIGTERM or SIGUSR1, with a checkpoint written): not a failure.
+    pub stopped_exit: Option<i32>,
 }
 
 /// How a launch ended.
@@ -45,10 +48,12 @@ pub struct Launch {
 pub enum Outcome {
     /// Every rank exited 0.
     Done,
-    /// A signal (Ctrl-C, SIGTERM) was passed on and the ranks ended by it.
+    /// A signal (Ctrl-C, SIGTERM, SIGUSR1) was passed on and the ranks ended by it.
     Interrupted {
         /// The signal.
         signal: i32,
+        /// Rank 0's exit status (its code; 128 + signal when a signal ended it).
+        code: i32,
     },
     /// This rank failed first; the others were stopped.
     RankFailed {
@@ -60,13 +65,13 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// The exit status for the launching process: 0, 130 after Ctrl-C, 128 + SIGTERM, or the
-    /// failed rank's (at least 1).
+    /// The exit status for the launching process: 0, rank 0's after a signal was passed on
+    /// (rsd-train: 130 after Ctrl-C, 75 after SIGTERM or SIGUSR1 once its checkpoint is written,
+    /// 128 + the signal after a second one), or the failed rank's (at least 1).
     pub fn exit_code(&self) -> i32 {
         match *self {
             Outcome::Done => 0,
-            Outcome::Interrupted { signal } if signal == libc::SIGTERM => 128 + signal,
-            Outcome::Interrupted { .. } => 130,
+            Outcome::Interrupted { code, .. } => code,
             Outcome::RankFailed { status, .. } => status.code().filter(|&c| c != 0).unwrap_or(1),
         }
     }
@@ -105,29 +110,37 @@ pub fn run(launch: &Launch) -> Result<Outcome> {
     // named (the others then fail too, seeing its connections close).
     let (exits, exited) = mpsc::channel();
     let Started { pids, pipes } = spawn_ranks(launch, port, exits)?;
-    let Ended { failed, forwarded } = wait_for_ranks(launch, pids, exited)?;
+    let Ended {
+        failed,
+        forwarded,
+        rank0,
+    } = wait_for_ranks(launch, pids, exited)?;
     for p in pipes {
         let _ = p.join();
     }
     Ok(match (failed, forwarded) {
         (Some((rank, status)), _) => Outcome::RankFailed { rank, status },
-        (None, Some(signal)) => Outcome::Interrupted { signal },
+        (None, Some(signal)) => Outcome::Interrupted {
+            signal,
+            code: rank0
+                .and_then(|s| s.code().or(s.signal().map(|k| 128 + k)))
+                .unwrap_or(128 + signal),
+        },
         (None, None) => Outcome::Done,
     })
 }
 
-/// From now on SIGINT and SIGTERM are recorded in [`SIGNAL`], to be passed on to the ranks.
+/// From now on SIGINT, SIGTERM and SIGUSR1 are recorded in [`SIGNAL`], to be passed on to the
+/// ranks.
 fn catch_signals() {
-    // SAFETY: the handler only stores to an atomic (async-signal-safe).
-    unsafe {
-        libc::signal(
-            libc::SIGINT,
-            on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
-        );
-        libc::signal(
-            libc::SIGTERM,
-            on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
-        );
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGUSR1] {
+        // SAFETY: the handler only stores to an atomic (async-signal-safe).
+        unsafe {
+            libc::signal(
+                sig,
+                on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            );
+        }
     }
 }
 
@@ -186,6 +199,8 @@ struct Ended {
     failed: Option<(usize, ExitStatus)>,
     /// The last signal passed on.
     forwarded: Option<libc::c_int>,
+    /// Rank 0's exit status.
+    rank0: Option<ExitStatus>,
 }
 
 /// Waits for every rank in `pids` to exit, passing signals on; the first rank to fail gets the
@@ -201,6 +216,7 @@ fn wait_for_ranks(
     let mut lost_peer: Option<(usize, ExitStatus, Instant)> = None;
     // The last signal passed on, if any.
     let mut forwarded: Option<libc::c_int> = None;
+    let mut rank0 = None;
     while pids.iter().any(Option::is_some) {
         let sig = SIGNAL.swap(0, Ordering::SeqCst);
         if sig != 0 {
@@ -222,9 +238,18 @@ fn wait_for_ranks(
         };
         pids[rank] = None;
         let status = status.map_err(|e| launch_err(format!("waiting for rank {rank}: {e}")))?;
-        // An interrupted rank exits 130 after its checkpoint, and SIGTERM ends it: not failures.
+        if rank == 0 {
+            rank0 = Some(status);
+        }
+        // A rank stopped by a signal passed on exits 130 (Ctrl-C) or `stopped_exit` after its
+        // checkpoint, 128 + the signal after a second one, or is ended by it: not failures.
+        let stopped = |code: i32| {
+            code == 130
+                || Some(code) == launch.stopped_exit
+                || forwarded.is_some_and(|f| code == 128 + f)
+        };
         let ok = status.success()
-            || (forwarded.is_some() && status.code() == Some(130))
+            || (forwarded.is_some() && status.code().is_some_and(stopped))
             || (forwarded.is_some() && status.signal() == forwarded);
         if ok || failed.is_some() {
             continue;
@@ -239,7 +264,11 @@ fn wait_for_ranks(
         }
     }
     let failed = failed.or(lost_peer.map(|(rank, status, _)| (rank, status)));
-    Ok(Ended { failed, forwarded })
+    Ok(Ended {
+        failed,
+        forwarded,
+        rank0,
+    })
 }
 
 /// Sends `sig` to every rank still running.
@@ -279,6 +308,7 @@ mod tests {
             args: vec!["-c".into(), script.into()],
             nproc,
             collective_failed_exit: Some(3),
+            stopped_exit: Some(75),
         };
         let ok = run(&sh("test \"$WORLD_SIZE\" = 3 && test \"$RANK\" -lt 3", 3)).unwrap();
         assert_eq!(ok, Outcome::Done);

@@ -15,6 +15,11 @@
 //!   context-parallel layout ([`layout`]), its groups, the device and the backend that follows
 //!   from it (CUDA: NCCL; CPU: Gloo).
 //! - [`launch`]: `--nproc N`, N local ranks as torchrun would start them.
+//! - [`slurm`]: torchrun's variables computed from SLURM's, for tasks `srun` started without
+//!   torchrun (the compressed node and tasks-per-node lists parsed).
+//! - [`placement`]: every rank's host ([`exchange_hosts`], [`Mesh::hosts`]) and the
+//!   [`Placement`] of the mesh on them: nodes × ranks, and the context-parallel groups that span
+//!   hosts.
 //! - [`Store`]: the rendezvous key-value store (c10d's TCPStore, hosted by rank 0).
 //! - [`FailureWatch`]: one rank's error told to the others through the store within about a
 //!   second, instead of through their collectives' timeout.
@@ -29,6 +34,8 @@ mod ffi;
 mod group;
 pub mod launch;
 mod mesh;
+pub mod placement;
+pub mod slurm;
 mod store;
 pub mod testing;
 
@@ -37,4 +44,5 @@ pub use error::{DistError, Result};
 pub use failure::{exit_now, Announcer, Failure, FailureWatch, WatchTimes};
 pub use group::{Backend, CommStats, PendingReduceScatter, ProcessGroup, ReduceOp};
 pub use mesh::{layout, Mesh, MeshShape};
+pub use placement::{exchange_hosts, this_host, Node, Placement};
 pub use store::Store;

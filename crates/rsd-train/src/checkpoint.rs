@@ -339,6 +339,25 @@ pub fn verify_checksums(dir: &Path, manifest: &Manifest, rank: usize, ranks: usi
     Ok(())
 }
 
+/// What one rank of a run of `ranks` processes verifies of the checkpoint in `dir` before
+/// resuming it with `--resume auto`: its share of the manifest's files by sha256
+/// ([`verify_checksums`]) and, when the checkpoint's optimizer is sharded over as many ranks,
+/// the optimizer shard it will load itself.
+pub fn verify_for_rank(dir: &Path, rank: usize, ranks: usize) -> Result<()> {
+    let manifest = read_manifest(dir)?;
+    verify_checksums(dir, &manifest, rank, ranks)?;
+    let own = shard_file_name(rank, ranks);
+    let listed = manifest.files.iter().enumerate().find(|(_, f)| f.path == own);
+    if let Some((i, _)) = listed.filter(|(i, _)| i % ranks.max(1) != rank) {
+        let only = Manifest {
+            files: vec![manifest.files[i].clone()],
+            ..manifest.clone()
+        };
+        verify_checksums(dir, &only, 0, 1)?;
+    }
+    Ok(())
+}
+
 /// Version of [`TrainState`].
 pub const STATE_VERSION: u32 = 1;
 

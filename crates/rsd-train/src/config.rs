@@ -195,6 +195,12 @@ config! {
     // --- checkpoints and logging
     /// Checkpoint every N steps (and at the end), 0 = only at the end.
     save_every: u64 = 0;
+    /// Also checkpoint when this many minutes have passed since the last checkpoint (or the
+    /// start), decided together at a step boundary so that every rank saves the same step;
+    /// 0 = off. For long steps (Qwen3-4B at 256K: ~16 min a step) where `save_every` steps are
+    /// hours apart. Fractions are allowed (0.5 = 30 s).
+    #[serde(default)]
+    save_every_minutes: f64 = 0.0;
     /// Checkpoints kept (the newest).
     keep: usize = 2;
     /// Stop (with a checkpoint) after this step, as if interrupted; 0 = run to `steps`.
@@ -230,6 +236,10 @@ config! {
     dp: usize = 0;
     /// Context-parallel degree: ranks sharing one sequence (dp × cp = processes).
     cp: usize = 1;
+    /// Let a context-parallel group span several hosts (its per-layer K/V gathers then cross the
+    /// network); by default a group spread over hosts is refused at start, naming its ranks.
+    #[serde(default)]
+    cp_across_nodes: bool = false, flag;
     /// Shard the fp32 master weights, AdamW moments and summed gradients over the data-parallel
     /// ranks (ZeRO-2 style): 12 bytes per parameter become 12/N per rank, for the same update.
     shard_optimizer: bool = false, flag;
@@ -587,6 +597,14 @@ impl TrainConfig {
         let max = f64::MAX;
         let reals = [
             (
+                "save_every_minutes",
+                self.save_every_minutes,
+                0.0,
+                7.0 * 24.0 * 60.0,
+                false,
+                "minutes in [0, 10080] (0 = off)",
+            ),
+            (
                 "lambda",
                 self.lambda,
                 0.0,
@@ -678,6 +696,17 @@ impl TrainConfig {
             if v < 0 {
                 return Err(Error::Input(format!("config key {key}: {v}; must be ≥ 0")));
             }
+        }
+        if self.heldout_every > 0 && self.cp > 1 {
+            // Each rank would evaluate whole rows of the slice alone (a 256K row on one GPU),
+            // while the rest of the world waits for it under the collective timeout.
+            return Err(Error::Input(format!(
+                "config key heldout_every = {} with cp = {}: held-out evaluation does not split \
+                 rows over a context-parallel group, so one rank would hold whole rows while the \
+                 others wait; set heldout_every = 0 and evaluate the checkpoints with rsd-eval \
+                 (ppl, view-gap) instead, or train with cp = 1",
+                self.heldout_every, self.cp
+            )));
         }
         if self.heldout_every > 0 && self.heldout_batches == 0 {
             return Err(Error::Input(

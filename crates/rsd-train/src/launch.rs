@@ -27,6 +27,7 @@ pub fn run(nproc: usize) -> Result<i32> {
         args: rank_args(),
         nproc,
         collective_failed_exit: Some(crate::EXIT_COLLECTIVE_FAILED),
+        stopped_exit: Some(crate::signals::EXIT_STOPPED),
     })?;
     if let Outcome::RankFailed { rank, status } = outcome {
         eprintln!(

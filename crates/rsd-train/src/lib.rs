@@ -24,6 +24,7 @@ pub mod comm;
 pub mod config;
 pub mod cp;
 pub mod data;
+pub mod driver;
 pub mod memory_measure;
 pub mod memory_plan;
 pub mod memory_run;
@@ -69,6 +70,10 @@ pub enum Error {
     /// Bad input or config; the message says which.
     #[error("{0}")]
     Input(String),
+    /// No NVIDIA driver, or one too old for the torch build's CUDA runtime ([`driver::check`]);
+    /// the message names both versions and the fix.
+    #[error("{0}")]
+    Driver(String),
     /// A checkpoint that cannot be used; the message names the file and field.
     #[error("checkpoint {path}: {reason}")]
     Checkpoint {

@@ -20,6 +20,7 @@ mod launch;
 mod memory_cmd;
 mod probe_cmd;
 mod process;
+mod signals;
 mod train_cmd;
 
 /// Exit status of a rank whose collective failed, usually because another rank failed first (the

@@ -83,7 +83,7 @@ pub fn run_rank(cfg: TrainConfig, dir: &Path) -> Result<Measured> {
         .and_then(|r| r.parse().ok())
         .unwrap_or(0);
     {
-        let mut trainer = crate::train::Trainer::new(cfg, None)?;
+        let mut trainer = crate::train::Trainer::new(cfg, crate::train::Start::default())?;
         trainer.run(stop)?;
     }
     let marks = marks();

@@ -342,12 +342,28 @@ impl DataParallel {
 
     /// Whether `flag` holds on any rank (one decision for all).
     pub fn any(&self, flag: bool) -> Result<bool> {
+        Ok(self.most(i64::from(flag))? != 0)
+    }
+
+    /// The largest of every rank's `value` (a small integer: one int32 all-reduce), the same on
+    /// all: a decision where the strongest wish wins.
+    pub fn most(&self, value: i64) -> Result<i64> {
         let Some(g) = self.group() else {
-            return Ok(flag);
+            return Ok(value);
         };
-        let mut t = Tensor::f_full([1], i64::from(flag), (Kind::Int, self.mesh.device()))?;
+        let mut t = Tensor::f_full([1], value, (Kind::Int, self.mesh.device()))?;
         g.all_reduce(&mut t, ReduceOp::Max)?;
-        Ok(t.f_int64_value(&[0])? != 0)
+        t.f_int64_value(&[0]).map_err(Into::into)
+    }
+
+    /// The world ranks on which `flag` holds, the same list on every rank (one all-gather).
+    pub fn ranks_where(&self, flag: bool) -> Result<Vec<usize>> {
+        let Some(g) = self.group() else {
+            return Ok(if flag { vec![0] } else { Vec::new() });
+        };
+        let t = Tensor::f_from_slice(&[i64::from(flag)])?.f_to_device(self.mesh.device())?;
+        let all = Vec::<i64>::try_from(&g.all_gather(&t)?.f_to_device(tch::Device::Cpu)?)?;
+        Ok((0..all.len()).filter(|&r| all[r] != 0).collect())
     }
 
     /// `result` on every rank when it holds on every rank. When `what` failed on any rank,

@@ -1,7 +1,9 @@
 //! Process-wide settings made first thing in `main`, before any thread starts.
 
-/// Applies the allocator settings below.
+/// Takes SLURM's task variables where srun started this process without torchrun, then applies
+/// the allocator settings below.
 pub fn set_up() {
+    adopt_slurm_task();
     keep_large_allocations_on_heap();
     if let Some(conf) =
         default_cuda_alloc_conf(std::env::var_os("PYTORCH_CUDA_ALLOC_CONF").as_deref())
@@ -10,6 +12,64 @@ pub fn set_up() {
         // ranks `--nproc` launches, which inherit it). No other thread exists yet.
         std::env::set_var("PYTORCH_CUDA_ALLOC_CONF", conf);
     }
+}
+
+/// Exit status for a malformed SLURM variable or a launch that cannot work (usage errors).
+const EXIT_USAGE: i32 = 2;
+
+/// Under `srun` without torchrun (SLURM's variables, no `WORLD_SIZE`), exports torchrun's six
+/// variables computed from SLURM's ([`rsd_dist::slurm`]), so that the rendezvous, the rank-0
+/// checks and the launcher's "already launched" test downstream see one multi-process run, as
+/// under torchrun. Rank 0 prints what it took from where. A malformed or inconsistent SLURM
+/// variable, or `--nproc` in a step of several tasks, exits with status 2.
+fn adopt_slurm_task() {
+    let task = match rsd_dist::slurm::from_env() {
+        Ok(Some(task)) => task,
+        Ok(None) => return,
+        Err(e) => {
+            eprintln!("rsd-train: error: {e}");
+            std::process::exit(EXIT_USAGE);
+        }
+    };
+    if let Some(nproc) = nproc_arg(std::env::args_os().skip(1)) {
+        // Each of srun's tasks would start `nproc` ranks of its own: N × nproc processes.
+        eprintln!(
+            "rsd-train: error: --nproc {nproc} in a SLURM step of {} tasks (SLURM_NTASKS): srun \
+             already started a rank per task: either use one task per GPU (`srun rsd-train …` \
+             without --nproc), or --nproc inside a single task (--ntasks=1 on one node; \
+             pipelines/slurm/README.md)",
+            task.rendezvous.world_size
+        );
+        std::process::exit(EXIT_USAGE);
+    }
+    for (name, value) in task.to_env() {
+        // SAFETY (set_var): called first thing in main, before any thread exists.
+        std::env::set_var(name, value);
+    }
+    if task.rendezvous.rank == 0 {
+        eprintln!("rsd-train: {}", task.describe());
+    }
+}
+
+/// The value of `--nproc N` / `--nproc=N` among `args` (the value as written), if given.
+fn nproc_arg(args: impl IntoIterator<Item = std::ffi::OsString>) -> Option<String> {
+    let mut args = args.into_iter();
+    while let Some(a) = args.next() {
+        let a = a.to_string_lossy().into_owned();
+        if a == "--nproc" {
+            return Some(
+                args.next()
+                    .map_or_else(String::new, |v| v.to_string_lossy().into_owned()),
+            );
+        }
+        if let Some(v) = a.strip_prefix("--nproc=") {
+            return Some(v.to_string());
+        }
+        if a == "--" {
+            return None;
+        }
+    }
+    None
 }
 
 /// Keeps libtorch's large CPU buffers (logit chunks, activations) on the heap between steps.
@@ -42,6 +102,18 @@ fn default_cuda_alloc_conf(current: Option<&std::ffi::OsStr>) -> Option<&'static
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nproc_is_found_in_either_spelling() {
+        let args = |a: &[&str]| a.iter().map(std::ffi::OsString::from).collect::<Vec<_>>();
+        assert_eq!(
+            nproc_arg(args(&["--config", "c.toml", "--nproc", "8"])),
+            Some("8".into())
+        );
+        assert_eq!(nproc_arg(args(&["--nproc=4", "--out", "x"])), Some("4".into()));
+        assert_eq!(nproc_arg(args(&["--config", "c.toml"])), None);
+        assert_eq!(nproc_arg(args(&["--out", "--nprocs"])), None);
+    }
 
     #[test]
     fn expandable_segments_are_the_default_and_a_set_value_is_kept() {

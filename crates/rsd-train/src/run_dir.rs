@@ -3,8 +3,11 @@
 //! earlier run's later steps would make a new run delete the checkpoint it just wrote), and a
 //! resumed run's log holds every step once.
 use std::fs;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::{io_err, Error, Result};
 
@@ -172,6 +175,212 @@ pub fn prepare(
     )))
 }
 
+/// The file in the run directory whose `flock` a running run's rank 0 holds ([`RunLock`]).
+pub const LOCK_FILE: &str = ".rsd-train.lock";
+
+/// How long a run waits for a lock that an earlier start of the same SLURM job holds: a job
+/// requeued after its node failed can start before the shared filesystem has released the dead
+/// node's lock (NFSv4 releases a lost client's locks when its lease ends, 90 s by default).
+pub const SAME_JOB_WAIT: Duration = Duration::from_secs(120);
+
+/// Who holds a run directory: what [`RunLock`] writes into [`LOCK_FILE`], for the error a
+/// second run gets.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Holder {
+    /// The process id.
+    pub pid: u32,
+    /// The host name.
+    pub host: String,
+    /// `SLURM_JOB_ID`, under SLURM.
+    pub slurm_job: Option<String>,
+    /// When it took the lock, as `YYYY-MM-DD HH:MM:SS UTC`.
+    pub since: String,
+}
+
+impl Holder {
+    /// This process, now.
+    pub fn this_process() -> Holder {
+        Holder {
+            pid: std::process::id(),
+            host: host_name(),
+            slurm_job: std::env::var("SLURM_JOB_ID")
+                .ok()
+                .map(|j| j.trim().to_string())
+                .filter(|j| !j.is_empty()),
+            since: utc_now(),
+        }
+    }
+
+    /// `pid 123 on host gpu01, SLURM job 77, since 2024-05-01 12:00:00 UTC`.
+    pub fn describe(&self) -> String {
+        let job = self
+            .slurm_job
+            .as_ref()
+            .map_or(String::new(), |j| format!(", SLURM job {j}"));
+        format!(
+            "pid {} on host {}{job}, since {}",
+            self.pid, self.host, self.since
+        )
+    }
+}
+
+/// An exclusive hold on a run directory for the life of the run, so that a second job started
+/// into the same `--out` (a resubmission while the first still runs, two users' jobs) is refused
+/// instead of mixing its checkpoints and log with the first's. A non-blocking `flock` on
+/// `<out>/.rsd-train.lock`, which names the holder; the kernel releases it when the guard drops
+/// or the process ends in any way (kill -9 included), so a lock is never stale on a live
+/// filesystem. On a shared filesystem `flock` reaches every client where the filesystem
+/// supports it (Linux NFS maps it to NFS locks; Lustre needs its `flock` mount option); where it
+/// does not, the run goes on unlocked after a warning.
+#[derive(Debug)]
+pub struct RunLock {
+    path: PathBuf,
+    /// Open while held: closing it releases the lock.
+    _file: fs::File,
+}
+
+impl RunLock {
+    /// Locks `out` (created if needed) for this process, waiting up to [`SAME_JOB_WAIT`] for an
+    /// earlier start of the same SLURM job; any other holder is refused at once.
+    pub fn acquire(out: &Path) -> Result<RunLock> {
+        Self::acquire_as(out, &Holder::this_process(), SAME_JOB_WAIT)
+    }
+
+    /// [`acquire`](Self::acquire) on the process that writes the run (`rank0`: rank 0, or a
+    /// single process); `None` on the other ranks, which write nothing there themselves.
+    pub fn for_rank0(out: &Path, rank0: bool) -> Result<Option<RunLock>> {
+        rank0.then(|| Self::acquire(out)).transpose()
+    }
+
+    /// Locks `out` as `me`; a holder of `me`'s SLURM job is waited for up to `same_job_wait`.
+    pub fn acquire_as(out: &Path, me: &Holder, same_job_wait: Duration) -> Result<RunLock> {
+        fs::create_dir_all(out).map_err(io_err(out))?;
+        let path = out.join(LOCK_FILE);
+        // Never through a link planted at the name; the file is only ever rewritten in place.
+        let mut file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(io_err(&path))?;
+        let deadline = Instant::now() + same_job_wait;
+        loop {
+            // SAFETY: flock on a descriptor this function owns; no memory is passed.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if rc == 0 {
+                break;
+            }
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EWOULDBLOCK) => {}
+                Some(libc::EINTR) => continue,
+                Some(libc::ENOLCK | libc::ENOSYS | libc::EOPNOTSUPP) => {
+                    eprintln!(
+                        "warning: cannot lock {} ({e}): this filesystem does not support flock, \
+                         so nothing stops a second job from writing into {} while this run does",
+                        path.display(),
+                        out.display()
+                    );
+                    return Ok(RunLock { path, _file: file });
+                }
+                _ => return Err(io_err(&path)(e)),
+            }
+            let holder = read_holder(&mut file);
+            let same_job = me.slurm_job.is_some()
+                && holder.as_ref().and_then(|h| h.slurm_job.as_ref()) == me.slurm_job.as_ref();
+            if same_job && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(500));
+                continue;
+            }
+            let who = holder.map_or_else(
+                || "which has not yet written who it is".to_string(),
+                |h| h.describe(),
+            );
+            let waited = if same_job {
+                format!(
+                    "; it is this SLURM job's, still held {} s after this start (an earlier start \
+                     of the job still running?)",
+                    same_job_wait.as_secs()
+                )
+            } else {
+                String::new()
+            };
+            return Err(Error::Input(format!(
+                "{} is in use by another rsd-train run ({who}{waited}): two jobs writing one run \
+                 directory would mix their checkpoints; wait for it to end, or choose another \
+                 --out",
+                out.display()
+            )));
+        }
+        let text = serde_json::to_string(me)
+            .map_err(|e| Error::Input(format!("{}: {e}", path.display())))?;
+        file.set_len(0).map_err(io_err(&path))?;
+        file.seek(SeekFrom::Start(0)).map_err(io_err(&path))?;
+        file.write_all(format!("{text}\n").as_bytes())
+            .map_err(io_err(&path))?;
+        Ok(RunLock { path, _file: file })
+    }
+
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The holder a lock file names, if it can be read (the holder may not have written it yet).
+fn read_holder(file: &mut fs::File) -> Option<Holder> {
+    file.seek(SeekFrom::Start(0)).ok()?;
+    let mut text = String::new();
+    // A holder record is ~150 bytes; a damaged file is not read whole.
+    file.take(4096).read_to_string(&mut text).ok()?;
+    serde_json::from_str(text.trim()).ok()
+}
+
+/// This machine's host name (`?` if the system will not say).
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into buf.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "?".to_string();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// Now as `YYYY-MM-DD HH:MM:SS UTC`.
+fn utc_now() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    utc(secs)
+}
+
+/// Seconds since the Unix epoch as `YYYY-MM-DD HH:MM:SS UTC` (proleptic Gregorian calendar;
+/// H. Hinnant's days-to-civil algorithm).
+fn utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,6 +426,91 @@ mod tests {
                 }
             }
         }
+    }
+
+    fn holder(pid: u32, job: Option<&str>) -> Holder {
+        Holder {
+            pid,
+            host: "gpu01".into(),
+            slurm_job: job.map(str::to_string),
+            since: "2024-05-01 12:00:00 UTC".into(),
+        }
+    }
+
+    #[test]
+    fn a_second_lock_on_one_run_directory_is_refused_naming_the_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("runs/x");
+        // flock locks belong to open file descriptions: a second open and flock conflicts
+        // even in the same process, as it would from another job.
+        let first = RunLock::acquire_as(&out, &holder(123, Some("77")), Duration::ZERO).unwrap();
+        assert_eq!(first.path(), out.join(LOCK_FILE));
+        let t0 = Instant::now();
+        let e = RunLock::acquire_as(&out, &holder(456, None), Duration::from_secs(60))
+            .unwrap_err()
+            .to_string();
+        assert!(t0.elapsed() < Duration::from_secs(5), "another job is refused at once");
+        assert_eq!(
+            e,
+            format!(
+                "{} is in use by another rsd-train run (pid 123 on host gpu01, SLURM job 77, \
+                 since 2024-05-01 12:00:00 UTC): two jobs writing one run directory would mix \
+                 their checkpoints; wait for it to end, or choose another --out",
+                out.display()
+            )
+        );
+        // Released when the guard drops: the next run takes it and names itself.
+        drop(first);
+        let second = RunLock::acquire_as(&out, &holder(456, None), Duration::ZERO).unwrap();
+        let text = fs::read_to_string(second.path()).unwrap();
+        assert_eq!(
+            serde_json::from_str::<Holder>(text.trim()).unwrap(),
+            holder(456, None)
+        );
+        // Ranks other than 0 take no lock.
+        assert!(RunLock::for_rank0(&out, false).unwrap().is_none());
+    }
+
+    #[test]
+    fn an_earlier_start_of_the_same_slurm_job_is_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        let first = RunLock::acquire_as(out, &holder(1, Some("77")), Duration::ZERO).unwrap();
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(700));
+            drop(first);
+        });
+        let me = holder(2, Some("77"));
+        let lock = RunLock::acquire_as(out, &me, Duration::from_secs(30)).unwrap();
+        release.join().unwrap();
+        drop(lock);
+        // Still held when the wait ends: refused, saying it was this job's.
+        let _held = RunLock::acquire_as(out, &holder(1, Some("77")), Duration::ZERO).unwrap();
+        let e = RunLock::acquire_as(out, &me, Duration::from_millis(600))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("SLURM job 77") && e.contains("this SLURM job's"), "{e}");
+    }
+
+    #[test]
+    fn a_link_at_the_lock_files_name_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("elsewhere");
+        fs::write(&target, "keep").unwrap();
+        std::os::unix::fs::symlink(&target, dir.path().join(LOCK_FILE)).unwrap();
+        let e = RunLock::acquire_as(dir.path(), &holder(1, None), Duration::ZERO)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(LOCK_FILE), "{e}");
+        assert_eq!(fs::read_to_string(&target).unwrap(), "keep");
+    }
+
+    #[test]
+    fn times_are_written_in_utc() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc(951_782_400), "2000-02-29 00:00:00 UTC");
+        assert_eq!(utc(1_714_564_800 + 3661), "2024-05-01 13:01:01 UTC");
+        assert!(Holder::this_process().describe().contains(" UTC"));
     }
 
     #[test]

@@ -123,6 +123,25 @@ pub struct Summary {
     pub skipped: u64,
 }
 
+/// Called on a thread of its own when another rank fails or falls silent; expected to end the
+/// process ([`Start::on_failure`]).
+pub type FailureHandler = Box<dyn FnOnce(rsd_dist::Failure) + Send + 'static>;
+
+/// Where a run starts and how it watches the other ranks.
+#[derive(Default)]
+pub struct Start<'a> {
+    /// The checkpoint to resume; `None`: a fresh run.
+    pub resume: Option<&'a Path>,
+    /// `--resume auto`: every rank verifies the checkpoint's files (its share, by sha256) before
+    /// anything is loaded, and when any rank finds one damaged, every rank falls back to the
+    /// checkpoint before it. Without it a damaged file stops the run.
+    pub fall_back: bool,
+    /// From the moment the ranks have met (before the model and checkpoint load), another rank's
+    /// failure or its silence for `dist_liveness` runs this; `None`: nobody watches (one process
+    /// never does).
+    pub on_failure: Option<FailureHandler>,
+}
+
 /// Owns the run.
 pub struct Trainer {
     cfg: TrainConfig,
@@ -381,22 +400,35 @@ fn initial_model(cfg: &TrainConfig, options: ModelOptions) -> Result<Model> {
     Ok(model)
 }
 
-/// Model, state and loader of a checkpoint directory.
-/// The model, state and loader a run starts from: the checkpoint `resume` names, or a fresh
-/// model and loader. Every rank starts from rank 0's point or none starts
+/// What a run starts from: the model, the loader, and for a resumed run the checkpoint's state
+/// and directory.
+struct StartingPoint {
+    model: Model,
+    loader: Loader,
+    resumed: Option<(TrainState, PathBuf)>,
+}
+
+/// The model, state and loader a run starts from: the checkpoint `start.resume` names (or, with
+/// `start.fall_back`, the newest one at or before it that every rank verified), or a fresh model
+/// and loader. Every rank starts from rank 0's point or none starts
 /// ([`DataParallel::agree_on_resume`]), and a rank that fails to read the checkpoint stops
 /// every rank at once ([`DataParallel::all_ok`]).
-#[allow(clippy::type_complexity)]
 fn starting_point(
     cfg: &TrainConfig,
     options: ModelOptions,
-    resume: Option<&Path>,
+    start: &Start,
     dp: &DataParallel,
-) -> Result<(Model, Option<TrainState>, Loader)> {
-    let older = resume
+) -> Result<StartingPoint> {
+    let older = start
+        .resume
         .filter(|_| fault::older_checkpoint(dp.rank()))
         .and_then(previous_checkpoint);
-    let resume = older.as_deref().or(resume);
+    let mut resume = older.or(start.resume.map(Path::to_path_buf));
+    if let (Some(dir), true) = (&resume, start.fall_back) {
+        resume = Some(verified_or_earlier(dir, dp)?);
+    }
+    let resume = resume.as_deref();
+    fault::freeze_while_loading(dp.rank());
     let point = match resume {
         Some(dir) => ResumePoint::of_checkpoint(dir),
         None => Ok(ResumePoint::fresh()),
@@ -412,7 +444,11 @@ fn starting_point(
                 false => resumed(cfg, options, dir, dp),
             };
             let (model, st, loader) = dp.all_ok("loading the checkpoint", loaded)?;
-            (model, Some(st), loader)
+            StartingPoint {
+                model,
+                loader,
+                resumed: Some((st, dir.to_path_buf())),
+            }
         }
         None => {
             let opened = initial_model(cfg, options).and_then(|model| {
@@ -420,9 +456,57 @@ fn starting_point(
                 Ok((model, loader))
             });
             let (model, loader) = dp.all_ok("opening the model and the data", opened)?;
-            (model, None, loader)
+            StartingPoint {
+                model,
+                loader,
+                resumed: None,
+            }
         }
     })
+}
+
+/// `dir`, once every rank has verified its files (each rank its share, by sha256, as a resume
+/// does), or the newest complete checkpoint before it that every rank verified: a damaged
+/// newest checkpoint (a flipped byte on disk) must not stop a requeued job on every restart.
+/// The rank that finds the damage names the file and why; rank 0 names the checkpoint left
+/// behind and the one taken. No checkpoint left is an error (the run's progress is not discarded
+/// by starting over).
+fn verified_or_earlier(dir: &Path, dp: &DataParallel) -> Result<PathBuf> {
+    let mut candidate = Some(dir.to_path_buf());
+    while let Some(dir) = candidate {
+        let checked = checkpoint::validate(&dir)
+            .and_then(|_| checkpoint::verify_for_rank(&dir, dp.rank(), dp.world()));
+        let failed = dp.ranks_where(checked.is_err())?;
+        if failed.is_empty() {
+            return Ok(dir);
+        }
+        if let Err(e) = &checked {
+            eprintln!(
+                "rsd-train: warning: rank {}: checkpoint {} is damaged: {}",
+                dp.rank(),
+                dir.display(),
+                rsd_common::report::for_user_from_env(&e.to_string())
+            );
+        }
+        candidate = previous_checkpoint(&dir);
+        if dp.is_main() {
+            let ranks: Vec<String> = failed.iter().map(ToString::to_string).collect();
+            eprintln!(
+                "rsd-train: --resume auto: checkpoint {} failed verification on rank {} (its                  warning says which file and why); every rank falls back to {}",
+                dir.display(),
+                ranks.join(", "),
+                candidate
+                    .as_ref()
+                    .map_or("nothing (no earlier checkpoint)".into(), |p| p
+                        .display()
+                        .to_string())
+            );
+        }
+    }
+    Err(Error::Input(format!(
+        "--resume auto: no checkpoint at or before {} passed verification on every rank (see the          warnings); keep more of them (config key keep), remove the damaged ones to start over,          or resume one with --resume DIR",
+        dir.display()
+    )))
 }
 
 /// The checkpoint of the same run before `dir` (`<run>/checkpoints/step-N`), if any.
@@ -479,8 +563,62 @@ fn steps_of_epochs(cfg: &TrainConfig, loader: &Loader, accum: usize, main: bool)
 }
 
 impl Trainer {
-    /// Builds a fresh run, or resumes from `resume` (a checkpoint directory).
-    pub fn new(mut cfg: TrainConfig, resume: Option<&Path>) -> Result<Self> {
+    /// Builds a fresh run, or resumes from `start.resume` (a checkpoint directory). From the
+    /// moment the ranks have met, `start.on_failure` watches the others, and an error of this
+    /// rank is announced to them.
+    pub fn new(cfg: TrainConfig, start: Start) -> Result<Self> {
+        let Start {
+            resume,
+            fall_back,
+            on_failure,
+        } = start;
+        let mut dp = Self::meet(&cfg)?;
+        if let Some(on_failure) = on_failure {
+            let liveness = std::time::Duration::from_secs(cfg.dist_liveness);
+            dp.watch_failures(liveness, on_failure)?;
+        }
+        let start = Start {
+            resume,
+            fall_back,
+            on_failure: None,
+        };
+        match Self::build(cfg, &start, dp) {
+            Ok(t) => Ok(t),
+            Err((e, dp)) => {
+                dp.announce_failure(&e);
+                fault::hold_after_failure();
+                Err(e)
+            }
+        }
+    }
+
+    /// Joins the other ranks (one process: nobody to meet).
+    fn meet(cfg: &TrainConfig) -> Result<DataParallel> {
+        let options = model_options(cfg)?;
+        DataParallel::from_env(cfg, options.device)
+    }
+
+    /// [`Trainer::new`] once the ranks have met; an error comes back with the ranks' handle, to
+    /// be announced.
+    fn build(
+        cfg: TrainConfig,
+        start: &Start,
+        dp: DataParallel,
+    ) -> std::result::Result<Self, (Error, DataParallel)> {
+        // Rank 0's process hosts the store the announcement goes through: the handle (and the
+        // store with it) must outlive an error until it is announced.
+        match Self::build_with(cfg, start, &dp) {
+            Ok(assemble) => Ok(assemble(dp)),
+            Err(e) => Err((e, dp)),
+        }
+    }
+
+    /// Everything but the ranks' handle, which the returned function moves into the trainer.
+    fn build_with(
+        mut cfg: TrainConfig,
+        start: &Start,
+        dp: &DataParallel,
+    ) -> Result<impl FnOnce(DataParallel) -> Trainer> {
         if cfg.threads > 0 {
             tch::set_num_threads(cfg.threads as i32);
         }
@@ -493,14 +631,17 @@ impl Trainer {
         }
         let tokenizer_warnings = tokenizer::check(&cfg)?;
         fs::create_dir_all(&out).map_err(io_err(&out))?;
-        let dp = DataParallel::from_env(&cfg, options.device)?;
         let (tokenizer_dir, no_tokenizer) = tokenizer::tokenizer_files(&cfg, &out)?;
         if dp.is_main() {
             for w in tokenizer_warnings.iter().chain(&no_tokenizer) {
                 eprintln!("warning: {w}");
             }
         }
-        let (model, state, mut loader) = starting_point(&cfg, options, resume, &dp)?;
+        let StartingPoint {
+            model,
+            mut loader,
+            resumed,
+        } = starting_point(&cfg, options, start, dp)?;
         dp.broadcast_parameters(&model)?;
         measure::mark(Phase::Model);
         data::guard_vocabulary(&mut loader, model.config().vocab_size)?;
@@ -517,15 +658,17 @@ impl Trainer {
             total: cfg.steps,
             min_ratio: cfg.min_lr_ratio,
         };
-        let mut opt = Optimizer::new(&model, &cfg, &dp)?;
+        let mut opt = Optimizer::new(&model, &cfg, dp)?;
         measure::mark(Phase::Optimizer);
-        let state = match state {
-            Some(st) => {
-                let dir = resume.unwrap_or(&out);
-                // Each rank verifies a share of the files against their checksums.
-                let loaded = checkpoint::read_manifest(dir).and_then(|manifest| {
-                    checkpoint::verify_checksums(dir, &manifest, dp.rank(), dp.world())?;
-                    opt.load(dir, &manifest, st.step - st.skipped)
+        let state = match resumed {
+            Some((st, dir)) => {
+                // Each rank verifies a share of the files against their checksums (already done
+                // before loading when falling back was allowed).
+                let loaded = checkpoint::read_manifest(&dir).and_then(|manifest| {
+                    if !start.fall_back {
+                        checkpoint::verify_checksums(&dir, &manifest, dp.rank(), dp.world())?;
+                    }
+                    opt.load(&dir, &manifest, st.step - st.skipped)
                 });
                 dp.all_ok("verifying the checkpoint and loading the optimizer", loaded)?;
                 TrainState { schedule, ..st }
@@ -551,7 +694,7 @@ impl Trainer {
         } else {
             Vec::new()
         };
-        Ok(Trainer {
+        Ok(move |dp| Trainer {
             cfg,
             model,
             opt,
@@ -599,27 +742,15 @@ impl Trainer {
         self.seq_len
     }
 
-    /// From now on another rank's failure, or its silence for `dist_liveness` seconds, runs
-    /// `on_failure`, which should end the process (see [`DataParallel::watch_failures`]); this
-    /// rank's own error in [`Trainer::run`] is announced to the others. Nothing happens in a run
-    /// of one process.
-    pub fn watch_failures(
-        &mut self,
-        on_failure: impl FnOnce(rsd_dist::Failure) + Send + 'static,
-    ) -> Result<()> {
-        let liveness = std::time::Duration::from_secs(self.cfg.dist_liveness);
-        self.dp.watch_failures(liveness, on_failure)
-    }
-
-    /// The handle this rank announces its own failure with, once [`Trainer::watch_failures`] has
-    /// started; `None` in a run of one process.
+    /// The handle this rank announces its own failure with, when [`Start::on_failure`] was
+    /// given; `None` in a run of one process.
     pub fn failure_announcer(&self) -> Option<rsd_dist::Announcer> {
         self.dp.failure_announcer()
     }
 
     /// Runs until `steps` (or `stop_at`, or `stop` is raised), checkpointing as configured. An
     /// error is announced to the other ranks before it is returned, so that ranks waiting for
-    /// this one in a collective stop too ([`Trainer::watch_failures`]); a run that ends without
+    /// this one in a collective stop too ([`Start::on_failure`]); a run that ends without
     /// one leaves the watch, so that its silence from now on is not taken for a failure.
     pub fn run(&mut self, stop: Arc<AtomicBool>) -> Result<Summary> {
         let result = self.run_steps(stop);
@@ -648,6 +779,8 @@ impl Trainer {
             self.dp.is_main(),
         )?;
         let mut run = RunProgress::default();
+        // Time-based checkpoints count from the start of this invocation or the last save.
+        let mut saved_at = (Instant::now(), self.state.step);
         let mut profiled = Vec::new();
         if self.cfg.profile {
             crate::profile::start(self.model.options().device)?;
@@ -655,10 +788,28 @@ impl Trainer {
         while self.state.step < end {
             // The step's traffic: from this decision to the update's (held-out evaluation apart).
             let comm0 = self.dp.comm_stats();
-            // Every rank stops at the same step, whichever saw the interrupt.
-            if self.dp.any(stop.load(Ordering::SeqCst))? {
-                run.interrupted = true;
-                break;
+            fault::signal_at(self.state.step + 1, self.dp.rank(), &stop);
+            // One decision for every rank, whichever saw the signal or whose clock says a
+            // checkpoint is due: all stop, or all save, at this step boundary.
+            let due = self.cfg.save_every_minutes > 0.0
+                && saved_at.0.elapsed().as_secs_f64() >= self.cfg.save_every_minutes * 60.0;
+            let wish = match (stop.load(Ordering::SeqCst), due) {
+                (true, _) => Boundary::Stop,
+                (false, true) => Boundary::Save,
+                (false, false) => Boundary::Go,
+            };
+            match self.dp.most(wish as i64)? {
+                n if n == Boundary::Stop as i64 => {
+                    run.interrupted = true;
+                    break;
+                }
+                n if n == Boundary::Save as i64 => {
+                    if saved_at.1 != self.state.step {
+                        run.checkpoint = self.save()?;
+                    }
+                    saved_at = (Instant::now(), self.state.step);
+                }
+                _ => {}
             }
             if fault::fail_rank(self.dp.rank()) {
                 return Err(Error::Input(format!(
@@ -719,6 +870,7 @@ impl Trainer {
             self.state.elapsed_s = elapsed0 + t0.elapsed().as_secs_f64();
             if self.cfg.save_every > 0 && self.state.step.is_multiple_of(self.cfg.save_every) {
                 run.checkpoint = self.save()?;
+                saved_at = (Instant::now(), self.state.step);
             }
         }
         log.finish();
@@ -1067,8 +1219,12 @@ impl Trainer {
         // Leave a checkpoint of where we are (unless the last one is exactly this step, or the
         // run saves nothing at its end). Rank 0 decides, so every rank takes part in the same
         // barriers.
+        // A run stopped early (a signal, `stop_at`) that checkpoints as it goes saves where it
+        // stopped even when it saves nothing at its end.
+        let saves = self.cfg.save_at_end
+            || (run.interrupted && (self.cfg.save_every > 0 || self.cfg.save_every_minutes > 0.0));
         let due = self.dp.is_main()
-            && self.cfg.save_at_end
+            && saves
             && !matches!(checkpoint::list(&self.out).pop(), Some((step, _)) if step == self.state.step);
         let checkpoint = if self.dp.any(due)? {
             self.save()?
@@ -1306,8 +1462,66 @@ impl StepLog {
     }
 }
 
+/// What the ranks decide together at a step boundary; the most any rank asks for wins.
+#[derive(Clone, Copy)]
+enum Boundary {
+    /// Run the next step.
+    Go = 0,
+    /// Write a checkpoint first (`save_every_minutes`).
+    Save = 1,
+    /// Stop here (a signal): the run's end writes the checkpoint.
+    Stop = 2,
+}
+
 /// Test hooks, compiled only with the `fault-injection` feature (tests/test_train_loop.py).
 mod fault {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// `RSD_TRAIN_FAULT_SIGNAL_AT=STEP:RANK:SIG` (SIG `TERM`, `USR1` or `INT`): rank RANK sends
+    /// itself the signal as step STEP begins, and waits (at most 10 s) until its handler has set
+    /// the stop flag, so the test knows at which boundary it arrived.
+    #[cfg(feature = "fault-injection")]
+    pub fn signal_at(step: u64, rank: usize, stop: &AtomicBool) {
+        let Ok(spec) = std::env::var("RSD_TRAIN_FAULT_SIGNAL_AT") else {
+            return;
+        };
+        let want: Vec<&str> = spec.split(':').collect();
+        let [s, r, sig] = want.as_slice() else { return };
+        if *s != step.to_string() || *r != rank.to_string() {
+            return;
+        }
+        let sig = match *sig {
+            "TERM" => libc::SIGTERM,
+            "USR1" => libc::SIGUSR1,
+            "INT" => libc::SIGINT,
+            _ => return,
+        };
+        // SAFETY: raise(3) signals this process; the handler thread sets the flag.
+        unsafe { libc::raise(sig) };
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !stop.load(Ordering::SeqCst) && std::time::Instant::now() < end {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    #[cfg(not(feature = "fault-injection"))]
+    pub fn signal_at(_step: u64, _rank: usize, _stop: &AtomicBool) {}
+
+    /// `RSD_TRAIN_FAULT_FREEZE_LOAD_RANK=K`: rank K stops itself (SIGSTOP) while it loads the
+    /// model or checkpoint, its connections open, as a rank frozen or on a lost node looks to the
+    /// others before its first step.
+    #[cfg(feature = "fault-injection")]
+    pub fn freeze_while_loading(rank: usize) {
+        if rank_named("RSD_TRAIN_FAULT_FREEZE_LOAD_RANK", rank) {
+            eprintln!("fault injection: rank {rank} freezes while loading");
+            // SAFETY: stops this process until a SIGCONT (or SIGKILL).
+            unsafe { libc::raise(libc::SIGSTOP) };
+        }
+    }
+
+    #[cfg(not(feature = "fault-injection"))]
+    pub fn freeze_while_loading(_rank: usize) {}
+
     /// `RSD_TRAIN_FAULT_NAN_AT_STEP=N`: step N's gradient norm reads as NaN.
     #[cfg(feature = "fault-injection")]
     pub fn nan_gradient_at(step: u64) -> bool {

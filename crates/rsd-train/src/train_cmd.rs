@@ -1,19 +1,17 @@
 //! `rsd-train` (train): resolves the run (fresh or resumed), starts the ranks a layout needs,
 //! trains, and prints what was done.
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use rsd_train::config::{Stated, TrainConfig};
 use rsd_train::resume::{self, Run};
 use rsd_train::run_dir;
 use rsd_train::step::{prefix_reuse_floor, Objective};
-use rsd_train::train::{Summary, Trainer};
+use rsd_train::train::{Start, Summary, Trainer};
 
 use crate::args::TrainArgs;
-use crate::{launch, memory_cmd};
+use crate::{launch, memory_cmd, signals};
 
 /// The dp × cp layout the config asks for (dp 0: whatever the world size leaves).
 fn mesh_shape(cfg: &TrainConfig) -> rsd_dist::MeshShape {
@@ -120,6 +118,8 @@ pub fn run(a: TrainArgs) -> Result<()> {
         }
     }
     let out = PathBuf::from(&cfg.out);
+    // One run per directory at a time: held (by rank 0) until this function returns.
+    let _lock = run_dir::RunLock::for_rank0(&out, is_rank0())?;
     run_dir::prepare(
         &out,
         resume.as_deref(),
@@ -127,30 +127,41 @@ pub fn run(a: TrainArgs) -> Result<()> {
         a.overwrite,
         is_rank0(),
     )?;
-    let stop = stop_on_ctrl_c()?;
-    let mut trainer = Trainer::new(cfg.clone(), resume.as_deref())?;
-    trainer.watch_failures(stop_on_another_ranks_failure)?;
+    let stop = signals::install()?;
+    let mut trainer = Trainer::new(
+        cfg.clone(),
+        Start {
+            resume: resume.as_deref(),
+            fall_back: a.resume.as_deref() == Some("auto"),
+            on_failure: Some(Box::new(stop_on_another_ranks_failure)),
+        },
+    )?;
     announce_panics(&trainer);
     let main = trainer.is_main();
     if main {
         print_start(&trainer, &cfg, &out);
     }
-    let summary = trainer.run(stop.clone()).map_err(|e| {
+    let summary = trainer.run(stop.flag()).map_err(|e| {
         let e = anyhow::Error::from(e);
         match disk_full_hint(&e, &out) {
             Some(hint) => e.context(hint),
             None => e,
         }
     })?;
-    if !main {
-        if stop.load(Ordering::SeqCst) {
-            std::process::exit(130);
+    // Stopped early by a signal (its checkpoint written): the status says so, so that a job
+    // script can requeue itself; a run that reached its end exits 0 whatever arrived meanwhile.
+    let stopped = summary.interrupted.then(|| stop.exit_status()).flatten();
+    if main {
+        print_done(&summary)?;
+        if let Some(code) = stopped {
+            eprintln!(
+                "rsd-train: stopped on a signal at step {} with a checkpoint; run the same command                  with --resume auto to continue (exit status {code})",
+                summary.steps
+            );
         }
-        return Ok(());
     }
-    print_done(&summary)?;
-    if stop.load(Ordering::SeqCst) {
-        std::process::exit(130);
+    if let Some(code) = stopped {
+        std::process::exit(code);
     }
     Ok(())
 }
@@ -201,22 +212,6 @@ fn announce_panics(trainer: &Trainer) {
             report(info);
         }));
     }
-}
-
-/// The flag the first Ctrl-C sets (the trainer finishes its step and writes a checkpoint); a
-/// second exits at once.
-fn stop_on_ctrl_c() -> Result<Arc<AtomicBool>> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
-    ctrlc::set_handler(move || {
-        if flag.swap(true, Ordering::SeqCst) {
-            eprintln!("second interrupt: exiting without a checkpoint");
-            std::process::exit(130);
-        }
-        eprintln!("interrupt: finishing this step, writing a checkpoint (Ctrl-C again to abandon)");
-    })
-    .context("installing the Ctrl-C handler")?;
-    Ok(stop)
 }
 
 /// What the main rank prints before the first step: the layout, the model and the batch.
