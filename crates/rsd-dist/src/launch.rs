@@ -55,6 +55,12 @@ pub enum Outcome {
         /// Rank 0's exit status (its code; 128 + signal when a signal ended it).
         code: i32,
     },
+    /// The ranks stopped on a signal they received themselves (not through this launcher: a
+    /// cluster signals every task), rank 0 with [`Launch::stopped_exit`].
+    Stopped {
+        /// Rank 0's exit status.
+        code: i32,
+    },
     /// This rank failed first; the others were stopped.
     RankFailed {
         /// The rank.
@@ -71,7 +77,7 @@ impl Outcome {
     pub fn exit_code(&self) -> i32 {
         match *self {
             Outcome::Done => 0,
-            Outcome::Interrupted { code, .. } => code,
+            Outcome::Interrupted { code, .. } | Outcome::Stopped { code } => code,
             Outcome::RankFailed { status, .. } => status.code().filter(|&c| c != 0).unwrap_or(1),
         }
     }
@@ -126,7 +132,10 @@ pub fn run(launch: &Launch) -> Result<Outcome> {
                 .and_then(|s| s.code().or(s.signal().map(|k| 128 + k)))
                 .unwrap_or(128 + signal),
         },
-        (None, None) => Outcome::Done,
+        (None, None) => match rank0.and_then(|s| s.code()) {
+            Some(code) if Some(code) == launch.stopped_exit => Outcome::Stopped { code },
+            _ => Outcome::Done,
+        },
     })
 }
 
@@ -241,14 +250,12 @@ fn wait_for_ranks(
         if rank == 0 {
             rank0 = Some(status);
         }
-        // A rank stopped by a signal passed on exits 130 (Ctrl-C) or `stopped_exit` after its
-        // checkpoint, 128 + the signal after a second one, or is ended by it: not failures.
-        let stopped = |code: i32| {
-            code == 130
-                || Some(code) == launch.stopped_exit
-                || forwarded.is_some_and(|f| code == 128 + f)
-        };
+        // A rank stopped by a signal exits `stopped_exit` after its checkpoint (whoever sent the
+        // signal), and one passed on by us 130 (Ctrl-C), 128 + the signal after a second one, or
+        // ends by it: not failures.
+        let stopped = |code: i32| code == 130 || forwarded.is_some_and(|f| code == 128 + f);
         let ok = status.success()
+            || (status.code().is_some() && status.code() == launch.stopped_exit)
             || (forwarded.is_some() && status.code().is_some_and(stopped))
             || (forwarded.is_some() && status.signal() == forwarded);
         if ok || failed.is_some() {

@@ -235,7 +235,11 @@ impl Placement {
             })
             .collect();
         if n > SHOWN {
-            shown.push(format!("… {} more", plural(n - SHOWN, "node")));
+            let more = n - SHOWN;
+            shown.push(format!(
+                "… {more} more {}",
+                if more == 1 { "node" } else { "nodes" }
+            ));
         }
         // Hosts apart by semicolons: a host's ranks may be a list with commas (cyclic layouts).
         format!("{head} ({})", shown.join("; "))
@@ -373,7 +377,7 @@ mod tests {
 
     #[test]
     fn a_block_layout_keeps_every_cp_group_on_one_host() {
-        for (dp, cp) in [(2, 4), (4, 2), (8, 1), (1, 4)] {
+        for (dp, cp) in [(2, 4), (4, 2), (8, 1), (0, 4)] {
             let p = Placement::new(block(2, 4), shape(dp, cp)).unwrap();
             assert_eq!(p.node_count(), 2);
             assert!(p.cp_groups_across_hosts().is_empty(), "dp {dp} × cp {cp}");

@@ -164,7 +164,11 @@ pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Option<Slu
     let Some(ntasks_text) = get("SLURM_NTASKS") else {
         return Ok(None);
     };
-    let ntasks = number("SLURM_NTASKS", &ntasks_text, "the number of tasks, at least 1")?;
+    let ntasks = number(
+        "SLURM_NTASKS",
+        &ntasks_text,
+        "the number of tasks, at least 1",
+    )?;
     if ntasks == 0 {
         return Err(invalid(
             "SLURM_NTASKS",
@@ -202,14 +206,15 @@ pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Option<Slu
     let node = required_number("SLURM_NODEID", "the index of this task's node in the step")?;
 
     // The tasks on each node: the step's where srun sets it.
-    let (tasks_var, tasks_text) = first_set(&get, &["SLURM_STEP_TASKS_PER_NODE"])
-        .or_else(|| first_set(&get, &["SLURM_TASKS_PER_NODE"]))
-        .ok_or_else(|| SlurmError::Missing {
-            name: "SLURM_TASKS_PER_NODE",
-            expected: "the tasks on each node, e.g. 4(x2),3".into(),
-        })?;
-    let tasks = TasksPerNode::parse(&tasks_text)
-        .map_err(|why| invalid(tasks_var, &tasks_text, &why))?;
+    let (tasks_var, tasks_text) =
+        first_set(&get, &["SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"]).ok_or_else(
+            || SlurmError::Missing {
+                name: "SLURM_TASKS_PER_NODE",
+                expected: "the tasks on each node, e.g. 4(x2),3".into(),
+            },
+        )?;
+    let tasks =
+        TasksPerNode::parse(&tasks_text).map_err(|why| invalid(tasks_var, &tasks_text, &why))?;
     if tasks.total() != Some(ntasks) {
         let sum = tasks
             .total()
@@ -243,8 +248,14 @@ pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Option<Slu
 
     // The node list: read whenever set (it must agree with the tasks per node), needed when
     // MASTER_ADDR is not set.
-    let nodelist = first_set(&get, &["SLURM_STEP_NODELIST"])
-        .or_else(|| first_set(&get, &["SLURM_JOB_NODELIST", "SLURM_NODELIST"]));
+    let nodelist = first_set(
+        &get,
+        &[
+            "SLURM_STEP_NODELIST",
+            "SLURM_JOB_NODELIST",
+            "SLURM_NODELIST",
+        ],
+    );
     let mut first_host = None;
     if let Some((var, text)) = &nodelist {
         let hosts = HostList::parse(text).map_err(|why| invalid(var, text, &why))?;
@@ -400,7 +411,8 @@ impl TasksPerNode {
         }
         let mut runs = Vec::new();
         for item in text.split(',') {
-            let bad = |why: &str| format!("the tasks on each node, e.g. 4(x2),3: item {item:?} {why}");
+            let bad =
+                |why: &str| format!("the tasks on each node, e.g. 4(x2),3: item {item:?} {why}");
             let (count, repeat) = match item.split_once('(') {
                 None => (item, "1"),
                 Some((count, rest)) => {
@@ -602,7 +614,9 @@ fn split_top_level(text: &str) -> std::result::Result<Vec<&str>, String> {
 /// One entry: text and bracket groups.
 fn parse_entry(entry: &str) -> std::result::Result<Vec<Part>, String> {
     if entry.is_empty() {
-        return Err(format!("{HOSTLIST_EXPECTED}: an empty entry between commas"));
+        return Err(format!(
+            "{HOSTLIST_EXPECTED}: an empty entry between commas"
+        ));
     }
     let mut parts = Vec::new();
     let mut rest = entry;
@@ -813,7 +827,8 @@ mod tests {
                 entries.push(compress(&prefix, width, &numbers));
             }
             let text = entries.join(",");
-            let list = HostList::parse(&text).unwrap_or_else(|e| panic!("case {case}: {text}: {e}"));
+            let list =
+                HostList::parse(&text).unwrap_or_else(|e| panic!("case {case}: {text}: {e}"));
             assert_eq!(list.expand(10_000).unwrap(), want, "case {case}: {text}");
             assert_eq!(list.first(), want[0], "case {case}: {text}");
             assert_eq!(list.len(), Some(want.len() as u64), "case {case}: {text}");
@@ -877,7 +892,10 @@ mod tests {
         ("SLURM_STEP_ID", "1"),
     ];
 
-    fn with(changes: &[(&'static str, Option<&'static str>)]) -> Vec<(&'static str, &'static str)> {
+    /// A variable set to a value, or removed (`None`).
+    type Change = (&'static str, Option<&'static str>);
+
+    fn with(changes: &[Change]) -> Vec<(&'static str, &'static str)> {
         let mut vars: Vec<_> = TASK.to_vec();
         for &(name, value) in changes {
             vars.retain(|(k, _)| *k != name);
@@ -907,10 +925,9 @@ mod tests {
         assert_eq!(task.port_from, Source::JobId);
         // What the process exports reads back as the same rendezvous.
         let env = task.to_env();
-        let back = Rendezvous::from_lookup(|n| {
-            env.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone())
-        })
-        .unwrap();
+        let back =
+            Rendezvous::from_lookup(|n| env.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone()))
+                .unwrap();
         assert_eq!(back, task.rendezvous);
         // The last node has one task.
         let last = from_lookup(lookup(&with(&[
@@ -1007,7 +1024,10 @@ mod tests {
             vec![("SLURM_NTASKS", Some("1"))],
             vec![("SLURM_NTASKS", Some(" 1 "))],
             // torchrun wins even over malformed SLURM variables.
-            vec![("WORLD_SIZE", Some("2")), ("SLURM_JOB_NODELIST", Some("gpu[1-"))],
+            vec![
+                ("WORLD_SIZE", Some("2")),
+                ("SLURM_JOB_NODELIST", Some("gpu[1-")),
+            ],
         ] {
             assert_eq!(
                 from_lookup(lookup(&with(&changes))),
@@ -1020,15 +1040,44 @@ mod tests {
 
     #[test]
     fn malformed_or_inconsistent_variables_name_the_variable_and_value() {
-        let cases: &[(&[(&str, Option<&str>)], &str, &str)] = &[
-            (&[("SLURM_NTASKS", Some("many"))], "SLURM_NTASKS=many", "integer"),
-            (&[("SLURM_NTASKS", Some("0"))], "SLURM_NTASKS=0", "at least 1"),
+        // (changes to the task's variables, what the error names, what it expects)
+        let cases: &[(&[Change], &str, &str)] = &[
+            (
+                &[("SLURM_NTASKS", Some("many"))],
+                "SLURM_NTASKS=many",
+                "integer",
+            ),
+            (
+                &[("SLURM_NTASKS", Some("0"))],
+                "SLURM_NTASKS=0",
+                "at least 1",
+            ),
             (&[("SLURM_PROCID", None)], "SLURM_PROCID is not set", "rank"),
-            (&[("SLURM_PROCID", Some("7"))], "SLURM_PROCID=7", "below SLURM_NTASKS=7"),
-            (&[("SLURM_PROCID", Some("-1"))], "SLURM_PROCID=-1", "integer"),
-            (&[("SLURM_LOCALID", None)], "SLURM_LOCALID is not set", "node"),
-            (&[("SLURM_LOCALID", Some("2"))], "SLURM_LOCALID=2", "below the 2 task(s)"),
-            (&[("SLURM_NODEID", Some("4"))], "SLURM_NODEID=4", "below the 4 node(s)"),
+            (
+                &[("SLURM_PROCID", Some("7"))],
+                "SLURM_PROCID=7",
+                "below SLURM_NTASKS=7",
+            ),
+            (
+                &[("SLURM_PROCID", Some("-1"))],
+                "SLURM_PROCID=-1",
+                "integer",
+            ),
+            (
+                &[("SLURM_LOCALID", None)],
+                "SLURM_LOCALID is not set",
+                "node",
+            ),
+            (
+                &[("SLURM_LOCALID", Some("2"))],
+                "SLURM_LOCALID=2",
+                "below the 2 task(s)",
+            ),
+            (
+                &[("SLURM_NODEID", Some("4"))],
+                "SLURM_NODEID=4",
+                "below the 4 node(s)",
+            ),
             (&[("SLURM_NODEID", None)], "SLURM_NODEID is not set", "node"),
             (
                 &[("SLURM_TASKS_PER_NODE", None)],
@@ -1060,10 +1109,26 @@ mod tests {
                 "SLURM_JOB_NODELIST is not set",
                 "MASTER_ADDR",
             ),
-            (&[("SLURM_JOB_ID", None)], "SLURM_JOB_ID is not set", "MASTER_PORT"),
-            (&[("SLURM_JOB_ID", Some("12a"))], "SLURM_JOB_ID=12a", "integer"),
-            (&[("SLURM_STEP_ID", Some("batch"))], "SLURM_STEP_ID=batch", "integer"),
-            (&[("MASTER_PORT", Some("70000"))], "MASTER_PORT=70000", "1..=65535"),
+            (
+                &[("SLURM_JOB_ID", None)],
+                "SLURM_JOB_ID is not set",
+                "MASTER_PORT",
+            ),
+            (
+                &[("SLURM_JOB_ID", Some("12a"))],
+                "SLURM_JOB_ID=12a",
+                "integer",
+            ),
+            (
+                &[("SLURM_STEP_ID", Some("batch"))],
+                "SLURM_STEP_ID=batch",
+                "integer",
+            ),
+            (
+                &[("MASTER_PORT", Some("70000"))],
+                "MASTER_PORT=70000",
+                "1..=65535",
+            ),
             (&[("MASTER_PORT", Some("0"))], "MASTER_PORT=0", "1..=65535"),
         ];
         for (changes, names, expected) in cases {

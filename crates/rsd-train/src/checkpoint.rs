@@ -328,7 +328,8 @@ pub fn verify_checksums(dir: &Path, manifest: &Manifest, rank: usize, ranks: usi
             return Err(Error::Checkpoint {
                 path: p,
                 reason: format!(
-                    "{bytes} bytes with sha256 {}, the manifest lists {} bytes with sha256 {}                      (the file changed after it was written)",
+                    "{bytes} bytes with sha256 {}, the manifest lists {} bytes with sha256 {} \
+                     (the file changed after it was written)",
                     hex(&digest),
                     f.bytes,
                     f.sha256

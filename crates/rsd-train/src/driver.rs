@@ -78,7 +78,8 @@ fn min_driver(major: u32) -> Option<u32> {
     }
 }
 
-/// "upgrade the driver (CUDA 13 needs the 580 branch or newer)".
+/// "upgrade the NVIDIA driver (CUDA 13 needs driver 580 or newer)": for a major version the
+/// driver lacks.
 fn upgrade(runtime: CudaVersion) -> String {
     match min_driver(runtime.major) {
         Some(branch) => format!(
@@ -120,7 +121,7 @@ pub fn compare(driver: CudaVersion, runtime: CudaVersion) -> Result<Option<Strin
     if driver.major < runtime.major {
         let fix = match build_for(driver) {
             Some((tag, v)) => format!(
-                "install the torch build for CUDA {v}{} (`{}`, then rebuild rsd; {SEE}), or {}",
+                "Install the torch build for CUDA {v}{} (`{}`, then rebuild rsd; {SEE}), or {}",
                 if v > driver {
                     ", which this driver runs through CUDA's minor-version compatibility"
                 } else {
@@ -130,29 +131,30 @@ pub fn compare(driver: CudaVersion, runtime: CudaVersion) -> Result<Option<Strin
                 upgrade(runtime)
             ),
             None => format!(
-                "no torch 2.13 build runs on CUDA {driver}: {} ({SEE})",
+                "No torch 2.13 build runs on CUDA {driver}, so {}; see {SEE}",
                 upgrade(runtime)
             ),
         };
         return Err(Error::Driver(format!(
             "{both}: a driver does not run a newer major version of CUDA, so the first step \
-             would fail with a CUDA error. To fix it, {fix}"
+             would fail with a CUDA error. {fix}."
         )));
     }
     // Only a build this driver runs in full is worth switching to.
+    // The driver meets the major version's minimum already: only a newer one helps.
+    let newer = format!("upgrade the NVIDIA driver to one for CUDA {runtime} or newer");
     let fix = match build_for(driver).filter(|&(_, v)| v <= driver && v < runtime) {
         Some((tag, v)) => format!(
-            "install the torch build for CUDA {v} (`{}`, then rebuild rsd; {SEE}) or {}",
+            "install the torch build for CUDA {v} (`{}`, then rebuild rsd; {SEE}) or {newer}",
             setup_command(tag),
-            upgrade(runtime)
         ),
-        None => upgrade(runtime),
+        None => newer,
     };
     Ok(Some(format!(
         "{both}: it runs through CUDA's minor-version compatibility, but a CUDA call that needs a \
          newer driver fails (cudaErrorCallRequiresNewerDriver), and so does a kernel this driver \
          would have to JIT-compile from the newer toolkit's PTX (cudaErrorUnsupportedPtxVersion). \
-         If a step fails with either, {fix}"
+         If a step fails with either, {fix}."
     )))
 }
 
@@ -197,10 +199,16 @@ pub fn driver_version() -> Result<CudaVersion> {
 /// the loaded libraries (libtorch_cuda links libcudart), else in the libcudart that the torch
 /// installation ships. The error says where it looked.
 pub fn runtime_version() -> std::result::Result<CudaVersion, String> {
-    const NAME: &CStr = c"cudaRuntimeGetVersion";
-    if let Some(get) = symbol(libc::RTLD_DEFAULT, NAME) {
+    if let Some(get) = symbol(libc::RTLD_DEFAULT, RUNTIME_GET_VERSION) {
         return call_version(get, "cudaRuntimeGetVersion").map_err(|e| e.to_string());
     }
+    shipped_runtime_version()
+}
+
+const RUNTIME_GET_VERSION: &CStr = c"cudaRuntimeGetVersion";
+
+/// The version of the libcudart the loaded libtorch's installation ships ([`cudart_dirs`]).
+fn shipped_runtime_version() -> std::result::Result<CudaVersion, String> {
     let Some(torch_lib) = torch_lib_dir() else {
         return Err("libcudart is not loaded and no libtorch is either (a CPU-only build?)".into());
     };
@@ -209,7 +217,10 @@ pub fn runtime_version() -> std::result::Result<CudaVersion, String> {
         let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
             continue;
         };
-        if let Some(get) = open(&c).ok().and_then(|lib| symbol(lib, NAME)) {
+        if let Some(get) = open(&c)
+            .ok()
+            .and_then(|lib| symbol(lib, RUNTIME_GET_VERSION))
+        {
             return call_version(get, "cudaRuntimeGetVersion").map_err(|e| e.to_string());
         }
     }
@@ -370,7 +381,7 @@ mod tests {
         // No torch 2.13 build for CUDA 11: only the driver can change.
         let err = compare(v(11, 8), v(12, 6)).unwrap_err().to_string();
         assert!(
-            err.contains("no torch 2.13 build runs on CUDA 11.8")
+            err.contains("No torch 2.13 build runs on CUDA 11.8")
                 && err.contains("driver 525 or newer")
                 && !err.contains("RSD_TORCH_INDEX_URL"),
             "{err}"
@@ -394,7 +405,7 @@ mod tests {
         let warning = compare(v(12, 2), v(12, 6)).unwrap().unwrap();
         assert!(
             !warning.contains("RSD_TORCH_INDEX_URL")
-                && warning.contains("upgrade the NVIDIA driver"),
+                && warning.contains("upgrade the NVIDIA driver to one for CUDA 12.6 or newer"),
             "{warning}"
         );
     }
@@ -427,7 +438,11 @@ mod tests {
     fn the_runtime_version_is_torchs_when_torch_has_one() {
         // A CUDA torch build (PyPI's default) links libcudart; a CPU-only one has none.
         match runtime_version() {
-            Ok(version) => assert!(version.major >= 11, "{version}"),
+            Ok(version) => {
+                assert!(version.major >= 11, "{version}");
+                // The libcudart the installation ships, found by path, is the one loaded.
+                assert_eq!(shipped_runtime_version(), Ok(version));
+            }
             Err(why) => assert!(why.contains("libcudart"), "{why}"),
         }
     }

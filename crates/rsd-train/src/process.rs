@@ -110,7 +110,10 @@ mod tests {
             nproc_arg(args(&["--config", "c.toml", "--nproc", "8"])),
             Some("8".into())
         );
-        assert_eq!(nproc_arg(args(&["--nproc=4", "--out", "x"])), Some("4".into()));
+        assert_eq!(
+            nproc_arg(args(&["--nproc=4", "--out", "x"])),
+            Some("4".into())
+        );
         assert_eq!(nproc_arg(args(&["--config", "c.toml"])), None);
         assert_eq!(nproc_arg(args(&["--out", "--nprocs"])), None);
     }

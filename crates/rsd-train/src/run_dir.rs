@@ -449,7 +449,10 @@ mod tests {
         let e = RunLock::acquire_as(&out, &holder(456, None), Duration::from_secs(60))
             .unwrap_err()
             .to_string();
-        assert!(t0.elapsed() < Duration::from_secs(5), "another job is refused at once");
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "another job is refused at once"
+        );
         assert_eq!(
             e,
             format!(
@@ -489,7 +492,10 @@ mod tests {
         let e = RunLock::acquire_as(out, &me, Duration::from_millis(600))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("SLURM job 77") && e.contains("this SLURM job's"), "{e}");
+        assert!(
+            e.contains("SLURM job 77") && e.contains("this SLURM job's"),
+            "{e}"
+        );
     }
 
     #[test]

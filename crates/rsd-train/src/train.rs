@@ -109,8 +109,10 @@ pub struct Summary {
     pub last_loss_mean: Option<f64>,
     /// Steps in each of those means: a tenth of the steps run, at least 1 and at most 50.
     pub loss_window: usize,
-    /// Stopped by Ctrl-C or `stop_at`.
+    /// Stopped before `steps`: by a signal or `stop_at`.
     pub interrupted: bool,
+    /// Stopped by a signal, on this rank or another (every rank stops at the same step).
+    pub signalled: bool,
     /// Newest checkpoint.
     pub checkpoint: Option<PathBuf>,
     /// Final HF model directory (complete runs).
@@ -425,7 +427,13 @@ fn starting_point(
         .and_then(previous_checkpoint);
     let mut resume = older.or(start.resume.map(Path::to_path_buf));
     if let (Some(dir), true) = (&resume, start.fall_back) {
-        resume = Some(verified_or_earlier(dir, dp)?);
+        let verified = verified_or_earlier(dir, dp)?;
+        if &verified != dir && dp.is_main() {
+            // The log was cut to the damaged checkpoint's step; the run goes on from this one's.
+            let step = checkpoint::read_state(&verified)?.step;
+            crate::run_dir::keep_metrics_through(Path::new(&cfg.out), step)?;
+        }
+        resume = Some(verified);
     }
     let resume = resume.as_deref();
     fault::freeze_while_loading(dp.rank());
@@ -492,7 +500,8 @@ fn verified_or_earlier(dir: &Path, dp: &DataParallel) -> Result<PathBuf> {
         if dp.is_main() {
             let ranks: Vec<String> = failed.iter().map(ToString::to_string).collect();
             eprintln!(
-                "rsd-train: --resume auto: checkpoint {} failed verification on rank {} (its                  warning says which file and why); every rank falls back to {}",
+                "rsd-train: --resume auto: checkpoint {} failed verification on rank {} (its \
+                 warning says which file and why); every rank falls back to {}",
                 dir.display(),
                 ranks.join(", "),
                 candidate
@@ -504,7 +513,9 @@ fn verified_or_earlier(dir: &Path, dp: &DataParallel) -> Result<PathBuf> {
         }
     }
     Err(Error::Input(format!(
-        "--resume auto: no checkpoint at or before {} passed verification on every rank (see the          warnings); keep more of them (config key keep), remove the damaged ones to start over,          or resume one with --resume DIR",
+        "--resume auto: no checkpoint at or before {} passed verification on every rank (see the \
+         warnings); keep more of them (config key keep), remove the damaged ones to start over, \
+         or resume one with --resume DIR",
         dir.display()
     )))
 }
@@ -801,6 +812,7 @@ impl Trainer {
             match self.dp.most(wish as i64)? {
                 n if n == Boundary::Stop as i64 => {
                     run.interrupted = true;
+                    run.signalled = true;
                     break;
                 }
                 n if n == Boundary::Save as i64 => {
@@ -1244,6 +1256,7 @@ impl Trainer {
                 last_loss_mean,
                 loss_window,
                 interrupted: run.interrupted,
+                signalled: run.signalled,
                 checkpoint: None,
                 final_model: None,
                 metrics,
@@ -1275,6 +1288,7 @@ impl Trainer {
             last_loss_mean,
             loss_window,
             interrupted: run.interrupted,
+            signalled: run.signalled,
             checkpoint,
             final_model,
             metrics,
@@ -1357,6 +1371,8 @@ struct RunProgress {
     /// The newest checkpoint written.
     checkpoint: Option<PathBuf>,
     interrupted: bool,
+    /// Stopped by a signal (any rank's).
+    signalled: bool,
 }
 
 /// Where each step is reported: a line of `metrics.jsonl`, and a progress bar (or, when stderr is

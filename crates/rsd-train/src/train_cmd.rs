@@ -150,12 +150,16 @@ pub fn run(a: TrainArgs) -> Result<()> {
     })?;
     // Stopped early by a signal (its checkpoint written): the status says so, so that a job
     // script can requeue itself; a run that reached its end exits 0 whatever arrived meanwhile.
-    let stopped = summary.interrupted.then(|| stop.exit_status()).flatten();
+    // The signal may have reached another rank only: every rank exits as it would.
+    let stopped = summary
+        .signalled
+        .then(|| stop.exit_status().unwrap_or(signals::EXIT_STOPPED));
     if main {
         print_done(&summary)?;
         if let Some(code) = stopped {
             eprintln!(
-                "rsd-train: stopped on a signal at step {} with a checkpoint; run the same command                  with --resume auto to continue (exit status {code})",
+                "rsd-train: stopped on a signal at step {} with a checkpoint; run the same command \
+                 with --resume auto to continue (exit status {code})",
                 summary.steps
             );
         }
