@@ -238,3 +238,48 @@ def test_a_whole_job_suspended_longer_than_liveness_is_not_a_failure(shards, tmp
                 p.communicate()
     assert [p.returncode for p in procs] == [75, 75], errs
     assert all("stopped answering" not in e for e in errs), errs
+
+
+def start_ranks(arguments, per_rank_env):
+    """Ranks started by hand, each with its own extra variables (a host name of its own)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    n = len(per_rank_env)
+    return [subprocess.Popen(
+        [exe("rsd-train"), *map(str, arguments)],
+        env={**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+             "RANK": str(r), "WORLD_SIZE": str(n), "LOCAL_RANK": str(r),
+             "LOCAL_WORLD_SIZE": str(n), **extra},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for r, extra in enumerate(per_rank_env)]
+
+
+def finish(procs):
+    errs = [p.communicate(timeout=240)[1] for p in procs]
+    return [p.returncode for p in procs], errs
+
+
+def test_a_context_parallel_group_across_hosts_is_refused_unless_allowed(shards, tmp_path):
+    # Rank 1 says it runs on another host (the fault hook), as a cyclic task distribution would
+    # place it: the cp-2 group's K/V gathers would cross the network.
+    hosts = [{}, {"RSD_DIST_FAULT_HOST": "otherhost"}]
+    cp = ["--cp", 2, "--dp", 1]
+    codes, errs = finish(start_ranks(args(shards, tmp_path / "refused", *cp, steps=2), hosts))
+    assert codes[0] != 0 and codes[1] != 0, errs
+    for e in errs:
+        assert "context parallelism across hosts" in e and "otherhost" in e, e
+        assert "cp_across_nodes = true" in e, e
+    assert "rsd-train: placement: 2 nodes × 1 rank" in errs[0], errs[0]
+
+    codes, errs = finish(start_ranks(args(shards, tmp_path / "allowed", *cp, "--cp-across-nodes",
+                                          steps=2), hosts))
+    assert codes == [0, 0], errs
+    assert "rsd-train: warning: context parallelism across hosts, allowed by" in errs[0], errs[0]
+
+    # Data parallelism alone may span hosts freely.
+    codes, errs = finish(start_ranks(args(shards, tmp_path / "dp", steps=2), hosts))
+    assert codes == [0, 0], errs
+    assert "placement: 2 nodes × 1 rank" in errs[0] and "warning" not in errs[0], errs[0]

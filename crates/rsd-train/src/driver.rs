@@ -140,8 +140,8 @@ pub fn compare(driver: CudaVersion, runtime: CudaVersion) -> Result<Option<Strin
              would fail with a CUDA error. {fix}."
         )));
     }
-    // Only a build this driver runs in full is worth switching to.
-    // The driver meets the major version's minimum already: only a newer one helps.
+    // Only a build this driver runs in full is worth switching to; the driver already meets its
+    // major version's minimum, so the other fix is a driver for the runtime's minor version.
     let newer = format!("upgrade the NVIDIA driver to one for CUDA {runtime} or newer");
     let fix = match build_for(driver).filter(|&(_, v)| v <= driver && v < runtime) {
         Some((tag, v)) => format!(

@@ -603,10 +603,44 @@ impl Trainer {
         }
     }
 
-    /// Joins the other ranks (one process: nobody to meet).
+    /// Joins the other ranks (one process: nobody to meet). On CUDA the NVIDIA driver is checked
+    /// against the torch build's CUDA first: a mismatch would otherwise surface as a CUDA error
+    /// deep in the first step.
     fn meet(cfg: &TrainConfig) -> Result<DataParallel> {
+        if cfg.device.trim().starts_with("cuda") {
+            let first = std::env::var("RANK").map_or(true, |r| r.trim() == "0");
+            if let Some(warning) = crate::driver::check(tch::Device::Cuda(0))? {
+                if first {
+                    eprintln!("rsd-train: warning: {warning}");
+                }
+            }
+        }
         let options = model_options(cfg)?;
         DataParallel::from_env(cfg, options.device)
+    }
+
+    /// Where the ranks run: rank 0 says how many hosts hold how many ranks, and a
+    /// context-parallel group spread over hosts (its K/V gathers, every layer, would cross the
+    /// network) is refused unless the config allows it. Every rank reads the same host list, so
+    /// all refuse together.
+    fn check_placement(cfg: &TrainConfig, dp: &DataParallel) -> Result<()> {
+        if dp.group().is_none() {
+            return Ok(());
+        }
+        let placement = dp.mesh().placement()?;
+        if dp.is_main() {
+            eprintln!("rsd-train: placement: {}", placement.layout_line());
+        }
+        match placement.cp_across_hosts_message(cfg.cp_across_nodes) {
+            None => Ok(()),
+            Some(warning) if cfg.cp_across_nodes => {
+                if dp.is_main() {
+                    eprintln!("rsd-train: warning: {warning}");
+                }
+                Ok(())
+            }
+            Some(refusal) => Err(Error::Input(refusal)),
+        }
     }
 
     /// [`Trainer::new`] once the ranks have met; an error comes back with the ranks' handle, to
@@ -630,6 +664,7 @@ impl Trainer {
         start: &Start,
         dp: &DataParallel,
     ) -> Result<impl FnOnce(DataParallel) -> Trainer> {
+        Self::check_placement(&cfg, dp)?;
         if cfg.threads > 0 {
             tch::set_num_threads(cfg.threads as i32);
         }
