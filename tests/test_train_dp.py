@@ -145,7 +145,7 @@ def test_ctrl_c_reaches_every_rank_and_rank_0_checkpoints(shards, tmp_path):
     _, err = p.communicate(timeout=120)
     assert p.returncode == 130, err
     for rank in (0, 1):
-        assert f"[rank {rank}] interrupt: finishing this step" in err, err
+        assert f"[rank {rank}] rsd-train: SIGINT (Ctrl-C) received: every rank finishes its step" in err, err
     done = len(metrics(out))
     ck = sorted((out / "checkpoints").iterdir())
     assert ck and ck[-1].name == f"step-{done:08d}", (ck, done)

@@ -18,6 +18,10 @@ use crate::error::{DistError, Result};
 
 /// How long a rank whose collective failed waits to be named, for the rank that caused it.
 const PEER_GRACE: Duration = Duration::from_secs(2);
+/// How long the other ranks get, after one failed, to stop on their own before they are
+/// killed: they hear of the failure through a collective or the store within seconds, and what
+/// they print on the way out (a rank 0 that failed too, with its own reason) is worth keeping.
+const STOP_GRACE: Duration = Duration::from_secs(6);
 
 /// The last SIGINT/SIGTERM/SIGUSR1 received and not yet passed on (0: none).
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
@@ -213,7 +217,7 @@ struct Ended {
 }
 
 /// Waits for every rank in `pids` to exit, passing signals on; the first rank to fail gets the
-/// others killed.
+/// others killed, [`STOP_GRACE`] later unless they have stopped by then.
 fn wait_for_ranks(
     launch: &Launch,
     mut pids: Vec<Option<libc::pid_t>>,
@@ -226,6 +230,8 @@ fn wait_for_ranks(
     // The last signal passed on, if any.
     let mut forwarded: Option<libc::c_int> = None;
     let mut rank0 = None;
+    // When the ranks still running are killed (a rank failed).
+    let mut kill_at: Option<Instant> = None;
     while pids.iter().any(Option::is_some) {
         let sig = SIGNAL.swap(0, Ordering::SeqCst);
         if sig != 0 {
@@ -239,6 +245,10 @@ fn wait_for_ranks(
                     signal_all(&pids, libc::SIGKILL);
                 }
             }
+        }
+        if kill_at.is_some_and(|t| Instant::now() >= t) {
+            signal_all(&pids, libc::SIGKILL);
+            kill_at = None;
         }
         let (rank, status) = match exited.recv_timeout(Duration::from_millis(20)) {
             Ok(exit) => exit,
@@ -266,8 +276,10 @@ fn wait_for_ranks(
             lost_peer.get_or_insert((rank, status, Instant::now()));
         } else {
             failed = Some((rank, status));
-            // The others would wait for it until their collectives time out.
-            signal_all(&pids, libc::SIGKILL);
+            // The others learn of it within seconds (a collective, the store) and stop with
+            // their own message; one still running then (waiting in a collective for this rank
+            // until its timeout) is killed.
+            kill_at = Some(Instant::now() + STOP_GRACE);
         }
     }
     let failed = failed.or(lost_peer.map(|(rank, status, _)| (rank, status)));

@@ -348,7 +348,11 @@ pub fn verify_for_rank(dir: &Path, rank: usize, ranks: usize) -> Result<()> {
     let manifest = read_manifest(dir)?;
     verify_checksums(dir, &manifest, rank, ranks)?;
     let own = shard_file_name(rank, ranks);
-    let listed = manifest.files.iter().enumerate().find(|(_, f)| f.path == own);
+    let listed = manifest
+        .files
+        .iter()
+        .enumerate()
+        .find(|(_, f)| f.path == own);
     if let Some((i, _)) = listed.filter(|(i, _)| i % ranks.max(1) != rank) {
         let only = Manifest {
             files: vec![manifest.files[i].clone()],

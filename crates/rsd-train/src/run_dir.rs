@@ -237,6 +237,24 @@ pub struct RunLock {
     path: PathBuf,
     /// Open while held: closing it releases the lock.
     _file: fs::File,
+    /// The run directory, when this lock created it: a run refused before writing anything
+    /// leaves nothing behind (the directory is removed again if the lock file is all it holds).
+    created: Option<PathBuf>,
+}
+
+impl Drop for RunLock {
+    fn drop(&mut self) {
+        let Some(dir) = &self.created else { return };
+        let only_the_lock = fs::read_dir(dir).is_ok_and(|entries| {
+            entries
+                .flatten()
+                .all(|e| e.file_name().to_str() == Some(LOCK_FILE))
+        });
+        if only_the_lock {
+            let _ = fs::remove_file(&self.path);
+            let _ = fs::remove_dir(dir);
+        }
+    }
 }
 
 impl RunLock {
@@ -254,6 +272,7 @@ impl RunLock {
 
     /// Locks `out` as `me`; a holder of `me`'s SLURM job is waited for up to `same_job_wait`.
     pub fn acquire_as(out: &Path, me: &Holder, same_job_wait: Duration) -> Result<RunLock> {
+        let created = (!out.exists()).then(|| out.to_path_buf());
         fs::create_dir_all(out).map_err(io_err(out))?;
         let path = out.join(LOCK_FILE);
         // Never through a link planted at the name; the file is only ever rewritten in place.
@@ -284,7 +303,11 @@ impl RunLock {
                         path.display(),
                         out.display()
                     );
-                    return Ok(RunLock { path, _file: file });
+                    return Ok(RunLock {
+                        path,
+                        _file: file,
+                        created,
+                    });
                 }
                 _ => return Err(io_err(&path)(e)),
             }
@@ -321,7 +344,11 @@ impl RunLock {
         file.seek(SeekFrom::Start(0)).map_err(io_err(&path))?;
         file.write_all(format!("{text}\n").as_bytes())
             .map_err(io_err(&path))?;
-        Ok(RunLock { path, _file: file })
+        Ok(RunLock {
+            path,
+            _file: file,
+            created,
+        })
     }
 
     /// The lock file.

@@ -595,7 +595,8 @@ impl Trainer {
         };
         match Self::build(cfg, &start, dp) {
             Ok(t) => Ok(t),
-            Err((e, dp)) => {
+            Err(failed) => {
+                let (e, dp) = *failed;
                 dp.announce_failure(&e);
                 fault::hold_after_failure();
                 Err(e)
@@ -649,12 +650,12 @@ impl Trainer {
         cfg: TrainConfig,
         start: &Start,
         dp: DataParallel,
-    ) -> std::result::Result<Self, (Error, DataParallel)> {
+    ) -> std::result::Result<Self, Box<(Error, DataParallel)>> {
         // Rank 0's process hosts the store the announcement goes through: the handle (and the
         // store with it) must outlive an error until it is announced.
         match Self::build_with(cfg, start, &dp) {
             Ok(assemble) => Ok(assemble(dp)),
-            Err(e) => Err((e, dp)),
+            Err(e) => Err(Box::new((e, dp))),
         }
     }
 
@@ -1526,7 +1527,7 @@ enum Boundary {
 
 /// Test hooks, compiled only with the `fault-injection` feature (tests/test_train_loop.py).
 mod fault {
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::AtomicBool;
 
     /// `RSD_TRAIN_FAULT_SIGNAL_AT=STEP:RANK:SIG` (SIG `TERM`, `USR1` or `INT`): rank RANK sends
     /// itself the signal as step STEP begins, and waits (at most 10 s) until its handler has set
@@ -1550,7 +1551,7 @@ mod fault {
         // SAFETY: raise(3) signals this process; the handler thread sets the flag.
         unsafe { libc::raise(sig) };
         let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !stop.load(Ordering::SeqCst) && std::time::Instant::now() < end {
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) && std::time::Instant::now() < end {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
     }
