@@ -283,3 +283,39 @@ def test_a_context_parallel_group_across_hosts_is_refused_unless_allowed(shards,
     codes, errs = finish(start_ranks(args(shards, tmp_path / "dp", steps=2), hosts))
     assert codes == [0, 0], errs
     assert "placement: 2 nodes × 1 rank" in errs[0] and "warning" not in errs[0], errs[0]
+
+
+@pytest.mark.skipif(Path("/proc/driver/nvidia").exists(), reason="a machine with an NVIDIA driver")
+def test_cuda_without_a_driver_stops_before_anything_naming_what_is_missing(shards, tmp_path):
+    # On a GPU node whose driver is older than the torch build's CUDA the same check names both
+    # versions and the fix (unit-tested in rsd-train's driver module); here there is no driver.
+    out = tmp_path / "run"
+    p = fails("rsd-train", *args(shards, out, steps=1), "--device", "cuda", timeout=120)
+    assert "no NVIDIA driver found (libcuda.so.1 could not be loaded" in p.stderr, p.stderr
+    assert not (out / "metrics.jsonl").exists()
+
+
+def test_a_second_signal_exits_at_once_without_a_checkpoint(shards, tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen([exe("rsd-train"), *map(str, args(shards, out, steps=100000)),
+                             "--dp", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((out / "metrics.jsonl").exists() and steps_logged(out)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        # Two signals back to back (two different ones: a second SIGTERM pending beside the first
+        # would be merged into it by the kernel).
+        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGUSR1)
+        err = proc.communicate(timeout=60)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # Both pending at once, the kernel hands them over in either order.
+    first, second = ("SIGTERM", "SIGUSR1") if proc.returncode == 128 + signal.SIGUSR1 else \
+        ("SIGUSR1", "SIGTERM")
+    assert proc.returncode == 128 + getattr(signal, second), err
+    assert f"rsd-train: {first} received" in err, err
+    assert f"second signal ({second}): exiting now without a checkpoint" in err, err
+    assert not (out / "checkpoints").exists() or checkpoints(out) == [], err
