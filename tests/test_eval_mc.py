@@ -1,8 +1,10 @@
 """`rsd-eval mc`: MMLU, HellaSwag, WinoGrande and OpenBookQA from files in their published formats,
 scored by log-likelihood as lm-evaluation-harness scores them. The prompts are rebuilt here from
 lm-eval's task definitions (doc_to_text, doc_to_choice, HellaSwag's preprocess, WinoGrande's
-partial scoring), the log-likelihoods computed with transformers on SmolLM2-135M, and acc and
-acc_norm (log-likelihood per character of the choice) compared question by question."""
+partial scoring), split into context and continuation tokens as lm-eval's `_encode_pair` splits
+them (hf backend, no BOS), the log-likelihoods computed with transformers on SmolLM2-135M, and
+every choice's log-likelihood, acc and acc_norm (first maximum, as `np.argmax`) compared question
+by question."""
 import json
 import re
 from functools import partial
@@ -31,6 +33,23 @@ HELLASWAG = [
      "[title] Turn off the water.", "ctx_b": "[step] Close the valve under the sink.",
      "endings": ["Then  unscrew the handle.", "Paint the tap [substeps] red.",
                  "Sing to the tap.", "Sell the house."], "label": "0", "split": "val"},
+    # The cleaned context ends in a space (a trailing "[step]" is removed after the strip):
+    # lm-eval moves that space to the front of each ending.
+    {"ind": 11, "activity_label": "Food and Entertaining", "ctx_a": "[header] How to bake bread "
+     "[title] Mix the flour and the water.", "ctx_b": "[step] Knead the dough for ten minutes. "
+     "[step]", "endings": ["Let it rise for an hour.", "Paint the oven blue.",
+                           "Throw the dough away.", "Call a plumber."], "label": 0,
+     "split": "val"},
+    # Two identical endings, the right one first (an exact tie counts for it) ...
+    {"ind": 12, "activity_label": "Removing ice from car", "ctx_a": "A man scrapes the snow off "
+     "the windshield of his car.", "ctx_b": "he", "endings": [
+         "continues removing the snow on his car.", "continues removing the snow on his car.",
+         "zq xv blorp.", "qqq zzz."], "label": 0, "split": "val"},
+    # ... and second (the tie counts against it, as np.argmax takes the first).
+    {"ind": 13, "activity_label": "Removing ice from car", "ctx_a": "A man scrapes the snow off "
+     "the windshield of his car.", "ctx_b": "he", "endings": [
+         "continues removing the snow on his car.", "continues removing the snow on his car.",
+         "zq xv blorp.", "qqq zzz."], "label": 1, "split": "val"},
 ]
 WINOGRANDE = [
     {"qID": "1", "sentence": "Sarah was a much better surgeon than Maria so _ always got the "
@@ -51,6 +70,13 @@ OPENBOOKQA = [
         {"text": "take a second to digest what I said", "label": "B"},
         {"text": "nutrients are being deconstructed", "label": "C"},
         {"text": "reader's digest is a body of works", "label": "D"}]}, "answerKey": "C"},
+    # A stem ending in a space, and a choice beginning with one.
+    {"id": "8-376", "question": {"stem": "Which of these would let the most heat travel through? ",
+                                 "choices": [
+        {"text": " a new pair of jeans", "label": "A"},
+        {"text": "a steel spoon in a cafeteria", "label": "B"},
+        {"text": "a cotton candy at a store", "label": "C"},
+        {"text": "a calvin klein cotton hat", "label": "D"}]}, "answerKey": "B"},
 ]
 MMLU = {
     "high_school_geography_test.csv": [
@@ -103,17 +129,35 @@ def smollm2_hf(smollm2_dir):
     return tok, model
 
 
-def loglikelihood(tok, model, context, continuation):
-    """The continuation's summed log-probability after the context: the context with the
-    tokenizer's special tokens, the continuation tokenized alone and appended (as rsd does)."""
+def encode_pair(tok, context, continuation, add_bos_token=False):
+    """lm-eval's `_encode_pair` (lm_eval/api/model.py) with the hf backend's `tok_encode` for a
+    causal model (add_special_tokens=add_bos_token, False by default)."""
+    n_spaces = len(context) - len(context.rstrip())
+    if n_spaces > 0:
+        continuation = context[-n_spaces:] + continuation
+        context = context[:-n_spaces]
+    whole = tok.encode(context + continuation, add_special_tokens=add_bos_token)
+    context_enc = tok.encode(context, add_special_tokens=add_bos_token)
+    return context_enc, whole[len(context_enc):]
+
+
+def loglikelihood(tok, model, context, continuation, add_bos_token=False):
+    """The continuation's summed log-probability after the context, over lm-eval's split."""
+    ctx, cont = encode_pair(tok, context, continuation, add_bos_token)
+    return loglikelihood_of_ids(model, ctx, cont)
+
+
+def loglikelihood_of_ids(model, ctx, cont):
     import torch
 
-    ctx = tok(context)["input_ids"]
-    cont = tok(continuation, add_special_tokens=False)["input_ids"]
-    ids = torch.tensor([ctx + cont])
     with torch.no_grad():
-        logp = torch.log_softmax(model(ids).logits[0].double(), -1)
+        logp = torch.log_softmax(model(torch.tensor([ctx + cont])).logits[0].double(), -1)
     return sum(logp[len(ctx) - 1 + i, t].item() for i, t in enumerate(cont))
+
+
+def first_max(values):
+    """np.argmax: the index of the first of the largest values."""
+    return max(range(len(values)), key=lambda j: (values[j], -j))
 
 
 def write_data(task, d):
@@ -149,13 +193,35 @@ def test_multiple_choice_equals_lm_evals_requests_scored_by_transformers(
         ctxs, conts, choices, gold = lm_eval_requests(task, doc)
         lls = [loglikelihood(tok, model, c, x) for c, x in zip(ctxs, conts)]
         assert r["logprob"] == pytest.approx(lls[gold], abs=2e-4, rel=1e-5), (task, doc)
-        acc = float(max(range(len(lls)), key=lambda j: (lls[j], -j)) == gold)
+        assert r["choice_logprobs"] == pytest.approx(lls, abs=2e-4, rel=1e-5), (task, doc)
+        acc = float(first_max(lls) == gold)
         assert r["score"] == acc and r["candidates"] == len(choices)
         if norm:
             per_char = [ll / len(c) for ll, c in zip(lls, choices)]
-            assert r["score_norm"] == float(max(range(len(lls)), key=lambda j: (per_char[j], -j)) == gold)
+            assert r["choice_logprobs_norm"] == pytest.approx(per_char, abs=2e-5, rel=1e-5)
+            assert r["score_norm"] == float(first_max(per_char) == gold)
         else:
-            assert "score_norm" not in r
+            assert "score_norm" not in r and "choice_logprobs_norm" not in r
+    if task == "hellaswag":
+        by_ind = {d["ind"]: r for d, r in zip(docs, results)}
+        # A cleaned context ending in a space: lm-eval's split scores that space with the ending,
+        # which tokenizing the context as it is would not.
+        ctxs, conts, _, gold = lm_eval_requests(task, docs[2])
+        assert ctxs[0].endswith(" ")
+        naive_ctx = tok.encode(ctxs[0], add_special_tokens=False)
+        naive = loglikelihood_of_ids(model, naive_ctx,
+                                     tok.encode(conts[gold], add_special_tokens=False))
+        assert abs(by_ind[11]["logprob"] - naive) > 1e-2
+        # Two identical endings tie exactly; the first of them counts (np.argmax), for acc and
+        # acc_norm alike.
+        for ind, gold in ((12, 0), (13, 1)):
+            r = by_ind[ind]
+            assert r["choice_logprobs"][0] == r["choice_logprobs"][1]
+            assert r["choice_logprobs_norm"][0] == r["choice_logprobs_norm"][1]
+            # The repeated ending is the likeliest, so the tie decides.
+            assert first_max(r["choice_logprobs"]) == 0 == first_max(r["choice_logprobs_norm"])
+            assert r["score"] == r["score_norm"] == float(gold == 0)
+            assert r["rank"] == gold + 1
     summary = json.loads((out / "summary.json").read_text())
     (cell,) = summary["by_task_length"]
     assert cell["task"] == task and cell["n"] == len(docs)
@@ -175,43 +241,91 @@ def test_multiple_choice_equals_lm_evals_requests_scored_by_transformers(
         assert json.loads((part / "run.json").read_text())["benchmark"] == "hellaswag (first 1)"
 
 
+def mmlu_doc(row):
+    """An MMLU row as lm-eval's document (question, choices, answer): what it compares."""
+    return {"question": row[0], "choices": row[1:5], "answer": row[5]}
+
+
 def test_fewshot_examples_come_first_answered_as_lm_eval_joins_them(smollm2_dir, smollm2_hf,
                                                                      tmp_path):
-    """--fewshot 1: MMLU's description once, the subject's first dev question with its answer
-    letter and a blank line, then the question; the log-probability is transformers' on that
-    text."""
+    """--fewshot 2: MMLU's description once, the subject's first dev questions with their answer
+    letters and a blank line each, then the question; the log-probability is transformers' on
+    that text. A dev question equal to the test question is dropped without a replacement, as
+    lm-eval's sampler does when the few-shot split is not the test split (`x != doc` over the
+    first k): that question gets one example."""
     import csv
 
     tok, model = smollm2_hf
     data, docs = write_data("mmlu", tmp_path)
     dev = tmp_path / "dev"
     dev.mkdir()
-    shots = {"high_school_geography_dev.csv": [["Which is a continent?", "Asia", "Paris", "Nile",
-                                               "Alps", "A"]],
-             "astronomy_dev.csv": [["Which is a planet?", "Moon", "Sun", "Mars", "Comet", "C"]]}
+    shots = {"high_school_geography_dev.csv": [MMLU["high_school_geography_test.csv"][1],
+                                               ["Which is a continent?", "Asia", "Paris", "Nile",
+                                                "Alps", "A"]],
+             "astronomy_dev.csv": [["Which is a planet?", "Moon", "Sun", "Mars", "Comet", "C"],
+                                   ["Which is a star?", "Sun", "Moon", "Mars", "Venus", "A"]]}
     for name, rows in shots.items():
         with open(dev / name, "w", newline="") as f:
             csv.writer(f).writerows(rows)
     out = tmp_path / "few"
     rsd_eval("mc", "--task", "mmlu", "--data", data, "--model", smollm2_dir, "--out", out,
-             "--fewshot", "1", "--fewshot-data", dev, "--quiet")
+             "--fewshot", "2", "--fewshot-data", dev, "--quiet")
     results = sorted(lines(out / "results.jsonl"), key=lambda r: r["sample"])
+    counts = []
     for (subject, row), r in zip(docs, results):
-        ex = shots[subject.replace(" ", "_") + "_dev.csv"][0]
+        pool = shots[subject.replace(" ", "_") + "_dev.csv"]
+        examples = [x for x in pool[:2] if mmlu_doc(x) != mmlu_doc(row)][:2]
+        counts.append(len(examples))
         ctxs, conts, _, gold = lm_eval_requests("mmlu", (subject, row))
         head, question = ctxs[0].split("\n\n", 1)
-        example = (f"{ex[0]}\nA. {ex[1]}\nB. {ex[2]}\nC. {ex[3]}\nD. {ex[4]}\nAnswer: {ex[5]}"
-                   "\n\n")
-        context = f"{head}\n\n{example}{question}"
+        shown = "".join(f"{ex[0]}\nA. {ex[1]}\nB. {ex[2]}\nC. {ex[3]}\nD. {ex[4]}\nAnswer: {ex[5]}"
+                        "\n\n" for ex in examples)
+        context = f"{head}\n\n{shown}{question}"
         assert r["logprob"] == pytest.approx(loglikelihood(tok, model, context, conts[gold]),
                                              abs=2e-4, rel=1e-5)
-    assert json.loads((out / "run.json").read_text())["benchmark"] == "mmlu, 1-shot"
+    assert sorted(counts) == [1, 2, 2], counts
+    assert json.loads((out / "run.json").read_text())["benchmark"] == "mmlu, 2-shot"
     e = fails("rsd-eval", "mc", "--task", "mmlu", "--data", data, "--model", smollm2_dir, "--out",
-              tmp_path / "o", "--fewshot", "2", "--fewshot-data", dev).stderr
-    assert "--fewshot 2 but --fewshot-data has 1 example(s)" in e, e
+              tmp_path / "o", "--fewshot", "3", "--fewshot-data", dev).stderr
+    assert "--fewshot 3 but --fewshot-data has 2 example(s)" in e, e
     e = fails("rsd-eval", "mc", "--task", "mmlu", "--data", data, "--model", smollm2_dir, "--out",
               tmp_path / "o", "--fewshot", "1").stderr
     assert "--fewshot-data" in e, e
+
+
+def test_fewshot_from_the_evaluated_file_skips_the_question_itself(smollm2_dir, smollm2_hf,
+                                                                    tmp_path):
+    """--fewshot-data the --data file itself (lm-eval's few-shot split = test split): k + 1
+    questions drawn, the evaluated one dropped, k kept."""
+    tok, model = smollm2_hf
+    data, docs = write_data("openbookqa", tmp_path)
+    out = tmp_path / "same"
+    rsd_eval("mc", "--task", "openbookqa", "--data", data, "--model", smollm2_dir, "--out", out,
+             "--fewshot", "1", "--fewshot-data", data, "--quiet")
+    results = sorted(lines(out / "results.jsonl"), key=lambda r: r["sample"])
+    for doc, r in zip(docs, results):
+        (example,) = [x for x in docs[:2] if x != doc][:1]
+        ex_ctxs, ex_conts, _, ex_gold = lm_eval_requests("openbookqa", example)
+        ctxs, conts, _, gold = lm_eval_requests("openbookqa", doc)
+        context = ex_ctxs[0] + ex_conts[ex_gold] + "\n\n" + ctxs[0]
+        assert r["logprob"] == pytest.approx(loglikelihood(tok, model, context, conts[gold]),
+                                             abs=2e-4, rel=1e-5)
+
+
+def test_add_bos_token_tokenizes_with_the_special_tokens(smollm2_dir, smollm2_hf, tmp_path):
+    """--add-bos-token: lm-eval's add_bos_token=True, the tokenizer's BOS before the context and
+    before the whole."""
+    tok, model = smollm2_hf
+    data, docs = write_data("openbookqa", tmp_path)
+    out = tmp_path / "bos"
+    rsd_eval("mc", "--task", "openbookqa", "--data", data, "--model", smollm2_dir, "--out", out,
+             "--limit", "1", "--add-bos-token", "--quiet")
+    (r,) = lines(out / "results.jsonl")
+    ctxs, conts, _, _ = lm_eval_requests("openbookqa", docs[0])
+    lls = [loglikelihood(tok, model, c, x, add_bos_token=True) for c, x in zip(ctxs, conts)]
+    assert r["choice_logprobs"] == pytest.approx(lls, abs=2e-4, rel=1e-5)
+    assert json.loads((out / "run.json").read_text())["benchmark"] == \
+        "openbookqa (first 1), add_bos_token"
 
 
 def test_bad_benchmark_files_name_the_file_line_and_field(smollm2_dir, tmp_path):

@@ -155,6 +155,10 @@ pub fn from_env() -> Result<Option<SlurmTask>> {
 /// tests). `Ok(None)`: nothing to do (`WORLD_SIZE` is set, or `SLURM_NTASKS` is absent or 1).
 /// A missing, malformed or inconsistent SLURM variable is an error naming it, its value and
 /// what was expected.
+///
+/// Long because: each variable is read, checked against the ones read before it and named in
+/// its own error, in the order a user checks a job's layout (tasks, ranks, nodes, hosts, the
+/// address, the port); split, every step would take the earlier values back as arguments.
 pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Option<SlurmTask>> {
     // torchrun (or `--nproc`) exported the rendezvous already: it knows better.
     if lookup("WORLD_SIZE").is_some() {

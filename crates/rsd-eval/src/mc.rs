@@ -6,13 +6,24 @@
 //! (WinoGrande: one context per choice and a shared continuation, lm-eval's partial scoring).
 //! `acc` ranks the choices by summed log-probability; `acc_norm` by log-probability per
 //! character of the choice (lm-eval's `acc_norm`), reported for HellaSwag and OpenBookQA as
-//! lm-eval reports it.
+//! lm-eval reports it. Both take the first of equal maxima, as lm-eval's `np.argmax` does.
+//!
+//! Tokenization follows lm-eval's `_encode_pair` (hf backend): whitespace ending the context
+//! moves to the front of the continuation, the context and the context plus continuation are
+//! tokenized without special tokens, and the continuation's tokens are the latter's beyond the
+//! former's length.
 use std::path::{Path, PathBuf};
 
 use rsd_common::printable::shortened;
 
-use rsd_model::cli::{DeviceArgs, ModelDirArgs, RopeScalingArgs};
-use serde::Deserialize;
+use rsd_model::cli::{DeviceArgs, ModelDirArgs};
+use rsd_model::generate::{self as gen, TextTokenizer};
+use rsd_model::{Model, ModelConfig, RopeScaling};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{io_err, EvalError};
+use crate::items::{ScoreReport, ScoreSettings, UserItem};
+use crate::results::{item_key, read_results, ItemResult};
 
 /// What a published file can go wrong with.
 #[derive(Debug, thiserror::Error)]
@@ -342,11 +353,32 @@ impl McQuestion {
     }
 }
 
-/// The first `k` questions of `pool` in `q`'s group (MMLU: its subject; the others: all), as
-/// lm-eval's `first_n` sampler takes MMLU's dev examples; a question is never its own example.
-pub fn examples_for<'a>(q: &McQuestion, pool: &'a [McQuestion], k: usize) -> Vec<&'a McQuestion> {
+/// Whether two questions are the same document, as lm-eval compares few-shot documents with
+/// the one evaluated (`x != doc`): the same group, prompt, choices and answer.
+fn same_doc(a: &McQuestion, b: &McQuestion) -> bool {
+    a.group == b.group
+        && a.contexts == b.contexts
+        && a.continuations == b.continuations
+        && a.gold == b.gold
+}
+
+/// `q`'s few-shot examples from `pool`, as lm-eval's `ContextSampler.get_context` picks them
+/// with the `first_n` sampler: the first `k` questions of `q`'s group (MMLU: its subject; the
+/// others: all), or the first `k + 1` when the few-shot file is the evaluated file itself
+/// (`same_split`); then any equal to `q` dropped, and at most `k` kept. With another file
+/// (MMLU's dev split) a question equal to `q` is dropped without a replacement, so `q` gets
+/// `k - 1` examples, as in lm-eval.
+pub fn examples_for<'a>(
+    q: &McQuestion,
+    pool: &'a [McQuestion],
+    k: usize,
+    same_split: bool,
+) -> Vec<&'a McQuestion> {
+    let drawn = if same_split { k + 1 } else { k };
     pool.iter()
-        .filter(|e| e.group == q.group && (e.contexts != q.contexts || e.gold != q.gold))
+        .filter(|e| e.group == q.group)
+        .take(drawn)
+        .filter(|e| !same_doc(e, q))
         .take(k)
         .collect()
 }
@@ -448,9 +480,11 @@ const MC_HELP: &str = "Zero-shot, as lm-evaluation-harness scores these tasks: M
 (\"The following are multiple choice questions (with answers) about SUBJECT.\" … \"Answer:\", \
 choices \" A\" … \" D\"), HellaSwag's cleaned activity and context with each ending, \
 WinoGrande's sentence up to the blank with each option and the rest of the sentence scored, \
-OpenBookQA's question stem with each answer. Results go to RUN/results.jsonl (one line per \
-question: acc as score, acc_norm as score_norm) and RUN/summary.md; a rerun skips the questions \
-already scored. See docs/EVAL.md.";
+OpenBookQA's question stem with each answer. Context and choice are tokenized as lm-eval's \
+_encode_pair does (whitespace ending the context moves to the choice; no BOS unless \
+--add-bos-token). Results go to RUN/results.jsonl (one line per question: acc as score, \
+acc_norm as score_norm, every choice's log-likelihood as choice_logprobs) and RUN/summary.md; \
+a rerun skips the questions already scored. See docs/EVAL.md.";
 
 /// Arguments of `rsd-eval mc`.
 #[derive(Debug, Clone, clap::Args)]
@@ -483,6 +517,10 @@ pub struct McArgs {
     /// Choices per forward batch (does not change the scores).
     #[arg(long, default_value_t = 8)]
     pub batch_size: usize,
+    /// Tokenize with the tokenizer's special tokens (its BOS), as lm-eval's model argument
+    /// `add_bos_token=True` does; by default none are added, as lm-eval adds none.
+    #[arg(long)]
+    pub add_bos_token: bool,
     /// --device, --dtype.
     #[command(flatten)]
     pub runtime: DeviceArgs,
@@ -511,10 +549,38 @@ fn sha256_of(path: &Path) -> crate::error::Result<String> {
     Ok(rsd_common::digest::sha256_hex(all.as_bytes()))
 }
 
-/// `rsd-eval mc`: reads the benchmark, tokenizes each question's contexts (with the tokenizer's
-/// special tokens) and choices (alone, appended), and scores them by teacher forcing.
-pub fn command(a: &McArgs) -> crate::error::Result<crate::items::ScoreReport> {
-    use crate::error::EvalError;
+/// Python's `str.isspace`, which `str.rstrip()` strips: Unicode whitespace and the ASCII
+/// separators U+001C to U+001F, which Rust's `char::is_whitespace` leaves out.
+fn is_python_space(c: char) -> bool {
+    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
+}
+
+/// lm-eval's `_encode_pair(context, continuation)` (hf backend, causal model): whitespace
+/// ending `context` moves to the front of `continuation`; `context` and `context +
+/// continuation` are tokenized without special tokens (lm-eval's `tok_encode` for causal models
+/// adds none unless asked to with `add_bos_token`, passed here as it is); the continuation's
+/// tokens are the whole's beyond the context's length, even where a merge crosses the boundary.
+/// Returns (context tokens, continuation tokens).
+pub fn encode_pair(
+    tok: &TextTokenizer,
+    context: &str,
+    continuation: &str,
+    add_bos_token: bool,
+) -> rsd_model::Result<(Vec<i64>, Vec<i64>)> {
+    let kept = context.trim_end_matches(is_python_space);
+    let continuation = format!("{}{continuation}", &context[kept.len()..]);
+    let whole = tok.encode(&format!("{kept}{continuation}"), add_bos_token)?;
+    let context_enc = tok.encode(kept, add_bos_token)?;
+    let continuation_enc = whole.get(context_enc.len()..).unwrap_or_default().to_vec();
+    Ok((context_enc, continuation_enc))
+}
+
+/// `rsd-eval mc`: reads the benchmark, tokenizes each question's contexts and choices as
+/// lm-eval does ([`encode_pair`]), and scores them by teacher forcing.
+pub fn command(a: &McArgs) -> crate::error::Result<ScoreReport> {
+    if a.batch_size == 0 {
+        return Err(EvalError::Input("--batch-size must be at least 1".into()));
+    }
     let mut questions = read(a.task, &a.data).map_err(|e| EvalError::Input(e.to_string()))?;
     if let Some(n) = a.limit {
         questions.truncate(n);
@@ -528,61 +594,248 @@ pub fn command(a: &McArgs) -> crate::error::Result<crate::items::ScoreReport> {
             ))
         }
     };
+    // lm-eval drops the evaluated question from its examples only when they come from the
+    // split it evaluates: here, when --fewshot-data is --data itself.
+    let same_split = match &a.fewshot_data {
+        Some(p) if a.fewshot > 0 => {
+            std::fs::canonicalize(p).map_err(io_err(p))?
+                == std::fs::canonicalize(&a.data).map_err(io_err(&a.data))?
+        }
+        _ => false,
+    };
     crate::run::check_model_files(&a.checkpoint.model)?;
-    let tok =
-        rsd_model::generate::TextTokenizer::from_file(&a.checkpoint.model.join("tokenizer.json"))?;
-    let cfg = rsd_model::ModelConfig::from_dir(&a.checkpoint.model)?;
+    let tok = TextTokenizer::from_file(&a.checkpoint.model.join("tokenizer.json"))?;
+    let cfg = ModelConfig::from_dir(&a.checkpoint.model)?;
     rsd_model::checkpoint::safetensors_files(&a.checkpoint.model)?;
     let mut items = Vec::with_capacity(questions.len());
     for (i, q) in questions.iter().enumerate() {
-        items.push(user_item(a, &tok, i, q, &pool)?);
+        items.push(user_item(a, &tok, i, q, &pool, same_split)?);
     }
     // One length bucket per benchmark: its longest prompt, rounded up to a power of two.
     let bucket = items
         .iter()
-        .map(|it| it.ids.len() + it.continuations.iter().map(Vec::len).max().unwrap_or(0))
+        .map(|it| prompt_tokens(it).1)
         .max()
         .unwrap_or(1)
         .next_power_of_two();
     for it in &mut items {
         it.length = bucket;
     }
-    let args = crate::items::ScoreArgs {
-        model: Some(a.checkpoint.model.clone()),
-        items: Some(a.data.clone()),
-        pred: None,
-        out: a.out.clone(),
-        batch_size: a.batch_size,
-        runtime: a.runtime.clone(),
-        rope: RopeScalingArgs { rope_scaling: None },
-        rope_theta: None,
-        quiet: a.quiet,
+    score_items(a, &cfg, &items)
+}
+
+/// An item's longest context and its longest context plus continuation, in tokens.
+fn prompt_tokens(it: &UserItem) -> (usize, usize) {
+    let contexts = it.per_candidate.as_ref();
+    let mut longest_context = it.ids.len();
+    let mut longest = 0;
+    for (j, cont) in it.continuations.iter().enumerate() {
+        let ctx = contexts
+            .and_then(|c| c.get(j))
+            .map_or(it.ids.len(), Vec::len);
+        longest_context = longest_context.max(ctx);
+        longest = longest.max(ctx + cont.len());
+    }
+    (longest_context, longest)
+}
+
+/// One question's line in results.jsonl: the fields of every teacher-forced result, and every
+/// choice's log-likelihood (and, where acc_norm is reported, its per-character form), so that
+/// a user can audit the score choice by choice.
+#[derive(Serialize)]
+struct McResult<'a> {
+    #[serde(flatten)]
+    result: &'a ItemResult,
+    /// Each choice's summed log-probability, in the file's order.
+    choice_logprobs: Vec<f64>,
+    /// Each choice's log-probability divided by its length in characters (acc_norm's ranking).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    choice_logprobs_norm: Option<Vec<f64>>,
+}
+
+/// The index of the first of the largest values, as `np.argmax` picks it (0 for none).
+fn first_argmax(values: &[f64]) -> usize {
+    (0..values.len()).fold(0, |best, j| if values[j] > values[best] { j } else { best })
+}
+
+/// Scores one question: every choice's log-likelihood, acc (the right choice is the first
+/// maximum) and, with `norm_chars`, acc_norm (the same per character).
+fn score_question(
+    model: &Model,
+    it: &UserItem,
+    batch_size: usize,
+) -> crate::error::Result<(ItemResult, Vec<f64>, Option<Vec<f64>>)> {
+    let scores = match &it.per_candidate {
+        None => gen::score_continuations(
+            model,
+            &it.ids,
+            &it.continuations,
+            batch_size,
+            gen::DEFAULT_PREFILL_CHUNK,
+        )?,
+        Some(contexts) => {
+            let mut scores = Vec::with_capacity(contexts.len());
+            for (ctx, cont) in contexts.iter().zip(&it.continuations) {
+                scores.extend(gen::score_continuations(
+                    model,
+                    ctx,
+                    std::slice::from_ref(cont),
+                    1,
+                    gen::DEFAULT_PREFILL_CHUNK,
+                )?);
+            }
+            scores
+        }
     };
-    let source = crate::items::ItemsSource {
-        path: a.data.clone(),
-        sha256: sha256_of(&a.data)?,
+    let lls: Vec<f64> = scores.iter().map(|s| s.logprob).collect();
+    let gold = it.gold;
+    let best = first_argmax(&lls);
+    // The rank the first-maximum rule gives: choices scoring higher, or as high and earlier,
+    // come first.
+    let rank = 1
+        + (0..lls.len())
+            .filter(|&j| lls[j] > lls[gold] || (lls[j] == lls[gold] && j < gold))
+            .count();
+    let norm = it.norm_chars.as_ref().map(|chars| {
+        lls.iter()
+            .zip(chars)
+            .map(|(ll, &n)| ll / n.max(1) as f64)
+            .collect::<Vec<f64>>()
+    });
+    let score_norm = norm.as_ref().map(|per_char| {
+        if first_argmax(per_char) == gold {
+            1.0
+        } else {
+            0.0
+        }
+    });
+    let result = ItemResult {
+        task: it.task.clone(),
+        length: it.length,
+        depth: it.depth,
+        sample: it.line,
+        expected: vec![it.candidates[gold].clone()],
+        output: it.candidates[best].clone(),
+        score: if best == gold { 1.0 } else { 0.0 },
+        prompt_tokens: prompt_tokens(it).0,
+        logprob: Some(lls[gold]),
+        rank: Some(rank),
+        candidates: Some(it.candidates.len()),
+        greedy: Some(scores[gold].greedy),
+        score_norm,
+    };
+    Ok((result, lls, norm))
+}
+
+/// Scores `items` into `a.out` (run.json, results.jsonl, summaries), skipping the questions
+/// already there; refuses a run directory made with other settings.
+fn score_items(
+    a: &McArgs,
+    cfg: &ModelConfig,
+    items: &[UserItem],
+) -> crate::error::Result<ScoreReport> {
+    let model_dir = &a.checkpoint.model;
+    if let Some(it) = items.iter().find(|it| {
+        it.ids
+            .iter()
+            .chain(it.continuations.iter().flatten())
+            .chain(it.per_candidate.iter().flatten().flatten())
+            .any(|&t| t >= cfg.vocab_size)
+    }) {
+        return Err(EvalError::Input(format!(
+            "{}: question {}: a token id is beyond the model's embedding ({} rows): the \
+             tokenizer does not belong to this model",
+            a.data.display(),
+            it.line + 1,
+            cfg.vocab_size
+        )));
+    }
+    // lm-eval cuts a prompt longer than the model's window from the left; rsd refuses it, so
+    // that a score never silently rests on a shortened question.
+    if cfg.rope_scaling == RopeScaling::None {
+        let max = cfg.max_position_embeddings as usize;
+        if let Some(it) = items.iter().find(|it| prompt_tokens(it).1 > max) {
+            return Err(EvalError::Input(format!(
+                "{}: question {}: the prompt and its longest choice are {} tokens, beyond the \
+                 model's max_position_embeddings {max} (lm-eval would cut the prompt from the \
+                 left; rsd does not): use fewer --fewshot examples",
+                a.data.display(),
+                it.line + 1,
+                prompt_tokens(it).1
+            )));
+        }
+    }
+    let abs = |p: &Path| std::fs::canonicalize(p).map_err(io_err(p));
+    let settings = ScoreSettings {
+        model: abs(model_dir)?.display().to_string(),
+        tokenizer_sha256: crate::run::sha256_file(&model_dir.join("tokenizer.json"))?,
+        items: abs(&a.data)?.display().to_string(),
+        items_sha256: sha256_of(&a.data)?,
         benchmark: Some(benchmark_name(a)),
+        dtype: a.runtime.dtype.clone(),
+        rope_scaling: None,
+        rope_theta: None,
+        scoring: crate::run::Scoring::TeacherForced,
     };
-    crate::items::score_user_items(&args, &a.checkpoint.model, &cfg, &items, &source)
+    let options = a.runtime.options()?;
+    std::fs::create_dir_all(&a.out).map_err(io_err(&a.out))?;
+    let mut now = serde_json::to_value(&settings).map_err(|e| EvalError::Json {
+        path: a.out.join("run.json"),
+        reason: e.to_string(),
+    })?;
+    now["model_provenance"] = crate::run::model_provenance(model_dir)?;
+    crate::run::settle_run_json(&a.out, &now, &a.runtime.device)?;
+
+    let results_path = a.out.join("results.jsonl");
+    let finished = crate::run::done_keys(&results_path)?;
+    let mut results = crate::run::Results::open(&results_path)?;
+    let pending: Vec<&UserItem> = items
+        .iter()
+        .filter(|it| !finished.contains(&item_key(&it.task, it.length, it.depth, it.line)))
+        .collect();
+    let skipped = items.len() - pending.len();
+    if !pending.is_empty() {
+        let model = crate::run::load_model(model_dir, options, None, None)?;
+        let bar = crate::run::progress_bar(!a.quiet, items.len() as u64, skipped as u64);
+        for it in &pending {
+            let (result, choice_logprobs, choice_logprobs_norm) =
+                score_question(&model, it, a.batch_size)?;
+            results.append(&McResult {
+                result: &result,
+                choice_logprobs,
+                choice_logprobs_norm,
+            })?;
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+    }
+    let all = read_results(&results_path)?;
+    let summary = crate::run::Summary::of(&all, &[]);
+    summary.write(&a.out)?;
+    Ok(ScoreReport {
+        total: items.len(),
+        skipped,
+        done: pending.len(),
+        overall: summary.overall,
+    })
 }
 
 /// Question `i` as an item to score: its contexts after `a.fewshot` examples of `pool`, and
-/// its choices, tokenized (its length bucket is set later).
+/// its choices, tokenized as lm-eval tokenizes them (its length bucket is set later).
 fn user_item(
     a: &McArgs,
-    tok: &rsd_model::generate::TextTokenizer,
+    tok: &TextTokenizer,
     i: usize,
     q: &McQuestion,
     pool: &[McQuestion],
-) -> crate::error::Result<crate::items::UserItem> {
-    use crate::error::EvalError;
-    let examples = examples_for(q, pool, a.fewshot);
-    if examples.len() < a.fewshot {
+    same_split: bool,
+) -> crate::error::Result<UserItem> {
+    let available = pool.iter().filter(|e| e.group == q.group).count();
+    if available < a.fewshot {
         return Err(EvalError::Input(format!(
-            "{}: --fewshot {} but --fewshot-data has {} example(s){}",
+            "{}: --fewshot {} but --fewshot-data has {available} example(s){}",
             q.origin,
             a.fewshot,
-            examples.len(),
             if q.group.is_empty() {
                 String::new()
             } else {
@@ -590,38 +843,47 @@ fn user_item(
             }
         )));
     }
-    let contexts = q
-        .full_contexts(&examples)
-        .iter()
-        .map(|c| tok.encode(c, true))
-        .collect::<Result<Vec<_>, _>>()?;
-    let continuations = q
-        .continuations
-        .iter()
-        .map(|c| tok.encode(c, false))
-        .collect::<Result<Vec<_>, _>>()?;
-    if let Some(j) = continuations.iter().position(Vec::is_empty) {
-        return Err(EvalError::Input(format!(
-            "{}: choice \"{}\" has no tokens",
-            q.origin,
-            shortened(&q.choices[j])
-        )));
+    let examples = examples_for(q, pool, a.fewshot, same_split);
+    let full = q.full_contexts(&examples);
+    // One (context, continuation) pair per choice: the shared context, or the choice's own
+    // (WinoGrande).
+    let mut contexts = Vec::with_capacity(q.continuations.len());
+    let mut continuations = Vec::with_capacity(q.continuations.len());
+    for (j, cont) in q.continuations.iter().enumerate() {
+        let ctx = if full.len() > 1 { &full[j] } else { &full[0] };
+        let (ctx_enc, cont_enc) = encode_pair(tok, ctx, cont, a.add_bos_token)?;
+        if ctx_enc.is_empty() {
+            return Err(EvalError::Input(format!(
+                "{}: the context has no tokens",
+                q.origin
+            )));
+        }
+        if cont_enc.is_empty() {
+            return Err(EvalError::Input(format!(
+                "{}: choice \"{}\" has no tokens",
+                q.origin,
+                shortened(&q.choices[j])
+            )));
+        }
+        contexts.push(ctx_enc);
+        continuations.push(cont_enc);
     }
-    let longest = contexts
-        .iter()
-        .max_by_key(|c| c.len())
-        .cloned()
-        .unwrap_or_default();
-    Ok(crate::items::UserItem {
+    // The contexts differ only where each choice has its own (WinoGrande's partial scoring);
+    // a shared context is prefilled once for every choice.
+    let Some(first) = contexts.first().cloned() else {
+        return Err(EvalError::Input(format!("{}: no choices", q.origin)));
+    };
+    let shared = contexts.iter().all(|c| *c == first);
+    Ok(UserItem {
         line: i,
         task: a.task.name().to_string(),
         depth: None,
         length: 0,
-        ids: longest,
+        ids: first,
         candidates: q.choices.clone(),
         continuations,
         gold: q.gold,
-        per_candidate: (contexts.len() > 1).then_some(contexts),
+        per_candidate: (!shared).then_some(contexts),
         norm_chars: a
             .task
             .reports_acc_norm()
@@ -632,7 +894,7 @@ fn user_item(
 /// The benchmark as the summary names it: the task, how many questions, how many shots.
 fn benchmark_name(a: &McArgs) -> String {
     format!(
-        "{}{}{}",
+        "{}{}{}{}",
         a.task.name(),
         match a.limit {
             Some(n) => format!(" (first {n})"),
@@ -642,6 +904,12 @@ fn benchmark_name(a: &McArgs) -> String {
             format!(", {}-shot", a.fewshot)
         } else {
             String::new()
+        },
+        // Part of the settings a rerun must match: BOS changes every score.
+        if a.add_bos_token {
+            ", add_bos_token"
+        } else {
+            ""
         }
     )
 }
@@ -737,5 +1005,54 @@ mod tests {
             e.contains("h.jsonl:1") && e.contains("activity_label"),
             "{e}"
         );
+    }
+
+    fn tokenizer() -> TextTokenizer {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../assets/tokenizers/mini-1k/tokenizer.json");
+        TextTokenizer::from_file(&p).unwrap()
+    }
+
+    #[test]
+    fn encode_pair_moves_trailing_whitespace_to_the_continuation() {
+        let tok = tokenizer();
+        let (ctx, cont) = encode_pair(&tok, "He starts the car. ", " Then he", false).unwrap();
+        assert_eq!(ctx, tok.encode("He starts the car.", false).unwrap());
+        let whole = tok.encode("He starts the car.  Then he", false).unwrap();
+        assert_eq!([ctx.clone(), cont].concat(), whole);
+        // Python's whitespace, which Rust's leaves out, moves too.
+        let (ctx2, _) = encode_pair(&tok, "He starts the car.\u{1f}", " x", false).unwrap();
+        assert_eq!(ctx2, ctx);
+    }
+
+    #[test]
+    fn acc_takes_the_first_of_equal_maxima() {
+        assert_eq!(first_argmax(&[-2.0, -1.0, -1.0, -3.0]), 1);
+        assert_eq!(first_argmax(&[-1.0, -1.0]), 0);
+    }
+
+    #[test]
+    fn fewshot_drops_the_question_itself_as_lm_eval_does() {
+        let q = |c: &str| McQuestion {
+            origin: String::new(),
+            description: String::new(),
+            group: "g".into(),
+            contexts: vec![c.into()],
+            continuations: vec![" A".into(), " B".into()],
+            choices: vec!["A".into(), "B".into()],
+            gold: 0,
+        };
+        let pool = [q("one"), q("two"), q("three")];
+        let ctxs =
+            |v: Vec<&McQuestion>| v.iter().map(|e| e.contexts[0].clone()).collect::<Vec<_>>();
+        // Another split (MMLU's dev): the first k, the question itself dropped, not replaced.
+        assert_eq!(ctxs(examples_for(&q("one"), &pool, 2, false)), ["two"]);
+        assert_eq!(ctxs(examples_for(&q("x"), &pool, 2, false)), ["one", "two"]);
+        // The evaluated split itself: k + 1 drawn, so k remain.
+        assert_eq!(
+            ctxs(examples_for(&q("one"), &pool, 2, true)),
+            ["two", "three"]
+        );
+        assert_eq!(ctxs(examples_for(&q("x"), &pool, 2, true)), ["one", "two"]);
     }
 }

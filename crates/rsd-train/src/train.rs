@@ -811,6 +811,40 @@ impl Trainer {
         result
     }
 
+    /// The ranks' one decision at a step boundary, whichever rank saw a signal or whose clock
+    /// says a checkpoint is due ([`Boundary`]): all stop (true), or all write a checkpoint of
+    /// this step first (`save_every_minutes` since `saved_at`, the last save's time and step),
+    /// or all go on.
+    fn at_boundary(
+        &self,
+        stop: &AtomicBool,
+        saved_at: &mut (Instant, u64),
+        run: &mut RunProgress,
+    ) -> Result<bool> {
+        let due = self.cfg.save_every_minutes > 0.0
+            && saved_at.0.elapsed().as_secs_f64() >= self.cfg.save_every_minutes * 60.0;
+        let wish = match (stop.load(Ordering::SeqCst), due) {
+            (true, _) => Boundary::Stop,
+            (false, true) => Boundary::Save,
+            (false, false) => Boundary::Go,
+        };
+        match self.dp.most(wish as i64)? {
+            n if n == Boundary::Stop as i64 => {
+                run.interrupted = true;
+                run.signalled = true;
+                return Ok(true);
+            }
+            n if n == Boundary::Save as i64 => {
+                if saved_at.1 != self.state.step {
+                    run.checkpoint = self.save()?;
+                }
+                *saved_at = (Instant::now(), self.state.step);
+            }
+            _ => {}
+        }
+        Ok(false)
+    }
+
     fn run_steps(&mut self, stop: Arc<AtomicBool>) -> Result<Summary> {
         let t0 = Instant::now();
         let elapsed0 = self.state.elapsed_s;
@@ -836,28 +870,8 @@ impl Trainer {
             // The step's traffic: from this decision to the update's (held-out evaluation apart).
             let comm0 = self.dp.comm_stats();
             fault::signal_at(self.state.step + 1, self.dp.rank(), &stop);
-            // One decision for every rank, whichever saw the signal or whose clock says a
-            // checkpoint is due: all stop, or all save, at this step boundary.
-            let due = self.cfg.save_every_minutes > 0.0
-                && saved_at.0.elapsed().as_secs_f64() >= self.cfg.save_every_minutes * 60.0;
-            let wish = match (stop.load(Ordering::SeqCst), due) {
-                (true, _) => Boundary::Stop,
-                (false, true) => Boundary::Save,
-                (false, false) => Boundary::Go,
-            };
-            match self.dp.most(wish as i64)? {
-                n if n == Boundary::Stop as i64 => {
-                    run.interrupted = true;
-                    run.signalled = true;
-                    break;
-                }
-                n if n == Boundary::Save as i64 => {
-                    if saved_at.1 != self.state.step {
-                        run.checkpoint = self.save()?;
-                    }
-                    saved_at = (Instant::now(), self.state.step);
-                }
-                _ => {}
+            if self.at_boundary(&stop, &mut saved_at, &mut run)? {
+                break;
             }
             if fault::fail_rank(self.dp.rank()) {
                 return Err(Error::Input(format!(

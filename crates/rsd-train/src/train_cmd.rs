@@ -148,14 +148,19 @@ pub fn run(a: TrainArgs) -> Result<()> {
             None => e,
         }
     })?;
-    // Stopped early by a signal (its checkpoint written): the status says so, so that a job
-    // script can requeue itself; a run that reached its end exits 0 whatever arrived meanwhile.
-    // The signal may have reached another rank only: every rank exits as it would.
+    end_of_run(&summary, main, &stop)
+}
+
+/// What a run that ended without an error prints (rank 0) and the status it exits with: 0, or,
+/// when a signal stopped it early (its checkpoint written), the signal's status, so that a job
+/// script can requeue itself. The signal may have reached another rank only: every rank exits
+/// as it would. A run that reached its end exits 0 whatever arrived meanwhile.
+fn end_of_run(summary: &Summary, main: bool, stop: &signals::Stop) -> Result<()> {
     let stopped = summary
         .signalled
         .then(|| stop.exit_status().unwrap_or(signals::EXIT_STOPPED));
     if main {
-        print_done(&summary)?;
+        print_done(summary)?;
         if let Some(code) = stopped {
             eprintln!(
                 "rsd-train: stopped on a signal at step {} with a checkpoint; run the same command \
