@@ -10,17 +10,25 @@
 //!   writes all of it before the fuel is charged;
 //! * Python's `str.format` pads to any width (`'{:>100000000000}'.format('x')`) and repeats an
 //!   argument for every field that names it;
-//! * the `chain` and `sum` filters concatenate lists the way `+` does.
+//! * the `chain` and `sum` filters concatenate lists the way `+` does;
+//! * the filter functions minijinja exports for `indent`, `groupby`, `dictsort` and `tojson`
+//!   are its unfueled ones (`indent(100000000000)` asked for 100 GB; `groupby` collected a
+//!   lazy list of 10^8 items), and those for `replace` lack its `count`;
+//! * pycompat's `list.count` and `str.startswith`/`endswith` with a list walk it for free, and
+//!   its `upper`, `lower`, `title` and `capitalize`, like the filters, may triple a string.
 //!
 //! The template's `+` and `~` are therefore compiled into calls of [`add`] and [`concat`]
 //! (registered under names no template can spell, so none can shadow them), and `str.format`,
 //! `chain` and `sum` are wrapped: each checks the size of what it is about to build against the
 //! fuel left (or a stated cap) *before* building it, and answers with an error that says which
 //! limit was hit. Output of containers (`{{ l }}`) goes through [`formatter`], which charges
-//! for the container's size first. Everything else minijinja already charges before it
-//! allocates (string repetition is capped at 100 MB and checked against the fuel, `range` at
-//! 100,000 items, the printf-style `format` filter checks its widths, `join`, `replace`,
-//! `indent` and the list filters pay per item).
+//! for the container's size first. A result that may be far larger than its input (`indent`,
+//! `tojson` and `pprint` with their indentation, case mappings, escaping, `strftime_now`) is
+//! checked against the fuel left before it is built ([`ensure_bytes`]); the engine then
+//! charges for what was built. Everything else minijinja already charges before it allocates
+//! (string repetition is capped at 100 MB and checked against the fuel, `range` at 100,000
+//! items, the printf-style `format` filter checks its widths, `join` and the list filters pay
+//! per item). docs/UNTRUSTED.md has the table of every filter, test, function and method.
 use minijinja::value::{Kwargs, Rest, ValueKind};
 use minijinja::{Error, ErrorKind, Output, State, Value};
 
@@ -65,24 +73,56 @@ fn pay_bytes(state: &State, bytes: u64, per_fuel: u64) -> Result<(), Error> {
     state.consume_fuel(bytes / per_fuel)
 }
 
+/// What turning a value into text may write, measured before it is written.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct TextSize {
+    /// An upper bound on the bytes of the text on one line (see [`pay_for_text`]).
+    pub(crate) bytes: u64,
+    /// The lines a pretty-printed form may take (one per value, one more per list or map).
+    pub(crate) lines: u64,
+    /// The indentation levels of those lines, summed: a pretty-printed form indents a value
+    /// nested `d` deep by `d` levels, so its indentation is this times the width of a level.
+    pub(crate) levels: u64,
+}
+
+impl TextSize {
+    /// The bytes of a pretty-printed form indented `width` bytes a level, each value's text
+    /// escaped to at most `escape` times its length (JSON's `\u0001` is 6 bytes for 1).
+    pub(crate) fn pretty(&self, width: u64, escape: u64) -> u64 {
+        self.bytes
+            .saturating_mul(escape)
+            .saturating_add(self.levels.saturating_mul(width))
+            .saturating_add(self.lines.saturating_mul(2))
+    }
+}
+
 /// An upper bound on the bytes `value` takes as text, paid for as it is measured: strings by
 /// their length, numbers and other scalars a few bytes, lists and maps their items (walked
 /// without recursion, to a depth of [`MAX_NESTING`]) plus separators. A huge lazy list runs out
 /// of fuel while it is measured, before any of its text exists.
 pub(crate) fn pay_for_text(state: &State, value: &Value) -> Result<u64, Error> {
+    measure_text(state, value).map(|m| m.bytes)
+}
+
+/// [`pay_for_text`], with the lines and indentation a pretty-printed form adds.
+pub(crate) fn measure_text(state: &State, value: &Value) -> Result<TextSize, Error> {
     // Strings are the common case and cost what copying them costs.
     if let Some(s) = value.as_str() {
         let len = s.len() as u64;
         pay_bytes(state, len, BYTES_PER_FUEL)?;
-        return Ok(len);
+        return Ok(TextSize {
+            bytes: len,
+            lines: 1,
+            levels: 0,
+        });
     }
-    let mut total: u64 = 0;
+    let mut size = TextSize::default();
     let mut unpaid: u64 = 0;
     let mut pending: Vec<(Value, usize)> = vec![(value.clone(), 0)];
     while let Some((v, depth)) = pending.pop() {
         // `'a': ` or `, ` around every item, quotes around strings.
-        let bytes = match v.kind() {
-            ValueKind::String => v.as_str().map_or(0, |s| s.len() as u64) + 4,
+        let (bytes, lines) = match v.kind() {
+            ValueKind::String => (v.as_str().map_or(0, |s| s.len() as u64) + 4, 1),
             ValueKind::Seq | ValueKind::Iterable | ValueKind::Map => {
                 if depth >= MAX_NESTING {
                     return Err(invalid(format!(
@@ -105,11 +145,16 @@ pub(crate) fn pay_for_text(state: &State, value: &Value) -> Result<u64, Error> {
                     }
                     pending.push((item, depth + 1));
                 }
-                2
+                // Its opening and its closing line.
+                (2, 2)
             }
-            _ => 32,
+            _ => (32, 1),
         };
-        total = total.saturating_add(bytes);
+        size.bytes = size.bytes.saturating_add(bytes);
+        size.lines = size.lines.saturating_add(lines);
+        size.levels = size
+            .levels
+            .saturating_add(lines.saturating_mul(depth as u64 + 1));
         unpaid += bytes;
         if unpaid >= 1024 {
             pay_bytes(state, unpaid, SERIALIZED_BYTES_PER_FUEL)?;
@@ -117,7 +162,49 @@ pub(crate) fn pay_for_text(state: &State, value: &Value) -> Result<u64, Error> {
         }
     }
     pay_bytes(state, unpaid, SERIALIZED_BYTES_PER_FUEL)?;
-    Ok(total)
+    Ok(size)
+}
+
+/// Refuses to build `bytes` of data (an upper bound on what `what` is about to make, `how`
+/// saying how it was found) unless the fuel left could pay for them; nothing is consumed, as
+/// the engine charges for the result once it exists. Output that can be far larger than its
+/// input is checked so before it is allocated.
+fn ensure_bytes(state: &State, bytes: u64, what: &str, how: &str) -> Result<(), Error> {
+    let Some((_, remaining)) = state.fuel_levels() else {
+        return Ok(());
+    };
+    if bytes / BYTES_PER_FUEL >= remaining {
+        return Err(Error::new(
+            ErrorKind::OutOfFuel,
+            format!(
+                "{what}: the result could take {bytes} bytes ({how}), more than the {} bytes \
+                 the fuel left pays for",
+                remaining.saturating_mul(BYTES_PER_FUEL)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// [`ensure_bytes`] for output that grows step by step (`strftime_now`'s), `bytes` being what
+/// it will have reached at the next check.
+pub(crate) fn ensure_output(state: &State, bytes: u64, what: &str) -> Result<(), Error> {
+    ensure_bytes(state, bytes, what, "as far as the text has grown")
+}
+
+/// Pays for visiting the items of `value` (a list an operation is about to walk), half a fuel
+/// an item as minijinja's own list filters pay; a list of unknown length is counted as it is
+/// paid for. Returns how many items it has (at most [`MAX_LIST_ITEMS`] + 1 when unknown).
+fn pay_for_items(state: &State, value: &Value, what: &str) -> Result<usize, Error> {
+    let n = list_len(state, value)?;
+    if n > MAX_LIST_ITEMS {
+        return Err(invalid(format!(
+            "{what}: a list of more than {MAX_LIST_ITEMS} items, the most a chat template may \
+             walk"
+        )));
+    }
+    state.consume_fuel(n as u64 / 2)?;
+    Ok(n)
 }
 
 /// The number of items of a list about to be concatenated; a list without a known length is
@@ -344,18 +431,201 @@ pub(crate) fn map(state: &State, items: Rest<Value>) -> Result<Value, Error> {
     Ok(Value::from_pairs(pairs.collect::<Vec<_>>()))
 }
 
-/// A filter that turns its input and arguments into text (`lower`, `trim`, `replace`,
-/// `format`, the `join` filter, …): containers among them are measured (and paid for) first,
-/// so that neither a huge lazy list nor a value nested past [`MAX_NESTING`] (a namespace that
-/// holds itself) is written out by recursion; then `builtin`, minijinja's own filter, runs.
+/// A filter that turns its input and arguments into text (`lower`, `trim`, `format`, the `join`
+/// filter, …): containers among them are measured (and paid for) first, so that neither a huge
+/// lazy list nor a value nested past [`MAX_NESTING`] (a namespace that holds itself) is written
+/// out by recursion; a filter whose result may be up to `growth` times its input (`upper`
+/// turns `ΐ` into three characters, `escape` `'` into `&#x27;`) is checked against the fuel for
+/// that first; then `builtin`, minijinja's own filter, runs.
 pub(crate) fn text_filter(
+    name: &'static str,
     builtin: Value,
+    growth: u64,
 ) -> impl Fn(&mut State, Rest<Value>, Kwargs) -> Result<Value, Error> {
     move |state: &mut State, args: Rest<Value>, kwargs: Kwargs| {
-        for v in args.iter().filter(|v| v.as_str().is_none()) {
-            pay_for_text(state, v)?;
+        let mut input: u64 = 0;
+        for (i, v) in args.iter().enumerate() {
+            let bytes = match v.as_str() {
+                Some(s) => s.len() as u64,
+                None => pay_for_text(state, v)?,
+            };
+            if i == 0 {
+                input = bytes;
+            }
+        }
+        if growth > 1 {
+            ensure_bytes(
+                state,
+                input.saturating_mul(growth),
+                name,
+                &format!("{growth} times its input of {input} bytes"),
+            )?;
         }
         call_with_kwargs(state, &builtin, args.0, &kwargs)
+    }
+}
+
+/// The widest indent `indent` may add to a line (the cap `tojson` and `str.format` have).
+const MAX_INDENT: usize = MAX_FORMAT_WIDTH;
+
+/// The `indent` filter: `width` spaces before every line (positionally or as `width=`; the
+/// first line and blank lines too with `first`/`blank`), which minijinja allocates before it
+/// charges for them (`indent(100000000000)` asked for 100 GB). The width is capped and the
+/// result's size, `width` × lines + the input, checked against the fuel first; then
+/// minijinja's own filter runs, with the arguments as given.
+pub(crate) fn indent(state: &mut State, args: Rest<Value>, kwargs: Kwargs) -> Result<Value, Error> {
+    let input = match args.first() {
+        Some(v) if v.as_str().is_none() => {
+            pay_for_text(state, v)?;
+            None
+        }
+        Some(v) => v.as_str().map(str::to_string),
+        None => None,
+    };
+    // As minijinja reads it: a positional width (`none` counts as absent), else `width=`.
+    let positional = match args.get(1) {
+        Some(v) => minijinja::value::from_args::<(Option<usize>,)>(std::slice::from_ref(v))?.0,
+        None => None,
+    };
+    let width = match positional {
+        Some(w) => w,
+        None => kwargs.peek::<Option<usize>>("width")?.unwrap_or(4),
+    };
+    if width > MAX_INDENT {
+        return Err(invalid(format!(
+            "indent: a width of {width} is more than {MAX_INDENT}, the most a chat template may \
+             ask for"
+        )));
+    }
+    let text = match input {
+        Some(s) => s,
+        // A container's text, paid for above; bounded by the fuel, so making it is safe.
+        None => match args.first() {
+            Some(v) => v.to_string(),
+            None => String::new(),
+        },
+    };
+    let lines = text.bytes().filter(|&b| b == b'\n').count() as u64 + 1;
+    let bound = (width as u64)
+        .saturating_mul(lines)
+        .saturating_add(text.len() as u64);
+    ensure_bytes(
+        state,
+        bound,
+        "indent",
+        &format!("a width of {width} on each of {lines} lines"),
+    )?;
+    call_with_kwargs(
+        state,
+        &Value::from_function(minijinja::filters::indent),
+        args.0,
+        &kwargs,
+    )
+}
+
+/// The `replace` filter as minijinja registers it (a `count`, positional or `count=`, replaces
+/// only the first ones): the replacement's size is checked against the fuel first, assuming
+/// every possible match (counting them only when that bound is too large).
+pub(crate) fn replace(
+    state: &mut State,
+    args: Rest<Value>,
+    kwargs: Kwargs,
+) -> Result<Value, Error> {
+    for v in args.iter().filter(|v| v.as_str().is_none()) {
+        pay_for_text(state, v)?;
+    }
+    let (value, from, to, count): (&Value, &Value, &Value, Option<i64>) =
+        minijinja::value::from_args(&args)?;
+    let count = match count {
+        Some(c) => Some(c),
+        None => kwargs.get::<Option<i64>>("count")?,
+    };
+    kwargs.assert_all_used()?;
+    let value = minijinja::value::StringInput::new(state, value)?;
+    let from = minijinja::value::StringInput::new(state, from)?;
+    let to = minijinja::value::StringInput::new(state, to)?;
+    // A negative count (or none) replaces every match.
+    let count = count
+        .and_then(|c| usize::try_from(c).ok())
+        .unwrap_or(usize::MAX);
+    let safety_aware = !matches!(state.auto_escape(), minijinja::AutoEscape::None)
+        && (value.is_safe() || from.is_safe() || to.is_safe());
+    if safety_aware {
+        let v = value.format(state)?.into_owned();
+        let t = to.format(state)?.into_owned();
+        check_replace(state, &v, from.as_str(), &t, count)?;
+        Ok(Value::from_safe_string(v.replacen(
+            from.as_str(),
+            &t,
+            count,
+        )))
+    } else {
+        check_replace(state, value.as_str(), from.as_str(), to.as_str(), count)?;
+        Ok(Value::from(value.as_str().replacen(
+            from.as_str(),
+            to.as_str(),
+            count,
+        )))
+    }
+}
+
+fn check_replace(
+    state: &State,
+    value: &str,
+    from: &str,
+    to: &str,
+    count: usize,
+) -> Result<(), Error> {
+    if to.len() <= from.len() {
+        return Ok(());
+    }
+    let size = |matches: usize| {
+        (matches as u64)
+            .saturating_mul((to.len() - from.len()) as u64)
+            .saturating_add(value.len() as u64)
+    };
+    let most = (value.len() / from.len().max(1) + 1).min(count);
+    if ensure_bytes(state, size(most), "replace", "").is_ok() {
+        return Ok(());
+    }
+    let matches = if from.is_empty() {
+        most
+    } else {
+        value.matches(from).take(count).count()
+    };
+    ensure_bytes(
+        state,
+        size(matches),
+        "replace",
+        &format!(
+            "{matches} matches of {} bytes replaced by {} bytes",
+            from.len(),
+            to.len()
+        ),
+    )
+}
+
+/// `groupby` and `dictsort` collect and sort their input whole, and minijinja's functions
+/// that rsd can call do so without fuel (a lazy list of 10^8 items took 3 GB): the items are
+/// counted (at most [`MAX_LIST_ITEMS`]) and paid for, with the sort, before `builtin` runs, as
+/// [`wrapping_function`] runs it.
+pub(crate) fn sorting_function(
+    name: &'static str,
+    builtin: Value,
+) -> impl Fn(&mut State, Rest<Value>, Kwargs) -> Result<Value, Error> {
+    let wrapped = wrapping_function(name, builtin);
+    move |state: &mut State, args: Rest<Value>, kwargs: Kwargs| {
+        if let Some(v) = args.first() {
+            if matches!(
+                v.kind(),
+                ValueKind::Seq | ValueKind::Iterable | ValueKind::Map
+            ) {
+                let n = pay_for_items(state, v, name)? as u64;
+                // A comparison per item and level of the sort, as minijinja charges sorting.
+                state.consume_fuel(n.saturating_mul(u64::from(u64::BITS - n.leading_zeros())))?;
+            }
+        }
+        wrapped(state, args, kwargs)
     }
 }
 
@@ -406,26 +676,39 @@ pub(crate) fn chain(state: &State, value: Value, others: Rest<Value>) -> Result<
 }
 
 /// The `tojson` filter, the value measured (and paid for) before it is serialized: minijinja
-/// charges as it writes, at a pace that lets a lazy list of 10^8 items run for seconds.
+/// charges as it writes, at a pace that lets a lazy list of 10^8 items run for seconds. The
+/// indent (positional or `indent=`, `true` for 2) is capped and repeated on every line once per
+/// level of nesting, and escaping a string may make it six times longer (`\u003c` for `<`):
+/// the pretty-printed size that allows is checked against the fuel first.
 pub(crate) fn tojson(
     state: &State,
     value: &Value,
     indent: Option<Value>,
     kwargs: Kwargs,
 ) -> Result<Value, Error> {
-    let text = pay_for_text(state, value)?;
-    // An indent is repeated on every line, once per level: pay for it as well.
-    let width = indent.as_ref().and_then(Value::as_usize).unwrap_or(0);
+    let size = measure_text(state, value)?;
+    // As minijinja reads it: the positional indent, else `indent=`; a boolean is 2 or none.
+    let given = match &indent {
+        Some(v) => Some(v.clone()),
+        None => kwargs.peek::<Option<Value>>("indent")?,
+    };
+    let width = match given {
+        Some(v) if v.kind() == ValueKind::Bool && v.is_true() => 2,
+        Some(v) if v.kind() == ValueKind::Bool => 0,
+        Some(v) => usize::try_from(v)?,
+        None => 0,
+    };
     if width > MAX_FORMAT_WIDTH {
         return Err(invalid(format!(
             "tojson: an indent of {width} is more than {MAX_FORMAT_WIDTH}, the most a chat \
              template may ask for"
         )));
     }
-    pay_bytes(
+    ensure_bytes(
         state,
-        text.saturating_mul(width as u64 + 1),
-        SERIALIZED_BYTES_PER_FUEL,
+        size.pretty(width as u64, 6),
+        "tojson",
+        &format!("an indent of {width} on each of {} lines", size.lines),
     )?;
     minijinja::filters::tojson(value, indent, kwargs)
 }
@@ -436,9 +719,17 @@ pub(crate) fn string(state: &State, value: &Value) -> Result<Value, Error> {
     minijinja::filters::string(state, value)
 }
 
-/// The `pprint` filter, the value measured (and paid for) first.
+/// The `pprint` filter, the value measured (and paid for) first: Rust's pretty debug form
+/// indents every line by four spaces a level and escapes strings (`\u{1}`), so the size that
+/// allows is checked against the fuel too.
 pub(crate) fn pprint(state: &State, value: &Value) -> Result<String, Error> {
-    pay_for_text(state, value)?;
+    let size = measure_text(state, value)?;
+    ensure_bytes(
+        state,
+        size.pretty(4, 6),
+        "pprint",
+        &format!("four spaces a level on each of {} lines", size.lines),
+    )?;
     Ok(minijinja::filters::pprint(value))
 }
 
@@ -582,9 +873,29 @@ pub(crate) fn unknown_method(
         // (a namespace's own, if it holds itself).
         check_nesting(state, std::slice::from_ref(value), method)?;
     }
+    if method == "count" && value.kind() == ValueKind::Seq {
+        // `list.count(x)` compares every item, free in pycompat: a list of 10^5 counted in a
+        // loop of 10^5 ran for minutes.
+        pay_for_items(state, value, "list.count")?;
+    }
     if let Some(s) = value.as_str() {
         match method {
             "format" => return str_format(state, s, args),
+            "upper" | "lower" | "title" | "capitalize" => {
+                // A character may become three (`ΐ`), so may the string.
+                ensure_bytes(
+                    state,
+                    (s.len() as u64).saturating_mul(3),
+                    &format!("str.{method}"),
+                    &format!("3 times its input of {} bytes", s.len()),
+                )?;
+            }
+            "startswith" | "endswith" => {
+                // Each item of a list of prefixes is tried, free in pycompat.
+                if let Some(list) = args.first().filter(|a| is_list(a)) {
+                    pay_for_items(state, list, &format!("str.{method}"))?;
+                }
+            }
             "split" | "splitlines" => pay_for_pieces(state, s, method, args)?,
             "join" => {
                 // pycompat's join charges only separators of 64 bytes and more, and not the
@@ -644,28 +955,37 @@ pub(crate) fn install(env: &mut minijinja::Environment<'static>) {
     env.add_filter("pprint", pprint);
     env.add_filter("split", split);
     env.add_filter("lines", lines);
-    for name in [
-        "lower",
-        "upper",
-        "title",
-        "capitalize",
-        "trim",
-        "replace",
-        "indent",
-        "escape",
-        "e",
-        "safe",
-        "join",
-        "format",
+    env.add_filter("indent", indent);
+    env.add_filter("replace", replace);
+    for (name, growth) in [
+        // Unicode case mappings make at most three characters of one, of no more bytes each.
+        ("lower", 3),
+        ("upper", 3),
+        ("title", 3),
+        ("capitalize", 3),
+        ("trim", 1),
+        // HTML escaping writes `&#x27;` for `'`.
+        ("escape", 6),
+        ("e", 6),
+        ("safe", 1),
+        // Both pay for their output as they build it (minijinja's own checks).
+        ("join", 1),
+        ("format", 1),
     ] {
         if let Some(builtin) = builtin_filter(name) {
-            env.add_filter(name, text_filter(builtin));
+            env.add_filter(name, text_filter(name, builtin, growth));
         }
     }
     // Filters whose result holds their input one level deeper.
-    for name in ["batch", "slice", "groupby", "zip", "items", "dictsort"] {
+    for name in ["batch", "slice", "zip", "items"] {
         if let Some(builtin) = builtin_filter(name) {
             env.add_filter(name, wrapping_function(name, builtin));
+        }
+    }
+    // ... and that sort all of it first.
+    for name in ["groupby", "dictsort"] {
+        if let Some(builtin) = builtin_filter(name) {
+            env.add_filter(name, sorting_function(name, builtin));
         }
     }
     env.add_function(
@@ -690,8 +1010,6 @@ fn builtin_filter(name: &str) -> Option<Value> {
         "title" => Value::from_function(f::title),
         "capitalize" => Value::from_function(f::capitalize),
         "trim" => Value::from_function(f::trim),
-        "replace" => Value::from_function(f::replace),
-        "indent" => Value::from_function(f::indent),
         "escape" | "e" => Value::from_function(f::escape),
         "safe" => Value::from_function(f::safe),
         "join" => Value::from_function(f::join),

@@ -643,8 +643,13 @@ fn template_err(source_name: &str, e: &JinjaError) -> ChatError {
     }
 }
 
-/// HF templates' way of refusing input (`{{ raise_exception('…') }}`).
-fn raise_exception(message: String) -> Result<Value, JinjaError> {
+/// HF templates' way of refusing input (`{{ raise_exception('…') }}`). A message that is not
+/// a string is turned into text only once its size is paid for (a lazy list of 10^8 items
+/// would be written out whole).
+fn raise_exception(state: &minijinja::State, message: Value) -> Result<Value, JinjaError> {
+    if message.as_str().is_none() {
+        bounds::pay_for_text(state, &message)?;
+    }
     Err(JinjaError::new(
         ErrorKind::InvalidOperation,
         format!("raise_exception: {message}"),
@@ -652,20 +657,48 @@ fn raise_exception(message: String) -> Result<Value, JinjaError> {
 }
 
 /// `strftime_now(format)`: the current UTC time, as Python's `strftime` formats it.
-fn strftime_now(format: String) -> Result<Value, JinjaError> {
-    strftime(&format, chrono::Utc::now()).map(Value::from)
+fn strftime_now(state: &minijinja::State, format: Value) -> Result<Value, JinjaError> {
+    if format.as_str().is_none() {
+        bounds::pay_for_text(state, &format)?;
+    }
+    let format = format.to_string();
+    strftime(&format, chrono::Utc::now(), |bytes| {
+        bounds::ensure_output(state, bytes, "strftime_now")
+    })
+    .map(Value::from)
 }
 
-/// `format` at `t`; a directive chrono does not know is a template error, not a panic.
-fn strftime(format: &str, t: chrono::DateTime<chrono::Utc>) -> Result<String, JinjaError> {
+/// `format` at `t`; a directive chrono does not know is a template error, not a panic. A
+/// directive writes up to 35 bytes for 2 (`%+`), so the text is built one directive at a time
+/// and `room` asked before the text grows past each further 64 KiB.
+fn strftime(
+    format: &str,
+    t: chrono::DateTime<chrono::Utc>,
+    room: impl Fn(u64) -> Result<(), JinjaError>,
+) -> Result<String, JinjaError> {
     let items: Vec<Item<'_>> = StrftimeItems::new(format).collect();
     if items.contains(&Item::Error) {
         return Err(JinjaError::new(
             ErrorKind::InvalidOperation,
-            format!("strftime_now: unsupported format {format:?}"),
+            format!(
+                "strftime_now: unsupported format {:?}",
+                rsd_common::printable::shortened(format)
+            ),
         ));
     }
-    Ok(t.format_with_items(items.into_iter()).to_string())
+    let mut out = String::new();
+    let mut checked_to = 0usize;
+    for item in items {
+        use std::fmt::Write;
+        write!(out, "{}", t.format_with_items(std::iter::once(item))).map_err(|e| {
+            JinjaError::new(ErrorKind::InvalidOperation, format!("strftime_now: {e}"))
+        })?;
+        if out.len() >= checked_to {
+            checked_to = out.len() + (64 << 10);
+            room(checked_to as u64)?;
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -947,9 +980,25 @@ mod tests {
         let secs = 1_722_000_000 - 1_722_000_000 % 86_400 + 13 * 3600 + 5 * 60 + 9;
         let t = chrono::DateTime::from_timestamp(secs, 0).unwrap();
         assert_eq!(
-            strftime("%d %b %Y, %A %H:%M:%S %j %y %m %B %a %%", t).unwrap(),
+            strftime("%d %b %Y, %A %H:%M:%S %j %y %m %B %a %%", t, |_| Ok(())).unwrap(),
             "26 Jul 2024, Friday 13:05:09 208 24 07 July Fri %"
         );
-        assert!(strftime("%Q", t).is_err());
+        assert!(strftime("%Q", t, |_| Ok(())).is_err());
+        // Every directive is formatted on its own, as chrono formats them together.
+        let all = "%Y-%m-%dT%H:%M:%S%.f %+ %c %s %e";
+        assert_eq!(
+            strftime(all, t, |_| Ok(())).unwrap(),
+            t.format(all).to_string()
+        );
+        // The room is asked for before the text grows past 64 KiB, and a refusal stops it.
+        let e = strftime(&"%+".repeat(10_000), t, |n| {
+            if n > 100_000 {
+                Err(JinjaError::new(ErrorKind::OutOfFuel, "no room"))
+            } else {
+                Ok(())
+            }
+        })
+        .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::OutOfFuel);
     }
 }

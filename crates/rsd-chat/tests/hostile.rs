@@ -287,6 +287,127 @@ fn splitting_is_paid_for_before_the_pieces_exist() {
     }
 }
 
+/// Filters, methods and functions whose result can be far larger than their input, or that
+/// walk a list without paying for it: each checks the size first (or caps its argument),
+/// positionally and by keyword, and answers with the filter and the bound. Without the checks
+/// these aborted the process (`memory allocation of 100000000000 bytes failed`) or ran for
+/// minutes.
+#[test]
+fn filters_that_could_build_far_more_than_their_input_check_the_size_first() {
+    let wide = "indent: a width of 100000000000 is more than 65536";
+    for (src, expected) in [
+        ("{{ ('x\n' * 100)|indent(100000000000) }}", wide),
+        ("{{ ('x\n' * 100)|indent(width=100000000000) }}", wide),
+        ("{{ ('x\n' * 100)|indent(100000000000, true, true) }}", wide),
+        (
+            "{{ ('x\n' * 100)|indent(width=100000000000, first=true, blank=true) }}",
+            wide,
+        ),
+        ("{{ ['x\n', 'y']|map('indent', 100000000000)|list }}", wide),
+        (
+            "{{ ('x\n' * 100000)|indent(60000)|length }}",
+            "indent: the result could take",
+        ),
+        (
+            "{{ ('x\n' * 100000)|indent(60000, true)|length }}",
+            "indent: the result could take",
+        ),
+        (
+            "{{ ('\n' * 100000)|indent(width=60000, first=true, blank=true)|length }}",
+            "indent: the result could take",
+        ),
+        (
+            "{{ [1]|tojson(indent=100000000000) }}",
+            "tojson: an indent of 100000000000 is more than 65536",
+        ),
+        (
+            "{{ [1]|tojson(100000000000) }}",
+            "tojson: an indent of 100000000000 is more than 65536",
+        ),
+        (
+            "{{ (range(5000)|list)|tojson(indent=60000)|length }}",
+            "tojson: the result could take",
+        ),
+        (
+            "{{ ((range(100)|list) * 1000000)|groupby('x')|length }}",
+            "groupby: a list of more than 1048576 items",
+        ),
+        (
+            "{{ (['x'] * 100000000)|groupby(attribute='x')|length }}",
+            "groupby: a list of more than 1048576 items",
+        ),
+        ("{{ raise_exception(['x'] * 100000000) }}", OUT_OF_FUEL),
+        ("{{ strftime_now(['x'] * 100000000) }}", OUT_OF_FUEL),
+        (
+            "{{ strftime_now('%+' * 30000000)|length }}",
+            "strftime_now: the result could take",
+        ),
+        (
+            "{{ 'x'.startswith(['y'] * 100000000) }}",
+            "str.startswith: a list of more than 1048576 items",
+        ),
+        (
+            "{% set l = range(100000)|list %}{% for i in range(100000) %}{{ l.count(1) }}\
+             {% endfor %}",
+            OUT_OF_FUEL,
+        ),
+        (
+            "{% set l = (range(100000)|map('string')|list) %}{% for i in range(100000) %}\
+             {{ 'x'.endswith(l) }}{% endfor %}",
+            OUT_OF_FUEL,
+        ),
+        (
+            "{{ ('a' * 1000000)|replace('a', 'b' * 1000, 100000)|length }}",
+            "replace: the result could take",
+        ),
+        (
+            "{{ ('a' * 1000000)|replace('a', 'b' * 1000, count=-1)|length }}",
+            "replace: the result could take",
+        ),
+    ] {
+        let e = refused(src, 20);
+        assert!(e.contains(expected), "{src}: {e}");
+        if expected != OUT_OF_FUEL && expected.contains("could take") {
+            // A bound that is the fuel says so, as every other one does.
+            assert!(e.contains(OUT_OF_FUEL), "{src}: {e}");
+        }
+    }
+}
+
+/// Filters and methods a template may try that rsd's minijinja does not have: an error, not
+/// a rendering (minijinja-contrib's `wordwrap`, `center` and the like are not installed, and
+/// Python's `str.center`, `ljust`, `rjust`, `zfill` are not among pycompat's methods).
+#[test]
+fn filters_and_methods_that_are_not_installed_are_unknown() {
+    for src in [
+        "{{ 'x'|center(100000000000) }}",
+        "{{ 'x'|wordwrap(100000000000) }}",
+        "{{ 'x'|truncate(3) }}",
+        "{{ 'x'|urlencode }}",
+        "{{ 'x'|striptags }}",
+        "{{ 'x'|filesizeformat }}",
+        "{{ 'x'.center(100000000000) }}",
+        "{{ 'x'.ljust(100000000000) }}",
+        "{{ 'x'.rjust(100000000000) }}",
+        "{{ 'x'.zfill(100000000000) }}",
+        "{{ 'x\ty'.expandtabs(100000000000) }}",
+        "{{ lipsum(100000000000) }}",
+        "{{ cycler(1, 2).next() }}",
+    ] {
+        let e = ChatTemplate::new(src, "t.jinja", None)
+            .map_err(|e| e.to_string())
+            .and_then(|t| t.render_user("hi").map_err(|e| e.to_string()))
+            .unwrap_err();
+        assert!(
+            e.contains("unknown filter")
+                || e.contains("unknown method")
+                || e.contains("unknown function")
+                || e.contains("cannot call"),
+            "{src}: {e}"
+        );
+    }
+}
+
 #[test]
 fn the_out_of_fuel_error_says_what_the_budget_pays_for() {
     let e = refused("{{ 'x' * 100000000 }}", 20);
@@ -359,6 +480,18 @@ fn honest_templates_render_as_stock_minijinja_renders_them() {
         "{% set n = 2 %}{{ [1, 2, 3]|select('>', 1)|list == [2, 3] == [n, 3] }} {{ not 1 < n < 3 }} {{ (1 < n < 3) + 1 }} {{ [1 < n < 0, 3 > n > 1] }}",
         "{% set n = 2 %}{{ 1 < n < 3 if n > 1 > 0 else 0 > n > 2 }} {{ 'a' ~ (1 < n < 3) ~ 'b' }} {{ [1, 2][0 < n < 3] }} {{ (n < 3 < 4) is true }}",
         "{% set ns = namespace(l=[1]) %}{{ ns.l == [1] == ns.l }} {{ ns == ns == ns }} {{ ns.l != ns.l == [1] }}",
+        // The filters checked for the size of what they build, with every way of passing
+        // their arguments.
+        "{{ 'a\nb\n\nc\n'|indent }}|{{ 'a\nb'|indent(2) }}|{{ 'a\n\nb'|indent(2, true, true) }}|{{ 'a\nb'|indent(width=3, first=true) }}|{{ 'a\n\nb'|indent(2, blank=true) }}|{{ 'a\r\n\r\nb'|indent(1, true, true) }}|{{ 'a\nb'|indent(none, first=true) }}|{{ ''|indent(8, true) }}|{{ [1, 2]|indent(2, true) }}",
+        "{{ {'a': '<b>'}|tojson|indent(4, first=true) }}|{{ ['x\n', 'y']|map('indent', 2, true)|list }}",
+        "{{ 'aaa'|replace('a', 'b', 2) }} {{ 'aaa'|replace('a', 'b', count=1) }} {{ 'aaa'|replace('a', 'bb', -1) }} {{ 'aaa'|replace('a', 'b') }} {{ 'ab'|replace('', '-') }} {{ 'abab'|replace('ab', 'x', none) }} {{ 1.5|replace('.', ',') }}",
+        "{% autoescape true %}{{ '<a>'|replace('a', 'b', 1) }} {{ ('<a>'|safe)|replace('a', '&') }} {{ '<a>'|replace('a'|safe, 'b') }}{% endautoescape %}",
+        "{{ {'a': [1, {'b': 'c<'}]}|tojson(indent=2) }}|{{ [1]|tojson(indent=true) }}|{{ [1]|tojson(false) }}|{{ [1, [2]]|tojson(4) }}|{{ {}|tojson(indent=0) }}|{{ 'x\u{1}'|tojson }}",
+        "{{ {'a': [1, 'x\u{1}'], 'b': {'c': none}}|pprint }}|{{ 'x'|pprint }}",
+        "{{ 'ß'|upper }} {{ 'ǆ xΣ'|title }} {{ 'ΐ'|upper }} {{ 'aB'|capitalize }} {{ 'ÀB'|lower }} {{ '<a&\"'|e }} {{ \"'\"|e }} {{ '<'|escape }} {{ ' x '|trim }} {{ 'xax'|trim('x') }} {{ 1|safe }}",
+        "{{ 'ab'.upper() }} {{ 'AB'.lower() }} {{ 'a b'.title() }} {{ 'ab'.capitalize() }} {{ 'abc'.startswith(['x', 'a']) }} {{ 'abc'.endswith(('c',)) }} {{ 'abc'.startswith('b') }} {{ [1, 2, 1].count(1) }} {{ 'abab'.count('a') }} {{ 'aaa'.replace('a', 'bb', 2) }}",
+        "{{ [{'k': 2}, {'k': 1}]|groupby('k')|list }} {{ [{'k': 'a'}, {'k': 'A'}]|groupby(attribute='k', case_sensitive=true)|list }} {{ [{'k': 1}]|groupby('j', default=0)|list }} {% for g, l in [{'k': 1, 'v': 'x'}]|groupby('k') %}{{ g }}{{ l }}{% endfor %}",
+        "{{ {'b': 1, 'a': 2}|dictsort(by='value', reverse=true) }} {{ {'b': 1, 'A': 2}|dictsort(case_sensitive=true) }} {{ {'b': 1, 'a': 2}|dictsort }}",
     ];
     for src in cases {
         let t = ChatTemplate::new(src, "honest.jinja", None).unwrap();
