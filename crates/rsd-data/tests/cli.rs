@@ -265,6 +265,65 @@ fn code_repositories_become_one_document_each_skipping_vendored_and_binary_files
     );
 }
 
+/// A file whose name is not UTF-8 (fine on Linux) is packed like any other: it is only
+/// opened by its path. Where its name is written into a document (a code repository's file
+/// headers), the bytes that are not UTF-8 are written `\xNN`.
+#[test]
+fn files_whose_names_are_not_utf8_are_packed_not_dropped() {
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let odd = std::ffi::OsStr::from_bytes(b"bad\xff\\name.txt");
+    let src = tmp.path().join("texts");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("good.txt"), "the good one").unwrap();
+    std::fs::write(src.join(odd), "the odd one").unwrap();
+    let out = tmp.path().join("out");
+    let report = ok(&[
+        "pack",
+        "--len",
+        "64",
+        "--tail",
+        "keep",
+        "--src",
+        p(&src),
+        "--out",
+        p(&out),
+        "--progress",
+        "none",
+    ]);
+    assert!(report.contains(" 2 packed, 0 skipped"), "{report}");
+    let text = bundled().decode(&all_tokens(&out)).unwrap();
+    // Sorted by the names' bytes: 'b' before 'g'.
+    assert_eq!(text, "the odd one<|endoftext|>the good one<|endoftext|>");
+    assert_eq!(ShardSet::open(&out).unwrap().manifest().totals.documents, 2);
+
+    let repos = tmp.path().join("repos");
+    std::fs::create_dir_all(repos.join("alpha")).unwrap();
+    std::fs::write(repos.join("alpha/good.rs"), "fn good() {}\n").unwrap();
+    std::fs::write(repos.join("alpha").join(odd), "odd\n").unwrap();
+    let out = tmp.path().join("out-code");
+    ok(&[
+        "pack",
+        "--len",
+        "4096",
+        "--mode",
+        "mixed",
+        "--format",
+        "code",
+        "--src",
+        p(&repos),
+        "--out",
+        p(&out),
+        "--progress",
+        "none",
+    ]);
+    let text = bundled().decode(&all_tokens(&out)).unwrap();
+    assert_eq!(
+        text,
+        "--- bad\\xff\\\\name.txt ---\nodd\n--- good.rs ---\nfn good() {}\n<|endoftext|>"
+    );
+}
+
 #[test]
 fn output_is_identical_for_any_worker_and_read_thread_count() {
     let tmp = tempfile::tempdir().unwrap();

@@ -10,6 +10,8 @@
 
 use std::path::Path;
 
+use crate::source::escaped_path;
+
 use memmap2::Mmap;
 use rsd_common::safe_fs::{confined_file, open_regular, read_regular, NamedBy, MAX_METADATA_BYTES};
 use rsd_shard::{ShardInfo, ShardSetWriter, Totals};
@@ -72,11 +74,13 @@ pub(super) fn fingerprint(inputs: &Inputs, settings: &PackSettings) -> String {
         .sources
         .iter()
         .map(|s| {
+            // Paths as text, escaped where they are not UTF-8 (which JSON cannot hold); a UTF-8
+            // path is the string it always was here, so older journals still match.
             (
                 s.spec.clone(),
-                s.path.clone(),
+                escaped_path(&s.path),
                 s.format.name(),
-                s.inputs.clone(),
+                s.inputs.iter().map(|p| escaped_path(p)).collect::<Vec<_>>(),
             )
         })
         .collect();

@@ -432,7 +432,8 @@ impl BadInputs {
         let Some((path, cause)) = e.bad_input() else {
             return;
         };
-        let key = (path.display().to_string(), cause.name());
+        // Recorded in the manifest as text: escaped where the path is not UTF-8.
+        let key = (crate::source::escaped_path(path), cause.name());
         match self.index.get(&key) {
             Some(&k) => list[k].count += 1,
             None => {

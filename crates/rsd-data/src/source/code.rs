@@ -121,8 +121,14 @@ fn skipped_dir(entry: &walkdir::DirEntry) -> bool {
 
 /// Text of a file if it is source code: valid UTF-8, no NUL bytes, not huge, not minified.
 fn code_text(path: &Path, len: u64) -> Option<String> {
-    let name = path.file_name()?.to_str()?;
-    if len > MAX_FILE_BYTES || len == 0 || SKIP_FILES.contains(&name) || name.ends_with(".min.js") {
+    // The skipped names are ASCII, so a name that is not UTF-8 is matched on its lossy form
+    // (never one of them) and its file read like any other.
+    let name = path.file_name()?.to_string_lossy();
+    if len > MAX_FILE_BYTES
+        || len == 0
+        || SKIP_FILES.contains(&name.as_ref())
+        || name.ends_with(".min.js")
+    {
         return None;
     }
     // Bounded even if the file grew since it was measured.
@@ -160,7 +166,7 @@ pub(super) fn read_repo(repo: &Path, max_doc_bytes: u64) -> Result<RawDoc> {
             continue;
         };
         let rel = entry.path().strip_prefix(repo).unwrap_or(entry.path());
-        doc.push_str(&file_header(&rel.to_string_lossy()));
+        doc.push_str(&file_header(&super::escaped_path(rel)));
         doc.push_str(&text);
         if !text.ends_with('\n') {
             doc.push('\n');

@@ -196,14 +196,38 @@ fn file_len(path: &Path) -> u64 {
     std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
 }
 
+// File names are matched as bytes: on Linux a name need not be UTF-8, and such a file is an
+// input like any other (it is only opened by its path), not one to leave out.
 fn has_ext(path: &Path, exts: &[&str]) -> bool {
-    path.extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| exts.iter().any(|x| x.eq_ignore_ascii_case(e)))
+    use std::os::unix::ffi::OsStrExt;
+    path.extension().is_some_and(|e| {
+        exts.iter()
+            .any(|x| x.as_bytes().eq_ignore_ascii_case(e.as_bytes()))
+    })
+}
+
+/// A path as text: as it is when it is UTF-8; otherwise every byte that is not part of valid
+/// UTF-8 written `\xNN` (and a backslash `\\`, so the bytes can be told back), for the places
+/// where a file's name is recorded as text (a code repository's file headers).
+pub(crate) fn escaped_path(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_os_str().as_bytes();
+    if let Ok(s) = std::str::from_utf8(bytes) {
+        return s.to_string();
+    }
+    let mut out = String::with_capacity(bytes.len() + 8);
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(&chunk.valid().replace('\\', "\\\\"));
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
 }
 
 fn format_of_file(path: &Path) -> Option<Format> {
-    let name = path.file_name()?.to_str()?.to_ascii_lowercase();
+    use std::os::unix::ffi::OsStrExt;
+    let name = String::from_utf8_lossy(path.file_name()?.as_bytes()).to_ascii_lowercase();
     if name.ends_with(".jsonl")
         || name.ends_with(".jsonl.zst")
         || name.ends_with(".json.zst")
@@ -457,9 +481,9 @@ fn detect_format(spec: &str, path: &Path, files: &[PathBuf]) -> Result<Option<Fo
 }
 
 fn is_hidden(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
     path.file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| n.starts_with('.'))
+        .is_some_and(|n| n.as_bytes().starts_with(b"."))
 }
 
 fn has_code(files: &[PathBuf]) -> bool {
@@ -670,7 +694,7 @@ impl DocumentStream {
             .iter()
             .map(|s| SourceInfo {
                 spec: s.spec.clone(),
-                path: s.path.display().to_string(),
+                path: escaped_path(&s.path),
                 format: s.format.name().to_string(),
                 files: 0,
                 documents: 0,
