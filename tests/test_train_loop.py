@@ -383,6 +383,12 @@ def test_an_evaluation_records_which_run_seed_and_step_its_model_came_from(shard
     run("rsd-train", *args[:at], *args[at + 2:])
     child = json.loads((nxt / "model" / "rsd_training.json").read_text())
     assert (child["seed"], child["init_seed"], child["started_from"]) == (6, None, record), child
+    # And the weights it started from by their digest (the path alone could name other weights
+    # later), computed as rsd-eval's run.json computes it (checked below).
+    digests = b"".join(hashlib.sha256(f.read_bytes()).hexdigest().encode()
+                       for f in sorted((out / "model").glob("*.safetensors")))
+    assert child["started_from_weights_sha256"] == hashlib.sha256(digests).hexdigest(), child
+    assert record["started_from_weights_sha256"] is None, record
     items = tmp_path / "items.jsonl"
     items.write_text(json.dumps({"context": "The answer is", "candidates": [" yes", " no"],
                                  "answer": " yes"}) + "\n")

@@ -31,6 +31,24 @@ pub fn sha256_file(path: &Path) -> std::io::Result<(u64, [u8; 32])> {
     }
 }
 
+/// The digest of a model directory's weights, as evaluations and training records name a
+/// model: the sha256 of each `*.safetensors` file's lowercase hex sha256, in file-name order
+/// (one file or a sharded checkpoint alike). A directory without weights has the digest of
+/// nothing.
+pub fn model_weights_sha256(dir: &Path) -> std::io::Result<String> {
+    let mut weights: Vec<std::path::PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+        .collect();
+    weights.sort();
+    let mut all = Sha256::new();
+    for w in &weights {
+        let (_, digest) = sha256_file(w)?;
+        all.update(crate::hex(&digest).as_bytes());
+    }
+    Ok(crate::hex(&all.finalize()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -49,5 +67,15 @@ mod tests {
             (len, crate::hex(&digest)),
             (big.len() as u64, sha256_hex(&big))
         );
+    }
+
+    #[test]
+    fn a_models_weights_digest_is_of_its_files_digests_in_name_order() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("b.safetensors"), b"second").unwrap();
+        std::fs::write(dir.path().join("a.safetensors"), b"first").unwrap();
+        std::fs::write(dir.path().join("config.json"), b"{}").unwrap();
+        let want = sha256_hex(format!("{}{}", sha256_hex(b"first"), sha256_hex(b"second")).as_bytes());
+        assert_eq!(model_weights_sha256(dir.path()).unwrap(), want);
     }
 }

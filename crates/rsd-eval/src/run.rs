@@ -1031,17 +1031,12 @@ const MAX_TRAINING_RECORD_BYTES: u64 = 1 << 20;
 /// (`rsd_training.json`: seed, steps, objective), when there is one. Recorded, not compared on
 /// resume (the model's path is).
 pub(crate) fn model_provenance(dir: &Path) -> Result<Value> {
-    use sha2::{Digest, Sha256};
-    let mut weights: Vec<PathBuf> = std::fs::read_dir(dir)
+    let weights_sha256 = rsd_common::digest::model_weights_sha256(dir).map_err(io_err(dir))?;
+    let weight_files = std::fs::read_dir(dir)
         .map_err(io_err(dir))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
-        .collect();
-    weights.sort();
-    let mut all = Sha256::new();
-    for w in &weights {
-        all.update(sha256_file(w)?.as_bytes());
-    }
+        .count();
     let read_json = |name: &str, limit: u64| -> Result<Option<Value>> {
         let path = dir.join(name);
         if !path.exists() {
@@ -1058,8 +1053,8 @@ pub(crate) fn model_provenance(dir: &Path) -> Result<Value> {
     };
     let config = read_json("config.json", safe_fs::MAX_METADATA_BYTES)?.unwrap_or(Value::Null);
     Ok(serde_json::json!({
-        "weights_sha256": hex(&all.finalize()),
-        "weight_files": weights.len(),
+        "weights_sha256": weights_sha256,
+        "weight_files": weight_files,
         "rope_theta": config.get("rope_theta"),
         "rope_scaling": config.get("rope_scaling"),
         "training": read_json("rsd_training.json", MAX_TRAINING_RECORD_BYTES)?,

@@ -542,7 +542,8 @@ const MAX_TRAINING_RECORD_BYTES: u64 = 1 << 20;
 /// Writes `model_dir/rsd_training.json`: the seed, the steps taken, the objective and what the
 /// run started from, as `cfg` and `steps` say: the initialisation seed of a model drawn from
 /// scratch, or the training record of the model it started from (`started_from`, and so on back
-/// to the first run: an adapted model names its base's seeds).
+/// to the first run: an adapted model names its base's seeds) and the sha256 of that model's
+/// weights as rsd-eval computes it (`started_from_weights_sha256`).
 pub fn write_training_record(model_dir: &Path, cfg: &TrainConfig, steps: u64) -> Result<()> {
     let start = cfg.model.as_deref().filter(|m| !m.is_empty());
     let record = serde_json::json!({
@@ -552,6 +553,12 @@ pub fn write_training_record(model_dir: &Path, cfg: &TrainConfig, steps: u64) ->
         "started_from": start.map_or(serde_json::Value::Null, |m| {
             parent_record(&Path::new(m).join(TRAINING_RECORD))
         }),
+        // The path alone names the start only while nothing moves or retrains it there.
+        "started_from_weights_sha256": start.map_or(Ok(serde_json::Value::Null), |m| {
+            rsd_common::digest::model_weights_sha256(Path::new(m))
+                .map(serde_json::Value::String)
+                .map_err(io_err(Path::new(m)))
+        })?,
         "steps": steps,
         "objective": cfg.objective.to_string(),
         "perturb": cfg.perturb.to_string(),
