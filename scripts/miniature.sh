@@ -344,9 +344,9 @@ EOF
 
 # ---------------------------------------------------------------------------------------- adapt
 
-# adapt_args B: the adaptation's arguments from base B, every arm's (attempt 3's).
+# adapt_args MODEL: the adaptation's arguments from the base MODEL, every arm's (attempt 3's).
 adapt_args() {
-  adapt=(--model "$out/base-$1/model" --init "" --shards "$data/kv-adapt-1024,$data/books-1024"
+  adapt=(--model "$1" --init "" --shards "$data/kv-adapt-1024,$data/books-1024"
     --weights 0.8,0.2 --rope-theta "$theta" --max-position-embeddings 1024 --doc-mask true
     --lr 1e-3 --micro-batch 2)
 }
@@ -354,7 +354,7 @@ adapt_args() {
 # flop_floor B: rsd's FLOP floor with prefix reuse for the adaptation from base B, as rsd-train
 # prints it (two decimals: the pre-registered 1.56), from its memory plan (nothing is trained).
 flop_floor() {
-  adapt_args "$1"
+  adapt_args "$out/base-$1/model"
   "$bin/rsd-train" memory --config configs/miniature.toml "${adapt[@]}" --objective rsd \
     --threads "$threads" | sed -n 's/.*FLOP floor is \([0-9.]*\)×.*/\1/p'
 }
@@ -382,7 +382,7 @@ json.dump({"adapt_steps": int(sys.argv[1]), "flop_floor": float(sys.argv[2]),
           open(sys.argv[4], "w"), indent=1)' "$adapt_steps" "$floor" "$matched" "$out/adapt.json"
   say "standard-matched: ⌈$adapt_steps × $floor⌉ = $matched steps (rsd's FLOP floor with prefix reuse)"
   for b in $list; do
-    adapt_args "$b"
+    adapt_args "$out/base-$b/model"
     for seed in ${seeds//,/ }; do
       for arm in "${arms[@]}"; do
         dir="$out/base-$b/seed-$seed/$arm"
@@ -531,4 +531,7 @@ main() {
   fi
 }
 
-main "$@"; exit $?
+# Sourced (scripts/demo.sh reuses the data, training and evaluation helpers): functions only.
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  main "$@"; exit $?
+fi
