@@ -11,6 +11,7 @@ pub mod digest;
 pub mod mem;
 pub mod printable;
 pub mod progress;
+pub mod pyrandom;
 pub mod report;
 pub mod rng;
 pub mod safe_fs;
