@@ -4,7 +4,8 @@
 //! benchmarks), a median (benchmark reports), lowercase hex of digests, error text without libtorch's C++ backtraces
 //! (binaries), strings from data made safe to print (`printable`: terminal control characters
 //! escaped), and safe file access for data written by strangers (`safe_fs`: names confined to
-//! their directory, regular files only, bounded reads, atomic writes that follow no planted link).
+//! their directory, regular files only, bounded reads, atomic writes that follow no planted link),
+//! and CPython's `random.Random` sampling (`pyrandom`: reproduces lm-eval's few-shot draws).
 //! Nothing rsd-specific.
 
 pub mod digest;
