@@ -296,20 +296,67 @@ def test_fewshot_examples_come_first_answered_as_lm_eval_joins_them(smollm2_dir,
 def test_fewshot_from_the_evaluated_file_skips_the_question_itself(smollm2_dir, smollm2_hf,
                                                                     tmp_path):
     """--fewshot-data the --data file itself (lm-eval's few-shot split = test split): k + 1
-    questions drawn, the evaluated one dropped, k kept."""
+    questions drawn, as lm-eval's sampler draws them (one random.Random(1234) for the task, a
+    sample per question in file order), the evaluated one dropped, k kept."""
+    import random
+
     tok, model = smollm2_hf
     data, docs = write_data("openbookqa", tmp_path)
     out = tmp_path / "same"
     rsd_eval("mc", "--task", "openbookqa", "--data", data, "--model", smollm2_dir, "--out", out,
              "--fewshot", "1", "--fewshot-data", data, "--quiet")
     results = sorted(lines(out / "results.jsonl"), key=lambda r: r["sample"])
+    rnd = random.Random(1234)
     for doc, r in zip(docs, results):
-        (example,) = [x for x in docs[:2] if x != doc][:1]
+        (example,) = [x for x in rnd.sample(docs, 2) if x != doc][:1]
         ex_ctxs, ex_conts, _, ex_gold = lm_eval_requests("openbookqa", example)
         ctxs, conts, _, gold = lm_eval_requests("openbookqa", doc)
         context = ex_ctxs[0] + ex_conts[ex_gold] + "\n\n" + ctxs[0]
         assert r["logprob"] == pytest.approx(loglikelihood(tok, model, context, conts[gold]),
                                              abs=2e-4, rel=1e-5)
+
+
+@pytest.mark.parametrize("seed", [1234, 7])
+def test_hellaswag_fewshot_draws_as_lm_evals_seeded_sampler(smollm2_dir, smollm2_hf, tmp_path,
+                                                            seed):
+    """HellaSwag --fewshot 2 from a training file, as lm-eval 0.4 draws them: one
+    random.Random(fewshot_random_seed) for the task, `rnd.sample(training_docs, k + 1)` per
+    question in file order (HellaSwag's config sets neither fewshot_split nor test_split, so they
+    compare equal and one more is drawn), any equal to the question dropped, k kept. The
+    training file holds the evaluated questions too, so some draws include the question."""
+    import random
+
+    tok, model = smollm2_hf
+    data, docs = write_data("hellaswag", tmp_path)
+    pool = docs + [{**d, "ctx_a": "Earlier, " + d["ctx_a"]} for d in docs] + docs[:2]
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps(x) + "\n" for x in pool))
+    out = tmp_path / f"few-{seed}"
+    rsd_eval("mc", "--task", "hellaswag", "--data", data, "--model", smollm2_dir, "--out", out,
+             "--fewshot", "2", "--fewshot-data", train, "--fewshot-seed", seed, "--quiet")
+    results = sorted(lines(out / "results.jsonl"), key=lambda r: r["sample"])
+    rnd = random.Random(seed)
+    dropped = 0
+    for doc, r in zip(docs, results):
+        drawn = rnd.sample(pool, 3)
+        examples = [x for x in drawn if x != doc][:2]
+        dropped += len(drawn) - len([x for x in drawn if x != doc])
+        shots = ""
+        for ex in examples:
+            ex_ctxs, ex_conts, _, ex_gold = lm_eval_requests("hellaswag", ex)
+            shots += ex_ctxs[0] + ex_conts[ex_gold] + "\n\n"
+        ctxs, conts, _, gold = lm_eval_requests("hellaswag", doc)
+        lls = [loglikelihood(tok, model, shots + ctxs[0], c) for c in conts]
+        assert r["choice_logprobs"] == pytest.approx(lls, abs=2e-4, rel=1e-5), (doc["ind"], seed)
+    # Both seeds draw a question's own copy somewhere (3 and 1 times): the drop is exercised.
+    assert dropped >= 1, dropped
+    assert json.loads((out / "run.json").read_text())["benchmark"] == \
+        f"hellaswag, 2-shot, fewshot seed {seed}"
+    # Another seed is another run: a rerun into the same directory with it is refused.
+    e = fails("rsd-eval", "mc", "--task", "hellaswag", "--data", data, "--model", smollm2_dir,
+              "--out", out, "--fewshot", "2", "--fewshot-data", train, "--fewshot-seed",
+              seed + 1).stderr
+    assert "fewshot seed" in e, e
 
 
 def test_add_bos_token_tokenizes_with_the_special_tokens(smollm2_dir, smollm2_hf, tmp_path):

@@ -75,7 +75,8 @@ mod tests {
         std::fs::write(dir.path().join("b.safetensors"), b"second").unwrap();
         std::fs::write(dir.path().join("a.safetensors"), b"first").unwrap();
         std::fs::write(dir.path().join("config.json"), b"{}").unwrap();
-        let want = sha256_hex(format!("{}{}", sha256_hex(b"first"), sha256_hex(b"second")).as_bytes());
+        let want =
+            sha256_hex(format!("{}{}", sha256_hex(b"first"), sha256_hex(b"second")).as_bytes());
         assert_eq!(model_weights_sha256(dir.path()).unwrap(), want);
     }
 }

@@ -15,6 +15,7 @@
 use std::path::{Path, PathBuf};
 
 use rsd_common::printable::shortened;
+use rsd_common::pyrandom::{PyRandom, PyRandomError};
 
 use rsd_model::cli::{DeviceArgs, ModelDirArgs};
 use rsd_model::generate::{self as gen, TextTokenizer};
@@ -362,25 +363,49 @@ fn same_doc(a: &McQuestion, b: &McQuestion) -> bool {
         && a.gold == b.gold
 }
 
-/// `q`'s few-shot examples from `pool`, as lm-eval's `ContextSampler.get_context` picks them
-/// with the `first_n` sampler: the first `k` questions of `q`'s group (MMLU: its subject; the
-/// others: all), or the first `k + 1` when the few-shot file is the evaluated file itself
-/// (`same_split`); then any equal to `q` dropped, and at most `k` kept. With another file
-/// (MMLU's dev split) a question equal to `q` is dropped without a replacement, so `q` gets
-/// `k - 1` examples, as in lm-eval.
+/// How many few-shot questions lm-eval draws for one evaluated question: `k + 1` when the
+/// task's few-shot split is its test split (`fewshot_split == test_split` in its config; for
+/// HellaSwag and WinoGrande neither is set, so both are `None` and equal), or here when the
+/// few-shot file is the evaluated file itself (`same_split`); else `k` (MMLU: dev vs test;
+/// OpenBookQA: unset vs test).
+pub fn drawn_for(task: McTask, k: usize, same_split: bool) -> usize {
+    let plus_one = same_split || matches!(task, McTask::Hellaswag | McTask::Winogrande);
+    if plus_one {
+        k + 1
+    } else {
+        k
+    }
+}
+
+/// `q`'s few-shot examples from `pool`, as lm-eval's `ContextSampler.get_context` picks them:
+/// `drawn` questions of `q`'s group, then any equal to `q` dropped (`x != doc`) and at most `k`
+/// kept. Which `drawn`: MMLU's `first_n` sampler takes the first of the subject's dev questions
+/// (`rng` is `None`); the other tasks' default sampler draws `rng.sample(pool, drawn)`, one call
+/// per evaluated question in file order on one generator seeded once for the task (lm-eval's
+/// `random.Random(fewshot_random_seed)`, 1234 by default), so question `i`'s examples depend on
+/// the draws before it exactly as in lm-eval. A question equal to `q` is dropped without a
+/// replacement, so `q` may get fewer than `k` examples, as in lm-eval.
 pub fn examples_for<'a>(
     q: &McQuestion,
     pool: &'a [McQuestion],
     k: usize,
-    same_split: bool,
-) -> Vec<&'a McQuestion> {
-    let drawn = if same_split { k + 1 } else { k };
-    pool.iter()
-        .filter(|e| e.group == q.group)
-        .take(drawn)
+    drawn: usize,
+    rng: Option<&mut PyRandom>,
+) -> Result<Vec<&'a McQuestion>, PyRandomError> {
+    let group: Vec<&McQuestion> = pool.iter().filter(|e| e.group == q.group).collect();
+    let picked: Vec<&McQuestion> = match rng {
+        None => group.into_iter().take(drawn).collect(),
+        Some(rng) => rng
+            .sample(group.len(), drawn)?
+            .into_iter()
+            .map(|i| group[i])
+            .collect(),
+    };
+    Ok(picked
+        .into_iter()
         .filter(|e| !same_doc(e, q))
         .take(k)
-        .collect()
+        .collect())
 }
 
 /// MMLU's subject from a file name: `high_school_biology_test.csv` → "high school biology".
@@ -505,15 +530,20 @@ pub struct McArgs {
     /// Score only the first N questions (a quick check; run.json says how many were scored).
     #[arg(long)]
     pub limit: Option<usize>,
-    /// Few-shot examples before each question (lm-eval's --num_fewshot; 0 is zero-shot): the
-    /// first K questions of --fewshot-data (MMLU: of the same subject, as lm-eval takes its dev
-    /// examples), each with its right answer, separated by blank lines.
+    /// Few-shot examples before each question (lm-eval's --num_fewshot; 0 is zero-shot), each
+    /// with its right answer, separated by blank lines: MMLU the first K of the subject's dev
+    /// questions, the others K drawn from --fewshot-data as lm-eval draws them (--fewshot-seed).
     #[arg(long, default_value_t = 0)]
     pub fewshot: usize,
     /// Where the few-shot examples come from, in the same published format (MMLU: the
     /// directory of SUBJECT_dev.csv files; the others: a training or validation file).
     #[arg(long, value_name = "PATH")]
     pub fewshot_data: Option<PathBuf>,
+    /// Seed of the few-shot draw for HellaSwag, WinoGrande and OpenBookQA (lm-eval's
+    /// --fewshot_random_seed, 1234 by default): one generator for the whole file, a draw per
+    /// question in file order, as lm-eval's sampler draws them. MMLU takes the first K.
+    #[arg(long, default_value_t = 1234)]
+    pub fewshot_seed: u64,
     /// Choices per forward batch (does not change the scores).
     #[arg(long, default_value_t = 8)]
     pub batch_size: usize,
@@ -607,9 +637,18 @@ pub fn command(a: &McArgs) -> crate::error::Result<ScoreReport> {
     let tok = TextTokenizer::from_file(&a.checkpoint.model.join("tokenizer.json"))?;
     let cfg = ModelConfig::from_dir(&a.checkpoint.model)?;
     rsd_model::checkpoint::safetensors_files(&a.checkpoint.model)?;
+    // One generator for the task, drawn from once per question in order (lm-eval's sampler);
+    // MMLU's first_n sampler draws nothing.
+    let mut rng = (a.task != McTask::Mmlu).then(|| PyRandom::new(a.fewshot_seed));
+    let drawn = drawn_for(a.task, a.fewshot, same_split);
     let mut items = Vec::with_capacity(questions.len());
     for (i, q) in questions.iter().enumerate() {
-        items.push(user_item(a, &tok, i, q, &pool, same_split)?);
+        let examples = if a.fewshot == 0 {
+            Vec::new()
+        } else {
+            fewshot_examples(a, q, &pool, drawn, rng.as_mut())?
+        };
+        items.push(user_item(a, &tok, i, q, &examples)?);
     }
     // One length bucket per benchmark: its longest prompt, rounded up to a power of two.
     let bucket = items
@@ -820,20 +859,22 @@ fn score_items(
     })
 }
 
-/// Question `i` as an item to score: its contexts after `a.fewshot` examples of `pool`, and
-/// its choices, tokenized as lm-eval tokenizes them (its length bucket is set later).
-fn user_item(
+/// `q`'s `a.fewshot` examples from `pool` (see [`examples_for`]), or an error naming the
+/// question when the pool has fewer than the draw needs.
+fn fewshot_examples<'a>(
     a: &McArgs,
-    tok: &TextTokenizer,
-    i: usize,
     q: &McQuestion,
-    pool: &[McQuestion],
-    same_split: bool,
-) -> crate::error::Result<UserItem> {
+    pool: &'a [McQuestion],
+    drawn: usize,
+    rng: Option<&mut PyRandom>,
+) -> crate::error::Result<Vec<&'a McQuestion>> {
     let available = pool.iter().filter(|e| e.group == q.group).count();
-    if available < a.fewshot {
+    // The first_n sampler takes what there is; a random draw of more than the pool is an error
+    // in lm-eval too (Python's sample raises).
+    let needed = if rng.is_some() { drawn } else { a.fewshot };
+    if available < needed {
         return Err(EvalError::Input(format!(
-            "{}: --fewshot {} but --fewshot-data has {available} example(s){}",
+            "{}: --fewshot {} draws {needed} example(s) but --fewshot-data has {available}{}",
             q.origin,
             a.fewshot,
             if q.group.is_empty() {
@@ -843,8 +884,19 @@ fn user_item(
             }
         )));
     }
-    let examples = examples_for(q, pool, a.fewshot, same_split);
-    let full = q.full_contexts(&examples);
+    examples_for(q, pool, a.fewshot, drawn, rng).map_err(|e| EvalError::Input(e.to_string()))
+}
+
+/// Question `i` as an item to score: its contexts after its few-shot `examples`, and its
+/// choices, tokenized as lm-eval tokenizes them (its length bucket is set later).
+fn user_item(
+    a: &McArgs,
+    tok: &TextTokenizer,
+    i: usize,
+    q: &McQuestion,
+    examples: &[&McQuestion],
+) -> crate::error::Result<UserItem> {
+    let full = q.full_contexts(examples);
     // One (context, continuation) pair per choice: the shared context, or the choice's own
     // (WinoGrande).
     let mut contexts = Vec::with_capacity(q.continuations.len());
@@ -900,10 +952,11 @@ fn benchmark_name(a: &McArgs) -> String {
             Some(n) => format!(" (first {n})"),
             None => String::new(),
         },
-        if a.fewshot > 0 {
-            format!(", {}-shot", a.fewshot)
-        } else {
-            String::new()
+        match (a.fewshot, a.task) {
+            (0, _) => String::new(),
+            (k, McTask::Mmlu) => format!(", {k}-shot"),
+            // The seed picks the examples: part of the settings a rerun must match.
+            (k, _) => format!(", {k}-shot, fewshot seed {}", a.fewshot_seed),
         },
         // Part of the settings a rerun must match: BOS changes every score.
         if a.add_bos_token {
@@ -1045,14 +1098,32 @@ mod tests {
         let pool = [q("one"), q("two"), q("three")];
         let ctxs =
             |v: Vec<&McQuestion>| v.iter().map(|e| e.contexts[0].clone()).collect::<Vec<_>>();
+        let first_n = |q: &McQuestion, drawn| examples_for(q, &pool, 2, drawn, None).unwrap();
         // Another split (MMLU's dev): the first k, the question itself dropped, not replaced.
-        assert_eq!(ctxs(examples_for(&q("one"), &pool, 2, false)), ["two"]);
-        assert_eq!(ctxs(examples_for(&q("x"), &pool, 2, false)), ["one", "two"]);
+        assert_eq!(ctxs(first_n(&q("one"), 2)), ["two"]);
+        assert_eq!(ctxs(first_n(&q("x"), 2)), ["one", "two"]);
         // The evaluated split itself: k + 1 drawn, so k remain.
+        assert_eq!(ctxs(first_n(&q("one"), 3)), ["two", "three"]);
+        assert_eq!(ctxs(first_n(&q("x"), 3)), ["one", "two"]);
+        assert_eq!(drawn_for(McTask::Mmlu, 2, false), 2);
+        assert_eq!(drawn_for(McTask::Openbookqa, 2, false), 2);
+        assert_eq!(drawn_for(McTask::Openbookqa, 2, true), 3);
+        assert_eq!(drawn_for(McTask::Hellaswag, 2, false), 3);
+        assert_eq!(drawn_for(McTask::Winogrande, 2, false), 3);
+        // Random draws: Python's random.Random(1234).sample(range(3), 3) (PyRandom is checked
+        // against CPython in its own tests), then the question itself dropped.
+        let mut rng = PyRandom::new(1234);
+        let want: Vec<String> = PyRandom::new(1234)
+            .sample(3, 3)
+            .unwrap()
+            .into_iter()
+            .map(|i| pool[i].contexts[0].clone())
+            .filter(|c| c != "one")
+            .take(2)
+            .collect();
         assert_eq!(
-            ctxs(examples_for(&q("one"), &pool, 2, true)),
-            ["two", "three"]
+            ctxs(examples_for(&q("one"), &pool, 2, 3, Some(&mut rng)).unwrap()),
+            want
         );
-        assert_eq!(ctxs(examples_for(&q("x"), &pool, 2, true)), ["one", "two"]);
     }
 }
