@@ -106,6 +106,9 @@ pub(super) fn fingerprint(inputs: &Inputs, settings: &PackSettings) -> String {
     if inputs.read.max_doc_bytes != crate::source::DEFAULT_MAX_DOC_BYTES {
         key["max_doc_bytes"] = inputs.read.max_doc_bytes.into();
     }
+    if inputs.read.max_expansion != crate::source::DEFAULT_MAX_EXPANSION {
+        key["max_expansion"] = inputs.read.max_expansion.into();
+    }
     rsd_common::digest::sha256_hex(key.to_string().as_bytes())
 }
 

@@ -103,6 +103,42 @@ type DocIter = Box<dyn Iterator<Item = Result<RawDoc>> + Send>;
 /// enough that one hostile record cannot exhaust memory.
 pub const DEFAULT_MAX_DOC_BYTES: u64 = 256 << 20;
 
+/// The default of `rsd-data pack --max-expansion`: how many bytes of documents one input file of
+/// a format that can expand (JSONL with zstd, Parquet, Arrow IPC) may decode to per byte it
+/// stores. Real corpora expand far less: zstd and Parquet's codecs take text down 3 to 30 times,
+/// a dictionary shares a value among the rows that repeat it, and a text column whose rows repeat
+/// one value a thousand times is not a corpus. A crafted file expands millions of times (a
+/// 503-byte `DELTA_BYTE_ARRAY` page of 12,000 one-MiB values, a zstd frame of RLE blocks), which
+/// costs time and disk without limit though memory stays bounded.
+pub const DEFAULT_MAX_EXPANSION: u64 = 1000;
+
+/// What every input file may decode to whatever its size, on top of `--max-expansion` times its
+/// size: a small file's fixed overhead (a Parquet footer, a zstd frame header) makes its ratio
+/// say little, and 16 MiB is a few seconds of work.
+pub const EXPANSION_FLOOR: u64 = 16 << 20;
+
+/// The most bytes a file of `stored` bytes may decode to, with `--max-expansion ratio`.
+pub fn expansion_limit(stored: u64, ratio: u64) -> u64 {
+    stored.saturating_mul(ratio).saturating_add(EXPANSION_FLOOR)
+}
+
+/// The error of a file that decodes past [`expansion_limit`]: a bad file, so `--skip-bad` skips
+/// the rest of it.
+pub(crate) fn expansion_error(path: &Path, stored: u64, ratio: u64) -> DataError {
+    DataError::bad_file(
+        path,
+        Cause::Corrupt,
+        format!(
+            "decodes to more than {} bytes, {ratio} times its {stored} stored bytes + {} MiB, \
+             the most rsd-data pack decodes from one file (--max-expansion {ratio}); a \
+             decompression bomb or a crafted file; the rest of the file is not read (pass a \
+             larger --max-expansion if the data is real)",
+            expansion_limit(stored, ratio),
+            EXPANSION_FLOOR >> 20
+        ),
+    )
+}
+
 /// Options that shape how sources are read.
 #[derive(Debug, Clone)]
 pub struct ReadOptions {
@@ -116,6 +152,9 @@ pub struct ReadOptions {
     /// Records are conversations (`pack --chat`): a Parquet/Arrow `list<struct<role, content>>`
     /// column is read as the JSON of its messages.
     pub chat: bool,
+    /// Decoded bytes per stored byte one JSONL, Parquet or Arrow file may yield
+    /// ([`DEFAULT_MAX_EXPANSION`], [`expansion_limit`]).
+    pub max_expansion: u64,
 }
 
 impl ReadOptions {
@@ -126,6 +165,7 @@ impl ReadOptions {
             read_threads: 1,
             max_doc_bytes: DEFAULT_MAX_DOC_BYTES,
             chat: false,
+            max_expansion: DEFAULT_MAX_EXPANSION,
         }
     }
 }
@@ -531,10 +571,41 @@ fn open_input(path: &Path, format: Format, opts: &ReadOptions) -> Result<DocIter
         Ok(result) => result?,
         Err(panic) => return Err(reader_panicked(path, panic.as_ref())),
     };
+    // Text files are read as they are and MDS shards are bounded on their own (zstd at 64 times
+    // the shard, spans that may cover their ids once), so only these can expand much.
+    let expands = matches!(format, Format::Jsonl | Format::Parquet | Format::Arrow);
+    let budget = expands.then(|| Budget {
+        stored: file_len(path),
+        ratio: opts.max_expansion,
+        decoded: 0,
+    });
     Ok(Box::new(Guarded {
         path: path.to_path_buf(),
         inner: Some(inner),
+        budget,
     }))
+}
+
+/// What one input may still decode to ([`expansion_limit`]).
+struct Budget {
+    stored: u64,
+    ratio: u64,
+    decoded: u64,
+}
+
+/// What a document costs against its file's [`Budget`]: its bytes, and one more for the record
+/// itself, so that a file of millions of empty or refused records (a run-length encoded column
+/// of nulls) is not free.
+fn decoded_cost(item: &Result<RawDoc>) -> u64 {
+    let bytes = match item {
+        Ok(doc) => match &doc.content {
+            Content::Text(t) => t.len() as u64,
+            Content::Tokens { ids, .. } => (ids.len() as u64).saturating_mul(4),
+            Content::JsonLine(line) => line.len() as u64,
+        },
+        Err(_) => 0,
+    };
+    bytes.saturating_add(1)
 }
 
 thread_local! {
@@ -586,6 +657,8 @@ fn reader_panicked(path: &Path, panic: &(dyn std::any::Any + Send)) -> DataError
 struct Guarded {
     path: PathBuf,
     inner: Option<DocIter>,
+    /// `None` for the formats that cannot expand.
+    budget: Option<Budget>,
 }
 
 impl Iterator for Guarded {
@@ -593,7 +666,17 @@ impl Iterator for Guarded {
     fn next(&mut self) -> Option<Result<RawDoc>> {
         let inner = self.inner.as_mut()?;
         match guarded(|| inner.next()) {
-            Ok(item) => item,
+            Ok(Some(item)) => {
+                if let Some(b) = &mut self.budget {
+                    b.decoded = b.decoded.saturating_add(decoded_cost(&item));
+                    if b.decoded > expansion_limit(b.stored, b.ratio) {
+                        self.inner = None;
+                        return Some(Err(expansion_error(&self.path, b.stored, b.ratio)));
+                    }
+                }
+                Some(item)
+            }
+            Ok(None) => None,
             Err(panic) => {
                 // The reader may be in any state after a panic: it is not asked again.
                 self.inner = None;
@@ -608,7 +691,9 @@ fn open_unguarded(path: &Path, format: Format, opts: &ReadOptions) -> Result<Doc
     match format {
         Format::Text => Ok(Box::new(std::iter::once(text::read(path, max)))),
         Format::Code => Ok(Box::new(std::iter::once(code::read_repo(path, max)))),
-        Format::Jsonl => jsonl::open(path, field, max).map(|i| Box::new(i) as DocIter),
+        Format::Jsonl => {
+            jsonl::open(path, field, max, opts.max_expansion).map(|i| Box::new(i) as DocIter)
+        }
         Format::Parquet => parquet_file::open(path, field, max)
             .map(|i| Box::new(i.with_message_lists(opts.chat)) as DocIter),
         Format::Arrow => arrow_ipc::open(path, field, max)
