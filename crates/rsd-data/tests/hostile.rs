@@ -1068,7 +1068,14 @@ fn errors_quote_long_values_from_data_cut_short() {
     let (src, out, mut journal) = interrupted_pack(&tmp.path().join("j"));
     journal["version"] = json!(long);
     write_json(&out.join("pack.journal.json"), &journal);
-    answers.push(fails(&pack_small_shards_args(p(&src), p(&out))).stderr);
+    // pack's own journal is not data: its error quotes none of it.
+    let err = fails(&pack_small_shards_args(p(&src), p(&out))).stderr;
+    assert!(
+        err.len() < 2000 && err.contains("pack.journal.json") && !err.contains("yyyy"),
+        "{} characters: {:.600}",
+        err.len(),
+        err
+    );
     for err in answers {
         assert!(
             err.len() < 2000 && err.contains("yyyy") && err.contains("more characters"),
@@ -1334,3 +1341,137 @@ fn a_datasets_state_json_naming_one_file_twice_is_refused_naming_both_entries() 
     }
 }
 
+// ---- Links in input directories and in --out ----
+
+/// A text file's document count and the text of each, packed from `src` (`--format text`).
+fn pack_text(src: &Path, out: &Path, format: &str) -> Finished {
+    run_bounded(&pack_args(p(src), p(out), &["--format", format]), TIMEOUT)
+}
+
+#[test]
+fn links_in_input_directories_are_followed_only_inside_the_directory_given() {
+    use std::os::unix::fs::symlink;
+    let tmp = tempfile::tempdir().unwrap();
+    let secret = tmp.path().join("secret.txt");
+    std::fs::write(&secret, "the secret contents of a file outside\n").unwrap();
+
+    // Text: a link to a file inside is read (once, with its target); one outside is refused.
+    let text = tmp.path().join("text");
+    std::fs::create_dir_all(text.join("sub")).unwrap();
+    std::fs::write(text.join("sub/a.txt"), "inside the directory\n").unwrap();
+    symlink("sub/a.txt", text.join("b.txt")).unwrap();
+    let f = pack_text(&text, &tmp.path().join("t0"), "text");
+    assert!(f.success, "{}", f.stderr);
+    let m = ShardSet::open(&tmp.path().join("t0"))
+        .unwrap()
+        .manifest()
+        .clone();
+    assert_eq!(
+        m.totals.documents, 1,
+        "the link and its target are one file"
+    );
+    symlink(&secret, text.join("c.txt")).unwrap();
+    let f = pack_text(&text, &tmp.path().join("t1"), "text");
+    assert!(!f.success);
+    let want = format!(
+        "{}: a symbolic link to {}, outside {}",
+        text.join("c.txt").display(),
+        secret.canonicalize().unwrap().display(),
+        text.display()
+    );
+    assert!(f.stderr.contains(&want), "want {want:?}: {}", f.stderr);
+    assert!(!f.stderr.contains("secret contents"), "{}", f.stderr);
+
+    // JSONL, by a link that climbs out with `..`.
+    let jsonl = tmp.path().join("jsonl");
+    std::fs::create_dir(&jsonl).unwrap();
+    write_jsonl(&jsonl.join("a.jsonl"), 3);
+    write_jsonl(&tmp.path().join("other.jsonl"), 5);
+    symlink("../other.jsonl", jsonl.join("b.jsonl")).unwrap();
+    let f = fails(&pack_args(p(&jsonl), p(&tmp.path().join("j1")), &[]));
+    assert!(
+        f.stderr.contains("b.jsonl: a symbolic link to")
+            && f.stderr.contains("other.jsonl, outside"),
+        "{}",
+        f.stderr
+    );
+    std::fs::remove_file(jsonl.join("b.jsonl")).unwrap();
+    symlink("a.jsonl", jsonl.join("b.jsonl")).unwrap();
+    let out = tmp.path().join("j2");
+    ok(&pack_args(p(&jsonl), p(&out), &[]));
+    assert_eq!(ShardSet::open(&out).unwrap().manifest().totals.documents, 3);
+
+    // Code: a link to a file of the same --src directory is read; one outside is refused.
+    let code = tmp.path().join("code");
+    std::fs::create_dir_all(code.join("repo")).unwrap();
+    std::fs::write(code.join("repo/main.rs"), "fn main() {}\n").unwrap();
+    std::fs::write(code.join("shared.rs"), "pub fn shared() {}\n").unwrap();
+    symlink("../shared.rs", code.join("repo/lib.rs")).unwrap();
+    let out = tmp.path().join("c0");
+    let f = pack_text(&code, &out, "code");
+    assert!(f.success, "{}", f.stderr);
+    assert_eq!(ShardSet::open(&out).unwrap().manifest().totals.documents, 1);
+    symlink(&secret, code.join("repo/secret.rs")).unwrap();
+    let f = pack_text(&code, &tmp.path().join("c1"), "code");
+    assert!(!f.success);
+    assert!(
+        f.stderr.contains("repo/secret.rs: a symbolic link to")
+            && f.stderr.contains(&format!("outside {}", code.display()))
+            && !f.stderr.contains("secret contents"),
+        "{}",
+        f.stderr
+    );
+}
+
+#[test]
+fn links_at_the_names_pack_keeps_in_out_are_refused_without_quoting_what_they_point_at() {
+    use std::os::unix::fs::symlink;
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, out, _journal) = interrupted_pack(tmp.path());
+    // JSON whose values serde would quote in its message.
+    let secret = tmp.path().join("secret.json");
+    std::fs::write(&secret, r#"{"version": "the secret contents"}"#).unwrap();
+    let args = pack_small_shards_args(p(&src), p(&out));
+
+    for name in [
+        "pack.journal.json",
+        "pack.journal.bin",
+        "shard-00000.bin",
+        "index.json",
+    ] {
+        let at = out.join(name);
+        let saved = tmp.path().join("saved");
+        std::fs::rename(&at, &saved).ok();
+        symlink(&secret, &at).unwrap();
+        let f = fails(&args);
+        assert!(
+            f.stderr
+                .contains(&format!("{}: a symbolic link", at.display()))
+                && f.stderr.contains("keeps a file of its own")
+                && !f.stderr.contains("secret contents"),
+            "{name}: {}",
+            f.stderr
+        );
+        std::fs::remove_file(&at).unwrap();
+        std::fs::rename(&saved, &at).ok();
+    }
+    // A journal edited into other JSON is refused without quoting it either.
+    std::fs::write(
+        out.join("pack.journal.json"),
+        r#"{"version": "the secret contents"}"#,
+    )
+    .unwrap();
+    let f = fails(&args);
+    assert!(
+        f.stderr.contains("pack.journal.json")
+            && f.stderr
+                .contains("not a resume journal's fields and types, at line 1")
+            && !f.stderr.contains("secret contents"),
+        "{}",
+        f.stderr
+    );
+    assert_eq!(
+        std::fs::read_to_string(&secret).unwrap(),
+        r#"{"version": "the secret contents"}"#
+    );
+}

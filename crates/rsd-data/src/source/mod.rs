@@ -287,15 +287,41 @@ fn format_of_file(path: &Path) -> Option<Format> {
     }
 }
 
+/// The one rule for links inside an input directory `given` (whose canonical path is `root`):
+/// a link is followed only while what it leads to stays under `given`. Returns where `link`
+/// leads, `None` if that cannot be resolved (dangling, a loop: reading it reports the OS error,
+/// which `--skip-bad` skips like any unreadable file), and an error naming the link and its
+/// target if it leads outside: a directory of data someone shared must not make rsd read
+/// `~/.ssh` or another corpus.
+pub(super) fn link_target(root: &Path, given: &Path, link: &Path) -> Result<Option<PathBuf>> {
+    let Ok(target) = std::fs::canonicalize(link) else {
+        return Ok(None);
+    };
+    if target.starts_with(root) {
+        return Ok(Some(target));
+    }
+    Err(DataError::Config(format!(
+        "{}: a symbolic link to {}, outside {}; rsd follows a link in an input directory only \
+         to a file inside the directory given (for a Hugging Face cache, give the directory \
+         that holds both the snapshot and its blobs)",
+        link.display(),
+        target.display(),
+        given.display()
+    )))
+}
+
 /// Every file under `dir`, sorted by path (byte order, so it is the same everywhere), and warnings
-/// about what was left out. Links to files are followed (Hugging Face caches link to their blobs);
-/// links to directories are not, so no file is read twice and a loop of links cannot trap the
-/// walk. A file reached twice (two links, a link and its target, hard links) is listed once. A
-/// link that leads nowhere (dangling, a loop) stays in the list: reading it reports the OS error,
-/// which `--skip-bad` skips like any unreadable file.
+/// about what was left out. Links to files are followed if they stay inside `dir` (see
+/// [`link_target`]; Hugging Face caches link to their blobs); links to directories are not, so no
+/// file is read twice and a loop of links cannot trap the walk. A file reached twice (two links,
+/// a link and its target, hard links) is listed once, under a name whose format is known if one
+/// has (a cache's blob has none, the snapshot's link to it has). A link that leads nowhere
+/// (dangling, a loop) stays in the list: reading it reports the OS error, which `--skip-bad`
+/// skips like any unreadable file.
 fn files_under(dir: &Path) -> Result<(Vec<PathBuf>, Vec<String>)> {
     let (mut files, mut warnings) = (vec![], vec![]);
-    let mut seen: std::collections::HashMap<(u64, u64), PathBuf> = Default::default();
+    let root = std::fs::canonicalize(dir).map_err(|e| DataError::io(dir, e))?;
+    let mut seen: std::collections::HashMap<(u64, u64), usize> = Default::default();
     for entry in walkdir::WalkDir::new(dir).sort_by_file_name() {
         let entry = entry.map_err(|e| {
             let path = e
@@ -312,12 +338,15 @@ fn files_under(dir: &Path) -> Result<(Vec<PathBuf>, Vec<String>)> {
         let path = entry.path();
         // The root itself may be a link: walkdir follows it, as it should.
         let meta = if entry.depth() > 0 && entry.path_is_symlink() {
-            match std::fs::metadata(path) {
+            let Some(target) = link_target(&root, dir, path)? else {
+                files.push(entry.into_path());
+                continue;
+            };
+            match std::fs::metadata(&target) {
                 Ok(m) if m.is_dir() => {
                     warnings.push(format!(
-                        "{}: a link to a directory; not followed (its files would be read twice, or from outside {})",
+                        "{}: a link to a directory; not followed (its files would be read twice)",
                         path.display(),
-                        dir.display()
                     ));
                     continue;
                 }
@@ -339,17 +368,26 @@ fn files_under(dir: &Path) -> Result<(Vec<PathBuf>, Vec<String>)> {
         if !meta.is_file() {
             continue;
         }
-        if let Some(first) = seen.get(&file_identity(&meta)) {
+        if let Some(&k) = seen.get(&file_identity(&meta)) {
+            let (kept, dropped) =
+                if format_of_file(&files[k]).is_none() && format_of_file(path).is_some() {
+                    let dropped = std::mem::replace(&mut files[k], path.to_path_buf());
+                    (files[k].clone(), dropped)
+                } else {
+                    (files[k].clone(), path.to_path_buf())
+                };
             warnings.push(format!(
                 "{}: the same file as {}; read once",
-                path.display(),
-                first.display()
+                dropped.display(),
+                kept.display()
             ));
             continue;
         }
-        seen.insert(file_identity(&meta), path.to_path_buf());
+        seen.insert(file_identity(&meta), files.len());
         files.push(entry.into_path());
     }
+    // A name put in an earlier file's place may sort elsewhere.
+    files.sort();
     Ok((files, warnings))
 }
 
