@@ -124,6 +124,14 @@ pub struct PackArgs {
     /// default, 256MiB, is far above any real document. Takes 64MiB, 1GiB, or bytes.
     #[arg(long, default_value = "256MiB", value_parser = parse_size)]
     max_doc_bytes: u64,
+    /// The most bytes of documents one JSONL (zstd), Parquet or Arrow file may decode to per
+    /// byte it stores, plus 16 MiB whatever its size. Real corpora expand 3 to 30 times; a
+    /// crafted file (a zstd or Parquet bomb, values repeated from one page or dictionary) can
+    /// expand millions of times and cost time and disk without end. A file that goes past it is
+    /// a bad file naming it and the bound (skipped with --skip-bad, its earlier documents kept).
+    #[arg(long, default_value_t = rsd_data::source::DEFAULT_MAX_EXPANSION,
+        value_parser = clap::value_parser!(u64).range(1..))]
+    max_expansion: u64,
     /// Start over: overwrite a complete output, or discard an interrupted one (its journal is not
     /// read, so a damaged one is no obstacle; links in --out are removed, never followed).
     #[arg(long)]
@@ -202,6 +210,7 @@ pub fn pack(a: PackArgs) -> Result<()> {
             .unwrap_or_else(|| if a.chat { "messages" } else { "text" }.to_string()),
         read_threads: a.read_threads,
         max_doc_bytes: a.max_doc_bytes,
+        max_expansion: a.max_expansion,
         chat: a.chat.then(|| pack::ChatRequest {
             template: a.chat_template_file.clone(),
             train_on: a.train_on.into(),

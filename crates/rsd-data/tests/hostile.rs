@@ -192,6 +192,9 @@ fn pack_mds_args<'a>(src: &'a str, out: &'a str) -> Vec<&'a str> {
 /// data would exceed it many times over.
 const BOMB_RSS_HEADROOM_MIB: f64 = 64.0;
 const BOMB_BYTES: usize = 512 << 20;
+/// A `--max-expansion` that lets the bombs decode in full (they are far past the default), so
+/// what is tested is what reading them through costs.
+const BOMB_EXPANSION: &str = "1000000";
 
 /// zstd frames of `head`, then `BOMB_BYTES` of `fill`, then `tail`: a few KB on disk.
 fn zstd_bomb(head: &[u8], fill: u8, tail: &[u8]) -> Vec<u8> {
@@ -405,6 +408,8 @@ fn a_zstd_bomb_line_is_a_clear_error_or_a_counted_skip_in_bounded_memory() {
         "keep",
         "--max-doc-bytes",
         "1MiB",
+        "--max-expansion",
+        BOMB_EXPANSION,
         "--src",
         p(&src),
         "--out",
@@ -431,6 +436,8 @@ fn a_zstd_bomb_line_is_a_clear_error_or_a_counted_skip_in_bounded_memory() {
         "keep",
         "--max-doc-bytes",
         "1MiB",
+        "--max-expansion",
+        BOMB_EXPANSION,
         "--skip-bad",
         "--src",
         p(&src),
@@ -1008,6 +1015,10 @@ fn one_huge_document_costs_a_small_multiple_of_its_size() {
             "keep",
             "--workers",
             "1",
+            // 64 MiB from a few KB is far past the default expansion: what is measured here is
+            // what the document costs once it is read.
+            "--max-expansion",
+            BOMB_EXPANSION,
             "--src",
             p(src),
             "--out",
@@ -1057,7 +1068,14 @@ fn errors_quote_long_values_from_data_cut_short() {
     let (src, out, mut journal) = interrupted_pack(&tmp.path().join("j"));
     journal["version"] = json!(long);
     write_json(&out.join("pack.journal.json"), &journal);
-    answers.push(fails(&pack_small_shards_args(p(&src), p(&out))).stderr);
+    // pack's own journal is not data: its error quotes none of it.
+    let err = fails(&pack_small_shards_args(p(&src), p(&out))).stderr;
+    assert!(
+        err.len() < 2000 && err.contains("pack.journal.json") && !err.contains("yyyy"),
+        "{} characters: {:.600}",
+        err.len(),
+        err
+    );
     for err in answers {
         assert!(
             err.len() < 2000 && err.contains("yyyy") && err.contains("more characters"),
@@ -1066,4 +1084,394 @@ fn errors_quote_long_values_from_data_cut_short() {
             err
         );
     }
+}
+
+// ---- Small files that expand without limit ----
+
+/// `pack` of `src` into `out`, short samples, whatever the documents' length.
+fn pack_args<'a>(src: &'a str, out: &'a str, more: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "pack",
+        "--len",
+        "64",
+        "--tail",
+        "keep",
+        "--src",
+        src,
+        "--out",
+        out,
+        "--progress",
+        "none",
+    ];
+    args.extend_from_slice(more);
+    args
+}
+
+/// A Parquet file of one `text` column holding `values`, zstd-compressed, without statistics,
+/// `rows_per_group` rows to a row group, optionally `DELTA_BYTE_ARRAY`-encoded.
+fn write_parquet(path: &Path, values: &[String], rows_per_group: usize, delta: bool) {
+    use parquet::basic::{Compression, Encoding, ZstdLevel};
+    use parquet::file::properties::{EnabledStatistics, WriterProperties};
+    let array = arrow::array::StringArray::from_iter_values(values);
+    let batch =
+        arrow::array::RecordBatch::try_from_iter([("text", std::sync::Arc::new(array) as _)])
+            .unwrap();
+    let mut props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .set_dictionary_enabled(false)
+        .set_statistics_enabled(EnabledStatistics::None)
+        .set_max_row_group_size(rows_per_group);
+    if delta {
+        props = props.set_encoding(Encoding::DELTA_BYTE_ARRAY);
+    }
+    let file = std::fs::File::create(path).unwrap();
+    let mut w =
+        parquet::arrow::ArrowWriter::try_new(file, batch.schema(), Some(props.build())).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+}
+
+#[test]
+fn a_tiny_delta_encoded_parquet_file_stops_at_its_expansion_bound() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("delta.parquet");
+    // Each value repeats the previous one whole (a prefix of 1 MiB, no suffix): a few bytes of
+    // page per MiB of text. 64 of them are 64 MiB from a file of a few KB.
+    let value = "the same words again ".repeat(50_000);
+    write_parquet(&src, &vec![value; 64], 64, true);
+    let stored = std::fs::metadata(&src).unwrap().len();
+    assert!(stored < 16 << 10, "{stored} bytes is not tiny");
+    let bound = stored * 1000 + (16 << 20);
+
+    let f = fails(&pack_args(p(&src), p(&tmp.path().join("o1")), &[]));
+    for part in [
+        "delta.parquet",
+        &format!(
+            "decodes to more than {bound} bytes, 1000 times its {stored} stored bytes + 16 MiB"
+        ),
+        "--max-expansion 1000",
+    ] {
+        assert!(f.stderr.contains(part), "want {part:?}: {}", f.stderr);
+    }
+
+    let out = tmp.path().join("o2");
+    ok(&pack_args(p(&src), p(&out), &["--skip-bad"]));
+    let m = ShardSet::open(&out).unwrap().manifest().clone();
+    // The documents before the bound are kept; the rest of the file is not read.
+    let per_doc = 1_050_000 + 1;
+    assert_eq!(m.totals.documents, bound / per_doc);
+    assert_eq!(m.totals.bad_inputs.len(), 1, "{:?}", m.totals.bad_inputs);
+}
+
+/// zstd frames of `head`, then `n` newlines, then `tail`.
+fn zstd_of_blank_lines(head: &str, n: usize, tail: &str) -> Vec<u8> {
+    let mut enc = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+    enc.write_all(head.as_bytes()).unwrap();
+    let chunk = vec![b'\n'; 1 << 20];
+    for _ in 0..n / chunk.len() {
+        enc.write_all(&chunk).unwrap();
+    }
+    enc.write_all(tail.as_bytes()).unwrap();
+    enc.finish().unwrap()
+}
+
+#[test]
+fn a_jsonl_zst_of_endless_blank_lines_stops_at_its_bound_unless_raised() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = |i: usize| json!({ "text": format!("good document {i}") }).to_string() + "\n";
+    // Blank lines are no documents at all: only the decoder's output can count them.
+    let bytes = zstd_of_blank_lines(&good(1), 32 << 20, &good(2));
+    let src = tmp.path().join("blank.jsonl.zst");
+    std::fs::write(&src, &bytes).unwrap();
+    let stored = bytes.len() as u64;
+    assert!(stored < 8 << 10, "{stored} bytes");
+
+    let f = fails(&pack_args(p(&src), p(&tmp.path().join("o1")), &[]));
+    for part in [
+        "blank.jsonl.zst",
+        &format!("1000 times its {stored} stored bytes + 16 MiB"),
+        "--max-expansion 1000",
+    ] {
+        assert!(f.stderr.contains(part), "want {part:?}: {}", f.stderr);
+    }
+
+    let out = tmp.path().join("o2");
+    ok(&pack_args(p(&src), p(&out), &["--max-expansion", "100000"]));
+    let m = ShardSet::open(&out).unwrap().manifest().clone();
+    assert_eq!(m.totals.documents, 2);
+
+    let f = fails(&pack_args(
+        p(&src),
+        p(&tmp.path().join("o3")),
+        &["--max-expansion", "0"],
+    ));
+    assert!(f.stderr.contains("--max-expansion"), "{}", f.stderr);
+}
+
+#[test]
+fn parquet_row_groups_sharing_one_column_chunk_are_refused_naming_them() {
+    use parquet::thrift::TSerializable;
+    use thrift::protocol::{TCompactInputProtocol, TCompactOutputProtocol, TOutputProtocol};
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("shared.parquet");
+    let values: Vec<String> = (0..4).map(|i| format!("row {i} of the file")).collect();
+    write_parquet(&src, &values, 2, false);
+    let bytes = std::fs::read(&src).unwrap();
+    let n = bytes.len();
+    let len = u32::from_le_bytes(bytes[n - 8..n - 4].try_into().unwrap()) as usize;
+    let start = n - 8 - len;
+    let mut input = TCompactInputProtocol::new(&bytes[start..n - 8]);
+    let mut meta = parquet::format::FileMetaData::read_from_in_protocol(&mut input).unwrap();
+    assert_eq!(meta.row_groups.len(), 2);
+    let honest = meta.clone();
+
+    // Row group 1 repeated 1000 times: the second row group's bytes, read once per copy.
+    let write_footer = |meta: &parquet::format::FileMetaData, to: &Path| {
+        let mut footer = vec![];
+        let mut out = TCompactOutputProtocol::new(&mut footer);
+        meta.write_to_out_protocol(&mut out).unwrap();
+        out.flush().unwrap();
+        let mut file = bytes[..start].to_vec();
+        file.extend(&footer);
+        file.extend((footer.len() as u32).to_le_bytes());
+        file.extend(b"PAR1");
+        std::fs::write(to, file).unwrap();
+    };
+    meta.row_groups = vec![honest.row_groups[0].clone()];
+    meta.row_groups
+        .extend(std::iter::repeat_n(honest.row_groups[1].clone(), 1000));
+    meta.num_rows = 2 * 1001;
+    write_footer(&meta, &src);
+    let f = fails(&pack_args(p(&src), p(&tmp.path().join("o1")), &[]));
+    for part in [
+        "shared.parquet",
+        "row group 2 (first row 4), column \"text\"",
+        "overlaps that of leaf \"text\" in row group 1",
+    ] {
+        assert!(f.stderr.contains(part), "want {part:?}: {}", f.stderr);
+    }
+
+    // A chunk that starts inside another is refused the same way.
+    let mut meta = honest.clone();
+    let chunk = &mut meta.row_groups[1].columns[0];
+    let first = &honest.row_groups[0].columns[0];
+    let first_start = first.meta_data.as_ref().unwrap().data_page_offset;
+    chunk.meta_data.as_mut().unwrap().data_page_offset = first_start + 1;
+    chunk.meta_data.as_mut().unwrap().dictionary_page_offset = None;
+    let overlapping = tmp.path().join("overlapping.parquet");
+    write_footer(&meta, &overlapping);
+    let f = fails(&pack_args(p(&overlapping), p(&tmp.path().join("o2")), &[]));
+    assert!(
+        f.stderr.contains("overlapping.parquet") && f.stderr.contains("overlaps that of"),
+        "{}",
+        f.stderr
+    );
+
+    // The honest footer, written back the same way, packs its 4 rows.
+    let rewritten = tmp.path().join("honest.parquet");
+    write_footer(&honest, &rewritten);
+    let out = tmp.path().join("o3");
+    ok(&pack_args(p(&rewritten), p(&out), &[]));
+    assert_eq!(ShardSet::open(&out).unwrap().manifest().totals.documents, 4);
+}
+
+/// An Arrow IPC stream of one `text` column holding `values`.
+fn arrow_stream(values: &[&str]) -> Vec<u8> {
+    let array = arrow::array::StringArray::from_iter_values(values);
+    let batch =
+        arrow::array::RecordBatch::try_from_iter([("text", std::sync::Arc::new(array) as _)])
+            .unwrap();
+    let mut w = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &batch.schema()).unwrap();
+    w.write(&batch).unwrap();
+    w.into_inner().unwrap()
+}
+
+#[test]
+fn a_datasets_state_json_naming_one_file_twice_is_refused_naming_both_entries() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = tmp.path().join("ds");
+    std::fs::create_dir(&ds).unwrap();
+    std::fs::write(
+        ds.join("data-00000-of-00002.arrow"),
+        arrow_stream(&["one", "two"]),
+    )
+    .unwrap();
+    std::fs::write(
+        ds.join("data-00001-of-00002.arrow"),
+        arrow_stream(&["three"]),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("data-00000-of-00002.arrow", ds.join("again.arrow")).unwrap();
+    let state = |names: &[&str]| {
+        let files: Vec<Value> = names.iter().map(|n| json!({ "filename": n })).collect();
+        write_json(&ds.join("state.json"), &json!({ "_data_files": files }));
+    };
+
+    state(&["data-00000-of-00002.arrow", "data-00001-of-00002.arrow"]);
+    let out = tmp.path().join("o0");
+    ok(&pack_args(p(&ds), p(&out), &[]));
+    assert_eq!(ShardSet::open(&out).unwrap().manifest().totals.documents, 3);
+
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["data-00000-of-00002.arrow", "data-00001-of-00002.arrow", "data-00000-of-00002.arrow"],
+            "field _data_files[2].filename: data-00000-of-00002.arrow names the same file as _data_files[0].filename",
+        ),
+        (
+            &["data-00001-of-00002.arrow", "./data-00001-of-00002.arrow"],
+            "field _data_files[1].filename: ./data-00001-of-00002.arrow names the same file as _data_files[0].filename",
+        ),
+        (
+            &["data-00000-of-00002.arrow", "again.arrow"],
+            "field _data_files[1].filename: again.arrow names the same file as _data_files[0].filename",
+        ),
+    ];
+    for (k, (names, want)) in cases.iter().enumerate() {
+        state(names);
+        let f = fails(&pack_args(
+            p(&ds),
+            p(&tmp.path().join(format!("o{}", k + 1))),
+            &[],
+        ));
+        assert!(
+            f.stderr.contains("state.json") && f.stderr.contains(want),
+            "want {want:?}: {}",
+            f.stderr
+        );
+    }
+}
+
+// ---- Links in input directories and in --out ----
+
+/// A text file's document count and the text of each, packed from `src` (`--format text`).
+fn pack_text(src: &Path, out: &Path, format: &str) -> Finished {
+    run_bounded(&pack_args(p(src), p(out), &["--format", format]), TIMEOUT)
+}
+
+#[test]
+fn links_in_input_directories_are_followed_only_inside_the_directory_given() {
+    use std::os::unix::fs::symlink;
+    let tmp = tempfile::tempdir().unwrap();
+    let secret = tmp.path().join("secret.txt");
+    std::fs::write(&secret, "the secret contents of a file outside\n").unwrap();
+
+    // Text: a link to a file inside is read (once, with its target); one outside is refused.
+    let text = tmp.path().join("text");
+    std::fs::create_dir_all(text.join("sub")).unwrap();
+    std::fs::write(text.join("sub/a.txt"), "inside the directory\n").unwrap();
+    symlink("sub/a.txt", text.join("b.txt")).unwrap();
+    let f = pack_text(&text, &tmp.path().join("t0"), "text");
+    assert!(f.success, "{}", f.stderr);
+    let m = ShardSet::open(&tmp.path().join("t0"))
+        .unwrap()
+        .manifest()
+        .clone();
+    assert_eq!(
+        m.totals.documents, 1,
+        "the link and its target are one file"
+    );
+    symlink(&secret, text.join("c.txt")).unwrap();
+    let f = pack_text(&text, &tmp.path().join("t1"), "text");
+    assert!(!f.success);
+    let want = format!(
+        "{}: a symbolic link to {}, outside {}",
+        text.join("c.txt").display(),
+        secret.canonicalize().unwrap().display(),
+        text.display()
+    );
+    assert!(f.stderr.contains(&want), "want {want:?}: {}", f.stderr);
+    assert!(!f.stderr.contains("secret contents"), "{}", f.stderr);
+
+    // JSONL, by a link that climbs out with `..`.
+    let jsonl = tmp.path().join("jsonl");
+    std::fs::create_dir(&jsonl).unwrap();
+    write_jsonl(&jsonl.join("a.jsonl"), 3);
+    write_jsonl(&tmp.path().join("other.jsonl"), 5);
+    symlink("../other.jsonl", jsonl.join("b.jsonl")).unwrap();
+    let f = fails(&pack_args(p(&jsonl), p(&tmp.path().join("j1")), &[]));
+    assert!(
+        f.stderr.contains("b.jsonl: a symbolic link to")
+            && f.stderr.contains("other.jsonl, outside"),
+        "{}",
+        f.stderr
+    );
+    std::fs::remove_file(jsonl.join("b.jsonl")).unwrap();
+    symlink("a.jsonl", jsonl.join("b.jsonl")).unwrap();
+    let out = tmp.path().join("j2");
+    ok(&pack_args(p(&jsonl), p(&out), &[]));
+    assert_eq!(ShardSet::open(&out).unwrap().manifest().totals.documents, 3);
+
+    // Code: a link to a file of the same --src directory is read; one outside is refused.
+    let code = tmp.path().join("code");
+    std::fs::create_dir_all(code.join("repo")).unwrap();
+    std::fs::write(code.join("repo/main.rs"), "fn main() {}\n").unwrap();
+    std::fs::write(code.join("shared.rs"), "pub fn shared() {}\n").unwrap();
+    symlink("../shared.rs", code.join("repo/lib.rs")).unwrap();
+    let out = tmp.path().join("c0");
+    let f = pack_text(&code, &out, "code");
+    assert!(f.success, "{}", f.stderr);
+    assert_eq!(ShardSet::open(&out).unwrap().manifest().totals.documents, 1);
+    symlink(&secret, code.join("repo/secret.rs")).unwrap();
+    let f = pack_text(&code, &tmp.path().join("c1"), "code");
+    assert!(!f.success);
+    assert!(
+        f.stderr.contains("repo/secret.rs: a symbolic link to")
+            && f.stderr.contains(&format!("outside {}", code.display()))
+            && !f.stderr.contains("secret contents"),
+        "{}",
+        f.stderr
+    );
+}
+
+#[test]
+fn links_at_the_names_pack_keeps_in_out_are_refused_without_quoting_what_they_point_at() {
+    use std::os::unix::fs::symlink;
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, out, _journal) = interrupted_pack(tmp.path());
+    // JSON whose values serde would quote in its message.
+    let secret = tmp.path().join("secret.json");
+    std::fs::write(&secret, r#"{"version": "the secret contents"}"#).unwrap();
+    let args = pack_small_shards_args(p(&src), p(&out));
+
+    for name in [
+        "pack.journal.json",
+        "pack.journal.bin",
+        "shard-00000.bin",
+        "index.json",
+    ] {
+        let at = out.join(name);
+        let saved = tmp.path().join("saved");
+        std::fs::rename(&at, &saved).ok();
+        symlink(&secret, &at).unwrap();
+        let f = fails(&args);
+        assert!(
+            f.stderr
+                .contains(&format!("{}: a symbolic link", at.display()))
+                && f.stderr.contains("keeps a file of its own")
+                && !f.stderr.contains("secret contents"),
+            "{name}: {}",
+            f.stderr
+        );
+        std::fs::remove_file(&at).unwrap();
+        std::fs::rename(&saved, &at).ok();
+    }
+    // A journal edited into other JSON is refused without quoting it either.
+    std::fs::write(
+        out.join("pack.journal.json"),
+        r#"{"version": "the secret contents"}"#,
+    )
+    .unwrap();
+    let f = fails(&args);
+    assert!(
+        f.stderr.contains("pack.journal.json")
+            && f.stderr
+                .contains("not a resume journal's fields and types, at line 1")
+            && !f.stderr.contains("secret contents"),
+        "{}",
+        f.stderr
+    );
+    assert_eq!(
+        std::fs::read_to_string(&secret).unwrap(),
+        r#"{"version": "the secret contents"}"#
+    );
 }

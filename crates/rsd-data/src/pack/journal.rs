@@ -18,7 +18,7 @@ use rsd_shard::{ShardInfo, ShardSetWriter, Totals};
 use serde::{Deserialize, Serialize};
 
 use super::{Inputs, PackSettings};
-use crate::error::{json_error, Cause, DataError, Result};
+use crate::error::{Cause, DataError, Result};
 use crate::packer::{PackedSample, PackerCounts};
 
 const JOURNAL: &str = "pack.journal.json";
@@ -106,6 +106,9 @@ pub(super) fn fingerprint(inputs: &Inputs, settings: &PackSettings) -> String {
     if inputs.read.max_doc_bytes != crate::source::DEFAULT_MAX_DOC_BYTES {
         key["max_doc_bytes"] = inputs.read.max_doc_bytes.into();
     }
+    if inputs.read.max_expansion != crate::source::DEFAULT_MAX_EXPANSION {
+        key["max_expansion"] = inputs.read.max_expansion.into();
+    }
     rsd_common::digest::sha256_hex(key.to_string().as_bytes())
 }
 
@@ -178,16 +181,56 @@ fn journal_error(path: &Path, field: &str, what: String) -> DataError {
     )
 }
 
-/// The journal `path` as JSON, not yet checked.
+/// Refuses anything at `path`, a file pack keeps in `--out`, but a regular file (or nothing): a
+/// link there is never read or written through, whatever it points at, so no file outside
+/// `--out` is taken for pack's own or has its content shown.
+fn own_file(path: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(DataError::io(path, e)),
+        Ok(meta) if meta.file_type().is_file() => Ok(()),
+        Ok(meta) => {
+            let what = if meta.file_type().is_symlink() {
+                match std::fs::read_link(path) {
+                    Ok(to) => format!(
+                        "a symbolic link (to {})",
+                        rsd_common::printable::shortened(&to.to_string_lossy())
+                    ),
+                    Err(_) => "a symbolic link".to_string(),
+                }
+            } else if meta.is_dir() {
+                "a directory".to_string()
+            } else {
+                "not a regular file".to_string()
+            };
+            Err(DataError::Config(format!(
+                "{}: {what} where rsd-data pack keeps a file of its own; not read or written \
+                 through; pass --force to start over (links are removed, not followed)",
+                path.display()
+            )))
+        }
+    }
+}
+
+/// The journal `path` as JSON, not yet checked. serde's messages quote the values they trip on,
+/// so only where and what kind of fault is said, never the journal's content.
 fn parse(path: &Path) -> Result<Journal> {
+    own_file(path)?;
     let text = read_regular(path, MAX_METADATA_BYTES, "resume journal")?;
     serde_json::from_slice(&text).map_err(|e| {
+        let what = match e.classify() {
+            serde_json::error::Category::Data => "not a resume journal's fields and types",
+            serde_json::error::Category::Eof => "cut off",
+            _ => "not valid JSON",
+        };
         DataError::bad_file(
             path,
             Cause::Corrupt,
             format!(
-                "unreadable resume journal ({}); pass --force to start over",
-                json_error(&e)
+                "unreadable resume journal ({what}, at line {} column {}); pass --force to \
+                 start over",
+                e.line(),
+                e.column()
             ),
         )
     })
@@ -319,6 +362,7 @@ fn check(
 /// `need` bytes: the file's size is compared with that before anything is read.
 fn read_samples(out: &Path, journal: Journal, need: u64) -> Result<Resume> {
     let tpath = out.join(JOURNAL_TOKENS);
+    own_file(&tpath)?;
     let file = open_regular(&tpath)?;
     let len = file.metadata().map_err(|e| DataError::io(&tpath, e))?.len();
     if len != need {
@@ -436,6 +480,9 @@ fn check_shards(
                 ));
             }
             let named_by = NamedBy::new(journal, format!("shards[{k}].prefix"));
+            // The prefix is pack's own name for shard k (checked above): a link there is
+            // refused as one, wherever it leads.
+            own_file(&out.join(format!("{prefix}.{ext}")))?;
             let path = confined_file(out, &format!("{prefix}.{ext}"), &named_by)?;
             let changed = || {
                 DataError::bad_file(
@@ -494,7 +541,10 @@ pub(super) fn prepare_output(
     std::fs::create_dir_all(out).map_err(|e| DataError::io(out, e))?;
     let manifest = out.join(rsd_shard::MANIFEST_FILE);
     let journal = out.join(JOURNAL);
-    if manifest.exists() {
+    if !settings.force {
+        own_file(&manifest)?;
+    }
+    if present(&manifest) {
         if !settings.force {
             return Err(DataError::Config(format!(
                 "{} already holds a complete pack (index.json); pass --force to overwrite it, or choose another --out",

@@ -58,6 +58,9 @@ pub struct PackRequest {
     /// The most bytes one document may have; a larger one is a bad record
     /// ([`source::DEFAULT_MAX_DOC_BYTES`]).
     pub max_doc_bytes: u64,
+    /// Decoded bytes per stored byte one input file may yield
+    /// ([`source::DEFAULT_MAX_EXPANSION`], [`source::expansion_limit`]).
+    pub max_expansion: u64,
     /// Records are conversations to pack for SFT (`--chat`), with a loss mask per token.
     pub chat: Option<ChatRequest>,
     /// How the documents are packed and written.
@@ -209,6 +212,7 @@ fn resolve(request: &PackRequest, on_event: &mut dyn FnMut(Event<'_>)) -> Result
             read_threads: request.read_threads.max(1),
             max_doc_bytes: request.max_doc_bytes,
             chat: chat.is_some(),
+            max_expansion: request.max_expansion,
         },
         tokenizer,
         retokenize,

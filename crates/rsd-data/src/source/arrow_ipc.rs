@@ -741,6 +741,10 @@ pub(super) fn saved_dataset_files(dir: &Path) -> Result<Option<Vec<PathBuf>>> {
             )
         })?;
     let mut out = vec![];
+    // Which entry named each file first: a file listed twice would be read twice (a list of one
+    // file 100,000 times makes a few KB of state.json read a file 100,000 times).
+    let mut seen: std::collections::HashMap<(u64, u64), usize> = Default::default();
+    let mut seen_names: std::collections::HashMap<PathBuf, usize> = Default::default();
     for (k, f) in files.iter().enumerate() {
         let name = f.get("filename").and_then(Value::as_str).ok_or_else(|| {
             DataError::bad_file(
@@ -751,7 +755,30 @@ pub(super) fn saved_dataset_files(dir: &Path) -> Result<Option<Vec<PathBuf>>> {
         })?;
         // The name comes from a file anyone may have written: it must stay inside `dir`.
         let named_by = NamedBy::new(&state, format!("_data_files[{k}].filename"));
-        out.push(confined_name(dir, name, &named_by)?);
+        let file = confined_name(dir, name, &named_by)?;
+        // Names are compared as given and, where the file exists, by what they open (another
+        // spelling, a link, a hard link); a missing file is the reader's error to report.
+        let first = seen_names.get(&file).copied().or_else(|| {
+            let meta = std::fs::metadata(&file).ok()?;
+            use std::os::unix::fs::MetadataExt;
+            let id = (meta.dev(), meta.ino());
+            let first = seen.get(&id).copied();
+            seen.entry(id).or_insert(k);
+            first
+        });
+        if let Some(j) = first {
+            return Err(DataError::bad_file(
+                &state,
+                Cause::Corrupt,
+                format!(
+                    "field _data_files[{k}].filename: {} names the same file as \
+                     _data_files[{j}].filename; a data file may be listed once",
+                    rsd_common::printable::shortened(name)
+                ),
+            ));
+        }
+        seen_names.insert(file.clone(), k);
+        out.push(file);
     }
     Ok(Some(out))
 }
@@ -810,6 +837,7 @@ mod tests {
             read_threads: 1,
             max_doc_bytes: 1 << 20,
             chat: false,
+            max_expansion: crate::source::DEFAULT_MAX_EXPANSION,
         };
         let docs = match super::super::open_input(path, crate::source::Format::Arrow, &options) {
             Ok(docs) => docs,

@@ -81,8 +81,9 @@ pub(super) fn resolve(mut source: ResolvedSource) -> Result<ResolvedSource> {
     }
     source.format = super::Format::Code;
     source.bytes = 0;
+    let root = std::fs::canonicalize(&source.path).map_err(|e| DataError::io(&source.path, e))?;
     for repo in &repos {
-        source.bytes += walk_repo(repo, &mut source.warnings);
+        source.bytes += walk_repo(&root, &source.path, repo, &mut source.warnings)?;
     }
     source.inputs = repos;
     Ok(source)
@@ -90,14 +91,16 @@ pub(super) fn resolve(mut source: ResolvedSource) -> Result<ResolvedSource> {
 
 fn link_warning(link: &Path) -> String {
     format!(
-        "{}: a symbolic link; not followed (code repositories are read without their links)",
+        "{}: a link to a directory; not followed (its files would be read twice)",
         link.display()
     )
 }
 
-/// The bytes of a repository's files (for progress), with a warning for each link in it: links
-/// are not followed, so no file is packed twice and a loop of links cannot trap the walk.
-fn walk_repo(repo: &Path, warnings: &mut Vec<String>) -> u64 {
+/// The bytes of a repository's files (for progress), with a warning for each link to a
+/// directory, which is not followed (so no file is packed twice and a loop of links cannot trap
+/// the walk). A link to a file is followed if it stays under `given` (canonical path `root`),
+/// and refused naming it and its target if not ([`super::link_target`]).
+fn walk_repo(root: &Path, given: &Path, repo: &Path, warnings: &mut Vec<String>) -> Result<u64> {
     let mut bytes = 0;
     let walker = walkdir::WalkDir::new(repo)
         .sort_by_file_name()
@@ -105,12 +108,32 @@ fn walk_repo(repo: &Path, warnings: &mut Vec<String>) -> u64 {
         .filter_entry(|e| !skipped_dir(e));
     for entry in walker.flatten() {
         if entry.path_is_symlink() && entry.depth() > 0 {
-            warnings.push(link_warning(entry.path()));
+            let link = entry.path().display();
+            let Some(target) = super::link_target(root, given, entry.path())? else {
+                warnings.push(format!(
+                    "{link}: a link that leads nowhere (dangling, or a loop); not followed"
+                ));
+                continue;
+            };
+            match std::fs::metadata(&target) {
+                Ok(m) if m.is_dir() => warnings.push(link_warning(entry.path())),
+                Ok(_) if in_repo(repo, &target) => warnings.push(format!(
+                    "{link}: a link to a file of the same repository; read once, under its own name"
+                )),
+                Ok(m) => bytes += if m.is_file() { m.len() } else { 0 },
+                Err(_) => {}
+            }
         } else if let Ok(m) = entry.metadata() {
             bytes += if m.is_file() { m.len() } else { 0 };
         }
     }
-    bytes
+    Ok(bytes)
+}
+
+/// Whether `target` (canonical) lies in the repository `repo`: such a link's file is read under
+/// its own name, so a repository's text holds each of its files once.
+fn in_repo(repo: &Path, target: &Path) -> bool {
+    std::fs::canonicalize(repo).is_ok_and(|r| target.starts_with(r))
 }
 
 fn skipped_dir(entry: &walkdir::DirEntry) -> bool {
@@ -157,10 +180,24 @@ pub(super) fn read_repo(repo: &Path, max_doc_bytes: u64) -> Result<RawDoc> {
                 .into_io_error()
                 .unwrap_or_else(|| std::io::Error::other("walk failed")),
         })?;
-        if !entry.file_type().is_file() {
+        let len = if entry.path_is_symlink() {
+            // Checked again here, not only when the repository was listed: the directory may
+            // have changed since.
+            let given = repo.parent().unwrap_or(repo);
+            let root = std::fs::canonicalize(given).map_err(|e| DataError::io(given, e))?;
+            match super::link_target(&root, given, entry.path())? {
+                Some(t) if in_repo(repo, &t) => continue,
+                Some(t) => match std::fs::metadata(t) {
+                    Ok(m) if m.is_file() => m.len(),
+                    _ => continue,
+                },
+                None => continue,
+            }
+        } else if entry.file_type().is_file() {
+            entry.metadata().map(|m| m.len()).unwrap_or(0)
+        } else {
             continue;
-        }
-        let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
+        };
         bytes += len;
         let Some(text) = code_text(entry.path(), len) else {
             continue;

@@ -24,6 +24,9 @@ pub(super) struct JsonlDocs {
     zstd: bool,
     /// Lines longer than this many bytes (newline not counted) are bad records.
     max_line_bytes: u64,
+    /// The file's size, and `--max-expansion`, for the message of a file that expands past it.
+    stored: u64,
+    max_expansion: u64,
 }
 
 /// The first bytes of a zstd frame, and of a skippable frame (low nibble of the first byte free).
@@ -62,11 +65,57 @@ fn read_up_to(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(n)
 }
 
-pub(super) fn open(path: &Path, field: &str, max_line_bytes: u64) -> Result<JsonlDocs> {
+/// The zstd decoder's output, cut off with [`Expanded`] once it passes what the file may decode to
+/// ([`super::expansion_limit`]): the lines, the whitespace between them and the over-long lines
+/// read through all count, so a frame of RLE blocks cannot keep the reader busy without end.
+struct ExpansionCap<R> {
+    inner: R,
+    left: u64,
+}
+
+/// The error [`ExpansionCap`] ends the output with.
+#[derive(Debug)]
+struct Expanded;
+
+impl std::fmt::Display for Expanded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("decodes past its bound")
+    }
+}
+
+impl std::error::Error for Expanded {}
+
+impl<R: Read> Read for ExpansionCap<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.left == 0 {
+            // One byte more than the bound tells a file that ends exactly there from one that
+            // goes on.
+            let mut probe = [0u8; 1];
+            return match self.inner.read(&mut probe)? {
+                0 => Ok(0),
+                _ => Err(std::io::Error::other(Expanded)),
+            };
+        }
+        let want = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..want])?;
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+pub(super) fn open(
+    path: &Path,
+    field: &str,
+    max_line_bytes: u64,
+    max_expansion: u64,
+) -> Result<JsonlDocs> {
     let mut file = open_regular(path)?;
     let name = path.to_string_lossy().to_ascii_lowercase();
     let zstd = name.ends_with(".zst") || name.ends_with(".zstd");
-    let empty = file.metadata().map_err(|e| DataError::io(path, e))?.len() == 0;
+    let file_len = file.metadata().map_err(|e| DataError::io(path, e))?.len();
+    let empty = file_len == 0;
     let reader: Box<dyn BufRead + Send> = if zstd && empty {
         // An empty file is an empty input (as an empty .jsonl is), not a damaged one.
         Box::new(std::io::empty())
@@ -82,9 +131,13 @@ pub(super) fn open(path: &Path, field: &str, max_line_bytes: u64) -> Result<Json
         // Reads of zstd's own output size: a damaged block fails the read that reaches it, and
         // what that read had decoded is lost, so a smaller read keeps more of the good data
         // before the damage (at no cost in speed: zstd hands out this much at a time anyway).
+        let stored = file_len;
         Box::new(BufReader::with_capacity(
             zstd::zstd_safe::DCtx::out_size(),
-            decoder,
+            ExpansionCap {
+                inner: decoder,
+                left: super::expansion_limit(stored, max_expansion),
+            },
         ))
     } else {
         Box::new(BufReader::with_capacity(1 << 20, file) as BufReader<File>)
@@ -97,6 +150,8 @@ pub(super) fn open(path: &Path, field: &str, max_line_bytes: u64) -> Result<Json
         done: false,
         zstd,
         max_line_bytes,
+        stored: file_len,
+        max_expansion,
     })
 }
 
@@ -111,6 +166,11 @@ pub struct JsonLine {
 }
 
 impl JsonLine {
+    /// The line's length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
     /// The text field's value, or an error naming the file, the line and what was wrong.
     pub fn decode(self) -> Result<String> {
         let text = self.text()?;
@@ -277,6 +337,9 @@ impl JsonlDocs {
         let line = self.line;
         if !self.zstd {
             return DataError::io(&*self.path, e);
+        }
+        if e.get_ref().is_some_and(|inner| inner.is::<Expanded>()) {
+            return super::expansion_error(&self.path, self.stored, self.max_expansion);
         }
         let (cause, what) = if e.kind() == std::io::ErrorKind::UnexpectedEof {
             (

@@ -103,6 +103,42 @@ type DocIter = Box<dyn Iterator<Item = Result<RawDoc>> + Send>;
 /// enough that one hostile record cannot exhaust memory.
 pub const DEFAULT_MAX_DOC_BYTES: u64 = 256 << 20;
 
+/// The default of `rsd-data pack --max-expansion`: how many bytes of documents one input file of
+/// a format that can expand (JSONL with zstd, Parquet, Arrow IPC) may decode to per byte it
+/// stores. Real corpora expand far less: zstd and Parquet's codecs take text down 3 to 30 times,
+/// a dictionary shares a value among the rows that repeat it, and a text column whose rows repeat
+/// one value a thousand times is not a corpus. A crafted file expands millions of times (a
+/// 503-byte `DELTA_BYTE_ARRAY` page of 12,000 one-MiB values, a zstd frame of RLE blocks), which
+/// costs time and disk without limit though memory stays bounded.
+pub const DEFAULT_MAX_EXPANSION: u64 = 1000;
+
+/// What every input file may decode to whatever its size, on top of `--max-expansion` times its
+/// size: a small file's fixed overhead (a Parquet footer, a zstd frame header) makes its ratio
+/// say little, and 16 MiB is a few seconds of work.
+pub const EXPANSION_FLOOR: u64 = 16 << 20;
+
+/// The most bytes a file of `stored` bytes may decode to, with `--max-expansion ratio`.
+pub fn expansion_limit(stored: u64, ratio: u64) -> u64 {
+    stored.saturating_mul(ratio).saturating_add(EXPANSION_FLOOR)
+}
+
+/// The error of a file that decodes past [`expansion_limit`]: a bad file, so `--skip-bad` skips
+/// the rest of it.
+pub(crate) fn expansion_error(path: &Path, stored: u64, ratio: u64) -> DataError {
+    DataError::bad_file(
+        path,
+        Cause::Corrupt,
+        format!(
+            "decodes to more than {} bytes, {ratio} times its {stored} stored bytes + {} MiB, \
+             the most rsd-data pack decodes from one file (--max-expansion {ratio}); a \
+             decompression bomb or a crafted file; the rest of the file is not read (pass a \
+             larger --max-expansion if the data is real)",
+            expansion_limit(stored, ratio),
+            EXPANSION_FLOOR >> 20
+        ),
+    )
+}
+
 /// Options that shape how sources are read.
 #[derive(Debug, Clone)]
 pub struct ReadOptions {
@@ -116,6 +152,9 @@ pub struct ReadOptions {
     /// Records are conversations (`pack --chat`): a Parquet/Arrow `list<struct<role, content>>`
     /// column is read as the JSON of its messages.
     pub chat: bool,
+    /// Decoded bytes per stored byte one JSONL, Parquet or Arrow file may yield
+    /// ([`DEFAULT_MAX_EXPANSION`], [`expansion_limit`]).
+    pub max_expansion: u64,
 }
 
 impl ReadOptions {
@@ -126,6 +165,7 @@ impl ReadOptions {
             read_threads: 1,
             max_doc_bytes: DEFAULT_MAX_DOC_BYTES,
             chat: false,
+            max_expansion: DEFAULT_MAX_EXPANSION,
         }
     }
 }
@@ -247,15 +287,41 @@ fn format_of_file(path: &Path) -> Option<Format> {
     }
 }
 
+/// The one rule for links inside an input directory `given` (whose canonical path is `root`):
+/// a link is followed only while what it leads to stays under `given`. Returns where `link`
+/// leads, `None` if that cannot be resolved (dangling, a loop: reading it reports the OS error,
+/// which `--skip-bad` skips like any unreadable file), and an error naming the link and its
+/// target if it leads outside: a directory of data someone shared must not make rsd read
+/// `~/.ssh` or another corpus.
+pub(super) fn link_target(root: &Path, given: &Path, link: &Path) -> Result<Option<PathBuf>> {
+    let Ok(target) = std::fs::canonicalize(link) else {
+        return Ok(None);
+    };
+    if target.starts_with(root) {
+        return Ok(Some(target));
+    }
+    Err(DataError::Config(format!(
+        "{}: a symbolic link to {}, outside {}; rsd follows a link in an input directory only \
+         to a file inside the directory given (for a Hugging Face cache, give the directory \
+         that holds both the snapshot and its blobs)",
+        link.display(),
+        target.display(),
+        given.display()
+    )))
+}
+
 /// Every file under `dir`, sorted by path (byte order, so it is the same everywhere), and warnings
-/// about what was left out. Links to files are followed (Hugging Face caches link to their blobs);
-/// links to directories are not, so no file is read twice and a loop of links cannot trap the
-/// walk. A file reached twice (two links, a link and its target, hard links) is listed once. A
-/// link that leads nowhere (dangling, a loop) stays in the list: reading it reports the OS error,
-/// which `--skip-bad` skips like any unreadable file.
+/// about what was left out. Links to files are followed if they stay inside `dir` (see
+/// [`link_target`]; Hugging Face caches link to their blobs); links to directories are not, so no
+/// file is read twice and a loop of links cannot trap the walk. A file reached twice (two links,
+/// a link and its target, hard links) is listed once, under a name whose format is known if one
+/// has (a cache's blob has none, the snapshot's link to it has). A link that leads nowhere
+/// (dangling, a loop) stays in the list: reading it reports the OS error, which `--skip-bad`
+/// skips like any unreadable file.
 fn files_under(dir: &Path) -> Result<(Vec<PathBuf>, Vec<String>)> {
     let (mut files, mut warnings) = (vec![], vec![]);
-    let mut seen: std::collections::HashMap<(u64, u64), PathBuf> = Default::default();
+    let root = std::fs::canonicalize(dir).map_err(|e| DataError::io(dir, e))?;
+    let mut seen: std::collections::HashMap<(u64, u64), usize> = Default::default();
     for entry in walkdir::WalkDir::new(dir).sort_by_file_name() {
         let entry = entry.map_err(|e| {
             let path = e
@@ -272,12 +338,15 @@ fn files_under(dir: &Path) -> Result<(Vec<PathBuf>, Vec<String>)> {
         let path = entry.path();
         // The root itself may be a link: walkdir follows it, as it should.
         let meta = if entry.depth() > 0 && entry.path_is_symlink() {
-            match std::fs::metadata(path) {
+            let Some(target) = link_target(&root, dir, path)? else {
+                files.push(entry.into_path());
+                continue;
+            };
+            match std::fs::metadata(&target) {
                 Ok(m) if m.is_dir() => {
                     warnings.push(format!(
-                        "{}: a link to a directory; not followed (its files would be read twice, or from outside {})",
+                        "{}: a link to a directory; not followed (its files would be read twice)",
                         path.display(),
-                        dir.display()
                     ));
                     continue;
                 }
@@ -299,17 +368,26 @@ fn files_under(dir: &Path) -> Result<(Vec<PathBuf>, Vec<String>)> {
         if !meta.is_file() {
             continue;
         }
-        if let Some(first) = seen.get(&file_identity(&meta)) {
+        if let Some(&k) = seen.get(&file_identity(&meta)) {
+            let (kept, dropped) =
+                if format_of_file(&files[k]).is_none() && format_of_file(path).is_some() {
+                    let dropped = std::mem::replace(&mut files[k], path.to_path_buf());
+                    (files[k].clone(), dropped)
+                } else {
+                    (files[k].clone(), path.to_path_buf())
+                };
             warnings.push(format!(
                 "{}: the same file as {}; read once",
-                path.display(),
-                first.display()
+                dropped.display(),
+                kept.display()
             ));
             continue;
         }
-        seen.insert(file_identity(&meta), path.to_path_buf());
+        seen.insert(file_identity(&meta), files.len());
         files.push(entry.into_path());
     }
+    // A name put in an earlier file's place may sort elsewhere.
+    files.sort();
     Ok((files, warnings))
 }
 
@@ -531,10 +609,41 @@ fn open_input(path: &Path, format: Format, opts: &ReadOptions) -> Result<DocIter
         Ok(result) => result?,
         Err(panic) => return Err(reader_panicked(path, panic.as_ref())),
     };
+    // Text files are read as they are and MDS shards are bounded on their own (zstd at 64 times
+    // the shard, spans that may cover their ids once), so only these can expand much.
+    let expands = matches!(format, Format::Jsonl | Format::Parquet | Format::Arrow);
+    let budget = expands.then(|| Budget {
+        stored: file_len(path),
+        ratio: opts.max_expansion,
+        decoded: 0,
+    });
     Ok(Box::new(Guarded {
         path: path.to_path_buf(),
         inner: Some(inner),
+        budget,
     }))
+}
+
+/// What one input may still decode to ([`expansion_limit`]).
+struct Budget {
+    stored: u64,
+    ratio: u64,
+    decoded: u64,
+}
+
+/// What a document costs against its file's [`Budget`]: its bytes, and one more for the record
+/// itself, so that a file of millions of empty or refused records (a run-length encoded column
+/// of nulls) is not free.
+fn decoded_cost(item: &Result<RawDoc>) -> u64 {
+    let bytes = match item {
+        Ok(doc) => match &doc.content {
+            Content::Text(t) => t.len() as u64,
+            Content::Tokens { ids, .. } => (ids.len() as u64).saturating_mul(4),
+            Content::JsonLine(line) => line.len() as u64,
+        },
+        Err(_) => 0,
+    };
+    bytes.saturating_add(1)
 }
 
 thread_local! {
@@ -586,6 +695,8 @@ fn reader_panicked(path: &Path, panic: &(dyn std::any::Any + Send)) -> DataError
 struct Guarded {
     path: PathBuf,
     inner: Option<DocIter>,
+    /// `None` for the formats that cannot expand.
+    budget: Option<Budget>,
 }
 
 impl Iterator for Guarded {
@@ -593,7 +704,17 @@ impl Iterator for Guarded {
     fn next(&mut self) -> Option<Result<RawDoc>> {
         let inner = self.inner.as_mut()?;
         match guarded(|| inner.next()) {
-            Ok(item) => item,
+            Ok(Some(item)) => {
+                if let Some(b) = &mut self.budget {
+                    b.decoded = b.decoded.saturating_add(decoded_cost(&item));
+                    if b.decoded > expansion_limit(b.stored, b.ratio) {
+                        self.inner = None;
+                        return Some(Err(expansion_error(&self.path, b.stored, b.ratio)));
+                    }
+                }
+                Some(item)
+            }
+            Ok(None) => None,
             Err(panic) => {
                 // The reader may be in any state after a panic: it is not asked again.
                 self.inner = None;
@@ -608,7 +729,9 @@ fn open_unguarded(path: &Path, format: Format, opts: &ReadOptions) -> Result<Doc
     match format {
         Format::Text => Ok(Box::new(std::iter::once(text::read(path, max)))),
         Format::Code => Ok(Box::new(std::iter::once(code::read_repo(path, max)))),
-        Format::Jsonl => jsonl::open(path, field, max).map(|i| Box::new(i) as DocIter),
+        Format::Jsonl => {
+            jsonl::open(path, field, max, opts.max_expansion).map(|i| Box::new(i) as DocIter)
+        }
         Format::Parquet => parquet_file::open(path, field, max)
             .map(|i| Box::new(i.with_message_lists(opts.chat)) as DocIter),
         Format::Arrow => arrow_ipc::open(path, field, max)

@@ -150,7 +150,10 @@ fn check_column(
     let leaves: Vec<usize> = (0..schema.num_columns())
         .filter(|&leaf| schema.get_column_root_idx(leaf) == index)
         .collect();
-    let mut largest_delta = 0u64;
+    // Every extent is checked, and checked against the others, before any page header is read:
+    // a footer of many row groups that all point at one chunk would otherwise be read (and
+    // decoded) once per row group.
+    let mut chunks = vec![];
     // The file's first row in the row group, for messages (rows are counted across the file).
     let mut first_row = 0u64;
     for (rg, group) in metadata.row_groups().iter().enumerate() {
@@ -165,12 +168,49 @@ fn check_column(
                 .map_err(|_| at.bad(format!("a row count of {}", group.num_rows())))?;
             let (start, end) =
                 chunk_extent(&at, group.column(leaf), rows, file_len, max_doc_bytes)?;
-            let delta = check_pages(&at, &mut input, start, end, max_doc_bytes)?;
-            largest_delta = largest_delta.max(delta);
+            chunks.push((at, leaf, start, end));
         }
         first_row = first_row.saturating_add(u64::try_from(group.num_rows()).unwrap_or(0));
     }
+    check_disjoint(&chunks, schema)?;
+    let mut largest_delta = 0u64;
+    for (at, _, start, end) in &chunks {
+        let delta = check_pages(at, &mut input, *start, *end, max_doc_bytes)?;
+        largest_delta = largest_delta.max(delta);
+    }
     Ok(largest_delta)
+}
+
+/// Refuses column chunks whose bytes overlap (or repeat) those of another: a writer gives every
+/// column chunk of every row group bytes of its own, and a footer that points several at the
+/// same bytes makes a few bytes of file decode once per reference. `chunks` holds each chunk's
+/// row group, leaf column and extent `[start, end)`; empty extents hold no bytes to share.
+fn check_disjoint(
+    chunks: &[(ChunkAt<'_>, usize, u64, u64)],
+    schema: &parquet::schema::types::SchemaDescriptor,
+) -> Result<()> {
+    let mut order: Vec<usize> = (0..chunks.len())
+        .filter(|&k| chunks[k].2 < chunks[k].3)
+        .collect();
+    order.sort_by_key(|&k| (chunks[k].2, chunks[k].3));
+    for pair in order.windows(2) {
+        let (before, after) = (&chunks[pair[0]], &chunks[pair[1]]);
+        if after.2 < before.3 {
+            let leaf_name = |leaf: usize| schema.column(leaf).path().string();
+            let (at, _, start, end) = after;
+            return Err(at.bad(format!(
+                "the column chunk of leaf \"{}\" at bytes {start}..{end} overlaps that of leaf \
+                 \"{}\" in row group {} at bytes {}..{}; every column chunk must have bytes of \
+                 its own (a crafted footer reads the same bytes again for each reference)",
+                leaf_name(after.1),
+                leaf_name(before.1),
+                before.0.rg,
+                before.2,
+                before.3
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Which column chunk [`check_column`] is checking, for its messages.
