@@ -297,17 +297,29 @@ pub(super) fn link_target(root: &Path, given: &Path, link: &Path) -> Result<Opti
     let Ok(target) = std::fs::canonicalize(link) else {
         return Ok(None);
     };
-    if target.starts_with(root) {
+    if target.starts_with(root) || hf_cache_blobs(root).is_some_and(|b| target.starts_with(b)) {
         return Ok(Some(target));
     }
     Err(DataError::Config(format!(
         "{}: a symbolic link to {}, outside {}; rsd follows a link in an input directory only \
-         to a file inside the directory given (for a Hugging Face cache, give the directory \
-         that holds both the snapshot and its blobs)",
+         to a file inside the directory given (or, in a Hugging Face cache's \
+         snapshots/<revision>, to the blobs/ of the same repository)",
         link.display(),
         target.display(),
         given.display()
     )))
+}
+
+/// The blob store a Hugging Face cache's snapshot links into, when `root` (canonical) is a
+/// snapshot or a directory inside one: `<repo>/snapshots/<revision>/…` → `<repo>/blobs`, where
+/// the hub client keeps each file once and links every revision's name to it. Only that
+/// repository's own blobs: a snapshot's link elsewhere is refused like any other.
+fn hf_cache_blobs(root: &Path) -> Option<PathBuf> {
+    let snapshot = root
+        .ancestors()
+        .find(|a| a.parent().and_then(Path::file_name) == Some(std::ffi::OsStr::new("snapshots")))?;
+    let repo = snapshot.parent()?.parent()?;
+    Some(repo.join("blobs"))
 }
 
 /// Every file under `dir`, sorted by path (byte order, so it is the same everywhere), and warnings
