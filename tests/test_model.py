@@ -237,6 +237,30 @@ def test_bad_checkpoints_give_named_errors(good_ckpt, tmp_path, case, expect):
     assert "panicked" not in p.stderr, p.stderr
 
 
+@pytest.mark.parametrize("case,expect", [
+    ("rope_theta", "rope_theta = 1e-300 with head_dim"),
+    ("nan_weight", "logits are not finite (NaN or ±inf)"),
+])
+def test_numbers_that_would_give_nan_are_refused_and_nothing_is_written(good_ckpt, tmp_path,
+                                                                         case, expect):
+    """A config.json whose values are each finite but give RoPE frequencies fp32 cannot hold is
+    refused at load, naming rope_theta; weights holding a NaN give NaN logits, which are not
+    written as if they were a result."""
+    def tiny_theta(c):
+        c["rope_theta"] = 1e-300
+
+    def nan_weight(t):
+        t["model.norm.weight"][0] = float("nan")
+
+    bad = broken(good_ckpt, tmp_path, **{"rope_theta": dict(edit_config=tiny_theta),
+                                          "nan_weight": dict(edit_tensors=nan_weight)}[case])
+    np.save(tmp_path / "tok.npy", np.zeros((1, 4), dtype=np.int64))
+    p = rsd_model("logits", "--model", bad, "--tokens", tmp_path / "tok.npy",
+                  "--out", tmp_path / "o.npy", check=False)
+    assert p.returncode != 0 and expect in p.stderr, p.stderr
+    assert not (tmp_path / "o.npy").exists()
+
+
 def test_inspect_reports_the_model(good_ckpt):
     out = rsd_model("inspect", good_ckpt).stdout
     n = sum(int(np.prod(v.shape)) for v in __import__("safetensors.torch").torch.load_file(

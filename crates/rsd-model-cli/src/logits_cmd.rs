@@ -91,6 +91,22 @@ pub fn logits(a: LogitsArgs) -> Result<()> {
         .logits(&hidden)?
         .to_kind(Kind::Float)
         .to_device(tch::Device::Cpu);
+    // A file of NaN looks like any other .npy: refuse it rather than write it.
+    let not_finite = logits
+        .isfinite()
+        .logical_not()
+        .sum(Kind::Int64)
+        .int64_value(&[]);
+    if not_finite > 0 {
+        anyhow::bail!(
+            "{} of {} logits are not finite (NaN or ±inf); {} not written: the weights or \
+             config.json of {} give values fp32 cannot hold",
+            not_finite,
+            logits.numel(),
+            a.out.display(),
+            a.checkpoint.model.display()
+        );
+    }
     rsd_common::safe_fs::write_atomic_by_path(&a.out, |tmp| {
         logits
             .write_npy(tmp)

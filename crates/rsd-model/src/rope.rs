@@ -8,7 +8,7 @@
 use tch::{Device, Kind, Tensor};
 
 use crate::config::{ModelConfig, RopeScaling};
-use crate::error::{Result, TchContext};
+use crate::error::{ModelError, Result, TchContext};
 
 /// Inverse frequencies and attention scaling for one model.
 #[derive(Debug)]
@@ -94,6 +94,7 @@ impl Rope {
                 (f.ctx("rope: yarn scaling")?, attention_factor)
             }
         };
+        check_frequencies(cfg, &inv_freq, attention_scaling)?;
         Ok(Rope {
             inv_freq: inv_freq.f_to_device(device).ctx("rope: to device")?,
             attention_scaling,
@@ -129,6 +130,31 @@ impl Rope {
     pub fn attention_scaling(&self) -> f64 {
         self.attention_scaling
     }
+}
+
+/// Refuses a RoPE whose frequencies fp32 cannot hold at every position of the window: each
+/// finite and not negative, the largest angle (`max_position_embeddings` × the largest
+/// frequency) finite, and the YaRN temperature finite and positive. Every key is finite on its
+/// own by then; this catches their combinations (`rope_theta: 1e-300` makes `1/θ^(2i/d)`
+/// overflow fp32 and every cos/sin NaN), before a forward pass writes NaN as if it were a result.
+fn check_frequencies(cfg: &ModelConfig, inv_freq: &Tensor, attention_scaling: f64) -> Result<()> {
+    let values: Vec<f32> = Vec::try_from(inv_freq).ctx("rope: inv_freq values")?;
+    let largest = values.iter().copied().fold(0f32, f32::max);
+    let angle = largest as f64 * cfg.max_position_embeddings as f64;
+    let bad = values.iter().any(|f| !f.is_finite() || *f < 0.0)
+        || !(angle as f32).is_finite()
+        || !attention_scaling.is_finite()
+        || attention_scaling <= 0.0;
+    if bad {
+        return Err(ModelError::InvalidConfig(format!(
+            "config.json: rope_theta = {} with head_dim {} and rope_scaling {} gives RoPE \
+             frequencies fp32 cannot hold (largest {largest:e}, times max_position_embeddings \
+             {} = {angle:e}; attention scaling {attention_scaling}): every cos/sin would be NaN \
+             or meaningless; use a rope_theta of at least 1 (Llama-3: 500000, Qwen3: 1000000)",
+            cfg.rope_theta, cfg.head_dim, cfg.rope_scaling, cfg.max_position_embeddings
+        )));
+    }
+    Ok(())
 }
 
 /// Llama-3.1's frequency-dependent interpolation of `inv_freq` (transformers'
@@ -215,6 +241,24 @@ mod tests {
             "rope_scaling": scaling}),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn frequencies_fp32_cannot_hold_are_refused_naming_rope_theta() {
+        let with_theta = |theta: f64| {
+            ModelConfig::from_hf_json(json!({"architectures": ["LlamaForCausalLM"],
+                "vocab_size": 8, "hidden_size": 64, "intermediate_size": 8,
+                "num_hidden_layers": 1, "num_attention_heads": 4, "rope_theta": theta,
+                "max_position_embeddings": 8192}))
+            .unwrap()
+        };
+        // 1/θ^(14/16) overflows fp32: every cos/sin would be NaN.
+        let e = Rope::new(&with_theta(1e-300), Device::Cpu).unwrap_err().to_string();
+        assert!(e.contains("rope_theta = 1e-300") && e.contains("fp32 cannot hold"), "{e}");
+        // Small but sound, and the usual ones, are accepted.
+        for theta in [0.5, 1.0, 1e4, 5e5, 1e7] {
+            Rope::new(&with_theta(theta), Device::Cpu).unwrap();
+        }
     }
 
     #[test]
