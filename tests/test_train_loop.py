@@ -400,3 +400,27 @@ def test_an_evaluation_records_which_run_seed_and_step_its_model_came_from(shard
     assert got["weights_sha256"] == hashlib.sha256(digests).hexdigest()
     assert got["training"] == record
     assert got["rope_theta"] == json.loads((out / "model" / "config.json").read_text())["rope_theta"]
+
+
+@pytest.mark.parametrize("key,value", [
+    ("tokens-per-step", 2 ** 62), ("micro-batch", 2 ** 40), ("steps", 2 ** 50),
+    ("loader-workers", 10 ** 6), ("heldout-batches", 2 ** 30), ("save-every", 2 ** 63),
+])
+def test_counts_a_config_derives_sizes_from_are_bounded_naming_the_key(shards, tmp_path, key,
+                                                                        value):
+    """Integers the trainer sizes loops and buffers by are refused out of range before anything
+    is built (tokens_per_step = 2^62 made 3.6e16 micro-batches, then an abort), naming the key."""
+    p = train(shards, tmp_path / "run", f"--{key}", value, check=False)
+    name = key.replace("-", "_")
+    assert p.returncode != 0 and re.search(rf"config key {name}: {value}; must lie in \[\d+, \d+\]",
+                                           p.stderr), p.stderr
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_a_step_of_more_micro_batches_than_any_run_takes_is_refused(shards, tmp_path):
+    # 2^40 tokens in micro-batches of one 128-token row: 2^33 micro-batches per step.
+    p = train(shards, tmp_path / "run", "--tokens-per-step", 2 ** 40, "--micro-batch", 1,
+              "--steps", 1, check=False)
+    assert p.returncode != 0, p.stderr
+    assert "config key tokens_per_step: 1099511627776 tokens make 8589934592 micro-batches" \
+        in p.stderr, p.stderr

@@ -663,7 +663,24 @@ impl TrainConfig {
     /// The integer keys' bounds (see [`TrainConfig::check_ranges`]).
     fn check_counts(&self) -> Result<()> {
         let week = 7 * 24 * 3600;
-        let counts: [(&str, u64, u64, u64); 8] = [
+        // Every count the trainer derives sizes from (micro-batches per step, rows, buffers,
+        // loops), bounded far above any real run so that nothing derived from them overflows or
+        // asks for an allocation no machine has: tokens_per_step = 2^62 made 3.6e16
+        // micro-batches, then an abort. The paper's runs take 2^22–2^23 tokens per step.
+        let counts: [(&str, u64, u64, u64); 21] = [
+            ("tokens_per_step", self.tokens_per_step, 0, 1 << 40),
+            ("micro_batch", self.micro_batch as u64, 1, 1 << 20),
+            ("steps", self.steps, 1, 1 << 40),
+            ("stop_at", self.stop_at, 0, 1 << 40),
+            ("save_every", self.save_every, 0, 1 << 40),
+            ("heldout_every", self.heldout_every, 0, 1 << 40),
+            ("heldout_batches", self.heldout_batches as u64, 0, 1 << 20),
+            ("max_skips", self.max_skips, 0, 1 << 40),
+            ("loader_workers", self.loader_workers as u64, 0, 1 << 10),
+            ("dp", self.dp as u64, 0, 1 << 20),
+            ("cp", self.cp as u64, 1, 1 << 20),
+            ("loss_chunk", self.loss_chunk.max(0) as u64, 1, 1 << 30),
+            ("long_ce_window", self.long_ce_window.max(0) as u64, 0, 1 << 40),
             ("dist_timeout", self.dist_timeout, 1, week),
             ("dist_liveness", self.dist_liveness, 3, week),
             ("checkpoint_timeout", self.checkpoint_timeout, 0, week),

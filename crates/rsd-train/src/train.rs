@@ -549,14 +549,27 @@ fn resumed(
     Ok((model, st, loader))
 }
 
+/// The most micro-batches one optimizer step may take: far above a real run (the paper's
+/// 64 × 64K-token step with one row per micro-batch on 16 ranks is 4 each), far below a step
+/// that would never end.
+const MAX_MICRO_BATCHES_PER_STEP: u64 = 1 << 20;
+
 /// Micro-batches per optimizer step over all ranks: enough for `tokens_per_step` (1 without it).
-fn micro_batches_per_step(cfg: &TrainConfig, seq_len: u64) -> usize {
-    let per_micro = (cfg.micro_batch as u64 * seq_len).max(1);
+fn micro_batches_per_step(cfg: &TrainConfig, seq_len: u64) -> Result<usize> {
+    let per_micro = (cfg.micro_batch as u64).saturating_mul(seq_len).max(1);
     if cfg.tokens_per_step == 0 {
-        1
-    } else {
-        cfg.tokens_per_step.div_ceil(per_micro) as usize
+        return Ok(1);
     }
+    let n = cfg.tokens_per_step.div_ceil(per_micro);
+    if n > MAX_MICRO_BATCHES_PER_STEP {
+        return Err(Error::Input(format!(
+            "config key tokens_per_step: {} tokens make {n} micro-batches of {} row(s) × \
+             {seq_len} tokens per step, more than {MAX_MICRO_BATCHES_PER_STEP}; raise micro_batch \
+             or lower tokens_per_step",
+            cfg.tokens_per_step, cfg.micro_batch
+        )));
+    }
+    Ok(n as usize)
 }
 
 /// The steps `epochs` passes over the loader's datasets take, said on the main rank.
@@ -694,7 +707,7 @@ impl Trainer {
         data::guard_vocabulary(&mut loader, model.config().vocab_size)?;
         data::check_loss_mask(&loader, cfg.objective)?;
         let seq_len = loader.seq_len();
-        let accum = micro_batches_per_step(&cfg, seq_len);
+        let accum = micro_batches_per_step(&cfg, seq_len)?;
         let local_accum = dp.local_accum(accum, &cfg, seq_len)?;
         if cfg.epochs > 0.0 {
             cfg.steps = steps_of_epochs(&cfg, &loader, accum, dp.is_main());
