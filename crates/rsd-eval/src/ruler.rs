@@ -219,9 +219,15 @@ pub fn write_predictions(
     dir: &Path,
     preds: &BTreeMap<(String, usize), Vec<Prediction>>,
 ) -> Result<()> {
+    // Every level is the run's own: a link planted at RUN/ruler would take RUN/ruler/LENGTH
+    // (and its files) wherever it points.
+    let own = |d: &Path| {
+        rsd_common::safe_fs::create_own_dir(d).map_err(|e| EvalError::Input(e.to_string()))
+    };
+    own(dir)?;
     for ((task, length), lines) in preds {
         let d = dir.join(length.to_string());
-        rsd_common::safe_fs::create_own_dir(&d).map_err(|e| EvalError::Input(e.to_string()))?;
+        own(&d)?;
         let path = d.join(format!("{task}.jsonl"));
         let mut text = String::new();
         for p in lines {
@@ -440,6 +446,38 @@ pub fn prediction_of(raw: &str, stem: &str) -> std::result::Result<ItemResult, S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_link_planted_at_any_level_of_the_predictions_is_refused_and_its_target_untouched() {
+        let run = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let pred = Prediction {
+            index: 0,
+            input: "p".into(),
+            outputs: vec!["x".into()],
+            pred: "x".into(),
+            others: Value::Null,
+            truncation: -1,
+            length: 1,
+        };
+        let preds = BTreeMap::from([(("niah_single_1".to_string(), 256), vec![pred])]);
+        for planted in ["ruler", "ruler/256"] {
+            let ruler = run.path().join("ruler");
+            let _ = std::fs::remove_dir_all(&ruler);
+            let _ = std::fs::remove_file(&ruler);
+            if planted == "ruler/256" {
+                std::fs::create_dir(&ruler).unwrap();
+            }
+            std::os::unix::fs::symlink(elsewhere.path(), run.path().join(planted)).unwrap();
+            let e = write_predictions(&ruler, &preds).unwrap_err().to_string();
+            assert!(e.contains(planted) && e.contains("link"), "{planted}: {e}");
+            assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0, "{planted}");
+        }
+        // Its own directories: written.
+        std::fs::remove_file(run.path().join("ruler/256")).unwrap();
+        write_predictions(&run.path().join("ruler"), &preds).unwrap();
+        assert!(run.path().join("ruler/256/niah_single_1.jsonl").is_file());
+    }
 
     fn r(task: &str, length: usize, score: f64) -> ItemResult {
         ItemResult {

@@ -323,12 +323,25 @@ fn parse_rope_scaling_fields(v: Option<&Value>, max_pos: i64) -> Result<RopeScal
     let Some(v) = v.filter(|v| !v.is_null()) else {
         return Ok(RopeScaling::None);
     };
-    // transformers accepts both the new "rope_type" and the legacy "type" key.
-    let kind = v
-        .get("rope_type")
-        .or_else(|| v.get("type"))
-        .and_then(Value::as_str)
-        .unwrap_or("default");
+    // `"rope_scaling": "yarn"` has no factor: taking it as plain RoPE would score a model
+    // trained with YaRN without it, silently.
+    if !v.is_object() {
+        return Err(ModelError::InvalidConfig(format!(
+            "config.json: rope_scaling = {}: must be null or an object such as \
+             {{\"rope_type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 4096}}",
+            rsd_common::printable::shortened(&v.to_string())
+        )));
+    }
+    // transformers accepts both the new "rope_type" and the legacy "type" key; a type that is
+    // there but not a string is an error, not "default".
+    let kind = match v.get("rope_type").or_else(|| v.get("type")) {
+        None => "default",
+        Some(t) => t.as_str().ok_or_else(|| {
+            ModelError::InvalidConfig(format!(
+                "config.json: rope_scaling.rope_type = {t}: must be a string"
+            ))
+        })?,
+    };
     let factor = || {
         num(v, "factor")?
             .ok_or_else(|| ModelError::InvalidConfig("rope_scaling.factor is required".into()))
@@ -806,6 +819,18 @@ mod tests {
                 e.contains("config.json: rope_scaling.") && e.contains("must be finite and > 0"),
                 "{scaling}: {e}"
             );
+        }
+        // A rope_scaling that is not an object, or a type that is not a string, is not plain
+        // RoPE: a model trained with YaRN would be scored without it.
+        for (scaling, want) in [
+            (json!("yarn"), "rope_scaling = \"yarn\": must be null or an object"),
+            (json!(4.0), "rope_scaling = 4.0: must be null or an object"),
+            (json!({"rope_type": 3, "factor": 4.0}), "rope_scaling.rope_type = 3: must be a string"),
+        ] {
+            let mut v = tiny("LlamaForCausalLM");
+            v["rope_scaling"] = scaling.clone();
+            let e = ModelConfig::from_hf_json(v).unwrap_err().to_string();
+            assert!(e.contains(want), "{scaling}: {e}");
         }
     }
 
