@@ -225,6 +225,18 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest> {
 /// the checkpoint, digests that are digests, and an optimizer layout whose counts the listed
 /// files can back (a layout is read into memory per rank and per bucket).
 fn check_manifest(dir: &Path, m: &Manifest) -> std::result::Result<(), String> {
+    // A file listed twice is verified twice by one rank or split between two, and counts twice
+    // toward what a layout can back.
+    let mut seen: std::collections::HashMap<&str, usize> = Default::default();
+    for (i, f) in m.files.iter().enumerate() {
+        if let Some(first) = seen.insert(f.path.as_str(), i) {
+            return Err(format!(
+                "fields files[{first}].path and files[{i}].path: both name \"{}\"; a manifest \
+                 lists each file once",
+                rsd_common::printable::shortened(&f.path)
+            ));
+        }
+    }
     for (i, f) in m.files.iter().enumerate() {
         rsd_common::safe_fs::check_relative_name(&f.path).map_err(|why| {
             format!(
@@ -1152,6 +1164,22 @@ mod tests {
             serde_json::from_str(&fs::read_to_string(&p).expect("read")).expect("json");
         edit(&mut m);
         fs::write(&p, m.to_string()).expect("write");
+    }
+
+    #[test]
+    fn a_manifest_listing_one_file_twice_is_refused_naming_both_entries() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let (out, _) = run_with_checkpoints(root.path());
+        let three = dir_for(&out, 3);
+        edit_manifest(&three, |m| {
+            let first = m["files"][0].clone();
+            m["files"].as_array_mut().expect("files").push(first);
+        });
+        let e = read_manifest(&three).expect_err("twice").to_string();
+        assert!(
+            e.contains("fields files[0].path and files[") && e.contains("lists each file once"),
+            "{e}"
+        );
     }
 
     #[test]
