@@ -24,7 +24,7 @@ use crate::paired::{paired, Arms, Chosen, Paired};
 use crate::plot::{cell, sorted_unique, Cell};
 use crate::results::{read_results, ItemResult};
 use crate::run::write_atomic;
-use rsd_common::printable::shortened;
+use rsd_common::printable::{printable, shortened};
 
 /// Arguments of `rsd-eval compare`.
 #[derive(Debug, Clone, clap::Args)]
@@ -280,7 +280,7 @@ impl Comparison {
                 .iter()
                 .map(|c| c.map_or("–".into(), |c| format!("{:.3} ± {:.3}", c.mean, c.spread)))
                 .collect();
-            s += &format!("| {} | {} |\n", row.label, cells.join(" | "));
+            s += &format!("| {} | {} |\n", printable(&row.label), cells.join(" | "));
         }
         s
     }
@@ -288,9 +288,12 @@ impl Comparison {
     /// The whole `compare.md`: what was compared, the table, and how to read it.
     pub fn report(&self) -> String {
         let lengths: Vec<String> = self.lengths.iter().map(usize::to_string).collect();
+        // Task names come from results.jsonl, anyone's: terminal control sequences in them would
+        // run when compare.md is printed, so they are escaped as every message is.
+        let tasks: Vec<String> = self.tasks.iter().map(|t| printable(t).into()).collect();
         let mut s = format!(
             "# Comparison\n\nTasks: {}. Lengths: {}.\n\n",
-            self.tasks.join(", "),
+            shortened(&tasks.join(", ")),
             lengths.join(", ")
         );
         s += &self.markdown();
@@ -300,7 +303,10 @@ impl Comparison {
               columns pool all depths, `d=` columns all shared lengths.\n";
         for (row, left) in self.rows.iter().zip(&self.left_out) {
             if !left.is_empty() {
-                let l: Vec<String> = left.iter().map(|(t, n)| format!("{t}@{n}")).collect();
+                let l: Vec<String> = left
+                    .iter()
+                    .map(|(t, n)| format!("{}@{n}", printable(t)))
+                    .collect();
                 s += &format!(
                     "\nLeft out of {} (not in every run): {}.\n",
                     row.label,
@@ -559,6 +565,23 @@ mod tests {
             e.contains("labelled rsd") && e.contains("lengths 16"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn task_names_and_labels_from_the_records_are_escaped_in_compare_md() {
+        let hostile = "\u{1b}]0;owned\u{7}\u{1b}[31mtask";
+        let with_task = |score| ItemResult {
+            task: hostile.into(),
+            ..item(8, Some(0.0), 0, score)
+        };
+        let c = compare(&[
+            run("a\u{1b}[2J", vec![with_task(1.0)]),
+            run("b", vec![with_task(0.0)]),
+        ])
+        .unwrap();
+        let md = c.report();
+        assert!(!md.contains('\u{1b}') && !md.contains('\u{7}'), "{md:?}");
+        assert!(md.contains("task"), "{md}");
     }
 
     #[test]
