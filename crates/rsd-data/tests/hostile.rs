@@ -1397,8 +1397,16 @@ fn links_in_input_directories_are_followed_only_inside_the_directory_given() {
     std::fs::create_dir_all(&other).unwrap();
     write_jsonl(&other.join("9a8b7c"), 2);
     symlink(other.join("9a8b7c"), snap.join("extra.jsonl")).unwrap();
-    let f = fails(&pack_args(p(&repo.join("snapshots/abc123")), p(&tmp.path().join("hf1")), &[]));
-    assert!(f.stderr.contains("extra.jsonl: a symbolic link to"), "{}", f.stderr);
+    let f = fails(&pack_args(
+        p(&repo.join("snapshots/abc123")),
+        p(&tmp.path().join("hf1")),
+        &[],
+    ));
+    assert!(
+        f.stderr.contains("extra.jsonl: a symbolic link to"),
+        "{}",
+        f.stderr
+    );
 
     // JSONL, by a link that climbs out with `..`.
     let jsonl = tmp.path().join("jsonl");

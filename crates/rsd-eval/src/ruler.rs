@@ -471,7 +471,11 @@ mod tests {
             std::os::unix::fs::symlink(elsewhere.path(), run.path().join(planted)).unwrap();
             let e = write_predictions(&ruler, &preds).unwrap_err().to_string();
             assert!(e.contains(planted) && e.contains("link"), "{planted}: {e}");
-            assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0, "{planted}");
+            assert_eq!(
+                std::fs::read_dir(elsewhere.path()).unwrap().count(),
+                0,
+                "{planted}"
+            );
         }
         // Its own directories: written.
         std::fs::remove_file(run.path().join("ruler/256")).unwrap();

@@ -823,9 +823,15 @@ mod tests {
         // A rope_scaling that is not an object, or a type that is not a string, is not plain
         // RoPE: a model trained with YaRN would be scored without it.
         for (scaling, want) in [
-            (json!("yarn"), "rope_scaling = \"yarn\": must be null or an object"),
+            (
+                json!("yarn"),
+                "rope_scaling = \"yarn\": must be null or an object",
+            ),
             (json!(4.0), "rope_scaling = 4.0: must be null or an object"),
-            (json!({"rope_type": 3, "factor": 4.0}), "rope_scaling.rope_type = 3: must be a string"),
+            (
+                json!({"rope_type": 3, "factor": 4.0}),
+                "rope_scaling.rope_type = 3: must be a string",
+            ),
         ] {
             let mut v = tiny("LlamaForCausalLM");
             v["rope_scaling"] = scaling.clone();

@@ -253,8 +253,13 @@ mod tests {
             .unwrap()
         };
         // 1/θ^(14/16) overflows fp32: every cos/sin would be NaN.
-        let e = Rope::new(&with_theta(1e-300), Device::Cpu).unwrap_err().to_string();
-        assert!(e.contains("rope_theta = 1e-300") && e.contains("fp32 cannot hold"), "{e}");
+        let e = Rope::new(&with_theta(1e-300), Device::Cpu)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("rope_theta = 1e-300") && e.contains("fp32 cannot hold"),
+            "{e}"
+        );
         // Small but sound, and the usual ones, are accepted.
         for theta in [0.5, 1.0, 1e4, 5e5, 1e7] {
             Rope::new(&with_theta(theta), Device::Cpu).unwrap();

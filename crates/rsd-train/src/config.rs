@@ -680,7 +680,12 @@ impl TrainConfig {
             ("dp", self.dp as u64, 0, 1 << 20),
             ("cp", self.cp as u64, 1, 1 << 20),
             ("loss_chunk", self.loss_chunk.max(0) as u64, 1, 1 << 30),
-            ("long_ce_window", self.long_ce_window.max(0) as u64, 0, 1 << 40),
+            (
+                "long_ce_window",
+                self.long_ce_window.max(0) as u64,
+                0,
+                1 << 40,
+            ),
             ("dist_timeout", self.dist_timeout, 1, week),
             ("dist_liveness", self.dist_liveness, 3, week),
             ("checkpoint_timeout", self.checkpoint_timeout, 0, week),

@@ -315,9 +315,9 @@ pub(super) fn link_target(root: &Path, given: &Path, link: &Path) -> Result<Opti
 /// the hub client keeps each file once and links every revision's name to it. Only that
 /// repository's own blobs: a snapshot's link elsewhere is refused like any other.
 fn hf_cache_blobs(root: &Path) -> Option<PathBuf> {
-    let snapshot = root
-        .ancestors()
-        .find(|a| a.parent().and_then(Path::file_name) == Some(std::ffi::OsStr::new("snapshots")))?;
+    let snapshot = root.ancestors().find(|a| {
+        a.parent().and_then(Path::file_name) == Some(std::ffi::OsStr::new("snapshots"))
+    })?;
     let repo = snapshot.parent()?.parent()?;
     Some(repo.join("blobs"))
 }
