@@ -147,7 +147,7 @@ fn check_frequencies(cfg: &ModelConfig, inv_freq: &Tensor, attention_scaling: f6
         || attention_scaling <= 0.0;
     if bad {
         return Err(ModelError::InvalidConfig(format!(
-            "config.json: rope_theta = {} with head_dim {} and rope_scaling {} gives RoPE \
+            "config.json: rope_theta = {:e} with head_dim {} and rope_scaling {} gives RoPE \
              frequencies fp32 cannot hold (largest {largest:e}, times max_position_embeddings \
              {} = {angle:e}; attention scaling {attention_scaling}): every cos/sin would be NaN \
              or meaningless; use a rope_theta of at least 1 (Llama-3: 500000, Qwen3: 1000000)",
