@@ -873,8 +873,13 @@ fn fewshot_examples<'a>(
     // in lm-eval too (Python's sample raises).
     let needed = if rng.is_some() { drawn } else { a.fewshot };
     if available < needed {
+        let one_more = if needed > a.fewshot {
+            format!(" (drawn as {needed}: lm-eval draws one more for this task)")
+        } else {
+            String::new()
+        };
         return Err(EvalError::Input(format!(
-            "{}: --fewshot {} draws {needed} example(s) but --fewshot-data has {available}{}",
+            "{}: --fewshot {}{one_more} but --fewshot-data has {available} example(s){}",
             q.origin,
             a.fewshot,
             if q.group.is_empty() {
