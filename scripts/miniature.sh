@@ -64,9 +64,31 @@ say() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'miniature: %s\n' "$*" >&2; exit 1; }
 
 settings() {
-  out="${RSD_MINI_OUT:-runs/miniature-4}"
-  bases="${RSD_MINI_BASES:-1,2,3}"
-  max_tries="${RSD_MINI_MAX_BASE_TRIES:-6}"
+  attempt="${RSD_MINI_ATTEMPT:-4}"
+  case "$attempt" in
+    4)
+      default_bases=1,2,3 default_tries=6
+      # The evaluation items' seed: used by no pilot, no training file, no earlier attempt.
+      eval_seed=23
+      # The in-window lengths (base-only recall picks the depth lengths among them) and the
+      # evaluations.
+      window_lengths=(384 512 768 1024)
+      evals=(eval-384 eval-512 eval-768 eval-1024 eval-2048-yarn2 eval-4096-yarn4)
+      ;;
+    5)
+      default_bases=11,12,13,14,15 default_tries=10
+      eval_seed=31
+      # Fixed by the pilot before any base was trained (docs/RESULTS.md, attempt 5): no base-only
+      # rule, no YaRN lengths.
+      window_lengths=()
+      depth_lengths=(640 768 896)
+      evals=(eval-640 eval-768 eval-896 eval-1024)
+      ;;
+    *) die "RSD_MINI_ATTEMPT=$attempt: this script runs attempt 4 or 5" ;;
+  esac
+  out="${RSD_MINI_OUT:-runs/miniature-$attempt}"
+  bases="${RSD_MINI_BASES:-$default_bases}"
+  max_tries="${RSD_MINI_MAX_BASE_TRIES:-$default_tries}"
   seeds="${RSD_MINI_SEEDS:-0,1}"
   pairs_steps="${RSD_MINI_PAIRS_STEPS:-1500}"
   block_steps="${RSD_MINI_BLOCK_STEPS:-500}"
@@ -81,17 +103,22 @@ settings() {
   ignore_bar="${RSD_MINI_IGNORE_BAR:-}"
   # The pre-registered bar: teacher-forced recall of a base at 256 tokens, at every depth.
   bar=0.8
-  # The evaluation items' seed (attempt 4): used by no pilot, no training file, no earlier attempt.
-  eval_seed=23
   # RoPE base for the 4× longer window: 10⁴ → 8·10⁴ (the paper: Llama-3 500K → 8M for 8×).
   theta=80000
-  # The in-window lengths (base-only recall picks the depth lengths among them) and the evaluations.
-  window_lengths=(384 512 768 1024)
-  evals=(eval-384 eval-512 eval-768 eval-1024 eval-2048-yarn2 eval-4096-yarn4)
   arms=(standard rsd standard-matched two-view-clm)
   tok=assets/tokenizers/mini-1k/tokenizer.json
   data="$out/data"
   bin="${RSD_MINI_BIN:-}"
+}
+
+# eval_lengths: every length the study scores items at (the bar's 256 first), one per line.
+eval_lengths() {
+  local e
+  echo 256
+  for e in "${window_lengths[@]}" "${evals[@]}"; do
+    e="${e#eval-}"
+    echo "${e%%-*}"
+  done | sort -nu
 }
 
 binaries() {
@@ -121,7 +148,8 @@ kv() {
   python3 scripts/miniature_kv.py "$1" "$data/$name.jsonl" --docs "${train_docs:-$docs}" \
     --tokenizer "$tok" "${@:2}"
 }
-# items_file LENGTH: attempt 4's kv_multikey items at LENGTH tokens (seed 23: none trained on).
+# items_file LENGTH: the attempt's kv_multikey items at LENGTH tokens (its evaluation seed: none
+# trained on).
 items_file() { echo "$data/items-$1-seed$eval_seed.jsonl"; }
 # pack SRC LEN NAME: mixed-mode shards (short documents several to a row, boundaries recorded).
 pack() {
@@ -147,7 +175,7 @@ stage_data() {
   pack corpus/books 1024 books-1024
   say "data: the evaluation's kv_multikey items, seed $eval_seed, $depths depths × $items items"
   local length
-  for length in 256 "${window_lengths[@]}" 2048 4096; do
+  for length in $(eval_lengths); do
     kv "items-$length-seed$eval_seed" 0 items --lengths "$length" --items "$items" \
       --depths "$depths" --seed "$eval_seed"
   done
@@ -160,7 +188,7 @@ need_data() {
       kv-items-256-seed17.jsonl; do
     need "$data/$f" data "the training data"
   done
-  for f in 256 "${window_lengths[@]}" 2048 4096; do
+  for f in $(eval_lengths); do
     need "$(items_file "$f")" data "the evaluation items"
   done
 }
@@ -322,6 +350,21 @@ stage_lengths() {
   need_data
   local list b length
   list="$(accepted_bases)" || exit 1
+  if [ ${#window_lengths[@]} -eq 0 ]; then
+    # Attempt 5: the pilot fixed the depth lengths before any base was trained.
+    say "depth lengths ${depth_lengths[*]}: fixed by the pilot (docs/RESULTS.md), not by the bases"
+    python3 - "$out/lengths.json" "$list" "${depth_lengths[@]}" <<'EOF'
+import json, sys
+path, bases, lengths = sys.argv[1], [int(b) for b in sys.argv[2].split()], [int(l) for l in sys.argv[3:]]
+json.dump({"rule": "fixed before any base of the study was trained: the lengths where a pilot "
+                   "model (standard adaptation of a base outside the study) recalled 0.35-0.85 "
+                   "of its own items at the middle depths 0.3-0.7",
+           "chosen_by": "pilot", "bases": bases, "depth_lengths": lengths, "fallback": False},
+          open(path + ".tmp", "w"), indent=1)
+EOF
+    mv "$out/lengths.json.tmp" "$out/lengths.json"
+    return
+  fi
   for b in $list; do
     need "$out/base-$b/model" bases "base $b"
     for length in "${window_lengths[@]}"; do
@@ -405,12 +448,13 @@ json.dump({"adapt_steps": int(sys.argv[1]), "flop_floor": float(sys.argv[2]),
 # adapted model DIR, beside rsd-eval's run.json (which carries the model's sha256, RoPE base and
 # scaling and its training record with the adaptation seed and steps, but not the base's seeds).
 record() {
-  python3 - "$@" <<'EOF'
+  RSD_MINI_ATTEMPT_RECORD="$attempt" python3 - "$@" <<'EOF'
 import json, os, sys
 d, b, seed, arm, ev = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 training = json.load(open(os.path.join(d, "model", "rsd_training.json")))
 _, length, *scaling = ev.split("-")
-json.dump({"attempt": 4, "base": b, "base_init_seed": 10 + b, "base_stage1_seed": 10 + b,
+json.dump({"attempt": int(os.environ["RSD_MINI_ATTEMPT_RECORD"]), "base": b,
+           "base_init_seed": 10 + b, "base_stage1_seed": 10 + b,
            "base_block_seeds": f"{100 * b}+k for block k of each stage",
            "adaptation_seed": seed, "arm": arm, "objective": training["objective"],
            "steps": training["steps"], "length": int(length),
