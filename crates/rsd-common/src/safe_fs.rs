@@ -131,6 +131,16 @@ pub enum FsError {
         /// What is there (`a symbolic link`, `a regular file`, …).
         kind: &'static str,
     },
+    /// A symbolic link in an input directory leads out of it (see [`input_link_target`]).
+    #[error("{}: a symbolic link to {}, outside {}; rsd follows a link in an input directory only to a file inside the directory given (or, in a Hugging Face cache's snapshots/<revision>, to the blobs/ of the same repository)", link.display(), target.display(), given.display())]
+    LinkOutside {
+        /// The link.
+        link: PathBuf,
+        /// Where it leads (canonical).
+        target: PathBuf,
+        /// The input directory it must stay in, as given.
+        given: PathBuf,
+    },
     /// An operating-system error on a file.
     #[error("{}: {source}", path.display())]
     Io {
@@ -159,6 +169,7 @@ impl FsError {
             | FsError::NotAppendable { path, .. }
             | FsError::NotOwnDirectory { path, .. }
             | FsError::Io { path, .. } => path,
+            FsError::LinkOutside { link, .. } => link,
         }
     }
 }
@@ -288,6 +299,40 @@ pub fn confined_name(dir: &Path, name: &str, named_by: &NamedBy) -> Result<PathB
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(path),
         _ => confined_file(dir, name, named_by),
     }
+}
+
+/// The one rule for symbolic links inside an input directory (a corpus, a haystack): a link is
+/// followed only while what it leads to stays under the directory `given`, whose canonical path
+/// is `root`. One layout is allowed besides: a Hugging Face cache's snapshot, whose every name
+/// links into the same repository's `blobs/`. Returns where `link` leads, `None` when that cannot
+/// be resolved (dangling, a loop: reading it reports the OS error), and
+/// [`FsError::LinkOutside`] naming the link and its target otherwise: a directory of data
+/// someone shared must not make rsd read `~/.ssh` or another corpus. The error never quotes what
+/// the target holds.
+pub fn input_link_target(root: &Path, given: &Path, link: &Path) -> Result<Option<PathBuf>> {
+    let Ok(target) = std::fs::canonicalize(link) else {
+        return Ok(None);
+    };
+    if target.starts_with(root) || hf_cache_blobs(root).is_some_and(|b| target.starts_with(b)) {
+        return Ok(Some(target));
+    }
+    Err(FsError::LinkOutside {
+        link: link.to_path_buf(),
+        target,
+        given: given.to_path_buf(),
+    })
+}
+
+/// The blob store a Hugging Face cache's snapshot links into, when `root` (canonical) is a
+/// snapshot or a directory inside one: `<repo>/snapshots/<revision>/…` → `<repo>/blobs`, where
+/// the hub client keeps each file once and links every revision's name to it. Only that
+/// repository's own blobs: a snapshot's link elsewhere is refused like any other.
+fn hf_cache_blobs(root: &Path) -> Option<PathBuf> {
+    let snapshot = root.ancestors().find(|a| {
+        a.parent().and_then(Path::file_name) == Some(std::ffi::OsStr::new("snapshots"))
+    })?;
+    let repo = snapshot.parent()?.parent()?;
+    Some(repo.join("blobs"))
 }
 
 /// Open `path` for reading if it is a regular file (links followed): the metadata is checked

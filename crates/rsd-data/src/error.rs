@@ -133,6 +133,9 @@ impl DataError {
                     // A name that leaves its directory is a damaged (or hostile) index.
                     FsError::UnsafeName(_) | FsError::TooLarge { .. } => Cause::Corrupt,
                     FsError::NotRegularFile { .. } | FsError::Io { .. } => Cause::Unreadable,
+                    // A link out of an input directory stops the pack: it is a directory
+                    // someone prepared, not one damaged file.
+                    FsError::LinkOutside { .. } => return None,
                     // About the output, never an input.
                     FsError::TemporaryInTheWay { .. }
                     | FsError::NotAppendable { .. }

@@ -614,3 +614,39 @@ fn a_sparse_haystack_file_is_refused_with_the_cap() {
         .to_string();
     assert!(e.contains("more than 33554432 bytes of text"), "{e}");
 }
+
+/// A haystack directory follows a link only to a file inside it: a link to a file elsewhere is
+/// refused, naming the link and its target and quoting nothing the target holds, so no other
+/// file's words reach a prompt (or `--dump-prompts`). A link to a file inside is read.
+#[test]
+fn a_haystack_link_out_of_its_directory_is_refused_and_one_inside_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let words = |n: usize, w: &str| vec![w; n].join(" ");
+    let secret = write(dir.path(), "secret.txt", words(2000, "SECRETWORD").as_bytes());
+    let hay = dir.path().join("hay");
+    std::fs::create_dir_all(hay.join("sub")).unwrap();
+    write(&hay, "a.txt", words(1500, "plain").as_bytes());
+    std::os::unix::fs::symlink(&secret, hay.join("b.txt")).unwrap();
+    let e = rsd_eval::tasks::Haystack::from_path(&hay, &tokenizer())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("b.txt: a symbolic link to")
+            && e.contains("secret.txt")
+            && e.contains("outside")
+            && !e.contains("SECRETWORD"),
+        "{e}"
+    );
+    // Inside the directory (here through a subdirectory): followed, and its words are read.
+    std::fs::remove_file(hay.join("b.txt")).unwrap();
+    write(&hay.join("sub"), "c.md", words(10, "inner").as_bytes());
+    std::os::unix::fs::symlink(hay.join("sub/c.md"), hay.join("b.txt")).unwrap();
+    // A dangling link is nothing to read.
+    std::os::unix::fs::symlink(hay.join("gone.txt"), hay.join("d.txt")).unwrap();
+    let h = rsd_eval::tasks::Haystack::from_path(&hay, &tokenizer()).unwrap();
+    let expected = rsd_eval::tasks::Haystack::from_text(
+        &format!("{} {}", words(1500, "plain"), words(10, "inner")),
+        "",
+    );
+    assert_eq!(h.sha256(), expected.sha256());
+}

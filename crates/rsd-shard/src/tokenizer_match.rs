@@ -98,16 +98,31 @@ pub fn tokenizer_file(dir: &Path, info: &TokenizerInfo) -> (Option<PathBuf>, Opt
             && safe_fs::read_regular(p, safe_fs::MAX_METADATA_BYTES, "tokenizer")
                 .is_ok_and(|bytes| sha256_hex(&bytes) == info.sha256)
     };
+    // The copy rsd-data writes is a regular file; a link there is followed only inside the
+    // directory (rsd's rule for links in input directories), so that a shard directory cannot
+    // make rsd-train copy a file from elsewhere into its run.
     let own = dir.join(TOKENIZER_FILE);
-    if matches(&own) {
+    let mut note = None;
+    let own_inside = match std::fs::canonicalize(dir) {
+        Ok(root) if own.is_symlink() => match safe_fs::input_link_target(&root, dir, &own) {
+            Ok(target) => target.is_some(),
+            Err(e) => {
+                note = Some(format!("not copied: {e}"));
+                false
+            }
+        },
+        Ok(_) => true,
+        Err(_) => false,
+    };
+    if own_inside && matches(&own) {
         return (Some(own), None);
     }
     let named_by = NamedBy::new(dir.join(MANIFEST_FILE), "tokenizer.name");
     match safe_fs::confined_file(dir, &info.name, &named_by) {
         Ok(path) if matches(&path) => (Some(path), None),
-        Ok(_) => (None, None),
+        Ok(_) => (None, note),
         Err(FsError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-            (None, None)
+            (None, note)
         }
         Err(e) => (None, Some(format!("not looked for: {e}"))),
     }
@@ -178,6 +193,34 @@ mod tests {
         assert_eq!(
             tokenizer_file(&dir, &info("tok.json")),
             (Some(dir.join("tok.json")), None)
+        );
+    }
+
+    /// The shard directory's own `tokenizer.json` (what rsd-train copies into its run) as a link
+    /// out of the directory is not used, and the note says why; a link inside is used.
+    #[test]
+    fn the_shard_directorys_tokenizer_json_as_a_link_out_is_not_used() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("shards");
+        fs::create_dir(&dir).unwrap();
+        let outside = tmp.path().join("elsewhere.json");
+        fs::write(&outside, TOKENIZER).unwrap();
+        std::os::unix::fs::symlink(&outside, dir.join(TOKENIZER_FILE)).unwrap();
+        let (file, note) = tokenizer_file(&dir, &info("org/model"));
+        assert_eq!(file, None);
+        let note = note.expect("the refused link is noted");
+        assert!(
+            note.contains("a symbolic link to")
+                && note.contains("elsewhere.json")
+                && note.contains("outside"),
+            "{note}"
+        );
+        fs::remove_file(dir.join(TOKENIZER_FILE)).unwrap();
+        fs::write(dir.join("kept.json"), TOKENIZER).unwrap();
+        std::os::unix::fs::symlink(dir.join("kept.json"), dir.join(TOKENIZER_FILE)).unwrap();
+        assert_eq!(
+            tokenizer_file(&dir, &info("org/model")),
+            (Some(dir.join(TOKENIZER_FILE)), None)
         );
     }
 

@@ -287,39 +287,13 @@ fn format_of_file(path: &Path) -> Option<Format> {
     }
 }
 
-/// The one rule for links inside an input directory `given` (whose canonical path is `root`):
-/// a link is followed only while what it leads to stays under `given`. Returns where `link`
-/// leads, `None` if that cannot be resolved (dangling, a loop: reading it reports the OS error,
-/// which `--skip-bad` skips like any unreadable file), and an error naming the link and its
-/// target if it leads outside: a directory of data someone shared must not make rsd read
-/// `~/.ssh` or another corpus.
+/// rsd's one rule for links in an input directory
+/// ([`rsd_common::safe_fs::input_link_target`]): where `link`
+/// leads, `None` if nowhere (reading it then reports the OS error, which `--skip-bad` skips like
+/// any unreadable file), and an error that stops the pack if it leads outside `given`.
 pub(super) fn link_target(root: &Path, given: &Path, link: &Path) -> Result<Option<PathBuf>> {
-    let Ok(target) = std::fs::canonicalize(link) else {
-        return Ok(None);
-    };
-    if target.starts_with(root) || hf_cache_blobs(root).is_some_and(|b| target.starts_with(b)) {
-        return Ok(Some(target));
-    }
-    Err(DataError::Config(format!(
-        "{}: a symbolic link to {}, outside {}; rsd follows a link in an input directory only \
-         to a file inside the directory given (or, in a Hugging Face cache's \
-         snapshots/<revision>, to the blobs/ of the same repository)",
-        link.display(),
-        target.display(),
-        given.display()
-    )))
-}
-
-/// The blob store a Hugging Face cache's snapshot links into, when `root` (canonical) is a
-/// snapshot or a directory inside one: `<repo>/snapshots/<revision>/…` → `<repo>/blobs`, where
-/// the hub client keeps each file once and links every revision's name to it. Only that
-/// repository's own blobs: a snapshot's link elsewhere is refused like any other.
-fn hf_cache_blobs(root: &Path) -> Option<PathBuf> {
-    let snapshot = root.ancestors().find(|a| {
-        a.parent().and_then(Path::file_name) == Some(std::ffi::OsStr::new("snapshots"))
-    })?;
-    let repo = snapshot.parent()?.parent()?;
-    Some(repo.join("blobs"))
+    rsd_common::safe_fs::input_link_target(root, given, link)
+        .map_err(|e| DataError::Config(e.to_string()))
 }
 
 /// Every file under `dir`, sorted by path (byte order, so it is the same everywhere), and warnings

@@ -68,6 +68,33 @@ pub const HAYSTACK_TEXT_LIMIT: u64 = 32 << 20;
 /// Where the bundled haystack lies in an rsd checkout.
 const BUNDLED_HAYSTACK: &str = "corpus/books";
 
+/// The `*.txt` and `*.md` files of a haystack directory, in name order. A link among them is
+/// followed only to a file inside the directory, rsd's one rule for links in input directories
+/// (`rsd_common::safe_fs::input_link_target`): a directory someone shared must not put another
+/// file's words into prompts, or into `--dump-prompts`.
+fn text_files(dir: &Path) -> rsd_common::safe_fs::Result<Vec<PathBuf>> {
+    let io = |e| rsd_common::safe_fs::FsError::Io {
+        path: dir.to_path_buf(),
+        source: e,
+    };
+    let root = std::fs::canonicalize(dir).map_err(io)?;
+    let mut files = vec![];
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        let path = entry.map_err(io)?.path();
+        if !matches!(path.extension().and_then(|e| e.to_str()), Some("txt" | "md")) {
+            continue;
+        }
+        if path.is_symlink() && rsd_common::safe_fs::input_link_target(&root, dir, &path)?.is_none() {
+            continue; // dangling: nothing to read
+        }
+        if path.is_file() {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
 impl Haystack {
     /// The bundled books: `corpus/books` of the rsd checkout the binary was built in (found
     /// above the binary, wherever the checkout has moved), else of the current directory.
@@ -146,15 +173,7 @@ impl Haystack {
             }
             text
         } else {
-            let entries = std::fs::read_dir(dir).map_err(|e| bad(e.to_string()))?;
-            let mut files: Vec<PathBuf> = entries
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| {
-                    p.is_file()
-                        && matches!(p.extension().and_then(|e| e.to_str()), Some("txt" | "md"))
-                })
-                .collect();
-            files.sort();
+            let files = text_files(dir).map_err(|e| bad(e.to_string()))?;
             let mut text = String::new();
             for f in &files {
                 let t = rsd_common::safe_fs::read_text(f, HAYSTACK_TEXT_LIMIT, "haystack file")
