@@ -11,7 +11,7 @@ import subprocess
 import pytest
 import zstandard
 
-from rsd_cli import exe
+from rsd_cli import ROOT as REPO, exe
 
 # Far more than the pack below needs (about 1 GiB: a debug build, its threads' stacks and malloc
 # arenas, a 200 MiB line held twice and its ids), far less than the ~9 GB that tokenizing the
@@ -195,3 +195,40 @@ def test_a_parquet_file_declaring_a_4_gib_thrift_field_is_an_error_not_an_abort(
     assert manifest["totals"]["documents"] == 50
     [skipped] = manifest["totals"]["bad_inputs"]
     assert (skipped["path"], skipped["cause"]) == (str(bad), "corrupt"), skipped
+
+
+def test_a_directory_of_more_shards_than_open_files_allowed_is_one_clear_error(tmp_path):
+    """A shard directory keeps one file open per shard. rsd raises its soft limit on open files
+    to the hard one, so a shell's low soft limit does not matter; where even the hard limit is
+    too low, the error comes before any shard is opened, names the manifest, the count and the
+    limit, and says what to do (not "Too many open files" part-way through)."""
+    src = tmp_path / "book.txt"
+    src.write_text((REPO / "corpus/books/moby-dick.txt").read_text()[:160_000])
+    out = tmp_path / "many"
+    p = subprocess.run([exe("rsd-data"), "pack", "--len", "64", "--src", src, "--out", out,
+                        "--tokenizer", REPO / "assets/tokenizers/mini-1k/tokenizer.json",
+                        "--shard-size", "1KiB", "--progress", "none"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    shards = len(json.loads((out / "index.json").read_text())["shards"])
+    assert shards > 100
+    unlimited = subprocess.run([exe("rsd-data"), "inspect", out], capture_output=True, text=True)
+    assert unlimited.returncode == 0, unlimited.stderr
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+
+    def inspect_with(soft, hard):
+        def cap():
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        return subprocess.run([exe("rsd-data"), "inspect", out], capture_output=True,
+                              text=True, preexec_fn=cap)
+    # A soft limit below the shards' count, a hard one above: raised, and read as without.
+    low_soft = inspect_with(64, hard)
+    assert low_soft.returncode == 0, low_soft.stderr
+    assert low_soft.stdout == unlimited.stdout
+    # Both low: refused up front, saying why and what to do.
+    low = inspect_with(300, 300)
+    assert low.returncode != 0 and "panicked" not in low.stderr
+    assert (f"index.json: lists {shards} shards: reading them keeps {shards} files open, and "
+            "this process may open only") in low.stderr, low.stderr
+    assert "its limit on open files is 300" in low.stderr
+    assert "--shard-size" in low.stderr and "Too many open files" not in low.stderr

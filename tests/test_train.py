@@ -256,3 +256,15 @@ def test_probe_errors_are_clear(setup):
     assert p.returncode == 1 and "3 values for 2 samples" in p.stderr
     p = rsd_train("probe", "--model", d / "nope", "--tokens", d / "tokens.npy", check=False)
     assert p.returncode == 1 and "nope" in p.stderr
+    # An id outside the vocabulary is named with its file, row and column, not libtorch's
+    # "index out of range in self"; a negative one too.
+    vocab = json.loads((Path(models["llama"]) / "config.json").read_text())["vocab_size"]
+    for bad, dtype in ((vocab, np.int64), (-1, np.int32)):
+        rows = np.load(d / "tokens.npy").astype(dtype)
+        rows[1, 3] = bad
+        np.save(d / "bad.npy", rows)
+        p = rsd_train("probe", "--model", models["llama"], "--tokens", d / "bad.npy", check=False)
+        assert p.returncode == 1, p.stderr
+        assert (f"bad.npy: token id {bad} at row 1, column 3 is not in the model's vocabulary "
+                f"[0, {vocab})") in p.stderr, p.stderr
+        assert "index out of range" not in p.stderr

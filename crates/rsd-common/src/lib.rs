@@ -5,12 +5,14 @@
 //! (binaries), strings from data made safe to print (`printable`: terminal control characters
 //! escaped), and safe file access for data written by strangers (`safe_fs`: names confined to
 //! their directory, regular files only, bounded reads, atomic writes that follow no planted link),
-//! and CPython's `random.Random` sampling (`pyrandom`: reproduces lm-eval's few-shot draws).
+//! CPython's `random.Random` sampling (`pyrandom`: reproduces lm-eval's few-shot draws), and the
+//! process's limits on open files and memory maps (`process_limits`).
 //! Nothing rsd-specific.
 
 pub mod digest;
 pub mod mem;
 pub mod printable;
+pub mod process_limits;
 pub mod progress;
 pub mod pyrandom;
 pub mod report;

@@ -79,6 +79,8 @@ pub(crate) fn parse_size(s: &str) -> std::result::Result<u64, String> {
 
 fn main() {
     let cli = Cli::parse();
+    // Shard directories keep a file open per shard; a shell's soft limit is often 1,024.
+    let _ = rsd_common::process_limits::raise_open_files_limit();
     let _ = ctrlc::set_handler(|| {
         if INTERRUPTED.swap(true, Ordering::SeqCst) {
             std::process::exit(130);

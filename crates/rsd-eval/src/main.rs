@@ -41,6 +41,8 @@ enum Cmd {
 
 fn main() {
     let cli = Cli::parse();
+    // Shard directories keep a file open per shard; a shell's soft limit is often 1,024.
+    let _ = rsd_common::process_limits::raise_open_files_limit();
     let r: Result<()> = match cli.cmd {
         Cmd::Run(a) => cmd_run::run(a),
         Cmd::Score(a) => score(&a),

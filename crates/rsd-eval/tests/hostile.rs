@@ -622,7 +622,11 @@ fn a_sparse_haystack_file_is_refused_with_the_cap() {
 fn a_haystack_link_out_of_its_directory_is_refused_and_one_inside_is_read() {
     let dir = tempfile::tempdir().unwrap();
     let words = |n: usize, w: &str| vec![w; n].join(" ");
-    let secret = write(dir.path(), "secret.txt", words(2000, "SECRETWORD").as_bytes());
+    let secret = write(
+        dir.path(),
+        "secret.txt",
+        words(2000, "SECRETWORD").as_bytes(),
+    );
     let hay = dir.path().join("hay");
     std::fs::create_dir_all(hay.join("sub")).unwrap();
     write(&hay, "a.txt", words(1500, "plain").as_bytes());

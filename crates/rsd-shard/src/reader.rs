@@ -457,6 +457,47 @@ impl Shard {
     }
 }
 
+/// Descriptors and memory maps kept for everything but one directory's shards: libraries, the
+/// loader's threads, a distributed run's sockets, libtorch's allocations.
+const RESERVE_FILES: u64 = 256;
+const RESERVE_MAPS: u64 = 4096;
+
+/// A directory of `shards` shards keeps one file open per shard (the `.bin`, for `pread`) and two
+/// maps per shard (three with loss masks). When this process cannot hold that many, the error
+/// says so before the first shard is opened, with what to do, instead of "Too many open files"
+/// (or a map that fails) part-way through. Binaries raise the soft limit on open files to the
+/// hard one first.
+fn check_headroom(dir: &Path, shards: u64, masks: bool) -> Result<()> {
+    use rsd_common::process_limits::headroom;
+    let h = headroom(RESERVE_FILES, RESERVE_MAPS);
+    let too_many = |what: String| ShardError::Manifest {
+        path: dir.join(crate::MANIFEST_FILE),
+        what: format!(
+            "lists {shards} shards: {what}; repack into fewer, larger shards (rsd-data pack \
+             --shard-size, 1GiB by default) or raise the limit"
+        ),
+    };
+    if let (Some(left), Some(limit)) = (h.files, h.files_limit) {
+        if shards > left {
+            return Err(too_many(format!(
+                "reading them keeps {shards} files open, and this process may open only {left} \
+                 more (its limit on open files is {limit}: `ulimit -n`, at most `ulimit -Hn`; \
+                 LimitNOFILE= for a service, /etc/security/limits.conf for a cluster's jobs)"
+            )));
+        }
+    }
+    let maps = shards * if masks { 3 } else { 2 };
+    if let (Some(left), Some(limit)) = (h.maps, h.maps_limit) {
+        if maps > left {
+            return Err(too_many(format!(
+                "mapping them takes {maps} memory maps, and this process may make only {left} \
+                 more (the kernel allows {limit} per process: `sysctl vm.max_map_count`)"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// A whole shard directory: the manifest and every shard it lists, mapped.
 pub struct ShardSet {
     dir: PathBuf,
@@ -470,6 +511,11 @@ impl ShardSet {
     /// Open `dir`: read `index.json`, map every shard, and check counts against the manifest.
     pub fn open(dir: &Path) -> Result<ShardSet> {
         let manifest = Manifest::read(dir)?;
+        check_headroom(
+            dir,
+            manifest.shards.len() as u64,
+            manifest.loss_mask.is_some(),
+        )?;
         let mut shards = Vec::with_capacity(manifest.shards.len());
         let mut starts = vec![0u64];
         for (k, info) in manifest.shards.iter().enumerate() {

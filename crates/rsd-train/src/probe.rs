@@ -451,6 +451,7 @@ impl ProbeStep<'_> {
 pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
     let model = load_model(&req.model, parse_dtype(&req.dtype)?)?;
     let rows = ProbeRows::read(req)?;
+    check_token_ids(&req.tokens, &rows.tokens, model.config().vocab_size)?;
     check_view(req)?;
     let mb = MicroBatch::from_rows(
         &rows.tokens,
@@ -557,6 +558,23 @@ fn load_model(source: &ProbeModel, kind: Kind) -> Result<Model> {
             Model::random(ModelConfig::from_file(config)?, options, *seed)?
         }
     })
+}
+
+/// Every id of `--tokens` is a row of the model's embedding: the first one that is not is named
+/// with its file, row and column (libtorch would only say "index out of range in self").
+fn check_token_ids(path: &std::path::Path, tokens: &[Vec<i64>], vocab_size: i64) -> Result<()> {
+    for (r, row) in tokens.iter().enumerate() {
+        if let Some(c) = row.iter().position(|&id| !(0..vocab_size).contains(&id)) {
+            return Err(Error::Input(format!(
+                "{}: token id {} at row {r}, column {c} is not in the model's vocabulary \
+                 [0, {vocab_size}) (config.json's vocab_size); were the tokens made with \
+                 another tokenizer?",
+                path.display(),
+                row[c]
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The rows of an integer `.npy` of shape `[B, L]`.

@@ -5,6 +5,8 @@
 pub fn set_up() {
     adopt_slurm_task();
     keep_large_allocations_on_heap();
+    // Shard directories keep a file open per shard; a shell's soft limit is often 1,024.
+    let _ = rsd_common::process_limits::raise_open_files_limit();
     if let Some(conf) =
         default_cuda_alloc_conf(std::env::var_os("PYTORCH_CUDA_ALLOC_CONF").as_deref())
     {

@@ -81,10 +81,14 @@ fn text_files(dir: &Path) -> rsd_common::safe_fs::Result<Vec<PathBuf>> {
     let mut files = vec![];
     for entry in std::fs::read_dir(dir).map_err(io)? {
         let path = entry.map_err(io)?.path();
-        if !matches!(path.extension().and_then(|e| e.to_str()), Some("txt" | "md")) {
+        if !matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("txt" | "md")
+        ) {
             continue;
         }
-        if path.is_symlink() && rsd_common::safe_fs::input_link_target(&root, dir, &path)?.is_none() {
+        if path.is_symlink() && rsd_common::safe_fs::input_link_target(&root, dir, &path)?.is_none()
+        {
             continue; // dangling: nothing to read
         }
         if path.is_file() {
