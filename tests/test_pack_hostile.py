@@ -232,3 +232,30 @@ def test_a_directory_of_more_shards_than_open_files_allowed_is_one_clear_error(t
             "this process may open only") in low.stderr, low.stderr
     assert "its limit on open files is 300" in low.stderr
     assert "--shard-size" in low.stderr and "Too many open files" not in low.stderr
+
+
+def test_a_parquet_page_short_of_definition_levels_is_said_in_words(tmp_path):
+    """A data page whose definition levels run out before the values its header declares: the
+    parquet crate's own message leaves its counts unfilled ("expected {levels_to_read}"); rsd's
+    error names the file and the row and says what is wrong instead."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    good = tmp_path / "good.parquet"
+    pq.write_table(pa.table({"text": [f"document number {i} " * 3 for i in range(100)]}), good,
+                   compression="NONE", use_dictionary=False, data_page_version="1.0",
+                   write_statistics=False)
+    data = good.read_bytes()
+    # Version-1 page: the levels' 4-byte length, then one RLE run of 100 ones (varint 200, 1).
+    # The same run header as a two-byte varint of 100 is a run of 50: the levels run out.
+    run = bytes([3, 0, 0, 0, 0xC8, 0x01, 0x01])
+    assert data.count(run) == 1
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(data.replace(run, bytes([3, 0, 0, 0, 0xE4, 0x00, 0x01])))
+    p = limited("pack", "--src", bad, "--out", tmp_path / "out", "--len", "64",
+                "--tokenizer", REPO / "assets/tokenizers/mini-1k/tokenizer.json",
+                "--progress", "none")
+    assert p.returncode != 0
+    assert (f"{bad}: corrupt data after row 0:" in p.stderr
+            and "a data page holds fewer definition levels than the values its header declares"
+            in p.stderr), p.stderr
+    assert "{levels" not in p.stderr

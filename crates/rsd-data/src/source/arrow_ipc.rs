@@ -219,13 +219,23 @@ impl<R: Iterator<Item = std::result::Result<RecordBatch, ArrowError>>> Iterator 
                         format!(
                             "{what} after row {}: {}",
                             self.row,
-                            shortened(&e.to_string())
+                            shortened(&reader_message(&e))
                         ),
                     )));
                 }
             }
         }
     }
+}
+
+/// The reader's error in words. The parquet crate (55.x) gives one of its errors without its
+/// numbers, its format string's `{levels_to_read}` and `{levels_read}` left in; that one is said
+/// instead (what the counts would have shown: the page ran out of levels).
+fn reader_message(e: &ArrowError) -> String {
+    e.to_string().replace(
+        " - expected {levels_to_read}, got {levels_read}",
+        ": a data page holds fewer definition levels than the values its header declares",
+    )
 }
 
 /// Whether a read failed because the data ended early.
