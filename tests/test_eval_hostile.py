@@ -234,3 +234,21 @@ def test_plot_and_compare_of_many_pairs_within_the_caps_are_fast_and_small(tmp_p
     assert written < 64 << 20, written
     heat = json.loads((run_dir / "plots" / "depth_length_heatmap.json").read_text())
     assert len(heat["rows"]) == 100 and len(heat["columns"]) == 100
+
+
+def test_a_300_digit_number_in_a_message_is_written_with_its_exponent(tmp_path):
+    """Rust prints a float without an exponent: a `1e300` read from a file would be quoted as 301
+    digits. Every binary's error line writes such a number as 1e300 (and 1e-300 likewise)."""
+    for value, shown in (("1e300", "1e300"), ("-1e300", "-1e300"), ("1e-300", None)):
+        run_dir = tmp_path / value
+        run_dir.mkdir()
+        (run_dir / "results.jsonl").write_text(json.dumps(
+            {"task": "niah_single_1", "length": 1024, "depth": 0.5, "sample": 0,
+             "expected": ["1"], "output": "1", "score": float(value), "prompt_tokens": 10}) + "\n")
+        p = run("rsd-eval", "plot", run_dir, "--out", tmp_path / f"plot-{value}", check=False)
+        if shown is None:  # 1e-300 is a valid score
+            assert p.returncode == 0, p.stderr
+            continue
+        assert p.returncode == 1
+        assert f"results.jsonl:1: field score: {shown} is not a score in [0, 1]" in p.stderr, p.stderr
+        assert "0" * 50 not in p.stderr

@@ -100,9 +100,89 @@ pub fn cut_lines(s: &str, max_chars: usize) -> String {
     s.split('\n').map(cut).collect::<Vec<_>>().join("\n")
 }
 
+/// The most characters a number keeps in a message before [`short_numbers`] writes it in
+/// scientific notation. Rust prints an `f64` without an exponent, so a `1e300` read from a file
+/// would be 301 digits; every integer type up to 128 bits fits.
+pub const MAX_NUMBER_CHARS: usize = 40;
+
+/// `s` with every number longer than [`MAX_NUMBER_CHARS`] characters (a run of digits and at
+/// most one point, not part of a word, a name or a path) in scientific notation: `1e300` instead
+/// of a one followed by 300 zeros, `1e-300` instead of 300 zeros after the point. Numbers a
+/// message is meant to show, and digits inside names, stay as they are.
+pub fn short_numbers(s: &str) -> Cow<'_, str> {
+    let bytes = s.as_bytes();
+    let is_word = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'/';
+    // Inside a word or a name (`run-000…`, `/000…`), not a number of its own; a minus after a
+    // space or a bracket is a sign.
+    let inside_a_name = |i: usize| {
+        i > 0 && (is_word(bytes[i - 1]) || (bytes[i - 1] == b'-' && i > 1 && is_word(bytes[i - 2])))
+    };
+    let mut out: Option<String> = None;
+    let (mut i, mut copied) = (0, 0);
+    while i < bytes.len() {
+        if !bytes[i].is_ascii_digit() || inside_a_name(i) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < bytes.len() && (bytes[i].is_ascii_digit() || bytes[i] == b'.') {
+            i += 1;
+        }
+        // A sentence's full stop is not part of the number.
+        let end = if bytes[i - 1] == b'.' { i - 1 } else { i };
+        let number = &s[start..end];
+        let followed_by_word =
+            i < bytes.len() && (bytes[i].is_ascii_alphabetic() || bytes[i] == b'_');
+        if end - start <= MAX_NUMBER_CHARS || followed_by_word || number.matches('.').count() > 1 {
+            continue;
+        }
+        let Ok(v) = number.parse::<f64>() else {
+            continue;
+        };
+        let o = out.get_or_insert_with(|| String::with_capacity(s.len()));
+        o.push_str(&s[copied..start]);
+        o.push_str(&format!("{v:e}"));
+        copied = end;
+    }
+    match out {
+        None => Cow::Borrowed(s),
+        Some(mut o) => {
+            o.push_str(&s[copied..]);
+            Cow::Owned(o)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_numbers_are_written_with_an_exponent_and_others_are_left_alone() {
+        let big = format!("{}", 1e300_f64);
+        let tiny = format!("{}", 1e-300_f64);
+        let line = format!("x.jsonl:1: field depth: {big} is not a fraction; theta {tiny}.");
+        assert_eq!(
+            short_numbers(&line),
+            "x.jsonl:1: field depth: 1e300 is not a fraction; theta 1e-300."
+        );
+        let pi = format!("{}", 3.5e200_f64);
+        assert_eq!(short_numbers(&format!("[{pi}]")), "[3.5e200]");
+        assert_eq!(short_numbers(&format!("got -{big}")), "got -1e300");
+        // Numbers of ordinary length, digits in names and paths, and digests stay as they are.
+        let zeros = "0".repeat(60);
+        for kept in [
+            "u128 max 340282366920938463463374607431768211455".to_string(),
+            format!("run-{zeros}/step"),
+            format!("/runs/{zeros}"),
+            format!("{zeros}abc"),
+            format!("x{zeros}"),
+            format!("1.2.{zeros}"),
+            "6ae952bcf6427bed1084152e0a3fb31e276df160543be1477291bcf46a73b279".to_string(),
+        ] {
+            assert_eq!(short_numbers(&kept), kept);
+        }
+    }
     use proptest::prelude::*;
 
     #[test]

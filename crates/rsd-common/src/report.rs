@@ -29,8 +29,10 @@ pub const MAX_LINE_CHARS: usize = 2000;
 
 /// `text` as a binary should print it: summarised by [`without_native_backtrace`] with a hint,
 /// unless `full` (the text unchanged); then, either way, with terminal control characters
-/// escaped (a name read from a file cannot rewrite the screen) and every line cut after
-/// [`MAX_LINE_CHARS`] characters.
+/// escaped (a name read from a file cannot rewrite the screen), numbers of more than 40
+/// characters in scientific notation (a value of `1e300` read from a file is not printed as 301
+/// digits: [`crate::printable::short_numbers`]) and every line cut after [`MAX_LINE_CHARS`]
+/// characters.
 pub fn for_user(text: &str, full: bool) -> String {
     let text = match without_native_backtrace(text) {
         Some(first) if !full => {
@@ -38,7 +40,7 @@ pub fn for_user(text: &str, full: bool) -> String {
         }
         _ => text.to_string(),
     };
-    crate::printable::cut_lines(&text, MAX_LINE_CHARS)
+    crate::printable::cut_lines(&crate::printable::short_numbers(&text), MAX_LINE_CHARS)
 }
 
 /// [`for_user`] with `full` read from [`BACKTRACE_ENV`].
