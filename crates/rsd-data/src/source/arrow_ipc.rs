@@ -489,6 +489,13 @@ fn scan_file(
             b.bodyLength(),
         )
     };
+    if let Some(what) = shared_blocks(&footer, &inside) {
+        return Err(DataError::bad_file(
+            path,
+            Cause::Corrupt,
+            format!("corrupt Arrow IPC file: {what}"),
+        ));
+    }
     for (k, b) in footer
         .dictionaries()
         .into_iter()
@@ -535,6 +542,41 @@ fn scan_file(
         }
     }
     Ok(None)
+}
+
+/// Two blocks of an IPC file's footer that share bytes, in words (`None`: none do). A writer
+/// lists each message once, one after the other; a footer that lists one block 100,000 times
+/// (24 bytes each) would have one batch read 100,000 times, and blocks that start inside another
+/// read its bytes as a second message. Only blocks that lie inside the file are compared (the
+/// others are reported as such).
+fn shared_blocks(
+    footer: &arrow::ipc::Footer<'_>,
+    inside: &dyn Fn(&arrow::ipc::Block) -> bool,
+) -> Option<String> {
+    let mut spans: Vec<(u64, u64, &str, usize)> = Vec::new();
+    for (what, blocks) in [
+        ("dictionary", footer.dictionaries()),
+        ("record batch", footer.recordBatches()),
+    ] {
+        for (k, b) in blocks.into_iter().flat_map(|v| v.iter()).enumerate() {
+            if inside(b) {
+                // Inside the file: each part is non-negative and the sum fits.
+                let start = b.offset() as u64;
+                let end = start + b.metaDataLength() as u64 + b.bodyLength() as u64;
+                spans.push((start, end, what, k));
+            }
+        }
+    }
+    spans.sort_unstable();
+    spans.windows(2).find_map(|w| {
+        let ((s0, e0, what0, k0), (s1, e1, what1, k1)) = (w[0], w[1]);
+        (s1 < e0).then(|| {
+            format!(
+                "the footer's {what0} block {k0} (bytes {s0}..{e0}) and {what1} block {k1} \
+                 (bytes {s1}..{e1}) share bytes; each message of the file may be listed once"
+            )
+        })
+    })
 }
 
 /// [`scan`] for an IPC stream: messages of `[0xFFFFFFFF] <metadata length: i32> <metadata>
@@ -751,10 +793,9 @@ pub(super) fn saved_dataset_files(dir: &Path) -> Result<Option<Vec<PathBuf>>> {
             )
         })?;
     let mut out = vec![];
-    // Which entry named each file first: a file listed twice would be read twice (a list of one
-    // file 100,000 times makes a few KB of state.json read a file 100,000 times).
-    let mut seen: std::collections::HashMap<(u64, u64), usize> = Default::default();
-    let mut seen_names: std::collections::HashMap<PathBuf, usize> = Default::default();
+    // A file listed twice would be read twice (a list of one file 100,000 times makes a few KB of
+    // state.json read a file 100,000 times).
+    let mut listed = super::ListedOnce::default();
     for (k, f) in files.iter().enumerate() {
         let name = f.get("filename").and_then(Value::as_str).ok_or_else(|| {
             DataError::bad_file(
@@ -766,17 +807,7 @@ pub(super) fn saved_dataset_files(dir: &Path) -> Result<Option<Vec<PathBuf>>> {
         // The name comes from a file anyone may have written: it must stay inside `dir`.
         let named_by = NamedBy::new(&state, format!("_data_files[{k}].filename"));
         let file = confined_name(dir, name, &named_by)?;
-        // Names are compared as given and, where the file exists, by what they open (another
-        // spelling, a link, a hard link); a missing file is the reader's error to report.
-        let first = seen_names.get(&file).copied().or_else(|| {
-            let meta = std::fs::metadata(&file).ok()?;
-            use std::os::unix::fs::MetadataExt;
-            let id = (meta.dev(), meta.ino());
-            let first = seen.get(&id).copied();
-            seen.entry(id).or_insert(k);
-            first
-        });
-        if let Some(j) = first {
+        if let Some(j) = listed.earlier(k, &file) {
             return Err(DataError::bad_file(
                 &state,
                 Cause::Corrupt,
@@ -787,7 +818,6 @@ pub(super) fn saved_dataset_files(dir: &Path) -> Result<Option<Vec<PathBuf>>> {
                 ),
             ));
         }
-        seen_names.insert(file.clone(), k);
         out.push(file);
     }
     Ok(Some(out))
@@ -938,6 +968,53 @@ mod tests {
                 && text.contains("corrupt data after row 2")
                 && text.contains("record batch block 1")
                 && text.contains("-1 bytes of body"),
+            "{text}"
+        );
+    }
+
+    /// A footer that lists one record batch twice (block 1 pointing at block 0's bytes) would
+    /// have it read twice; it is refused before any batch is read, naming both blocks.
+    #[test]
+    fn a_footer_listing_one_block_twice_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("f.arrow");
+        let mut bytes = ipc_bytes(true);
+        let len = bytes.len();
+        let footer_len = i32::from_le_bytes(bytes[len - 10..len - 6].try_into().unwrap()) as usize;
+        let footer = len - 10 - footer_len..len - 10;
+        let blocks: Vec<(i64, i64)> = arrow::ipc::root_as_footer(&bytes[footer.clone()])
+            .unwrap()
+            .recordBatches()
+            .unwrap()
+            .iter()
+            .map(|b| {
+                (
+                    b.offset(),
+                    b.offset() + i64::from(b.metaDataLength()) + b.bodyLength(),
+                )
+            })
+            .collect();
+        patch_i64(&mut bytes, footer, blocks[1].0, blocks[0].0);
+        std::fs::write(&path, &bytes).unwrap();
+        let (texts, err) = read(&path);
+        assert!(texts.is_empty(), "nothing is read: {texts:?}");
+        let err = err.expect("refused");
+        let text = err.to_string();
+        assert!(
+            matches!(
+                &err,
+                DataError::BadFile {
+                    cause: Cause::Corrupt,
+                    ..
+                }
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("f.arrow: corrupt Arrow IPC file: the footer's record batch block 0")
+                && text.contains(&format!("(bytes {}..{})", blocks[0].0, blocks[0].1))
+                && text.contains("record batch block 1")
+                && text.contains("share bytes"),
             "{text}"
         );
     }

@@ -197,8 +197,24 @@ impl MdsDataset {
             .and_then(Value::as_array)
             .ok_or_else(|| schema_error(index, "no \"shards\" list".into()))?;
         let mut entries = vec![];
+        // A shard listed twice would be read twice (a few KB of index.json listing one shard
+        // 100,000 times would read it 100,000 times).
+        let mut listed = super::ListedOnce::default();
         for (k, shard) in shards.iter().enumerate() {
-            entries.push(shard_entry(dir, index, k, shard)?);
+            let entry = shard_entry(dir, index, k, shard)?;
+            if let Some(j) = listed.earlier(k, &entry.file) {
+                let field = if entry.zstd { "zip_data" } else { "raw_data" };
+                return Err(DataError::bad_file(
+                    index,
+                    Cause::Corrupt,
+                    format!(
+                        "field shards[{k}].{field}.basename names the same file as shards[{j}] \
+                         ({}); a shard may be listed once",
+                        entry.file.display()
+                    ),
+                ));
+            }
+            entries.push(entry);
         }
         Ok(MdsDataset {
             dir: dir.to_path_buf(),
@@ -967,6 +983,42 @@ mod tests {
                 other => panic!("{other:?}"),
             })
             .collect()
+    }
+
+    /// An index listing one shard twice (by the same name, or by a link to it) is refused
+    /// naming both entries, before any shard is read; two shards are read once each.
+    #[test]
+    fn an_index_listing_one_shard_twice_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let bytes = shard_bytes(&samples());
+        std::fs::write(tmp.path().join("shard.00000.mds"), &bytes).unwrap();
+        std::fs::write(tmp.path().join("shard.00001.mds"), &bytes).unwrap();
+        std::os::unix::fs::symlink("shard.00000.mds", tmp.path().join("again.mds")).unwrap();
+        let one = index_json(2, bytes.len() as u64)["shards"][0].clone();
+        let named = |name: &str| {
+            let mut s = one.clone();
+            s["raw_data"]["basename"] = json!(name);
+            s
+        };
+        let two =
+            json!({"version": 2, "shards": [named("shard.00000.mds"), named("shard.00001.mds")]});
+        assert_eq!(read_all(tmp.path(), &two, u64::MAX).unwrap().len(), 6);
+        for second in ["shard.00000.mds", "./shard.00000.mds", "again.mds"] {
+            let index = json!({"version": 2, "shards": [
+                named("shard.00000.mds"), named("shard.00001.mds"), named(second)]});
+            let Err(e) = read_all(tmp.path(), &index, u64::MAX) else {
+                panic!("{second}: accepted");
+            };
+            let text = e.to_string();
+            assert!(
+                text.contains("index.json")
+                    && text.contains(
+                        "field shards[2].raw_data.basename names the same file as shards[0]"
+                    )
+                    && text.contains("a shard may be listed once"),
+                "{second}: {text}"
+            );
+        }
     }
 
     #[test]

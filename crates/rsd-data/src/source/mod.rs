@@ -377,6 +377,31 @@ fn files_under(dir: &Path) -> Result<(Vec<PathBuf>, Vec<String>)> {
     Ok((files, warnings))
 }
 
+/// Which entry of a list of data files (a `datasets` `state.json`, an MDS `index.json`) named each
+/// file first: a file listed twice would be read twice. Names are compared as given and, where
+/// the file exists, by what they open (another spelling, a link, a hard link); a missing file is
+/// the reader's error to report.
+#[derive(Default)]
+pub(super) struct ListedOnce {
+    by_name: std::collections::HashMap<PathBuf, usize>,
+    by_file: std::collections::HashMap<(u64, u64), usize>,
+}
+
+impl ListedOnce {
+    /// The earlier entry that names the same file as entry `k` (`file`), if one does; else `k`
+    /// is recorded as naming it.
+    pub(super) fn earlier(&mut self, k: usize, file: &Path) -> Option<usize> {
+        if let Some(&j) = self.by_name.get(file) {
+            return Some(j);
+        }
+        self.by_name.insert(file.to_path_buf(), k);
+        let meta = std::fs::metadata(file).ok()?;
+        let first = self.by_file.get(&file_identity(&meta)).copied();
+        self.by_file.entry(file_identity(&meta)).or_insert(k);
+        first
+    }
+}
+
 /// What makes two paths the same file: device and inode.
 fn file_identity(meta: &std::fs::Metadata) -> (u64, u64) {
     use std::os::unix::fs::MetadataExt;
