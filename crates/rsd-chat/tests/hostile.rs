@@ -640,6 +640,44 @@ mod properties {
             }
         }
 
+        /// Every filter and method that builds text or lists from an argument, with arguments
+        /// from zero to past u64 (positional and keyword) over random values, chained twice: an
+        /// error or a string of bounded size, never an abort. An unbounded one (minijinja's own
+        /// `indent`, say) allocates what its argument asks before anything is charged.
+        #[test]
+        fn bounded_filters_with_random_arguments_render_or_fail_cleanly(
+            value in prop::sample::select(vec![
+                "'x\\n' * 1000", "'ab'", "'Hello World'", "[1, 2, 3]", "{'b': 1, 'a': [2, 3]}",
+                "messages", "range(1000)", "[{'a': 1}, {'a': 2}]", "''",
+            ]),
+            calls in proptest::collection::vec(prop::sample::select(vec![
+                "|indent(N)", "|indent(width=N)", "|indent(N, true, true)",
+                "|indent(width=N, first=true, blank=true)", "|tojson(indent=N)", "|tojson(N)",
+                "|pprint", "|string", "|lower", "|upper", "|title", "|capitalize", "|escape",
+                "|replace('a', 'bb' * N)", "|replace('', 'xy', N)", "|replace('x', 'y', count=N)",
+                "|join('-' * N)", "|split", "|lines", "|dictsort", "|groupby('a')",
+                "|batch(N)", "|slice(N)", "|list", "|sum(start=[])", "|format(N)",
+                ".replace('x', 'yy' * N)", ".split('x', N)", ".splitlines()",
+                "|string|count('x')", "|string|startswith(['a', 'b'])",
+            ]), 1..3),
+            n in prop::sample::select(vec![
+                "0", "1", "7", "65536", "65537", "100000", "100000000000",
+                "18446744073709551616", "-5",
+            ]),
+        ) {
+            let expr = format!("({value}){}", calls.concat().replace('N', n));
+            let src = format!("{{{{ {expr} }}}}");
+            if let Ok(t) = ChatTemplate::new(&src, "bounded.jinja", None) {
+                match t.render_user("hi") {
+                    Ok(out) => prop_assert!(out.len() < 1 << 30, "{expr}: {} bytes", out.len()),
+                    Err(e) => prop_assert!(
+                        e.to_string().starts_with("chat template bounded.jinja:"),
+                        "{expr}: {e}"
+                    ),
+                }
+            }
+        }
+
         /// Random `str.format` fields (fills, alignments, widths up to past u64, precisions,
         /// types) and arguments, among random text: an error or a string, never a panic or an
         /// allocation of the width asked.

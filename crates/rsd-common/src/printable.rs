@@ -245,5 +245,40 @@ mod tests {
                 prop_assert_eq!(one.as_ref(), s.as_str());
             }
         }
+
+        /// Random text of digits, points, signs, letters and separators (and random floats
+        /// printed as Rust prints them, among it): no number of the output is longer than
+        /// [`MAX_NUMBER_CHARS`] unless it is part of a name, the output is never longer than
+        /// the input, a second pass changes nothing, and each float comes back as itself.
+        #[test]
+        fn long_numbers_come_back_short_and_equal(
+            parts in proptest::collection::vec(prop_oneof![
+                "[0-9.]{0,60}",
+                "[a-z_/ -]{0,3}",
+                any::<f64>().prop_map(|v| format!(" {v} ")),
+                Just(" . ".to_string()),
+            ], 0..6),
+        ) {
+            let s = parts.concat();
+            let out = short_numbers(&s);
+            prop_assert!(out.len() <= s.len(), "{s} -> {out}");
+            let again = short_numbers(&out);
+            prop_assert_eq!(again.as_ref(), out.as_ref());
+            for word in out.split(' ') {
+                if let Ok(v) = word.parse::<f64>() {
+                    if word.len() > MAX_NUMBER_CHARS {
+                        prop_assert!(!v.is_finite() || word.contains("e"), "{word}");
+                    }
+                }
+            }
+            for part in &parts {
+                if let Ok(v) = part.trim().parse::<f64>() {
+                    if part.starts_with(' ') && v.is_finite() {
+                        let shown = short_numbers(part);
+                        prop_assert_eq!(shown.trim().parse::<f64>().ok(), Some(v));
+                    }
+                }
+            }
+        }
     }
 }

@@ -467,6 +467,21 @@ mod config_and_header_properties {
             "[a-zA-Z_]{0,12}".prop_map(Value::from),
             prop::sample::select(vec![0i64, 1, 2, 4, 16, 1 << 20, (1 << 20) + 1, 1 << 40])
                 .prop_map(Value::from),
+            // Degenerate reals: what gives NaN or ±inf once raised to a power or multiplied.
+            prop::sample::select(vec![1e-300, 5e-324, 1e300, f64::MAX, -1e-300, 1e-7, 0.5])
+                .prop_map(Value::from),
+        ]
+    }
+
+    /// `rope_scaling` as an object of random fields, or as something that is not an object.
+    fn scaling() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            ("[a-z0-9]{0,8}", value(), value()).prop_map(|(kind, factor, original)| json!({
+                "rope_type": kind, "factor": factor,
+                "original_max_position_embeddings": original})),
+            (value(), value()).prop_map(|(kind, factor)| json!({"type": kind, "factor": factor})),
+            value(),
+            Just(json!(["yarn", 4])),
         ]
     }
 
@@ -494,17 +509,27 @@ mod config_and_header_properties {
         fn any_config_json_is_an_error_or_a_bounded_config(
             values in proptest::collection::vec(value(), KEYS.len()),
             family in prop::sample::select(vec!["LlamaForCausalLM", "Qwen3ForCausalLM", "Other"]),
-            scaling in prop::option::of(("[a-z0-9]{0,8}", value(), value())),
+            scaling in prop::option::of(scaling()),
         ) {
             let mut config = json!({"architectures": [family]});
             for (k, v) in KEYS.iter().zip(values) {
                 config[*k] = v;
             }
-            if let Some((kind, factor, original)) = scaling {
-                config["rope_scaling"] = json!({"rope_type": kind, "factor": factor,
-                    "original_max_position_embeddings": original});
+            if let Some(scaling) = scaling {
+                config["rope_scaling"] = scaling;
             }
             if let Ok(c) = ModelConfig::from_hf_json(config) {
+                // Its RoPE tables: finite, non-negative frequencies, or an error naming config.json
+                // (never NaN or ±inf passed on to every cos/sin).
+                match rsd_model::rope::Rope::new(&c, tch::Device::Cpu) {
+                    Ok(rope) => {
+                        let f = rope.inv_freq();
+                        prop_assert!(f.isfinite().all().int64_value(&[]) == 1);
+                        prop_assert!(f.ge(0.0).all().int64_value(&[]) == 1);
+                        prop_assert!(rope.attention_scaling().is_finite());
+                    }
+                    Err(e) => prop_assert!(e.to_string().contains("config.json"), "{e}"),
+                }
                 prop_assert!(c.num_parameters() > 0 && c.num_parameters() <= 1 << 41);
                 // The bytes to create it are a number (bounded configs never overflow u64), and
                 // the memory check answers without allocating.
@@ -512,6 +537,43 @@ mod config_and_header_properties {
                 prop_assert!(needed.is_some());
                 let fits = c.check_fits_in_memory(Path::new("c.json"), "fp64", 8, Some(1 << 34));
                 prop_assert_eq!(fits.is_ok(), needed.is_some_and(|n| n <= 1 << 34));
+            }
+        }
+
+        /// A valid small model's RoPE keys (`rope_theta`, `head_dim`, `max_position_embeddings`,
+        /// `rope_scaling`) at random, degenerate reals among them: refused at load naming
+        /// config.json, or RoPE tables of finite, non-negative frequencies and a finite scaling.
+        #[test]
+        fn random_rope_keys_are_refused_or_give_finite_tables(
+            theta in value(),
+            head_dim in prop::option::of(prop::sample::select(vec![2i64, 4, 8, 16, 3, 0, -2])),
+            max_pos in prop::option::of(value()),
+            scaling in prop::option::of(scaling()),
+        ) {
+            let mut config = json!({"architectures": ["LlamaForCausalLM"], "vocab_size": 40,
+                "hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 2,
+                "num_attention_heads": 2, "rope_theta": theta});
+            if let Some(d) = head_dim {
+                config["head_dim"] = json!(d);
+            }
+            if let Some(m) = max_pos {
+                config["max_position_embeddings"] = m;
+            }
+            if let Some(s) = scaling {
+                config["rope_scaling"] = s;
+            }
+            if let Ok(c) = ModelConfig::from_hf_json(config) {
+                match rsd_model::rope::Rope::new(&c, tch::Device::Cpu) {
+                    Ok(rope) => {
+                        let f = rope.inv_freq();
+                        prop_assert!(f.isfinite().all().int64_value(&[]) == 1, "{c:?}");
+                        // A frequency too small for fp32 is 0 (that pair is not rotated: the
+                        // limit of a huge rope_theta, as transformers computes it too).
+                        prop_assert!(f.ge(0.0).all().int64_value(&[]) == 1, "{c:?}");
+                        prop_assert!(rope.attention_scaling().is_finite());
+                    }
+                    Err(e) => prop_assert!(e.to_string().contains("config.json"), "{e}"),
+                }
             }
         }
 
