@@ -40,8 +40,19 @@
 #     RSD_MINI_MAX_BLOCKS=1 RSD_MINI_ADAPT_STEPS=20 RSD_MINI_ITEMS=1 RSD_MINI_DEPTHS=2 \
 #     RSD_MINI_TRAIN_DOCS=100 RSD_MINI_IGNORE_BAR=1 scripts/miniature.sh      # a look
 #
-# Environment: RSD_MINI_OUT (output, default runs/miniature-4), RSD_MINI_BASES (the bases,
-# comma-separated, default 1,2,3), RSD_MINI_MAX_BASE_TRIES (bases tried at most, default 6),
+# Attempt 5 (RSD_MINI_ATTEMPT=5, into runs/miniature-5/) runs the same stages with its own
+# settings, as docs/RESULTS.md pre-registers them: bases 11-15 (a base that misses the bar is
+# replaced by 16, 17, …, at most 10 tried), evaluation items on seed 31 at 256 (the bar), 640,
+# 768, 896 and 1024 tokens; the lengths stage writes the depth lengths the pilot fixed (640, 768,
+# 896) instead of scoring the bases; evaluate scores every adapted model at those lengths and at
+# 1024, no YaRN lengths; report adds the t-interval over the base means to the primary measure
+# (scripts/miniature_attempt5.py).
+#
+#   RSD_MINI_ATTEMPT=5 scripts/miniature.sh    # attempt 5, every stage; a rerun continues
+#
+# Environment: RSD_MINI_ATTEMPT (4 or 5, default 4), RSD_MINI_OUT (output, default
+# runs/miniature-ATTEMPT), RSD_MINI_BASES (the bases, comma-separated, default 1,2,3; attempt 5:
+# 11,12,13,14,15), RSD_MINI_MAX_BASE_TRIES (bases tried at most, default 6; attempt 5: 10),
 # RSD_MINI_SEEDS (adaptation seeds, default 0,1), RSD_MINI_PAIRS_STEPS (a base's first run, 1500),
 # RSD_MINI_BLOCK_STEPS and RSD_MINI_MAX_BLOCKS (its stages' blocks, 500 steps, at most 8 per
 # stage), RSD_MINI_ADAPT_STEPS (200), RSD_MINI_ITEMS (per depth, 32), RSD_MINI_DEPTHS (11),

@@ -24,6 +24,13 @@
 # OUT/compare-vs-{standard,standard-matched}/ (paired differences, 95% bootstrap intervals over
 # seeds and items), each with compare.md and compare.json.
 #
+# compare, attempt 5's layout (RESULTS/base-B/seed-S/ARM/eval-{640,768,896,1024}/ and
+# RESULTS/lengths.json with "chosen_by": "pilot", the depth lengths fixed before any base):
+# OUT/by-depth-L/ for every length, OUT/compare-vs-{standard,standard-matched}/ as for attempt 4
+# with the depth lengths' mean depth_sd (--depth-lengths) and no drop, and OUT/primary.md: the
+# primary measure with its bootstrap interval, noise floor and t-interval over the base means
+# (scripts/miniature_attempt5.py), the decision rule, and the secondary measures.
+#
 # compare, attempt 4's layout (RESULTS/base-B/seed-S/ARM/eval-{384,512,768,1024,2048-yarn2,
 # 4096-yarn4}/, and each base's base-only runs base-B/eval-{384,…,1024}/): writes
 # OUT/by-depth-L/ for every length; OUT/compare-vs-{standard,standard-matched}/ with replicas
@@ -133,10 +140,12 @@ attempt3() {
   done
 }
 
-# attempt4 RESULTS OUT: attempt 4's tables (bases × seeds, hierarchical).
-attempt4() {
-  local results="$1" out="$2" bases=() seeds=() d b seed arm e
-  local evals=(eval-384 eval-512 eval-768 eval-1024 eval-2048-yarn2 eval-4096-yarn4)
+# study_replicas RESULTS EVAL…: the caller's `bases` (bases.json's accepted ones, else the
+# base-B/ directories holding seed-S/), `seeds` (those of the first base), and `runs`, `labels`
+# and `replicas` (base-B/seed-S) for every base, seed, arm and evaluation given (attempts 4, 5).
+study_replicas() {
+  local results="$1" d b seed arm e dir; shift
+  bases=() seeds=() runs=() labels=() replicas=()
   if [ -f "$results/bases.json" ]; then
     mapfile -t bases < <(python3 -c 'import json, sys
 d = json.load(open(sys.argv[1]))
@@ -154,13 +163,10 @@ print("\n".join(map(str, d["accepted"])))' "$results/bases.json")
     [ -d "$d" ] && seeds+=("${d##*/seed-}")
   done
   mapfile -t seeds < <(printf '%s\n' "${seeds[@]}" | sort -n)
-  # The depth lengths, from the base-only runs.
-  lengths "$results" "$(join "${bases[@]}")" > "$out/lengths.json"
-  local runs=() labels=() replicas=()
   for b in "${bases[@]}"; do
     for seed in "${seeds[@]}"; do
       for arm in "${arms[@]}"; do
-        for e in "${evals[@]}"; do
+        for e in "$@"; do
           dir="$results/base-$b/seed-$seed/$arm/$e"
           [ -s "$dir/results.jsonl" ] || { echo "miniature_report: $dir: no results.jsonl" >&2; exit 1; }
           runs+=("$dir") labels+=("$arm") replicas+=("base-$b/seed-$seed")
@@ -168,6 +174,38 @@ print("\n".join(map(str, d["accepted"])))' "$results/bases.json")
       done
     done
   done
+}
+
+# attempt5 RESULTS OUT: attempt 5's tables (bases × seeds, hierarchical; the depth lengths the
+# pilot fixed, in RESULTS/lengths.json), and primary.md with the t-interval over the base means
+# beside each bootstrap interval (scripts/miniature_attempt5.py).
+attempt5() {
+  local results="$1" out="$2" bases seeds runs labels replicas depth_lengths chosen=() base e
+  local evals=()
+  cp "$results/lengths.json" "$out/lengths.json"
+  depth_lengths="$(python3 -c 'import json, sys; print(",".join(map(str, json.load(open(sys.argv[1]))["depth_lengths"])))' "$out/lengths.json")"
+  # The depth lengths and 1024, in order.
+  for e in ${depth_lengths//,/ } 1024; do evals+=("eval-$e"); done
+  mapfile -t evals < <(printf '%s\n' "${evals[@]}" | sort -t- -k2 -nu)
+  study_replicas "$results" "${evals[@]}"
+  by_depth "$out"
+  [[ "$depth_lengths" == *,* ]] && chosen+=(--depth-lengths "$depth_lengths")
+  for base in standard standard-matched; do
+    "$rsd_eval" compare "${runs[@]}" --labels "$(join "${labels[@]}")" \
+      --replicas "$(join "${replicas[@]}")" --baseline "$base" "${chosen[@]}" \
+      --out "$out/compare-vs-$base" >/dev/null
+  done
+  python3 scripts/miniature_attempt5.py "$results" "$out" > "$out/primary.md.tmp"
+  mv "$out/primary.md.tmp" "$out/primary.md"
+}
+
+# attempt4 RESULTS OUT: attempt 4's tables (bases × seeds, hierarchical).
+attempt4() {
+  local results="$1" out="$2" bases seeds runs labels replicas
+  local evals=(eval-384 eval-512 eval-768 eval-1024 eval-2048-yarn2 eval-4096-yarn4)
+  study_replicas "$results" "${evals[@]}"
+  # The depth lengths, from the base-only runs.
+  lengths "$results" "$(join "${bases[@]}")" > "$out/lengths.json"
   # Per length: the arms by depth, bases and seeds pooled.
   by_depth "$out"
   # The drop: from the longest in-window length where standard's mean recall is above 0.35, to
@@ -326,7 +364,10 @@ EOF
 compare)
   out="$3"
   mkdir -p "$out"
-  if compgen -G "$results/base-*/seed-*" >/dev/null; then
+  if compgen -G "$results/base-*/seed-*" >/dev/null && [ -f "$results/lengths.json" ] \
+      && grep -q '"chosen_by": "pilot"' "$results/lengths.json"; then
+    attempt5 "$results" "$out"
+  elif compgen -G "$results/base-*/seed-*" >/dev/null; then
     attempt4 "$results" "$out"
   elif compgen -G "$results/seed-*" >/dev/null; then
     attempt3 "$results" "$out"

@@ -447,3 +447,111 @@ def test_one_token_recall_documents_and_items(tmp_path):
         key = it["context"].rsplit(" for ", 1)[1].split(" mentioned")[0]
         assert f"for {key} is:{it['answer']}." in it["context"]
         assert 256 - 8 - 12 <= len(tok.encode(it["context"]).ids) <= 256 - 8
+
+
+def t_quantile_975(df):
+    """Student's t 0.975 quantile by bisection on its CDF (Simpson's rule on the density): an
+    independent check of the script's table."""
+    c = math.gamma((df + 1) / 2) / (math.sqrt(df * math.pi) * math.gamma(df / 2))
+    pdf = lambda x: c * (1 + x * x / df) ** (-(df + 1) / 2)  # noqa: E731
+
+    def cdf(x, n=20000):
+        h = x / n
+        s = pdf(0) + pdf(x) + sum((4 if k % 2 else 2) * pdf(k * h) for k in range(1, n))
+        return 0.5 + s * h / 3
+    lo, hi = 0.0, 50.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < 0.975 else (lo, mid)
+    return lo
+
+
+def test_attempt_5_report_applies_its_rule_with_both_intervals(tmp_path):
+    """scripts/miniature_report.sh on attempt 5's layout (the pilot's depth lengths in
+    lengths.json): the primary depth_sd over the depth lengths with its bootstrap interval and the
+    t-interval over the base means (recomputed here from the per-item files), and the decision
+    rule, which needs both intervals on one side for both baselines."""
+    depths, per, bases, seeds = (0.0, 0.5, 1.0), 16, (11, 12, 13), (0, 1)
+
+    def make(src, rsd_flat):
+        for b in bases:
+            for s in seeds:
+                for arm in ARMS:
+                    for l in (640, 768, 1024):
+                        if arm == "rsd" and rsd_flat:
+                            rule = lambda i: float(i % 2)  # noqa: E731  every depth at 0.5
+                        else:
+                            # 1 at the ends; in the middle 2·(b − 11 + s) of the 16 recalled.
+                            rule = lambda i, b=b, s=s: float(i // per != 1 or i % per < 2 * (b - 11 + s))  # noqa: E731
+                        write(src / f"base-{b}/seed-{s}/{arm}/eval-{l}", l, rule, depths, per)
+        (src / "lengths.json").write_text(json.dumps(
+            {"chosen_by": "pilot", "depth_lengths": [640, 768], "bases": list(bases),
+             "fallback": False}))
+
+    def sd(by_depth):
+        m = sum(by_depth) / len(by_depth)
+        return math.sqrt(sum((x - m) ** 2 for x in by_depth) / len(by_depth))
+
+    for rsd_flat in (True, False):
+        src, out = tmp_path / f"src-{rsd_flat}", tmp_path / f"report-{rsd_flat}"
+        make(src, rsd_flat)
+        report(src, out)
+        assert json.loads((out / "lengths.json").read_text())["depth_lengths"] == [640, 768]
+        cmp = json.loads((out / "compare-vs-standard/compare.json").read_text())
+        assert cmp["lengths"] == [640, 768, 1024]
+        rsd = {m["name"]: m for m in next(a for a in cmp["paired"]["arms"] if a["label"] == "rsd")["measures"]}
+        assert "depth_sd@640+768" in rsd
+        primary = (out / "primary.md").read_text()
+        # The t-interval over the base means, recomputed: per base, the mean over its seeds of
+        # rsd's depth_sd minus standard's (the same at both depth lengths here).
+        diffs = []
+        for b in bases:
+            per_seed = []
+            for s in seeds:
+                middle = 2 * (b - 11 + s) / per
+                standard = sd([1.0, middle, 1.0])
+                per_seed.append((0.0 if rsd_flat else standard) - standard)
+            diffs.append(sum(per_seed) / len(per_seed))
+        mean = sum(diffs) / len(diffs)
+        half = t_quantile_975(len(bases) - 1) * math.sqrt(
+            sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)) / math.sqrt(len(diffs))
+        f = lambda x: f"{x:+.3f}".replace("-", "−")  # noqa: E731
+        row = next(r for r in primary.splitlines() if r.startswith("| rsd − standard |"))
+        m = rsd["depth_sd@640+768"]
+        assert row.startswith(f"| rsd − standard | {f(m['diff'])} [{f(m['ci'][0])}, {f(m['ci'][1])}] "
+                              f"| {m['noise_floor']:.3f} |"), row
+        if rsd_flat:
+            assert f"| {f(mean)} [{f(mean - half)}, {f(mean + half)}] |" in row, (row, mean, half)
+            assert " ".join(f(d) for d in diffs) in row
+            assert m["ci"][1] < 0 and mean + half < 0
+            assert "**rsd makes recall depend less on depth**" in primary
+        else:
+            assert "| +0.000 — " not in row and "**No detected difference** in depth_sd@640+768" in primary
+        assert "t = 4.303" in primary
+        assert "| accuracy@1024 | standard |" in primary and "| depth_sd@1024 | standard-matched |" in primary
+
+
+def test_attempt_5_settings_make_its_items_and_take_the_pilots_depth_lengths(tmp_path):
+    """RSD_MINI_ATTEMPT=5: the data stage writes the evaluation items on seed 31 at the bar's 256
+    and at 640, 768, 896 and 1024 tokens (no YaRN lengths), and the lengths stage takes the depth
+    lengths the pilot fixed, without scoring the bases."""
+    out = tmp_path / "mini5"
+    p = miniature(out, "data", RSD_MINI_ATTEMPT="5", RSD_MINI_BASES="11,12")
+    assert p.returncode == 0, p.stderr[-4000:]
+    items = sorted(f.name for f in (out / "data").glob("items-*.jsonl"))
+    assert items == [f"items-{l}-seed31.jsonl" for l in (1024, 256, 640, 768, 896)], items
+    for l in (256, 640, 768, 896, 1024):
+        rows = lines(out / f"data/items-{l}-seed31.jsonl")
+        assert len(rows) == 2 and all(r["length"] == l for r in rows)  # 2 depths × 1 item
+    # Not attempt 4's items: another seed.
+    four = tmp_path / "mini4"
+    assert miniature(four, "data").returncode == 0
+    assert lines(four / "data/items-1024-seed23.jsonl") != lines(out / "data/items-1024-seed31.jsonl")
+    (out / "bases.json").write_text(json.dumps({"complete": True, "accepted": [11, 12]}))
+    p = miniature(out, "lengths", RSD_MINI_ATTEMPT="5", RSD_MINI_BASES="11,12")
+    assert p.returncode == 0, p.stderr[-4000:]
+    lengths = json.loads((out / "lengths.json").read_text())
+    assert lengths["depth_lengths"] == [640, 768, 896] and lengths["chosen_by"] == "pilot"
+    assert lengths["bases"] == [11, 12] and not any((out / "base-11").glob("eval-*"))
+    p = miniature(out, "data", RSD_MINI_ATTEMPT="6")
+    assert p.returncode == 1 and "RSD_MINI_ATTEMPT=6: this script runs attempt 4 or 5" in p.stderr
