@@ -31,11 +31,19 @@ pub fn sha256_file(path: &Path) -> std::io::Result<(u64, [u8; 32])> {
     }
 }
 
-/// The digest of a model directory's weights, as evaluations and training records name a
-/// model: the sha256 of each `*.safetensors` file's lowercase hex sha256, in file-name order
-/// (one file or a sharded checkpoint alike). A directory without weights has the digest of
-/// nothing.
-pub fn model_weights_sha256(dir: &Path) -> std::io::Result<String> {
+/// A model directory's weights as evaluations and training records name them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelWeights {
+    /// The sha256 of each `*.safetensors` file's lowercase hex sha256, in file-name order (one
+    /// file or a sharded checkpoint alike); a directory without weights has the digest of
+    /// nothing.
+    pub sha256: String,
+    /// How many `*.safetensors` files there are.
+    pub files: usize,
+}
+
+/// The digest of a model directory's weights ([`ModelWeights`]).
+pub fn model_weights(dir: &Path) -> std::io::Result<ModelWeights> {
     let mut weights: Vec<std::path::PathBuf> = std::fs::read_dir(dir)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
@@ -46,7 +54,10 @@ pub fn model_weights_sha256(dir: &Path) -> std::io::Result<String> {
         let (_, digest) = sha256_file(w)?;
         all.update(crate::hex(&digest).as_bytes());
     }
-    Ok(crate::hex(&all.finalize()))
+    Ok(ModelWeights {
+        sha256: crate::hex(&all.finalize()),
+        files: weights.len(),
+    })
 }
 
 #[cfg(test)]
@@ -77,6 +88,7 @@ mod tests {
         std::fs::write(dir.path().join("config.json"), b"{}").unwrap();
         let want =
             sha256_hex(format!("{}{}", sha256_hex(b"first"), sha256_hex(b"second")).as_bytes());
-        assert_eq!(model_weights_sha256(dir.path()).unwrap(), want);
+        let got = model_weights(dir.path()).unwrap();
+        assert_eq!((got.sha256.as_str(), got.files), (want.as_str(), 2));
     }
 }

@@ -1031,12 +1031,7 @@ const MAX_TRAINING_RECORD_BYTES: u64 = 1 << 20;
 /// (`rsd_training.json`: seed, steps, objective), when there is one. Recorded, not compared on
 /// resume (the model's path is).
 pub(crate) fn model_provenance(dir: &Path) -> Result<Value> {
-    let weights_sha256 = rsd_common::digest::model_weights_sha256(dir).map_err(io_err(dir))?;
-    let weight_files = std::fs::read_dir(dir)
-        .map_err(io_err(dir))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
-        .count();
+    let weights = rsd_common::digest::model_weights(dir).map_err(io_err(dir))?;
     let read_json = |name: &str, limit: u64| -> Result<Option<Value>> {
         let path = dir.join(name);
         if !path.exists() {
@@ -1053,8 +1048,8 @@ pub(crate) fn model_provenance(dir: &Path) -> Result<Value> {
     };
     let config = read_json("config.json", safe_fs::MAX_METADATA_BYTES)?.unwrap_or(Value::Null);
     Ok(serde_json::json!({
-        "weights_sha256": weights_sha256,
-        "weight_files": weight_files,
+        "weights_sha256": weights.sha256,
+        "weight_files": weights.files,
         "rope_theta": config.get("rope_theta"),
         "rope_scaling": config.get("rope_scaling"),
         "training": read_json("rsd_training.json", MAX_TRAINING_RECORD_BYTES)?,

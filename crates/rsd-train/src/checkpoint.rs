@@ -567,8 +567,8 @@ pub fn write_training_record(model_dir: &Path, cfg: &TrainConfig, steps: u64) ->
         }),
         // The path alone names the start only while nothing moves or retrains it there.
         "started_from_weights_sha256": start.map_or(Ok(serde_json::Value::Null), |m| {
-            rsd_common::digest::model_weights_sha256(Path::new(m))
-                .map(serde_json::Value::String)
+            rsd_common::digest::model_weights(Path::new(m))
+                .map(|w| serde_json::Value::String(w.sha256))
                 .map_err(io_err(Path::new(m)))
         })?,
         "steps": steps,
