@@ -176,11 +176,22 @@ print("\n".join(map(str, d["accepted"])))' "$results/bases.json")
   done
 }
 
+# compare_replicas OUT ARGS…: the caller's `runs` against each baseline, replicas resampled
+# hierarchically, into OUT/compare-vs-{standard,standard-matched}/ (ARGS: --depth-lengths, …).
+compare_replicas() {
+  local out="$1" base; shift
+  for base in standard standard-matched; do
+    "$rsd_eval" compare "${runs[@]}" --labels "$(join "${labels[@]}")" \
+      --replicas "$(join "${replicas[@]}")" --baseline "$base" "$@" \
+      --out "$out/compare-vs-$base" >/dev/null
+  done
+}
+
 # attempt5 RESULTS OUT: attempt 5's tables (bases × seeds, hierarchical; the depth lengths the
 # pilot fixed, in RESULTS/lengths.json), and primary.md with the t-interval over the base means
 # beside each bootstrap interval (scripts/miniature_attempt5.py).
 attempt5() {
-  local results="$1" out="$2" bases seeds runs labels replicas depth_lengths chosen=() base e
+  local results="$1" out="$2" bases seeds runs labels replicas depth_lengths chosen=() e
   local evals=()
   cp "$results/lengths.json" "$out/lengths.json"
   depth_lengths="$(python3 -c 'import json, sys; print(",".join(map(str, json.load(open(sys.argv[1]))["depth_lengths"])))' "$out/lengths.json")"
@@ -190,11 +201,7 @@ attempt5() {
   study_replicas "$results" "${evals[@]}"
   by_depth "$out"
   [[ "$depth_lengths" == *,* ]] && chosen+=(--depth-lengths "$depth_lengths")
-  for base in standard standard-matched; do
-    "$rsd_eval" compare "${runs[@]}" --labels "$(join "${labels[@]}")" \
-      --replicas "$(join "${replicas[@]}")" --baseline "$base" "${chosen[@]}" \
-      --out "$out/compare-vs-$base" >/dev/null
-  done
+  compare_replicas "$out" "${chosen[@]}"
   python3 scripts/miniature_attempt5.py "$results" "$out" > "$out/primary.md.tmp"
   mv "$out/primary.md.tmp" "$out/primary.md"
 }
@@ -235,11 +242,7 @@ EOF
   depth_lengths="$(python3 -c 'import json, sys; print(",".join(map(str, json.load(open(sys.argv[1]))["depth_lengths"])))' "$out/lengths.json")"
   [ -n "$from" ] && chosen+=(--drop-from "$from")
   [[ "$depth_lengths" == *,* ]] && chosen+=(--depth-lengths "$depth_lengths")
-  for base in standard standard-matched; do
-    "$rsd_eval" compare "${runs[@]}" --labels "$(join "${labels[@]}")" \
-      --replicas "$(join "${replicas[@]}")" --baseline "$base" "${chosen[@]}" \
-      --out "$out/compare-vs-$base" >/dev/null
-  done
+  compare_replicas "$out" "${chosen[@]}"
   python3 - "$out" "$from" <<'EOF' > "$out/primary.md"
 import json, os, sys
 out, drop_from = sys.argv[1], sys.argv[2]

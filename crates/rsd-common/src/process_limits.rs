@@ -16,7 +16,7 @@ pub fn raise_open_files_limit() -> std::io::Result<(u64, u64)> {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    let before = lim.rlim_cur as u64;
+    let before = lim.rlim_cur;
     if lim.rlim_cur < lim.rlim_max {
         lim.rlim_cur = lim.rlim_max;
         // SAFETY: `lim` is a valid rlimit whose soft value does not exceed its hard value.
@@ -24,7 +24,7 @@ pub fn raise_open_files_limit() -> std::io::Result<(u64, u64)> {
             return Err(std::io::Error::last_os_error());
         }
     }
-    Ok((before, lim.rlim_cur as u64))
+    Ok((before, lim.rlim_cur))
 }
 
 /// This process's soft limit on open files, `None` when unlimited or unknown.
@@ -39,7 +39,7 @@ pub fn open_files_limit() -> Option<u64> {
     {
         return None;
     }
-    Some(lim.rlim_cur as u64)
+    Some(lim.rlim_cur)
 }
 
 /// Files this process has open now (`/proc/self/fd`), `None` where that cannot be read.

@@ -473,6 +473,23 @@ mod config_and_header_properties {
         ]
     }
 
+    /// A parsed config's RoPE tables: finite, non-negative frequencies and a finite scaling, or an
+    /// error naming config.json (never NaN or ±inf passed on to every cos/sin). A frequency too
+    /// small for fp32 is 0: that pair is not rotated, the limit of a huge rope_theta, as
+    /// transformers computes it too.
+    fn rope_is_finite_or_refused(c: &ModelConfig) -> Result<(), TestCaseError> {
+        match rsd_model::rope::Rope::new(c, tch::Device::Cpu) {
+            Ok(rope) => {
+                let f = rope.inv_freq();
+                prop_assert!(f.isfinite().all().int64_value(&[]) == 1, "{c:?}");
+                prop_assert!(f.ge(0.0).all().int64_value(&[]) == 1, "{c:?}");
+                prop_assert!(rope.attention_scaling().is_finite(), "{c:?}");
+            }
+            Err(e) => prop_assert!(e.to_string().contains("config.json"), "{e}"),
+        }
+        Ok(())
+    }
+
     /// `rope_scaling` as an object of random fields, or as something that is not an object.
     fn scaling() -> impl Strategy<Value = Value> {
         prop_oneof![
@@ -519,17 +536,7 @@ mod config_and_header_properties {
                 config["rope_scaling"] = scaling;
             }
             if let Ok(c) = ModelConfig::from_hf_json(config) {
-                // Its RoPE tables: finite, non-negative frequencies, or an error naming config.json
-                // (never NaN or ±inf passed on to every cos/sin).
-                match rsd_model::rope::Rope::new(&c, tch::Device::Cpu) {
-                    Ok(rope) => {
-                        let f = rope.inv_freq();
-                        prop_assert!(f.isfinite().all().int64_value(&[]) == 1);
-                        prop_assert!(f.ge(0.0).all().int64_value(&[]) == 1);
-                        prop_assert!(rope.attention_scaling().is_finite());
-                    }
-                    Err(e) => prop_assert!(e.to_string().contains("config.json"), "{e}"),
-                }
+                rope_is_finite_or_refused(&c)?;
                 prop_assert!(c.num_parameters() > 0 && c.num_parameters() <= 1 << 41);
                 // The bytes to create it are a number (bounded configs never overflow u64), and
                 // the memory check answers without allocating.
@@ -563,17 +570,7 @@ mod config_and_header_properties {
                 config["rope_scaling"] = s;
             }
             if let Ok(c) = ModelConfig::from_hf_json(config) {
-                match rsd_model::rope::Rope::new(&c, tch::Device::Cpu) {
-                    Ok(rope) => {
-                        let f = rope.inv_freq();
-                        prop_assert!(f.isfinite().all().int64_value(&[]) == 1, "{c:?}");
-                        // A frequency too small for fp32 is 0 (that pair is not rotated: the
-                        // limit of a huge rope_theta, as transformers computes it too).
-                        prop_assert!(f.ge(0.0).all().int64_value(&[]) == 1, "{c:?}");
-                        prop_assert!(rope.attention_scaling().is_finite());
-                    }
-                    Err(e) => prop_assert!(e.to_string().contains("config.json"), "{e}"),
-                }
+                rope_is_finite_or_refused(&c)?;
             }
         }
 
