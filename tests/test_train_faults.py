@@ -90,15 +90,17 @@ def test_ids_beyond_the_vocabulary_fail_naming_shard_sample_and_token(shards, tm
 
 
 def test_torch_errors_print_one_line_unless_rsd_backtrace(tmp_path):
-    # probe hands the ids to the model as they are, so the embedding's own error shows.
-    bad = tmp_path / "bad.npy"
-    np.save(bad, np.array([[1, 2, 3, 1_000_000, 5, 6]], dtype=np.int64))
-    cmd = ["rsd-train", "probe", "--init", TINY, "--tokens", bad, "--objective", "standard"]
-    short = fails(*cmd)
+    # The probe checks ids itself now; the fault hook asks libtorch for an embedding row that does
+    # not exist, so libtorch's own error (and its C++ backtrace) shows.
+    ok = tmp_path / "ok.npy"
+    np.save(ok, np.array([[1, 2, 3, 4, 5, 6]], dtype=np.int64))
+    cmd = ["rsd-train", "probe", "--init", TINY, "--tokens", ok, "--objective", "standard"]
+    fault = {"RSD_TRAIN_FAULT_TORCH_ERROR": "1"}
+    short = fails(*cmd, env=fault)
     lines = short.stderr.strip().splitlines()
     assert len(lines) == 1, short.stderr
     assert "index out of range in self" in lines[0] and "RSD_BACKTRACE=1" in lines[0], lines
-    full = fails(*cmd, env={"RSD_BACKTRACE": "1"})
+    full = fails(*cmd, env={**fault, "RSD_BACKTRACE": "1"})
     assert "index out of range in self" in full.stderr and "frame #" in full.stderr
 
 

@@ -452,6 +452,7 @@ pub fn run(req: &ProbeRequest) -> Result<ProbeReport> {
     let model = load_model(&req.model, parse_dtype(&req.dtype)?)?;
     let rows = ProbeRows::read(req)?;
     check_token_ids(&req.tokens, &rows.tokens, model.config().vocab_size)?;
+    injected_torch_error()?;
     check_view(req)?;
     let mb = MicroBatch::from_rows(
         &rows.tokens,
@@ -573,6 +574,19 @@ fn check_token_ids(path: &std::path::Path, tokens: &[Vec<i64>], vocab_size: i64)
                 row[c]
             )));
         }
+    }
+    Ok(())
+}
+
+/// Test hook, compiled only with the `fault-injection` feature (tests/test_train_faults.py):
+/// `RSD_TRAIN_FAULT_TORCH_ERROR=1` asks libtorch for an embedding row that does not exist, so that
+/// how a libtorch error is printed (one line unless `RSD_BACKTRACE=1`) stays tested now that the
+/// probe checks every id itself.
+fn injected_torch_error() -> Result<()> {
+    #[cfg(feature = "fault-injection")]
+    if std::env::var_os("RSD_TRAIN_FAULT_TORCH_ERROR").is_some() {
+        let table = Tensor::zeros([2, 2], (Kind::Float, Device::Cpu));
+        let _ = Tensor::f_embedding(&table, &Tensor::from_slice(&[5i64]), -1, false, false)?;
     }
     Ok(())
 }
