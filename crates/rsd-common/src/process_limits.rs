@@ -5,9 +5,8 @@
 //! before a shard directory is opened, so that a directory of too many shards is one clear error
 //! up front instead of "Too many open files" (or a failed map) part-way through.
 
-/// Raises this process's soft limit on open files to its hard limit. Returns the soft limit
-/// before and after; an error only if the limits cannot be read or set (then nothing changed).
-pub fn raise_open_files_limit() -> std::io::Result<(u64, u64)> {
+/// This process's limits on open files (soft and hard).
+fn nofile() -> std::io::Result<libc::rlimit> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -16,7 +15,13 @@ pub fn raise_open_files_limit() -> std::io::Result<(u64, u64)> {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    let before = lim.rlim_cur;
+    Ok(lim)
+}
+
+/// Raises this process's soft limit on open files to its hard limit; an error only if the limits
+/// cannot be read or set (then nothing changed).
+pub fn raise_open_files_limit() -> std::io::Result<()> {
+    let mut lim = nofile()?;
     if lim.rlim_cur < lim.rlim_max {
         lim.rlim_cur = lim.rlim_max;
         // SAFETY: `lim` is a valid rlimit whose soft value does not exceed its hard value.
@@ -24,22 +29,15 @@ pub fn raise_open_files_limit() -> std::io::Result<(u64, u64)> {
             return Err(std::io::Error::last_os_error());
         }
     }
-    Ok((before, lim.rlim_cur))
+    Ok(())
 }
 
 /// This process's soft limit on open files, `None` when unlimited or unknown.
 pub fn open_files_limit() -> Option<u64> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `lim` is a valid, writable rlimit.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0
-        || lim.rlim_cur == libc::RLIM_INFINITY
-    {
-        return None;
-    }
-    Some(lim.rlim_cur)
+    nofile()
+        .ok()
+        .filter(|l| l.rlim_cur != libc::RLIM_INFINITY)
+        .map(|l| l.rlim_cur)
 }
 
 /// Files this process has open now (`/proc/self/fd`), `None` where that cannot be read.
@@ -97,10 +95,16 @@ mod tests {
         // A process has its three standard streams open, and maps of its own.
         assert!(open_files().is_some_and(|n| n >= 3));
         assert!(memory_maps().is_some_and(|n| n > 10));
-        let (before, after) = raise_open_files_limit().unwrap();
-        assert!(after >= before);
-        assert_eq!(open_files_limit(), Some(after));
+        let before = nofile().unwrap();
+        raise_open_files_limit().unwrap();
+        let after = nofile().unwrap();
+        assert_eq!(after.rlim_max, before.rlim_max);
+        assert_eq!(
+            after.rlim_cur, before.rlim_max,
+            "the soft limit is the hard one"
+        );
+        assert_eq!(open_files_limit(), Some(after.rlim_cur));
         let h = headroom(10, 10);
-        assert!(h.files.is_some_and(|f| f < after));
+        assert!(h.files.is_some_and(|f| f < after.rlim_cur));
     }
 }

@@ -102,19 +102,11 @@ pub fn tokenizer_file(dir: &Path, info: &TokenizerInfo) -> (Option<PathBuf>, Opt
     // directory (rsd's rule for links in input directories), so that a shard directory cannot
     // make rsd-train copy a file from elsewhere into its run.
     let own = dir.join(TOKENIZER_FILE);
-    let mut note = None;
-    let own_inside = match std::fs::canonicalize(dir) {
-        Ok(root) if own.is_symlink() => match safe_fs::input_link_target(&root, dir, &own) {
-            Ok(target) => target.is_some(),
-            Err(e) => {
-                note = Some(format!("not copied: {e}"));
-                false
-            }
-        },
-        Ok(_) => true,
-        Err(_) => false,
-    };
-    if own_inside && matches(&own) {
+    let note = std::fs::canonicalize(dir).ok().and_then(|root| {
+        let refused = safe_fs::input_link_target(&root, dir, &own).err();
+        refused.map(|e| format!("not copied: {e}"))
+    });
+    if note.is_none() && matches(&own) {
         return (Some(own), None);
     }
     let named_by = NamedBy::new(dir.join(MANIFEST_FILE), "tokenizer.name");

@@ -87,10 +87,8 @@ fn text_files(dir: &Path) -> rsd_common::safe_fs::Result<Vec<PathBuf>> {
         ) {
             continue;
         }
-        if path.is_symlink() && rsd_common::safe_fs::input_link_target(&root, dir, &path)?.is_none()
-        {
-            continue; // dangling: nothing to read
-        }
+        // A link out is refused; a dangling one is no file and left out below.
+        rsd_common::safe_fs::input_link_target(&root, dir, &path)?;
         if path.is_file() {
             files.push(path);
         }
