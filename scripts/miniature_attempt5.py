@@ -18,7 +18,6 @@ import math
 import os
 import sys
 
-ARMS = ("standard", "rsd", "standard-matched", "two-view-clm")
 BASELINES = ("standard", "standard-matched")
 # Two-sided 95% quantiles of Student's t, by degrees of freedom (df 4: the pre-registered 2.776).
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
@@ -67,7 +66,7 @@ def replicas(results):
     return dict(sorted(out.items()))
 
 
-def measure(results, b, seed, arm, name, depth_lengths):
+def measure(results, b, seed, arm, name):
     """One measure of one replica's arm, from its per-item files."""
     kind, _, at = name.partition("@")
     lengths = [int(x) for x in at.split("+")]
@@ -79,12 +78,12 @@ def measure(results, b, seed, arm, name, depth_lengths):
     return sum(values) / len(values)
 
 
-def t_interval(results, reps, arm, baseline, name, depth_lengths):
+def t_interval(results, reps, arm, baseline, name):
     """(per-base mean differences, mean, (lo, hi)) over the bases; no interval for one base."""
     per_base = []
     for b, seeds in reps.items():
-        diffs = [measure(results, b, s, arm, name, depth_lengths)
-                 - measure(results, b, s, baseline, name, depth_lengths) for s in seeds]
+        diffs = [measure(results, b, s, arm, name) - measure(results, b, s, baseline, name)
+                 for s in seeds]
         per_base.append(sum(diffs) / len(diffs))
     n = len(per_base)
     mean = sum(per_base) / n
@@ -137,7 +136,7 @@ def main(results, out):
 
     def row(arm, baseline, name):
         m = got[baseline][arm][name]
-        per_base, mean, t = t_interval(results, reps, arm, baseline, name, depth_lengths)
+        per_base, mean, t = t_interval(results, reps, arm, baseline, name)
         t_text = f"[{fmt(t[0])}, {fmt(t[1])}]" if t else "— (one base)"
         bases_text = " ".join(fmt(d) for d in per_base)
         return (f"| {arm} − {baseline} | {fmt(m['diff'])} [{fmt(m['ci'][0])}, {fmt(m['ci'][1])}] "
