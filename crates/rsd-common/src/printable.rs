@@ -124,9 +124,17 @@ pub fn short_numbers(s: &str) -> Cow<'_, str> {
             i += 1;
             continue;
         }
-        let start = i;
+        let mut start = i;
         while i < bytes.len() && (bytes[i].is_ascii_digit() || bytes[i] == b'.') {
             i += 1;
+        }
+        // A point before the digits belongs to the number (`.000…1`), unless it follows a word
+        // or another point (`file.000…`, `v1.000…`, `..000…`): then the digits are a name's.
+        if start > 0 && bytes[start - 1] == b'.' {
+            if start > 1 && (is_word(bytes[start - 2]) || bytes[start - 2] == b'.') {
+                continue;
+            }
+            start -= 1;
         }
         // A sentence's full stop is not part of the number.
         let end = if bytes[i - 1] == b'.' { i - 1 } else { i };
@@ -169,6 +177,15 @@ mod tests {
         let pi = format!("{}", 3.5e200_f64);
         assert_eq!(short_numbers(&format!("[{pi}]")), "[3.5e200]");
         assert_eq!(short_numbers(&format!("got -{big}")), "got -1e300");
+        // The sign and a full stop are not counted; a point before the digits is the number's.
+        let forty = format!("-2413738051455689{}", "0".repeat(24));
+        assert_eq!(short_numbers(&forty), forty);
+        assert_eq!(
+            short_numbers(&format!("{}5.", "1".repeat(39))),
+            format!("{}5.", "1".repeat(39))
+        );
+        assert_eq!(short_numbers(&format!("x .{}1", "0".repeat(40))), "x 1e-41");
+        assert_eq!(short_numbers(&format!("-.{}1", "0".repeat(40))), "-1e-41");
         // Numbers of ordinary length, digits in names and paths, and digests stay as they are.
         let zeros = "0".repeat(60);
         for kept in [
@@ -178,6 +195,8 @@ mod tests {
             format!("{zeros}abc"),
             format!("x{zeros}"),
             format!("1.2.{zeros}"),
+            format!("file.{zeros}"),
+            format!("..{zeros}"),
             "6ae952bcf6427bed1084152e0a3fb31e276df160543be1477291bcf46a73b279".to_string(),
         ] {
             assert_eq!(short_numbers(&kept), kept);
@@ -249,7 +268,8 @@ mod tests {
         /// Random text of digits, points, signs, letters and separators (and random floats
         /// printed as Rust prints them, among it): no number of the output is longer than
         /// [`MAX_NUMBER_CHARS`] unless it is part of a name, the output is never longer than
-        /// the input, a second pass changes nothing, and each float comes back as itself.
+        /// the input, a second pass changes nothing, and each number, standing alone, comes back
+        /// as itself.
         #[test]
         fn long_numbers_come_back_short_and_equal(
             parts in proptest::collection::vec(prop_oneof![
@@ -266,16 +286,21 @@ mod tests {
             prop_assert_eq!(again.as_ref(), out.as_ref());
             for word in out.split(' ') {
                 if let Ok(v) = word.parse::<f64>() {
-                    if word.len() > MAX_NUMBER_CHARS {
+                    // The sign and a sentence's full stop are not counted.
+                    let number = word.strip_prefix('-').unwrap_or(word);
+                    let number = number.strip_suffix('.').unwrap_or(number);
+                    if number.len() > MAX_NUMBER_CHARS {
                         prop_assert!(!v.is_finite() || word.contains("e"), "{word}");
                     }
                 }
             }
             for part in &parts {
-                if let Ok(v) = part.trim().parse::<f64>() {
-                    if part.starts_with(' ') && v.is_finite() {
-                        let shown = short_numbers(part);
-                        prop_assert_eq!(shown.trim().parse::<f64>().ok(), Some(v));
+                let alone = part.trim();
+                if let Ok(v) = alone.parse::<f64>() {
+                    if v.is_finite() && !alone.ends_with('.') {
+                        let spaced = format!(" {alone} ");
+                        let shown = short_numbers(&spaced);
+                        prop_assert_eq!(shown.trim().parse::<f64>().ok(), Some(v), "{}", alone);
                     }
                 }
             }
