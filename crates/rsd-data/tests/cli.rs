@@ -1,6 +1,9 @@
 //! The `rsd-data` binary end to end: round trips, determinism, resume after a crash, and every kind
 //! of bad input a user can hand it.
 
+mod common;
+use common::{p, pack_args};
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -34,10 +37,6 @@ fn fails(args: &[&str]) -> String {
         "a panic is never an answer: {err}"
     );
     err
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
 }
 
 /// Documents with punctuation, Unicode, code, blank lines and a special-token literal.
@@ -124,19 +123,12 @@ fn fixed_round_trip_decodes_to_the_documents() {
     let src = tmp.path().join("books");
     write_text_dir(&src, &docs);
     let out = tmp.path().join("out");
-    let report = ok(&[
-        "pack",
-        "--len",
+    let report = ok(&pack_args(
         "64",
-        "--tail",
-        "keep",
-        "--src",
-        p(&src),
-        "--out",
-        p(&out),
-        "--progress",
-        "none",
-    ]);
+        &src,
+        &out,
+        &["--tail", "keep", "--progress", "none"],
+    ));
     // The summary splits CPU time by stage (tokenize, read, pack+write) and gives the tokenize share.
     let cpu_line = report
         .lines()
@@ -177,19 +169,12 @@ fn mixed_mode_keeps_documents_whole_and_recorded_as_pieces() {
     let src = tmp.path().join("d.jsonl");
     write_jsonl(&src, &docs);
     let out = tmp.path().join("out");
-    ok(&[
-        "pack",
-        "--len",
+    ok(&pack_args(
         "256",
-        "--mode",
-        "mixed",
-        "--src",
-        p(&src),
-        "--out",
-        p(&out),
-        "--progress",
-        "none",
-    ]);
+        &src,
+        &out,
+        &["--mode", "mixed", "--progress", "none"],
+    ));
     let tok = bundled();
     let set = ShardSet::open(&out).unwrap();
     let mut decoded = vec![];
@@ -239,21 +224,12 @@ fn code_repositories_become_one_document_each_skipping_vendored_and_binary_files
     .unwrap();
     std::fs::write(repos.join("beta/lib.py"), "def f():\n    return 1").unwrap();
     let out = tmp.path().join("out");
-    ok(&[
-        "pack",
-        "--len",
+    ok(&pack_args(
         "4096",
-        "--mode",
-        "mixed",
-        "--format",
-        "code",
-        "--src",
-        p(&repos),
-        "--out",
-        p(&out),
-        "--progress",
-        "none",
-    ]);
+        &repos,
+        &out,
+        &["--mode", "mixed", "--format", "code", "--progress", "none"],
+    ));
     let tok = bundled();
     let set = ShardSet::open(&out).unwrap();
     assert_eq!(set.manifest().totals.documents, 2);
@@ -278,19 +254,12 @@ fn files_whose_names_are_not_utf8_are_packed_not_dropped() {
     std::fs::write(src.join("good.txt"), "the good one").unwrap();
     std::fs::write(src.join(odd), "the odd one").unwrap();
     let out = tmp.path().join("out");
-    let report = ok(&[
-        "pack",
-        "--len",
+    let report = ok(&pack_args(
         "64",
-        "--tail",
-        "keep",
-        "--src",
-        p(&src),
-        "--out",
-        p(&out),
-        "--progress",
-        "none",
-    ]);
+        &src,
+        &out,
+        &["--tail", "keep", "--progress", "none"],
+    ));
     assert!(report.contains(" 2 packed, 0 skipped"), "{report}");
     let text = bundled().decode(&all_tokens(&out)).unwrap();
     // Sorted by the names' bytes: 'b' before 'g'.
@@ -302,21 +271,12 @@ fn files_whose_names_are_not_utf8_are_packed_not_dropped() {
     std::fs::write(repos.join("alpha/good.rs"), "fn good() {}\n").unwrap();
     std::fs::write(repos.join("alpha").join(odd), "odd\n").unwrap();
     let out = tmp.path().join("out-code");
-    ok(&[
-        "pack",
-        "--len",
+    ok(&pack_args(
         "4096",
-        "--mode",
-        "mixed",
-        "--format",
-        "code",
-        "--src",
-        p(&repos),
-        "--out",
-        p(&out),
-        "--progress",
-        "none",
-    ]);
+        &repos,
+        &out,
+        &["--mode", "mixed", "--format", "code", "--progress", "none"],
+    ));
     let text = bundled().decode(&all_tokens(&out)).unwrap();
     assert_eq!(
         text,
@@ -546,15 +506,7 @@ fn complete_output_is_not_overwritten_without_force() {
     let foreign = tmp.path().join("foreign");
     std::fs::create_dir_all(&foreign).unwrap();
     std::fs::write(foreign.join("notes.txt"), "mine").unwrap();
-    let err = fails(&[
-        "pack",
-        "--len",
-        "64",
-        "--src",
-        p(&src),
-        "--out",
-        p(&foreign),
-    ]);
+    let err = fails(&pack_args("64", &src, &foreign, &[]));
     assert!(
         err.contains("not an rsd shard directory") && err.contains("notes.txt"),
         "{err}"
@@ -571,7 +523,7 @@ fn malformed_json_names_file_and_line_or_is_skipped_and_counted() {
     )
     .unwrap();
     let out = tmp.path().join("out");
-    let err = fails(&["pack", "--len", "4", "--src", p(&src), "--out", p(&out)]);
+    let err = fails(&pack_args("4", &src, &out, &[]));
     assert!(
         err.contains("bad.jsonl:line 2") && err.contains("malformed JSON"),
         "{err}"
@@ -579,20 +531,12 @@ fn malformed_json_names_file_and_line_or_is_skipped_and_counted() {
     assert!(!out.join("index.json").exists());
 
     let out2 = tmp.path().join("out2");
-    let stdout = ok(&[
-        "pack",
-        "--len",
+    let stdout = ok(&pack_args(
         "4",
-        "--skip-bad",
-        "--tail",
-        "keep",
-        "--src",
-        p(&src),
-        "--out",
-        p(&out2),
-        "--progress",
-        "none",
-    ]);
+        &src,
+        &out2,
+        &["--skip-bad", "--tail", "keep", "--progress", "none"],
+    ));
     assert!(
         stdout.contains("1 skipped") && stdout.contains("line 2"),
         "{stdout}"
@@ -607,17 +551,7 @@ fn malformed_json_names_file_and_line_or_is_skipped_and_counted() {
     std::fs::copy(&src, dir.join("b.jsonl")).unwrap();
     std::fs::write(dir.join("c.jsonl"), "{\"text\": \"fine too\"}\n").unwrap();
     let out3 = tmp.path().join("out3");
-    let err = fails(&[
-        "pack",
-        "--len",
-        "4",
-        "--read-threads",
-        "3",
-        "--src",
-        p(&dir),
-        "--out",
-        p(&out3),
-    ]);
+    let err = fails(&pack_args("4", &dir, &out3, &["--read-threads", "3"]));
     assert!(
         err.contains("b.jsonl:line 2") && err.contains("malformed JSON"),
         "{err}"
@@ -630,36 +564,26 @@ fn missing_field_lists_the_fields_there_are() {
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("d.jsonl");
     std::fs::write(&src, "{\"content\": \"x\", \"meta\": 1}\n").unwrap();
-    let err = fails(&[
-        "pack",
-        "--len",
-        "4",
-        "--src",
-        p(&src),
-        "--out",
-        p(&tmp.path().join("o")),
-    ]);
+    let err = fails(&pack_args("4", &src, &tmp.path().join("o"), &[]));
     assert!(
         err.contains("d.jsonl:line 1")
             && err.contains("no field \"text\"")
             && err.contains("content, meta"),
         "{err}"
     );
-    ok(&[
-        "pack",
-        "--len",
+    ok(&pack_args(
         "4",
-        "--text-field",
-        "content",
-        "--tail",
-        "keep",
-        "--src",
-        p(&src),
-        "--out",
-        p(&tmp.path().join("o2")),
-        "--progress",
-        "none",
-    ]);
+        &src,
+        &tmp.path().join("o2"),
+        &[
+            "--text-field",
+            "content",
+            "--tail",
+            "keep",
+            "--progress",
+            "none",
+        ],
+    ));
 }
 
 #[test]
@@ -669,30 +593,14 @@ fn invalid_utf8_names_file_and_byte() {
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("a.txt"), b"fine text").unwrap();
     std::fs::write(src.join("b.txt"), b"abc\xff\xfedef").unwrap();
-    let err = fails(&[
-        "pack",
-        "--len",
-        "4",
-        "--src",
-        p(&src),
-        "--out",
-        p(&tmp.path().join("o")),
-    ]);
+    let err = fails(&pack_args("4", &src, &tmp.path().join("o"), &[]));
     assert!(
         err.contains("b.txt:byte 3") && err.contains("invalid UTF-8"),
         "{err}"
     );
     let jsonl = tmp.path().join("d.jsonl");
     std::fs::write(&jsonl, b"{\"text\": \"ok\"}\n{\"text\": \"\xff\"}\n").unwrap();
-    let err = fails(&[
-        "pack",
-        "--len",
-        "4",
-        "--src",
-        p(&jsonl),
-        "--out",
-        p(&tmp.path().join("o2")),
-    ]);
+    let err = fails(&pack_args("4", &jsonl, &tmp.path().join("o2"), &[]));
     assert!(
         err.contains("d.jsonl:line 2") && err.contains("invalid UTF-8"),
         "{err}"
@@ -709,33 +617,18 @@ fn empty_documents_are_skipped_and_counted() {
     )
     .unwrap();
     let out = tmp.path().join("o");
-    ok(&[
-        "pack",
-        "--len",
+    ok(&pack_args(
         "4",
-        "--tail",
-        "keep",
-        "--src",
-        p(&src),
-        "--out",
-        p(&out),
-        "--progress",
-        "none",
-    ]);
+        &src,
+        &out,
+        &["--tail", "keep", "--progress", "none"],
+    ));
     let m = ShardSet::open(&out).unwrap().manifest().clone();
     assert_eq!((m.totals.documents, m.totals.skipped_documents), (1, 2));
     // Nothing but empty documents is an error, not an empty success.
     let empty = tmp.path().join("e.jsonl");
     std::fs::write(&empty, "{\"text\": \"\"}\n").unwrap();
-    let err = fails(&[
-        "pack",
-        "--len",
-        "4",
-        "--src",
-        p(&empty),
-        "--out",
-        p(&tmp.path().join("o2")),
-    ]);
+    let err = fails(&pack_args("4", &empty, &tmp.path().join("o2"), &[]));
     assert!(
         err.contains("nothing to write") && err.contains("1 skipped"),
         "{err}"
@@ -754,19 +647,12 @@ fn corrupt_zstd_names_the_file() {
     let good = tmp.path().join("good.jsonl.zst");
     std::fs::write(&good, &compressed).unwrap();
     let out = tmp.path().join("o");
-    ok(&[
-        "pack",
-        "--len",
+    ok(&pack_args(
         "16",
-        "--tail",
-        "keep",
-        "--src",
-        p(&good),
-        "--out",
-        p(&out),
-        "--progress",
-        "none",
-    ]);
+        &good,
+        &out,
+        &["--tail", "keep", "--progress", "none"],
+    ));
     assert_eq!(
         ShardSet::open(&out).unwrap().manifest().totals.documents,
         docs.len() as u64
@@ -774,15 +660,7 @@ fn corrupt_zstd_names_the_file() {
 
     let truncated = tmp.path().join("trunc.jsonl.zst");
     std::fs::write(&truncated, &compressed[..compressed.len() / 2]).unwrap();
-    let err = fails(&[
-        "pack",
-        "--len",
-        "16",
-        "--src",
-        p(&truncated),
-        "--out",
-        p(&tmp.path().join("o2")),
-    ]);
+    let err = fails(&pack_args("16", &truncated, &tmp.path().join("o2"), &[]));
     assert!(
         err.contains("trunc.jsonl.zst") && err.contains("truncated") && err.contains("line 1"),
         "{err}"
@@ -794,15 +672,7 @@ fn corrupt_zstd_names_the_file() {
     }
     let bad = tmp.path().join("garbled.jsonl.zst");
     std::fs::write(&bad, &garbled).unwrap();
-    let err = fails(&[
-        "pack",
-        "--len",
-        "16",
-        "--src",
-        p(&bad),
-        "--out",
-        p(&tmp.path().join("o3")),
-    ]);
+    let err = fails(&pack_args("16", &bad, &tmp.path().join("o3"), &[]));
     assert!(err.contains("garbled.jsonl.zst"), "{err}");
 }
 
@@ -811,30 +681,14 @@ fn truncated_parquet_and_arrow_name_the_file() {
     let tmp = tempfile::tempdir().unwrap();
     let pq = tmp.path().join("t.parquet");
     std::fs::write(&pq, b"PAR1\x00\x00\x00garbage").unwrap();
-    let err = fails(&[
-        "pack",
-        "--len",
-        "16",
-        "--src",
-        p(&pq),
-        "--out",
-        p(&tmp.path().join("o")),
-    ]);
+    let err = fails(&pack_args("16", &pq, &tmp.path().join("o"), &[]));
     assert!(
         err.contains("t.parquet") && err.contains("Parquet"),
         "{err}"
     );
     let arrow = tmp.path().join("t.arrow");
     std::fs::write(&arrow, b"ARROW1\x00\x00garbage").unwrap();
-    let err = fails(&[
-        "pack",
-        "--len",
-        "16",
-        "--src",
-        p(&arrow),
-        "--out",
-        p(&tmp.path().join("o2")),
-    ]);
+    let err = fails(&pack_args("16", &arrow, &tmp.path().join("o2"), &[]));
     assert!(err.contains("t.arrow") && err.contains("Arrow"), "{err}");
 }
 
@@ -895,17 +749,12 @@ fn an_unloadable_tokenizer_says_what_both_engines_found() {
     std::fs::write(&tok, json.to_string()).unwrap();
     let src = tmp.path().join("d.jsonl");
     std::fs::write(&src, "{\"text\": \"a\"}\n").unwrap();
-    let err = fails(&[
-        "pack",
-        "--len",
+    let err = fails(&pack_args(
         "4",
-        "--tokenizer",
-        p(&tok),
-        "--src",
-        p(&src),
-        "--out",
-        p(&tmp.path().join("o")),
-    ]);
+        &src,
+        &tmp.path().join("o"),
+        &["--tokenizer", p(&tok)],
+    ));
     assert!(
         err.contains("tokenizer.json")
             && err.contains("fast encoder")
@@ -913,17 +762,12 @@ fn an_unloadable_tokenizer_says_what_both_engines_found() {
             && err.contains("Mystery"),
         "{err}"
     );
-    let err = fails(&[
-        "pack",
-        "--len",
+    let err = fails(&pack_args(
         "4",
-        "--tokenizer",
-        p(&src),
-        "--src",
-        p(&src),
-        "--out",
-        p(&tmp.path().join("o2")),
-    ]);
+        &src,
+        &tmp.path().join("o2"),
+        &["--tokenizer", p(&src)],
+    ));
     assert!(
         err.contains("d.jsonl") && err.contains("not a tokenizer.json"),
         "{err}"
@@ -937,16 +781,12 @@ fn a_progress_interval_that_is_not_a_duration_is_refused_naming_the_flag() {
     write_text_dir(&src, &sample_docs());
     for bad in ["inf", "NaN", "-1", "0", "1e9", "soon"] {
         let out = tmp.path().join(format!("out-{bad}"));
-        let err = fails(&[
-            "pack",
-            "--len",
+        let err = fails(&pack_args(
             "64",
-            "--src",
-            p(&src),
-            "--out",
-            p(&out),
-            &format!("--progress-interval={bad}"),
-        ]);
+            &src,
+            &out,
+            &[&format!("--progress-interval={bad}")],
+        ));
         assert!(
             err.contains("--progress-interval") && err.contains("0.1 to 86400"),
             "{bad}: {err}"
@@ -969,19 +809,12 @@ fn inspect_says_when_ids_are_outside_the_tokenizer_it_decodes_with() {
     let src = tmp.path().join("d.jsonl");
     std::fs::write(&src, "{\"text\": \"a a a a a a a a a a\"}\n").unwrap();
     let out = tmp.path().join("out");
-    ok(&[
-        "pack",
-        "--len",
+    ok(&pack_args(
         "4",
-        "--tokenizer",
-        p(&tok),
-        "--src",
-        p(&src),
-        "--out",
-        p(&out),
-        "--progress",
-        "none",
-    ]);
+        &src,
+        &out,
+        &["--tokenizer", p(&tok), "--progress", "none"],
+    ));
     let clean = ok(&["inspect", p(&out), "--sample", "0"]);
     assert!(!clean.contains("outside the tokenizer"), "{clean}");
     // A damaged (or hostile) shard: its first id is one the tokenizer does not have.

@@ -3,6 +3,9 @@
 //! place of inputs, zstd bombs, sizes near u64::MAX. Every answer is a clear error or a counted
 //! skip, in bounded time and memory, with nothing outside the data touched.
 
+mod common;
+use common::{p, pack_args};
+
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -89,10 +92,6 @@ fn fails(args: &[&str]) -> Finished {
     let f = run_bounded(args, TIMEOUT);
     assert!(!f.success, "rsd-data {args:?} should fail:\n{}", f.stdout);
     f
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
 }
 
 fn mkfifo(path: &Path) {
@@ -319,7 +318,7 @@ fn fifos_in_place_of_inputs_are_clear_errors_not_hangs() {
     let fifo = tmp.path().join("corpus.jsonl");
     mkfifo(&fifo);
     let out = tmp.path().join("o");
-    let f = fails(&["pack", "--len", "8", "--src", p(&fifo), "--out", p(&out)]);
+    let f = fails(&pack_args("8", &fifo, &out, &[]));
     assert!(
         f.stderr.contains("corpus.jsonl") && f.stderr.contains("FIFO"),
         "{}",
@@ -330,30 +329,10 @@ fn fifos_in_place_of_inputs_are_clear_errors_not_hangs() {
     write_jsonl(&src, 20);
     let tok = tmp.path().join("tokenizer.json");
     mkfifo(&tok);
-    let f = fails(&[
-        "pack",
-        "--len",
-        "8",
-        "--tokenizer",
-        p(&tok),
-        "--src",
-        p(&src),
-        "--out",
-        p(&out),
-    ]);
+    let f = fails(&pack_args("8", &src, &out, &["--tokenizer", p(&tok)]));
     assert!(f.stderr.contains("FIFO"), "{}", f.stderr);
     // A shard of a finished directory, for verify and inspect.
-    ok(&[
-        "pack",
-        "--len",
-        "8",
-        "--src",
-        p(&src),
-        "--out",
-        p(&out),
-        "--progress",
-        "none",
-    ]);
+    ok(&pack_args("8", &src, &out, &["--progress", "none"]));
     std::fs::remove_file(out.join("shard-00000.bin")).unwrap();
     mkfifo(&out.join("shard-00000.bin"));
     for command in ["verify", "inspect"] {
@@ -381,40 +360,36 @@ fn a_zstd_bomb_line_is_a_clear_error_or_a_counted_skip_in_bounded_memory() {
     let honest = tmp.path().join("honest.jsonl.zst");
     let lines = good(1) + &good(2) + &good(3);
     std::fs::write(&honest, zstd::encode_all(lines.as_bytes(), 3).unwrap()).unwrap();
-    let baseline = ok(&[
-        "pack",
-        "--len",
+    let baseline = ok(&pack_args(
         "4",
-        "--tail",
-        "keep",
-        "--max-doc-bytes",
-        "1MiB",
-        "--src",
-        p(&honest),
-        "--out",
-        p(&tmp.path().join("o0")),
-        "--progress",
-        "none",
-    ])
+        &honest,
+        &tmp.path().join("o0"),
+        &[
+            "--tail",
+            "keep",
+            "--max-doc-bytes",
+            "1MiB",
+            "--progress",
+            "none",
+        ],
+    ))
     .max_rss_mib;
     let limit = baseline + BOMB_RSS_HEADROOM_MIB;
 
     let out = tmp.path().join("o1");
-    let f = fails(&[
-        "pack",
-        "--len",
+    let f = fails(&pack_args(
         "4",
-        "--tail",
-        "keep",
-        "--max-doc-bytes",
-        "1MiB",
-        "--max-expansion",
-        BOMB_EXPANSION,
-        "--src",
-        p(&src),
-        "--out",
-        p(&out),
-    ]);
+        &src,
+        &out,
+        &[
+            "--tail",
+            "keep",
+            "--max-doc-bytes",
+            "1MiB",
+            "--max-expansion",
+            BOMB_EXPANSION,
+        ],
+    ));
     assert!(
         f.stderr.contains("bomb.jsonl.zst:line 2") && f.stderr.contains("--max-doc-bytes"),
         "{}",
@@ -428,24 +403,22 @@ fn a_zstd_bomb_line_is_a_clear_error_or_a_counted_skip_in_bounded_memory() {
     );
 
     let out = tmp.path().join("o2");
-    let f = ok(&[
-        "pack",
-        "--len",
+    let f = ok(&pack_args(
         "4",
-        "--tail",
-        "keep",
-        "--max-doc-bytes",
-        "1MiB",
-        "--max-expansion",
-        BOMB_EXPANSION,
-        "--skip-bad",
-        "--src",
-        p(&src),
-        "--out",
-        p(&out),
-        "--progress",
-        "none",
-    ]);
+        &src,
+        &out,
+        &[
+            "--tail",
+            "keep",
+            "--max-doc-bytes",
+            "1MiB",
+            "--max-expansion",
+            BOMB_EXPANSION,
+            "--skip-bad",
+            "--progress",
+            "none",
+        ],
+    ));
     assert!(
         f.max_rss_mib < limit,
         "peak RSS {:.0} MiB (an honest pack: {baseline:.0} MiB)",
@@ -536,17 +509,7 @@ fn a_manifest_tokenizer_name_outside_the_directory_is_not_opened() {
     let src = tmp.path().join("c.jsonl");
     write_jsonl(&src, 20);
     let out = tmp.path().join("o");
-    ok(&[
-        "pack",
-        "--len",
-        "8",
-        "--src",
-        p(&src),
-        "--out",
-        p(&out),
-        "--progress",
-        "none",
-    ]);
+    ok(&pack_args("8", &src, &out, &["--progress", "none"]));
     // The right tokenizer, outside the directory: following the manifest's name would find it.
     let outside: PathBuf = tmp.path().join("tokenizer.json");
     std::fs::rename(out.join("tokenizer.json"), &outside).unwrap();
@@ -587,17 +550,7 @@ fn terminal_control_sequences_from_a_manifest_are_printed_escaped() {
     let src = tmp.path().join("c.jsonl");
     write_jsonl(&src, 20);
     let out = tmp.path().join("o");
-    ok(&[
-        "pack",
-        "--len",
-        "8",
-        "--src",
-        p(&src),
-        "--out",
-        p(&out),
-        "--progress",
-        "none",
-    ]);
+    ok(&pack_args("8", &src, &out, &["--progress", "none"]));
     let manifest_path = out.join("index.json");
     let mut m: Value = serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
     let clear = "\x1b[2J";
@@ -1062,7 +1015,7 @@ fn errors_quote_long_values_from_data_cut_short() {
     let src = tmp.path().join("k.jsonl");
     std::fs::write(&src, json!({ long.as_str(): 1 }).to_string() + "\n").unwrap();
     let out = tmp.path().join("o1");
-    answers.push(fails(&["pack", "--len", "4", "--src", p(&src), "--out", p(&out)]).stderr);
+    answers.push(fails(&pack_args("4", &src, &out, &[])).stderr);
     // A resume journal with a long value of the wrong type.
     std::fs::create_dir_all(tmp.path().join("j")).unwrap();
     let (src, out, mut journal) = interrupted_pack(&tmp.path().join("j"));
@@ -1089,20 +1042,8 @@ fn errors_quote_long_values_from_data_cut_short() {
 // ---- Small files that expand without limit ----
 
 /// `pack` of `src` into `out`, short samples, whatever the documents' length.
-fn pack_args<'a>(src: &'a str, out: &'a str, more: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec![
-        "pack",
-        "--len",
-        "64",
-        "--tail",
-        "keep",
-        "--src",
-        src,
-        "--out",
-        out,
-        "--progress",
-        "none",
-    ];
+fn short_sample_args<'a>(src: &'a Path, out: &'a Path, more: &[&'a str]) -> Vec<&'a str> {
+    let mut args = pack_args("64", src, out, &["--tail", "keep", "--progress", "none"]);
     args.extend_from_slice(more);
     args
 }
@@ -1143,7 +1084,7 @@ fn a_tiny_delta_encoded_parquet_file_stops_at_its_expansion_bound() {
     assert!(stored < 16 << 10, "{stored} bytes is not tiny");
     let bound = stored * 1000 + (16 << 20);
 
-    let f = fails(&pack_args(p(&src), p(&tmp.path().join("o1")), &[]));
+    let f = fails(&short_sample_args(&src, &tmp.path().join("o1"), &[]));
     for part in [
         "delta.parquet",
         &format!(
@@ -1155,7 +1096,7 @@ fn a_tiny_delta_encoded_parquet_file_stops_at_its_expansion_bound() {
     }
 
     let out = tmp.path().join("o2");
-    ok(&pack_args(p(&src), p(&out), &["--skip-bad"]));
+    ok(&short_sample_args(&src, &out, &["--skip-bad"]));
     let m = ShardSet::open(&out).unwrap().manifest().clone();
     // The documents before the bound are kept; the rest of the file is not read.
     let per_doc = 1_050_000 + 1;
@@ -1186,7 +1127,7 @@ fn a_jsonl_zst_of_endless_blank_lines_stops_at_its_bound_unless_raised() {
     let stored = bytes.len() as u64;
     assert!(stored < 8 << 10, "{stored} bytes");
 
-    let f = fails(&pack_args(p(&src), p(&tmp.path().join("o1")), &[]));
+    let f = fails(&short_sample_args(&src, &tmp.path().join("o1"), &[]));
     for part in [
         "blank.jsonl.zst",
         &format!("1000 times its {stored} stored bytes + 16 MiB"),
@@ -1196,13 +1137,17 @@ fn a_jsonl_zst_of_endless_blank_lines_stops_at_its_bound_unless_raised() {
     }
 
     let out = tmp.path().join("o2");
-    ok(&pack_args(p(&src), p(&out), &["--max-expansion", "100000"]));
+    ok(&short_sample_args(
+        &src,
+        &out,
+        &["--max-expansion", "100000"],
+    ));
     let m = ShardSet::open(&out).unwrap().manifest().clone();
     assert_eq!(m.totals.documents, 2);
 
-    let f = fails(&pack_args(
-        p(&src),
-        p(&tmp.path().join("o3")),
+    let f = fails(&short_sample_args(
+        &src,
+        &tmp.path().join("o3"),
         &["--max-expansion", "0"],
     ));
     assert!(f.stderr.contains("--max-expansion"), "{}", f.stderr);
@@ -1242,7 +1187,7 @@ fn parquet_row_groups_sharing_one_column_chunk_are_refused_naming_them() {
         .extend(std::iter::repeat_n(honest.row_groups[1].clone(), 1000));
     meta.num_rows = 2 * 1001;
     write_footer(&meta, &src);
-    let f = fails(&pack_args(p(&src), p(&tmp.path().join("o1")), &[]));
+    let f = fails(&short_sample_args(&src, &tmp.path().join("o1"), &[]));
     for part in [
         "shared.parquet",
         "row group 2 (first row 4), column \"text\"",
@@ -1260,7 +1205,11 @@ fn parquet_row_groups_sharing_one_column_chunk_are_refused_naming_them() {
     chunk.meta_data.as_mut().unwrap().dictionary_page_offset = None;
     let overlapping = tmp.path().join("overlapping.parquet");
     write_footer(&meta, &overlapping);
-    let f = fails(&pack_args(p(&overlapping), p(&tmp.path().join("o2")), &[]));
+    let f = fails(&short_sample_args(
+        &overlapping,
+        &tmp.path().join("o2"),
+        &[],
+    ));
     assert!(
         f.stderr.contains("overlapping.parquet") && f.stderr.contains("overlaps that of"),
         "{}",
@@ -1271,7 +1220,7 @@ fn parquet_row_groups_sharing_one_column_chunk_are_refused_naming_them() {
     let rewritten = tmp.path().join("honest.parquet");
     write_footer(&honest, &rewritten);
     let out = tmp.path().join("o3");
-    ok(&pack_args(p(&rewritten), p(&out), &[]));
+    ok(&short_sample_args(&rewritten, &out, &[]));
     assert_eq!(ShardSet::open(&out).unwrap().manifest().totals.documents, 4);
 }
 
@@ -1309,7 +1258,7 @@ fn a_datasets_state_json_naming_one_file_twice_is_refused_naming_both_entries() 
 
     state(&["data-00000-of-00002.arrow", "data-00001-of-00002.arrow"]);
     let out = tmp.path().join("o0");
-    ok(&pack_args(p(&ds), p(&out), &[]));
+    ok(&short_sample_args(&ds, &out, &[]));
     assert_eq!(ShardSet::open(&out).unwrap().manifest().totals.documents, 3);
 
     let cases: [(&[&str], &str); 3] = [
@@ -1328,9 +1277,9 @@ fn a_datasets_state_json_naming_one_file_twice_is_refused_naming_both_entries() 
     ];
     for (k, (names, want)) in cases.iter().enumerate() {
         state(names);
-        let f = fails(&pack_args(
-            p(&ds),
-            p(&tmp.path().join(format!("o{}", k + 1))),
+        let f = fails(&short_sample_args(
+            &ds,
+            &tmp.path().join(format!("o{}", k + 1)),
             &[],
         ));
         assert!(
@@ -1345,7 +1294,7 @@ fn a_datasets_state_json_naming_one_file_twice_is_refused_naming_both_entries() 
 
 /// A text file's document count and the text of each, packed from `src` (`--format text`).
 fn pack_text(src: &Path, out: &Path, format: &str) -> Finished {
-    run_bounded(&pack_args(p(src), p(out), &["--format", format]), TIMEOUT)
+    run_bounded(&short_sample_args(src, out, &["--format", format]), TIMEOUT)
 }
 
 #[test]
@@ -1391,15 +1340,19 @@ fn links_in_input_directories_are_followed_only_inside_the_directory_given() {
     write_jsonl(&repo.join("blobs/0f1e2d"), 4);
     symlink("../../../blobs/0f1e2d", snap.join("train.jsonl")).unwrap();
     let out = tmp.path().join("hf0");
-    ok(&pack_args(p(&repo.join("snapshots/abc123")), p(&out), &[]));
+    ok(&short_sample_args(
+        &repo.join("snapshots/abc123"),
+        &out,
+        &[],
+    ));
     assert_eq!(ShardSet::open(&out).unwrap().manifest().totals.documents, 4);
     let other = tmp.path().join("hub/datasets--org--other/blobs");
     std::fs::create_dir_all(&other).unwrap();
     write_jsonl(&other.join("9a8b7c"), 2);
     symlink(other.join("9a8b7c"), snap.join("extra.jsonl")).unwrap();
-    let f = fails(&pack_args(
-        p(&repo.join("snapshots/abc123")),
-        p(&tmp.path().join("hf1")),
+    let f = fails(&short_sample_args(
+        &repo.join("snapshots/abc123"),
+        &tmp.path().join("hf1"),
         &[],
     ));
     assert!(
@@ -1414,7 +1367,7 @@ fn links_in_input_directories_are_followed_only_inside_the_directory_given() {
     write_jsonl(&jsonl.join("a.jsonl"), 3);
     write_jsonl(&tmp.path().join("other.jsonl"), 5);
     symlink("../other.jsonl", jsonl.join("b.jsonl")).unwrap();
-    let f = fails(&pack_args(p(&jsonl), p(&tmp.path().join("j1")), &[]));
+    let f = fails(&short_sample_args(&jsonl, &tmp.path().join("j1"), &[]));
     assert!(
         f.stderr.contains("b.jsonl: a symbolic link to")
             && f.stderr.contains("other.jsonl, outside"),
@@ -1424,7 +1377,7 @@ fn links_in_input_directories_are_followed_only_inside_the_directory_given() {
     std::fs::remove_file(jsonl.join("b.jsonl")).unwrap();
     symlink("a.jsonl", jsonl.join("b.jsonl")).unwrap();
     let out = tmp.path().join("j2");
-    ok(&pack_args(p(&jsonl), p(&out), &[]));
+    ok(&short_sample_args(&jsonl, &out, &[]));
     assert_eq!(ShardSet::open(&out).unwrap().manifest().totals.documents, 3);
 
     // Code: a link to a file of the same --src directory is read; one outside is refused.
