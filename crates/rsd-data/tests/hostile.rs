@@ -1334,27 +1334,20 @@ fn links_in_input_directories_are_followed_only_inside_the_directory_given() {
     // A Hugging Face cache: the snapshot's names link to the repository's blobs, which are
     // followed; a snapshot link to another repository's blobs is not.
     let repo = tmp.path().join("hub/datasets--org--name");
-    let snap = repo.join("snapshots/abc123/data");
+    let snapshot = repo.join("snapshots/abc123");
+    let snap = snapshot.join("data");
     std::fs::create_dir_all(&snap).unwrap();
     std::fs::create_dir_all(repo.join("blobs")).unwrap();
     write_jsonl(&repo.join("blobs/0f1e2d"), 4);
     symlink("../../../blobs/0f1e2d", snap.join("train.jsonl")).unwrap();
     let out = tmp.path().join("hf0");
-    ok(&short_sample_args(
-        &repo.join("snapshots/abc123"),
-        &out,
-        &[],
-    ));
+    ok(&short_sample_args(&snapshot, &out, &[]));
     assert_eq!(ShardSet::open(&out).unwrap().manifest().totals.documents, 4);
     let other = tmp.path().join("hub/datasets--org--other/blobs");
     std::fs::create_dir_all(&other).unwrap();
     write_jsonl(&other.join("9a8b7c"), 2);
     symlink(other.join("9a8b7c"), snap.join("extra.jsonl")).unwrap();
-    let f = fails(&short_sample_args(
-        &repo.join("snapshots/abc123"),
-        &tmp.path().join("hf1"),
-        &[],
-    ));
+    let f = fails(&short_sample_args(&snapshot, &tmp.path().join("hf1"), &[]));
     assert!(
         f.stderr.contains("extra.jsonl: a symbolic link to"),
         "{}",
