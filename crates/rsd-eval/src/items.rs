@@ -312,30 +312,38 @@ pub struct ScoreReport {
     pub overall: Option<f64>,
 }
 
-/// Scores one item: its answer's log-probability and rank among its candidates.
-fn score_item(model: &Model, it: &UserItem, batch_size: usize) -> Result<ItemResult> {
-    let scores = match &it.per_candidate {
-        None => gen::score_continuations(
+/// Every candidate's teacher-forced score: after the item's one prompt, in batches, or each
+/// after its own context (`per_candidate`), one at a time.
+pub(crate) fn candidate_scores(
+    model: &Model,
+    it: &UserItem,
+    batch_size: usize,
+) -> Result<Vec<gen::ContinuationScore>> {
+    let Some(contexts) = &it.per_candidate else {
+        return Ok(gen::score_continuations(
             model,
             &it.ids,
             &it.continuations,
             batch_size,
             gen::DEFAULT_PREFILL_CHUNK,
-        )?,
-        Some(contexts) => {
-            let mut scores = Vec::with_capacity(contexts.len());
-            for (ctx, cont) in contexts.iter().zip(&it.continuations) {
-                scores.extend(gen::score_continuations(
-                    model,
-                    ctx,
-                    std::slice::from_ref(cont),
-                    1,
-                    gen::DEFAULT_PREFILL_CHUNK,
-                )?);
-            }
-            scores
-        }
+        )?);
     };
+    let mut scores = Vec::with_capacity(contexts.len());
+    for (ctx, cont) in contexts.iter().zip(&it.continuations) {
+        scores.extend(gen::score_continuations(
+            model,
+            ctx,
+            std::slice::from_ref(cont),
+            1,
+            gen::DEFAULT_PREFILL_CHUNK,
+        )?);
+    }
+    Ok(scores)
+}
+
+/// Scores one item: its answer's log-probability and rank among its candidates.
+fn score_item(model: &Model, it: &UserItem, batch_size: usize) -> Result<ItemResult> {
+    let scores = candidate_scores(model, it, batch_size)?;
     let (rank, best) = rank_first(&scores, it.gold);
     // lm-eval's acc_norm: the first argmax of log-probability per character.
     let score_norm = it.norm_chars.as_ref().map(|chars| {

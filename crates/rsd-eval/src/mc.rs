@@ -18,12 +18,12 @@ use rsd_common::printable::shortened;
 use rsd_common::pyrandom::{PyRandom, PyRandomError};
 
 use rsd_model::cli::{DeviceArgs, ModelDirArgs};
-use rsd_model::generate::{self as gen, TextTokenizer};
+use rsd_model::generate::TextTokenizer;
 use rsd_model::{Model, ModelConfig, RopeScaling};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{io_err, EvalError};
-use crate::items::{ScoreReport, ScoreSettings, UserItem};
+use crate::items::{candidate_scores, ScoreReport, ScoreSettings, UserItem};
 use crate::results::{item_key, read_results, ItemResult};
 
 /// What a published file can go wrong with.
@@ -704,28 +704,7 @@ fn score_question(
     it: &UserItem,
     batch_size: usize,
 ) -> crate::error::Result<(ItemResult, Vec<f64>, Option<Vec<f64>>)> {
-    let scores = match &it.per_candidate {
-        None => gen::score_continuations(
-            model,
-            &it.ids,
-            &it.continuations,
-            batch_size,
-            gen::DEFAULT_PREFILL_CHUNK,
-        )?,
-        Some(contexts) => {
-            let mut scores = Vec::with_capacity(contexts.len());
-            for (ctx, cont) in contexts.iter().zip(&it.continuations) {
-                scores.extend(gen::score_continuations(
-                    model,
-                    ctx,
-                    std::slice::from_ref(cont),
-                    1,
-                    gen::DEFAULT_PREFILL_CHUNK,
-                )?);
-            }
-            scores
-        }
-    };
+    let scores = candidate_scores(model, it, batch_size)?;
     let lls: Vec<f64> = scores.iter().map(|s| s.logprob).collect();
     let gold = it.gold;
     let best = first_argmax(&lls);
