@@ -360,18 +360,14 @@ fn a_zstd_bomb_line_is_a_clear_error_or_a_counted_skip_in_bounded_memory() {
     let honest = tmp.path().join("honest.jsonl.zst");
     let lines = good(1) + &good(2) + &good(3);
     std::fs::write(&honest, zstd::encode_all(lines.as_bytes(), 3).unwrap()).unwrap();
+    // Every pack here keeps the tail and caps a document at 1 MiB.
+    let bounded =
+        |more: &[&'static str]| [&["--tail", "keep", "--max-doc-bytes", "1MiB"][..], more].concat();
     let baseline = ok(&pack_args(
         "4",
         &honest,
         &tmp.path().join("o0"),
-        &[
-            "--tail",
-            "keep",
-            "--max-doc-bytes",
-            "1MiB",
-            "--progress",
-            "none",
-        ],
+        &bounded(&["--progress", "none"]),
     ))
     .max_rss_mib;
     let limit = baseline + BOMB_RSS_HEADROOM_MIB;
@@ -381,14 +377,7 @@ fn a_zstd_bomb_line_is_a_clear_error_or_a_counted_skip_in_bounded_memory() {
         "4",
         &src,
         &out,
-        &[
-            "--tail",
-            "keep",
-            "--max-doc-bytes",
-            "1MiB",
-            "--max-expansion",
-            BOMB_EXPANSION,
-        ],
+        &bounded(&["--max-expansion", BOMB_EXPANSION]),
     ));
     assert!(
         f.stderr.contains("bomb.jsonl.zst:line 2") && f.stderr.contains("--max-doc-bytes"),
@@ -407,17 +396,13 @@ fn a_zstd_bomb_line_is_a_clear_error_or_a_counted_skip_in_bounded_memory() {
         "4",
         &src,
         &out,
-        &[
-            "--tail",
-            "keep",
-            "--max-doc-bytes",
-            "1MiB",
+        &bounded(&[
             "--max-expansion",
             BOMB_EXPANSION,
             "--skip-bad",
             "--progress",
             "none",
-        ],
+        ]),
     ));
     assert!(
         f.max_rss_mib < limit,
