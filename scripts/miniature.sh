@@ -29,6 +29,17 @@
 #             paired differences with hierarchical intervals (bases, then seeds, then items), the
 #             primary measures and the decision rule, in report/.
 #
+#   keep [DIR]     copies what has finished into DIR (default docs/results/attempt-ATTEMPT), in
+#                  the committed results' layout: bases.json, lengths.json, adapt.json,
+#                  timings.tsv, each trained base's base.json and scored eval-*/ (results.jsonl,
+#                  run.json), each adapted model's scored eval-*/ (and miniature.json), and the
+#                  weights of every base the study can use (base-B/model/: config, tokenizer,
+#                  safetensors). No checkpoint, no adapted model, no partly scored evaluation.
+#   restore [DIR]  copies DIR (what `keep` wrote) into the output, keeping what the output has: a
+#                  study carries on from it on another machine. A base with base.json is not
+#                  trained again; an adapted model whose every evaluation is scored is not adapted
+#                  again (its results are what the report needs). Then run the stages as usual.
+#
 # Every stage is resumable: a rerun skips what finished (training resumes from its newest
 # checkpoint, evaluation skips scored items), and a stage whose input is missing says which stage
 # makes it. Each stage appends its wall time to OUT/timings.tsv (stage, start, seconds, status).
@@ -49,6 +60,8 @@
 # (scripts/miniature_attempt5.py).
 #
 #   RSD_MINI_ATTEMPT=5 scripts/miniature.sh    # attempt 5, every stage; a rerun continues
+#   RSD_MINI_ATTEMPT=5 scripts/miniature.sh keep      # into docs/results/attempt-5/
+#   RSD_MINI_ATTEMPT=5 scripts/miniature.sh restore   # elsewhere, then: … miniature.sh
 #
 # Environment: RSD_MINI_ATTEMPT (4 or 5, default 4), RSD_MINI_OUT (output, default
 # runs/miniature-ATTEMPT), RSD_MINI_BASES (the bases, comma-separated, default 1,2,3; attempt 5:
@@ -222,6 +235,15 @@ scored() {
   [ -s "$2/results.jsonl" ] && [ -f "$2/run.json" ] \
     && [ "$(wc -l < "$2/results.jsonl")" -eq "$(wc -l < "$1")" ]
 }
+# evaluated DIR: whether every evaluation of the adapted model DIR is scored and recorded (then
+# the model is not needed again: `restore` brings back its results, not its weights).
+evaluated() {
+  local e length
+  for e in "${evals[@]}"; do
+    length="${e#eval-}" length="${length%%-*}"
+    scored "$(items_file "$length")" "$1/$e" && [ -f "$1/$e/miniature.json" ] || return 1
+  done
+}
 # evaluate MODEL RUN LENGTH ARGS…: attempt 4's items at LENGTH, teacher-forced (a rerun skips the
 # items already scored).
 evaluate() {
@@ -261,8 +283,28 @@ learn() {
 
 # base B: trains base B (resumably) and scores it on the bar's items; its bar in base-B/bar.md.
 base() {
-  local b="$1" dir="$out/base-$1" model
+  local b="$1" dir="$out/base-$1"
   mkdir -p "$dir"
+  if [ -f "$dir/base.json" ]; then
+    # Written once both stages had ended (or restored with the base's results): only its bar is
+    # made again, from its scored items if they are there.
+    echo "    base $b: trained ($dir/base.json)" >&2
+  else
+    train_base "$b" "$dir"
+  fi
+  if [ ! -e "$dir/model" ] && ! scored "$(items_file 256)" "$dir/eval-256"; then
+    die "$dir/base.json: base $b is recorded as trained, but neither its model nor its scored" \
+      "eval-256/ is there: remove $dir/base.json to train it again"
+  fi
+  evaluate "$dir/model" "$dir/eval-256" 256
+  # The bar, per depth (the summary's by-depth table).
+  RSD_MINI_BIN="$bin" bash scripts/miniature_report.sh bar "$dir" "$bar" > "$dir/bar.md"
+  cat "$dir/bar.md" >&2
+}
+
+# train_base B DIR: base B's two stages, resumably, into DIR; DIR/model and DIR/base.json last.
+train_base() {
+  local b="$1" dir="$2" model
   say "base $b, stage 1: from scratch at 256 tokens on pair lists (--init-seed $((10 + b)))," \
     "$pairs_steps steps, then blocks of $block_steps until held-out pair lists reach $criterion"
   train "$dir/pairs" --shards "$data/pairs-256" --objective standard --lr 1e-3 \
@@ -281,12 +323,9 @@ import json, sys
 path, b, model = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 json.dump({"base": b, "init_seed": 10 + b, "stage1_seed": 10 + b,
            "block_seeds": f"{100 * b}+k for block k of each stage", "model": model},
-          open(path, "w"), indent=1)
+          open(path + ".tmp", "w"), indent=1)
 EOF
-  evaluate "$dir/model" "$dir/eval-256" 256
-  # The bar, per depth (the summary's by-depth table).
-  RSD_MINI_BIN="$bin" bash scripts/miniature_report.sh bar "$dir" "$bar" > "$dir/bar.md"
-  cat "$dir/bar.md" >&2
+  mv "$dir/base.json.tmp" "$dir/base.json"
 }
 
 stage_bases() {
@@ -446,6 +485,10 @@ json.dump({"adapt_steps": int(sys.argv[1]), "flop_floor": float(sys.argv[2]),
           standard-matched) args=(--objective standard --steps "$matched") ;;
           two-view-clm) args=(--objective two-view-clm --steps "$adapt_steps") ;;
         esac
+        if evaluated "$dir"; then
+          echo "    ${dir#"$out/"}: evaluated (its results are here; the model is not needed)" >&2
+          continue
+        fi
         say "base $b, seed $seed: adapting to 1024 tokens, $arm (${args[*]})"
         train "$dir" "${adapt[@]}" "${args[@]}" --seed "$seed"
       done
@@ -472,7 +515,8 @@ json.dump({"attempt": int(os.environ["RSD_MINI_ATTEMPT_RECORD"]), "base": b,
            "rope_theta": training["rope_theta"],
            "yarn_factor": int(scaling[0][len("yarn"):]) if scaling else None,
            "model": f"base-{b}/seed-{seed}/{arm}/model"},
-          open(os.path.join(d, ev, "miniature.json"), "w"), indent=1)
+          open(os.path.join(d, ev, "miniature.json.tmp"), "w"), indent=1)
+os.replace(os.path.join(d, ev, "miniature.json.tmp"), os.path.join(d, ev, "miniature.json"))
 EOF
 }
 
@@ -484,7 +528,7 @@ stage_evaluate() {
     for seed in ${seeds//,/ }; do
       for arm in "${arms[@]}"; do
         dir="$out/base-$b/seed-$seed/$arm"
-        need "$dir/summary.json" adapt "base $b, seed $seed, $arm"
+        evaluated "$dir" || need "$dir/summary.json" adapt "base $b, seed $seed, $arm"
       done
     done
   done
@@ -503,7 +547,7 @@ stage_evaluate() {
             *-yarn*) evaluate "$dir/model" "$dir/$e" "$length" --rope-scaling "yarn:${e##*-yarn}" ;;
             *) evaluate "$dir/model" "$dir/$e" "$length" ;;
           esac
-          record "$dir" "$b" "$seed" "$arm" "$e"
+          [ -f "$dir/$e/miniature.json" ] || record "$dir" "$b" "$seed" "$arm" "$e"
         done
       done
     done
@@ -542,6 +586,68 @@ stage_report() {
   echo "figures by depth:          $out/report/by-depth-*/accuracy_by_depth.png"
 }
 
+# ---------------------------------------------------------------------------------- keep, restore
+
+# copy_file FROM TO: TO written whole or not at all.
+copy_file() {
+  mkdir -p "$(dirname "$2")"
+  cp "$1" "$2.tmp"
+  mv "$2.tmp" "$2"
+}
+
+# keep_eval RUN DEST LENGTH: RUN's results, run.json and miniature.json into DEST, if RUN scored
+# every item at LENGTH (a partly scored run is left to finish where it is).
+keep_eval() {
+  local f
+  need "$(items_file "$3")" data "the evaluation items, to tell a finished evaluation"
+  scored "$(items_file "$3")" "$1" || return 0
+  for f in results.jsonl run.json miniature.json; do
+    [ ! -f "$1/$f" ] || copy_file "$1/$f" "$2/$f"
+  done
+}
+
+# keep DEST: what has finished, into DEST (the layout of docs/results/attempt-*).
+keep() {
+  local dest="$1" f d rel e length kept=0
+  [ -d "$out" ] || die "$out: no study here to keep (RSD_MINI_OUT names it)"
+  for f in bases.json lengths.json adapt.json timings.tsv; do
+    [ ! -f "$out/$f" ] || copy_file "$out/$f" "$dest/$f"
+  done
+  for d in "$out"/base-*; do
+    [ -f "$d/base.json" ] || continue   # still training
+    rel="${d#"$out/"}"
+    copy_file "$d/base.json" "$dest/$rel/base.json"
+    for e in "$d"/eval-* "$d"/seed-*/*/eval-*; do
+      [ -d "$e" ] || continue
+      length="${e##*/eval-}" length="${length%%-*}"
+      keep_eval "$e" "$dest/${e#"$out/"}" "$length"
+    done
+    # The weights of a base the study can use: one that met the bar (or any, past the bar).
+    if [ -e "$d/model/model.safetensors" ] && [ -f "$d/bar.md" ] \
+        && { [ -n "$ignore_bar" ] || ! grep -q "NOT met" "$d/bar.md"; }; then
+      for f in "$d"/model/*; do
+        [ ! -f "$f" ] || copy_file "$f" "$dest/$rel/model/${f##*/}"
+      done
+    fi
+    kept=$((kept + 1))
+  done
+  say "kept $kept trained base(s) and every finished evaluation of $out in $dest"
+}
+
+# restore SRC: what `keep` wrote, into the output; nothing the output has is replaced.
+restore() {
+  [ -d "$1" ] || die "$1: nothing to restore (\`scripts/miniature.sh keep\` writes it)"
+  local f n=0
+  mkdir -p "$out"
+  while IFS= read -r -d '' f; do
+    [ ! -e "$out/$f" ] || continue
+    copy_file "$1/$f" "$out/$f"
+    n=$((n + 1))
+  done < <(cd "$1" && find . -type f -print0)
+  say "restored $n file(s)"
+  say "restored $1 into $out; run the stages to carry on"
+}
+
 # ----------------------------------------------------------------------------------------- main
 
 # timed STAGE: runs stage STAGE in a subshell (its `exit` ends the stage, not the caller), then
@@ -567,6 +673,12 @@ main() {
   local stage="${1:-all}" stages=(data bases lengths adapt evaluate report) s
   case "$stage" in
     -h|--help|help) usage; return 0 ;;
+    keep|restore)
+      [ $# -le 2 ] || { printf 'miniature: %s takes one directory (got: %s)\n' "$stage" "$*" >&2; return 2; }
+      cd "$(dirname "${BASH_SOURCE[0]}")/.."
+      settings
+      "$stage" "${2:-docs/results/attempt-$attempt}"
+      return 0 ;;
     all|data|bases|lengths|adapt|evaluate|report) ;;
     *) usage >&2; printf '\nminiature: unknown stage "%s"\n' "$stage" >&2; return 2 ;;
   esac

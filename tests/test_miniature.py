@@ -9,6 +9,7 @@ import collections
 import json
 import math
 import os
+import shutil
 import subprocess
 import tomllib
 from pathlib import Path
@@ -226,11 +227,13 @@ def test_miniature_runs_attempt_4_stage_by_stage_and_resumes(tmp_path):
     scored = {p: p.read_text() for p in out.glob("base-*/**/results.jsonl")}
     p = miniature(out)
     assert p.returncode == 0, p.stderr[-4000:]
-    assert "base-2/mix-b1: done" in p.stderr and "base-2/seed-0/two-view-clm: done" in p.stderr
+    assert "base 2: trained" in p.stderr and "base-2/seed-0/two-view-clm: evaluated" in p.stderr
     assert "report: done" in p.stderr
     assert {p: p.read_text() for p in out.glob("base-*/**/metrics.jsonl")} == before
     assert {p: p.read_text() for p in out.glob("base-*/**/results.jsonl")} == scored
     assert len((out / "timings.tsv").read_text().splitlines()) == 1 + 2 * len(STAGES)
+
+    keep_and_restore(out, tmp_path)
 
     # Without RSD_MINI_IGNORE_BAR a base under the bar is replaced by the next one (base 2 after
     # base 1), until the tries run out: then the study stops, naming the bases tried.
@@ -244,6 +247,53 @@ def test_miniature_runs_attempt_4_stage_by_stage_and_resumes(tmp_path):
     assert not bases["complete"]
     p = miniature(out, "adapt", ignore_bar=False)
     assert p.returncode == 1 and "run `scripts/miniature.sh bases`" in p.stderr, p.stderr[-2000:]
+
+
+def keep_and_restore(out, tmp_path):
+    """`keep` copies what finished (no checkpoint, no adapted model, no partly scored run), in the
+    committed results' layout; `restore` into a new output carries the study on from it: nothing
+    is trained or scored again and the report is the same."""
+    partial = out / "base-2/eval-384-unfinished"
+    partial.mkdir()
+    (partial / "results.jsonl").write_text((out / "base-2/eval-384/results.jsonl").read_text().splitlines()[0] + "\n")
+    (partial / "run.json").write_text("{}")
+    kept = tmp_path / "kept"
+    p = miniature(out, "keep", str(kept))
+    assert p.returncode == 0, p.stderr[-2000:]
+    shutil.rmtree(partial)
+    files = {str(f.relative_to(kept)) for f in kept.rglob("*") if f.is_file()}
+    want = {"bases.json", "lengths.json", "adapt.json", "timings.tsv"}
+    for b in BASES:
+        want |= {f"base-{b}/base.json"}
+        want |= {f"base-{b}/model/{f.name}" for f in (out / f"base-{b}/model").iterdir()}
+        want |= {f"base-{b}/eval-{l}/{f}" for l in (256, *WINDOW) for f in ("results.jsonl", "run.json")}
+        want |= {f"base-{b}/seed-0/{arm}/{e}/{f}" for arm in ARMS for e in EVALS
+                 for f in ("results.jsonl", "run.json", "miniature.json")}
+    assert files == want, sorted(files ^ want)
+    assert all((kept / f).read_bytes() == (out / f).read_bytes() for f in files)
+
+    again = tmp_path / "again"
+    p = miniature(again, "restore", str(kept))
+    assert p.returncode == 0 and f"restored {len(files)} file(s)" in p.stderr, p.stderr[-2000:]
+    p = miniature(again)
+    assert p.returncode == 0, p.stderr[-4000:]
+    assert "base 1: trained" in p.stderr and "base-1/seed-0/rsd: evaluated" in p.stderr
+    assert not list(again.glob("base-*/**/metrics.jsonl"))  # nothing trained
+    assert not list(again.glob("base-*/seed-0/*/model"))  # nor adapted
+    for f in files:
+        if f.endswith("results.jsonl"):
+            assert (again / f).read_bytes() == (out / f).read_bytes(), f
+    assert (again / "report/primary.md").read_text() == (out / "report/primary.md").read_text()
+    rows = (again / "timings.tsv").read_text().splitlines()
+    assert rows[:len(rows) - len(STAGES)] == (out / "timings.tsv").read_text().splitlines()
+
+    # A base recorded as trained whose weights and scored items are both gone is refused.
+    shutil.rmtree(again / "base-1/model")
+    shutil.rmtree(again / "base-1/eval-256")
+    p = miniature(again, "bases")
+    assert p.returncode == 1 and "remove" in p.stderr and "base-1/base.json to train it again" in p.stderr, p.stderr[-2000:]
+    p = miniature(again, "restore", str(tmp_path / "nothing"))
+    assert p.returncode == 1 and "nothing to restore" in p.stderr
 
 
 def test_attempt_4_report_applies_the_rules_to_the_results(tmp_path):
