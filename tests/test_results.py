@@ -11,6 +11,7 @@ RESULTS.md between `<!-- results:NAME -->` and `<!-- /results:NAME -->` must equ
 script writes now (headings compared without their level, so the page may nest them), and every
 committed attempt must have its blocks.
 """
+import hashlib
 import json
 import re
 import subprocess
@@ -49,6 +50,31 @@ def test_there_are_committed_results():
     for a in ATTEMPTS:
         bars = [a / "base" / "eval-256" / "results.jsonl", *a.glob("base-*/eval-256/results.jsonl")]
         assert any(b.is_file() for b in bars), a
+
+
+def weights_digest(model):
+    """rsd's digest of a model directory's weights: the sha256 of its safetensors files' hex
+    sha256s in name order (what run.json records as weights_sha256)."""
+    files = sorted(model.glob("*.safetensors"))
+    return hashlib.sha256("".join(hashlib.sha256(f.read_bytes()).hexdigest() for f in files)
+                          .encode()).hexdigest()
+
+
+@pytest.mark.parametrize("model", sorted((REPO / "docs" / "results").glob("attempt-*/base-*/model")),
+                         ids=lambda p: str(p.relative_to(REPO / "docs" / "results")))
+def test_committed_base_weights_are_the_ones_scored(model):
+    """A base committed with its weights (attempt 5 on) is the model its bar results scored: the
+    weights and tokenizer digests in eval-256/run.json, and the training record beside it."""
+    run = json.loads((model.parent / "eval-256" / "run.json").read_text())
+    assert run["model_provenance"]["weights_sha256"] == weights_digest(model)
+    assert run["tokenizer_sha256"] == hashlib.sha256((model / "tokenizer.json").read_bytes()).hexdigest()
+    base = json.loads((model.parent / "base.json").read_text())
+    record = json.loads((model / "rsd_training.json").read_text())
+    assert record["steps"] > 0 and record["objective"] == "standard"
+    first = record
+    while first.get("started_from"):
+        first = first["started_from"]
+    assert first["init_seed"] == base["init_seed"] == 10 + base["base"]
 
 
 def adapted(attempt):
