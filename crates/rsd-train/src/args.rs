@@ -36,8 +36,9 @@ pub struct TrainArgs {
     /// (comma-separated, e.g. `steps,lr`). A changed key that alters what the run computes
     /// (objective, lambda, data, model, layout, schedule, out) is refused unless named here;
     /// operational keys (progress, profile, save_at_end, threads, loader_workers, save_every,
-    /// keep, stop_at, dist_timeout, dist_liveness, checkpoint_timeout, heldout_*, device) change
-    /// freely; the seed never changes. Every change is printed.
+    /// save_every_minutes, end_margin_s, keep, stop_at, dist_timeout, dist_liveness,
+    /// checkpoint_timeout, heldout_*, device) change freely; the seed never changes. Every
+    /// change is printed.
     #[arg(
         long,
         value_delimiter = ',',

@@ -406,22 +406,31 @@ pub fn shard_file_name(rank: usize, ranks: usize) -> String {
 }
 
 /// How long a rank may wait for the others in a checkpoint's phases: `checkpoint_timeout`, or
-/// (0) sized from what rank 0 writes and hashes, the model in its dtype and the optimizer state
-/// (its 1/`dp` share when sharded), at 50 MB/s plus 10 minutes; never below `dist_timeout`. The
-/// parameter count comes from the model's config.json (`model` or `init`); unreadable, an hour.
+/// (0) sized from what rank 0 writes and hashes ([`rank0_bytes`]) at 50 MB/s plus 10 minutes;
+/// never below `dist_timeout`. Unknown bytes (an unreadable model config): an hour.
 pub fn save_timeout(cfg: &TrainConfig, dp: usize) -> std::time::Duration {
     let step = std::time::Duration::from_secs(cfg.dist_timeout);
     if cfg.checkpoint_timeout > 0 {
         return std::time::Duration::from_secs(cfg.checkpoint_timeout).max(step);
     }
+    let Some(bytes) = rank0_bytes(cfg, dp) else {
+        return std::time::Duration::from_secs(3600).max(step);
+    };
+    std::time::Duration::from_secs_f64(600.0 + bytes / 50e6).max(step)
+}
+
+/// The bytes rank 0 writes in a checkpoint: the model in its dtype and the optimizer state (its
+/// 1/`dp` share when sharded). The parameter count comes from the model's config.json (`model`
+/// or `init`); `None` when it cannot be read.
+pub fn rank0_bytes(cfg: &TrainConfig, dp: usize) -> Option<f64> {
     let config = match (&cfg.model, &cfg.init) {
         (Some(dir), _) => Path::new(dir).join("config.json"),
         (None, Some(init)) => PathBuf::from(init),
         (None, None) => PathBuf::new(),
     };
-    let Ok(params) = rsd_model::ModelConfig::from_file(&config).map(|c| c.num_parameters()) else {
-        return std::time::Duration::from_secs(3600).max(step);
-    };
+    let params = rsd_model::ModelConfig::from_file(&config)
+        .ok()?
+        .num_parameters();
     let (weight, state) = match cfg.dtype.as_str() {
         "bf16" | "bfloat16" | "fp16" | "float16" | "f16" => (2.0, 12.0),
         "fp64" | "float64" | "f64" => (8.0, 16.0),
@@ -432,8 +441,7 @@ pub fn save_timeout(cfg: &TrainConfig, dp: usize) -> std::time::Duration {
     } else {
         1.0
     };
-    let bytes = params.max(0) as f64 * (weight + state / share);
-    std::time::Duration::from_secs_f64(600.0 + bytes / 50e6).max(step)
+    Some(params.max(0) as f64 * (weight + state / share))
 }
 
 /// The checkpoint directory of `step` under `out`.
@@ -921,14 +929,14 @@ pub fn auto_resume(out: &Path) -> AutoResume {
 
 /// Removes the temporary directories (`.step-N.tmp-<pid>`) that writers killed mid-checkpoint
 /// left under `out/checkpoints` (a preempted job), and the old copies (`.step-N.old-<pid>`) a
-/// writer killed while replacing a checkpoint of the same step left, skipping any whose process
-/// is still alive on this machine. They are never taken for checkpoints ([`list`] ignores them), but each holds up
-/// to a checkpoint's size of disk. Returns the directories removed.
-pub fn remove_stale_temporaries(out: &Path) -> Vec<PathBuf> {
-    let alive = |pid: &str| {
-        pid.parse::<u32>()
-            .is_ok_and(|p| p == std::process::id() || Path::new(&format!("/proc/{p}")).exists())
-    };
+/// writer killed while replacing a checkpoint of the same step left. Only the holder of the run
+/// directory's lock may call it (`_held` is the proof): no other run writes there, so every
+/// temporary but this process's own is stale, whichever host wrote it. A process id says
+/// nothing here: the writer may have run on another node, where the same id is another process.
+/// They are never taken for checkpoints ([`list`] ignores them), but each holds up to a
+/// checkpoint's size of disk. Returns the directories removed.
+pub fn remove_stale_temporaries(out: &Path, _held: &crate::run_dir::RunLock) -> Vec<PathBuf> {
+    let mine = |pid: &str| pid.parse::<u32>().is_ok_and(|p| p == std::process::id());
     let mut removed = Vec::new();
     if !own_checkpoints_dir(out) {
         return removed;
@@ -946,7 +954,7 @@ pub fn remove_stale_temporaries(out: &Path) -> Vec<PathBuf> {
         else {
             continue;
         };
-        if !alive(&pid) && fs::remove_dir_all(e.path()).is_ok() {
+        if !mine(&pid) && fs::remove_dir_all(e.path()).is_ok() {
             removed.push(e.path());
         }
     }
@@ -1384,16 +1392,18 @@ mod tests {
     fn unfinished_temporary_directories_are_no_checkpoints_and_get_removed() {
         let dir = tempfile::tempdir().expect("tempdir");
         let ck = dir.path().join("checkpoints");
-        // No process has a pid this large (pid_max ≤ 2^22), and this test's own is alive.
-        let dead = ck.join(".step-00000009.tmp-4294967290");
+        // Another process's (on this host or another: the lock holder removes them all), and
+        // this process's own.
+        let dead = ck.join(".step-00000009.tmp-1");
         let dead_old = ck.join(".step-00000008.old-4294967290");
+        let lock = crate::run_dir::RunLock::acquire(dir.path()).expect("lock");
         let mine = ck.join(format!(".step-00000010.tmp-{}", std::process::id()));
         for d in [&dead, &dead_old, &mine, &ck.join("step-00000002")] {
             fs::create_dir_all(d).expect("mkdir");
         }
         assert_eq!(list(dir.path()), vec![(2, ck.join("step-00000002"))]);
         assert_eq!(
-            remove_stale_temporaries(dir.path()),
+            remove_stale_temporaries(dir.path(), &lock),
             vec![dead_old.clone(), dead.clone()]
         );
         assert!(!dead.exists() && !dead_old.exists() && mine.exists());

@@ -201,6 +201,12 @@ config! {
     /// hours apart. Fractions are allowed (0.5 = 30 s).
     #[serde(default)]
     save_every_minutes: f64 = 0.0;
+    /// Seconds kept in hand before the job's end time (under SLURM, read from the job record):
+    /// the run stops with a checkpoint at the first step boundary where the time left is less
+    /// than its longest recent step, plus its last checkpoint's writing time, plus this margin,
+    /// so that a time limit never ends it between checkpoints. 0 = stop only on a signal.
+    #[serde(default = "default_end_margin_s")]
+    end_margin_s: u64 = default_end_margin_s();
     /// Checkpoints kept (the newest).
     keep: usize = 2;
     /// Stop (with a checkpoint) after this step, as if interrupted; 0 = run to `steps`.
@@ -296,6 +302,12 @@ fn paper_long_ce_stride<T: From<i64>>() -> T {
 
 fn on<T: From<bool>>() -> T {
     T::from(true)
+}
+
+/// `end_margin_s` when the key is absent (configs written before it existed): a minute, for a
+/// slow shared filesystem's stalls and the job record's one-second resolution.
+fn default_end_margin_s<T: From<u64>>() -> T {
+    T::from(60)
 }
 
 /// `dist_liveness` when the key is absent (configs written before it existed).
@@ -667,7 +679,7 @@ impl TrainConfig {
         // loops), bounded far above any real run so that nothing derived from them overflows or
         // asks for an allocation no machine has: tokens_per_step = 2^62 made 3.6e16
         // micro-batches, then an abort. The paper's runs take 2^22–2^23 tokens per step.
-        let counts: [(&str, u64, u64, u64); 21] = [
+        let counts: [(&str, u64, u64, u64); 22] = [
             ("tokens_per_step", self.tokens_per_step, 0, 1 << 40),
             ("micro_batch", self.micro_batch as u64, 1, 1 << 20),
             ("steps", self.steps, 1, 1 << 40),
@@ -688,6 +700,7 @@ impl TrainConfig {
             ),
             ("dist_timeout", self.dist_timeout, 1, week),
             ("dist_liveness", self.dist_liveness, 3, week),
+            ("end_margin_s", self.end_margin_s, 0, week),
             ("checkpoint_timeout", self.checkpoint_timeout, 0, week),
             ("grad_bucket_mb", self.grad_bucket_mb as u64, 1, 1 << 20),
             ("chunks", self.chunks as u64, 1, 1 << 20),

@@ -25,6 +25,7 @@ pub mod config;
 pub mod cp;
 pub mod data;
 pub mod driver;
+pub mod job_end;
 pub mod memory_measure;
 pub mod memory_plan;
 pub mod memory_run;

@@ -49,6 +49,7 @@ const OPERATIONAL: &[&str] = &[
     "threads",
     "save_every",
     "save_every_minutes",
+    "end_margin_s",
     "keep",
     "stop_at",
     "dist_timeout",
@@ -197,18 +198,17 @@ pub struct Run {
 /// The run the command asks for: a fresh one (defaults ← `--config` ← flags, as `stated` holds
 /// them), or, with `--resume ARG`, a resumed one (the checkpoint's config ← the changes the
 /// command states, see [`config`]). What was found and decided on the way is pushed to `notes`,
-/// in the order a user should read it, also when an error follows. `rank0`: this process may
-/// clean up (only rank 0 writes checkpoints).
+/// in the order a user should read it, also when an error follows. Nothing under the run
+/// directory is changed here: cleaning up is the lock holder's, once it holds the lock.
 pub fn resolve_run(
     stated: Stated,
     resume_arg: Option<&str>,
     allow_change: &[String],
-    rank0: bool,
     notes: &mut Vec<String>,
 ) -> Result<Run> {
     let found = match resume_arg {
         None => None,
-        Some(arg) => find_checkpoint(arg, &stated, rank0, notes)?,
+        Some(arg) => find_checkpoint(arg, &stated, notes)?,
     };
     let Some((dir, valid)) = found else {
         return Ok(Run {
@@ -249,7 +249,6 @@ pub fn resolve_run(
 fn find_checkpoint(
     arg: &str,
     stated: &Stated,
-    rank0: bool,
     notes: &mut Vec<String>,
 ) -> Result<Option<(PathBuf, Valid)>> {
     let out = || match stated.out() {
@@ -264,15 +263,6 @@ fn find_checkpoint(
         "auto" => {
             let out = out()?;
             checkpoint::check_checkpoints_dir(&out)?;
-            if rank0 {
-                // Left by a writer killed mid-checkpoint (a preempted job); only rank 0 writes.
-                for dir in checkpoint::remove_stale_temporaries(&out) {
-                    notes.push(format!(
-                        "rsd-train: removed unfinished checkpoint {}",
-                        dir.display()
-                    ));
-                }
-            }
             let found = checkpoint::auto_resume(&out);
             for (dir, why) in &found.skipped {
                 notes.push(format!(

@@ -193,6 +193,9 @@ pub struct Holder {
     pub host: String,
     /// `SLURM_JOB_ID`, under SLURM.
     pub slurm_job: Option<String>,
+    /// `SLURM_RESTART_COUNT` under SLURM (0 for a job's first start; a requeued job counts up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_restart: Option<u32>,
     /// When it took the lock, as `YYYY-MM-DD HH:MM:SS UTC`.
     pub since: String,
 }
@@ -207,8 +210,21 @@ impl Holder {
                 .ok()
                 .map(|j| j.trim().to_string())
                 .filter(|j| !j.is_empty()),
+            slurm_restart: std::env::var("SLURM_JOB_ID").ok().map(|_| {
+                let count = std::env::var("SLURM_RESTART_COUNT").unwrap_or_default();
+                count.trim().parse().unwrap_or(0)
+            }),
             since: utc_now(),
         }
+    }
+
+    /// Whether `self` is a later start of the job that `earlier` is a start of: SLURM restarts
+    /// a requeued job only once every process of its earlier start has ended, so a lock such a
+    /// start still holds is stale (a lost node's, on a shared filesystem).
+    fn restarts(&self, earlier: &Holder) -> bool {
+        self.slurm_job.is_some()
+            && self.slurm_job == earlier.slurm_job
+            && matches!((self.slurm_restart, earlier.slurm_restart), (Some(a), Some(b)) if a > b)
     }
 
     /// `pid 123 on host gpu01, SLURM job 77, since 2024-05-01 12:00:00 UTC`.
@@ -216,7 +232,10 @@ impl Holder {
         let job = self
             .slurm_job
             .as_ref()
-            .map_or(String::new(), |j| format!(", SLURM job {j}"));
+            .map_or(String::new(), |j| match self.slurm_restart {
+                Some(n) if n > 0 => format!(", SLURM job {j} (restart {n})"),
+                _ => format!(", SLURM job {j}"),
+            });
         format!(
             "pid {} on host {}{job}, since {}",
             self.pid, self.host, self.since
@@ -312,6 +331,16 @@ impl RunLock {
                 _ => return Err(io_err(&path)(e)),
             }
             let holder = read_holder(&mut file);
+            if let Some(h) = holder.as_ref().filter(|h| me.restarts(h)) {
+                eprintln!(
+                    "rsd-train: warning: {} is still locked by an earlier start of this SLURM job \
+                     ({}); SLURM restarted the job, so that start has ended: taking the lock over",
+                    out.display(),
+                    h.describe()
+                );
+                file = take_over(&path)?;
+                break;
+            }
             let same_job = me.slurm_job.is_some()
                 && holder.as_ref().and_then(|h| h.slurm_job.as_ref()) == me.slurm_job.as_ref();
             if same_job && Instant::now() < deadline {
@@ -334,8 +363,10 @@ impl RunLock {
             return Err(Error::Input(format!(
                 "{} is in use by another rsd-train run ({who}{waited}): two jobs writing one run \
                  directory would mix their checkpoints; wait for it to end, or choose another \
-                 --out",
-                out.display()
+                 --out. If that run has ended (a lock on a shared filesystem can outlive a lost \
+                 node), clear the lock with `rm {}` and run the same command again",
+                out.display(),
+                path.display()
             )));
         }
         let text = serde_json::to_string(me)
@@ -355,6 +386,32 @@ impl RunLock {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// A fresh lock file at `path`, locked, in place of a stale one that a lost process still holds
+/// (a lock belongs to the file, not its name): made under a name of its own, locked, then
+/// renamed over `path`.
+fn take_over(path: &Path) -> Result<fs::File> {
+    let fresh = path.with_extension(format!("lock.new-{}", std::process::id()));
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&fresh)
+        .map_err(io_err(&fresh))?;
+    // SAFETY: flock on a descriptor this function owns; no memory is passed.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    let renamed = match rc {
+        0 => fs::rename(&fresh, path).map_err(io_err(path)),
+        _ => Err(io_err(&fresh)(std::io::Error::last_os_error())),
+    };
+    if let Err(e) = renamed {
+        let _ = fs::remove_file(&fresh);
+        return Err(e);
+    }
+    Ok(file)
 }
 
 /// The holder a lock file names, if it can be read (the holder may not have written it yet).
@@ -460,6 +517,7 @@ mod tests {
             pid,
             host: "gpu01".into(),
             slurm_job: job.map(str::to_string),
+            slurm_restart: job.map(|_| 0),
             since: "2024-05-01 12:00:00 UTC".into(),
         }
     }
@@ -485,8 +543,11 @@ mod tests {
             format!(
                 "{} is in use by another rsd-train run (pid 123 on host gpu01, SLURM job 77, \
                  since 2024-05-01 12:00:00 UTC): two jobs writing one run directory would mix \
-                 their checkpoints; wait for it to end, or choose another --out",
-                out.display()
+                 their checkpoints; wait for it to end, or choose another --out. If that run has \
+                 ended (a lock on a shared filesystem can outlive a lost node), clear the lock \
+                 with `rm {}` and run the same command again",
+                out.display(),
+                out.join(LOCK_FILE).display()
             )
         );
         // Released when the guard drops: the next run takes it and names itself.
@@ -523,6 +584,39 @@ mod tests {
             e.contains("SLURM job 77") && e.contains("this SLURM job's"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_restarted_slurm_job_takes_its_earlier_starts_lock_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        // The earlier start's lock, still held (as a lost node's lock on NFS stays held).
+        let earlier = RunLock::acquire_as(out, &holder(1, Some("77")), Duration::ZERO).unwrap();
+        let restarted = Holder {
+            slurm_restart: Some(1),
+            ..holder(2, Some("77"))
+        };
+        let t0 = Instant::now();
+        let lock = RunLock::acquire_as(out, &restarted, Duration::from_secs(60)).unwrap();
+        assert!(t0.elapsed() < Duration::from_secs(30), "taken over without the wait");
+        let text = fs::read_to_string(lock.path()).unwrap();
+        assert_eq!(serde_json::from_str::<Holder>(text.trim()).unwrap(), restarted);
+        // The lock now held is the new one: a third process is refused, naming the restart.
+        let e = RunLock::acquire_as(out, &holder(3, None), Duration::ZERO)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("SLURM job 77 (restart 1)") && e.contains("rm "), "{e}");
+        // Only the job's later starts take over: another job, or the same start, does not.
+        drop(lock);
+        let _held = RunLock::acquire_as(out, &restarted, Duration::ZERO).unwrap();
+        let other = Holder {
+            slurm_restart: Some(5),
+            ..holder(4, Some("78"))
+        };
+        assert!(RunLock::acquire_as(out, &other, Duration::ZERO).is_err());
+        assert!(RunLock::acquire_as(out, &restarted, Duration::ZERO).is_err());
+        drop(earlier);
+        assert_eq!(fs::read_dir(out).unwrap().count(), 1, "no new-lock file left behind");
     }
 
     #[test]

@@ -5,8 +5,12 @@
 //! (SIGUSR1 by convention); a terminal sends SIGINT. Each sets the run's stop flag: every rank
 //! finishes its step, the ranks agree on the step to stop at (the trainer's decision at each step
 //! boundary takes any rank's flag as everyone's), rank 0 writes a checkpoint and every rank exits
-//! with [`EXIT_STOPPED`] (130 after Ctrl-C, as shells expect). A second signal exits at once,
-//! without a checkpoint.
+//! with [`EXIT_STOPPED`] (130 after Ctrl-C, as shells expect).
+//!
+//! Repeated SIGTERMs and SIGUSR1s are one request: SLURM sends a step's tasks SIGTERM twice at
+//! the time limit (SIGCONT between), and a run that exited on the second would lose its
+//! checkpoint. Only a deliberate second interrupt, SIGINT while already stopping (Ctrl-C twice),
+//! exits at once without a checkpoint.
 //!
 //! The signals are read on a thread of their own (signal-hook), so the handler may print and end
 //! the process, which a C signal handler may not.
@@ -57,8 +61,9 @@ fn name(sig: i32) -> &'static str {
     }
 }
 
-/// From now on SIGTERM, SIGUSR1 and SIGINT set the stop flag; a second one ends the process
-/// at once with 128 + its number.
+/// From now on SIGTERM, SIGUSR1 and SIGINT set the stop flag; a SIGINT while already stopping
+/// ends the process at once with 130. Installed first thing, so that a signal during the lock
+/// wait or the run directory's preparation stops the run rather than killing the process.
 pub fn install() -> Result<Stop> {
     let stop = Stop {
         flag: Arc::new(AtomicBool::new(false)),
@@ -71,25 +76,31 @@ pub fn install() -> Result<Stop> {
         .name("rsd-signals".into())
         .spawn(move || {
             for sig in signals.forever() {
-                if flag.swap(true, Ordering::SeqCst) {
+                if !flag.swap(true, Ordering::SeqCst) {
+                    signal.store(sig, Ordering::SeqCst);
                     eprintln!(
-                        "rsd-train: second signal ({}): exiting now without a checkpoint",
-                        name(sig)
+                        "rsd-train: {} received: every rank finishes its step and stops at the \
+                         same step, rank 0 writes a checkpoint, exit status {} (a second Ctrl-C \
+                         exits at once without one)",
+                        name(sig),
+                        if sig == SIGINT {
+                            EXIT_INTERRUPTED
+                        } else {
+                            EXIT_STOPPED
+                        }
+                    );
+                } else if sig == SIGINT {
+                    eprintln!(
+                        "rsd-train: second interrupt (SIGINT): exiting now without a checkpoint"
                     );
                     rsd_dist::exit_now(128 + sig);
+                } else {
+                    eprintln!(
+                        "rsd-train: {} received again: already stopping at the next step \
+                         boundary with a checkpoint",
+                        name(sig)
+                    );
                 }
-                signal.store(sig, Ordering::SeqCst);
-                eprintln!(
-                    "rsd-train: {} received: every rank finishes its step and stops at the same \
-                     step, rank 0 writes a checkpoint, exit status {} (a second signal exits at \
-                     once without one)",
-                    name(sig),
-                    if sig == SIGINT {
-                        EXIT_INTERRUPTED
-                    } else {
-                        EXIT_STOPPED
-                    }
-                );
             }
         })
         .context("starting the signal thread")?;

@@ -28,6 +28,7 @@ use crate::checkpoint::{self, Manifest, TrainState, STATE_VERSION};
 use crate::config::{OnNonFinite, TrainConfig};
 use crate::cp::CpBatch;
 use crate::data;
+use crate::job_end::JobEnd;
 use crate::memory_measure::{self as measure, Phase};
 use crate::optim::Schedule;
 use crate::parallel::{DataParallel, ResumePoint};
@@ -111,8 +112,16 @@ pub struct Summary {
     pub loss_window: usize,
     /// Stopped before `steps`: by a signal or `stop_at`.
     pub interrupted: bool,
-    /// Stopped by a signal, on this rank or another (every rank stops at the same step).
+    /// Stopped by a signal, on this rank or another (every rank stops at the same step), or by
+    /// the job's end time drawing near.
     pub signalled: bool,
+    /// Stopped because the job's end time was near (`end_margin_s`; said on rank 0 only).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub out_of_time: bool,
+    /// The run's state at its last step is in a checkpoint (or no step ran since its start):
+    /// stopping here loses nothing. The same on every rank.
+    #[serde(skip)]
+    pub checkpointed: bool,
     /// Newest checkpoint.
     pub checkpoint: Option<PathBuf>,
     /// Final HF model directory (complete runs).
@@ -165,6 +174,8 @@ pub struct Trainer {
     /// This rank's share of the held-out slice and its perturbed views (`heldout_every > 0`):
     /// micro-batches `rank, rank + world, …` of it, so all ranks evaluate it together.
     heldout: Vec<(MicroBatch, Vec<RowView>)>,
+    /// The job's end time (rank 0, under a scheduler): the run stops with a checkpoint before it.
+    job_end: Option<JobEnd>,
 }
 
 /// The device this rank trains on: the config's, where `device = "cuda"` in a multi-process run
@@ -769,6 +780,7 @@ impl Trainer {
             out,
             tokenizer_dir,
             heldout,
+            job_end: None,
         })
     }
 
@@ -808,6 +820,51 @@ impl Trainer {
         self.dp.failure_announcer()
     }
 
+    /// From now on the run stops with a checkpoint when the time left before `end` no longer
+    /// holds its longest recent step, its last checkpoint's writing time and `end_margin_s`
+    /// ([`crate::job_end`]). Only the main rank's clock counts (the ranks' decision at a step
+    /// boundary takes any rank's stop as everyone's); `end_margin_s = 0` turns it off.
+    pub fn stop_before(&mut self, end: JobEnd) {
+        if !self.dp.is_main() || self.cfg.end_margin_s == 0 {
+            return;
+        }
+        match end.seconds_left() {
+            Some(left) => eprintln!(
+                "rsd-train: the job ends in {:.0} s ({}): the run stops with a checkpoint when \
+                 less than its longest step + a checkpoint + {} s (end_margin_s) remain",
+                left.max(0.0),
+                end.source,
+                self.cfg.end_margin_s
+            ),
+            None => eprintln!(
+                "rsd-train: the job's end time is read from {}: the run stops with a checkpoint \
+                 when less than its longest step + a checkpoint + {} s (end_margin_s) remain",
+                end.source, self.cfg.end_margin_s
+            ),
+        }
+        self.job_end = Some(end);
+    }
+
+    /// Whether the job's end is too near for another step and the checkpoint after it. Before
+    /// this start has written a checkpoint, its writing time is estimated from the bytes rank 0
+    /// writes at 100 MB/s (a slow shared filesystem).
+    fn out_of_time(&self, run: &RunProgress) -> Option<String> {
+        let left = self.job_end.as_ref()?.seconds_left()?;
+        let step = run.recent_steps.iter().copied().fold(0.0, f64::max);
+        let save = run.save_s.unwrap_or_else(|| {
+            checkpoint::rank0_bytes(&self.cfg, self.dp.size()).unwrap_or(0.0) / 100e6
+        });
+        let margin = self.cfg.end_margin_s as f64;
+        crate::job_end::must_stop(left, step, save, margin).then(|| {
+            format!(
+                "{:.0} s left before the job's end time, less than the longest recent step \
+                 ({step:.1} s) + a checkpoint ({save:.1} s{}) + end_margin_s ({margin:.0} s)",
+                left.max(0.0),
+                if run.save_s.is_some() { "" } else { ", estimated" }
+            )
+        })
+    }
+
     /// Runs until `steps` (or `stop_at`, or `stop` is raised), checkpointing as configured. An
     /// error is announced to the other ranks before it is returned, so that ranks waiting for
     /// this one in a collective stop too ([`Start::on_failure`]); a run that ends without
@@ -824,38 +881,55 @@ impl Trainer {
         result
     }
 
-    /// The ranks' one decision at a step boundary, whichever rank saw a signal or whose clock
-    /// says a checkpoint is due ([`Boundary`]): all stop (true), or all write a checkpoint of
-    /// this step first (`save_every_minutes` since `saved_at`, the last save's time and step),
-    /// or all go on.
+    /// The ranks' one decision at a step boundary, whichever rank saw a signal, is out of time
+    /// before the job's end, or whose clock says a checkpoint is due ([`Boundary`]): all stop
+    /// (true), or all write a checkpoint of this step first (`save_every_minutes` since
+    /// `saved_at`, the last save's time and step) and decide again (a signal that came while it
+    /// was written stops the run here, not a step later), or all go on.
     fn at_boundary(
         &self,
         stop: &AtomicBool,
         saved_at: &mut (Instant, u64),
         run: &mut RunProgress,
     ) -> Result<bool> {
-        let due = self.cfg.save_every_minutes > 0.0
-            && saved_at.0.elapsed().as_secs_f64() >= self.cfg.save_every_minutes * 60.0;
-        let wish = match (stop.load(Ordering::SeqCst), due) {
-            (true, _) => Boundary::Stop,
-            (false, true) => Boundary::Save,
-            (false, false) => Boundary::Go,
-        };
-        match self.dp.most(wish as i64)? {
-            n if n == Boundary::Stop as i64 => {
-                run.interrupted = true;
-                run.signalled = true;
-                return Ok(true);
-            }
-            n if n == Boundary::Save as i64 => {
-                if saved_at.1 != self.state.step {
-                    run.checkpoint = self.save()?;
+        loop {
+            let due = self.cfg.save_every_minutes > 0.0
+                && saved_at.1 != self.state.step
+                && saved_at.0.elapsed().as_secs_f64() >= self.cfg.save_every_minutes * 60.0;
+            let late = match stop.load(Ordering::SeqCst) {
+                true => None,
+                false => self.out_of_time(run),
+            };
+            let wish = match (stop.load(Ordering::SeqCst) || late.is_some(), due) {
+                (true, _) => Boundary::Stop,
+                (false, true) => Boundary::Save,
+                (false, false) => Boundary::Go,
+            };
+            match self.dp.most(wish as i64)? {
+                n if n == Boundary::Stop as i64 => {
+                    if let Some(why) = late {
+                        eprintln!("rsd-train: {why}: stopping at step {}", self.state.step);
+                        run.out_of_time = true;
+                    }
+                    run.interrupted = true;
+                    run.signalled = true;
+                    return Ok(true);
                 }
-                *saved_at = (Instant::now(), self.state.step);
+                n if n == Boundary::Save as i64 => {
+                    run.checkpoint = self.save_timed(run)?;
+                    *saved_at = (Instant::now(), self.state.step);
+                }
+                _ => return Ok(false),
             }
-            _ => {}
         }
-        Ok(false)
+    }
+
+    /// [`Trainer::save`], its wall time kept for the job-end check.
+    fn save_timed(&self, run: &mut RunProgress) -> Result<Option<PathBuf>> {
+        let t = Instant::now();
+        let saved = self.save()?;
+        run.save_s = Some(t.elapsed().as_secs_f64());
+        Ok(saved)
     }
 
     fn run_steps(&mut self, stop: Arc<AtomicBool>) -> Result<Summary> {
@@ -882,6 +956,7 @@ impl Trainer {
         while self.state.step < end {
             // The step's traffic: from this decision to the update's (held-out evaluation apart).
             let comm0 = self.dp.comm_stats();
+            fault::hold_at(self.state.step + 1, &stop);
             fault::signal_at(self.state.step + 1, self.dp.rank(), &stop);
             if self.at_boundary(&stop, &mut saved_at, &mut run)? {
                 break;
@@ -943,8 +1018,12 @@ impl Trainer {
             })?;
             run.losses.push(losses.total);
             self.state.elapsed_s = elapsed0 + t0.elapsed().as_secs_f64();
+            if run.recent_steps.len() == RECENT_STEPS {
+                run.recent_steps.pop_front();
+            }
+            run.recent_steps.push_back(step_s);
             if self.cfg.save_every > 0 && self.state.step.is_multiple_of(self.cfg.save_every) {
-                run.checkpoint = self.save()?;
+                run.checkpoint = self.save_timed(&mut run)?;
                 saved_at = (Instant::now(), self.state.step);
             }
         }
@@ -1307,6 +1386,12 @@ impl Trainer {
             run.checkpoint
                 .or_else(|| checkpoint::list(&self.out).pop().map(|(_, p)| p))
         };
+        // Rank 0 writes checkpoints and says whether one holds this step; a run that has not
+        // stepped since its start (or has never stepped) loses nothing either way.
+        let held = run.losses.is_empty()
+            || self.state.step == 0
+            || matches!(checkpoint::list(&self.out).pop(), Some((step, _)) if step == self.state.step);
+        let checkpointed = !self.dp.any(self.dp.is_main() && !held)?;
         if !self.dp.is_main() {
             // Wait for rank 0's final model and summary, so the run ends complete everywhere.
             self.dp.checkpoint_phase(|| self.dp.barrier())?;
@@ -1320,6 +1405,8 @@ impl Trainer {
                 loss_window,
                 interrupted: run.interrupted,
                 signalled: run.signalled,
+                out_of_time: run.out_of_time,
+                checkpointed,
                 checkpoint: None,
                 final_model: None,
                 metrics,
@@ -1352,6 +1439,8 @@ impl Trainer {
             loss_window,
             interrupted: run.interrupted,
             signalled: run.signalled,
+            out_of_time: run.out_of_time,
+            checkpointed,
             checkpoint,
             final_model,
             metrics,
@@ -1434,9 +1523,19 @@ struct RunProgress {
     /// The newest checkpoint written.
     checkpoint: Option<PathBuf>,
     interrupted: bool,
-    /// Stopped by a signal (any rank's).
+    /// Stopped by a signal (any rank's) or before the job's end time.
     signalled: bool,
+    /// Stopped because the job's end time was near (rank 0's decision).
+    out_of_time: bool,
+    /// The last [`RECENT_STEPS`] steps' wall times, for the job-end check.
+    recent_steps: std::collections::VecDeque<f64>,
+    /// The last checkpoint's wall time in this invocation.
+    save_s: Option<f64>,
 }
+
+/// Steps whose longest time the job-end check allows for: recent enough to follow a run whose
+/// steps slow down, long enough to cover a held-out evaluation every few steps.
+const RECENT_STEPS: usize = 16;
 
 /// Where each step is reported: a line of `metrics.jsonl`, and a progress bar (or, when stderr is
 /// not a terminal, a line every 5% of the run).
@@ -1585,6 +1684,30 @@ mod fault {
 
     #[cfg(not(feature = "fault-injection"))]
     pub fn signal_at(_step: u64, _rank: usize, _stop: &AtomicBool) {}
+
+    /// `RSD_TRAIN_FAULT_HOLD_AT=STEP:PATH`: every rank waits before step STEP until PATH exists
+    /// (or a signal stops the run), so that a test can keep a run going until the event it waits
+    /// for has happened, however fast the machine trains.
+    #[cfg(feature = "fault-injection")]
+    pub fn hold_at(step: u64, stop: &AtomicBool) {
+        let Ok(spec) = std::env::var("RSD_TRAIN_FAULT_HOLD_AT") else {
+            return;
+        };
+        let Some((s, path)) = spec.split_once(':') else {
+            return;
+        };
+        if s != step.to_string() {
+            return;
+        }
+        while !std::path::Path::new(path).exists()
+            && !stop.load(std::sync::atomic::Ordering::SeqCst)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    #[cfg(not(feature = "fault-injection"))]
+    pub fn hold_at(_step: u64, _stop: &AtomicBool) {}
 
     /// `RSD_TRAIN_FAULT_FREEZE_LOAD_RANK=K`: rank K stops itself (SIGSTOP) while it loads the
     /// model or checkpoint, its connections open, as a rank frozen or on a lost node looks to the

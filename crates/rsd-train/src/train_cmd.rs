@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 
 use rsd_train::config::{Stated, TrainConfig};
+use rsd_train::job_end::JobEnd;
 use rsd_train::resume::{self, Run};
 use rsd_train::run_dir;
 use rsd_train::step::{prefix_reuse_floor, Objective};
@@ -68,15 +69,12 @@ const NOTES_SHOWN: &str = "RSD_TRAIN_NOTES_SHOWN";
 
 /// `rsd-train` and `rsd-train train`.
 pub fn run(a: TrainArgs) -> Result<()> {
+    // First, so that a signal while the run directory's lock is awaited or the directory is
+    // prepared stops the run rather than killing the process (SIGUSR1's default action).
+    let stop = signals::install()?;
     let stated = Stated::read(a.config.as_deref(), a.overrides.clone())?;
     let mut notes = Vec::new();
-    let resolved = resume::resolve_run(
-        stated,
-        a.resume.as_deref(),
-        &a.allow_change,
-        is_rank0(),
-        &mut notes,
-    );
+    let resolved = resume::resolve_run(stated, a.resume.as_deref(), &a.allow_change, &mut notes);
     let Run {
         config: cfg,
         checkpoint: resume,
@@ -118,8 +116,15 @@ pub fn run(a: TrainArgs) -> Result<()> {
         }
     }
     let out = PathBuf::from(&cfg.out);
-    // One run per directory at a time: held (by rank 0) until this function returns.
-    let _lock = run_dir::RunLock::for_rank0(&out, is_rank0())?;
+    // One run per directory at a time: held (by rank 0) until this function returns, and taken
+    // before anything under `out` is cleaned up or written.
+    let lock = run_dir::RunLock::for_rank0(&out, is_rank0())?;
+    if let Some(lock) = &lock {
+        // Left by a writer killed mid-checkpoint (a preempted job); only the holder removes them.
+        for dir in rsd_train::checkpoint::remove_stale_temporaries(&out, lock) {
+            eprintln!("rsd-train: removed unfinished checkpoint {}", dir.display());
+        }
+    }
     run_dir::prepare(
         &out,
         resume.as_deref(),
@@ -127,7 +132,21 @@ pub fn run(a: TrainArgs) -> Result<()> {
         a.overwrite,
         is_rank0(),
     )?;
-    let stop = signals::install()?;
+    if let Some(code) = stop.exit_status() {
+        // Stopped before the first step: the run is where its newest checkpoint (or its start)
+        // left it, so nothing is lost.
+        if is_rank0() {
+            eprintln!(
+                "rsd-train: stopped before the first step; nothing to save: {} (exit status \
+                 {code})",
+                resume.as_deref().map_or_else(
+                    || "the run starts afresh with --resume auto".to_string(),
+                    |c| format!("the run continues from {} with --resume auto", c.display())
+                )
+            );
+        }
+        std::process::exit(code);
+    }
     let mut trainer = Trainer::new(
         cfg.clone(),
         Start {
@@ -137,6 +156,9 @@ pub fn run(a: TrainArgs) -> Result<()> {
         },
     )?;
     announce_panics(&trainer);
+    if let Some(end) = JobEnd::of_slurm_job().filter(|_| trainer.is_main()) {
+        trainer.stop_before(end);
+    }
     let main = trainer.is_main();
     if main {
         print_start(&trainer, &cfg, &out);
@@ -152,27 +174,50 @@ pub fn run(a: TrainArgs) -> Result<()> {
 }
 
 /// What a run that ended without an error prints (rank 0) and the status it exits with: 0, or,
-/// when a signal stopped it early (its checkpoint written), the signal's status, so that a job
-/// script can requeue itself. The signal may have reached another rank only: every rank exits
-/// as it would. A run that reached its end exits 0 whatever arrived meanwhile.
+/// when a signal or the job's end time stopped it early with its state in a checkpoint, the
+/// signal's status (75, or 130 after Ctrl-C), so that a job script can requeue it. The signal may
+/// have reached another rank only: every rank exits as it would. A run that reached its end
+/// exits 0 whatever arrived meanwhile; a stopped run whose state no checkpoint holds (it saves
+/// nothing: `save_at_end = false` without `save_every`) exits 1, saying so.
 fn end_of_run(summary: &Summary, main: bool, stop: &signals::Stop) -> Result<()> {
     let stopped = summary
         .signalled
         .then(|| stop.exit_status().unwrap_or(signals::EXIT_STOPPED));
+    let kept = summary.checkpointed;
     if main {
         print_done(summary)?;
-        if let Some(code) = stopped {
-            eprintln!(
-                "rsd-train: stopped on a signal at step {} with a checkpoint; run the same command \
+        match stopped {
+            Some(code) if kept => eprintln!(
+                "rsd-train: stopped {} at step {} with a checkpoint ({}); run the same command \
                  with --resume auto to continue (exit status {code})",
-                summary.steps
-            );
+                if summary.out_of_time {
+                    "before the job's end time"
+                } else {
+                    "on a signal"
+                },
+                summary.steps,
+                summary
+                    .checkpoint
+                    .as_deref()
+                    .map_or(String::new(), |p| p.display().to_string())
+            ),
+            Some(_) => eprintln!(
+                "rsd-train: stopped at step {} without a checkpoint of it (this run writes none: \
+                 save_at_end = false and no save_every); --resume auto continues from {}",
+                summary.steps,
+                summary
+                    .checkpoint
+                    .as_deref()
+                    .map_or("the start".to_string(), |p| p.display().to_string())
+            ),
+            None => {}
         }
     }
-    if let Some(code) = stopped {
-        std::process::exit(code);
+    match stopped {
+        Some(code) if kept => std::process::exit(code),
+        Some(_) => std::process::exit(1),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// How many ranks this process starts itself (`None`: it is one, or the only one). `--dp N` /
