@@ -7,12 +7,19 @@
 #   scripts/test.sh                   # everything
 #   RSD_SKIP_LINT=1 scripts/test.sh   # skip fmt and clippy's lints while iterating
 #   RSD_TEST_WORKERS=1 scripts/test.sh  # the peer tests on one worker (default 2)
+#   RSD_TEST_NO_SLURM=1 scripts/test.sh  # no local SLURM; the tests that submit real jobs are skipped
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/setup.sh
 # shellcheck disable=SC1091
 source .rsd-env
+# A real one-node SLURM (slurmctld, slurmd, munged) for the tests that submit jobs to it
+# (docs/TESTS.md, "The real SLURM in the suite"); started here, before the build, so that a
+# failed install or start stops the run at once. A no-op when it is already up.
+if [ "${RSD_TEST_NO_SLURM:-}" != 1 ]; then
+  bash scripts/slurm-local.sh start
+fi
 
 # The Python tests drive failure paths (a NaN gradient, a failed write) through fault-injection
 # hooks that exist only in builds with these features; release builds never carry them.

@@ -76,7 +76,7 @@ def task_env(rank, ntasks, job, **extra):
     env = clean_env()
     env.update(SLURM_JOB_NODELIST="localhost", SLURM_NTASKS=str(ntasks),
                SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank), SLURM_NODEID="0",
-               SLURM_TASKS_PER_NODE=str(ntasks), SLURM_JOB_ID=str(job))
+               SLURM_TASKS_PER_NODE=str(ntasks), SLURM_JOB_ID=str(job), SLURM_STEP_ID="0")
     env.update(extra)
     return env
 
@@ -100,7 +100,8 @@ def test_srun_tasks_without_torchrun_train_one_run_as_nproc_does(shards, tmp_pat
     err0, err1 = ends[0][1], ends[1][1]
     assert (f"rsd-train: SLURM job {job} (no torchrun): rank 0 of 2 (SLURM_PROCID/SLURM_NTASKS), "
             f"2 on this node (SLURM_TASKS_PER_NODE), rendezvous localhost:{port} (first host of "
-            f"SLURM_JOB_NODELIST; port from the job id, set MASTER_PORT to choose)") in err0, err0
+            f"SLURM_JOB_NODELIST; port from the job and step ids, set MASTER_PORT to choose)") \
+        in err0, err0
     assert "SLURM job" not in err1, err1
     # One run of 2 data-parallel ranks (what `--nproc 2` prints), not two runs of one.
     assert "rsd-train: 2 data-parallel ranks" in err0, err0
@@ -119,6 +120,16 @@ def test_nproc_in_a_step_of_several_tasks_is_refused(shards, tmp_path):
     assert ("--nproc 2 in a SLURM step of 2 tasks (SLURM_NTASKS): srun already started a rank per "
             "task: either use one task per GPU") in p.stderr, p.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_slurm_variables_outside_a_job_step_are_left_alone(shards, tmp_path):
+    # The batch script's own shell (or a login shell that inherited a job's variables): no
+    # SLURM_STEP_ID, so rsd-train is one process, as anywhere else, whatever SLURM_NTASKS says.
+    env = {k: v for k, v in task_env(0, 16, 1234).items() if k != "SLURM_STEP_ID"}
+    p = run("rsd-train", "--help", env=env, timeout=60)
+    assert "Usage" in p.stdout, p.stdout + p.stderr
+    p = run("rsd-train", *train_args(shards, tmp_path / "x", steps=1), env=env, timeout=120)
+    assert "rsd-train: SLURM job" not in p.stderr and "done: 1 steps" in p.stderr, p.stderr
 
 
 @pytest.mark.parametrize("name,value,why", [
@@ -146,7 +157,8 @@ def test_a_second_run_into_a_running_runs_directory_is_refused(shards, tmp_path)
         env=clean_env(), stdout=subprocess.DEVNULL, stderr=log)
     try:
         lock = out / ".rsd-train.lock"
-        deadline = time.monotonic() + 60
+        # The deadline only guards against a hang; 100,000 steps outlast the test on any machine.
+        deadline = time.monotonic() + 120
         while True:
             assert first.poll() is None, (tmp_path / "first.log").read_text()
             assert time.monotonic() < deadline, "the first run never took its lock"
@@ -160,6 +172,8 @@ def test_a_second_run_into_a_running_runs_directory_is_refused(shards, tmp_path)
         p = run("rsd-train", *train_args(shards, out, steps=1), check=False, env=clean_env(),
                 timeout=60)
         assert p.returncode == 1, p.stderr
+        # Refused at once, not after a wait for the lock (which the first run's 100,000 steps
+        # hold for minutes at the least): ~2 s, ~4 s with both cores of a 2-core machine busy.
         assert time.monotonic() - t0 < 30
         assert (f"rsd-train: error: {out} is in use by another rsd-train run (pid {first.pid} on "
                 f"host {socket.gethostname()}, since ") in p.stderr, p.stderr
@@ -254,31 +268,56 @@ def test_an_sbatch_script_trains_a_tiny_run_to_the_end(shards, tmp_path, script)
 
 
 FAKE_RSD_TRAIN = """#!/bin/bash
-# rsd-train's exit statuses without its work: rank 0 exits $RANK0_EXIT, the others $OTHERS_EXIT.
-if [ "$SLURM_PROCID" = 0 ]; then exit "$RANK0_EXIT"; fi
+# rsd-train's exit statuses without its work: rank 0 exits $RANK0_EXIT, the others $OTHERS_EXIT;
+# with PROGRESS=1 rank 0 first publishes a checkpoint one step past the newest (as a run that
+# trained before it stopped does).
+out=$4
+if [ "$SLURM_PROCID" = 0 ]; then
+    if [ "${PROGRESS:-0}" = 1 ]; then
+        n=$(ls -1d "$out"/checkpoints/step-* 2>/dev/null | wc -l)
+        mkdir -p "$out/checkpoints/$(printf 'step-%08d' $((n + 1)))"
+    fi
+    exit "$RANK0_EXIT"
+fi
 sleep 0.2
 exit "$OTHERS_EXIT"
 """
 
 
 @pytest.mark.parametrize("script", SBATCH, ids=lambda p: p.name)
-@pytest.mark.parametrize("rank0,others,requeued,status", [
-    (75, 75, True, 0),     # every rank stopped on the signal with a checkpoint
-    (143, 75, True, 0),    # --kill-on-bad-exit sent SIGTERM to rank 0 as the others exited 75
-    (1, 3, False, 3),      # a failure is not retried (srun: the highest status)
-    (0, 0, False, 0),      # the run ended
+@pytest.mark.parametrize("rank0,others,progress,requeued,status", [
+    (75, 75, True, True, 0),     # every rank stopped with a checkpoint, after progress
+    (143, 75, True, True, 0),    # --kill-on-bad-exit sent SIGTERM to rank 0 as the others exited 75
+    (75, 75, False, False, 75),  # stopped, but no step since the start: not requeued (no loop)
+    (1, 3, True, False, 3),      # a failure is not retried (srun: the highest status)
+    (0, 0, True, False, 0),      # the run ended
 ])
 def test_an_sbatch_script_requeues_a_run_stopped_with_a_checkpoint(tmp_path, script, rank0,
-                                                                   others, requeued, status):
+                                                                   others, progress, requeued,
+                                                                   status):
     fake = tmp_path / "rsd-train"
     fake.write_text(FAKE_RSD_TRAIN)
     fake.chmod(0o755)
     p, srun_args, requeues = sbatch(script, tmp_path, 4242, RSD_BIN=str(fake),
                                     RSD_OUT=str(tmp_path / "run"), RANK0_EXIT=str(rank0),
-                                    OTHERS_EXIT=str(others))
+                                    OTHERS_EXIT=str(others), PROGRESS=str(int(progress)))
     assert p.returncode == status, p.stdout + p.stderr
     assert requeues == ("requeue 4242\n" if requeued else ""), p.stdout + p.stderr
+    if (rank0, progress) == (75, False):
+        assert "this start made no progress" in p.stdout and "not requeueing" in p.stdout
     # The same command every time: the script's config, its run directory, --resume auto.
     default = script.name.removesuffix(".sbatch")
     assert f" --config configs/{default}.toml --out {tmp_path / 'run'} --resume auto" in srun_args
+
+
+@pytest.mark.parametrize("script", SBATCH, ids=lambda p: p.name)
+def test_an_sbatch_script_stops_requeueing_at_its_cap(tmp_path, script):
+    fake = tmp_path / "rsd-train"
+    fake.write_text(FAKE_RSD_TRAIN)
+    fake.chmod(0o755)
+    p, _, requeues = sbatch(script, tmp_path, 4242, RSD_BIN=str(fake),
+                            RSD_OUT=str(tmp_path / "run"), RANK0_EXIT="75", OTHERS_EXIT="75",
+                            PROGRESS="1", SLURM_RESTART_COUNT="3", RSD_MAX_RESTARTS="3")
+    assert p.returncode == 75 and requeues == "", p.stdout + p.stderr
+    assert "after 3 restarts (RSD_MAX_RESTARTS=3): not requeueing" in p.stdout, p.stdout
     assert not list((tmp_path / "run").glob(".slurm-stopped-*"))

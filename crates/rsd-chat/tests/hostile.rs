@@ -13,6 +13,12 @@ use rsd_chat::{ChatTemplate, Message};
 
 const TEMPLATE_VAR: &str = "RSD_CHAT_HOSTILE_TEMPLATE";
 
+/// How long one hostile render may take before it counts as a hang. A hang guard only, what
+/// bounds a render is its fuel, which the error names: the slowest template here (a 100M-item
+/// list joined into a string) takes ~10 s in a debug build on a 2-core machine with one core
+/// busy, so 120 s is a 12x margin for a loaded one (20 s was not).
+const HANG_S: u64 = 120;
+
 /// The child's side: renders the template in `RSD_CHAT_HOSTILE_TEMPLATE` (a no-op in a normal
 /// run) and prints `OK <len>` or `ERR <message>`.
 #[test]
@@ -84,17 +90,17 @@ fn str_format_widths_and_repeated_fields_are_refused_before_they_are_allocated()
         "{{ '{:.100000000000f}'.format(1.5) }}",
         "{{ '{:0>100000000000}'.format(1) }}",
     ] {
-        let e = refused(src, 20);
+        let e = refused(src, HANG_S);
         assert!(
             e.contains("str.format: a width or precision of 100000000000 is more than 65536"),
             "{e}"
         );
     }
     // One argument repeated by every field: 6.5 GB from a 100 KB argument.
-    let e = refused("{{ ('{0}' * 100000).format('x' * 100000) }}", 20);
+    let e = refused("{{ ('{0}' * 100000).format('x' * 100000) }}", HANG_S);
     assert!(e.contains(OUT_OF_FUEL), "{e}");
     // The printf-style filter was bounded already, and stays so.
-    let e = refused("{{ '%100000000000s'|format('x') }}", 20);
+    let e = refused("{{ '%100000000000s'|format('x') }}", HANG_S);
     assert!(e.contains(OUT_OF_FUEL), "{e}");
 }
 
@@ -124,7 +130,7 @@ fn doubling_a_list_stops_with_an_error_not_a_hang() {
             "a list of",
         ),
     ] {
-        let e = refused(&src, 20);
+        let e = refused(&src, HANG_S);
         if expected == "a list of" {
             // The cap on one list or the fuel (each concatenation pays for its items),
             // whichever comes first; both say so.
@@ -155,7 +161,7 @@ fn huge_lazy_lists_are_not_turned_into_text() {
             "{{ [1]|tojson(indent=100000000) }}",
         ] {
             let src = use_.replace('V', value);
-            let e = refused(&src, 20);
+            let e = refused(&src, HANG_S);
             assert!(
                 e.contains(OUT_OF_FUEL) || e.contains("an indent of 100000000"),
                 "{src}: {e}"
@@ -184,7 +190,7 @@ fn deeply_nested_values_are_refused_before_they_overflow_the_stack() {
         nested("ns.l|batch(1)|list", "x"),
         nested("{'a': 1}|items|list + [ns.l]", "x"),
     ] {
-        let e = refused(&src, 20);
+        let e = refused(&src, HANG_S);
         assert!(
             e.contains(
                 "lists and maps nested more than 256 deep (or a namespace that holds itself)"
@@ -203,7 +209,7 @@ fn deeply_nested_values_are_refused_before_they_overflow_the_stack() {
         "{{ ns ~ '' }}",
     ] {
         let src = format!("{cycle}{end}");
-        let e = refused(&src, 20);
+        let e = refused(&src, HANG_S);
         assert!(
             e.contains(
                 "a value nested more than 256 lists or maps deep cannot be turned into text"
@@ -223,7 +229,7 @@ fn deeply_nested_values_are_refused_before_they_overflow_the_stack() {
         "{{ debug() }}",
     ] {
         let src = format!("{cycle}{other}{end}");
-        let e = refused(&src, 20);
+        let e = refused(&src, HANG_S);
         assert!(
             e.contains("(or a namespace that holds itself)")
                 || e.contains("debug() is not available in chat templates"),
@@ -253,7 +259,7 @@ fn chained_comparisons_of_values_that_hold_themselves_are_refused() {
         "{{ [a]|select('ne', 1)|map('ne', 1)|list }}{{ a != b != a }}",
     ] {
         let src = format!("{cycles}{end}");
-        let e = refused(&src, 20);
+        let e = refused(&src, HANG_S);
         assert!(
             e.contains(
                 "lists and maps nested more than 256 deep (or a namespace that holds itself)"
@@ -262,7 +268,7 @@ fn chained_comparisons_of_values_that_hold_themselves_are_refused() {
         );
     }
     // The error names the construct and the line of the comparison.
-    let e = refused(&format!("{cycles}\n\n{{{{ 1 < a < b }}}}"), 20);
+    let e = refused(&format!("{cycles}\n\n{{{{ 1 < a < b }}}}"), HANG_S);
     assert!(
         e.contains("a chained comparison: lists and maps nested"),
         "{e}"
@@ -272,9 +278,9 @@ fn chained_comparisons_of_values_that_hold_themselves_are_refused() {
 
 #[test]
 fn splitting_is_paid_for_before_the_pieces_exist() {
-    let e = refused("{{ ('abc' * 10000000).split('')|length }}", 20);
+    let e = refused("{{ ('abc' * 10000000).split('')|length }}", HANG_S);
     assert!(e.contains("split: empty separator"), "{e}");
-    let e = refused("{{ ('abc' * 10000000)|split('')|length }}", 20);
+    let e = refused("{{ ('abc' * 10000000)|split('')|length }}", HANG_S);
     assert!(e.contains("split: empty separator"), "{e}");
     for src in [
         "{{ ('a b ' * 10000000).split()|length }}",
@@ -282,7 +288,7 @@ fn splitting_is_paid_for_before_the_pieces_exist() {
         "{{ ('a\n' * 30000000).splitlines()|length }}",
         "{{ ('a\n' * 30000000)|lines|length }}",
     ] {
-        let e = refused(src, 20);
+        let e = refused(src, HANG_S);
         assert!(e.contains(OUT_OF_FUEL), "{src}: {e}");
     }
 }
@@ -365,7 +371,7 @@ fn filters_that_could_build_far_more_than_their_input_check_the_size_first() {
             "replace: the result could take",
         ),
     ] {
-        let e = refused(src, 20);
+        let e = refused(src, HANG_S);
         assert!(e.contains(expected), "{src}: {e}");
         if expected != OUT_OF_FUEL && expected.contains("could take") {
             // A bound that is the fuel says so, as every other one does.
@@ -410,7 +416,7 @@ fn filters_and_methods_that_are_not_installed_are_unknown() {
 
 #[test]
 fn the_out_of_fuel_error_says_what_the_budget_pays_for() {
-    let e = refused("{{ 'x' * 100000000 }}", 20);
+    let e = refused("{{ 'x' * 100000000 }}", HANG_S);
     assert!(
         e.contains("rendering stopped after 1000000 template steps (one per instruction and per 64 bytes of data"),
         "{e}"

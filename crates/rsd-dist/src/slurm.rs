@@ -10,15 +10,16 @@
 //! | torchrun's | from |
 //! |---|---|
 //! | `RANK` | `SLURM_PROCID` |
-//! | `WORLD_SIZE` | `SLURM_NTASKS` |
+//! | `WORLD_SIZE` | `SLURM_STEP_NUM_TASKS` (the step's), else `SLURM_NTASKS` |
 //! | `LOCAL_RANK` | `SLURM_LOCALID` |
 //! | `LOCAL_WORLD_SIZE` | the tasks per node, entry `SLURM_NODEID` |
-//! | `MASTER_ADDR` | `MASTER_ADDR` if set, else the first host of the node list |
-//! | `MASTER_PORT` | `MASTER_PORT` if set, else [`derived_port`]`(SLURM_JOB_ID, SLURM_STEP_ID)` |
+//! | `MASTER_ADDR` | `MASTER_ADDR` if set (not loopback on several nodes), else the first host of the node list |
+//! | `MASTER_PORT` | `MASTER_PORT` if set, else the first of `SLURM_STEP_RESV_PORTS`, else [`derived_port`]`(SLURM_JOB_ID, SLURM_STEP_ID)` |
 //!
 //! Nothing is computed when `WORLD_SIZE` is set (torchrun or a local launcher started the
-//! process: theirs win) or when `SLURM_NTASKS` is absent or 1 (one process, e.g. a batch script
-//! that starts its own ranks). The step's variables (`SLURM_STEP_*`) are preferred over the
+//! process: theirs win), outside a job step (no `SLURM_STEP_ID`: the batch script's own shell,
+//! where a program that took SLURM's job-wide variables would wait for ranks no one starts), or
+//! when the step has one task (e.g. a batch script's `srun -n1` that starts its own ranks). The step's variables (`SLURM_STEP_*`) are preferred over the
 //! job's where srun sets both: a step may run on part of the allocation, and rank 0 is the step's
 //! first task, on the step's first node.
 use crate::env::Rendezvous;
@@ -79,8 +80,10 @@ pub enum Source {
     Given,
     /// The first host of this node-list variable.
     FirstHost(&'static str),
-    /// [`derived_port`] of the job id (and step id, if set).
+    /// [`derived_port`] of the job and step ids.
     JobId,
+    /// The first of the ports SLURM reserved for the step (`SLURM_STEP_RESV_PORTS`).
+    Reserved,
 }
 
 /// A task of a multi-task SLURM step, as torchrun's variables.
@@ -90,8 +93,11 @@ pub struct SlurmTask {
     pub rendezvous: Rendezvous,
     /// `SLURM_JOB_ID`, if set.
     pub job_id: Option<String>,
-    /// `SLURM_STEP_ID`, if set (srun sets it; a batch script's own environment does not).
+    /// `SLURM_STEP_ID` (srun sets it; a batch script's own environment does not, and no task
+    /// is adopted there).
     pub step_id: Option<u64>,
+    /// The variable the world size was read from (`SLURM_STEP_NUM_TASKS`, or `SLURM_NTASKS`).
+    pub ntasks_var: &'static str,
     /// The variable the tasks per node were read from.
     pub tasks_per_node_var: &'static str,
     /// Where `MASTER_ADDR` came from.
@@ -118,31 +124,21 @@ impl SlurmTask {
             _ => "MASTER_ADDR".to_string(),
         };
         let port = match &self.port_from {
-            Source::JobId if self.step_id.is_some() => {
-                "port from the job and step ids, set MASTER_PORT to choose"
-            }
-            Source::JobId => "port from the job id, set MASTER_PORT to choose",
+            Source::JobId => "port from the job and step ids, set MASTER_PORT to choose",
+            Source::Reserved => "port reserved by SLURM for the step (SLURM_STEP_RESV_PORTS)",
             _ => "MASTER_PORT",
         };
-        let mut line = format!(
-            "SLURM job {job} (no torchrun): rank {} of {} (SLURM_PROCID/SLURM_NTASKS), {} on this \
-             node ({}), rendezvous {}:{} ({addr}; {port})",
+        format!(
+            "SLURM job {job} (no torchrun): rank {} of {} (SLURM_PROCID/{}), {} on this node \
+             ({}), rendezvous {}:{} ({addr}; {port})",
             r.rank,
             r.world_size,
+            self.ntasks_var,
             r.local_world_size,
             self.tasks_per_node_var,
             r.master_addr,
             r.master_port
-        );
-        if self.step_id.is_none() {
-            // srun sets SLURM_STEP_ID for its tasks; a batch script's own shell has none, and a
-            // program started there directly would wait for ranks no one starts.
-            line.push_str(
-                "; SLURM_STEP_ID is not set: if this is the batch script itself rather than a \
-                 task srun started, the other ranks never start (launch with srun)",
-            );
-        }
-        line
+        )
     }
 }
 
@@ -151,31 +147,35 @@ pub fn from_env() -> Result<Option<SlurmTask>> {
     from_lookup(|name| std::env::var(name).ok())
 }
 
+/// The variables that say "a task srun started", in the order they are looked for.
+const STEP_ID_VARS: [&str; 2] = ["SLURM_STEP_ID", "SLURM_STEPID"];
+/// The step's task count first: a step may run fewer tasks than the job (`srun -n2` in a job of
+/// 16 tasks), and the job's count (`SLURM_NTASKS`) would make every rank wait for ranks that
+/// never start.
+const NTASKS_VARS: [&str; 2] = ["SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"];
+
 /// torchrun's variables from SLURM's, read through `lookup` (the environment, or a map in
-/// tests). `Ok(None)`: nothing to do (`WORLD_SIZE` is set, or `SLURM_NTASKS` is absent or 1).
+/// tests). `Ok(None)`: nothing to do: `WORLD_SIZE` is set (torchrun or a launcher knows
+/// better), this is not a task of a job step (no `SLURM_STEP_ID`: the batch script's own shell,
+/// salloc's shell, a login shell that inherited a job's variables), or the step has one task.
 /// A missing, malformed or inconsistent SLURM variable is an error naming it, its value and
 /// what was expected.
-///
-/// Long because: each variable is read, checked against the ones read before it and named in
-/// its own error, in the order a user checks a job's layout (tasks, ranks, nodes, hosts, the
-/// address, the port); split, every step would take the earlier values back as arguments.
 pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Option<SlurmTask>> {
-    // torchrun (or `--nproc`) exported the rendezvous already: it knows better.
     if lookup("WORLD_SIZE").is_some() {
         return Ok(None);
     }
     let get = |name: &str| lookup(name).map(|v| v.trim().to_string());
-    let Some(ntasks_text) = get("SLURM_NTASKS") else {
+    let Some((step_var, step_text)) = first_set(&get, &STEP_ID_VARS) else {
         return Ok(None);
     };
-    let ntasks = number(
-        "SLURM_NTASKS",
-        &ntasks_text,
-        "the number of tasks, at least 1",
-    )?;
+    let step_id = number(step_var, &step_text, "the job step's number (srun sets it)")?;
+    let Some((ntasks_var, ntasks_text)) = first_set(&get, &NTASKS_VARS) else {
+        return Ok(None);
+    };
+    let ntasks = number(ntasks_var, &ntasks_text, "the number of tasks, at least 1")?;
     if ntasks == 0 {
         return Err(invalid(
-            "SLURM_NTASKS",
+            ntasks_var,
             &ntasks_text,
             "the number of tasks, at least 1",
         ));
@@ -183,189 +183,263 @@ pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Option<Slu
     if ntasks == 1 {
         return Ok(None);
     }
-    let required = |name: &'static str, expected: &str| -> Result<String> {
-        get(name)
-            .filter(|v| !v.is_empty())
-            .ok_or_else(|| SlurmError::Missing {
-                name,
-                expected: expected.to_string(),
-            })
-    };
-    let required_number = |name: &'static str, expected: &str| -> Result<u64> {
-        number(name, &required(name, expected)?, expected)
-    };
-
-    let rank = required_number(
-        "SLURM_PROCID",
-        &format!("this task's rank, 0..SLURM_NTASKS-1 = 0..{}", ntasks - 1),
-    )?;
-    if rank >= ntasks {
-        return Err(invalid(
-            "SLURM_PROCID",
-            &rank.to_string(),
-            &format!("a rank below SLURM_NTASKS={ntasks}"),
-        ));
-    }
-    let local_rank = required_number("SLURM_LOCALID", "this task's rank on its node")?;
-    let node = required_number("SLURM_NODEID", "the index of this task's node in the step")?;
-
-    // The tasks on each node: the step's where srun sets it.
-    let (tasks_var, tasks_text) =
-        first_set(&get, &["SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"]).ok_or_else(
-            || SlurmError::Missing {
-                name: "SLURM_TASKS_PER_NODE",
-                expected: "the tasks on each node, e.g. 4(x2),3".into(),
-            },
-        )?;
-    let tasks =
-        TasksPerNode::parse(&tasks_text).map_err(|why| invalid(tasks_var, &tasks_text, &why))?;
-    if tasks.total() != Some(ntasks) {
-        let sum = tasks
-            .total()
-            .map_or_else(|| "more than 2^64".to_string(), |t| t.to_string());
-        return Err(invalid(
-            tasks_var,
-            &tasks_text,
-            &format!("tasks per node that add up to SLURM_NTASKS={ntasks} (they add up to {sum})"),
-        ));
-    }
-    let local_world_size = tasks.on_node(node).ok_or_else(|| {
-        invalid(
-            "SLURM_NODEID",
-            &node.to_string(),
-            &format!(
-                "a node index below the {} node(s) of {tasks_var}={tasks_text}",
-                tasks.nodes()
-            ),
-        )
-    })?;
-    if local_rank >= local_world_size {
-        return Err(invalid(
-            "SLURM_LOCALID",
-            &local_rank.to_string(),
-            &format!(
-                "a rank below the {local_world_size} task(s) of node {node} \
-                 ({tasks_var}={tasks_text}, SLURM_NODEID={node})"
-            ),
-        ));
-    }
-
-    // The node list: read whenever set (it must agree with the tasks per node), needed when
-    // MASTER_ADDR is not set.
-    let nodelist = first_set(
-        &get,
-        &[
-            "SLURM_STEP_NODELIST",
-            "SLURM_JOB_NODELIST",
-            "SLURM_NODELIST",
-        ],
-    );
-    let mut first_host = None;
-    if let Some((var, text)) = &nodelist {
-        let hosts = HostList::parse(text).map_err(|why| invalid(var, text, &why))?;
-        if hosts.len() != Some(tasks.nodes()) {
-            return Err(invalid(
-                var,
-                text,
-                &format!(
-                    "one host per node of {tasks_var}={tasks_text} ({} node(s)); it names {}",
-                    tasks.nodes(),
-                    hosts
-                        .len()
-                        .map_or_else(|| "more than 2^64".to_string(), |n| n.to_string())
-                ),
-            ));
-        }
-        first_host = Some((*var, hosts.first()));
-    }
-    let (master_addr, addr_from) = match get("MASTER_ADDR").filter(|v| !v.is_empty()) {
-        Some(addr) => (addr, Source::Given),
-        None => {
-            let Some((var, host)) = first_host else {
-                return Err(SlurmError::Missing {
-                    name: "SLURM_JOB_NODELIST",
-                    expected: "the job's hosts, e.g. gpu[01-04] (or set MASTER_ADDR to rank 0's \
-                               host)"
-                        .into(),
-                });
-            };
-            // Rank 0 hosts the store; if it is not on the first host, every other rank would
-            // wait at an address where no store listens.
-            if rank == 0 {
-                if let Some(here) = get("SLURMD_NODENAME").filter(|v| !v.is_empty()) {
-                    if here != host {
-                        return Err(invalid(
-                            "SLURMD_NODENAME",
-                            &here,
-                            &format!(
-                                "rank 0 (SLURM_PROCID=0) on {host}, the first host of {var} \
-                                 (set MASTER_ADDR to rank 0's host for this task layout)"
-                            ),
-                        ));
-                    }
-                }
-            }
-            (host, Source::FirstHost(var))
-        }
-    };
-
+    let task = TaskPlace::read(&get, ntasks_var, ntasks)?;
+    let (master_addr, addr_from) = master_addr(&get, &task)?;
     let job_id = get("SLURM_JOB_ID")
         .or_else(|| get("SLURM_JOBID"))
         .filter(|v| !v.is_empty());
-    let step_id = match first_set(&get, &["SLURM_STEP_ID", "SLURM_STEPID"]) {
-        Some((var, text)) => Some(number(var, &text, "the job step's number (srun sets it)")?),
-        None => None,
-    };
-    let (master_port, port_from) = match get("MASTER_PORT").filter(|v| !v.is_empty()) {
-        Some(text) => match text.parse::<u16>() {
-            Ok(p) if p > 0 => (p, Source::Given),
-            _ => {
-                // Not a SLURM variable, but read here, so named here.
-                return Err(invalid(
-                    "MASTER_PORT",
-                    &text,
-                    "a free TCP port on rank 0's host, 1..=65535",
-                ));
-            }
-        },
-        None => {
-            let Some(text) = &job_id else {
-                return Err(SlurmError::Missing {
-                    name: "SLURM_JOB_ID",
-                    expected: "the job's number, from which the rendezvous port is derived (or \
-                               set MASTER_PORT)"
-                        .into(),
-                });
-            };
-            let id = number("SLURM_JOB_ID", text, "the job's number")?;
-            (derived_port(id, step_id.unwrap_or(0)), Source::JobId)
-        }
-    };
-
+    let (master_port, port_from) = master_port(&get, job_id.as_deref(), step_id)?;
     let rendezvous = Rendezvous {
         master_addr,
         master_port,
-        rank: to_usize(rank),
+        rank: to_usize(task.rank),
         world_size: to_usize(ntasks),
-        local_rank: to_usize(local_rank),
-        local_world_size: to_usize(local_world_size),
+        local_rank: to_usize(task.local_rank),
+        local_world_size: to_usize(task.local_world_size),
         agent_store: None,
     };
     // Everything above was checked against each other; this catches what a future change
     // would miss, in Rendezvous's own words.
     rendezvous.validate().map_err(|e| SlurmError::Invalid {
-        name: "SLURM_NTASKS",
+        name: ntasks_var,
         value: ntasks_text.clone(),
         expected: e.to_string(),
     })?;
     Ok(Some(SlurmTask {
         rendezvous,
         job_id,
-        step_id,
-        tasks_per_node_var: tasks_var,
+        step_id: Some(step_id),
+        ntasks_var,
+        tasks_per_node_var: task.tasks_var,
         addr_from,
         port_from,
     }))
+}
+
+/// Where a task sits in its step: its ranks, its node's task count, and the step's hosts.
+struct TaskPlace {
+    rank: u64,
+    local_rank: u64,
+    local_world_size: u64,
+    /// The step's nodes.
+    nodes: u64,
+    /// The variable the tasks per node were read from.
+    tasks_var: &'static str,
+    /// The node-list variable and its first host, where one is set.
+    first_host: Option<(&'static str, String)>,
+}
+
+impl TaskPlace {
+    /// Reads the task's rank, local rank and node, the tasks per node and the node list, each
+    /// checked against the ones read before it.
+    fn read(
+        get: &impl Fn(&str) -> Option<String>,
+        ntasks_var: &'static str,
+        ntasks: u64,
+    ) -> Result<TaskPlace> {
+        let required_number = |name: &'static str, expected: &str| -> Result<u64> {
+            let text = get(name)
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| SlurmError::Missing {
+                    name,
+                    expected: expected.to_string(),
+                })?;
+            number(name, &text, expected)
+        };
+        let rank = required_number(
+            "SLURM_PROCID",
+            &format!("this task's rank, 0..{ntasks_var}-1 = 0..{}", ntasks - 1),
+        )?;
+        if rank >= ntasks {
+            return Err(invalid(
+                "SLURM_PROCID",
+                &rank.to_string(),
+                &format!("a rank below {ntasks_var}={ntasks}"),
+            ));
+        }
+        let local_rank = required_number("SLURM_LOCALID", "this task's rank on its node")?;
+        let node = required_number("SLURM_NODEID", "the index of this task's node in the step")?;
+        let (tasks_var, tasks_text) =
+            first_set(get, &["SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"]).ok_or_else(
+                || SlurmError::Missing {
+                    name: "SLURM_TASKS_PER_NODE",
+                    expected: "the tasks on each node, e.g. 4(x2),3".into(),
+                },
+            )?;
+        let tasks = TasksPerNode::parse(&tasks_text)
+            .map_err(|why| invalid(tasks_var, &tasks_text, &why))?;
+        if tasks.total() != Some(ntasks) {
+            let sum = tasks
+                .total()
+                .map_or_else(|| "more than 2^64".to_string(), |t| t.to_string());
+            return Err(invalid(
+                tasks_var,
+                &tasks_text,
+                &format!(
+                    "tasks per node that add up to {ntasks_var}={ntasks} (they add up to {sum})"
+                ),
+            ));
+        }
+        let local_world_size = tasks.on_node(node).ok_or_else(|| {
+            invalid(
+                "SLURM_NODEID",
+                &node.to_string(),
+                &format!(
+                    "a node index below the {} node(s) of {tasks_var}={tasks_text}",
+                    tasks.nodes()
+                ),
+            )
+        })?;
+        if local_rank >= local_world_size {
+            return Err(invalid(
+                "SLURM_LOCALID",
+                &local_rank.to_string(),
+                &format!(
+                    "a rank below the {local_world_size} task(s) of node {node} \
+                     ({tasks_var}={tasks_text}, SLURM_NODEID={node})"
+                ),
+            ));
+        }
+        let first_host = first_host(get, tasks.nodes(), tasks_var, &tasks_text)?;
+        Ok(TaskPlace {
+            rank,
+            local_rank,
+            local_world_size,
+            nodes: tasks.nodes(),
+            tasks_var,
+            first_host,
+        })
+    }
+}
+
+/// The node list's first host, read whenever a node list is set (it must name one host per
+/// node of the tasks per node).
+fn first_host(
+    get: &impl Fn(&str) -> Option<String>,
+    nodes: u64,
+    tasks_var: &str,
+    tasks_text: &str,
+) -> Result<Option<(&'static str, String)>> {
+    let vars = [
+        "SLURM_STEP_NODELIST",
+        "SLURM_JOB_NODELIST",
+        "SLURM_NODELIST",
+    ];
+    let Some((var, text)) = first_set(get, &vars) else {
+        return Ok(None);
+    };
+    let hosts = HostList::parse(&text).map_err(|why| invalid(var, &text, &why))?;
+    if hosts.len() != Some(nodes) {
+        return Err(invalid(
+            var,
+            &text,
+            &format!(
+                "one host per node of {tasks_var}={tasks_text} ({nodes} node(s)); it names {}",
+                hosts
+                    .len()
+                    .map_or_else(|| "more than 2^64".to_string(), |n| n.to_string())
+            ),
+        ));
+    }
+    Ok(Some((var, hosts.first())))
+}
+
+/// Whether `addr` names this host's loopback interface, which no other node reaches.
+fn is_loopback(addr: &str) -> bool {
+    addr.eq_ignore_ascii_case("localhost")
+        || addr
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Rank 0's address: `MASTER_ADDR` where set (a loopback one only when the step has one node:
+/// a value left over from a single-node test would send every other node's ranks to
+/// themselves), else the node list's first host, which must be rank 0's.
+fn master_addr(
+    get: &impl Fn(&str) -> Option<String>,
+    task: &TaskPlace,
+) -> Result<(String, Source)> {
+    if let Some(addr) = get("MASTER_ADDR").filter(|v| !v.is_empty()) {
+        if task.nodes > 1 && is_loopback(&addr) {
+            return Err(invalid(
+                "MASTER_ADDR",
+                &addr,
+                &format!(
+                    "rank 0's host as the other {} node(s) reach it, not a loopback address \
+                     (unset MASTER_ADDR to take the first host of the node list)",
+                    task.nodes - 1
+                ),
+            ));
+        }
+        return Ok((addr, Source::Given));
+    }
+    let Some((var, host)) = task.first_host.clone() else {
+        return Err(SlurmError::Missing {
+            name: "SLURM_JOB_NODELIST",
+            expected: "the job's hosts, e.g. gpu[01-04] (or set MASTER_ADDR to rank 0's host)"
+                .into(),
+        });
+    };
+    // Rank 0 hosts the store; if it is not on the first host, every other rank would wait at
+    // an address where no store listens.
+    if task.rank == 0 {
+        if let Some(here) = get("SLURMD_NODENAME").filter(|v| !v.is_empty()) {
+            if here != host {
+                return Err(invalid(
+                    "SLURMD_NODENAME",
+                    &here,
+                    &format!(
+                        "rank 0 (SLURM_PROCID=0) on {host}, the first host of {var} (set \
+                         MASTER_ADDR to rank 0's host for this task layout)"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok((host, Source::FirstHost(var)))
+}
+
+/// The rendezvous port: `MASTER_PORT` where set; else the first of the ports SLURM reserved for
+/// the step (`SLURM_STEP_RESV_PORTS`, with `MpiParams=ports=…` in slurm.conf or `srun
+/// --resv-ports`: SLURM hands no port to two steps on a node at once); else [`derived_port`] of
+/// the job and step ids.
+fn master_port(
+    get: &impl Fn(&str) -> Option<String>,
+    job_id: Option<&str>,
+    step_id: u64,
+) -> Result<(u16, Source)> {
+    if let Some(text) = get("MASTER_PORT").filter(|v| !v.is_empty()) {
+        return match text.parse::<u16>() {
+            Ok(p) if p > 0 => Ok((p, Source::Given)),
+            // Not a SLURM variable, but read here, so named here.
+            _ => Err(invalid(
+                "MASTER_PORT",
+                &text,
+                "a free TCP port on rank 0's host, 1..=65535",
+            )),
+        };
+    }
+    if let Some(text) = get("SLURM_STEP_RESV_PORTS").filter(|v| !v.is_empty()) {
+        let first = text.split([',', '-']).next().unwrap_or_default();
+        return match first.parse::<u16>() {
+            Ok(p) if p > 0 => Ok((p, Source::Reserved)),
+            _ => Err(invalid(
+                "SLURM_STEP_RESV_PORTS",
+                &text,
+                "the ports SLURM reserved for the step, e.g. 12000-12001",
+            )),
+        };
+    }
+    let Some(text) = job_id else {
+        return Err(SlurmError::Missing {
+            name: "SLURM_JOB_ID",
+            expected: "the job's number, from which the rendezvous port is derived (or set \
+                       MASTER_PORT)"
+                .into(),
+        });
+    };
+    let id = number("SLURM_JOB_ID", text, "the job's number")?;
+    Ok((derived_port(id, step_id), Source::JobId))
 }
 
 fn invalid(name: &'static str, value: &str, expected: &str) -> SlurmError {
@@ -950,19 +1024,29 @@ mod tests {
             ("SLURM_PROCID", Some("0")),
             ("SLURM_NODEID", Some("0")),
             ("SLURM_LOCALID", Some("0")),
-            ("SLURM_STEP_ID", None),
         ]);
         let line = from_lookup(lookup(&rank0)).unwrap().unwrap().describe();
-        let port = derived_port(1234, 0);
+        let port = derived_port(1234, 1);
         assert_eq!(
             line,
             format!(
                 "SLURM job 1234 (no torchrun): rank 0 of 7 (SLURM_PROCID/SLURM_NTASKS), 2 on this \
                  node (SLURM_TASKS_PER_NODE), rendezvous gpu01:{port} (first host of \
-                 SLURM_JOB_NODELIST; port from the job id, set MASTER_PORT to choose); \
-                 SLURM_STEP_ID is not set: if this is the batch script itself rather than a task \
-                 srun started, the other ranks never start (launch with srun)"
+                 SLURM_JOB_NODELIST; port from the job and step ids, set MASTER_PORT to choose)"
             )
+        );
+        let reserved = [
+            rank0.as_slice(),
+            &[("SLURM_STEP_RESV_PORTS", "12007-12008")],
+        ]
+        .concat();
+        let line = from_lookup(lookup(&reserved)).unwrap().unwrap().describe();
+        assert!(
+            line.ends_with(
+                "rendezvous gpu01:12007 (first host of SLURM_JOB_NODELIST; port reserved by SLURM \
+                 for the step (SLURM_STEP_RESV_PORTS))"
+            ),
+            "{line}"
         );
         let given = with(&[
             ("MASTER_ADDR", Some("10.0.0.1")),
@@ -1021,9 +1105,55 @@ mod tests {
     }
 
     #[test]
-    fn nothing_is_done_under_torchrun_or_for_one_task() {
+    fn the_steps_task_count_is_the_world_and_loopback_is_refused_across_nodes() {
+        // `srun -n3` inside a job of 7 tasks: 3 ranks, all on the job's first node.
+        let step = from_lookup(lookup(&with(&[
+            ("SLURM_STEP_NUM_TASKS", Some("3")),
+            ("SLURM_STEP_TASKS_PER_NODE", Some("3")),
+            ("SLURM_STEP_NODELIST", Some("gpu01")),
+            ("SLURM_NODEID", Some("0")),
+            ("SLURM_PROCID", Some("2")),
+            ("SLURM_LOCALID", Some("2")),
+        ])))
+        .unwrap()
+        .unwrap();
+        assert_eq!(step.rendezvous.world_size, 3);
+        assert!(step
+            .describe()
+            .contains("rank 2 of 3 (SLURM_PROCID/SLURM_STEP_NUM_TASKS)"));
+        // A loopback MASTER_ADDR is refused on several nodes, taken on one.
+        for addr in ["localhost", "127.0.0.1", "127.1.2.3", "::1"] {
+            let e = from_lookup(lookup(&with(&[("MASTER_ADDR", Some(addr))])))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("MASTER_ADDR={addr}")) && e.contains("not a loopback"),
+                "{e}"
+            );
+        }
+        let one_node = from_lookup(lookup(&with(&[
+            ("MASTER_ADDR", Some("127.0.0.1")),
+            ("SLURM_TASKS_PER_NODE", Some("7")),
+            ("SLURM_JOB_NODELIST", Some("gpu01")),
+            ("SLURM_NODEID", Some("0")),
+        ])))
+        .unwrap()
+        .unwrap();
+        assert_eq!(one_node.rendezvous.master_addr, "127.0.0.1");
+        let e = from_lookup(lookup(&with(&[("SLURM_STEP_RESV_PORTS", Some("none"))])))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("SLURM_STEP_RESV_PORTS=none"), "{e}");
+    }
+
+    #[test]
+    fn nothing_is_done_under_torchrun_outside_a_step_or_for_one_task() {
         for changes in [
             vec![("WORLD_SIZE", Some("7"))],
+            // The batch script's own shell: the job's variables, no step.
+            vec![("SLURM_STEP_ID", None)],
+            vec![("SLURM_STEP_ID", None), ("SLURM_PROCID", Some("x"))],
+            vec![("SLURM_STEP_NUM_TASKS", Some("1"))],
             vec![("SLURM_NTASKS", None)],
             vec![("SLURM_NTASKS", Some("1"))],
             vec![("SLURM_NTASKS", Some(" 1 "))],

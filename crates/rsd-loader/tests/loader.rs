@@ -616,7 +616,10 @@ fn dropping_a_loader_with_full_channels_stops_its_threads() {
         (c.workers, c.prefetch) = (3, 2);
         let mut l = Loader::new(c).unwrap();
         l.next().unwrap().unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(2)); // let the workers block on full channels
+        // Gives the workers time to block on full channels. Not an event the test waits for: on a
+        // loaded machine a round may drop a loader whose workers are still reading, which must
+        // join too; the outcome never depends on which.
+        std::thread::sleep(std::time::Duration::from_millis(2));
         drop(l); // joins; a leak or deadlock would hang this test
     }
 }

@@ -1008,7 +1008,8 @@ mod fault {
     }
 
     /// `RSD_TRAIN_FAULT_SLOW_SAVE_S=N`: rank 0 takes N more seconds to write each checkpoint's
-    /// model and state, as a large model on a slow filesystem does.
+    /// model and state, as a large model on a slow filesystem does. `RSD_TRAIN_FAULT_SAVE_WAITS_FOR
+    /// =PATH`: it takes until PATH exists (a test's event, however fast the machine).
     #[cfg(feature = "fault-injection")]
     pub fn slow_save() {
         if let Some(s) = std::env::var("RSD_TRAIN_FAULT_SLOW_SAVE_S")
@@ -1016,6 +1017,11 @@ mod fault {
             .and_then(|v| v.parse::<f64>().ok())
         {
             std::thread::sleep(std::time::Duration::from_secs_f64(s.max(0.0)));
+        }
+        if let Some(path) = std::env::var_os("RSD_TRAIN_FAULT_SAVE_WAITS_FOR") {
+            while !Path::new(&path).exists() {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
         }
     }
 

@@ -59,34 +59,22 @@ impl JobEnd {
                 }
             };
         }
-        let end = Arc::new(AtomicU64::new(0));
-        let written = end.clone();
         let job_id = job.trim().to_string();
+        // The first reading here, before the first step: a run whose job is already near its end
+        // must see it at its first step boundary, not after a thread happened to run.
+        let end = Arc::new(AtomicU64::new(0));
+        let mut warned = !read_into(&end, &job_id, false);
+        let written = end.clone();
+        let thread_job = job_id.clone();
         let spawned = std::thread::Builder::new()
             .name("rsd-job-end".into())
-            .spawn(move || {
-                let mut warned = false;
-                loop {
-                    match time_left_of(&job_id) {
-                        Ok(Some(left)) => written.store((now_s() as u64) + left, Ordering::SeqCst),
-                        Ok(None) => written.store(0, Ordering::SeqCst),
-                        Err(e) if !warned => {
-                            warned = true;
-                            eprintln!(
-                                "rsd-train: warning: cannot read SLURM job {job_id}'s time left \
-                                 ({e}); the run stops before the time limit only on a signal \
-                                 (the job script's --signal); tried again every {} s",
-                                REFRESH.as_secs()
-                            );
-                        }
-                        Err(_) => {}
-                    }
-                    std::thread::sleep(REFRESH);
-                }
+            .spawn(move || loop {
+                std::thread::sleep(REFRESH);
+                warned |= !read_into(&written, &thread_job, warned);
             });
         spawned.ok().map(|_| JobEnd {
             end,
-            source: format!("squeue, SLURM job {}", job.trim()),
+            source: format!("squeue, SLURM job {job_id}"),
         })
     }
 
@@ -103,6 +91,28 @@ impl JobEnd {
         match self.end.load(Ordering::SeqCst) {
             0 => None,
             end => Some(end as f64 - now_s()),
+        }
+    }
+}
+
+/// Reads the job's time left into `end` (seconds since the epoch; 0: no limit); false when it
+/// could not be read, said on stderr unless `warned` already.
+fn read_into(end: &AtomicU64, job_id: &str, warned: bool) -> bool {
+    match time_left_of(job_id) {
+        Ok(left) => {
+            end.store(left.map_or(0, |l| now_s() as u64 + l), Ordering::SeqCst);
+            true
+        }
+        Err(e) => {
+            if !warned {
+                eprintln!(
+                    "rsd-train: warning: cannot read SLURM job {job_id}'s time left ({e}); the \
+                     run stops before the time limit only on a signal (the job script's \
+                     --signal); tried again every {} s",
+                    REFRESH.as_secs()
+                );
+            }
+            false
         }
     }
 }
@@ -163,7 +173,10 @@ mod tests {
         assert_eq!(parse_time_left("0:45"), Ok(Some(45)));
         assert_eq!(parse_time_left("5:03"), Ok(Some(303)));
         assert_eq!(parse_time_left("1:00:00"), Ok(Some(3600)));
-        assert_eq!(parse_time_left("2-04:00:01"), Ok(Some(2 * 86_400 + 4 * 3600 + 1)));
+        assert_eq!(
+            parse_time_left("2-04:00:01"),
+            Ok(Some(2 * 86_400 + 4 * 3600 + 1))
+        );
         assert_eq!(parse_time_left("UNLIMITED"), Ok(None));
         assert_eq!(parse_time_left("NOT_LIMITED"), Ok(None));
         for bad in ["", "1:2:3:4", "x:00", "-1:00", "1-"] {

@@ -598,14 +598,23 @@ mod tests {
         };
         let t0 = Instant::now();
         let lock = RunLock::acquire_as(out, &restarted, Duration::from_secs(60)).unwrap();
-        assert!(t0.elapsed() < Duration::from_secs(30), "taken over without the wait");
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "taken over without the wait"
+        );
         let text = fs::read_to_string(lock.path()).unwrap();
-        assert_eq!(serde_json::from_str::<Holder>(text.trim()).unwrap(), restarted);
+        assert_eq!(
+            serde_json::from_str::<Holder>(text.trim()).unwrap(),
+            restarted
+        );
         // The lock now held is the new one: a third process is refused, naming the restart.
         let e = RunLock::acquire_as(out, &holder(3, None), Duration::ZERO)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("SLURM job 77 (restart 1)") && e.contains("rm "), "{e}");
+        assert!(
+            e.contains("SLURM job 77 (restart 1)") && e.contains("rm "),
+            "{e}"
+        );
         // Only the job's later starts take over: another job, or the same start, does not.
         drop(lock);
         let _held = RunLock::acquire_as(out, &restarted, Duration::ZERO).unwrap();
@@ -616,7 +625,11 @@ mod tests {
         assert!(RunLock::acquire_as(out, &other, Duration::ZERO).is_err());
         assert!(RunLock::acquire_as(out, &restarted, Duration::ZERO).is_err());
         drop(earlier);
-        assert_eq!(fs::read_dir(out).unwrap().count(), 1, "no new-lock file left behind");
+        assert_eq!(
+            fs::read_dir(out).unwrap().count(),
+            1,
+            "no new-lock file left behind"
+        );
     }
 
     #[test]

@@ -860,7 +860,11 @@ impl Trainer {
                 "{:.0} s left before the job's end time, less than the longest recent step \
                  ({step:.1} s) + a checkpoint ({save:.1} s{}) + end_margin_s ({margin:.0} s)",
                 left.max(0.0),
-                if run.save_s.is_some() { "" } else { ", estimated" }
+                if run.save_s.is_some() {
+                    ""
+                } else {
+                    ", estimated"
+                }
             )
         })
     }
@@ -987,6 +991,7 @@ impl Trainer {
             let (grad_norm, skipped) = self.optimize(&losses, lr, &mut run, &log)?;
             measure::mark(Phase::Updated);
             self.advance(tokens);
+            fault::slow_step();
             // Profiled, the step ends when its device work does (reading the clock waits for it).
             let times = self.cfg.profile.then(crate::profile::take).transpose()?;
             let step_s = started.elapsed().as_secs_f64();
@@ -1708,6 +1713,22 @@ mod fault {
 
     #[cfg(not(feature = "fault-injection"))]
     pub fn hold_at(_step: u64, _stop: &AtomicBool) {}
+
+    /// `RSD_TRAIN_FAULT_STEP_SLEEP_S=X`: every step takes X seconds more, as a large model's
+    /// does: a floor under a step's time, so that a test of a time limit knows the run cannot
+    /// finish before it, however fast the machine.
+    #[cfg(feature = "fault-injection")]
+    pub fn slow_step() {
+        if let Some(s) = std::env::var("RSD_TRAIN_FAULT_STEP_SLEEP_S")
+            .ok()
+            .and_then(|v| v.parse::<f64>().ok())
+        {
+            std::thread::sleep(std::time::Duration::from_secs_f64(s.max(0.0)));
+        }
+    }
+
+    #[cfg(not(feature = "fault-injection"))]
+    pub fn slow_step() {}
 
     /// `RSD_TRAIN_FAULT_FREEZE_LOAD_RANK=K`: rank K stops itself (SIGSTOP) while it loads the
     /// model or checkpoint, its connections open, as a rank frozen or on a lost node looks to the

@@ -156,7 +156,8 @@ pub fn run(a: TrainArgs) -> Result<()> {
         },
     )?;
     announce_panics(&trainer);
-    if let Some(end) = JobEnd::of_slurm_job().filter(|_| trainer.is_main()) {
+    // Rank 0's clock decides for every rank (one reader of the job record per job).
+    if let Some(end) = trainer.is_main().then(JobEnd::of_slurm_job).flatten() {
         trainer.stop_before(end);
     }
     let main = trainer.is_main();
