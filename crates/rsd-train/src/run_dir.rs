@@ -388,6 +388,41 @@ impl RunLock {
     }
 }
 
+/// Removes the temporary directories (`.step-N.tmp-<pid>`) that writers killed mid-checkpoint
+/// left under `out/checkpoints` (a preempted job), and the old copies (`.step-N.old-<pid>`) a
+/// writer killed while replacing a checkpoint of the same step left. Only the holder of the run
+/// directory's lock may call it (`_held` is the proof): no other run writes there, so every
+/// temporary but this process's own is stale, whichever host wrote it. A process id says
+/// nothing here: the writer may have run on another node, where the same id is another process.
+/// They are never taken for checkpoints ([`crate::checkpoint::list`] ignores them), but each holds up to a
+/// checkpoint's size of disk. Returns the directories removed.
+pub fn remove_stale_temporaries(out: &Path, _held: &RunLock) -> Vec<PathBuf> {
+    let mine = |pid: &str| pid.parse::<u32>().is_ok_and(|p| p == std::process::id());
+    let mut removed = Vec::new();
+    if !crate::checkpoint::own_checkpoints_dir(out) {
+        return removed;
+    }
+    for e in fs::read_dir(out.join("checkpoints"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix(".step-")
+            .and_then(|n| n.split_once(".tmp-").or_else(|| n.split_once(".old-")))
+            .map(|(_, pid)| pid.to_string())
+        else {
+            continue;
+        };
+        if !mine(&pid) && fs::remove_dir_all(e.path()).is_ok() {
+            removed.push(e.path());
+        }
+    }
+    removed.sort();
+    removed
+}
+
 /// A fresh lock file at `path`, locked, in place of a stale one that a lost process still holds
 /// (a lock belongs to the file, not its name): made under a name of its own, locked, then
 /// renamed over `path`.
@@ -630,6 +665,30 @@ mod tests {
             1,
             "no new-lock file left behind"
         );
+    }
+
+    #[test]
+    fn unfinished_temporary_directories_are_no_checkpoints_and_get_removed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ck = dir.path().join("checkpoints");
+        // Another process's (on this host or another: the lock holder removes them all), and
+        // this process's own.
+        let dead = ck.join(".step-00000009.tmp-1");
+        let dead_old = ck.join(".step-00000008.old-4294967290");
+        let lock = RunLock::acquire(dir.path()).expect("lock");
+        let mine = ck.join(format!(".step-00000010.tmp-{}", std::process::id()));
+        for d in [&dead, &dead_old, &mine, &ck.join("step-00000002")] {
+            fs::create_dir_all(d).expect("mkdir");
+        }
+        assert_eq!(
+            crate::checkpoint::list(dir.path()),
+            vec![(2, ck.join("step-00000002"))]
+        );
+        assert_eq!(
+            remove_stale_temporaries(dir.path(), &lock),
+            vec![dead_old.clone(), dead.clone()]
+        );
+        assert!(!dead.exists() && !dead_old.exists() && mine.exists());
     }
 
     #[test]

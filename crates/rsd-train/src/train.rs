@@ -928,6 +928,25 @@ impl Trainer {
         }
     }
 
+    /// After a step: its time kept for the job-end check, and the checkpoint `save_every` asks
+    /// for.
+    fn after_step(
+        &self,
+        step_s: f64,
+        run: &mut RunProgress,
+        saved_at: &mut (Instant, u64),
+    ) -> Result<()> {
+        if run.recent_steps.len() == RECENT_STEPS {
+            run.recent_steps.pop_front();
+        }
+        run.recent_steps.push_back(step_s);
+        if self.cfg.save_every > 0 && self.state.step.is_multiple_of(self.cfg.save_every) {
+            run.checkpoint = self.save_timed(run)?;
+            *saved_at = (Instant::now(), self.state.step);
+        }
+        Ok(())
+    }
+
     /// [`Trainer::save`], its wall time kept for the job-end check.
     fn save_timed(&self, run: &mut RunProgress) -> Result<Option<PathBuf>> {
         let t = Instant::now();
@@ -1023,14 +1042,7 @@ impl Trainer {
             })?;
             run.losses.push(losses.total);
             self.state.elapsed_s = elapsed0 + t0.elapsed().as_secs_f64();
-            if run.recent_steps.len() == RECENT_STEPS {
-                run.recent_steps.pop_front();
-            }
-            run.recent_steps.push_back(step_s);
-            if self.cfg.save_every > 0 && self.state.step.is_multiple_of(self.cfg.save_every) {
-                run.checkpoint = self.save_timed(&mut run)?;
-                saved_at = (Instant::now(), self.state.step);
-            }
+            self.after_step(step_s, &mut run, &mut saved_at)?;
         }
         log.finish();
         if !profiled.is_empty() && self.dp.is_main() {

@@ -116,37 +116,8 @@ pub fn run(a: TrainArgs) -> Result<()> {
         }
     }
     let out = PathBuf::from(&cfg.out);
-    // One run per directory at a time: held (by rank 0) until this function returns, and taken
-    // before anything under `out` is cleaned up or written.
-    let lock = run_dir::RunLock::for_rank0(&out, is_rank0())?;
-    if let Some(lock) = &lock {
-        // Left by a writer killed mid-checkpoint (a preempted job); only the holder removes them.
-        for dir in rsd_train::checkpoint::remove_stale_temporaries(&out, lock) {
-            eprintln!("rsd-train: removed unfinished checkpoint {}", dir.display());
-        }
-    }
-    run_dir::prepare(
-        &out,
-        resume.as_deref(),
-        a.resume.as_deref(),
-        a.overwrite,
-        is_rank0(),
-    )?;
-    if let Some(code) = stop.exit_status() {
-        // Stopped before the first step: the run is where its newest checkpoint (or its start)
-        // left it, so nothing is lost.
-        if is_rank0() {
-            eprintln!(
-                "rsd-train: stopped before the first step; nothing to save: {} (exit status \
-                 {code})",
-                resume.as_deref().map_or_else(
-                    || "the run starts afresh with --resume auto".to_string(),
-                    |c| format!("the run continues from {} with --resume auto", c.display())
-                )
-            );
-        }
-        std::process::exit(code);
-    }
+    let _lock = take_run_dir(&out, resume.as_deref(), &a)?;
+    stop_if_signalled_before_the_first_step(&stop, resume.as_deref());
     let mut trainer = Trainer::new(
         cfg.clone(),
         Start {
@@ -172,6 +143,42 @@ pub fn run(a: TrainArgs) -> Result<()> {
         }
     })?;
     end_of_run(&summary, main, &stop)
+}
+
+/// Takes the run directory: its lock (rank 0, held until the returned guard drops), taken before
+/// anything under `out` is cleaned up or written; then the unfinished checkpoints a writer killed
+/// mid-checkpoint left (only the holder removes them), and the directory's preparation.
+fn take_run_dir(
+    out: &Path,
+    resume: Option<&Path>,
+    a: &TrainArgs,
+) -> Result<Option<run_dir::RunLock>> {
+    let lock = run_dir::RunLock::for_rank0(out, is_rank0())?;
+    if let Some(lock) = &lock {
+        for dir in run_dir::remove_stale_temporaries(out, lock) {
+            eprintln!("rsd-train: removed unfinished checkpoint {}", dir.display());
+        }
+    }
+    run_dir::prepare(out, resume, a.resume.as_deref(), a.overwrite, is_rank0())?;
+    Ok(lock)
+}
+
+/// A signal that came before the first step (while the lock was awaited, say) ends the process
+/// here: the run is where its newest checkpoint (or its start) left it, so nothing is lost.
+fn stop_if_signalled_before_the_first_step(stop: &signals::Stop, resume: Option<&Path>) {
+    let Some(code) = stop.exit_status() else {
+        return;
+    };
+    if is_rank0() {
+        eprintln!(
+            "rsd-train: stopped before the first step; nothing to save: {} (exit status {code})",
+            resume.map_or_else(
+                || "the run starts afresh with --resume auto".to_string(),
+                |c| format!("the run continues from {} with --resume auto", c.display())
+            )
+        );
+    }
+    std::process::exit(code);
 }
 
 /// What a run that ended without an error prints (rank 0) and the status it exits with: 0, or,
