@@ -158,6 +158,8 @@ def test_score_pred_refuses_a_sparse_prediction_file_quickly(tmp_path):
     t = time.time()
     p = limited("score", "--pred", pred, "--out", tmp_path / "out")
     assert f"{pred}: 64424509440 bytes, more than the 1073741824 bytes a prediction file may have" in p.stderr
+    # Refused from its size, before a byte is read: ~1 s of start-up idle, ~3 s with both cores
+    # of a 2-core machine busy: a 20x margin.
     assert time.time() - t < 60
     # Under the file bound, a file without newlines stops at the line bound.
     sparse(pred, 200 << 20)
@@ -216,6 +218,8 @@ def test_plot_refuses_too_many_distinct_pairs_quickly(tmp_path):
     run_dir = write_run(tmp_path / "run", recs)
     t = time.time()
     p = eval_fails("plot", run_dir)
+    # ~1 s idle, ~3 s with both cores of a 2-core machine busy (the cubic version wrote 118 MB
+    # first): a 10x margin.
     assert time.time() - t < 30
     assert "2000 distinct lengths, more than the 256 rsd-eval tabulates and plots" in p.stderr
     p = eval_fails("compare", run_dir, run_dir, "--out", tmp_path / "cmp")
@@ -229,6 +233,7 @@ def test_plot_and_compare_of_many_pairs_within_the_caps_are_fast_and_small(tmp_p
     t = time.time()
     rsd_eval("plot", run_dir)
     rsd_eval("compare", run_dir, run_dir, "--labels", "a,b", "--out", tmp_path / "cmp")
+    # ~2.5 s for both idle, ~10 s with both cores of a 2-core machine busy: a 12x margin.
     assert time.time() - t < 120, time.time() - t
     written = sum(f.stat().st_size for d in (run_dir / "plots", tmp_path / "cmp") for f in d.iterdir())
     assert written < 64 << 20, written

@@ -95,6 +95,7 @@ def test_a_journal_claiming_8e9_tokens_over_a_sparse_file_is_an_error(tmp_path):
     (out / "pack.journal.json").write_text(json.dumps(journal))
     with open(out / "pack.journal.bin", "wb") as f:
         f.truncate(32_000_000_000)
+    # 60 s: ~2 s a command idle, ~6 s with both cores of a 2-core machine busy: a 10x margin.
     p = limited(*pack_args(src, out), timeout=60)
     assert p.returncode != 0
     assert "pack.journal.json: field queued[0]: a saved sample of 8000000000 tokens" in p.stderr, p.stderr

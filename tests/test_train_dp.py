@@ -24,6 +24,7 @@ Binaries: $RSD_BIN_DIR (default <repo>/target/debug): rsd-data and rsd-train (bu
 `fault-injection` feature for the failing-rank test, as scripts/test.sh builds it).
 """
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -128,18 +129,24 @@ def test_a_failing_rank_stops_the_run_and_is_named(shards, tmp_path):
     assert p.returncode != 0
     assert "[rank 1] rsd-train: error: fault injection: rank 1 fails" in p.stderr, p.stderr
     assert "rank 1 of 2 failed" in p.stderr, p.stderr
+    # Start-up and the failure: ~6 s, ~9 s with both cores of a 2-core machine busy: a 7x
+    # margin, and still far below what a launcher that left rank 0 to its collective's timeout
+    # (300 s) would take.
     assert elapsed < 60, elapsed
 
 
 def test_ctrl_c_reaches_every_rank_and_rank_0_checkpoints(shards, tmp_path):
     out = tmp_path / "run"
+    # The ranks hold before step 2 (a fault hook) until the signal comes, so the run is still
+    # going when it does, however fast the machine; the deadline only guards against a hang.
     p = subprocess.Popen([exe("rsd-train"), *map(str, train_args(
         shards, out, "--tokens-per-step", 256, steps=1000)), "--nproc", "2"],
+        env={**os.environ, "RSD_TRAIN_FAULT_HOLD_AT": f"2:{tmp_path / 'never'}"},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        if (out / "metrics.jsonl").exists() and (out / "metrics.jsonl").read_text().count("\n") >= 1:
-            break
+    deadline = time.monotonic() + 120
+    while not ((out / "metrics.jsonl").exists()
+               and (out / "metrics.jsonl").read_text().count("\n") >= 1):
+        assert p.poll() is None and time.monotonic() < deadline, p.communicate()
         time.sleep(0.2)
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=120)
@@ -341,6 +348,8 @@ def test_a_rank_that_fails_inside_a_step_stops_the_others_through_the_store(shar
     Rank 0, waiting for it in the gradients' all-reduce under a 300 s timeout, hears of it through
     the rendezvous store and stops while rank 1 is still alive, naming rank 1 and its error."""
     args = train_args(shards, tmp_path / "run", "--tokens-per-step", 256, steps=2)
+    # A margin, not an event: rank 0 hears of the failure within a poll and the grace (1 s + 3 s),
+    # so rank 1's 40 s leave a 10x margin for a loaded machine before it could end first.
     procs = start_two_ranks(args, {"RSD_TRAIN_FAULT_STEP_FAIL_RANK": "1",
                                    "RSD_TRAIN_FAULT_HOLD_S": "40"})
     err0 = procs[0].communicate(timeout=120)[1]
@@ -387,7 +396,9 @@ def test_a_rank_that_stops_answering_stops_the_others(shards, tmp_path, frozen):
                 p.kill()
                 p.communicate()
     assert other.returncode == 1, err
-    # The liveness period, a poll and the grace: far below the collective's 300 s.
+    # The liveness period, a poll and the grace: far below the collective's 300 s. The lower
+    # bound holds on any machine (the 3 s grace alone follows the freeze being noticed); the
+    # upper one is a margin: ~7 s, also with both cores of a 2-core machine busy.
     assert 3 <= waited < 60, (waited, err)
     how = "its heartbeat in the rendezvous store stood still for 3 s" if frozen == 1 else \
         "the rendezvous store its process hosts (127.0.0.1:"
@@ -426,7 +437,10 @@ def two_ranks_by_hand(args, fault_env):
 def test_a_checkpoints_phases_wait_checkpoint_timeout_not_the_steps(shards, tmp_path):
     """Rank 0 takes 4 s more to write each checkpoint (the fault hook, as a large model on a slow
     filesystem would) while the step's collectives may wait 2 s: rank 1 waits it out under
-    `checkpoint_timeout` (30 s), and fails, naming the timeout, when that is 3 s."""
+    `checkpoint_timeout` (30 s), and fails, naming the timeout, when that is 3 s (and rank 0
+    takes 20 s)."""
+    # Margins: the ranks, in step with each other, meet in a step's collectives within far less
+    # than the 2 s `dist_timeout`, and rank 0's 4 s save stays far below the 30 s.
     args = train_args(shards, tmp_path / "ok", "--tokens-per-step", 256, "--dist-timeout", 2, steps=2)
     args[args.index("--save-every") + 1] = 1
     slow = {"RSD_TRAIN_FAULT_SLOW_SAVE_S": "4"}
@@ -434,7 +448,10 @@ def test_a_checkpoints_phases_wait_checkpoint_timeout_not_the_steps(shards, tmp_
     assert sorted(p.name for p in (tmp_path / "ok" / "checkpoints").iterdir()) == \
         ["step-00000001", "step-00000002"]
     args[args.index("--out") + 1] = tmp_path / "short"
-    p = run("rsd-train", *args, "--checkpoint-timeout", 3, "--nproc", 2, env=slow, check=False,
-            timeout=120)
+    # A 20 s save against the 3 s timeout: rank 1 times out even if a loaded machine keeps it
+    # from reaching the save's first wait for most of the save (4 s left 1 s of slack). The
+    # launcher then stops rank 0: the test does not wait out its save.
+    p = run("rsd-train", *args, "--checkpoint-timeout", 3, "--nproc", 2, check=False,
+            env={"RSD_TRAIN_FAULT_SLOW_SAVE_S": "20"}, timeout=120)
     assert p.returncode != 0, p.stderr
     assert "[rank 1]" in p.stderr and "timed out" in p.stderr.lower(), p.stderr

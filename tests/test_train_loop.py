@@ -171,12 +171,15 @@ def test_a_used_out_is_refused_overwritten_or_continued_never_mixed(mini_shards,
 def test_ctrl_c_checkpoints_and_resumes(mini_shards, tmp_path):
     shards = mini_shards  # runs compared with runs: the small vocabulary
     out = tmp_path / "run"
+    # The run holds before step 2 (a fault hook) until the signal comes, so it is still running
+    # when it does, however fast the machine; the deadline only guards against a hang.
     p = subprocess.Popen([exe("rsd-train"), *map(str, train_args(shards, out, "--steps", 1000))],
+                         env={**os.environ, "RSD_TRAIN_FAULT_HOLD_AT": f"2:{tmp_path / 'never'}"},
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        if (out / "metrics.jsonl").exists() and (out / "metrics.jsonl").read_text().count("\n") >= 1:
-            break
+    deadline = time.monotonic() + 300
+    while not ((out / "metrics.jsonl").exists()
+               and (out / "metrics.jsonl").read_text().count("\n") >= 1):
+        assert p.poll() is None and time.monotonic() < deadline, p.communicate()
         time.sleep(0.2)
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=300)

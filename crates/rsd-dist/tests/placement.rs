@@ -11,7 +11,8 @@ use rsd_dist::testing::{free_port, ROLE_ENV};
 use rsd_dist::{exchange_hosts, Mesh, MeshShape, Placement, Rendezvous};
 use tch::Device;
 
-const TIMEOUT: Duration = Duration::from_secs(20);
+/// How long the ranks have to start and meet: a hang guard for a loaded machine.
+const TIMEOUT: Duration = Duration::from_secs(120);
 /// What rank 1 calls its host when the test hook is on.
 const OTHER: &str = "otherhost";
 /// Set in the children: whether rank 1 was given [`OTHER`] (`1`) or not (`0`).

@@ -1673,8 +1673,8 @@ mod fault {
     use std::sync::atomic::AtomicBool;
 
     /// `RSD_TRAIN_FAULT_SIGNAL_AT=STEP:RANK:SIG` (SIG `TERM`, `USR1` or `INT`): rank RANK sends
-    /// itself the signal as step STEP begins, and waits (at most 10 s) until its handler has set
-    /// the stop flag, so the test knows at which boundary it arrived.
+    /// itself the signal as step STEP begins, and waits until its handler has set the stop flag,
+    /// so the test knows at which boundary it arrived.
     #[cfg(feature = "fault-injection")]
     pub fn signal_at(step: u64, rank: usize, stop: &AtomicBool) {
         let Ok(spec) = std::env::var("RSD_TRAIN_FAULT_SIGNAL_AT") else {
@@ -1693,8 +1693,9 @@ mod fault {
         };
         // SAFETY: raise(3) signals this process; the handler thread sets the flag.
         unsafe { libc::raise(sig) };
-        let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !stop.load(std::sync::atomic::Ordering::SeqCst) && std::time::Instant::now() < end {
+        // However long the handler thread takes to run on a loaded machine (the test's own
+        // timeout guards against a hang).
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
     }
