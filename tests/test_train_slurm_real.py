@@ -5,7 +5,9 @@ every way SLURM ends a job leaves a complete checkpoint at the last finished ste
 * A 1-minute time limit and no `--signal`: rsd-train reads the job's end time, stops with a
   checkpoint before it, the script requeues, and the run reaches its end over several starts
   with weights bit-identical to an uninterrupted run's.
-* The same limit with the job clock off (`end_margin_s = 0`): SLURM's SIGTERM, SIGCONT, SIGTERM
+* A 2-minute limit with `--signal=USR1@60` and the job clock off: the signal stops each start
+  with a checkpoint, the script requeues, the run reaches its end.
+* The 1-minute limit with the job clock off (`end_margin_s = 0`): SLURM's SIGTERM, SIGCONT, SIGTERM
   at the limit are one stop; the checkpoint holds the last logged step (nothing but the step in
   flight is lost) and is written within KillWait.
 * `scancel --signal=USR1` stops with a checkpoint and the job is requeued and goes on; a plain
@@ -13,7 +15,7 @@ every way SLURM ends a job leaves a complete checkpoint at the last finished ste
 * A second job into a running job's `--out` is refused while the first is writing a checkpoint,
   leaves the unfinished checkpoint alone, and is not requeued; the first publishes it.
 * A start that makes no progress (its job already too near its end, and the script's
-  `--signal=USR1@600`, a lead longer than the 1-minute limit) is not requeued.
+  `--signal=USR1@900`, a lead longer than the 1-minute limit) is not requeued.
 
 Each run's steps take at least STEP_S (a fault hook), so a time limit is a lower bound on the
 steps a start can run, whatever the machine's speed; every wait is for an event, with deadlines
@@ -130,6 +132,22 @@ def test_a_time_limit_is_met_by_the_job_clock_and_the_requeued_run_ends_bit_iden
         *train_flags(shards, steps), "--nproc", 2, timeout=600)
     a, b = params(out), params(reference)
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+
+
+def test_a_signal_ahead_of_the_time_limit_stops_and_requeues_to_the_end(slurm, shards, tmp_path):
+    steps = 40  # ≥ 60 s of steps: the first start ends before them, by the signal
+    out = tmp_path / "run"
+    # The job clock off: SIGUSR1 from --signal, 60-90 s before a 2-minute limit, stops each start.
+    flags = train_flags(shards, steps, "--end-margin-s", 0)
+    job, log = submit(slurm, tmp_path, "usr1", out, flags, time_limit="2", signal="USR1@60",
+                      env={"RSD_TRAIN_FAULT_STEP_SLEEP_S": STEP_S})
+    state, code = slurm.wait_job(job, timeout=900)
+    output = text(log)
+    assert (state, code) == ("COMPLETED", "0:0"), output
+    assert int(slurm.job_field(job, "Restarts")) >= 1, output
+    assert "SIGUSR1 received" in output and "requeueing job" in output, output
+    assert "SIGTERM" not in output and "exiting now" not in output, output
+    assert steps_logged(out) == list(range(1, steps + 1)), output
 
 
 def test_the_time_limits_two_sigterms_are_one_stop_with_a_checkpoint(slurm, shards, tmp_path):
