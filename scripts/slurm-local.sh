@@ -1,19 +1,28 @@
 #!/usr/bin/env bash
-# A real one-node SLURM on this machine, for the test suite: Debian's slurm-wlm (22.05 on Debian
-# 12) with munge, slurmctld and slurmd as root, every job on this host. The suite's SLURM tests
-# (tests/slurm_local.py) submit real jobs to it; scripts/test.sh starts it before pytest.
+# A real two-node SLURM on this machine, for the test suite: Debian's slurm-wlm (22.05 on Debian
+# 12) with munge, slurmctld and two slurmd as root, every job on this host. The suite's SLURM
+# tests (tests/slurm_local.py) submit real jobs to it; scripts/test.sh starts it before pytest.
+#
+# The two nodes: the first is named after this host (`hostname -s`), the second the same with
+# "-2" (vm and vm-2), each with its own slurmd (`slurmd -N NAME`: Debian's build has no
+# --enable-multiple-slurmd, but -N picks the node in any build) on its own port (6818, 6828), both
+# at 127.0.0.1. A job of one node runs on the first while it has CPUs (Weight), so the suite's
+# one-node jobs see this host's name; `--nodes=2` spreads a job's tasks over both, as over two
+# machines. A node name must resolve (rank 0's host is taken from the job's node list and
+# connected to): one that does not gets a 127.0.0.1 line in /etc/hosts, marked with a comment.
 #
 #   scripts/slurm-local.sh start    # install if missing, configure, start; a no-op when already up
-#   scripts/slurm-local.sh stop     # stop slurmd, slurmctld and munged
+#   scripts/slurm-local.sh stop     # stop both slurmd, slurmctld and munged
 #   scripts/slurm-local.sh status   # say whether it is up (exit 0) or not (exit 1)
 #
 #   RSD_SLURM_DIR=/path   state, spool, pid and log files (default /var/tmp/rsd-slurm)
-#   RSD_SLURM_CPUS=N      CPUs the node declares (default: 8, or nproc when more)
+#   RSD_SLURM_CPUS=N      CPUs each node declares (default: 8, or nproc when more)
 #
 # It writes /etc/slurm/slurm.conf, the file every client (srun, sbatch, squeue, scontrol) reads
 # without being told: tests and pipelines run the commands as a user would, with no SLURM_CONF to
 # pass around. That suits a CI machine or a developer's box with no other SLURM; a slurm.conf this
-# script did not write is never overwritten (start stops with the reason instead).
+# script did not write is never overwritten (start stops with the reason instead). /etc/hosts
+# gets a line only for a node name that does not resolve, and keeps it after stop.
 #
 # Settings chosen for tests, not for production: a 15 s KillWait (SIGTERM to SIGKILL; half the
 # default 30 s, still room for a tiny run to finish its step and checkpoint on a loaded machine),
@@ -25,6 +34,10 @@ dir="${RSD_SLURM_DIR:-/var/tmp/rsd-slurm}"
 conf=/etc/slurm/slurm.conf
 marker="# Written by rsd's scripts/slurm-local.sh"
 node="$(hostname -s)"
+# Both nodes, first this host's name; each has its own slurmd, port, spool, pid and log file.
+nodes=("$node" "$node-2")
+ports=(6818 6828)
+hosts_marker="# rsd scripts/slurm-local.sh: a node of the local SLURM"
 log() { printf '[slurm-local] %s\n' "$*" >&2; }
 die() { printf '[slurm-local] error: %s\n' "$*" >&2; exit 1; }
 
@@ -48,12 +61,31 @@ running() {
 
 munge_up() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
 ctld_up() { scontrol ping 2>/dev/null | grep -q 'is UP'; }
-slurmd_up() { pid_of "$dir/slurmd.pid" slurmd >/dev/null; }
-node_state() { sinfo -h -n "$node" -o %T 2>/dev/null | head -n1; }
+# The slurmd of node NAME (slurm.conf's SlurmdPidFile, %n expanded).
+slurmd_pid_file() { printf '%s\n' "$dir/slurmd-$1.pid"; }
+slurmd_up() { pid_of "$(slurmd_pid_file "$1")" slurmd >/dev/null; }
+all_slurmd_up() {
+  local n
+  for n in "${nodes[@]}"; do slurmd_up "$n" || return 1; done
+}
+node_state() { sinfo -h -n "$1" -o %T 2>/dev/null | head -n1; }
 # A node that takes jobs: idle, or running some already (mixed, allocated). A trailing '*' means
 # slurmctld has not heard from slurmd; drained/down nodes take nothing.
 node_ready() {
-  case "$(node_state)" in idle | mixed | allocated | completing) return 0 ;; *) return 1 ;; esac
+  case "$(node_state "$1")" in idle | mixed | allocated | completing) return 0 ;; *) return 1 ;; esac
+}
+all_nodes_ready() {
+  local n
+  for n in "${nodes[@]}"; do node_ready "$n" || return 1; done
+}
+# Each node's state: "vm idle, vm-2 idle".
+nodes_states() {
+  local n state out=""
+  for n in "${nodes[@]}"; do
+    state="$(node_state "$n" || true)"
+    out+="${out:+, }$n ${state:-unknown}"
+  done
+  printf '%s\n' "$out"
 }
 
 install_packages() {
@@ -93,12 +125,30 @@ start_munge() {
   die "munged started but does not answer; see /var/log/munge/munged.log"
 }
 
+# A node name that does not resolve gets a 127.0.0.1 line in /etc/hosts (once: the line is marked,
+# and a name that resolves is left alone). Every node is at 127.0.0.1 in slurm.conf, but srun's
+# tasks look up the hosts of the job's node list by name (rsd-train connects to rank 0's).
+add_hosts() {
+  local n
+  for n in "${nodes[@]}"; do
+    getent hosts "$n" >/dev/null && continue
+    # The marked line, unless an earlier start wrote it (then the lookup itself fails: say so).
+    if ! grep -qxF "127.0.0.1 $n $hosts_marker" /etc/hosts 2>/dev/null; then
+      printf '127.0.0.1 %s %s\n' "$n" "$hosts_marker" >>/etc/hosts \
+        || die "cannot add '127.0.0.1 $n' to /etc/hosts; add it by hand (node $n must resolve)"
+      log "added '127.0.0.1 $n' to /etc/hosts"
+    fi
+    getent hosts "$n" >/dev/null \
+      || die "node $n does not resolve although /etc/hosts has '127.0.0.1 $n' (check /etc/nsswitch.conf)"
+  done
+}
+
 write_conf() {
   local cpus mem_mib
   cpus="${RSD_SLURM_CPUS:-$(($(nproc) > 8 ? $(nproc) : 8))}"
   mem_mib=$(awk '/^MemTotal:/ { printf "%d", $2 / 1024 * 0.9 }' /proc/meminfo)
   cat <<EOF
-$marker for its one-node test cluster.
+$marker for its two-node test cluster.
 # Every setting and why: see the comments in that script. Stop it with: scripts/slurm-local.sh stop
 ClusterName=rsd-local
 SlurmctldHost=$node(127.0.0.1)
@@ -120,7 +170,7 @@ TaskPlugin=task/none
 # Jobs get CPUs, not whole nodes, so several 1-CPU jobs share the node.
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
-# Trust the CPU count below rather than drain the node because the hardware has fewer
+# Trust the CPU counts below rather than drain a node because the hardware has fewer
 # (more CPUs are declared than exist so both pytest workers' small jobs run at once).
 SlurmdParameters=config_overrides
 # A node that was down (a restart, a slurmd that was stopped) takes jobs again once its
@@ -144,17 +194,21 @@ SchedulerParameters=sched_interval=2,bf_interval=5
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
-# Everything SLURM writes, under one directory.
+# Everything SLURM writes, under one directory; %n is the node's name, one file per slurmd.
 StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
+SlurmdSpoolDir=$dir/spool/%n
 SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd.pid
+SlurmdPidFile=$dir/slurmd-%n.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
-SlurmdLogFile=$dir/log/slurmd.log
+SlurmdLogFile=$dir/log/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
-NodeName=$node NodeAddr=127.0.0.1 NodeHostname=$node CPUs=$cpus RealMemory=$mem_mib State=UNKNOWN
-PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
+# Two nodes on this host, each slurmd on its own port (both at 127.0.0.1; only the first may
+# name this host as NodeHostname: two nodes on one hostname need --enable-multiple-slurmd). The
+# lower Weight is taken first: a one-node job runs on the first node while it has the CPUs.
+NodeName=${nodes[0]} NodeAddr=127.0.0.1 NodeHostname=$node Port=${ports[0]} Weight=1 CPUs=$cpus RealMemory=$mem_mib State=UNKNOWN
+NodeName=${nodes[1]} NodeAddr=127.0.0.1 Port=${ports[1]} Weight=2 CPUs=$cpus RealMemory=$mem_mib State=UNKNOWN
+PartitionName=debug Nodes=${nodes[0]},${nodes[1]} Default=YES MaxTime=INFINITE State=UP
 EOF
 }
 
@@ -168,11 +222,15 @@ stop_pid() {
 }
 
 stop_daemons() {
-  local pid
-  for d in slurmd slurmctld; do
-    if pid="$(pid_of "$dir/$d.pid" "$d")"; then stop_pid "$d" "$pid"; fi
-    rm -f "$dir/$d.pid"
+  local pid file n
+  # Each node's slurmd, and one started by this script's one-node version ($dir/slurmd.pid).
+  for n in "${nodes[@]}" ""; do
+    if [ -n "$n" ]; then file="$(slurmd_pid_file "$n")"; else file="$dir/slurmd.pid"; fi
+    if pid="$(pid_of "$file" slurmd)"; then stop_pid "slurmd${n:+ $n}" "$pid"; fi
+    rm -f "$file"
   done
+  if pid="$(pid_of "$dir/slurmctld.pid" slurmctld)"; then stop_pid slurmctld "$pid"; fi
+  rm -f "$dir/slurmctld.pid"
 }
 
 fail_with_log() {
@@ -189,13 +247,16 @@ start() {
   install_packages
   [ ! -e "$conf" ] || grep -qF "$marker" "$conf" \
     || die "$conf exists and was not written by this script; not overwriting another SLURM's configuration"
-  mkdir -p "$dir/state" "$dir/spool" "$dir/log"
+  mkdir -p "$dir/state" "$dir/log"
+  local n
+  for n in "${nodes[@]}"; do mkdir -p "$dir/spool/$n"; done
+  add_hosts
   start_munge
 
   local new
   new="$(write_conf)"
-  if [ -e "$conf" ] && [ "$new" == "$(cat "$conf")" ] && ctld_up && slurmd_up && node_ready; then
-    echo "[slurm-local] ready: node $node is $(node_state) (already running; $conf)"
+  if [ -e "$conf" ] && [ "$new" == "$(cat "$conf")" ] && ctld_up && all_slurmd_up && all_nodes_ready; then
+    echo "[slurm-local] ready: nodes $(nodes_states) (already running; $conf)"
     return 0
   fi
   if [ ! -e "$conf" ] || [ "$new" != "$(cat "$conf")" ]; then
@@ -214,38 +275,47 @@ start() {
     for _ in $(seq 100); do ctld_up && break; sleep 0.2; done
     ctld_up || fail_with_log "$dir/log/slurmctld.log" "slurmctld does not answer scontrol ping after 20 s"
   fi
-  if ! slurmd_up; then
-    rm -f "$dir/slurmd.pid"
-    slurmd || fail_with_log "$dir/log/slurmd.log" "slurmd did not start"
-  fi
+  # One slurmd per node, told its name (-N): both run on this host.
+  for n in "${nodes[@]}"; do
+    if ! slurmd_up "$n"; then
+      rm -f "$(slurmd_pid_file "$n")"
+      slurmd -N "$n" || fail_with_log "$dir/log/slurmd-$n.log" "slurmd of node $n did not start"
+    fi
+  done
 
-  # Wait for the node to register; resume it if it came up down or drained (a slurmd killed
+  # Wait for both nodes to register; resume one that came up down or drained (a slurmd killed
   # with jobs on it, a configuration that changed under it).
-  local state resumed=""
+  local state resumed=" "
   for _ in $(seq 120); do
-    node_ready && break
-    state="$(node_state)"
-    case "$state" in
-      down | drained | draining | drain*)
-        if [ -z "$resumed" ]; then
-          log "node $node is $state; resuming it"
-          scontrol update nodename="$node" state=resume || true
-          resumed=1
-        fi
-        ;;
-    esac
+    all_nodes_ready && break
+    for n in "${nodes[@]}"; do
+      state="$(node_state "$n")"
+      case "$state" in
+        down | drained | draining | drain*)
+          if [[ "$resumed" != *" $n "* ]]; then
+            log "node $n is $state; resuming it"
+            scontrol update nodename="$n" state=resume || true
+            resumed+="$n "
+          fi
+          ;;
+      esac
+    done
     sleep 0.5
   done
-  node_ready || fail_with_log "$dir/log/slurmd.log" \
-    "node $node is '$(node_state)', not idle, after 60 s (slurmctld's log: $dir/log/slurmctld.log)"
-  echo "[slurm-local] ready: node $node is $(node_state), $(sinfo -h -o %c -n "$node") CPUs ($conf, files in $dir)"
+  for n in "${nodes[@]}"; do
+    node_ready "$n" || fail_with_log "$dir/log/slurmd-$n.log" \
+      "node $n is '$(node_state "$n")', not idle, after 60 s (slurmctld's log: $dir/log/slurmctld.log)"
+  done
+  echo "[slurm-local] ready: nodes $(nodes_states), $(sinfo -h -o %c -n "$node") CPUs each ($conf, files in $dir)"
 }
 
 status() {
-  if munge_up && ctld_up && slurmd_up && node_ready; then
-    echo "[slurm-local] up: node $node is $(node_state) ($conf, files in $dir)"
+  local n daemons=""
+  if munge_up && ctld_up && all_slurmd_up && all_nodes_ready; then
+    echo "[slurm-local] up: nodes $(nodes_states) ($conf, files in $dir)"
   else
-    echo "[slurm-local] down: munge $(munge_up && echo up || echo down), slurmctld $(ctld_up && echo up || echo down), slurmd $(slurmd_up && echo up || echo down), node '$(node_state || true)'"
+    for n in "${nodes[@]}"; do daemons+=", slurmd $n $(slurmd_up "$n" && echo up || echo down)"; done
+    echo "[slurm-local] down: munge $(munge_up && echo up || echo down), slurmctld $(ctld_up && echo up || echo down)$daemons, nodes '$(nodes_states)'"
     return 1
   fi
 }

@@ -14,7 +14,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
 # shellcheck disable=SC1091
 source .rsd-env
-# A real one-node SLURM (slurmctld, slurmd, munged) for the tests that submit jobs to it
+# A real two-node SLURM on this machine (slurmctld, two slurmd, munged) for the tests that submit jobs to it
 # (docs/TESTS.md, "The real SLURM in the suite"); started here, before the build, so that a
 # failed install or start stops the run at once. A no-op when it is already up.
 if [ "${RSD_TEST_NO_SLURM:-}" != 1 ]; then

@@ -1,4 +1,4 @@
-"""The real one-node SLURM that scripts/slurm-local.sh starts (scripts/test.sh runs its `start`
+"""The real two-node SLURM that scripts/slurm-local.sh starts (scripts/test.sh runs its `start`
 before pytest), for tests that submit real jobs.
 
 A test takes the `slurm` fixture (import it into the test module: `from slurm_local import slurm`)
@@ -6,14 +6,17 @@ and submits with the helpers below. The fixture skips only when RSD_TEST_NO_SLUR
 SLURM that is not up FAILS the test with the reason: a suite that quietly skips the real SLURM
 hides the defects these tests are there to find.
 
-What the local cluster does (docs/TESTS.md, "The real SLURM in the suite"): one node named after
-this host with more CPUs declared than the machine has (8 on a 2-core box, CR_CPU), so both
-pytest workers' jobs run side by side; KillWait=15 (SIGTERM to SIGKILL); MinJobAge=300 (a finished
-job's record, read here with scontrol since there is no accounting and so no sacct, stays 300 s);
-a requeued job is eligible again 11 s after it has finished completing. slurmctld checks time
-limits every 30 s, so a job's SIGTERM at its limit lands 0-30 s after its EndTime, and a
-`--signal=SIG@N` warning N to N+30 s before it (at the first check after EndTime - N - 30; one
-due before the job's script or step has started is lost).
+What the local cluster does (docs/TESTS.md, "The real SLURM in the suite"): two nodes on this
+host, the first named after it (`slurm.node`, where a one-node job runs while it has CPUs), the
+second the same with "-2" (`slurm.nodes` holds both, first the first), each with its own slurmd
+and more CPUs declared than the machine has (8 each on a 2-core box, CR_CPU), so both pytest
+workers' jobs run side by side and `--nodes=2` spreads a job over two "machines"; KillWait=15
+(SIGTERM to SIGKILL); MinJobAge=300 (a finished job's record, read here with scontrol since there
+is no accounting and so no sacct, stays 300 s); a requeued job is eligible again 11 s after it
+has finished completing. slurmctld checks time limits every 30 s, so a job's SIGTERM at its limit
+lands 0-30 s after its EndTime, and a `--signal=SIG@N` warning N to N+30 s before it (at the
+first check after EndTime - N - 30; one due before the job's script or step has started is
+lost).
 """
 
 import os
@@ -151,14 +154,18 @@ def cancel(job_id, signal=None, full=False):
 @pytest.fixture(scope="session")
 def slurm():
     """The local SLURM: skipped only with RSD_TEST_NO_SLURM=1, a failure when it is not up.
-    Gives the node name, its CPU count and the helpers of this module."""
+    Gives the first node's name (node) and CPU count (cpus), every node's name (nodes, the first
+    node first: in order of Weight, then name) and the helpers of this module."""
     if os.environ.get("RSD_TEST_NO_SLURM") == "1":
         pytest.skip("RSD_TEST_NO_SLURM=1: the tests that need a real SLURM are not run")
     why = _why_not_available()
     if why is not None:
         pytest.fail(f"no usable SLURM: {why}; {START_HINT}", pytrace=False)
-    p = _slurm("sinfo", "-h", "-o", "%n %c")
-    node, cpus = p.stdout.split()[:2]
-    return types.SimpleNamespace(node=node, cpus=int(cpus), sbatch=sbatch, wait_job=wait_job,
+    p = _slurm("sinfo", "-h", "-N", "-o", "%w %N %c")
+    # One line per node (and partition it is in): weight, name, CPUs.
+    lines = [line.split() for line in p.stdout.splitlines() if line.strip()]
+    rows = sorted({(int(w), name, int(c)) for w, name, c in lines})
+    return types.SimpleNamespace(node=rows[0][1], nodes=[name for _, name, _ in rows],
+                                 cpus=rows[0][2], sbatch=sbatch, wait_job=wait_job,
                                  job_field=job_field, job_info=job_info, cancel=cancel,
                                  env=clean_env, repo=Path(__file__).resolve().parent.parent)

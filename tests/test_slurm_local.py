@@ -3,6 +3,9 @@ receives there, which the tests of rsd under SLURM rely on.
 
 * A step of two tasks: SLURM_PROCID 0 and 1, SLURM_NTASKS 2, one job and step id, and the
   step's reserved ports (MpiParams=ports: ntasks + 1 of them).
+* A step over both nodes (`-N2`): a task on each, each told its own node (SLURMD_NODENAME), the
+  node list compressed as on a real cluster, and every node's name resolving (rank 0's host is
+  taken from that list and connected to).
 * A job at its 1-minute time limit: its step's task gets SIGTERM 0-30 s after the job's EndTime
   (on SLURM 22.05 twice: SIGTERM, SIGCONT, SIGTERM within ~20 ms), lives on while it handles
   them, and is killed (SIGKILL) KillWait (15 s) after the first; the job ends TIMEOUT.
@@ -45,7 +48,9 @@ def test_srun_two_tasks(slurm):
     assert [r[0] for r in rows] == ["0", "1"], p.stdout
     assert {tuple(r[1:]) for r in rows} == {tuple(rows[0][1:])}, "tasks disagree:\n" + p.stdout
     ntasks, job_id, step_id, step_tasks, nodelist, ports = rows[0][1:]
-    assert (ntasks, step_id, step_tasks, nodelist) == ("2", "0", "2", slurm.node)
+    assert (ntasks, step_id, step_tasks) == ("2", "0", "2"), p.stdout
+    # One node: the first while it has 2 CPUs free (its lower Weight), else the other.
+    assert nodelist in slurm.nodes, p.stdout
     assert int(job_id) > 0
     lo, hi = map(int, ports.split("-"))
     assert 12000 <= lo and hi - lo + 1 == 3 and hi <= 12999, ports
@@ -100,3 +105,21 @@ fi
     # Eligible again cred_expire + 1 = 11 s after the job has finished completing (12 s between
     # the runs, seen idle); a lower bound only.
     assert float(runs[1][0]) - float(runs[0][0]) >= 10, runs
+
+
+def test_srun_across_both_nodes(slurm):
+    assert len(slurm.nodes) == 2, slurm.nodes
+    # Each task: its rank, its node, the job's node list expanded, the step's node count and
+    # tasks per node, its reserved ports, and how many of the listed hosts resolve.
+    p = subprocess.run(["srun", "-N2", "-n2", "--time=1", "bash", "-c",
+                        "hosts=$(scontrol show hostnames $SLURM_JOB_NODELIST | paste -sd,); "
+                        "echo $SLURM_PROCID $SLURMD_NODENAME $hosts $SLURM_STEP_NUM_NODES "
+                        "$SLURM_TASKS_PER_NODE $SLURM_STEP_RESV_PORTS "
+                        "$(getent hosts ${hosts//,/ } | wc -l)"],
+                       # A deadline against a hang only (about a second here).
+                       capture_output=True, text=True, timeout=120, env=clean_env())
+    assert p.returncode == 0, p.stderr
+    rows = sorted(line.split() for line in p.stdout.splitlines())
+    assert [r[:2] for r in rows] == [["0", slurm.nodes[0]], ["1", slurm.nodes[1]]], p.stdout
+    both = ",".join(slurm.nodes)
+    assert {tuple(r[2:]) for r in rows} == {(both, "2", "1(x2)", rows[0][5], "2")}, p.stdout

@@ -19,6 +19,17 @@ pub fn set_up() {
 /// Exit status for a malformed SLURM variable or a launch that cannot work (usage errors).
 const EXIT_USAGE: i32 = 2;
 
+/// Exits with [`EXIT_USAGE`]. The step's other tasks exit so too, and srun's
+/// `--kill-on-bad-exit` sends SIGTERM to those still running when the first ends: ignored here
+/// (no handler is installed yet), so that every task reports the usage error's status, not 143.
+fn exit_usage() -> ! {
+    // SAFETY: sets a signal's disposition to ignore; no handler runs.
+    unsafe {
+        libc::signal(libc::SIGTERM, libc::SIG_IGN);
+    }
+    std::process::exit(EXIT_USAGE);
+}
+
 /// Under `srun` without torchrun (SLURM's variables, no `WORLD_SIZE`), exports torchrun's six
 /// variables computed from SLURM's ([`rsd_dist::slurm`]), so that the rendezvous, the rank-0
 /// checks and the launcher's "already launched" test downstream see one multi-process run, as
@@ -30,7 +41,7 @@ fn adopt_slurm_task() {
         Ok(None) => return,
         Err(e) => {
             eprintln!("rsd-train: error: {e}");
-            std::process::exit(EXIT_USAGE);
+            exit_usage();
         }
     };
     if let Some(nproc) = nproc_arg(std::env::args_os().skip(1)) {
@@ -42,7 +53,7 @@ fn adopt_slurm_task() {
              pipelines/slurm/README.md)",
             task.rendezvous.world_size
         );
-        std::process::exit(EXIT_USAGE);
+        exit_usage();
     }
     for (name, value) in task.to_env() {
         // SAFETY (set_var): called first thing in main, before any thread exists.
