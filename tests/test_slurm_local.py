@@ -23,12 +23,14 @@ KILL_WAIT = 15         # slurm.conf's KillWait (scripts/slurm-local.sh)
 TIMELIMIT_CHECK = 30   # slurmctld checks time limits every 30 s (PERIODIC_TIMEOUT, not configurable)
 
 # A task that logs each catchable signal it gets ("<epoch> SIG") and ticks every 0.2 s; bash runs
-# a trap only between commands, so it waits on a background sleep to take signals at once.
+# a trap only between commands, so it waits on a background sleep to take signals at once. The
+# time is bash's own $EPOCHREALTIME, not `$(date)`: SLURM signals every process of the step, and a
+# `date` child killed by the second SIGTERM would leave a line without its time.
 TASK = r"""#!/bin/bash
-log() { echo "$(date +%s.%N) $1" >> "$OUT.task$SLURM_PROCID"; }
+log() { echo "$EPOCHREALTIME $1" >> "$OUT.task$SLURM_PROCID"; }
 for s in TERM USR1 CONT INT HUP; do trap "log $s" $s; done
 log start
-while :; do sleep 0.2 & wait $!; date +%s.%N > "$OUT.tick$SLURM_PROCID"; done
+while :; do sleep 0.2 & wait $!; echo "$EPOCHREALTIME" > "$OUT.tick$SLURM_PROCID"; done
 """
 
 
