@@ -7,8 +7,8 @@ CPU task per node, as on two machines.
   weights are bit-identical to a local `rsd-train --nproc 2` run of the same flags.
 * A loopback MASTER_ADDR left in the job's environment (as from a one-node test) is refused on two
   nodes with exit 2 before any rank waits for the others: the other node's ranks would connect to
-  themselves. (A rank that srun's --kill-on-bad-exit SIGTERM reaches after the first rank's exit
-  ends 143 instead, and so does the job: rsd-train handles no signal that early.)
+  themselves. (A rank that srun's --kill-on-bad-exit SIGTERM reaches while it is still loading,
+  after the first rank's exit, ends 143 instead, and so does the job.)
 
 The two nodes are one machine: rsd-train's placement, which names a rank's host by gethostname,
 sees both ranks on one host; what crosses "nodes" here is SLURM's side (the node list, the tasks
@@ -17,19 +17,16 @@ per node, a slurmd per node) and the rendezvous at the node list's first host.
 Every wait is for the job's end, with deadlines that only guard against a hang. Binaries:
 $RSD_BIN_DIR (default <repo>/target/debug).
 """
-import json
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
-from safetensors.numpy import load_file
 
-from rsd_cli import exe, run
+from rsd_cli import run
 from slurm_local import slurm  # noqa: F401  (a fixture)
+from test_train_slurm_real import (REPO, TWO_NODES, params, steps_logged, submit, text,
+                                   train_flags)
 
-REPO = Path(__file__).resolve().parent.parent
-SCRIPT = REPO / "pipelines" / "slurm" / "llama3-8b-64k.sbatch"
 STEPS = 3
 
 
@@ -38,49 +35,16 @@ def shards(mini_shards):
     return mini_shards
 
 
-def train_flags(shards):
-    """The tiny run's flags beside the script's --config, --out and --resume auto (those of
-    tests/test_train_slurm_real.py)."""
-    return ["--shards", shards, "--init", shards.parent / "tiny-1k.json", "--progress", "false",
-            "--threads", 1, "--steps", STEPS, "--tokens-per-step", 256, "--save-every", 0,
-            "--dist-liveness", 60]
-
-
-def submit(slurm, tmp_path, name, out, flags, env=None):
-    """The shipped script on one CPU task on each of the two nodes (its GPU and task options
-    overridden, a 5-minute limit); returns the job id and its output file."""
+def submit_to_both(slurm, tmp_path, name, out, shards, env=None):
+    """The shipped script on one CPU task on each of the two nodes, a 5-minute limit."""
     assert len(slurm.nodes) == 2, f"the local SLURM has nodes {slurm.nodes}, not two"
-    log = tmp_path / f"{name}.out"
-    job = slurm.sbatch(
-        SCRIPT, f"--job-name=rsd-test-{name}", "--nodes=2", "--ntasks-per-node=1",
-        "--gpus-per-node=0", "--cpus-per-task=1", "--time=5", "--signal=USR1@60",
-        f"--output={log}",
-        env={"RSD_BIN": exe("rsd-train"), "RSD_CONFIG": REPO / "configs" / "tiny-cpu.toml",
-             "RSD_OUT": out, "RSD_WORKDIR": tmp_path,
-             "RSD_TRAIN_ARGS": " ".join(map(str, flags)), **(env or {})},
-        cwd=tmp_path)
-    return job, log
-
-
-def text(log):
-    return log.read_text() if log.exists() else ""
-
-
-def steps_logged(out):
-    path = out / "metrics.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(l)["step"] for l in path.read_text().splitlines() if l.strip()]
-
-
-def params(out):
-    (f,) = (out / "model").glob("*.safetensors")
-    return load_file(f)
+    return submit(slurm, tmp_path, name, out, train_flags(shards, STEPS), env=env,
+                  time_limit="5", signal="USR1@60", layout=TWO_NODES)
 
 
 def test_a_run_across_two_nodes_ends_bit_identical_to_a_local_one(slurm, shards, tmp_path):
     out = tmp_path / "run"
-    job, log = submit(slurm, tmp_path, "nodes", out, train_flags(shards))
+    job, log = submit_to_both(slurm, tmp_path, "nodes", out, shards)
     # Seconds here; the rest only guards against a hang.
     state, code = slurm.wait_job(job, timeout=300)
     output = text(log)
@@ -97,22 +61,23 @@ def test_a_run_across_two_nodes_ends_bit_identical_to_a_local_one(slurm, shards,
     assert steps_logged(out) == list(range(1, STEPS + 1)), output
     reference = tmp_path / "reference"
     run("rsd-train", "--config", REPO / "configs" / "tiny-cpu.toml", "--out", reference,
-        *train_flags(shards), "--nproc", 2, timeout=600)
+        *train_flags(shards, STEPS), "--nproc", 2, timeout=600)
     a, b = params(out), params(reference)
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
 
 
 def test_a_loopback_master_addr_is_refused_on_two_nodes(slurm, shards, tmp_path):
     out = tmp_path / "run"
-    job, log = submit(slurm, tmp_path, "loopback", out, train_flags(shards),
-                      env={"MASTER_ADDR": "127.0.0.1"})
+    job, log = submit_to_both(slurm, tmp_path, "loopback", out, shards,
+                              env={"MASTER_ADDR": "127.0.0.1"})
     state, code = slurm.wait_job(job, timeout=300)
     output = text(log)
     assert "SLURM variable MASTER_ADDR=127.0.0.1 is invalid" in output, output
     assert "not a loopback address" in output, output
-    # Each rank exits 2 (a usage error), unless srun's --kill-on-bad-exit SIGTERM (after the
-    # first rank's exit 2) ends it first: rsd-train handles no signal yet at that point, and
-    # srun's status, the job's, is the highest of its tasks' (143 = 128 + SIGTERM).
+    # Each rank exits 2 (a usage error, SIGTERM ignored on the way out), unless srun's
+    # --kill-on-bad-exit SIGTERM (after the first rank's exit 2) reaches it while it is still
+    # loading, before rsd-train's main runs; srun's status, the job's, is the highest of its
+    # tasks' (143 = 128 + SIGTERM).
     tasks = re.findall(r"srun: error: \S+: task (\d): Exited with exit code (\d+)", output)
     assert "2" in {rc for _, rc in tasks} and {rc for _, rc in tasks} <= {"2", "143"}, output
     assert (state, code) == ("FAILED", f"{max(int(rc) for _, rc in tasks)}:0"), output

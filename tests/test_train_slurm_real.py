@@ -62,15 +62,20 @@ def without_signal(tmp_path):
     return copy
 
 
+# The tasks: 2 on one node (the default), or one on each of the cluster's two nodes.
+ONE_NODE = ("--nodes=1", "--ntasks=2", "--ntasks-per-node=2")
+TWO_NODES = ("--nodes=2", "--ntasks=2", "--ntasks-per-node=1")
+
+
 def submit(slurm, tmp_path, name, out, flags, *options, env=None, time_limit="1",
-           signal=None, script=SCRIPT):
-    """The shipped script on 2 CPU tasks of one node (its GPU and node options overridden;
-    `--signal` as the script has it unless given); returns the job id and its output file."""
+           signal=None, script=SCRIPT, layout=ONE_NODE):
+    """The shipped script on 2 CPU tasks (its GPU and node options overridden; `--signal` as
+    the script has it unless given); returns the job id and its output file."""
     log = tmp_path / f"{name}.out"
     if signal is not None:
         options = (f"--signal={signal}", *options)
     job = slurm.sbatch(
-        script, f"--job-name=rsd-test-{name}", "--nodes=1", "--ntasks=2", "--ntasks-per-node=2",
+        script, f"--job-name=rsd-test-{name}", *layout,
         "--gpus-per-node=0", "--cpus-per-task=1", f"--time={time_limit}", f"--output={log}",
         *options,
         env={"RSD_BIN": exe("rsd-train"), "RSD_CONFIG": REPO / "configs" / "tiny-cpu.toml",
