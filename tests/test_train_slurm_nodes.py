@@ -22,10 +22,9 @@ import subprocess
 
 import pytest
 
-from rsd_cli import run
 from slurm_local import slurm  # noqa: F401  (a fixture)
-from test_train_slurm_real import (REPO, TWO_NODES, params, steps_logged, submit, text,
-                                   train_flags)
+from test_train_slurm_real import (TWO_NODES, assert_equals_nproc_2, assert_ran_to_the_end,
+                                   steps_logged, submit, text, train_flags)
 
 STEPS = 3
 
@@ -46,9 +45,7 @@ def test_a_run_across_two_nodes_ends_bit_identical_to_a_local_one(slurm, shards,
     out = tmp_path / "run"
     job, log = submit_to_both(slurm, tmp_path, "nodes", out, shards)
     # Seconds here; the rest only guards against a hang.
-    state, code = slurm.wait_job(job, timeout=300)
-    output = text(log)
-    assert (state, code) == ("COMPLETED", "0:0"), output
+    output = assert_ran_to_the_end(slurm, job, log, out, STEPS, timeout=300)
     # Both nodes, one task on each.
     hosts = subprocess.run(["scontrol", "show", "hostnames", slurm.job_field(job, "NodeList")],
                            capture_output=True, text=True, check=True, env=slurm.env())
@@ -58,12 +55,7 @@ def test_a_run_across_two_nodes_ends_bit_identical_to_a_local_one(slurm, shards,
             "(SLURM_PROCID/SLURM_STEP_NUM_TASKS), 1 on this node") in output, output
     # Rank 0 on the first host of the node list, the rendezvous there.
     assert f"rendezvous {first}:" in output, output
-    assert steps_logged(out) == list(range(1, STEPS + 1)), output
-    reference = tmp_path / "reference"
-    run("rsd-train", "--config", REPO / "configs" / "tiny-cpu.toml", "--out", reference,
-        *train_flags(shards, STEPS), "--nproc", 2, timeout=600)
-    a, b = params(out), params(reference)
-    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+    assert_equals_nproc_2(shards, out, tmp_path, STEPS)
 
 
 def test_a_loopback_master_addr_is_refused_on_two_nodes(slurm, shards, tmp_path):

@@ -113,6 +113,26 @@ def params(out):
     return load_file(f)
 
 
+def assert_ran_to_the_end(slurm, job, log, out, steps, timeout=900):
+    """Waits for the job (the timeout only guards against a hang); it completed with every step
+    logged once (a resumed start trims the log to its checkpoint). Returns its output."""
+    state, code = slurm.wait_job(job, timeout=timeout)
+    output = text(log)
+    assert (state, code) == ("COMPLETED", "0:0"), output
+    assert steps_logged(out) == list(range(1, steps + 1)), output
+    return output
+
+
+def assert_equals_nproc_2(shards, out, tmp_path, steps):
+    """The final model equals, bit for bit, a local `--nproc 2` run of the same flags never
+    interrupted."""
+    reference = tmp_path / "reference"
+    run("rsd-train", "--config", REPO / "configs" / "tiny-cpu.toml", "--out", reference,
+        *train_flags(shards, steps), "--nproc", 2, timeout=600)
+    a, b = params(out), params(reference)
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+
+
 def test_a_time_limit_is_met_by_the_job_clock_and_the_requeued_run_ends_bit_identical(
         slurm, shards, tmp_path):
     steps = 45  # ≥ 45 × 1.5 s = 67.5 s of steps: more than a 1-minute start holds
@@ -120,23 +140,14 @@ def test_a_time_limit_is_met_by_the_job_clock_and_the_requeued_run_ends_bit_iden
     flags = train_flags(shards, steps, "--end-margin-s", 10)
     job, log = submit(slurm, tmp_path, "limit", out, flags, script=without_signal(tmp_path),
                       env={"RSD_TRAIN_FAULT_STEP_SLEEP_S": STEP_S})
-    # Each start: up to a minute, the requeue delay (11 s), start-up. A hang guard only.
-    state, code = slurm.wait_job(job, timeout=900)
-    output = text(log)
-    assert (state, code) == ("COMPLETED", "0:0"), output
+    # Each start: up to a minute, the requeue delay (11 s), start-up.
+    output = assert_ran_to_the_end(slurm, job, log, out, steps)
     assert int(slurm.job_field(job, "Restarts")) >= 1, output
     assert "rsd-train: the job ends in" in output and "squeue, SLURM job" in output, output
     assert "stopped before the job's end time at step" in output, output
     assert "requeueing job" in output and "made no progress" not in output, output
     assert "exiting now" not in output and "received" not in output, output
-    # Every step once (a resumed start trims the log to its checkpoint), the final model equal
-    # bit for bit to one run without interruption.
-    assert steps_logged(out) == list(range(1, steps + 1)), output
-    reference = tmp_path / "reference"
-    run("rsd-train", "--config", REPO / "configs" / "tiny-cpu.toml", "--out", reference,
-        *train_flags(shards, steps), "--nproc", 2, timeout=600)
-    a, b = params(out), params(reference)
-    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+    assert_equals_nproc_2(shards, out, tmp_path, steps)
 
 
 def test_a_signal_ahead_of_the_time_limit_stops_and_requeues_to_the_end(slurm, shards, tmp_path):
@@ -146,13 +157,10 @@ def test_a_signal_ahead_of_the_time_limit_stops_and_requeues_to_the_end(slurm, s
     flags = train_flags(shards, steps, "--end-margin-s", 0)
     job, log = submit(slurm, tmp_path, "usr1", out, flags, time_limit="2", signal="USR1@60",
                       env={"RSD_TRAIN_FAULT_STEP_SLEEP_S": STEP_S})
-    state, code = slurm.wait_job(job, timeout=900)
-    output = text(log)
-    assert (state, code) == ("COMPLETED", "0:0"), output
+    output = assert_ran_to_the_end(slurm, job, log, out, steps)
     assert int(slurm.job_field(job, "Restarts")) >= 1, output
     assert "SIGUSR1 received" in output and "requeueing job" in output, output
     assert "SIGTERM" not in output and "exiting now" not in output, output
-    assert steps_logged(out) == list(range(1, steps + 1)), output
 
 
 def test_the_time_limits_two_sigterms_are_one_stop_with_a_checkpoint(slurm, shards, tmp_path):

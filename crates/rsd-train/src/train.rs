@@ -174,8 +174,9 @@ pub struct Trainer {
     /// This rank's share of the held-out slice and its perturbed views (`heldout_every > 0`):
     /// micro-batches `rank, rank + world, …` of it, so all ranks evaluate it together.
     heldout: Vec<(MicroBatch, Vec<RowView>)>,
-    /// The job's end time (rank 0, under a scheduler): the run stops with a checkpoint before it.
-    job_end: Option<JobEnd>,
+    /// The job's end time (rank 0, under a scheduler), and a checkpoint's writing time estimated
+    /// before one is measured: the run stops with a checkpoint before the end.
+    job_end: Option<(JobEnd, f64)>,
 }
 
 /// The device this rank trains on: the config's, where `device = "cuda"` in a multi-process run
@@ -842,18 +843,19 @@ impl Trainer {
                 end.source, self.cfg.end_margin_s
             ),
         }
-        self.job_end = Some(end);
+        // Read once: the bytes rank 0 writes at 100 MB/s (a slow shared filesystem).
+        let save_estimate =
+            checkpoint::rank0_bytes(&self.cfg, self.dp.size()).unwrap_or(0.0) / 100e6;
+        self.job_end = Some((end, save_estimate));
     }
 
-    /// Whether the job's end is too near for another step and the checkpoint after it. Before
-    /// this start has written a checkpoint, its writing time is estimated from the bytes rank 0
-    /// writes at 100 MB/s (a slow shared filesystem).
+    /// Whether the job's end is too near for another step and the checkpoint after it (before
+    /// this start has written a checkpoint, its writing time is the estimate).
     fn out_of_time(&self, run: &RunProgress) -> Option<String> {
-        let left = self.job_end.as_ref()?.seconds_left()?;
+        let (end, save_estimate) = self.job_end.as_ref()?;
+        let left = end.seconds_left()?;
         let step = run.recent_steps.iter().copied().fold(0.0, f64::max);
-        let save = run.save_s.unwrap_or_else(|| {
-            checkpoint::rank0_bytes(&self.cfg, self.dp.size()).unwrap_or(0.0) / 100e6
-        });
+        let save = run.save_s.unwrap_or(*save_estimate);
         let margin = self.cfg.end_margin_s as f64;
         crate::job_end::must_stop(left, step, save, margin).then(|| {
             format!(
